@@ -1,0 +1,166 @@
+// AC-SGD delta codec and error feedback; the protocol is described in acsgd.h.
+#include "compression/acsgd.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+namespace slowpipe::compression {
+namespace {
+
+bool flagOf(const uint8_t* flags, int64_t r) { return (flags[r / 8] >> (r % 8)) & 1; }
+
+}  // namespace
+
+AcsgdCodec::AcsgdCodec(AcsgdOptions opt)
+    : opt_(std::move(opt)), quant_(opt_.quant), store_(opt_.store) {
+  require(opt_.warmupEpochs >= 0, "acsgd: warmup_epochs=" + std::to_string(opt_.warmupEpochs) +
+                                      " must be >= 0");
+}
+
+std::string AcsgdCodec::spec() const {
+  std::string q = quant_.spec();  // "quant:bits=...": reuse its parameters
+  std::string s = "acsgd:" + q.substr(q.find(':') + 1);
+  s += ",warmup_epochs=" + std::to_string(opt_.warmupEpochs);
+  s += ",store=" + storeDtypeName(opt_.store.dtype);
+  if (opt_.store.backing == StoreOptions::Backing::kMmap) {
+    s += ",backing=mmap";
+    if (!opt_.store.path.empty()) s += ",path=" + opt_.store.path;
+  }
+  if (opt_.store.budgetBytes) s += ",budget=" + std::to_string(opt_.store.budgetBytes);
+  return s;
+}
+
+AcsgdCodec::Rows AcsgdCodec::checkRows(const Shape& shape, const CodecContext& ctx) const {
+  require(!shape.empty(), "acsgd: needs a tensor with a leading example dimension, got a scalar");
+  const int64_t rows = shape[0], n = numelOf(shape);
+  require(static_cast<int64_t>(ctx.exampleIds.size()) == rows,
+          "acsgd: " + std::to_string(ctx.exampleIds.size()) + " example ids for " +
+              std::to_string(rows) + " rows of shape " + shapeString(shape));
+  std::unordered_set<int64_t> seen;
+  for (int64_t id : ctx.exampleIds)
+    require(seen.insert(id).second, "acsgd: example id " + std::to_string(id) +
+                                        " appears twice in one message");
+  return {rows, rows ? n / rows : 0};
+}
+
+void AcsgdCodec::applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq,
+                             int64_t rowLen, const std::vector<int64_t>& deltaRows, float* out) {
+  std::vector<float> m(rowLen);
+  for (size_t j = 0; j < deltaRows.size(); ++j) {
+    const int64_t id = ids[deltaRows[j]];
+    store_.load(id, m.data(), rowLen);
+    const float* d = deq.data() + j * rowLen;
+    for (int64_t i = 0; i < rowLen; ++i) m[i] += d[i];
+    store_.store(id, m.data(), rowLen);
+    if (out) store_.load(id, out + deltaRows[j] * rowLen, rowLen);  // what both sides now hold
+  }
+}
+
+void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
+  const auto [rows, rowLen] = checkRows(shape, ctx);
+  store_.prefetch(ctx.exampleIds);
+  std::vector<uint8_t> flags((rows + 7) / 8, 0);
+  std::vector<int64_t> fullRows, deltaRows;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool full = ctx.epoch < opt_.warmupEpochs || !store_.contains(ctx.exampleIds[r]);
+    if (full) flags[r / 8] |= static_cast<uint8_t>(1u << (r % 8));
+    (full ? fullRows : deltaRows).push_back(r);
+  }
+  ByteWriter w(out);
+  w.put<uint32_t>(static_cast<uint32_t>(rows));
+  w.append(flags.data(), flags.size());
+  for (int64_t r : fullRows) w.append(x + r * rowLen, 4 * rowLen);
+  if (!deltaRows.empty()) {
+    Shape dshape = shape;
+    dshape[0] = static_cast<int64_t>(deltaRows.size());
+    std::vector<float> d(deltaRows.size() * rowLen), m(rowLen);
+    for (size_t j = 0; j < deltaRows.size(); ++j) {
+      store_.load(ctx.exampleIds[deltaRows[j]], m.data(), rowLen);
+      const float* xr = x + deltaRows[j] * rowLen;
+      for (int64_t i = 0; i < rowLen; ++i) d[j * rowLen + i] = xr[i] - m[i];
+    }
+    const size_t at = out.size();
+    quant_.encode(d.data(), dshape, ctx, out);
+    quant_.decode(out.data() + at, out.size() - at, dshape, ctx, d.data());  // d := Q(d)
+    applyDeltas(ctx.exampleIds, d, rowLen, deltaRows, nullptr);
+  }
+  for (int64_t r : fullRows) store_.store(ctx.exampleIds[r], x + r * rowLen, rowLen);
+  fullRows_ += static_cast<int64_t>(fullRows.size());
+  deltaRows_ += static_cast<int64_t>(deltaRows.size());
+}
+
+void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
+                        const CodecContext& ctx, float* out) {
+  const auto [rows, rowLen] = checkRows(shape, ctx);
+  ByteReader rd(payload, size, "acsgd payload");
+  const uint32_t sentRows = rd.get<uint32_t>("row count");
+  require(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) +
+                                " rows, shape " + shapeString(shape) + " has " + std::to_string(rows));
+  const uint8_t* flags = rd.take((rows + 7) / 8, "row flags");
+  std::vector<int64_t> fullRows, deltaRows;
+  for (int64_t r = 0; r < rows; ++r) (flagOf(flags, r) ? fullRows : deltaRows).push_back(r);
+  for (int64_t r : deltaRows)
+    require(store_.contains(ctx.exampleIds[r]),
+            "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
+                " but the receiver holds no buffer for it (sender and receiver diverged)");
+  const uint8_t* full = rd.take(4 * rowLen * fullRows.size(), "full-precision rows");
+  Shape dshape = shape;
+  dshape[0] = static_cast<int64_t>(deltaRows.size());
+  const size_t qbytes = deltaRows.empty() ? 0 : quantPayloadBytes(opt_.quant, dshape);
+  require(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
+                                        " bytes of quantized deltas, expected " + std::to_string(qbytes));
+  std::vector<float> deq(deltaRows.size() * rowLen);
+  if (!deltaRows.empty()) quant_.decode(rd.take(qbytes, "deltas"), qbytes, dshape, ctx, deq.data());
+  // Everything validated: only now touch the state.
+  for (size_t j = 0; j < fullRows.size(); ++j) {
+    float* row = out + fullRows[j] * rowLen;
+    std::memcpy(row, full + 4 * rowLen * j, 4 * rowLen);
+    store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
+  }
+  applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, out);
+  fullRows_ += static_cast<int64_t>(fullRows.size());
+  deltaRows_ += static_cast<int64_t>(deltaRows.size());
+}
+
+ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
+  const CodecId id = inner_->id();
+  require(id != CodecId::kAcsgd && id != CodecId::kErrorFeedback,
+          "ef: inner codec '" + inner_->spec() +
+              "' is stateful; expected one of none, fp16, bf16, quant, topk");
+}
+
+void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,
+                                Bytes& out) {
+  const auto n = static_cast<size_t>(numelOf(shape));
+  auto& r = residual_[ctx.key];
+  if (r.empty()) r.assign(n, 0.0f);
+  require(r.size() == n, "ef: tensor '" + ctx.key + "' changed size from " +
+                             std::to_string(r.size()) + " to " + std::to_string(n) + " values");
+  std::vector<float> v(n), q(n);
+  for (size_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
+  const size_t at = out.size();
+  inner_->encode(v.data(), shape, ctx, out);
+  inner_->decode(out.data() + at, out.size() - at, shape, ctx, q.data());
+  for (size_t i = 0; i < n; ++i) r[i] = v[i] - q[i];
+}
+
+uint64_t ErrorFeedbackCodec::stateDigest() const {
+  uint64_t h = 1469598103934665603ull;
+  std::vector<std::string> keys;
+  for (const auto& kv : residual_) keys.push_back(kv.first);
+  std::sort(keys.begin(), keys.end());
+  for (const auto& k : keys) {
+    const auto& r = residual_.at(k);
+    const auto* p = reinterpret_cast<const uint8_t*>(r.data());
+    for (size_t i = 0; i < r.size() * 4; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+const std::vector<float>* ErrorFeedbackCodec::residual(const std::string& key) const {
+  const auto it = residual_.find(key);
+  return it == residual_.end() ? nullptr : &it->second;
+}
+
+}  // namespace slowpipe::compression

@@ -1,0 +1,80 @@
+// AC-SGD activation compression (arXiv 2206.01299): compress the change of each example's
+// activation since it was last seen, not the activation itself.
+//
+// Protocol, per message x of shape [rows, ...] with ctx.exampleIds[r] naming row r's example:
+//  1. The sender marks row r FULL if ctx.epoch < warmup_epochs or it holds no buffer m(id);
+//     otherwise DELTA.
+//  2. Payload: u32 rows | ceil(rows/8) flag bytes (bit r = FULL, LSB first) | FULL rows as fp32 in
+//     row order | if any DELTA row: one quant payload of d = x[DELTA rows] - m[DELTA rows]
+//     (shape [deltaRows, ...], scale per hidden channel over the whole micro-batch and sequence).
+//  3. Both sides then update: FULL -> m(id) = x_r; DELTA -> m(id) = m(id) + Q(d_r), stored in the
+//     store's dtype. The receiver's output row is x_r (FULL) or the updated m(id) (DELTA).
+// Both sides run the same float operations on the same bytes (built with -ffp-contract=off), so
+// the sender's and the receiver's stores stay bit-identical; stateDigest() lets tests check it. A
+// DELTA row for an id the receiver has no buffer for means the two diverged and is an error.
+#pragma once
+
+#include <memory>
+
+#include "compression/codec.h"
+#include "compression/example_store.h"
+#include "compression/quant.h"
+
+namespace slowpipe::compression {
+
+struct AcsgdOptions {
+  QuantOptions quant{2, QuantOptions::Scale::kChannel, 128, QuantOptions::Round::kNearest, 0};
+  int warmupEpochs = 0;  // epochs sent in full precision before deltas start (0: first sighting)
+  StoreOptions store;
+};
+
+class AcsgdCodec : public Codec {
+ public:
+  explicit AcsgdCodec(AcsgdOptions opt);
+  CodecId id() const override { return CodecId::kAcsgd; }
+  std::string spec() const override;
+  void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
+  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+              float* out) override;
+  uint64_t stateDigest() const override { return store_.digest(); }
+  const ExampleStore& store() const { return store_; }
+  ExampleStore& store() { return store_; }
+  // Rows sent in full precision / as deltas by this codec so far (sender or receiver side).
+  int64_t fullRows() const { return fullRows_; }
+  int64_t deltaRows() const { return deltaRows_; }
+
+ private:
+  struct Rows {
+    int64_t rows, rowLen;
+  };
+  Rows checkRows(const Shape& shape, const CodecContext& ctx) const;
+  // Folds the dequantized deltas into the buffers of the DELTA rows; writes updated m to out rows.
+  void applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq, int64_t rowLen,
+                   const std::vector<int64_t>& deltaRows, float* out);
+
+  AcsgdOptions opt_;
+  QuantCodec quant_;
+  ExampleStore store_;
+  int64_t fullRows_ = 0, deltaRows_ = 0;
+};
+
+// Error feedback for gradients: sends C(x + r) and keeps r = (x + r) - C(x + r) per ctx.key.
+class ErrorFeedbackCodec : public Codec {
+ public:
+  explicit ErrorFeedbackCodec(std::unique_ptr<Codec> inner);
+  CodecId id() const override { return CodecId::kErrorFeedback; }
+  std::string spec() const override { return "ef(" + inner_->spec() + ")"; }
+  void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
+  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+              float* out) override {
+    inner_->decode(payload, size, shape, ctx, out);
+  }
+  uint64_t stateDigest() const override;
+  const std::vector<float>* residual(const std::string& key) const;
+
+ private:
+  std::unique_ptr<Codec> inner_;
+  std::unordered_map<std::string, std::vector<float>> residual_;
+};
+
+}  // namespace slowpipe::compression

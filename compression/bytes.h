@@ -1,0 +1,78 @@
+// Little-endian byte writer/reader for frames and payloads. The reader is bounds-checked: every
+// read that would run past the end throws CodecError naming the field being read, so a truncated
+// or lying payload is an error and never an out-of-bounds read.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "compression/error.h"
+
+namespace slowpipe::compression {
+
+using Bytes = std::vector<uint8_t>;
+
+class ByteWriter {
+ public:
+  explicit ByteWriter(Bytes& out) : out_(out) {}
+  template <typename T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    append(&v, sizeof(T));  // x86-64 and aarch64 are little-endian; the format is too.
+  }
+  void append(const void* p, size_t n) {
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    if (n) std::memcpy(out_.data() + at, p, n);
+  }
+  // Grows the buffer by n bytes and returns a pointer to them (valid until the next write).
+  uint8_t* grow(size_t n) {
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    return out_.data() + at;
+  }
+  size_t size() const { return out_.size(); }
+
+ private:
+  Bytes& out_;
+};
+
+class ByteReader {
+ public:
+  ByteReader(const uint8_t* p, size_t n, std::string what) : p_(p), n_(n), what_(std::move(what)) {}
+  template <typename T>
+  T get(const char* field) {
+    T v;
+    std::memcpy(&v, take(sizeof(T), field), sizeof(T));
+    return v;
+  }
+  const uint8_t* take(size_t n, const char* field) {
+    if (n > n_ - pos_) {
+      throw CodecError(what_ + ": truncated while reading " + field + " (needs " +
+                       std::to_string(n) + " bytes at offset " + std::to_string(pos_) + ", only " +
+                       std::to_string(n_ - pos_) + " left)");
+    }
+    const uint8_t* at = p_ + pos_;
+    pos_ += n;
+    return at;
+  }
+  size_t remaining() const { return n_ - pos_; }
+  size_t position() const { return pos_; }
+  void expectEnd() const {
+    if (pos_ != n_) {
+      throw CodecError(what_ + ": " + std::to_string(n_ - pos_) +
+                       " unexpected trailing bytes after offset " + std::to_string(pos_));
+    }
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t pos_ = 0;
+  std::string what_;
+};
+
+}  // namespace slowpipe::compression

@@ -1,0 +1,38 @@
+// Shape helpers and codec names.
+#include "compression/codec.h"
+
+#include "compression/error.h"
+
+namespace slowpipe::compression {
+
+int64_t numelOf(const Shape& shape) {
+  constexpr int64_t kMax = int64_t{1} << 40;  // 4 TiB of fp32: anything larger is a corrupt shape
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    require(d >= 0, "shape " + shapeString(shape) + " has a negative dimension");
+    require(d == 0 || n <= kMax / d, "shape " + shapeString(shape) + " has more than 2^40 elements");
+    n *= d;
+  }
+  return n;
+}
+
+std::string shapeString(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+const char* codecName(CodecId id) {
+  switch (id) {
+    case CodecId::kNone: return "none";
+    case CodecId::kFp16: return "fp16";
+    case CodecId::kBf16: return "bf16";
+    case CodecId::kQuant: return "quant";
+    case CodecId::kTopk: return "topk";
+    case CodecId::kAcsgd: return "acsgd";
+    case CodecId::kErrorFeedback: return "ef";
+  }
+  return "unknown";
+}
+
+}  // namespace slowpipe::compression

@@ -1,0 +1,65 @@
+// The Codec interface: how a stage message (an fp32 tensor) becomes a payload and back.
+//
+// A codec sees raw fp32 memory plus a shape, never a torch::Tensor, so this library builds without
+// libtorch. Stateless codecs (none, fp16, bf16, quant, topk) are pure functions of their input.
+// Stateful codecs (acsgd, ef) are used as a *pair* of objects built from the same spec: the sender
+// calls only encode(), the receiver only decode(); their states are required to stay bit-identical
+// (see compression/acsgd.h for the protocol).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compression/bytes.h"
+
+namespace slowpipe::compression {
+
+using Shape = std::vector<int64_t>;
+
+// Number of elements of a shape (1 for a scalar). Throws CodecError on negative or huge dims.
+int64_t numelOf(const Shape& shape);
+std::string shapeString(const Shape& shape);
+
+enum class Direction : uint8_t { kForward = 0, kBackward = 1, kGradient = 2 };
+
+// Wire identifiers of the codecs; stored in every frame header.
+enum class CodecId : uint16_t {
+  kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7
+};
+const char* codecName(CodecId id);
+
+// What a codec may know about a message besides its values.
+struct CodecContext {
+  Direction direction = Direction::kForward;
+  int64_t step = 0;
+  int32_t epoch = 0;
+  int32_t microBatch = 0;
+  std::vector<int64_t> exampleIds;  // one per index of dim 0 (acsgd keys its buffers on these)
+  std::string key;                  // stable tensor name (ef keys its residuals on this)
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual CodecId id() const = 0;
+  // Canonical spec string; makeCodec(spec()) builds an equivalent codec.
+  virtual std::string spec() const = 0;
+  // Appends the payload for x (numelOf(shape) contiguous fp32 values) to out.
+  virtual void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) = 0;
+  // Decodes a payload of exactly `size` bytes into out (numelOf(shape) floats). Validates the
+  // whole payload before writing state; throws CodecError naming what is wrong.
+  virtual void decode(const uint8_t* payload, size_t size, const Shape& shape,
+                      const CodecContext& ctx, float* out) = 0;
+  // Digest of the codec's state (0 for stateless codecs): equal on sender and receiver copies.
+  virtual uint64_t stateDigest() const { return 0; }
+};
+
+// Builds a codec from a spec string such as "quant:bits=4,scale=channel", "acsgd:bits=2",
+// "ef(quant:bits=4)". Unknown names or parameters throw CodecError listing what is valid.
+std::unique_ptr<Codec> makeCodec(const std::string& spec);
+// Names accepted by makeCodec, for help texts.
+std::vector<std::string> codecNames();
+
+}  // namespace slowpipe::compression

@@ -1,0 +1,115 @@
+// Frame encoding and validation (layout in frame.h).
+#include "compression/frame.h"
+
+#include <cstring>
+
+#include "compression/crc32c.h"
+
+namespace slowpipe::compression {
+namespace {
+
+bool validKind(uint8_t k) { return k >= 1 && k <= 3; }
+
+}  // namespace
+
+Bytes encodeFrame(Codec& codec, const float* x, FrameHeader h, const CodecContext& ctx) {
+  require(h.shape.size() <= kMaxDims, "frame: " + std::to_string(h.shape.size()) +
+                                          " dimensions, at most " + std::to_string(kMaxDims));
+  numelOf(h.shape);
+  Bytes out;
+  ByteWriter w(out);
+  w.put<uint32_t>(kFrameMagic);
+  w.put<uint16_t>(kFrameVersion);
+  w.put<uint8_t>(static_cast<uint8_t>(h.kind));
+  w.put<uint8_t>(0);  // dtype fp32
+  w.put<int64_t>(h.step);
+  w.put<int32_t>(h.microBatch);
+  w.put<int32_t>(h.src);
+  w.put<int32_t>(h.dst);
+  w.put<uint16_t>(static_cast<uint16_t>(codec.id()));
+  w.put<uint8_t>(static_cast<uint8_t>(h.shape.size()));
+  w.put<uint8_t>(0);
+  w.append(h.shape.data(), 8 * h.shape.size());
+  w.put<uint32_t>(static_cast<uint32_t>(h.exampleIds.size()));
+  w.append(h.exampleIds.data(), 8 * h.exampleIds.size());
+  const size_t lenAt = out.size();
+  w.put<uint64_t>(0);
+  w.put<uint32_t>(0);
+  const size_t payloadAt = out.size();
+  codec.encode(x, h.shape, ctx, out);
+  const uint64_t len = out.size() - payloadAt;
+  std::memcpy(out.data() + lenAt, &len, 8);
+  uint32_t crc = crc32c(out.data(), lenAt + 8);
+  crc = crc32c(out.data() + payloadAt, len, crc);
+  std::memcpy(out.data() + lenAt + 8, &crc, 4);
+  return out;
+}
+
+FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) {
+  ByteReader r(data, size, "frame");
+  FrameHeader h;
+  const auto magic = r.get<uint32_t>("magic");
+  require(magic == kFrameMagic, "frame: bad magic 0x" + [&] {
+    char b[16];
+    std::snprintf(b, sizeof b, "%08x", magic);
+    return std::string(b);
+  }() + ", expected 0x31465053 (\"SPF1\")");
+  const auto version = r.get<uint16_t>("version");
+  require(version == kFrameVersion, "frame: version " + std::to_string(version) +
+                                        " is not supported, expected " + std::to_string(kFrameVersion));
+  const auto kind = r.get<uint8_t>("kind");
+  require(validKind(kind), "frame: unknown message kind " + std::to_string(kind) + ", expected 1..3");
+  h.kind = static_cast<MessageKind>(kind);
+  const auto dtype = r.get<uint8_t>("dtype");
+  require(dtype == 0, "frame: dtype " + std::to_string(dtype) + " is not supported, expected 0 (fp32)");
+  h.step = r.get<int64_t>("step");
+  h.microBatch = r.get<int32_t>("micro-batch");
+  h.src = r.get<int32_t>("src rank");
+  h.dst = r.get<int32_t>("dst rank");
+  const auto codec = r.get<uint16_t>("codec id");
+  require(codec >= 1 && codec <= 7, "frame: unknown codec id " + std::to_string(codec));
+  h.codec = static_cast<CodecId>(codec);
+  const auto ndim = r.get<uint8_t>("ndim");
+  require(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
+  require(r.get<uint8_t>("reserved") == 0, "frame: reserved byte is not zero");
+  h.shape.resize(ndim);
+  std::memcpy(h.shape.data(), r.take(8 * ndim, "shape"), 8 * ndim);
+  numelOf(h.shape);  // throws on negative or absurd dimensions
+  const auto nIds = r.get<uint32_t>("example id count");
+  require(nIds == 0 || (ndim > 0 && nIds == h.shape[0]),
+          "frame: " + std::to_string(nIds) + " example ids for shape " + shapeString(h.shape));
+  h.exampleIds.resize(nIds);
+  std::memcpy(h.exampleIds.data(), r.take(8 * static_cast<size_t>(nIds), "example ids"), 8 * nIds);
+  h.payloadBytes = r.get<uint64_t>("payload length");
+  const size_t crcAt = r.position();
+  const auto crc = r.get<uint32_t>("checksum");
+  require(h.payloadBytes == r.remaining(),
+          "frame: payload length field says " + std::to_string(h.payloadBytes) + " bytes, " +
+              std::to_string(r.remaining()) + " follow the header");
+  uint32_t want = crc32c(data, crcAt);
+  want = crc32c(data + r.position(), r.remaining(), want);
+  require(crc == want, "frame: checksum mismatch (frame says " + std::to_string(crc) +
+                           ", contents give " + std::to_string(want) + ")");
+  *payloadOffset = r.position();
+  return h;
+}
+
+FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecContext ctx,
+                        std::vector<float>& out) {
+  size_t at = 0;
+  FrameHeader h = parseFrame(data, size, &at);
+  require(h.codec == codec.id(), std::string("frame: encoded with codec '") + codecName(h.codec) +
+                                     "', receiver expects '" + codecName(codec.id()) + "'");
+  ctx.step = h.step;
+  ctx.microBatch = h.microBatch;
+  ctx.exampleIds = h.exampleIds;
+  const int64_t n = numelOf(h.shape);
+  require(n <= kMaxFrameElements, "frame: shape " + shapeString(h.shape) + " has " +
+                                      std::to_string(n) + " elements, more than a frame may carry (" +
+                                      std::to_string(kMaxFrameElements) + ")");
+  out.resize(static_cast<size_t>(n));
+  codec.decode(data + at, h.payloadBytes, h.shape, ctx, out.data());
+  return h;
+}
+
+}  // namespace slowpipe::compression

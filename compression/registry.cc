@@ -1,0 +1,173 @@
+// Codec spec strings: "name", "name:key=value,...", "ef(inner spec)". Every codec lists the keys it
+// accepts; anything else is an error that names the key and lists the valid ones.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include "compression/acsgd.h"
+#include "compression/codec.h"
+#include "compression/quant.h"
+#include "compression/simple_codecs.h"
+
+namespace slowpipe::compression {
+namespace {
+
+using Params = std::map<std::string, std::string>;
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+Params parseParams(const std::string& name, const std::string& text,
+                   const std::vector<std::string>& valid) {
+  Params p;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = trim(text.substr(start, comma - start));
+    const size_t eq = item.find('=');
+    require(eq != std::string::npos && eq > 0 && eq + 1 < item.size(),
+            "codec '" + name + "': parameter '" + item + "' is not of the form key=value");
+    const std::string key = trim(item.substr(0, eq));
+    require(std::find(valid.begin(), valid.end(), key) != valid.end(),
+            "codec '" + name + "': unknown parameter '" + key + "'; valid: " +
+                (valid.empty() ? std::string("(none)") : join(valid)));
+    require(p.emplace(key, trim(item.substr(eq + 1))).second,
+            "codec '" + name + "': parameter '" + key + "' given twice");
+    start = comma + 1;
+  }
+  return p;
+}
+
+int64_t parseInt(const std::string& name, const std::string& key, const std::string& v) {
+  size_t used = 0;
+  int64_t out = 0;
+  try {
+    out = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  require(used == v.size() && !v.empty(),
+          "codec '" + name + "': " + key + "='" + v + "' is not an integer");
+  return out;
+}
+
+uint64_t parseBytes(const std::string& name, const std::string& key, const std::string& v) {
+  static const std::vector<std::pair<std::string, uint64_t>> kUnits = {
+      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"KB", 1000ull},
+      {"MB", 1000000ull},  {"GB", 1000000000ull}, {"B", 1ull}};
+  for (const auto& [suffix, mult] : kUnits) {
+    if (v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const int64_t n = parseInt(name, key, v.substr(0, v.size() - suffix.size()));
+      require(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0");
+      return static_cast<uint64_t>(n) * mult;
+    }
+  }
+  const int64_t n = parseInt(name, key, v);
+  require(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0 (bytes, or 64MiB, 1GiB)");
+  return static_cast<uint64_t>(n);
+}
+
+std::string pick(const std::string& name, const std::string& key, const std::string& v,
+                 const std::vector<std::string>& choices) {
+  require(std::find(choices.begin(), choices.end(), v) != choices.end(),
+          "codec '" + name + "': " + key + "='" + v + "' is not valid; expected one of " + join(choices));
+  return v;
+}
+
+const std::vector<std::string> kQuantKeys = {"bits", "scale", "group", "round", "seed"};
+
+QuantOptions quantOptions(const std::string& name, const Params& p, int defaultBits) {
+  QuantOptions q;
+  q.bits = defaultBits;
+  if (p.count("bits")) q.bits = static_cast<int>(parseInt(name, "bits", p.at("bits")));
+  require(q.bits >= 1 && q.bits <= 8,
+          "codec '" + name + "': bits=" + std::to_string(q.bits) + " is out of range; expected 1..8");
+  const bool hasGroup = p.count("group") != 0;
+  std::string scale = hasGroup ? "group" : "channel";
+  if (p.count("scale")) scale = pick(name, "scale", p.at("scale"), {"channel", "group"});
+  require(!(hasGroup && scale == "channel"),
+          "codec '" + name + "': group= only applies to scale=group, not scale=channel");
+  q.scale = scale == "group" ? QuantOptions::Scale::kGroup : QuantOptions::Scale::kChannel;
+  if (hasGroup) q.group = parseInt(name, "group", p.at("group"));
+  require(q.group >= 1, "codec '" + name + "': group=" + std::to_string(q.group) + " must be >= 1");
+  if (p.count("round"))
+    q.round = pick(name, "round", p.at("round"), {"nearest", "stochastic"}) == "nearest"
+                  ? QuantOptions::Round::kNearest
+                  : QuantOptions::Round::kStochastic;
+  if (p.count("seed")) q.seed = static_cast<uint64_t>(parseInt(name, "seed", p.at("seed")));
+  return q;
+}
+
+std::unique_ptr<Codec> makeAcsgd(const Params& p) {
+  AcsgdOptions o;
+  o.quant = quantOptions("acsgd", p, 2);
+  if (p.count("warmup_epochs"))
+    o.warmupEpochs = static_cast<int>(parseInt("acsgd", "warmup_epochs", p.at("warmup_epochs")));
+  if (p.count("store")) {
+    const std::string d = pick("acsgd", "store", p.at("store"), {"fp32", "fp16", "q8"});
+    o.store.dtype = d == "fp32" ? StoreOptions::Dtype::kFp32
+                    : d == "fp16" ? StoreOptions::Dtype::kFp16 : StoreOptions::Dtype::kQ8;
+  }
+  if (p.count("backing"))
+    o.store.backing = pick("acsgd", "backing", p.at("backing"), {"ram", "mmap"}) == "ram"
+                          ? StoreOptions::Backing::kRam : StoreOptions::Backing::kMmap;
+  if (p.count("path")) {
+    require(o.store.backing == StoreOptions::Backing::kMmap, "codec 'acsgd': path= needs backing=mmap");
+    o.store.path = p.at("path");
+  }
+  if (p.count("budget")) o.store.budgetBytes = parseBytes("acsgd", "budget", p.at("budget"));
+  return std::make_unique<AcsgdCodec>(o);
+}
+
+}  // namespace
+
+std::vector<std::string> codecNames() {
+  return {"none", "fp16", "bf16", "quant", "topk", "acsgd", "ef(<inner>)"};
+}
+
+std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) {
+  const std::string spec = trim(rawSpec);
+  if (spec.rfind("ef(", 0) == 0) {
+    require(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
+    return std::make_unique<ErrorFeedbackCodec>(makeCodec(spec.substr(3, spec.size() - 4)));
+  }
+  const size_t colon = spec.find(':');
+  const std::string name = trim(spec.substr(0, colon));
+  const std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (name == "none" || name == "fp32" || name == "fp16" || name == "bf16") {
+    parseParams(name, rest, {});
+    return std::make_unique<CastCodec>(name == "fp16"   ? CodecId::kFp16
+                                       : name == "bf16" ? CodecId::kBf16 : CodecId::kNone);
+  }
+  if (name == "quant") return std::make_unique<QuantCodec>(quantOptions(name, parseParams(name, rest, kQuantKeys), 4));
+  if (name == "topk") {
+    const Params p = parseParams(name, rest, {"ratio"});
+    require(p.count("ratio"), "codec 'topk': missing parameter ratio (e.g. topk:ratio=0.01)");
+    double ratio = 0;
+    size_t used = 0;
+    try {
+      ratio = std::stod(p.at("ratio"), &used);
+    } catch (const std::exception&) {
+    }
+    require(used == p.at("ratio").size(), "codec 'topk': ratio='" + p.at("ratio") + "' is not a number");
+    return std::make_unique<TopkCodec>(ratio);
+  }
+  if (name == "acsgd") {
+    std::vector<std::string> keys = kQuantKeys;
+    keys.insert(keys.end(), {"warmup_epochs", "store", "backing", "path", "budget"});
+    return makeAcsgd(parseParams(name, rest, keys));
+  }
+  throw CodecError("unknown codec '" + name + "' in spec '" + spec + "'; valid codecs: " +
+                   join(codecNames()));
+}
+
+}  // namespace slowpipe::compression

@@ -1,0 +1,119 @@
+// none / fp16 / bf16 / topk.
+#include "compression/simple_codecs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "compression/half.h"
+
+namespace slowpipe::compression {
+namespace {
+
+size_t elementBytes(CodecId id) { return id == CodecId::kNone ? 4 : 2; }
+
+void requireSize(const char* codec, size_t size, size_t expect, const Shape& shape) {
+  require(size == expect, std::string(codec) + ": payload is " + std::to_string(size) +
+                              " bytes, expected " + std::to_string(expect) + " for shape " +
+                              shapeString(shape));
+}
+
+}  // namespace
+
+CastCodec::CastCodec(CodecId id) : id_(id) {
+  require(id == CodecId::kNone || id == CodecId::kFp16 || id == CodecId::kBf16,
+          "CastCodec: not a cast codec");
+}
+
+void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
+  const auto n = static_cast<size_t>(numelOf(shape));
+  ByteWriter w(out);
+  uint8_t* p = w.grow(n * elementBytes(id_));
+  if (id_ == CodecId::kNone) {
+    if (n) std::memcpy(p, x, n * 4);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = id_ == CodecId::kFp16 ? floatToHalf(x[i]) : floatToBf16(x[i]);
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
+                       const CodecContext&, float* out) {
+  const auto n = static_cast<size_t>(numelOf(shape));
+  requireSize(codecName(id_), size, n * elementBytes(id_), shape);
+  if (id_ == CodecId::kNone) {
+    if (n) std::memcpy(out, payload, n * 4);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, payload + 2 * i, 2);
+    out[i] = id_ == CodecId::kFp16 ? halfToFloat(h) : bf16ToFloat(h);
+  }
+}
+
+TopkCodec::TopkCodec(double ratio) : ratio_(ratio) {
+  require(ratio > 0.0 && ratio <= 1.0,
+          "topk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
+}
+
+std::string TopkCodec::spec() const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "topk:ratio=%g", ratio_);
+  return buf;
+}
+
+int64_t TopkCodec::keepCount(int64_t n) const {
+  if (n == 0) return 0;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ratio_ * static_cast<double>(n))), 1, n);
+}
+
+void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
+  const int64_t n = numelOf(shape);
+  require(n <= int64_t{0xffffffff}, "topk: tensor of " + std::to_string(n) +
+                                        " values exceeds the 2^32 index range");
+  const int64_t k = keepCount(n);
+  std::vector<uint32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0u);
+  auto larger = [x](uint32_t a, uint32_t b) {
+    const float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
+    return fa > fb || (fa == fb && a < b);  // total order: deterministic choice among ties
+  };
+  if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  ByteWriter w(out);
+  w.put<uint32_t>(static_cast<uint32_t>(k));
+  w.append(idx.data(), 4 * k);
+  for (uint32_t i : idx) w.put<uint16_t>(floatToHalf(x[i]));
+}
+
+void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
+                       const CodecContext&, float* out) {
+  const int64_t n = numelOf(shape);
+  ByteReader r(payload, size, "topk payload");
+  const uint32_t k = r.get<uint32_t>("count");
+  require(k == keepCount(n), "topk: count is " + std::to_string(k) + ", expected " +
+                                 std::to_string(keepCount(n)) + " for shape " + shapeString(shape));
+  requireSize("topk", size, 4 + 6 * static_cast<size_t>(k), shape);
+  const uint8_t* ip = r.take(4 * static_cast<size_t>(k), "indices");
+  const uint8_t* vp = r.take(2 * static_cast<size_t>(k), "values");
+  std::vector<uint32_t> idx(k);
+  if (k) std::memcpy(idx.data(), ip, 4 * static_cast<size_t>(k));
+  for (uint32_t j = 0; j < k; ++j) {
+    require(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
+            "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
+                " is out of range or not increasing (n = " + std::to_string(n) + ")");
+  }
+  std::fill(out, out + n, 0.0f);
+  for (uint32_t j = 0; j < k; ++j) {
+    uint16_t h;
+    std::memcpy(&h, vp + 2 * j, 2);
+    out[idx[j]] = halfToFloat(h);
+  }
+}
+
+}  // namespace slowpipe::compression
