@@ -14,7 +14,7 @@ bool flagOf(const uint8_t* flags, int64_t r) { return (flags[r / 8] >> (r % 8)) 
 
 AcsgdCodec::AcsgdCodec(AcsgdOptions opt)
     : opt_(std::move(opt)), quant_(opt_.quant), store_(opt_.store) {
-  require(opt_.warmupEpochs >= 0, "acsgd: warmup_epochs=" + std::to_string(opt_.warmupEpochs) +
+  SP_REQUIRE(opt_.warmupEpochs >= 0, "acsgd: warmup_epochs=" + std::to_string(opt_.warmupEpochs) +
                                       " must be >= 0");
 }
 
@@ -32,14 +32,14 @@ std::string AcsgdCodec::spec() const {
 }
 
 AcsgdCodec::Rows AcsgdCodec::checkRows(const Shape& shape, const CodecContext& ctx) const {
-  require(!shape.empty(), "acsgd: needs a tensor with a leading example dimension, got a scalar");
+  SP_REQUIRE(!shape.empty(), "acsgd: needs a tensor with a leading example dimension, got a scalar");
   const int64_t rows = shape[0], n = numelOf(shape);
-  require(static_cast<int64_t>(ctx.exampleIds.size()) == rows,
+  SP_REQUIRE(static_cast<int64_t>(ctx.exampleIds.size()) == rows,
           "acsgd: " + std::to_string(ctx.exampleIds.size()) + " example ids for " +
               std::to_string(rows) + " rows of shape " + shapeString(shape));
   std::unordered_set<int64_t> seen;
   for (int64_t id : ctx.exampleIds)
-    require(seen.insert(id).second, "acsgd: example id " + std::to_string(id) +
+    SP_REQUIRE(seen.insert(id).second, "acsgd: example id " + std::to_string(id) +
                                         " appears twice in one message");
   return {rows, rows ? n / rows : 0};
 }
@@ -95,20 +95,20 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const auto [rows, rowLen] = checkRows(shape, ctx);
   ByteReader rd(payload, size, "acsgd payload");
   const uint32_t sentRows = rd.get<uint32_t>("row count");
-  require(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) +
+  SP_REQUIRE(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) +
                                 " rows, shape " + shapeString(shape) + " has " + std::to_string(rows));
   const uint8_t* flags = rd.take((rows + 7) / 8, "row flags");
   std::vector<int64_t> fullRows, deltaRows;
   for (int64_t r = 0; r < rows; ++r) (flagOf(flags, r) ? fullRows : deltaRows).push_back(r);
   for (int64_t r : deltaRows)
-    require(store_.contains(ctx.exampleIds[r]),
+    SP_REQUIRE(store_.contains(ctx.exampleIds[r]),
             "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
                 " but the receiver holds no buffer for it (sender and receiver diverged)");
   const uint8_t* full = rd.take(4 * rowLen * fullRows.size(), "full-precision rows");
   Shape dshape = shape;
   dshape[0] = static_cast<int64_t>(deltaRows.size());
   const size_t qbytes = deltaRows.empty() ? 0 : quantPayloadBytes(opt_.quant, dshape);
-  require(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
+  SP_REQUIRE(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
                                         " bytes of quantized deltas, expected " + std::to_string(qbytes));
   std::vector<float> deq(deltaRows.size() * rowLen);
   if (!deltaRows.empty()) quant_.decode(rd.take(qbytes, "deltas"), qbytes, dshape, ctx, deq.data());
@@ -125,7 +125,7 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
 
 ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
   const CodecId id = inner_->id();
-  require(id != CodecId::kAcsgd && id != CodecId::kErrorFeedback,
+  SP_REQUIRE(id != CodecId::kAcsgd && id != CodecId::kErrorFeedback,
           "ef: inner codec '" + inner_->spec() +
               "' is stateful; expected one of none, fp16, bf16, quant, topk");
 }
@@ -135,7 +135,7 @@ void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecC
   const auto n = static_cast<size_t>(numelOf(shape));
   auto& r = residual_[ctx.key];
   if (r.empty()) r.assign(n, 0.0f);
-  require(r.size() == n, "ef: tensor '" + ctx.key + "' changed size from " +
+  SP_REQUIRE(r.size() == n, "ef: tensor '" + ctx.key + "' changed size from " +
                              std::to_string(r.size()) + " to " + std::to_string(n) + " values");
   std::vector<float> v(n), q(n);
   for (size_t i = 0; i < n; ++i) v[i] = x[i] + r[i];

@@ -1,6 +1,6 @@
 // Bit packing kernels. Codes are handled in groups of 8: 8 codes of b bits are exactly b bytes, so
-// every group starts byte-aligned. Widths 1, 2, 4, 8 get loops the compiler vectorizes; the others
-// go through a 64-bit accumulator per group.
+// every group starts byte-aligned. Widths 1, 2, 4 pack a word at a time and unpack through a
+// 256-entry table; 8 is a copy; the others go through a 64-bit accumulator per group.
 #include "compression/bitpack.h"
 
 #include <cstring>
@@ -8,32 +8,61 @@
 namespace slowpipe::compression {
 namespace {
 
-template <int kBits>
-__attribute__((target_clones("avx2", "default"))) void packPow2(const uint8_t* c, size_t groups,
-                                                                 uint8_t* out) {
-  constexpr int kPer = 8 / kBits;  // codes per byte
-  constexpr uint8_t kMask = static_cast<uint8_t>((1u << kBits) - 1);
-  const size_t bytes = groups * kBits;
+// Pack: load the kPer codes of one output byte as one little-endian word; code k sits at bit 8k
+// and moves down to bit k*kBits. Word-at-a-time loops vectorize well.
+__attribute__((target_clones("avx2", "default"))) void pack1(const uint8_t* c, size_t bytes, uint8_t* out) {
   for (size_t j = 0; j < bytes; ++j) {
-    uint8_t v = 0;
-    for (int k = 0; k < kPer; ++k) v |= static_cast<uint8_t>((c[j * kPer + k] & kMask) << (k * kBits));
-    out[j] = v;
+    uint64_t w;
+    std::memcpy(&w, c + 8 * j, 8);
+    w &= 0x0101010101010101ull;
+    // Multiplying gathers bit 8k into bit 56 + k for every k (no carries: the partial sums hit
+    // distinct bits).
+    out[j] = static_cast<uint8_t>((w * 0x0102040810204080ull) >> 56 & 0xff);
   }
 }
 
-template <int kBits>
-__attribute__((target_clones("avx2", "default"))) void unpackPow2(const uint8_t* in, size_t groups,
-                                                                   uint8_t* c) {
-  constexpr int kPer = 8 / kBits;
-  constexpr uint8_t kMask = static_cast<uint8_t>((1u << kBits) - 1);
-  const size_t bytes = groups * kBits;
+__attribute__((target_clones("avx2", "default"))) void pack2(const uint8_t* c, size_t bytes, uint8_t* out) {
   for (size_t j = 0; j < bytes; ++j) {
-    const uint8_t v = in[j];
-    for (int k = 0; k < kPer; ++k) c[j * kPer + k] = static_cast<uint8_t>((v >> (k * kBits)) & kMask);
+    uint32_t w;
+    std::memcpy(&w, c + 4 * j, 4);
+    w &= 0x03030303u;
+    out[j] = static_cast<uint8_t>(w | (w >> 6) | (w >> 12) | (w >> 18));
   }
 }
 
-void packGeneric(const uint8_t* c, size_t groups, int bits, uint8_t* out) {
+__attribute__((target_clones("avx2", "default"))) void pack4(const uint8_t* c, size_t bytes, uint8_t* out) {
+  for (size_t j = 0; j < bytes; ++j) {
+    uint16_t w;
+    std::memcpy(&w, c + 2 * j, 2);
+    w &= 0x0f0f;
+    out[j] = static_cast<uint8_t>(w | (w >> 4));
+  }
+}
+
+// Unpack: one table lookup per packed byte yields all its codes as one word.
+template <int kBits, typename Word>
+struct UnpackTable {
+  Word entry[256];
+  UnpackTable() {
+    constexpr int kPer = 8 / kBits;
+    for (int v = 0; v < 256; ++v) {
+      uint64_t w = 0;
+      for (int k = 0; k < kPer; ++k) w |= static_cast<uint64_t>((v >> (k * kBits)) & ((1 << kBits) - 1)) << (8 * k);
+      entry[v] = static_cast<Word>(w);
+    }
+  }
+};
+
+template <int kBits, typename Word>
+void unpackPow2(const uint8_t* in, size_t bytes, uint8_t* c) {
+  static const UnpackTable<kBits, Word> kTable;
+  for (size_t j = 0; j < bytes; ++j) std::memcpy(c + j * sizeof(Word), &kTable.entry[in[j]], sizeof(Word));
+}
+
+// Odd widths: 8 codes <-> kBits bytes through a 64-bit accumulator. kBits is a template argument so
+// the byte copies have a constant size and compile to plain loads and stores.
+template <int bits>
+void packGeneric(const uint8_t* c, size_t groups, uint8_t* out) {
   const uint64_t mask = (1u << bits) - 1;
   for (size_t g = 0; g < groups; ++g) {
     uint64_t acc = 0;
@@ -42,7 +71,8 @@ void packGeneric(const uint8_t* c, size_t groups, int bits, uint8_t* out) {
   }
 }
 
-void unpackGeneric(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
+template <int bits>
+void unpackGeneric(const uint8_t* in, size_t groups, uint8_t* c) {
   const uint64_t mask = (1u << bits) - 1;
   for (size_t g = 0; g < groups; ++g) {
     uint64_t acc = 0;
@@ -53,21 +83,27 @@ void unpackGeneric(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
 
 void packGroups(const uint8_t* c, size_t groups, int bits, uint8_t* out) {
   switch (bits) {
-    case 1: return packPow2<1>(c, groups, out);
-    case 2: return packPow2<2>(c, groups, out);
-    case 4: return packPow2<4>(c, groups, out);
+    case 1: return pack1(c, groups, out);
+    case 2: return pack2(c, groups * 2, out);
+    case 4: return pack4(c, groups * 4, out);
     case 8: return static_cast<void>(std::memcpy(out, c, groups * 8));
-    default: return packGeneric(c, groups, bits, out);
+    case 3: return packGeneric<3>(c, groups, out);
+    case 5: return packGeneric<5>(c, groups, out);
+    case 6: return packGeneric<6>(c, groups, out);
+    default: return packGeneric<7>(c, groups, out);
   }
 }
 
 void unpackGroups(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
   switch (bits) {
-    case 1: return unpackPow2<1>(in, groups, c);
-    case 2: return unpackPow2<2>(in, groups, c);
-    case 4: return unpackPow2<4>(in, groups, c);
+    case 1: return unpackPow2<1, uint64_t>(in, groups, c);
+    case 2: return unpackPow2<2, uint32_t>(in, groups * 2, c);
+    case 4: return unpackPow2<4, uint16_t>(in, groups * 4, c);
     case 8: return static_cast<void>(std::memcpy(c, in, groups * 8));
-    default: return unpackGeneric(in, groups, bits, c);
+    case 3: return unpackGeneric<3>(in, groups, c);
+    case 5: return unpackGeneric<5>(in, groups, c);
+    case 6: return unpackGeneric<6>(in, groups, c);
+    default: return unpackGeneric<7>(in, groups, c);
   }
 }
 

@@ -9,8 +9,8 @@ int64_t numelOf(const Shape& shape) {
   constexpr int64_t kMax = int64_t{1} << 40;  // 4 TiB of fp32: anything larger is a corrupt shape
   int64_t n = 1;
   for (int64_t d : shape) {
-    require(d >= 0, "shape " + shapeString(shape) + " has a negative dimension");
-    require(d == 0 || n <= kMax / d, "shape " + shapeString(shape) + " has more than 2^40 elements");
+    SP_REQUIRE(d >= 0, "shape " + shapeString(shape) + " has a negative dimension");
+    SP_REQUIRE(d == 0 || n <= kMax / d, "shape " + shapeString(shape) + " has more than 2^40 elements");
     n *= d;
   }
   return n;

@@ -13,9 +13,11 @@ class CodecError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws CodecError(what) when `ok` is false. Keeps validation code one line per check.
-inline void require(bool ok, const std::string& what) {
-  if (!ok) throw CodecError(what);
-}
+// Throws CodecError(what) when `ok` is false. A macro so that the message, which usually
+// concatenates strings, is only built on failure: validation runs on the decode hot path.
+#define SP_REQUIRE(ok, what)                                          \
+  do {                                                                \
+    if (!(ok)) throw ::slowpipe::compression::CodecError(what);       \
+  } while (0)
 
 }  // namespace slowpipe::compression

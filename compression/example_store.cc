@@ -74,7 +74,7 @@ ExampleStore::ExampleStore(StoreOptions opt) : opt_(std::move(opt)) {
   } else {
     fd_ = open(opt_.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   }
-  require(fd_ >= 0, "example store: cannot create '" + opt_.path + "': " + std::strerror(errno));
+  SP_REQUIRE(fd_ >= 0, "example store: cannot create '" + opt_.path + "': " + std::strerror(errno));
   mapBytes_ = opt_.budgetBytes;
   if (ftruncate(fd_, static_cast<off_t>(mapBytes_)) != 0) {
     const std::string why = std::strerror(errno);
@@ -110,8 +110,8 @@ uint8_t* ExampleStore::slot(size_t index) const {
 
 void ExampleStore::load(int64_t id, float* out, int64_t n) const {
   const auto it = slots_.find(id);
-  require(it != slots_.end(), "example store: no buffer for example id " + std::to_string(id));
-  require(n == rowElements_, "example store: row of " + std::to_string(n) +
+  SP_REQUIRE(it != slots_.end(), "example store: no buffer for example id " + std::to_string(id));
+  SP_REQUIRE(n == rowElements_, "example store: row of " + std::to_string(n) +
                                  " values requested, rows hold " + std::to_string(rowElements_));
   const uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
@@ -129,7 +129,7 @@ void ExampleStore::load(int64_t id, float* out, int64_t n) const {
 
 bool ExampleStore::store(int64_t id, const float* x, int64_t n) {
   if (rowElements_ < 0) initRows(n);
-  require(n == rowElements_, "example store: row of " + std::to_string(n) +
+  SP_REQUIRE(n == rowElements_, "example store: row of " + std::to_string(n) +
                                  " values for example id " + std::to_string(id) +
                                  ", earlier rows hold " + std::to_string(rowElements_));
   auto it = slots_.find(id);

@@ -13,7 +13,7 @@ bool validKind(uint8_t k) { return k >= 1 && k <= 3; }
 }  // namespace
 
 Bytes encodeFrame(Codec& codec, const float* x, FrameHeader h, const CodecContext& ctx) {
-  require(h.shape.size() <= kMaxDims, "frame: " + std::to_string(h.shape.size()) +
+  SP_REQUIRE(h.shape.size() <= kMaxDims, "frame: " + std::to_string(h.shape.size()) +
                                           " dimensions, at most " + std::to_string(kMaxDims));
   numelOf(h.shape);
   Bytes out;
@@ -49,46 +49,46 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   ByteReader r(data, size, "frame");
   FrameHeader h;
   const auto magic = r.get<uint32_t>("magic");
-  require(magic == kFrameMagic, "frame: bad magic 0x" + [&] {
-    char b[16];
-    std::snprintf(b, sizeof b, "%08x", magic);
-    return std::string(b);
-  }() + ", expected 0x31465053 (\"SPF1\")");
+  if (magic != kFrameMagic) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", magic);
+    throw CodecError(std::string("frame: bad magic 0x") + hex + ", expected 0x31465053 (\"SPF1\")");
+  }
   const auto version = r.get<uint16_t>("version");
-  require(version == kFrameVersion, "frame: version " + std::to_string(version) +
+  SP_REQUIRE(version == kFrameVersion, "frame: version " + std::to_string(version) +
                                         " is not supported, expected " + std::to_string(kFrameVersion));
   const auto kind = r.get<uint8_t>("kind");
-  require(validKind(kind), "frame: unknown message kind " + std::to_string(kind) + ", expected 1..3");
+  SP_REQUIRE(validKind(kind), "frame: unknown message kind " + std::to_string(kind) + ", expected 1..3");
   h.kind = static_cast<MessageKind>(kind);
   const auto dtype = r.get<uint8_t>("dtype");
-  require(dtype == 0, "frame: dtype " + std::to_string(dtype) + " is not supported, expected 0 (fp32)");
+  SP_REQUIRE(dtype == 0, "frame: dtype " + std::to_string(dtype) + " is not supported, expected 0 (fp32)");
   h.step = r.get<int64_t>("step");
   h.microBatch = r.get<int32_t>("micro-batch");
   h.src = r.get<int32_t>("src rank");
   h.dst = r.get<int32_t>("dst rank");
   const auto codec = r.get<uint16_t>("codec id");
-  require(codec >= 1 && codec <= 7, "frame: unknown codec id " + std::to_string(codec));
+  SP_REQUIRE(codec >= 1 && codec <= 7, "frame: unknown codec id " + std::to_string(codec));
   h.codec = static_cast<CodecId>(codec);
   const auto ndim = r.get<uint8_t>("ndim");
-  require(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
-  require(r.get<uint8_t>("reserved") == 0, "frame: reserved byte is not zero");
+  SP_REQUIRE(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
+  SP_REQUIRE(r.get<uint8_t>("reserved") == 0, "frame: reserved byte is not zero");
   h.shape.resize(ndim);
   std::memcpy(h.shape.data(), r.take(8 * ndim, "shape"), 8 * ndim);
   numelOf(h.shape);  // throws on negative or absurd dimensions
   const auto nIds = r.get<uint32_t>("example id count");
-  require(nIds == 0 || (ndim > 0 && nIds == h.shape[0]),
+  SP_REQUIRE(nIds == 0 || (ndim > 0 && nIds == h.shape[0]),
           "frame: " + std::to_string(nIds) + " example ids for shape " + shapeString(h.shape));
   h.exampleIds.resize(nIds);
   std::memcpy(h.exampleIds.data(), r.take(8 * static_cast<size_t>(nIds), "example ids"), 8 * nIds);
   h.payloadBytes = r.get<uint64_t>("payload length");
   const size_t crcAt = r.position();
   const auto crc = r.get<uint32_t>("checksum");
-  require(h.payloadBytes == r.remaining(),
+  SP_REQUIRE(h.payloadBytes == r.remaining(),
           "frame: payload length field says " + std::to_string(h.payloadBytes) + " bytes, " +
               std::to_string(r.remaining()) + " follow the header");
   uint32_t want = crc32c(data, crcAt);
   want = crc32c(data + r.position(), r.remaining(), want);
-  require(crc == want, "frame: checksum mismatch (frame says " + std::to_string(crc) +
+  SP_REQUIRE(crc == want, "frame: checksum mismatch (frame says " + std::to_string(crc) +
                            ", contents give " + std::to_string(want) + ")");
   *payloadOffset = r.position();
   return h;
@@ -98,13 +98,13 @@ FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecCon
                         std::vector<float>& out) {
   size_t at = 0;
   FrameHeader h = parseFrame(data, size, &at);
-  require(h.codec == codec.id(), std::string("frame: encoded with codec '") + codecName(h.codec) +
+  SP_REQUIRE(h.codec == codec.id(), std::string("frame: encoded with codec '") + codecName(h.codec) +
                                      "', receiver expects '" + codecName(codec.id()) + "'");
   ctx.step = h.step;
   ctx.microBatch = h.microBatch;
   ctx.exampleIds = h.exampleIds;
   const int64_t n = numelOf(h.shape);
-  require(n <= kMaxFrameElements, "frame: shape " + shapeString(h.shape) + " has " +
+  SP_REQUIRE(n <= kMaxFrameElements, "frame: shape " + shapeString(h.shape) + " has " +
                                       std::to_string(n) + " elements, more than a frame may carry (" +
                                       std::to_string(kMaxFrameElements) + ")");
   out.resize(static_cast<size_t>(n));

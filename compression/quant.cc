@@ -67,10 +67,14 @@ __attribute__((target_clones("avx2", "default"))) void absMaxRows(
   }
 }
 
-float absMax(const float* x, int64_t n) {
-  float m = 0.0f;
-  absMaxRows(x, n, 1, &m);  // rows of one column: the same vectorized loop
-  return m;
+// Eight independent lanes so the compiler vectorizes the reduction without -ffast-math.
+__attribute__((target_clones("avx2", "default"))) float absMax(const float* x, int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = std::max(lane[k], std::fabs(x[i + k]));
+  for (; i < n; ++i) lane[0] = std::max(lane[0], std::fabs(x[i]));
+  return *std::max_element(lane, lane + 8);
 }
 
 // Step between levels and its inverse; zero scale maps everything to code 0 -> value 0.
@@ -103,9 +107,9 @@ size_t quantPayloadBytes(const QuantOptions& opt, const Shape& shape) {
 }
 
 QuantCodec::QuantCodec(QuantOptions opt) : opt_(opt) {
-  require(opt_.bits >= 1 && opt_.bits <= 8,
+  SP_REQUIRE(opt_.bits >= 1 && opt_.bits <= 8,
           "quant: bits=" + std::to_string(opt_.bits) + " is out of range; expected 1..8");
-  require(opt_.group >= 1, "quant: group=" + std::to_string(opt_.group) + " must be >= 1");
+  SP_REQUIRE(opt_.group >= 1, "quant: group=" + std::to_string(opt_.group) + " must be >= 1");
   uint64_t s = opt_.seed;
   rng_[0] = splitmix(s);
   rng_[1] = splitmix(s);
@@ -168,14 +172,14 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                         const CodecContext&, float* out) {
   const Layout l = layoutOf(opt_, shape);
   const size_t expect = quantPayloadBytes(opt_, shape);
-  require(size == expect, "quant: payload is " + std::to_string(size) + " bytes, expected " +
+  SP_REQUIRE(size == expect, "quant: payload is " + std::to_string(size) + " bytes, expected " +
                               std::to_string(expect) + " for shape " + shapeString(shape) +
                               " at " + std::to_string(opt_.bits) + " bits");
   const int levels = 1 << opt_.bits;
   std::vector<float> m(l.groups), step(l.groups);
   std::memcpy(m.data(), payload, 4 * l.groups);
   for (int64_t g = 0; g < l.groups; ++g) {
-    require(std::isfinite(m[g]) && m[g] >= 0.0f,
+    SP_REQUIRE(std::isfinite(m[g]) && m[g] >= 0.0f,
             "quant: scale " + std::to_string(g) + " is " + std::to_string(m[g]) +
                 ", expected a finite value >= 0");
     step[g] = stepOf(m[g], levels);

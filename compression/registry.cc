@@ -34,13 +34,13 @@ Params parseParams(const std::string& name, const std::string& text,
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string item = trim(text.substr(start, comma - start));
     const size_t eq = item.find('=');
-    require(eq != std::string::npos && eq > 0 && eq + 1 < item.size(),
+    SP_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < item.size(),
             "codec '" + name + "': parameter '" + item + "' is not of the form key=value");
     const std::string key = trim(item.substr(0, eq));
-    require(std::find(valid.begin(), valid.end(), key) != valid.end(),
+    SP_REQUIRE(std::find(valid.begin(), valid.end(), key) != valid.end(),
             "codec '" + name + "': unknown parameter '" + key + "'; valid: " +
                 (valid.empty() ? std::string("(none)") : join(valid)));
-    require(p.emplace(key, trim(item.substr(eq + 1))).second,
+    SP_REQUIRE(p.emplace(key, trim(item.substr(eq + 1))).second,
             "codec '" + name + "': parameter '" + key + "' given twice");
     start = comma + 1;
   }
@@ -55,7 +55,7 @@ int64_t parseInt(const std::string& name, const std::string& key, const std::str
   } catch (const std::exception&) {
     used = 0;
   }
-  require(used == v.size() && !v.empty(),
+  SP_REQUIRE(used == v.size() && !v.empty(),
           "codec '" + name + "': " + key + "='" + v + "' is not an integer");
   return out;
 }
@@ -67,18 +67,18 @@ uint64_t parseBytes(const std::string& name, const std::string& key, const std::
   for (const auto& [suffix, mult] : kUnits) {
     if (v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0) {
       const int64_t n = parseInt(name, key, v.substr(0, v.size() - suffix.size()));
-      require(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0");
+      SP_REQUIRE(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0");
       return static_cast<uint64_t>(n) * mult;
     }
   }
   const int64_t n = parseInt(name, key, v);
-  require(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0 (bytes, or 64MiB, 1GiB)");
+  SP_REQUIRE(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0 (bytes, or 64MiB, 1GiB)");
   return static_cast<uint64_t>(n);
 }
 
 std::string pick(const std::string& name, const std::string& key, const std::string& v,
                  const std::vector<std::string>& choices) {
-  require(std::find(choices.begin(), choices.end(), v) != choices.end(),
+  SP_REQUIRE(std::find(choices.begin(), choices.end(), v) != choices.end(),
           "codec '" + name + "': " + key + "='" + v + "' is not valid; expected one of " + join(choices));
   return v;
 }
@@ -89,16 +89,16 @@ QuantOptions quantOptions(const std::string& name, const Params& p, int defaultB
   QuantOptions q;
   q.bits = defaultBits;
   if (p.count("bits")) q.bits = static_cast<int>(parseInt(name, "bits", p.at("bits")));
-  require(q.bits >= 1 && q.bits <= 8,
+  SP_REQUIRE(q.bits >= 1 && q.bits <= 8,
           "codec '" + name + "': bits=" + std::to_string(q.bits) + " is out of range; expected 1..8");
   const bool hasGroup = p.count("group") != 0;
   std::string scale = hasGroup ? "group" : "channel";
   if (p.count("scale")) scale = pick(name, "scale", p.at("scale"), {"channel", "group"});
-  require(!(hasGroup && scale == "channel"),
+  SP_REQUIRE(!(hasGroup && scale == "channel"),
           "codec '" + name + "': group= only applies to scale=group, not scale=channel");
   q.scale = scale == "group" ? QuantOptions::Scale::kGroup : QuantOptions::Scale::kChannel;
   if (hasGroup) q.group = parseInt(name, "group", p.at("group"));
-  require(q.group >= 1, "codec '" + name + "': group=" + std::to_string(q.group) + " must be >= 1");
+  SP_REQUIRE(q.group >= 1, "codec '" + name + "': group=" + std::to_string(q.group) + " must be >= 1");
   if (p.count("round"))
     q.round = pick(name, "round", p.at("round"), {"nearest", "stochastic"}) == "nearest"
                   ? QuantOptions::Round::kNearest
@@ -121,7 +121,7 @@ std::unique_ptr<Codec> makeAcsgd(const Params& p) {
     o.store.backing = pick("acsgd", "backing", p.at("backing"), {"ram", "mmap"}) == "ram"
                           ? StoreOptions::Backing::kRam : StoreOptions::Backing::kMmap;
   if (p.count("path")) {
-    require(o.store.backing == StoreOptions::Backing::kMmap, "codec 'acsgd': path= needs backing=mmap");
+    SP_REQUIRE(o.store.backing == StoreOptions::Backing::kMmap, "codec 'acsgd': path= needs backing=mmap");
     o.store.path = p.at("path");
   }
   if (p.count("budget")) o.store.budgetBytes = parseBytes("acsgd", "budget", p.at("budget"));
@@ -137,7 +137,7 @@ std::vector<std::string> codecNames() {
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) {
   const std::string spec = trim(rawSpec);
   if (spec.rfind("ef(", 0) == 0) {
-    require(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
+    SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
     return std::make_unique<ErrorFeedbackCodec>(makeCodec(spec.substr(3, spec.size() - 4)));
   }
   const size_t colon = spec.find(':');
@@ -151,14 +151,14 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) {
   if (name == "quant") return std::make_unique<QuantCodec>(quantOptions(name, parseParams(name, rest, kQuantKeys), 4));
   if (name == "topk") {
     const Params p = parseParams(name, rest, {"ratio"});
-    require(p.count("ratio"), "codec 'topk': missing parameter ratio (e.g. topk:ratio=0.01)");
+    SP_REQUIRE(p.count("ratio"), "codec 'topk': missing parameter ratio (e.g. topk:ratio=0.01)");
     double ratio = 0;
     size_t used = 0;
     try {
       ratio = std::stod(p.at("ratio"), &used);
     } catch (const std::exception&) {
     }
-    require(used == p.at("ratio").size(), "codec 'topk': ratio='" + p.at("ratio") + "' is not a number");
+    SP_REQUIRE(used == p.at("ratio").size(), "codec 'topk': ratio='" + p.at("ratio") + "' is not a number");
     return std::make_unique<TopkCodec>(ratio);
   }
   if (name == "acsgd") {

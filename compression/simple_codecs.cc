@@ -14,7 +14,7 @@ namespace {
 size_t elementBytes(CodecId id) { return id == CodecId::kNone ? 4 : 2; }
 
 void requireSize(const char* codec, size_t size, size_t expect, const Shape& shape) {
-  require(size == expect, std::string(codec) + ": payload is " + std::to_string(size) +
+  SP_REQUIRE(size == expect, std::string(codec) + ": payload is " + std::to_string(size) +
                               " bytes, expected " + std::to_string(expect) + " for shape " +
                               shapeString(shape));
 }
@@ -22,7 +22,7 @@ void requireSize(const char* codec, size_t size, size_t expect, const Shape& sha
 }  // namespace
 
 CastCodec::CastCodec(CodecId id) : id_(id) {
-  require(id == CodecId::kNone || id == CodecId::kFp16 || id == CodecId::kBf16,
+  SP_REQUIRE(id == CodecId::kNone || id == CodecId::kFp16 || id == CodecId::kBf16,
           "CastCodec: not a cast codec");
 }
 
@@ -34,8 +34,14 @@ void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
     if (n) std::memcpy(p, x, n * 4);
     return;
   }
+  if (id_ == CodecId::kFp16) {
+    std::vector<uint16_t> h(n);  // payload may be unaligned for uint16_t
+    floatToHalf(x, n, h.data());
+    std::memcpy(p, h.data(), 2 * n);
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
-    const uint16_t h = id_ == CodecId::kFp16 ? floatToHalf(x[i]) : floatToBf16(x[i]);
+    const uint16_t h = floatToBf16(x[i]);
     std::memcpy(p + 2 * i, &h, 2);
   }
 }
@@ -48,15 +54,21 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     if (n) std::memcpy(out, payload, n * 4);
     return;
   }
+  if (id_ == CodecId::kFp16) {
+    std::vector<uint16_t> h(n);
+    std::memcpy(h.data(), payload, 2 * n);
+    halfToFloat(h.data(), n, out);
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, payload + 2 * i, 2);
-    out[i] = id_ == CodecId::kFp16 ? halfToFloat(h) : bf16ToFloat(h);
+    out[i] = bf16ToFloat(h);
   }
 }
 
 TopkCodec::TopkCodec(double ratio) : ratio_(ratio) {
-  require(ratio > 0.0 && ratio <= 1.0,
+  SP_REQUIRE(ratio > 0.0 && ratio <= 1.0,
           "topk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
 }
 
@@ -73,7 +85,7 @@ int64_t TopkCodec::keepCount(int64_t n) const {
 
 void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
   const int64_t n = numelOf(shape);
-  require(n <= int64_t{0xffffffff}, "topk: tensor of " + std::to_string(n) +
+  SP_REQUIRE(n <= int64_t{0xffffffff}, "topk: tensor of " + std::to_string(n) +
                                         " values exceeds the 2^32 index range");
   const int64_t k = keepCount(n);
   std::vector<uint32_t> idx(n);
@@ -96,7 +108,7 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const int64_t n = numelOf(shape);
   ByteReader r(payload, size, "topk payload");
   const uint32_t k = r.get<uint32_t>("count");
-  require(k == keepCount(n), "topk: count is " + std::to_string(k) + ", expected " +
+  SP_REQUIRE(k == keepCount(n), "topk: count is " + std::to_string(k) + ", expected " +
                                  std::to_string(keepCount(n)) + " for shape " + shapeString(shape));
   requireSize("topk", size, 4 + 6 * static_cast<size_t>(k), shape);
   const uint8_t* ip = r.take(4 * static_cast<size_t>(k), "indices");
@@ -104,7 +116,7 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   std::vector<uint32_t> idx(k);
   if (k) std::memcpy(idx.data(), ip, 4 * static_cast<size_t>(k));
   for (uint32_t j = 0; j < k; ++j) {
-    require(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
+    SP_REQUIRE(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
             "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
                 " is out of range or not increasing (n = " + std::to_string(n) + ")");
   }

@@ -1,0 +1,11 @@
+// Subcommand registration for the slowpipe CLI. Each module of tools/ adds its subcommands to the
+// app; main.cc only wires them together and turns exceptions into exit codes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace slowpipe::tools {
+
+void addBenchCodecs(CLI::App& bench);
+
+}  // namespace slowpipe::tools
