@@ -115,7 +115,7 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   // Everything validated: only now touch the state.
   for (size_t j = 0; j < fullRows.size(); ++j) {
     float* row = out + fullRows[j] * rowLen;
-    std::memcpy(row, full + 4 * rowLen * j, 4 * rowLen);
+    copyBytes(row, full + 4 * rowLen * j, 4 * rowLen);
     store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
   }
   applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, out);

@@ -3,6 +3,8 @@
 // 256-entry table; 8 is a copy; the others go through a 64-bit accumulator per group.
 #include "compression/bitpack.h"
 
+#include "compression/bytes.h"
+
 #include <cstring>
 
 namespace slowpipe::compression {
@@ -86,7 +88,7 @@ void packGroups(const uint8_t* c, size_t groups, int bits, uint8_t* out) {
     case 1: return pack1(c, groups, out);
     case 2: return pack2(c, groups * 2, out);
     case 4: return pack4(c, groups * 4, out);
-    case 8: return static_cast<void>(std::memcpy(out, c, groups * 8));
+    case 8: return static_cast<void>(copyBytes(out, c, groups * 8));
     case 3: return packGeneric<3>(c, groups, out);
     case 5: return packGeneric<5>(c, groups, out);
     case 6: return packGeneric<6>(c, groups, out);
@@ -99,7 +101,7 @@ void unpackGroups(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
     case 1: return unpackPow2<1, uint64_t>(in, groups, c);
     case 2: return unpackPow2<2, uint32_t>(in, groups * 2, c);
     case 4: return unpackPow2<4, uint16_t>(in, groups * 4, c);
-    case 8: return static_cast<void>(std::memcpy(c, in, groups * 8));
+    case 8: return static_cast<void>(copyBytes(c, in, groups * 8));
     case 3: return unpackGeneric<3>(in, groups, c);
     case 5: return unpackGeneric<5>(in, groups, c);
     case 6: return unpackGeneric<6>(in, groups, c);
@@ -115,10 +117,10 @@ void packBits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
   const size_t rest = n - groups * 8;
   if (rest == 0) return;
   uint8_t tail[8] = {0};
-  std::memcpy(tail, codes + groups * 8, rest);
+  copyBytes(tail, codes + groups * 8, rest);
   uint8_t packed[8];
   packGroups(tail, 1, bits, packed);  // zero codes pad the last group; keep only its used bytes
-  std::memcpy(out + groups * bits, packed, packedBytes(rest, bits));
+  copyBytes(out + groups * bits, packed, packedBytes(rest, bits));
 }
 
 void unpackBits(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
@@ -127,10 +129,10 @@ void unpackBits(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
   const size_t rest = n - groups * 8;
   if (rest == 0) return;
   uint8_t packed[8] = {0};
-  std::memcpy(packed, in + groups * bits, packedBytes(rest, bits));
+  copyBytes(packed, in + groups * bits, packedBytes(rest, bits));
   uint8_t tail[8];
   unpackGroups(packed, 1, bits, tail);
-  std::memcpy(codes + groups * 8, tail, rest);
+  copyBytes(codes + groups * 8, tail, rest);
 }
 
 }  // namespace slowpipe::compression

@@ -15,6 +15,12 @@ namespace slowpipe::compression {
 
 using Bytes = std::vector<uint8_t>;
 
+// memcpy that accepts n == 0 with null pointers (an empty vector's data() may be null, and
+// memcpy(nullptr, ..., 0) is undefined behaviour).
+inline void copyBytes(void* dst, const void* src, size_t n) {
+  if (n) std::memcpy(dst, src, n);
+}
+
 class ByteWriter {
  public:
   explicit ByteWriter(Bytes& out) : out_(out) {}
@@ -26,7 +32,7 @@ class ByteWriter {
   void append(const void* p, size_t n) {
     const size_t at = out_.size();
     out_.resize(at + n);
-    if (n) std::memcpy(out_.data() + at, p, n);
+    copyBytes(out_.data() + at, p, n);
   }
   // Grows the buffer by n bytes and returns a pointer to them (valid until the next write).
   uint8_t* grow(size_t n) {
@@ -46,7 +52,7 @@ class ByteReader {
   template <typename T>
   T get(const char* field) {
     T v;
-    std::memcpy(&v, take(sizeof(T), field), sizeof(T));
+    copyBytes(&v, take(sizeof(T), field), sizeof(T));
     return v;
   }
   const uint8_t* take(size_t n, const char* field) {

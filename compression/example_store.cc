@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "compression/bytes.h"
 #include "compression/error.h"
 #include "compression/half.h"
 
@@ -115,7 +116,7 @@ void ExampleStore::load(int64_t id, float* out, int64_t n) const {
                                  " values requested, rows hold " + std::to_string(rowElements_));
   const uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
-    case StoreOptions::Dtype::kFp32: std::memcpy(out, p, 4 * n); break;
+    case StoreOptions::Dtype::kFp32: copyBytes(out, p, 4 * n); break;
     case StoreOptions::Dtype::kFp16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
@@ -141,7 +142,7 @@ bool ExampleStore::store(int64_t id, const float* x, int64_t n) {
   }
   uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
-    case StoreOptions::Dtype::kFp32: std::memcpy(p, x, 4 * n); break;
+    case StoreOptions::Dtype::kFp32: copyBytes(p, x, 4 * n); break;
     case StoreOptions::Dtype::kFp16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = floatToHalf(x[i]);

@@ -73,13 +73,13 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   SP_REQUIRE(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
   SP_REQUIRE(r.get<uint8_t>("reserved") == 0, "frame: reserved byte is not zero");
   h.shape.resize(ndim);
-  std::memcpy(h.shape.data(), r.take(8 * ndim, "shape"), 8 * ndim);
+  copyBytes(h.shape.data(), r.take(8 * ndim, "shape"), 8 * ndim);
   numelOf(h.shape);  // throws on negative or absurd dimensions
   const auto nIds = r.get<uint32_t>("example id count");
   SP_REQUIRE(nIds == 0 || (ndim > 0 && nIds == h.shape[0]),
           "frame: " + std::to_string(nIds) + " example ids for shape " + shapeString(h.shape));
   h.exampleIds.resize(nIds);
-  std::memcpy(h.exampleIds.data(), r.take(8 * static_cast<size_t>(nIds), "example ids"), 8 * nIds);
+  copyBytes(h.exampleIds.data(), r.take(8 * static_cast<size_t>(nIds), "example ids"), 8 * nIds);
   h.payloadBytes = r.get<uint64_t>("payload length");
   const size_t crcAt = r.position();
   const auto crc = r.get<uint32_t>("checksum");

@@ -177,7 +177,7 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                               " at " + std::to_string(opt_.bits) + " bits");
   const int levels = 1 << opt_.bits;
   std::vector<float> m(l.groups), step(l.groups);
-  std::memcpy(m.data(), payload, 4 * l.groups);
+  copyBytes(m.data(), payload, 4 * l.groups);
   for (int64_t g = 0; g < l.groups; ++g) {
     SP_REQUIRE(std::isfinite(m[g]) && m[g] >= 0.0f,
             "quant: scale " + std::to_string(g) + " is " + std::to_string(m[g]) +

@@ -31,13 +31,13 @@ void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
   ByteWriter w(out);
   uint8_t* p = w.grow(n * elementBytes(id_));
   if (id_ == CodecId::kNone) {
-    if (n) std::memcpy(p, x, n * 4);
+    copyBytes(p, x, n * 4);
     return;
   }
   if (id_ == CodecId::kFp16) {
     std::vector<uint16_t> h(n);  // payload may be unaligned for uint16_t
     floatToHalf(x, n, h.data());
-    std::memcpy(p, h.data(), 2 * n);
+    copyBytes(p, h.data(), 2 * n);
     return;
   }
   for (size_t i = 0; i < n; ++i) {
@@ -51,12 +51,12 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const auto n = static_cast<size_t>(numelOf(shape));
   requireSize(codecName(id_), size, n * elementBytes(id_), shape);
   if (id_ == CodecId::kNone) {
-    if (n) std::memcpy(out, payload, n * 4);
+    copyBytes(out, payload, n * 4);
     return;
   }
   if (id_ == CodecId::kFp16) {
     std::vector<uint16_t> h(n);
-    std::memcpy(h.data(), payload, 2 * n);
+    copyBytes(h.data(), payload, 2 * n);
     halfToFloat(h.data(), n, out);
     return;
   }
@@ -114,7 +114,7 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const uint8_t* ip = r.take(4 * static_cast<size_t>(k), "indices");
   const uint8_t* vp = r.take(2 * static_cast<size_t>(k), "values");
   std::vector<uint32_t> idx(k);
-  if (k) std::memcpy(idx.data(), ip, 4 * static_cast<size_t>(k));
+  copyBytes(idx.data(), ip, 4 * static_cast<size_t>(k));
   for (uint32_t j = 0; j < k; ++j) {
     SP_REQUIRE(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
             "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs everything slowpipe needs on Debian 12 (as root), then configures and builds Release.
+# Idempotent: rerunning skips nothing harmful and rebuilds only what changed.
+#   tools/setup.sh [--build-dir DIR] [--no-build] [--cmake-arg ARG]...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=build
+do_build=1
+cmake_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --cmake-arg) cmake_args+=("$2"); shift 2 ;;
+    *) echo "setup.sh: unknown argument '$1' (expected --build-dir DIR, --no-build, --cmake-arg ARG)" >&2; exit 2 ;;
+  esac
+done
+
+# libopenblas0-openmp: without it libtorch falls back to the reference BLAS (20x slower here).
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libopenblas0-openmp
+  libzmq3-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2 ethtool iperf3 procps
+  python3 python3-matplotlib
+  fortunes-min
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: missing packages: ${missing[*]}; run as root (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Check what the build will look for, and name the piece that is missing.
+check() { [ -e "$2" ] || { echo "setup.sh: $1 not found at $2 (package $3)" >&2; exit 1; }; }
+check "libtorch CMake config" /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake libtorch-dev
+check "cppzmq header" /usr/include/zmq.hpp cppzmq-dev
+check "nlohmann/json" /usr/include/nlohmann/json.hpp nlohmann-json3-dev
+check "CLI11" /usr/include/CLI/CLI.hpp libcli11-dev
+check "GoogleTest" /usr/include/gtest/gtest.h libgtest-dev
+ls /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 >/dev/null 2>&1 ||
+  { echo "setup.sh: OpenMP OpenBLAS missing (package libopenblas0-openmp)" >&2; exit 1; }
+
+[ "$do_build" = 1 ] || exit 0
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
+cmake --build "$build_dir" -j"$(nproc)"
+echo "setup.sh: built $build_dir/slowpipe"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs, builds and runs every test: the Release suite through ctest, then the compression and
+# emulator tests again under AddressSanitizer + UndefinedBehaviorSanitizer (no libtorch, so fast).
+#   tools/test.sh [--no-sanitize]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sanitize=1
+[ "${1:-}" = "--no-sanitize" ] && sanitize=0
+
+tools/setup.sh --build-dir build
+ctest --test-dir build --output-on-failure -j2 --timeout 900
+
+if [ "$sanitize" = 1 ]; then
+  tools/setup.sh --build-dir build-asan --cmake-arg -DSLOWPIPE_SANITIZE=ON \
+    --cmake-arg -DSLOWPIPE_WITH_TORCH=OFF --cmake-arg -DCMAKE_BUILD_TYPE=Debug
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
+fi
