@@ -7,5 +7,7 @@
 namespace slowpipe::tools {
 
 void addBenchCodecs(CLI::App& bench);
+void addBenchLink(CLI::App& bench);
+void addEmulatorCommands(CLI::App& app);
 
 }  // namespace slowpipe::tools

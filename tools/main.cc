@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "benchmarks (JSON with --json)");
   bench->require_subcommand(1);
   slowpipe::tools::addBenchCodecs(*bench);
+  slowpipe::tools::addBenchLink(*bench);
+  slowpipe::tools::addEmulatorCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,303 @@
+// Calibration runs for the user and kernel backends (definitions in calibrate.h).
+#include "emulator/calibrate.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "emulator/command.h"
+#include "emulator/netns.h"
+#include "emulator/shaped_socket.h"
+
+namespace slowpipe::emulator {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kProbeBytes = 64;
+
+struct Sample {
+  double sent, delivered;
+  uint64_t bytes;
+};
+
+int messagesFor(const CalibrationOptions& o) {
+  if (o.messages > 0) return o.messages;
+  const double perSecond = o.link.bandwidthBps / (8.0 * static_cast<double>(o.messageBytes));
+  return std::clamp(static_cast<int>(2.0 * perSecond), 8, 2000);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+void configure(zmq::socket_t& s) {
+  s.set(zmq::sockopt::sndhwm, 0);
+  s.set(zmq::sockopt::rcvhwm, 0);
+  s.set(zmq::sockopt::linger, 0);
+}
+
+// Receives `count` messages; after the first `bulk` ones, tells the sender (via `done`) to start probes.
+std::vector<Sample> receiveAll(zmq::socket_t& pull, ShapedReceiver& rx, int count, int bulk,
+                               const std::function<void()>& bulkDone) {
+  std::vector<Sample> out;
+  out.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    auto m = rx.recv(30000);
+    if (!m) throw std::runtime_error("calibration: no message for 30 s (received " + std::to_string(i) + " of " + std::to_string(count) + ")");
+    out.push_back({m->envelope.sendTime, m->deliveredAt, m->envelope.bytes});
+    if (i + 1 == bulk) bulkDone();
+  }
+  return out;
+}
+
+void sendAll(ShapedSender& tx, uint64_t bytes, int bulk, int probes, const std::function<void()>& waitBulk,
+             double rateBps) {
+  std::vector<uint8_t> buf(bytes, 0x5a);
+  for (int i = 0; i < bulk; ++i) tx.send(buf.data(), buf.size());
+  waitBulk();
+  const double spacing = std::max(1e-3, 4 * 8.0 * kProbeBytes / rateBps);
+  double next = monotonicNow();
+  for (int i = 0; i < probes; ++i) {
+    sleepUntil(next);
+    tx.send(buf.data(), kProbeBytes);
+    next += spacing;
+  }
+}
+
+json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bulk, double extraLatency) {
+  const double first = s.front().delivered, last = s[bulk - 1].delivered;
+  const double achieved = bulk > 1 ? 8.0 * static_cast<double>(o.messageBytes) * (bulk - 1) / (last - first) : NAN;
+  std::vector<double> lat;
+  const double rate = o.link.trace.empty() ? o.link.bandwidthBps : o.link.trace.rateAt(0);
+  for (size_t i = bulk; i < s.size(); ++i) lat.push_back(s[i].delivered - s[i].sent - 8.0 * kProbeBytes / rate);
+  json j = {{"backend", o.backend},
+            {"configured_bps", o.link.bandwidthBps},
+            {"achieved_bps", achieved},
+            {"rate_error", achieved / o.link.bandwidthBps - 1.0},
+            {"latency_configured_s", o.link.latencyS},
+            {"latency_median_s", median(lat)},
+            {"latency_p99_s", percentile(lat, 0.99)},
+            {"latency_error_s", median(lat) - o.link.latencyS},
+            {"jitter_configured_s", o.link.jitterS},
+            {"message_bytes", o.messageBytes},
+            {"messages", bulk},
+            {"probes", static_cast<int>(lat.size())},
+            {"duration_s", last - s.front().sent}};
+  (void)extraLatency;
+  if (!o.link.trace.empty()) {
+    // Achieved goodput within each trace segment (deliveries relative to the first send).
+    json segs = json::array();
+    const auto& pts = o.link.trace.points();
+    const double t0 = s.front().sent;
+    for (size_t k = 0; k < pts.size(); ++k) {
+      const double a = pts[k].first, b = k + 1 < pts.size() ? pts[k + 1].first : INFINITY;
+      std::vector<double> times;
+      for (int i = 0; i < bulk; ++i)
+        if (s[i].delivered - t0 >= a && s[i].delivered - t0 < b) times.push_back(s[i].delivered);
+      const double bps = times.size() > 1 ? 8.0 * o.messageBytes * (times.size() - 1) / (times.back() - times.front()) : NAN;
+      segs.push_back({{"from_s", a}, {"configured_bps", pts[k].second}, {"achieved_bps", bps}, {"messages", times.size()}});
+    }
+    j["trace"] = o.link.trace.source;
+    j["trace_segments"] = segs;
+  }
+  return j;
+}
+
+json calibrateUser(const CalibrationOptions& o) {
+  zmq::context_t ctx(2);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
+  configure(pull);
+  configure(push);
+  pull.bind("tcp://127.0.0.1:*");
+  push.connect(pull.get(zmq::sockopt::last_endpoint));
+  const int bulk = messagesFor(o);
+  std::atomic<bool> drained{false};
+  std::vector<Sample> samples;
+  std::exception_ptr err;
+  std::thread receiver([&] {
+    try {
+      ShapedReceiver rx(pull);
+      samples = receiveAll(pull, rx, bulk + o.probes, bulk, [&] { drained = true; });
+    } catch (...) {
+      err = std::current_exception();
+      drained = true;
+    }
+  });
+  ShapedSender tx(push, o.link, /*paceRate=*/true);
+  sendAll(tx, o.messageBytes, bulk, o.probes, [&] { while (!drained) std::this_thread::sleep_for(std::chrono::microseconds(200)); },
+          o.link.bandwidthBps);
+  receiver.join();
+  if (err) std::rethrow_exception(err);
+  json j = summarize(o, samples, bulk, 0);
+  j["mechanism"] = {{"rate", "user-space (sender-side link clock)"}, {"delay", "user-space"},
+                    {"jitter", "user-space"}, {"loss", "user-space retransmission delay"}};
+  return j;
+}
+
+// Reads everything from fd into a string.
+std::string readAll(int fd) {
+  std::string s;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+
+// Runs fn in a child process inside namespace ns; fn's string result comes back through a pipe.
+pid_t spawnIn(const std::string& ns, const std::function<std::string()>& fn, int* readFd) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    try {
+      enterNamespace(ns);
+      out = "OK" + fn();
+    } catch (const std::exception& e) {
+      out = std::string("ER") + e.what();
+    }
+    const char* p = out.data();
+    size_t left = out.size();
+    while (left > 0) {
+      const ssize_t w = write(fds[1], p, left);
+      if (w <= 0) break;
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  *readFd = fds[0];
+  return pid;
+}
+
+std::string collect(pid_t pid, int fd, const char* who) {
+  std::string s = readAll(fd);
+  close(fd);
+  waitpid(pid, nullptr, 0);
+  if (s.rfind("OK", 0) != 0) throw std::runtime_error(std::string("calibration ") + who + ": " + (s.size() > 2 ? s.substr(2) : "died"));
+  return s.substr(2);
+}
+
+double iperfCheck(NetnsFabric& fabric, double seconds) {
+  const std::string server = fabric.address(0, 1);
+  const pid_t srv = fork();
+  if (srv == 0) {
+    const char* argv[] = {"ip", "netns", "exec", fabric.nsName(1).c_str(), "iperf3", "-s", "-1", "-B", server.c_str(), "-p", "5201", nullptr};
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execvp("ip", const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  usleep(500000);
+  const CommandResult r = runCommand({"ip", "netns", "exec", fabric.nsName(0), "iperf3", "-c", server, "-p", "5201",
+                                      "-t", std::to_string(static_cast<int>(seconds)), "-J"});
+  kill(srv, SIGTERM);
+  waitpid(srv, nullptr, 0);
+  if (r.status != 0) throw std::runtime_error("iperf3 client failed: " + r.output.substr(0, 400));
+  return json::parse(r.output).at("end").at("sum_received").at("bits_per_second").get<double>();
+}
+
+json calibrateKernel(const CalibrationOptions& o) {
+  NetnsFabric fabric(2, {FabricEdge{0, 1, o.link, o.link}});
+  const int bulk = messagesFor(o);
+  const std::string dataEp = "tcp://" + fabric.address(0, 1) + ":5555";
+  const std::string doneEp = "tcp://" + fabric.address(0, 0) + ":5556";
+  const double userLat = fabric.userLatency(0, 0), userJit = fabric.userJitter(0, 0);
+  int rxFd = -1, txFd = -1;
+  const pid_t rxPid = spawnIn(fabric.nsName(1), [&] {
+    zmq::context_t ctx(1);
+    zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
+    configure(pull);
+    configure(done);
+    pull.bind(dataEp);
+    done.connect(doneEp);
+    ShapedReceiver rx(pull, userLat, userJit);
+    auto s = receiveAll(pull, rx, bulk + o.probes, bulk, [&] { done.send(zmq::str_buffer("d")); });
+    json arr = json::array();
+    for (const auto& x : s) arr.push_back({x.sent, x.delivered, x.bytes});
+    usleep(100000);
+    return arr.dump();
+  }, &rxFd);
+  const pid_t txPid = spawnIn(fabric.nsName(0), [&] {
+    zmq::context_t ctx(1);
+    zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
+    configure(push);
+    configure(done);
+    done.bind(doneEp);
+    push.connect(dataEp);
+    ShapedSender tx(push, o.link, /*paceRate=*/false);
+    sendAll(tx, o.messageBytes, bulk, o.probes, [&] {
+      zmq::message_t m;
+      (void)done.recv(m);
+    }, o.link.bandwidthBps);
+    usleep(200000);
+    return std::string();
+  }, &txFd);
+  collect(txPid, txFd, "sender");
+  const json arr = json::parse(collect(rxPid, rxFd, "receiver"));
+  std::vector<Sample> samples;
+  for (const auto& x : arr) samples.push_back({x[0].get<double>(), x[1].get<double>(), x[2].get<uint64_t>()});
+  json j = summarize(o, samples, bulk, 0);
+  j["mechanism"] = fabric.mechanism();
+  j["kernel_rate_bps"] = wireRateFor(o.link.bandwidthBps, 9000);
+  if (o.iperf) {
+    const double bps = iperfCheck(fabric, 3);
+    j["iperf3_bps"] = bps;
+    j["iperf3_rate_error"] = bps / o.link.bandwidthBps - 1.0;
+  }
+  return j;
+}
+
+}  // namespace
+
+double loopbackCeilingBps(uint64_t messageBytes, int messages) {
+  zmq::context_t ctx(2);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
+  configure(pull);
+  configure(push);
+  pull.bind("tcp://127.0.0.1:*");
+  push.connect(pull.get(zmq::sockopt::last_endpoint));
+  double first = 0, last = 0;
+  std::thread receiver([&] {
+    for (int i = 0; i < messages; ++i) {
+      zmq::message_t m;
+      (void)pull.recv(m);
+      (i == 0 ? first : last) = monotonicNow();
+    }
+  });
+  std::vector<uint8_t> buf(messageBytes, 1);
+  for (int i = 0; i < messages; ++i) push.send(zmq::message_t(buf.data(), buf.size()), zmq::send_flags::none);
+  receiver.join();
+  return 8.0 * static_cast<double>(messageBytes) * (messages - 1) / (last - first);
+}
+
+json calibrateLink(const CalibrationOptions& o) {
+  if (o.messageBytes < kProbeBytes) throw std::invalid_argument("--message-bytes " + std::to_string(o.messageBytes) + ": expected >= 64");
+  if (o.backend == "user") return calibrateUser(o);
+  if (o.backend == "tc") return calibrateKernel(o);
+  throw std::invalid_argument("--backend '" + o.backend + "': expected 'user' or 'tc'");
+}
+
+}  // namespace slowpipe::emulator

@@ -1,0 +1,254 @@
+// Unit parsing, traces, link specs and the arrival-time model.
+#include "emulator/link.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace slowpipe::emulator {
+namespace {
+
+// Splits "12.5Mbps" into 12.5 and "Mbps". Returns false if there is no leading number.
+bool splitNumber(const std::string& text, double* value, std::string* unit) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  *value = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(*value)) return false;
+  *unit = std::string(end);
+  unit->erase(0, unit->find_first_not_of(' '));
+  return true;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+double parseBandwidth(const std::string& text, const std::string& field) {
+  static const std::map<std::string, double> kUnits = {
+      {"bps", 1}, {"bit", 1}, {"kbps", 1e3}, {"kbit", 1e3}, {"mbps", 1e6},
+      {"mbit", 1e6}, {"gbps", 1e9}, {"gbit", 1e9}};
+  double v = 0;
+  std::string unit;
+  const auto it = splitNumber(text, &v, &unit) ? kUnits.find(lower(unit)) : kUnits.end();
+  if (it == kUnits.end() || v <= 0) {
+    throw std::invalid_argument(field + ": '" + text +
+                                "' is not a bandwidth; expected a positive number with a unit "
+                                "(bps, Kbps, Mbps, Gbps, Kbit, Mbit, Gbit), e.g. 100Mbps or 10Gbit");
+  }
+  return v * it->second;
+}
+
+double parseDuration(const std::string& text, const std::string& field) {
+  static const std::map<std::string, double> kUnits = {
+      {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"", 0}};
+  double v = 0;
+  std::string unit;
+  const auto it = splitNumber(text, &v, &unit) ? kUnits.find(lower(unit)) : kUnits.end();
+  // A bare number is only accepted for 0: "5" could mean seconds or milliseconds.
+  if (it == kUnits.end() || v < 0 || (it->first.empty() && v != 0)) {
+    throw std::invalid_argument(field + ": '" + text +
+                                "' is not a duration; expected a number >= 0 with a unit (s, ms, us, "
+                                "ns), e.g. 5ms or 250us");
+  }
+  return v * it->second;
+}
+
+std::string formatBandwidth(double bps) {
+  char b[32];
+  if (bps >= 1e9) std::snprintf(b, sizeof b, "%gGbps", bps / 1e9);
+  else if (bps >= 1e6) std::snprintf(b, sizeof b, "%gMbps", bps / 1e6);
+  else if (bps >= 1e3) std::snprintf(b, sizeof b, "%gKbps", bps / 1e3);
+  else std::snprintf(b, sizeof b, "%gbps", bps);
+  return b;
+}
+
+std::string formatDuration(double s) {
+  char b[32];
+  if (s == 0) return "0ms";
+  if (s >= 1) std::snprintf(b, sizeof b, "%gs", s);
+  else if (s >= 1e-3) std::snprintf(b, sizeof b, "%gms", s * 1e3);
+  else std::snprintf(b, sizeof b, "%gus", s * 1e6);
+  return b;
+}
+
+BandwidthTrace BandwidthTrace::parse(const std::string& text, const std::string& source) {
+  BandwidthTrace t;
+  t.source = source;
+  std::istringstream in(text);
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream fields(line);
+    std::string when, rate, extra;
+    if (!(fields >> when)) continue;
+    const std::string where = source + ":" + std::to_string(no);
+    if (!(fields >> rate) || (fields >> extra))
+      throw std::invalid_argument(where + ": expected '<time> <rate>', e.g. '2.5 100Mbps', got '" + line + "'");
+    // Trace times may be bare seconds ("2.5") or carry a unit ("2500ms").
+    char* end = nullptr;
+    double at = std::strtod(when.c_str(), &end);
+    if (end == when.c_str() || *end != '\0') at = parseDuration(when, where + " time");
+    if (at < 0) throw std::invalid_argument(where + ": time " + when + " is negative");
+    if (!t.points_.empty() && at <= t.points_.back().first)
+      throw std::invalid_argument(where + ": time " + when + " is not after the previous line's");
+    t.points_.emplace_back(at, parseBandwidth(rate, where + " rate"));
+  }
+  if (t.points_.empty()) throw std::invalid_argument(source + ": trace has no '<time> <rate>' lines");
+  if (t.points_.front().first != 0.0)
+    throw std::invalid_argument(source + ": the first line must be at time 0");
+  return t;
+}
+
+BandwidthTrace BandwidthTrace::load(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::invalid_argument("trace file '" + path + "' cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse(ss.str(), path);
+}
+
+double BandwidthTrace::rateAt(double t) const {
+  auto it = std::upper_bound(points_.begin(), points_.end(), std::make_pair(t, double(INFINITY)));
+  return it == points_.begin() ? points_.front().second : std::prev(it)->second;
+}
+
+double BandwidthTrace::finishTime(double start, double bits) const {
+  auto it = std::upper_bound(points_.begin(), points_.end(), std::make_pair(start, double(INFINITY)));
+  size_t i = it == points_.begin() ? 0 : static_cast<size_t>(it - points_.begin()) - 1;
+  double t = start;
+  while (true) {
+    const double rate = points_[i].second;
+    const double segEnd = i + 1 < points_.size() ? points_[i + 1].first : INFINITY;
+    const double can = (segEnd - t) * rate;
+    if (can >= bits) return t + bits / rate;
+    bits -= can;
+    t = segEnd;
+    ++i;
+  }
+}
+
+std::string LinkSpec::describe() const {
+  std::string s = trace.empty() ? formatBandwidth(bandwidthBps) : "trace " + trace.source;
+  s += ", " + formatDuration(latencyS);
+  if (jitterS > 0) s += " +-" + formatDuration(jitterS);
+  if (loss > 0) s += ", loss " + std::to_string(loss);
+  return s;
+}
+
+void to_json(nlohmann::json& j, const LinkSpec& s) {
+  j = {{"bandwidth_bps", s.bandwidthBps}, {"latency_s", s.latencyS}, {"jitter_s", s.jitterS},
+       {"loss", s.loss}, {"queue_bytes", s.queueBytes}};
+  if (!s.trace.empty()) j["trace"] = s.trace.source;
+}
+
+LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw std::invalid_argument(where + ": expected an object like {\"bandwidth\": \"1Gbps\", \"latency\": \"5ms\"}");
+  static const std::vector<std::string> kKeys = {"bandwidth", "latency", "jitter", "loss", "queue_bytes", "trace",
+                                                 "bandwidth_bps", "latency_s", "jitter_s"};
+  for (const auto& [k, v] : j.items())
+    if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace");
+  LinkSpec s;
+  auto num = [&](const char* key, bool bandwidth) {
+    const auto& v = j.at(key);
+    const std::string field = where + "." + key;
+    if (v.is_number()) {
+      if (v.get<double>() < 0 || (bandwidth && v.get<double>() == 0))
+        throw std::invalid_argument(field + ": " + v.dump() + " must be " + (bandwidth ? "> 0" : ">= 0"));
+      return v.get<double>();
+    }
+    if (!v.is_string()) throw std::invalid_argument(field + ": expected a string like \"100Mbps\" / \"5ms\" or a number");
+    return bandwidth ? parseBandwidth(v.get<std::string>(), field) : parseDuration(v.get<std::string>(), field);
+  };
+  if (j.contains("bandwidth")) s.bandwidthBps = num("bandwidth", true);
+  if (j.contains("bandwidth_bps")) s.bandwidthBps = num("bandwidth_bps", true);
+  if (j.contains("latency")) s.latencyS = num("latency", false);
+  if (j.contains("latency_s")) s.latencyS = num("latency_s", false);
+  if (j.contains("jitter")) s.jitterS = num("jitter", false);
+  if (j.contains("jitter_s")) s.jitterS = num("jitter_s", false);
+  if (j.contains("loss")) {
+    if (!j["loss"].is_number() || j["loss"].get<double>() < 0 || j["loss"].get<double>() >= 1)
+      throw std::invalid_argument(where + ".loss: " + j["loss"].dump() + " must be a number in [0, 1)");
+    s.loss = j["loss"].get<double>();
+  }
+  if (j.contains("queue_bytes")) {
+    if (!j["queue_bytes"].is_number_unsigned()) throw std::invalid_argument(where + ".queue_bytes: expected a positive integer");
+    s.queueBytes = j["queue_bytes"].get<uint64_t>();
+  }
+  if (j.contains("trace")) {
+    if (!j["trace"].is_string()) throw std::invalid_argument(where + ".trace: expected a file path string");
+    s.trace = BandwidthTrace::load(j["trace"].get<std::string>());
+  }
+  return s;
+}
+
+const LinkSpec& Topology::link(int src, int dst) const {
+  const auto it = overrides.find({src, dst});
+  return it == overrides.end() ? defaultLink : it->second;
+}
+
+Topology topologyFromJson(const nlohmann::json& j, const std::string& where) {
+  Topology t;
+  nlohmann::json base = j;
+  if (j.is_object() && j.contains("links")) base.erase("links");
+  t.defaultLink = linkSpecFromJson(base, where);
+  if (j.is_object() && j.contains("links")) {
+    const auto& links = j.at("links");
+    if (!links.is_array()) throw std::invalid_argument(where + ".links: expected an array of {\"src\", \"dst\", ...}");
+    for (size_t i = 0; i < links.size(); ++i) {
+      const std::string w = where + ".links[" + std::to_string(i) + "]";
+      nlohmann::json l = links[i];
+      if (!l.is_object() || !l.contains("src") || !l.contains("dst") || !l["src"].is_number_integer() || !l["dst"].is_number_integer())
+        throw std::invalid_argument(w + ": expected integer fields src and dst");
+      const int src = l["src"], dst = l["dst"];
+      l.erase("src");
+      l.erase("dst");
+      nlohmann::json merged = base;
+      for (const auto& [k, v] : l.items()) merged[k] = v;
+      t.overrides[{src, dst}] = linkSpecFromJson(merged, w);
+    }
+  }
+  return t;
+}
+
+void to_json(nlohmann::json& j, const Topology& t) {
+  j = t.defaultLink;
+  if (!t.overrides.empty()) {
+    j["links"] = nlohmann::json::array();
+    for (const auto& [k, v] : t.overrides) {
+      nlohmann::json l = v;
+      l["src"] = k.first;
+      l["dst"] = k.second;
+      j["links"].push_back(l);
+    }
+  }
+}
+
+LinkClock::LinkClock(LinkSpec spec, double startTime, uint64_t seed)
+    : spec_(std::move(spec)), start_(startTime), linkFree_(startTime), rng_(seed) {}
+
+double LinkClock::send(double now, uint64_t bytes) {
+  const double begin = std::max(now, linkFree_);
+  const double bits = 8.0 * static_cast<double>(bytes);
+  linkFree_ = spec_.trace.empty() ? begin + bits / spec_.bandwidthBps
+                                  : start_ + spec_.trace.finishTime(begin - start_, bits);
+  double delay = spec_.latencyS;
+  if (spec_.jitterS > 0) {
+    std::normal_distribution<double> d(0.0, spec_.jitterS);
+    delay += std::clamp(d(rng_), -3 * spec_.jitterS, 3 * spec_.jitterS);
+    delay = std::max(delay, 0.0);
+  }
+  if (spec_.loss > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < spec_.loss)
+    delay += spec_.retransmitS;
+  lastArrival_ = std::max(linkFree_ + delay, lastArrival_);  // FIFO: never overtake
+  return lastArrival_;
+}
+
+}  // namespace slowpipe::emulator

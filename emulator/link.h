@@ -1,0 +1,89 @@
+// The link model: what one directed link between two ranks promises.
+//
+// Units: bandwidth in bits per second (goodput of message bytes), times in seconds (double).
+// Human forms parse: "100Mbps", "500Mbit", "1Gbps", "10Gbit", "5ms", "250us". A message of B bytes
+// handed to a link at time t is available to the receiver at
+//     max(t, link_free) + 8B / R(t) + latency (+ jitter),
+// FIFO per link, where link_free is when the previous message finished serialising and R(t) may
+// follow a bandwidth trace. LinkClock implements exactly that.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace slowpipe::emulator {
+
+// Parses "100Mbps" etc. into bits/s. `field` names the setting in error messages.
+double parseBandwidth(const std::string& text, const std::string& field);
+// Parses "5ms", "250us", "0", "1.5s" into seconds.
+double parseDuration(const std::string& text, const std::string& field);
+std::string formatBandwidth(double bps);
+std::string formatDuration(double seconds);
+
+// Piecewise-constant bandwidth over time, from a text file of "time rate" lines (time in seconds
+// from the link's start or with a unit: "0 1Gbps", "2.5 100Mbps", "3s 1Gbit"); '#' starts a comment.
+class BandwidthTrace {
+ public:
+  static BandwidthTrace load(const std::string& path);
+  static BandwidthTrace parse(const std::string& text, const std::string& source);
+  bool empty() const { return points_.empty(); }
+  double rateAt(double t) const;  // rate in force at t seconds after start
+  // Earliest time >= start at which `bits` have been serialised, starting at `start`.
+  double finishTime(double start, double bits) const;
+  const std::vector<std::pair<double, double>>& points() const { return points_; }
+  std::string source;
+
+ private:
+  std::vector<std::pair<double, double>> points_;  // (start second, bits/s), sorted
+};
+
+struct LinkSpec {
+  double bandwidthBps = 1e9;
+  double latencyS = 0.0;       // one way
+  double jitterS = 0.0;        // standard deviation of a normal delay added to latency (clipped at 3 sigma)
+  double loss = 0.0;           // probability a message needs a retransmission
+  double retransmitS = 0.2;    // delay a lost message adds (an RTO), on a reliable transport
+  uint64_t queueBytes = 64ull << 20;  // sender blocks while more than this is waiting on the link
+  BandwidthTrace trace;        // if set, overrides bandwidthBps over time
+
+  std::string describe() const;
+};
+
+void to_json(nlohmann::json& j, const LinkSpec& s);
+// Accepts strings with units or plain numbers (bits/s, seconds). Errors name "<where>.<field>".
+LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where);
+
+// A default link plus overrides per directed (src, dst) rank pair.
+struct Topology {
+  LinkSpec defaultLink;
+  std::map<std::pair<int, int>, LinkSpec> overrides;
+  const LinkSpec& link(int src, int dst) const;
+};
+Topology topologyFromJson(const nlohmann::json& j, const std::string& where);
+void to_json(nlohmann::json& j, const Topology& t);
+
+// Arrival-time bookkeeping of one directed link (the sender side keeps it).
+class LinkClock {
+ public:
+  LinkClock(LinkSpec spec, double startTime, uint64_t seed = 1);
+  // Message of `bytes` handed over at time `now`: returns the time the receiver may have it.
+  double send(double now, uint64_t bytes);
+  // Bytes handed over but not yet serialised at time `now` (for the queue limit).
+  double backlogSeconds(double now) const { return linkFree_ > now ? linkFree_ - now : 0.0; }
+  const LinkSpec& spec() const { return spec_; }
+
+ private:
+  LinkSpec spec_;
+  double start_;
+  double linkFree_;
+  double lastArrival_ = 0.0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace slowpipe::emulator

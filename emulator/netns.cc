@@ -1,0 +1,251 @@
+// NetnsFabric: namespaces, veths, tc; cleanup on every exit path (see netns.h).
+#include "emulator/netns.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <mutex>
+#include <stdexcept>
+
+#include "emulator/command.h"
+
+namespace slowpipe::emulator {
+namespace {
+
+// Names of live namespaces, kept in fixed storage so the signal handler can read them.
+constexpr int kMaxLive = 64;
+char gLive[kMaxLive][64];
+std::atomic<int> gLiveCount{0};
+std::mutex gLiveMutex;
+std::atomic<int> gFabricSeq{0};
+
+void deleteNamespaceFromSignal(const char* name) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const char* argv[] = {"ip", "netns", "delete", name, nullptr};
+    execvp("ip", const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  if (pid > 0) waitpid(pid, nullptr, 0);
+}
+
+void onFatalSignal(int sig) {
+  const int n = gLiveCount.load();
+  for (int i = 0; i < n; ++i)
+    if (gLive[i][0]) deleteNamespaceFromSignal(gLive[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void installHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction sa {};
+      sa.sa_handler = onFatalSignal;
+      sigemptyset(&sa.sa_mask);
+      sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+void registerLive(const std::string& name) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  for (int i = 0; i < gLiveCount.load(); ++i)
+    if (!gLive[i][0]) {
+      std::snprintf(gLive[i], sizeof gLive[i], "%s", name.c_str());
+      return;
+    }
+  if (gLiveCount.load() >= kMaxLive) throw std::runtime_error("netns: more than 64 live namespaces");
+  std::snprintf(gLive[gLiveCount.load()], sizeof gLive[0], "%s", name.c_str());
+  gLiveCount.fetch_add(1);
+}
+
+void unregisterLive(const std::string& name) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  for (int i = 0; i < gLiveCount.load(); ++i)
+    if (name == gLive[i]) gLive[i][0] = '\0';
+}
+
+bool qdiscWorks(const std::string& ns, const std::vector<std::string>& args) {
+  std::vector<std::string> cmd = {"tc", "-n", ns, "qdisc", "add", "dev", "lo", "root"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  const bool ok = runCommand(cmd).status == 0;
+  if (ok) runCommand({"tc", "-n", ns, "qdisc", "del", "dev", "lo", "root"});
+  return ok;
+}
+
+std::string bitRate(double bps) { return std::to_string(static_cast<uint64_t>(bps)) + "bit"; }
+
+}  // namespace
+
+double wireRateFor(double goodputBps, int mtu) {
+  // Per packet: 14 bytes Ethernet + 20 IP + 32 TCP (with timestamps) around mtu - 52 payload bytes.
+  return goodputBps * (mtu + 14.0) / (mtu - 52.0);
+}
+
+const KernelFeatures& kernelFeatures() {
+  static const KernelFeatures kFeatures = [] {
+    KernelFeatures f;
+    f.root = geteuid() == 0;
+    if (!f.root) {
+      f.note = "not root: the kernel backend needs CAP_NET_ADMIN";
+      return f;
+    }
+    const std::string ns = "slowpipe-" + std::to_string(getpid()) + "-probe";
+    installHandlers();
+    registerLive(ns);
+    if (runCommand({"ip", "netns", "add", ns}).status != 0) {
+      unregisterLive(ns);
+      f.note = "cannot create network namespaces ('ip netns add' failed)";
+      return f;
+    }
+    runCommand({"ip", "-n", ns, "link", "set", "lo", "up"});
+    f.htb = qdiscWorks(ns, {"handle", "1:", "htb"});
+    f.tbf = qdiscWorks(ns, {"tbf", "rate", "1mbit", "burst", "32kbit", "latency", "400ms"});
+    f.netem = qdiscWorks(ns, {"netem", "delay", "1ms"});
+    runCommand({"ip", "netns", "delete", ns});
+    unregisterLive(ns);
+    if (!f.netem) f.note = "kernel has no netem qdisc: delay, jitter and loss are applied in user space";
+    return f;
+  }();
+  return kFeatures;
+}
+
+NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
+    : edges_(std::move(edges)), mtu_(mtu) {
+  const KernelFeatures& f = kernelFeatures();
+  if (!f.root) throw std::runtime_error("kernel backend: " + f.note + " (run as root, or use backend 'user')");
+  if (!f.htb) throw std::runtime_error("kernel backend: this kernel has no HTB qdisc (sch_htb); use backend 'user'");
+  installHandlers();
+  const int seq = gFabricSeq.fetch_add(1);
+  try {
+    for (int i = 0; i < endpoints; ++i) {
+      const std::string name = "slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(seq) + "-" + std::to_string(i);
+      registerLive(name);
+      runChecked({"ip", "netns", "add", name}, "create namespace");
+      ns_.push_back(name);
+      runChecked({"ip", "-n", name, "link", "set", "lo", "up"}, "bring up loopback");
+    }
+    for (size_t e = 0; e < edges_.size(); ++e) {
+      const auto& edge = edges_[e];
+      const std::string va = vethName(static_cast<int>(e), edge.a), vb = vethName(static_cast<int>(e), edge.b);
+      runChecked({"ip", "link", "add", va, "netns", ns_.at(edge.a), "type", "veth", "peer", "name", vb,
+                  "netns", ns_.at(edge.b)}, "create veth pair");
+      for (int side : {edge.a, edge.b}) {
+        const std::string dev = side == edge.a ? va : vb;
+        runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(mtu_)}, "set mtu");
+        runChecked({"ip", "-n", ns_[side], "addr", "add", address(static_cast<int>(e), side) + "/24", "dev", dev}, "add address");
+        runChecked({"ip", "-n", ns_[side], "link", "set", dev, "up"}, "bring up veth");
+        const CommandResult off = runCommand({"ip", "netns", "exec", ns_[side], "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"});
+        mechanism_["offloads"] = off.status == 0 ? "tso/gso/gro off" : "could not disable: " + off.output;
+      }
+      shape(static_cast<int>(e), edge.a, edge.aToB);
+      shape(static_cast<int>(e), edge.b, edge.bToA);
+    }
+  } catch (...) {
+    destroy();
+    throw;
+  }
+  mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + ")";
+  mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
+  mechanism_["jitter"] = mechanism_["delay"];
+  mechanism_["loss"] = f.netem ? "netem" : "user-space retransmission delay";
+  mechanism_["netem_available"] = f.netem;
+}
+
+NetnsFabric::~NetnsFabric() { destroy(); }
+
+void NetnsFabric::destroy() {
+  for (const auto& name : ns_) {
+    runCommand({"ip", "netns", "delete", name});
+    unregisterLive(name);
+  }
+  ns_.clear();
+}
+
+std::string NetnsFabric::vethName(int edge, int endpoint) const {
+  return "sp" + std::to_string(getpid() % 10000000) + "e" + std::to_string(edge) +
+         (endpoint == edges_.at(edge).a ? "a" : "b");
+}
+
+std::string NetnsFabric::address(int edge, int endpoint) const {
+  return "10.213." + std::to_string(edge) + "." + (endpoint == edges_.at(edge).a ? "1" : "2");
+}
+
+void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
+  const std::string& ns = ns_.at(from);
+  const std::string dev = vethName(edge, from);
+  const double rate = wireRateFor(spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0), mtu_);
+  // Burst: 1 ms worth of bytes, at least two MTU-sized packets.
+  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu_ + 14));
+  runChecked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}, "add htb");
+  runChecked({"tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate",
+              bitRate(rate), "ceil", bitRate(rate), "burst", std::to_string(burst), "cburst", std::to_string(burst)},
+             "add htb class");
+  if (kernelFeatures().netem && (spec.latencyS > 0 || spec.jitterS > 0 || spec.loss > 0)) {
+    std::vector<std::string> cmd = {"tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:",
+                                    "netem", "limit", "100000", "delay",
+                                    std::to_string(static_cast<int64_t>(spec.latencyS * 1e6)) + "us"};
+    if (spec.jitterS > 0) cmd.push_back(std::to_string(static_cast<int64_t>(spec.jitterS * 1e6)) + "us");
+    if (spec.loss > 0) cmd.insert(cmd.end(), {"loss", std::to_string(spec.loss * 100) + "%"});
+    runChecked(cmd, "add netem");
+  }
+}
+
+void NetnsFabric::setRate(int edge, int from, double bps) {
+  const double rate = wireRateFor(bps, mtu_);
+  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu_ + 14));
+  runChecked({"tc", "-n", ns_.at(from), "class", "change", "dev", vethName(edge, from), "parent", "1:", "classid",
+              "1:1", "htb", "rate", bitRate(rate), "ceil", bitRate(rate), "burst", std::to_string(burst), "cburst",
+              std::to_string(burst)}, "change htb rate");
+}
+
+double NetnsFabric::userLatency(int edge, int from) const {
+  if (kernelFeatures().netem) return 0.0;
+  const auto& e = edges_.at(edge);
+  return (from == e.a ? e.aToB : e.bToA).latencyS;
+}
+
+double NetnsFabric::userJitter(int edge, int from) const {
+  if (kernelFeatures().netem) return 0.0;
+  const auto& e = edges_.at(edge);
+  return (from == e.a ? e.aToB : e.bToA).jitterS;
+}
+
+void enterNamespace(const std::string& name) {
+  const std::string path = "/var/run/netns/" + name;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open namespace " + path + ": " + std::strerror(errno));
+  const int rc = setns(fd, CLONE_NEWNET);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) throw std::runtime_error("setns " + name + ": " + std::strerror(err));
+}
+
+std::vector<std::string> cleanupNamespaces(bool all) {
+  std::vector<std::string> removed;
+  const CommandResult list = runCommand({"ip", "netns", "list"});
+  size_t pos = 0;
+  while (pos < list.output.size()) {
+    const size_t eol = std::min(list.output.find('\n', pos), list.output.size());
+    const std::string line = list.output.substr(pos, eol - pos);
+    pos = eol + 1;
+    const std::string name = line.substr(0, line.find(' '));
+    if (name.rfind("slowpipe-", 0) != 0) continue;
+    const long owner = std::strtol(name.c_str() + 9, nullptr, 10);
+    const bool alive = owner > 0 && owner != getpid() && (kill(static_cast<pid_t>(owner), 0) == 0 || errno == EPERM);
+    if (!all && alive) continue;
+    if (runCommand({"ip", "netns", "delete", name}).status == 0) removed.push_back(name);
+  }
+  return removed;
+}
+
+}  // namespace slowpipe::emulator

@@ -1,0 +1,116 @@
+// ShapedSender / ShapedReceiver (protocol in shaped_socket.h).
+#include "emulator/shaped_socket.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace slowpipe::emulator {
+
+double monotonicNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void sleepUntil(double t) {
+  constexpr double kSpin = 100e-6;
+  const double coarse = t - kSpin;
+  if (coarse > monotonicNow()) {
+    timespec ts;
+    ts.tv_sec = static_cast<time_t>(coarse);
+    ts.tv_nsec = static_cast<long>((coarse - static_cast<double>(ts.tv_sec)) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+  while (monotonicNow() < t) {
+  }
+}
+
+ShapedSender::ShapedSender(zmq::socket_t& socket, LinkSpec spec, bool paceRate, uint64_t seed)
+    : socket_(socket), clock_(std::move(spec), monotonicNow(), seed), paceRate_(paceRate) {}
+
+void ShapedSender::send(const void* data, size_t size) {
+  send(zmq::message_t(data, size));
+}
+
+void ShapedSender::send(zmq::message_t payload) {
+  Envelope e;
+  e.bytes = payload.size();
+  if (paceRate_) {
+    // Queue limit: wait until what is already on the link fits under it.
+    const auto& spec = clock_.spec();
+    const double rate = spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0);
+    const double maxBacklog = 8.0 * static_cast<double>(spec.queueBytes) / rate;
+    const double now = monotonicNow();
+    if (clock_.backlogSeconds(now) > maxBacklog) sleepUntil(now + clock_.backlogSeconds(now) - maxBacklog);
+    e.sendTime = monotonicNow();
+    e.arrivalTime = clock_.send(e.sendTime, e.bytes);
+  } else {
+    e.sendTime = monotonicNow();
+  }
+  socket_.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
+  socket_.send(std::move(payload), zmq::send_flags::none);
+}
+
+ShapedReceiver::ShapedReceiver(zmq::socket_t& socket, double latencyS, double jitterS, uint64_t seed)
+    : socket_(socket), latencyS_(latencyS), jitterS_(jitterS), rng_(seed) {}
+
+bool ShapedReceiver::pull(bool wait, int timeoutMs) {
+  if (wait) {
+    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeoutMs)) == 0) return false;
+  }
+  zmq::message_t head;
+  if (!socket_.recv(head, zmq::recv_flags::dontwait)) return false;
+  const double now = monotonicNow();
+  if (head.size() != sizeof(Envelope) || !head.more())
+    throw std::runtime_error("shaped socket: malformed envelope of " + std::to_string(head.size()) +
+                             " bytes (expected " + std::to_string(sizeof(Envelope)) + ")");
+  ShapedMessage m;
+  std::memcpy(&m.envelope, head.data(), sizeof(Envelope));
+  (void)socket_.recv(m.payload, zmq::recv_flags::none);  // the second part follows atomically
+  if (m.payload.size() != m.envelope.bytes)
+    throw std::runtime_error("shaped socket: payload of " + std::to_string(m.payload.size()) +
+                             " bytes, envelope says " + std::to_string(m.envelope.bytes));
+  m.receivedAt = now;
+  m.due = m.envelope.arrivalTime;
+  if (m.due == 0) {  // kernel-paced: the receiver adds latency (+ jitter) to the real receipt
+    double delay = latencyS_;
+    if (jitterS_ > 0) {
+      std::normal_distribution<double> d(0.0, jitterS_);
+      delay = std::max(0.0, delay + std::clamp(d(rng_), -3 * jitterS_, 3 * jitterS_));
+    }
+    m.due = now + delay;
+  }
+  m.due = std::max(m.due, lastDue_);  // FIFO
+  lastDue_ = m.due;
+  pending_.push_back(std::move(m));
+  return true;
+}
+
+void ShapedReceiver::drainFor(double until) {
+  constexpr double kTick = 100e-6;
+  while (true) {
+    while (pull(false, 0)) {
+    }
+    const double now = monotonicNow();
+    if (now >= until) return;
+    if (until - now <= 2 * kTick) return sleepUntil(until);  // last stretch: precise
+    const timespec nap{0, static_cast<long>(kTick * 1e9)};      // otherwise sleep, do not spin
+    nanosleep(&nap, nullptr);
+  }
+}
+
+std::optional<ShapedMessage> ShapedReceiver::recv(int timeoutMs) {
+  if (pending_.empty() && !pull(true, timeoutMs)) return std::nullopt;
+  drainFor(pending_.front().due);
+  ShapedMessage m = std::move(pending_.front());
+  pending_.pop_front();
+  m.deliveredAt = monotonicNow();
+  return m;
+}
+
+}  // namespace slowpipe::emulator

@@ -1,0 +1,80 @@
+// User-space shaping on the project's own ZeroMQ sockets.
+//
+// Protocol: every message is two ZeroMQ frames, an Envelope and the payload. The sender keeps the
+// LinkClock of its link and stamps each message with the time it may be delivered; the receiver
+// holds the message until then (sleep, then spin for the last ~100 us). Because the stamp is
+// computed from the send time, the real loopback transfer is absorbed into the emulated time
+// instead of added to it; a message that really arrives later than its stamp is delivered at once.
+// With the kernel backend the kernel paces the rate: the sender stamps arrival = 0 and the
+// receiver adds only latency/jitter to the real receipt time (DelayLine).
+// All times are CLOCK_MONOTONIC seconds, which every process on the host shares, also across
+// network namespaces.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <random>
+#include <zmq.hpp>
+
+#include "emulator/link.h"
+
+namespace slowpipe::emulator {
+
+double monotonicNow();
+// Sleeps until monotonic time t: clock_nanosleep to ~100 us before, then spins.
+void sleepUntil(double t);
+
+struct Envelope {
+  double sendTime = 0;     // when the sender handed the message over
+  double arrivalTime = 0;  // when the receiver may deliver it; 0: receiver applies its DelayLine
+  uint64_t bytes = 0;      // payload size, checked on receipt
+};
+
+struct ShapedMessage {
+  Envelope envelope;
+  double receivedAt = 0;   // when it came off the socket
+  double due = 0;          // when it may be delivered
+  double deliveredAt = 0;
+  zmq::message_t payload;
+};
+
+// Shapes what the owner sends on one socket to one peer.
+class ShapedSender {
+ public:
+  // paceRate=false: the kernel shapes the rate; only stamp the send time.
+  ShapedSender(zmq::socket_t& socket, LinkSpec spec, bool paceRate, uint64_t seed = 1);
+  // Sends one message. Blocks while the emulated link holds more than spec.queueBytes.
+  void send(const void* data, size_t size);
+  // Variant taking ownership of a zmq message (no copy).
+  void send(zmq::message_t payload);
+  const LinkClock& clock() const { return clock_; }
+
+ private:
+  zmq::socket_t& socket_;
+  LinkClock clock_;
+  bool paceRate_;
+};
+
+// Delivers messages at their emulated arrival times. While it waits for one message's time it keeps
+// draining the socket, so receipt times (which the kernel-paced DelayLine adds latency to) are
+// stamped when messages really arrive, not when the previous one was delivered.
+class ShapedReceiver {
+ public:
+  // latencyS/jitterS are applied by the receiver only for messages stamped with arrivalTime 0.
+  ShapedReceiver(zmq::socket_t& socket, double latencyS = 0, double jitterS = 0, uint64_t seed = 2);
+  // Waits up to timeoutMs (-1: forever) for a message; empty if none came.
+  std::optional<ShapedMessage> recv(int timeoutMs = -1);
+
+ private:
+  bool pull(bool wait, int timeoutMs);  // moves one message from the socket into pending_
+  void drainFor(double until);          // pulls whatever arrives until `until`
+
+  zmq::socket_t& socket_;
+  double latencyS_, jitterS_;
+  double lastDue_ = 0;
+  std::mt19937_64 rng_;
+  std::deque<ShapedMessage> pending_;
+};
+
+}  // namespace slowpipe::emulator

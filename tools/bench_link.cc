@@ -1,0 +1,110 @@
+// `slowpipe bench link`: calibrate a shaped link (user or tc backend), one point or the sweep.
+// `slowpipe emulator cleanup|probe`: remove leftovers of killed runs; show what the kernel offers.
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "emulator/calibrate.h"
+#include "emulator/netns.h"
+#include "tools/commands.h"
+
+namespace slowpipe::tools {
+namespace {
+
+using nlohmann::json;
+
+struct LinkBenchOptions {
+  std::string backend = "user", bandwidth = "1Gbps", latency = "0ms", jitter = "0ms", trace;
+  uint64_t messageBytes = 1u << 20;
+  int messages = 0;
+  bool json = false, sweep = false, iperf = false;
+};
+
+void printPoint(const json& p) {
+  auto ms = [](const json& v) { return v.is_number() ? v.get<double>() * 1e3 : NAN; };
+  std::printf("%-5s %12s %12s %8.2f%% %10.3f %10.3f %10.3f %8.3f  %s\n", p["backend"].get<std::string>().c_str(),
+              emulator::formatBandwidth(p["configured_bps"]).c_str(),
+              emulator::formatBandwidth(p["achieved_bps"]).c_str(), 100 * p["rate_error"].get<double>(),
+              ms(p["latency_configured_s"]), ms(p["latency_median_s"]), ms(p["latency_p99_s"]),
+              ms(p["latency_error_s"]), p.contains("note") ? p["note"].get<std::string>().c_str() : "");
+}
+
+json runPoint(const LinkBenchOptions& o, const std::string& bw, const std::string& lat, double ceiling) {
+  emulator::CalibrationOptions c;
+  c.backend = o.backend;
+  c.link.bandwidthBps = emulator::parseBandwidth(bw, "--bandwidth");
+  c.link.latencyS = emulator::parseDuration(lat, "--latency");
+  c.link.jitterS = emulator::parseDuration(o.jitter, "--jitter");
+  if (!o.trace.empty()) c.link.trace = emulator::BandwidthTrace::load(o.trace);
+  c.messageBytes = o.messageBytes;
+  c.messages = o.messages;
+  c.iperf = o.iperf;
+  json p = emulator::calibrateLink(c);
+  if (o.backend == "user" && ceiling > 0) {
+    p["loopback_ceiling_bps"] = ceiling;
+    if (c.link.bandwidthBps > 0.9 * ceiling)
+      p["note"] = "configured rate is above 90% of what ZeroMQ loopback carries here (" +
+                  emulator::formatBandwidth(ceiling) + "): the machine, not the emulator, limits it";
+  }
+  return p;
+}
+
+void run(const LinkBenchOptions& o) {
+  const double ceiling = o.backend == "user" ? emulator::loopbackCeilingBps(o.messageBytes, 200) : 0;
+  std::vector<std::pair<std::string, std::string>> points;
+  if (o.sweep) {
+    for (const char* lat : {"0ms", "10ms"})
+      for (const char* bw : {"100Mbps", "500Mbps", "1Gbps", "10Gbps"}) points.emplace_back(bw, lat);
+  } else {
+    points.emplace_back(o.bandwidth, o.latency);
+  }
+  if (!o.json)
+    std::printf("%-5s %12s %12s %9s %10s %10s %10s %8s\n", "back", "configured", "achieved", "rate err",
+                "lat ms", "med ms", "p99 ms", "err ms");
+  json all = json::array();
+  for (const auto& [bw, lat] : points) {
+    json p = runPoint(o, bw, lat, ceiling);
+    if (!o.json) printPoint(p);
+    all.push_back(p);
+  }
+  if (!o.json && ceiling > 0) std::printf("ZeroMQ TCP loopback ceiling here: %s\n", emulator::formatBandwidth(ceiling).c_str());
+  if (o.json) std::cout << (o.sweep ? json{{"points", all}, {"loopback_ceiling_bps", ceiling}} : all[0]).dump(2) << std::endl;
+}
+
+}  // namespace
+
+void addBenchLink(CLI::App& bench) {
+  auto o = std::make_shared<LinkBenchOptions>();
+  auto* cmd = bench.add_subcommand("link", "calibrate a shaped link: achieved goodput and latency");
+  cmd->add_option("--backend", o->backend, "user (no privileges) or tc (root: netns + veth + tc)")
+      ->check(CLI::IsMember({"user", "tc"}))->capture_default_str();
+  cmd->add_option("--bandwidth", o->bandwidth, "e.g. 100Mbps, 1Gbps, 10Gbit")->capture_default_str();
+  cmd->add_option("--latency", o->latency, "one-way latency, e.g. 5ms, 250us")->capture_default_str();
+  cmd->add_option("--jitter", o->jitter, "latency standard deviation")->capture_default_str();
+  cmd->add_option("--message-bytes", o->messageBytes, "bytes per message")->capture_default_str();
+  cmd->add_option("--messages", o->messages, "bulk messages (0: ~2 s worth)")->capture_default_str();
+  cmd->add_option("--trace", o->trace, "bandwidth trace file: '<time s> <rate>' per line");
+  cmd->add_flag("--sweep", o->sweep, "100Mbps, 500Mbps, 1Gbps, 10Gbps at 0 and 10 ms");
+  cmd->add_flag("--iperf", o->iperf, "tc backend: cross-check with iperf3 in the same namespaces");
+  cmd->add_flag("--json", o->json, "print JSON");
+  cmd->callback([o] { run(*o); });
+}
+
+void addEmulatorCommands(CLI::App& app) {
+  auto* emu = app.add_subcommand("emulator", "kernel backend housekeeping");
+  emu->require_subcommand(1);
+  auto all = std::make_shared<bool>(false);
+  auto* cleanup = emu->add_subcommand("cleanup", "remove slowpipe namespaces left by killed runs");
+  cleanup->add_flag("--all", *all, "also those of live processes");
+  cleanup->callback([all] {
+    const auto removed = emulator::cleanupNamespaces(*all);
+    std::printf("removed %zu namespace(s)%s\n", removed.size(), removed.empty() ? "" : ":");
+    for (const auto& n : removed) std::printf("  %s\n", n.c_str());
+  });
+  emu->add_subcommand("probe", "show which qdiscs the kernel offers")->callback([] {
+    const auto& f = emulator::kernelFeatures();
+    std::cout << json{{"root", f.root}, {"htb", f.htb}, {"tbf", f.tbf}, {"netem", f.netem}, {"note", f.note}}.dump(2) << std::endl;
+  });
+}
+
+}  // namespace slowpipe::tools
