@@ -121,8 +121,10 @@ const KernelFeatures& kernelFeatures() {
 
 NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
     : edges_(std::move(edges)), mtu_(mtu) {
+  if (geteuid() != 0)
+    throw std::runtime_error("kernel backend: not root; creating namespaces and tc qdiscs needs CAP_NET_ADMIN "
+                             "(run as root, or use backend 'user')");
   const KernelFeatures& f = kernelFeatures();
-  if (!f.root) throw std::runtime_error("kernel backend: " + f.note + " (run as root, or use backend 'user')");
   if (!f.htb) throw std::runtime_error("kernel backend: this kernel has no HTB qdisc (sch_htb); use backend 'user'");
   installHandlers();
   const int seq = gFabricSeq.fetch_add(1);

@@ -1,0 +1,141 @@
+// Kernel backend (root only; skipped with the reason otherwise): HTB rate accuracy through real
+// namespaces and veths, and cleanup on destruction, on SIGTERM and after kill -9.
+#include "emulator/netns.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "emulator/calibrate.h"
+#include "emulator/command.h"
+
+namespace slowpipe::emulator {
+namespace {
+
+// Namespaces owned by `pid` that are still there.
+int namespacesOf(pid_t pid) {
+  const std::string out = runCommand({"ip", "netns", "list"}).output;
+  const std::string prefix = "slowpipe-" + std::to_string(pid) + "-";
+  int n = 0;
+  for (size_t p = out.find(prefix); p != std::string::npos; p = out.find(prefix, p + 1)) ++n;
+  return n;
+}
+
+int vethsOf(pid_t pid) {
+  const std::string out = runCommand({"ip", "-o", "link", "show"}).output;
+  return out.find("sp" + std::to_string(pid % 10000000) + "e") == std::string::npos ? 0 : 1;
+}
+
+class KernelBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto& f = kernelFeatures();
+    if (!f.root) GTEST_SKIP() << "kernel backend needs root: " << f.note;
+    if (!f.htb) GTEST_SKIP() << "kernel has no HTB qdisc";
+  }
+  void TearDown() override {
+    EXPECT_EQ(namespacesOf(getpid()), 0) << "a project namespace survived the test";
+    EXPECT_EQ(vethsOf(getpid()), 0) << "a project veth survived in the root namespace";
+  }
+};
+
+TEST_F(KernelBackendTest, WithoutRootTheErrorSaysSo) {
+  // A child drops to nobody and tries: it must get a clear error and create nothing.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    std::string msg = "no error";
+    if (setgid(65534) == 0 && setuid(65534) == 0) {
+      try {
+        NetnsFabric fabric(2, {FabricEdge{0, 1, LinkSpec{}, LinkSpec{}}});
+      } catch (const std::exception& e) {
+        msg = e.what();
+      }
+    } else {
+      msg = "could not drop privileges";
+    }
+    (void)!write(fds[1], msg.data(), msg.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[512] = {0};
+  (void)!read(fds[0], buf, sizeof buf - 1);
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(std::string(buf).find("not root"), std::string::npos) << buf;
+  EXPECT_EQ(namespacesOf(child), 0);
+}
+
+class KernelRateTest : public KernelBackendTest, public ::testing::WithParamInterface<double> {};
+
+TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
+  CalibrationOptions o;
+  o.backend = "tc";
+  o.link.bandwidthBps = GetParam();
+  o.link.latencyS = 0.002;
+  o.messageBytes = 256 * 1024;
+  o.messages = static_cast<int>(std::max(8.0, 0.7 * o.link.bandwidthBps / (8.0 * o.messageBytes)));
+  o.probes = 50;
+  const auto r = calibrateLink(o);
+  EXPECT_NEAR(r["achieved_bps"].get<double>() / o.link.bandwidthBps, 1.0, 0.05) << r.dump(2);
+  // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
+  EXPECT_NEAR(r["latency_median_s"].get<double>(), 0.002, 0.5e-3) << r.dump(2);
+  EXPECT_EQ(r["mechanism"]["rate"].get<std::string>().rfind("htb", 0), 0u);
+  EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9));
+
+TEST_F(KernelBackendTest, SigtermRemovesEverything) {
+  const pid_t child = fork();
+  if (child == 0) {
+    NetnsFabric fabric(2, {FabricEdge{0, 1, LinkSpec{}, LinkSpec{}}});
+    std::printf("ready\n");
+    pause();
+    _exit(0);
+  }
+  for (int i = 0; i < 100 && namespacesOf(child) < 2; ++i) usleep(50000);
+  ASSERT_EQ(namespacesOf(child), 2);
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(namespacesOf(child), 0);
+}
+
+TEST_F(KernelBackendTest, CleanupRemovesWhatKill9Left) {
+  const pid_t child = fork();
+  if (child == 0) {
+    NetnsFabric fabric(2, {FabricEdge{0, 1, LinkSpec{}, LinkSpec{}}});
+    pause();
+    _exit(0);
+  }
+  for (int i = 0; i < 100 && namespacesOf(child) < 2; ++i) usleep(50000);
+  ASSERT_EQ(namespacesOf(child), 2);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(namespacesOf(child), 2) << "kill -9 cannot be caught: the namespaces stay";
+  const auto removed = cleanupNamespaces(false);
+  EXPECT_EQ(namespacesOf(child), 0);
+  EXPECT_GE(removed.size(), 2u);
+}
+
+TEST_F(KernelBackendTest, CleanupLeavesLiveOwnersAlone) {
+  NetnsFabric fabric(2, {FabricEdge{0, 1, LinkSpec{}, LinkSpec{}}});
+  const pid_t child = fork();
+  if (child == 0) {
+    // Another process's cleanup must not remove this live process's namespaces.
+    _exit(cleanupNamespaces(false).empty() ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(namespacesOf(getpid()), 2);
+  fabric.destroy();
+}
+
+}  // namespace
+}  // namespace slowpipe::emulator
