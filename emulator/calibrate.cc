@@ -255,7 +255,29 @@ json calibrateKernel(const CalibrationOptions& o) {
     usleep(200000);
     return std::string();
   }, &txFd);
-  collect(txPid, txFd, "sender");
+  // Bandwidth trace: the kernel rate follows it, changed with `tc class change` at each step.
+  std::atomic<bool> stop{false};
+  std::thread tracer;
+  if (!o.link.trace.empty()) {
+    tracer = std::thread([&, t0 = monotonicNow()] {
+      for (const auto& [at, bps] : o.link.trace.points()) {
+        while (!stop && monotonicNow() < t0 + at) usleep(1000);
+        if (stop) return;
+        fabric.setRate(0, 0, bps);
+      }
+    });
+  }
+  try {
+    collect(txPid, txFd, "sender");
+  } catch (...) {
+    stop = true;
+    if (tracer.joinable()) tracer.join();
+    kill(rxPid, SIGKILL);
+    waitpid(rxPid, nullptr, 0);
+    throw;
+  }
+  stop = true;
+  if (tracer.joinable()) tracer.join();
   const json arr = json::parse(collect(rxPid, rxFd, "receiver"));
   std::vector<Sample> samples;
   for (const auto& x : arr) samples.push_back({x[0].get<double>(), x[1].get<double>(), x[2].get<uint64_t>()});

@@ -22,11 +22,12 @@ struct LinkBenchOptions {
 
 void printPoint(const json& p) {
   auto ms = [](const json& v) { return v.is_number() ? v.get<double>() * 1e3 : NAN; };
-  std::printf("%-5s %12s %12s %8.2f%% %10.3f %10.3f %10.3f %8.3f  %s\n", p["backend"].get<std::string>().c_str(),
+  const std::string iperf = p.contains("iperf3_bps") ? emulator::formatBandwidth(p["iperf3_bps"]) : "-";
+  std::printf("%-5s %12s %12s %8.2f%% %10.3f %10.3f %10.3f %8.3f %12s  %s\n", p["backend"].get<std::string>().c_str(),
               emulator::formatBandwidth(p["configured_bps"]).c_str(),
               emulator::formatBandwidth(p["achieved_bps"]).c_str(), 100 * p["rate_error"].get<double>(),
               ms(p["latency_configured_s"]), ms(p["latency_median_s"]), ms(p["latency_p99_s"]),
-              ms(p["latency_error_s"]), p.contains("note") ? p["note"].get<std::string>().c_str() : "");
+              ms(p["latency_error_s"]), iperf.c_str(), p.contains("note") ? p["note"].get<std::string>().c_str() : "");
 }
 
 json runPoint(const LinkBenchOptions& o, const std::string& bw, const std::string& lat, double ceiling) {
@@ -59,14 +60,15 @@ void run(const LinkBenchOptions& o) {
     points.emplace_back(o.bandwidth, o.latency);
   }
   if (!o.json)
-    std::printf("%-5s %12s %12s %9s %10s %10s %10s %8s\n", "back", "configured", "achieved", "rate err",
-                "lat ms", "med ms", "p99 ms", "err ms");
+    std::printf("%-5s %12s %12s %9s %10s %10s %10s %8s %12s\n", "back", "configured", "achieved", "rate err",
+                "lat ms", "med ms", "p99 ms", "err ms", "iperf3");
   json all = json::array();
   for (const auto& [bw, lat] : points) {
     json p = runPoint(o, bw, lat, ceiling);
     if (!o.json) printPoint(p);
     all.push_back(p);
   }
+  if (!o.json && o.backend == "tc") std::printf("mechanism: %s\n", all.back()["mechanism"].dump().c_str());
   if (!o.json && ceiling > 0) std::printf("ZeroMQ TCP loopback ceiling here: %s\n", emulator::formatBandwidth(ceiling).c_str());
   if (o.json) std::cout << (o.sweep ? json{{"points", all}, {"loopback_ceiling_bps", ceiling}} : all[0]).dump(2) << std::endl;
 }
