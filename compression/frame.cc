@@ -8,7 +8,7 @@
 namespace slowpipe::compression {
 namespace {
 
-bool validKind(uint8_t k) { return k >= 1 && k <= 3; }
+bool validKind(uint8_t k) { return k >= 1 && k <= 5; }
 
 }  // namespace
 
@@ -58,7 +58,7 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   SP_REQUIRE(version == kFrameVersion, "frame: version " + std::to_string(version) +
                                         " is not supported, expected " + std::to_string(kFrameVersion));
   const auto kind = r.get<uint8_t>("kind");
-  SP_REQUIRE(validKind(kind), "frame: unknown message kind " + std::to_string(kind) + ", expected 1..3");
+  SP_REQUIRE(validKind(kind), "frame: unknown message kind " + std::to_string(kind) + ", expected 1..5");
   h.kind = static_cast<MessageKind>(kind);
   const auto dtype = r.get<uint8_t>("dtype");
   SP_REQUIRE(dtype == 0, "frame: dtype " + std::to_string(dtype) + " is not supported, expected 0 (fp32)");

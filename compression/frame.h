@@ -17,7 +17,8 @@
 
 namespace slowpipe::compression {
 
-enum class MessageKind : uint8_t { kActivation = 1, kGradient = 2, kParamGradient = 3 };
+// kControl: small scalars between stages (gradient-norm reduction); kEval: validation activations.
+enum class MessageKind : uint8_t { kActivation = 1, kGradient = 2, kParamGradient = 3, kControl = 4, kEval = 5 };
 
 struct FrameHeader {
   MessageKind kind = MessageKind::kActivation;

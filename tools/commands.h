@@ -9,5 +9,6 @@ namespace slowpipe::tools {
 void addBenchCodecs(CLI::App& bench);
 void addBenchLink(CLI::App& bench);
 void addEmulatorCommands(CLI::App& app);
+void addRunCommands(CLI::App& app);
 
 }  // namespace slowpipe::tools

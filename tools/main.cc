@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addBenchCodecs(*bench);
   slowpipe::tools::addBenchLink(*bench);
   slowpipe::tools::addEmulatorCommands(app);
+  slowpipe::tools::addRunCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

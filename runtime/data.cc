@@ -1,0 +1,156 @@
+// Corpus preparation, example sets and epoch plans.
+#include "runtime/data.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace slowpipe::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + p.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Fortune files separate entries with lines holding only '%'; keep the text, one entry per paragraph.
+std::string cleanText(const std::string& raw) {
+  std::string out;
+  std::istringstream in(raw);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line == "%") {
+      out += "\n";
+      continue;
+    }
+    for (char c : line) out += (static_cast<unsigned char>(c) < 128 && (c >= 32 || c == '\t')) ? c : ' ';
+    out += "\n";
+  }
+  return out;
+}
+
+void writeAtomically(const fs::path& p, const std::string& bytes) {
+  const fs::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, p);
+}
+
+}  // namespace
+
+CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
+  if (!fs::is_directory(data.source))
+    throw std::invalid_argument("data.source: '" + data.source + "' is not a folder (install the Debian package "
+                                "'fortunes', or point data.source at a folder of text files)");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(data.source)) {
+    if (!e.is_regular_file() || e.is_symlink()) continue;
+    const std::string ext = e.path().extension().string();
+    if (ext == ".dat" || ext == ".u8" || ext == ".gz") continue;
+    files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : data.finetuneFiles)
+    if (std::none_of(files.begin(), files.end(), [&](const fs::path& p) { return p.filename() == f; }))
+      throw std::invalid_argument("data.finetune_files: '" + f + "' is not a file in " + data.source);
+  nlohmann::json inputs = {{"source", data.source}, {"finetune_files", data.finetuneFiles}, {"files", nlohmann::json::array()}};
+  for (const auto& f : files) inputs["files"].push_back({f.filename().string(), fs::file_size(f)});
+  const fs::path dir = data.cacheDir, meta = dir / "meta.json";
+  CorpusInfo info;
+  info.dir = dir.string();
+  if (!force && fs::exists(meta)) {
+    const auto m = nlohmann::json::parse(readFile(meta));
+    if (m.value("inputs", nlohmann::json()) == inputs) {
+      info.pretrainTokens = m["pretrain_tokens"];
+      info.finetuneTokens = m["finetune_tokens"];
+      for (const auto& f : files) info.files.push_back(f.filename().string());
+      return info;
+    }
+  }
+  std::string pre, fine;
+  for (const auto& f : files) {
+    const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(), f.filename()) != data.finetuneFiles.end();
+    (isFine ? fine : pre) += cleanText(readFile(f));
+    info.files.push_back(f.filename().string());
+  }
+  if (pre.empty() || fine.empty())
+    throw std::invalid_argument("data.source: '" + data.source + "' gives an empty " + (pre.empty() ? "pretrain" : "fine-tune") + " split");
+  fs::create_directories(dir);
+  writeAtomically(dir / "pretrain.bin", pre);
+  writeAtomically(dir / "finetune.bin", fine);
+  writeAtomically(meta, nlohmann::json{{"inputs", inputs}, {"pretrain_tokens", pre.size()}, {"finetune_tokens", fine.size()},
+                                       {"tokenizer", "byte-level (one byte = one token, vocab 256)"}}.dump(2));
+  info.pretrainTokens = static_cast<int64_t>(pre.size());
+  info.finetuneTokens = static_cast<int64_t>(fine.size());
+  return info;
+}
+
+ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std::string& part, int seqLen)
+    : seqLen_(seqLen) {
+  if (split != "pretrain" && split != "finetune") throw std::invalid_argument("split '" + split + "': expected pretrain or finetune");
+  if (part != "train" && part != "val") throw std::invalid_argument("part '" + part + "': expected train or val");
+  const fs::path file = fs::path(data.cacheDir) / (split + ".bin");
+  if (!fs::exists(file)) throw std::runtime_error("'" + file.string() + "' is missing: run `slowpipe data prepare` first");
+  const std::string bytes = readFile(file);
+  tokens_.assign(bytes.begin(), bytes.end());
+  const int64_t all = (static_cast<int64_t>(tokens_.size()) - 1) / seqLen;
+  const int64_t val = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(all) * data.valFraction));
+  if (all - val < 1) throw std::runtime_error("'" + file.string() + "' is too small for seq_len " + std::to_string(seqLen));
+  if (part == "train") {
+    count_ = all - val;
+    if (data.maxTrainExamples > 0) count_ = std::min(count_, data.maxTrainExamples);
+  } else {
+    first_ = all - val;
+    count_ = data.maxValExamples > 0 ? std::min(val, data.maxValExamples) : val;
+    idBase_ = kValIdBase;
+  }
+}
+
+void ExampleSet::example(int64_t i, int64_t* inputs, int64_t* targets) const {
+  const uint8_t* p = tokens_.data() + (first_ + i) * seqLen_;
+  for (int t = 0; t < seqLen_; ++t) {
+    inputs[t] = p[t];
+    targets[t] = p[t + 1];
+  }
+}
+
+EpochPlan::EpochPlan(int64_t examples, int microBatches, int microBatchSize, uint64_t seed)
+    : examples_(examples), steps_(examples / (int64_t{microBatches} * microBatchSize)), m_(microBatches),
+      b_(microBatchSize), seed_(seed) {
+  if (steps_ < 1)
+    throw std::invalid_argument("data: " + std::to_string(examples) + " training examples do not fill one step of " +
+                                std::to_string(microBatches) + " x " + std::to_string(microBatchSize));
+}
+
+const std::vector<int64_t>& EpochPlan::order(int epoch) const {
+  if (epoch == cachedEpoch_) return cached_;
+  std::vector<int64_t> o(examples_);
+  for (int64_t i = 0; i < examples_; ++i) o[i] = i;
+  std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
+  for (int64_t i = examples_ - 1; i > 0; --i) {  // Fisher-Yates with our own draws: same on every libstdc++
+    const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+    std::swap(o[i], o[j]);
+  }
+  cachedEpoch_ = epoch;
+  cached_ = std::move(o);
+  return cached_;
+}
+
+std::vector<int64_t> EpochPlan::microBatch(int epoch, int64_t step, int mb) const {
+  const auto& o = order(epoch);
+  const int64_t start = (step * m_ + mb) * b_;
+  return std::vector<int64_t>(o.begin() + start, o.begin() + start + b_);
+}
+
+}  // namespace slowpipe::runtime

@@ -1,0 +1,332 @@
+// Launcher: process management, record collection, result assembly (see launcher.h).
+#include "runtime/launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <zmq.hpp>
+
+#include "emulator/calibrate.h"
+#include "emulator/netns.h"
+#include "emulator/shaped_socket.h"
+#include "runtime/data.h"
+#include "runtime/result.h"
+
+namespace slowpipe::runtime {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::atomic<int> gInterrupt{0};
+void onInterrupt(int sig) { gInterrupt = sig; }
+
+double now() { return emulator::monotonicNow(); }
+
+struct Worker {
+  pid_t pid = -1;
+  bool done = false, exited = false;
+  int status = 0;
+  int64_t lastStep = -1;
+};
+
+std::string describeExit(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+class Launcher {
+ public:
+  Launcher(const RunSpec& spec, const LaunchOptions& opt) : spec_(spec), opt_(opt), S_(spec.pipeline.stages), workers_(S_) {}
+
+  int run() {
+    fs::create_directories(opt_.outDir);
+    resultPath_ = (fs::path(opt_.outDir) / "result.json").string();
+    specPath_ = (fs::path(opt_.outDir) / "spec.json").string();
+    writeJsonAtomically(specPath_, spec_.source.is_null() ? toJson(spec_) : spec_.source);
+    doc_ = {{"schema", kResultSchema}, {"status", "running"}, {"spec", toJson(spec_)}, {"steps", json::array()},
+            {"evals", json::array()}};
+    const CorpusInfo corpus = prepareCorpus(spec_.data);
+    doc_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
+    if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
+      throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
+                                  "' does not exist (make it with `slowpipe pretrain`)");
+    setupNetwork();
+    int rc = 1;
+    try {
+      rc = supervise();
+    } catch (const std::exception& e) {
+      fail(std::string("launcher: ") + e.what());
+    }
+    stopWorkers();
+    fabric_.reset();
+    writeJsonAtomically(resultPath_, finalDoc());
+    return rc;
+  }
+
+ private:
+  void setupNetwork() {
+    const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
+    if (spec_.network.backend == "tc") {
+      std::vector<emulator::FabricEdge> edges;
+      for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
+      fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
+      doc_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+    } else {
+      doc_["network"] = {{"backend", "user"}, {"mechanism", {{"rate", "user-space"}, {"delay", "user-space"}}}};
+    }
+    doc_["network"]["links"] = topo;
+    if (opt_.calibrate && S_ > 1 && spec_.network.backend == "user") {
+      emulator::CalibrationOptions c;
+      c.link = topo.link(0, 1);
+      c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen * spec_.model.width * 4;
+      c.messageBytes = std::max<uint64_t>(c.messageBytes, 1024);
+      c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 8, 200);
+      c.probes = 30;
+      doc_["calibration"] = emulator::calibrateLink(c);
+    }
+  }
+
+  void spawn(int r) {
+    const std::string log = (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
+    std::vector<std::string> args = {"slowpipe", "worker", "--spec", specPath_, "--rank", std::to_string(r),
+                                     "--control", controlEp_, "--peers", peerEp(r)};
+    if (fabric_) {
+      args.insert(args.end(), {"--netns", fabric_->nsName(r), "--kernel-rate"});
+      if (r > 0) args.insert(args.end(), {"--bind-prev", fabric_->address(r - 1, r), "--user-latency",
+                                          std::to_string(fabric_->userLatency(r - 1, r - 1)), "--user-jitter",
+                                          std::to_string(fabric_->userJitter(r - 1, r - 1))});
+      if (r + 1 < S_) args.insert(args.end(), {"--bind-next", fabric_->address(r, r)});
+    }
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(opt_.exe.c_str(), argv.data());
+      _exit(127);
+    }
+    workers_[r].pid = pid;
+  }
+
+  std::string peerEp(int r) const { return controlEp_ + "-w" + std::to_string(r); }
+
+  int supervise() {
+    zmq::context_t ctx(1);
+    controlEp_ = "ipc:///tmp/slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(static_cast<long>(now() * 1000) % 1000000);
+    zmq::socket_t control(ctx, zmq::socket_type::pull);
+    control.bind(controlEp_);
+    std::vector<std::unique_ptr<zmq::socket_t>> peers;
+    for (int r = 0; r < S_; ++r) {
+      peers.push_back(std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push));
+      peers.back()->set(zmq::sockopt::linger, 0);
+      peers.back()->bind(peerEp(r));
+    }
+    struct sigaction sa {};
+    sa.sa_handler = onInterrupt;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    start_ = now();
+    for (int r = 0; r < S_; ++r) spawn(r);
+    std::map<int, json> hellos;
+    lastProgress_ = now();
+    bool sentPeers = false;
+    int doneCount = 0;
+    while (doneCount < S_) {
+      zmq::pollitem_t item{static_cast<void*>(control), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      zmq::message_t m;
+      while (control.recv(m, zmq::recv_flags::dontwait)) {
+        const json rec = json::parse(m.to_string());
+        const std::string type = rec.value("type", "");
+        const int r = rec.value("rank", -1);
+        if (r < 0 || r >= S_) continue;
+        lastProgress_ = now();
+        if (type == "hello") {
+          hellos[r] = rec;
+          torchVersion_ = rec.value("torch_version", "");
+        } else if (type == "step") {
+          onStep(rec);
+        } else if (type == "eval") {
+          onEval(rec);
+        } else if (type == "done") {
+          workers_[r].done = true;
+          ++doneCount;
+          doc_["codec_state"][std::to_string(r)] = rec;
+        } else if (type == "error") {
+          return fail("rank " + std::to_string(r) + ": " + rec.value("message", "error"));
+        }
+      }
+      if (!sentPeers && static_cast<int>(hellos.size()) == S_) {
+        for (int r = 0; r < S_; ++r) {
+          json table = {{"prev_from_next", r > 0 ? hellos[r - 1]["from_next"] : json("")},
+                        {"next_from_prev", r + 1 < S_ ? hellos[r + 1]["from_prev"] : json("")}};
+          peers[r]->send(zmq::buffer(table.dump()), zmq::send_flags::none);
+        }
+        sentPeers = true;
+      }
+      if (gInterrupt) return fail(std::string("launcher interrupted by signal ") + std::to_string(gInterrupt.load()));
+      for (int r = 0; r < S_; ++r) {
+        Worker& w = workers_[r];
+        if (w.exited) continue;
+        int status = 0;
+        if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+          w.exited = true;
+          w.status = status;
+          const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          if (!clean || !w.done) {
+            drain(control);
+            return fail("rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
+                        (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step"));
+          }
+        }
+      }
+      if (now() - lastProgress_ > spec_.runtime.stepTimeoutS) {
+        int slowest = 0;
+        for (int r = 1; r < S_; ++r)
+          if (workers_[r].lastStep < workers_[slowest].lastStep) slowest = r;
+        return fail("rank " + std::to_string(slowest) + " made no progress for " + std::to_string(spec_.runtime.stepTimeoutS) +
+                    " s (runtime.step_timeout_s); last step " + std::to_string(workers_[slowest].lastStep));
+      }
+    }
+    doc_["status"] = "ok";
+    return 0;
+  }
+
+  void drain(zmq::socket_t& control) {  // records that arrived just before a death
+    zmq::message_t m;
+    while (control.recv(m, zmq::recv_flags::dontwait)) {
+      const json rec = json::parse(m.to_string());
+      if (rec.value("type", "") == "step") onStep(rec);
+    }
+  }
+
+  void onStep(const json& rec) {
+    const int r = rec["rank"];
+    const int64_t step = rec["step"];
+    workers_[r].lastStep = step;
+    pending_[step][r] = rec;
+    if (static_cast<int>(pending_[step].size()) < S_) return;
+    const auto& parts = pending_[step];
+    json st = {{"step", step}, {"epoch", parts.at(0)["epoch"]}};
+    double time = 0;
+    json fwd = {{"raw", 0}, {"wire", 0}}, bwd = {{"raw", 0}, {"wire", 0}};
+    json perStage = json::array(), breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
+    for (int r2 = 0; r2 < S_; ++r2) {
+      const json& p = parts.at(r2);
+      time = std::max(time, p["time_s"].get<double>());
+      fwd["raw"] = fwd["raw"].get<int64_t>() + p["fwd_raw"].get<int64_t>();
+      fwd["wire"] = fwd["wire"].get<int64_t>() + p["fwd_wire"].get<int64_t>();
+      bwd["raw"] = bwd["raw"].get<int64_t>() + p["bwd_raw"].get<int64_t>();
+      bwd["wire"] = bwd["wire"].get<int64_t>() + p["bwd_wire"].get<int64_t>();
+      for (const char* k : {"compute", "encode", "decode", "wait"})
+        breakdown[k] = breakdown[k].get<double>() + p[std::string(k) + "_s"].get<double>() / S_;
+      perStage.push_back({{"compute", p["compute_s"]}, {"encode", p["encode_s"]}, {"decode", p["decode_s"]}, {"wait", p["wait_s"]}});
+    }
+    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen;
+    st["loss"] = parts.at(S_ - 1)["loss"];
+    st["time_s"] = time;
+    st["wall_s"] = now() - start_;
+    st["tokens"] = tokens;
+    st["tokens_per_s"] = tokens / time;
+    st["bytes"] = {{"forward", fwd}, {"backward", bwd}};
+    st["breakdown_s"] = breakdown;
+    st["breakdown_s_per_stage"] = perStage;
+    st["grad_norm"] = parts.at(0)["grad_norm"];
+    st["lr"] = parts.at(0)["lr"];
+    doc_["steps"].push_back(st);
+    pending_.erase(step);
+    progress(st);
+    writeJsonAtomically(resultPath_, finalDoc());
+  }
+
+  void onEval(const json& rec) {
+    if (rec["rank"] != S_ - 1) return;
+    doc_["evals"].push_back({{"epoch", rec["epoch"]}, {"step", rec["step"]}, {"val_loss", rec["val_loss"]},
+                             {"wall_s", now() - start_}});
+  }
+
+  void progress(const json& st) {
+    if (!opt_.progress) return;
+    const int64_t total = totalSteps();
+    const double elapsed = now() - start_;
+    const double eta = elapsed / (st["step"].get<int64_t>() + 1) * (total - st["step"].get<int64_t>() - 1);
+    std::fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ETA %.0fs   ", spec_.name.c_str(),
+                 static_cast<long long>(st["step"].get<int64_t>() + 1), static_cast<long long>(total),
+                 st["loss"].is_number() ? st["loss"].get<double>() : NAN, st["tokens_per_s"].get<double>(), eta);
+    std::fflush(stderr);
+  }
+
+  int64_t totalSteps() const {
+    const ExampleSet train(spec_.data, "finetune", "train", spec_.model.seqLen);
+    int64_t steps = train.size() / (int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize) * spec_.training.epochs;
+    return spec_.training.maxSteps > 0 ? std::min(steps, spec_.training.maxSteps) : steps;
+  }
+
+  int fail(const std::string& reason) {
+    if (doc_.value("status", "") != "failed") {
+      doc_["status"] = "failed";
+      doc_["reason"] = reason;
+    }
+    return 1;
+  }
+
+  void stopWorkers() {
+    for (auto& w : workers_)
+      if (w.pid > 0 && !w.exited) kill(w.pid, SIGTERM);
+    const double deadline = now() + 2.0;
+    for (auto& w : workers_) {
+      while (w.pid > 0 && !w.exited) {
+        int status = 0;
+        const pid_t r = waitpid(w.pid, &status, WNOHANG);
+        if (r == w.pid || r < 0) {
+          w.exited = true;
+          break;
+        }
+        if (now() > deadline) kill(w.pid, SIGKILL);
+        usleep(10000);
+      }
+    }
+    for (int r = 0; r < S_; ++r) unlink((peerEp(r).substr(6)).c_str());
+    if (!controlEp_.empty()) unlink(controlEp_.substr(6).c_str());
+    if (opt_.progress) std::fprintf(stderr, "\n");
+  }
+
+  json finalDoc() {
+    json d = doc_;
+    d["environment"] = environmentInfo(torchVersion_);
+    d["summary"] = summarizeSteps(d["steps"], d["evals"]);
+    return d;
+  }
+
+  const RunSpec& spec_;
+  LaunchOptions opt_;
+  int S_;
+  std::vector<Worker> workers_;
+  std::unique_ptr<emulator::NetnsFabric> fabric_;
+  std::string resultPath_, specPath_, controlEp_, torchVersion_;
+  json doc_;
+  std::map<int64_t, std::map<int, json>> pending_;
+  double start_ = 0, lastProgress_ = 0;
+};
+
+}  // namespace
+
+int launchRun(const RunSpec& spec, const LaunchOptions& opt) {
+  Launcher l(spec, opt);
+  return l.run();
+}
+
+}  // namespace slowpipe::runtime

@@ -1,0 +1,246 @@
+// RunSpec JSON reading and validation.
+#include "runtime/spec.h"
+
+#include <fstream>
+#include <set>
+#include <stdexcept>
+
+#include "compression/codec.h"
+#include "emulator/link.h"
+
+namespace slowpipe::runtime {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& field, const std::string& what) {
+  throw std::invalid_argument(field + ": " + what);
+}
+
+// Reads the fields of one JSON object, refusing unknown keys.
+class Fields {
+ public:
+  Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {
+    if (!j_.is_object()) fail(where_, "expected an object, got " + std::string(j_.type_name()));
+  }
+  ~Fields() noexcept(false) {
+    if (std::uncaught_exceptions()) return;
+    for (const auto& [k, v] : j_.items())
+      if (!used_.count(k)) fail(where_ + "." + k, "unknown field; known: " + known());
+  }
+  template <typename T>
+  void get(const std::string& key, T& out) {
+    used_.insert(key);
+    if (!j_.contains(key)) return;
+    const json& v = j_.at(key);
+    try {
+      if constexpr (std::is_same_v<T, bool>) {
+        if (!v.is_boolean()) throw std::invalid_argument("");
+      } else if constexpr (std::is_integral_v<T>) {
+        if (!v.is_number_integer()) throw std::invalid_argument("");
+      } else if constexpr (std::is_floating_point_v<T>) {
+        if (!v.is_number()) throw std::invalid_argument("");
+      } else if constexpr (std::is_same_v<T, std::string>) {
+        if (!v.is_string()) throw std::invalid_argument("");
+      }
+      out = v.get<T>();
+    } catch (const std::exception&) {
+      fail(where_ + "." + key, "wrong type: got " + v.dump() + ", expected " + typeName<T>());
+    }
+  }
+  const json* raw(const std::string& key) {
+    used_.insert(key);
+    return j_.contains(key) ? &j_.at(key) : nullptr;
+  }
+  std::string field(const std::string& key) const { return where_ + "." + key; }
+
+ private:
+  template <typename T>
+  static std::string typeName() {
+    if constexpr (std::is_same_v<T, bool>) return "true/false";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else if constexpr (std::is_same_v<T, std::string>) return "a string";
+    else return "a list of strings";
+  }
+  std::string known() const {
+    std::string s;
+    for (const auto& k : used_) s += (s.empty() ? "" : ", ") + k;
+    return s;
+  }
+  const json& j_;
+  std::string where_;
+  std::set<std::string> used_;
+};
+
+void positive(const std::string& field, double v) {
+  if (!(v > 0)) fail(field, std::to_string(v) + " must be > 0");
+}
+
+}  // namespace
+
+RunSpec runSpecFromJson(const json& j, const std::string& where) {
+  RunSpec s;
+  s.source = j;
+  Fields top(j, where);
+  top.get("name", s.name);
+  if (const json* m = top.raw("model")) {
+    Fields f(*m, where + ".model");
+    f.get("vocab", s.model.vocab);
+    f.get("seq_len", s.model.seqLen);
+    f.get("layers", s.model.layers);
+    f.get("width", s.model.width);
+    f.get("heads", s.model.heads);
+    f.get("seed", s.model.seed);
+    positive(f.field("layers"), s.model.layers);
+    positive(f.field("width"), s.model.width);
+    positive(f.field("heads"), s.model.heads);
+    positive(f.field("seq_len"), s.model.seqLen);
+    if (s.model.vocab != 256) fail(f.field("vocab"), std::to_string(s.model.vocab) + " is not supported; the tokenizer is byte-level (256)");
+    if (s.model.width % s.model.heads != 0)
+      fail(f.field("heads"), std::to_string(s.model.heads) + " does not divide width " + std::to_string(s.model.width));
+  }
+  if (const json* d = top.raw("data")) {
+    Fields f(*d, where + ".data");
+    f.get("source", s.data.source);
+    f.get("finetune_files", s.data.finetuneFiles);
+    f.get("cache_dir", s.data.cacheDir);
+    f.get("val_fraction", s.data.valFraction);
+    f.get("max_train_examples", s.data.maxTrainExamples);
+    f.get("max_val_examples", s.data.maxValExamples);
+    if (!(s.data.valFraction > 0 && s.data.valFraction < 1)) fail(f.field("val_fraction"), "must be in (0, 1)");
+  }
+  if (const json* p = top.raw("pipeline")) {
+    Fields f(*p, where + ".pipeline");
+    f.get("stages", s.pipeline.stages);
+    f.get("schedule", s.pipeline.schedule);
+    f.get("micro_batches", s.pipeline.microBatches);
+    f.get("micro_batch_size", s.pipeline.microBatchSize);
+    positive(f.field("stages"), s.pipeline.stages);
+    positive(f.field("micro_batches"), s.pipeline.microBatches);
+    positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
+    if (s.pipeline.schedule != "gpipe" && s.pipeline.schedule != "1f1b")
+      fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected gpipe or 1f1b");
+    if (const json* part = f.raw("partition")) {
+      if (!part->is_array()) fail(f.field("partition"), "expected [[begin, end], ...] layer ranges");
+      for (const auto& r : *part) {
+        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
+          fail(f.field("partition"), "entry " + r.dump() + " is not [begin, end]");
+        s.pipeline.partition.emplace_back(r[0].get<int>(), r[1].get<int>());
+      }
+    }
+  }
+  if (const json* t = top.raw("training")) {
+    Fields f(*t, where + ".training");
+    f.get("epochs", s.training.epochs);
+    f.get("max_steps", s.training.maxSteps);
+    f.get("lr", s.training.lr);
+    f.get("weight_decay", s.training.weightDecay);
+    f.get("warmup_steps", s.training.warmupSteps);
+    f.get("clip_norm", s.training.clipNorm);
+    f.get("seed", s.training.seed);
+    f.get("init_checkpoint", s.training.initCheckpoint);
+    f.get("eval_each_epoch", s.training.evalEachEpoch);
+    positive(f.field("epochs"), s.training.epochs);
+    positive(f.field("lr"), s.training.lr);
+  }
+  if (const json* c = top.raw("compression")) {
+    Fields f(*c, where + ".compression");
+    f.get("forward", s.compression.forward);
+    f.get("backward", s.compression.backward);
+    f.get("label", s.compression.label);
+    for (const auto& [key, spec] : {std::pair{"forward", s.compression.forward}, std::pair{"backward", s.compression.backward}}) {
+      try {
+        compression::makeCodec(spec);
+      } catch (const std::exception& e) {
+        fail(f.field(key), e.what());
+      }
+    }
+  }
+  if (s.compression.label.empty()) s.compression.label = s.compression.forward + "/" + s.compression.backward;
+  if (const json* n = top.raw("network")) {
+    Fields f(*n, where + ".network");
+    f.get("backend", s.network.backend);
+    if (s.network.backend != "user" && s.network.backend != "tc")
+      fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user or tc");
+    if (const json* l = f.raw("links")) s.network.links = *l;
+    emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
+  }
+  if (const json* r = top.raw("runtime")) {
+    Fields f(*r, where + ".runtime");
+    f.get("step_timeout_s", s.runtime.stepTimeoutS);
+    f.get("threads_per_worker", s.runtime.threadsPerWorker);
+    positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
+  }
+  if (s.pipeline.stages > s.model.layers)
+    fail(where + ".pipeline.stages", std::to_string(s.pipeline.stages) + " stages for " +
+                                         std::to_string(s.model.layers) + " layers; expected stages <= model.layers");
+  stageLayers(s);  // validates an explicit partition
+  return s;
+}
+
+RunSpec loadRunSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("spec file '" + path + "' cannot be read");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("spec file '" + path + "' is not valid JSON: " + e.what());
+  }
+  return runSpecFromJson(j, path);
+}
+
+json toJson(const RunSpec& s) {
+  json part = json::array();
+  for (const auto& [b, e] : s.pipeline.partition) part.push_back({b, e});
+  return {{"name", s.name},
+          {"model", {{"vocab", s.model.vocab}, {"seq_len", s.model.seqLen}, {"layers", s.model.layers},
+                     {"width", s.model.width}, {"heads", s.model.heads}, {"seed", s.model.seed}}},
+          {"data", {{"source", s.data.source}, {"finetune_files", s.data.finetuneFiles}, {"cache_dir", s.data.cacheDir},
+                    {"val_fraction", s.data.valFraction}, {"max_train_examples", s.data.maxTrainExamples},
+                    {"max_val_examples", s.data.maxValExamples}}},
+          {"pipeline", {{"stages", s.pipeline.stages}, {"schedule", s.pipeline.schedule},
+                        {"micro_batches", s.pipeline.microBatches}, {"micro_batch_size", s.pipeline.microBatchSize},
+                        {"partition", part}}},
+          {"training", {{"epochs", s.training.epochs}, {"max_steps", s.training.maxSteps}, {"lr", s.training.lr},
+                        {"weight_decay", s.training.weightDecay}, {"warmup_steps", s.training.warmupSteps},
+                        {"clip_norm", s.training.clipNorm}, {"seed", s.training.seed},
+                        {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch}}},
+          {"compression", {{"forward", s.compression.forward}, {"backward", s.compression.backward},
+                           {"label", s.compression.label}}},
+          {"network", {{"backend", s.network.backend}, {"links", s.network.links}}},
+          {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker}}}};
+}
+
+std::vector<std::pair<int, int>> stageLayers(const RunSpec& s) {
+  const int S = s.pipeline.stages, L = s.model.layers;
+  if (!s.pipeline.partition.empty()) {
+    const auto& p = s.pipeline.partition;
+    if (static_cast<int>(p.size()) != S)
+      fail("pipeline.partition", std::to_string(p.size()) + " ranges for " + std::to_string(S) + " stages");
+    int next = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p[i].first != next || p[i].second <= p[i].first)
+        fail("pipeline.partition", "range " + std::to_string(i) + " [" + std::to_string(p[i].first) + ", " +
+                                       std::to_string(p[i].second) + ") must start at " + std::to_string(next) + " and be non-empty");
+      next = p[i].second;
+    }
+    if (next != L) fail("pipeline.partition", "ranges end at layer " + std::to_string(next) + ", model has " + std::to_string(L));
+    return p;
+  }
+  // Balanced by parameter count: blocks are equal, so spread L blocks evenly; extra blocks go to
+  // the middle stages first because the first and last stages also hold embeddings / the head.
+  std::vector<int> count(S, L / S);
+  int extra = L % S;
+  for (int k = 0; extra > 0; ++k, --extra) count[(1 + k) % S]++;
+  std::vector<std::pair<int, int>> out;
+  int at = 0;
+  for (int c : count) {
+    out.emplace_back(at, at + c);
+    at += c;
+  }
+  return out;
+}
+
+}  // namespace slowpipe::runtime

@@ -1,0 +1,88 @@
+// RunSpec: everything one training run needs, read from JSON and validated before any process
+// starts. Errors name the field ("pipeline.stages"), the value and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace slowpipe::runtime {
+
+struct ModelSpec {
+  int vocab = 256;  // byte-level tokens
+  int seqLen = 32;
+  int layers = 4;
+  int width = 64;
+  int heads = 4;
+  uint64_t seed = 1;
+};
+
+struct DataSpec {
+  std::string source = "/usr/share/games/fortunes";  // folder of text files (Debian package fortunes)
+  std::vector<std::string> finetuneFiles = {"literature", "songs-poems"};
+  std::string cacheDir = "data/fortunes";  // prepared token files
+  double valFraction = 0.1;
+  int64_t maxTrainExamples = 0;  // 0: all
+  int64_t maxValExamples = 256;
+};
+
+struct PipelineSpec {
+  int stages = 2;
+  std::string schedule = "gpipe";
+  int microBatches = 4;
+  int microBatchSize = 4;
+  std::vector<std::pair<int, int>> partition;  // explicit [begin, end) layer ranges; empty: balanced
+};
+
+struct TrainingSpec {
+  int epochs = 2;
+  int64_t maxSteps = 0;  // 0: no limit
+  double lr = 1e-3;
+  double weightDecay = 0.01;
+  int64_t warmupSteps = 5;
+  double clipNorm = 1.0;
+  uint64_t seed = 1;
+  std::string initCheckpoint;  // pretrained base; empty: random init from model.seed
+  bool evalEachEpoch = true;
+};
+
+struct CompressionSpec {
+  std::string forward = "none";
+  std::string backward = "none";
+  std::string label;  // display name, e.g. "AC-SGD fw2/bw4"
+};
+
+struct NetworkSpec {
+  std::string backend = "user";  // user | tc
+  nlohmann::json links = {{"bandwidth", "10Gbps"}, {"latency", "0ms"}};  // emulator::Topology JSON
+};
+
+struct RuntimeSpec {
+  double stepTimeoutS = 120;  // a step taking longer than this fails the run
+  int threadsPerWorker = 1;
+};
+
+struct RunSpec {
+  std::string name = "run";
+  ModelSpec model;
+  DataSpec data;
+  PipelineSpec pipeline;
+  TrainingSpec training;
+  CompressionSpec compression;
+  NetworkSpec network;
+  RuntimeSpec runtime;
+  nlohmann::json source;  // the JSON it was read from (recorded in results)
+};
+
+// Parses and validates; unknown fields are errors (a typo must not silently fall back to a default).
+RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec");
+RunSpec loadRunSpec(const std::string& path);
+nlohmann::json toJson(const RunSpec& s);
+// Layer ranges per stage: the explicit partition or a balanced one (stage 0 also holds the
+// embeddings, the last stage the head, so they get fewer blocks when layers do not divide).
+std::vector<std::pair<int, int>> stageLayers(const RunSpec& s);
+
+}  // namespace slowpipe::runtime

@@ -1,0 +1,100 @@
+// StageRunner: forward/backward bookkeeping, optimizer, schedule of the learning rate.
+#include "runtime/stage_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace slowpipe::runtime {
+
+StageRunner::StageRunner(const RunSpec& spec, int stage, int64_t totalSteps) : spec_(spec), totalSteps_(totalSteps) {
+  const auto ranges = stageLayers(spec);
+  const int S = spec.pipeline.stages;
+  model_ = StageModel(spec.model, ranges.at(stage).first, ranges.at(stage).second, stage == 0, stage == S - 1);
+  if (!spec.training.initCheckpoint.empty()) loadCheckpoint(model_, spec.training.initCheckpoint);
+  opt_ = std::make_unique<torch::optim::AdamW>(
+      model_->parameters(), torch::optim::AdamWOptions(spec.training.lr).weight_decay(spec.training.weightDecay));
+}
+
+torch::Tensor StageRunner::forward(int mb, const torch::Tensor& input, const torch::Tensor& targets) {
+  torch::Tensor x = input;
+  if (!first()) {
+    x = input.detach().requires_grad_(true);
+    inputs_[mb] = x;
+  }
+  torch::Tensor y = model_->forward(x);
+  if (last()) {
+    const torch::Tensor loss = lmLoss(y, targets);
+    losses_[mb] = loss.item<double>();
+    y = loss / static_cast<double>(spec_.pipeline.microBatches);
+  }
+  outputs_[mb] = y;
+  return last() ? y.detach() : y.detach().contiguous();
+}
+
+torch::Tensor StageRunner::backward(int mb, const torch::Tensor& gradOut) {
+  const torch::Tensor y = outputs_.at(mb);
+  if (last()) {
+    y.backward();
+  } else {
+    y.backward(gradOut);
+  }
+  outputs_.erase(mb);
+  if (first()) return {};
+  torch::Tensor g = inputs_.at(mb).grad().contiguous();
+  inputs_.erase(mb);
+  return g;
+}
+
+double StageRunner::localGradSquaredNorm() const {
+  double s = 0.0;
+  for (const auto& p : model_->parameters())
+    if (p.grad().defined()) s += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  return s;
+}
+
+double StageRunner::learningRate(int64_t step) const {
+  const double base = spec_.training.lr;
+  const int64_t warm = spec_.training.warmupSteps;
+  if (step < warm) return base * static_cast<double>(step + 1) / static_cast<double>(warm);
+  const double left = static_cast<double>(totalSteps_ - step), span = static_cast<double>(std::max<int64_t>(1, totalSteps_ - warm));
+  return base * std::clamp(left / span, 0.0, 1.0);
+}
+
+void StageRunner::step(int64_t step, double globalNorm) {
+  torch::NoGradGuard guard;
+  const double clip = spec_.training.clipNorm;
+  if (clip > 0) {
+    const double coef = clip / (globalNorm + 1e-6);
+    if (coef < 1.0)
+      for (auto& p : model_->parameters())
+        if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  for (auto& g : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(learningRate(step));
+  opt_->step();
+  opt_->zero_grad();
+  losses_.clear();
+}
+
+torch::Tensor StageRunner::evalForward(const torch::Tensor& input, const torch::Tensor& targets, double* lossSum) {
+  torch::NoGradGuard guard;
+  torch::Tensor y = model_->forward(input);
+  if (last()) {
+    const torch::Tensor loss = lmLoss(y, targets);
+    *lossSum += loss.item<double>() * static_cast<double>(targets.numel());
+  }
+  return y.contiguous();
+}
+
+void makeBatch(const ExampleSet& set, const std::vector<int64_t>& indices, int seqLen, torch::Tensor* inputs,
+               torch::Tensor* targets, std::vector<int64_t>* ids) {
+  const auto b = static_cast<int64_t>(indices.size());
+  *inputs = torch::empty({b, seqLen}, torch::kLong);
+  *targets = torch::empty({b, seqLen}, torch::kLong);
+  ids->clear();
+  for (int64_t i = 0; i < b; ++i) {
+    set.example(indices[i], inputs->data_ptr<int64_t>() + i * seqLen, targets->data_ptr<int64_t>() + i * seqLen);
+    ids->push_back(set.id(indices[i]));
+  }
+}
+
+}  // namespace slowpipe::runtime

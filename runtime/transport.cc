@@ -1,0 +1,135 @@
+// StageTransport (protocol in transport.h).
+#include "runtime/transport.h"
+
+#include <stdexcept>
+
+namespace slowpipe::runtime {
+
+using compression::MessageKind;
+
+namespace {
+
+bool isPlain(MessageKind k) { return k == MessageKind::kEval || k == MessageKind::kControl; }
+
+const char* kindName(MessageKind k) {
+  switch (k) {
+    case MessageKind::kActivation: return "activation";
+    case MessageKind::kGradient: return "gradient";
+    case MessageKind::kParamGradient: return "parameter gradient";
+    case MessageKind::kControl: return "control";
+    case MessageKind::kEval: return "eval activation";
+  }
+  return "?";
+}
+
+}  // namespace
+
+StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
+    : opt_(std::move(opt)), ctx_(ctx), fromPrev_(ctx, zmq::socket_type::pull), fromNext_(ctx, zmq::socket_type::pull) {
+  for (auto* s : {&fromPrev_, &fromNext_}) {
+    s->set(zmq::sockopt::rcvhwm, 0);
+    s->set(zmq::sockopt::linger, 0);
+  }
+  if (opt_.rank > 0) {
+    fromPrev_.bind("tcp://" + opt_.bindPrevHost + ":*");
+    fromPrevEp_ = fromPrev_.get(zmq::sockopt::last_endpoint);
+    rxPrev_ = std::make_unique<emulator::ShapedReceiver>(fromPrev_, opt_.userLatencyS, opt_.userJitterS, 100 + opt_.rank);
+  }
+  if (opt_.rank + 1 < opt_.stages) {
+    fromNext_.bind("tcp://" + opt_.bindNextHost + ":*");
+    fromNextEp_ = fromNext_.get(zmq::sockopt::last_endpoint);
+    rxNext_ = std::make_unique<emulator::ShapedReceiver>(fromNext_, opt_.userLatencyS, opt_.userJitterS, 200 + opt_.rank);
+  }
+}
+
+void StageTransport::connect(const std::string& prevFromNext, const std::string& nextFromPrev) {
+  auto make = [&](Peer& p, const std::string& ep, int peerRank, const std::string& sendSpec, const std::string& recvSpec) {
+    p.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
+    p.push->set(zmq::sockopt::sndhwm, 0);
+    p.push->set(zmq::sockopt::linger, 0);
+    p.push->connect(ep);
+    p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.rank, peerRank),
+                                                         !opt_.kernelPacesRate, 1000 * opt_.rank + peerRank);
+    p.encoder = compression::makeCodec(sendSpec);
+    p.decoder = compression::makeCodec(recvSpec);
+    p.plainEncoder = compression::makeCodec("none");
+    p.plainDecoder = compression::makeCodec("none");
+  };
+  if (opt_.rank > 0) make(prev_, prevFromNext, opt_.rank - 1, opt_.backwardCodec, opt_.forwardCodec);
+  if (opt_.rank + 1 < opt_.stages) make(next_, nextFromPrev, opt_.rank + 1, opt_.forwardCodec, opt_.backwardCodec);
+}
+
+void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch, int mb, const Tensor32& t) {
+  Peer& p = toNext ? next_ : prev_;
+  if (!p.push) throw std::logic_error(std::string("transport: rank ") + std::to_string(opt_.rank) + " has no peer for " + kindName(kind));
+  compression::FrameHeader h;
+  h.kind = kind;
+  h.step = step;
+  h.microBatch = mb;
+  h.src = opt_.rank;
+  h.dst = opt_.rank + (toNext ? 1 : -1);
+  h.shape = t.shape;
+  h.exampleIds = t.exampleIds;
+  compression::CodecContext ctx;
+  ctx.direction = toNext ? compression::Direction::kForward : compression::Direction::kBackward;
+  ctx.step = step;
+  ctx.epoch = epoch;
+  ctx.microBatch = mb;
+  ctx.exampleIds = t.exampleIds;
+  const double t0 = emulator::monotonicNow();
+  compression::Bytes frame = compression::encodeFrame(isPlain(kind) ? *p.plainEncoder : *p.encoder, t.data.data(), h, ctx);
+  stats_.encodeS += emulator::monotonicNow() - t0;
+  const int64_t raw = static_cast<int64_t>(t.data.size() * 4);
+  if (kind == MessageKind::kActivation) {
+    stats_.fwdRaw += raw;
+    stats_.fwdWire += static_cast<int64_t>(frame.size());
+  } else if (kind == MessageKind::kGradient) {
+    stats_.bwdRaw += raw;
+    stats_.bwdWire += static_cast<int64_t>(frame.size());
+  }
+  const double t1 = emulator::monotonicNow();
+  p.sender->send(zmq::message_t(frame.data(), frame.size()));
+  stats_.waitS += emulator::monotonicNow() - t1;  // queue-limit blocking counts as waiting
+}
+
+Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int epoch, int mb) {
+  emulator::ShapedReceiver* rx = fromPrev ? rxPrev_.get() : rxNext_.get();
+  Peer& p = fromPrev ? prev_ : next_;
+  if (!rx) throw std::logic_error("transport: rank " + std::to_string(opt_.rank) + " has no " + (fromPrev ? "previous" : "next") + " stage");
+  const double t0 = emulator::monotonicNow();
+  auto m = rx->recv(static_cast<int>(opt_.recvTimeoutS * 1000));
+  const double t1 = emulator::monotonicNow();
+  stats_.waitS += t1 - t0;
+  if (!m) throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": no " + kindName(kind) + " from rank " +
+                                   std::to_string(opt_.rank + (fromPrev ? -1 : 1)) + " for " +
+                                   std::to_string(opt_.recvTimeoutS) + " s");
+  size_t at = 0;
+  const auto* bytes = static_cast<const uint8_t*>(m->payload.data());
+  const compression::FrameHeader h = compression::parseFrame(bytes, m->payload.size(), &at);
+  if (h.kind != kind || h.step != step || h.microBatch != mb)
+    throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": expected " + kindName(kind) + " step " + std::to_string(step) +
+                             " micro-batch " + std::to_string(mb) + ", got " + kindName(h.kind) + " step " +
+                             std::to_string(h.step) + " micro-batch " + std::to_string(h.microBatch));
+  Tensor32 t;
+  compression::CodecContext ctx;
+  ctx.epoch = epoch;
+  compression::decodeFrame(isPlain(kind) ? *p.plainDecoder : *p.decoder, bytes, m->payload.size(), ctx, t.data);
+  t.shape = h.shape;
+  t.exampleIds = h.exampleIds;
+  stats_.decodeS += emulator::monotonicNow() - t1;
+  return t;
+}
+
+TransportStats StageTransport::takeStats() {
+  TransportStats s = stats_;
+  stats_ = TransportStats{};
+  return s;
+}
+
+uint64_t StageTransport::codecDigest(bool forward, bool sender) const {
+  const Peer& p = forward == sender ? next_ : prev_;
+  const auto& c = sender ? p.encoder : p.decoder;
+  return c ? c->stateDigest() : 0;
+}
+
+}  // namespace slowpipe::runtime

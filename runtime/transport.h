@@ -1,0 +1,82 @@
+// Stage transport: framed, codec-compressed, shaped channels between neighbouring stages.
+//
+// Protocol. Each stage binds two PULL sockets, one for messages from the previous stage and one
+// for messages from the next, and connects one PUSH socket to each neighbour's matching PULL.
+// Every message is an emulator Envelope + a compression Frame. Per direction and per link there is
+// one codec pair (sender encodes, receiver decodes): the forward codec carries activations to the
+// next stage, the backward codec carries activation gradients to the previous one. Evaluation
+// activations (kEval) and control scalars (kControl) travel uncompressed. Receivers check the frame
+// kind, step and micro-batch against what the schedule expects, so a protocol slip is an error.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "emulator/link.h"
+#include "emulator/shaped_socket.h"
+
+namespace slowpipe::runtime {
+
+struct Tensor32 {  // a float tensor as the transport sees it
+  compression::Shape shape;
+  std::vector<float> data;
+  std::vector<int64_t> exampleIds;
+};
+
+// Bytes and time spent by one stage; reset each step.
+struct TransportStats {
+  int64_t fwdRaw = 0, fwdWire = 0, bwdRaw = 0, bwdWire = 0;
+  double encodeS = 0, decodeS = 0, waitS = 0;
+};
+
+struct TransportOptions {
+  int rank = 0, stages = 1;
+  std::string forwardCodec = "none", backwardCodec = "none";
+  emulator::Topology topology;
+  bool kernelPacesRate = false;     // tc backend: the kernel shapes the rate
+  double userLatencyS = 0, userJitterS = 0;  // tc backend without netem: receiver-side delay
+  std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
+  double recvTimeoutS = 120;
+};
+
+class StageTransport {
+ public:
+  StageTransport(zmq::context_t& ctx, TransportOptions opt);
+  // Endpoints the neighbours must connect to: {"from_prev": ..., "from_next": ...} (empty if none).
+  std::string fromPrevEndpoint() const { return fromPrevEp_; }
+  std::string fromNextEndpoint() const { return fromNextEp_; }
+  // Connects to the neighbours' PULL endpoints (prevFromNext = previous stage's from_next).
+  void connect(const std::string& prevFromNext, const std::string& nextFromPrev);
+
+  // Sends to the next (toNext=true) or previous stage.
+  void send(bool toNext, compression::MessageKind kind, int64_t step, int epoch, int mb, const Tensor32& t);
+  // Receives the next message from the previous (fromPrev=true) or next stage, checks it is `kind`
+  // for (step, mb), decodes it.
+  Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb);
+
+  TransportStats takeStats();
+  uint64_t codecDigest(bool forward, bool sender) const;
+
+ private:
+  struct Peer {
+    std::unique_ptr<zmq::socket_t> push;
+    std::unique_ptr<emulator::ShapedSender> sender;
+    std::unique_ptr<compression::Codec> encoder;  // codec for what we send to this peer
+    std::unique_ptr<compression::Codec> decoder;  // codec for what we receive from this peer
+    std::unique_ptr<compression::Codec> plainEncoder, plainDecoder;  // kEval / kControl
+  };
+  TransportOptions opt_;
+  zmq::context_t& ctx_;
+  zmq::socket_t fromPrev_, fromNext_;
+  std::unique_ptr<emulator::ShapedReceiver> rxPrev_, rxNext_;
+  std::string fromPrevEp_, fromNextEp_;
+  Peer prev_, next_;
+  TransportStats stats_;
+};
+
+}  // namespace slowpipe::runtime

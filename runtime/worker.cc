@@ -1,0 +1,284 @@
+// Worker process and single-process trainer.
+#include "runtime/worker.h"
+
+#include <sys/prctl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <zmq.hpp>
+
+#include "emulator/netns.h"
+#include "emulator/shaped_socket.h"
+#include "runtime/schedule.h"
+#include "runtime/stage_runner.h"
+#include "runtime/transport.h"
+
+namespace slowpipe::runtime {
+namespace {
+
+using compression::MessageKind;
+using nlohmann::json;
+
+double now() { return emulator::monotonicNow(); }
+
+struct Plan {
+  ExampleSet train, val;
+  EpochPlan epochs;
+  int64_t totalSteps;
+  Plan(const RunSpec& s, const std::string& split)
+      : train(s.data, split, "train", s.model.seqLen),
+        val(s.data, split, "val", s.model.seqLen),
+        epochs(train.size(), s.pipeline.microBatches, s.pipeline.microBatchSize, s.training.seed) {
+    totalSteps = epochs.stepsPerEpoch() * s.training.epochs;
+    if (s.training.maxSteps > 0) totalSteps = std::min(totalSteps, s.training.maxSteps);
+  }
+};
+
+Tensor32 toTransport(const torch::Tensor& t, const std::vector<int64_t>& ids) {
+  Tensor32 out;
+  const torch::Tensor c = t.contiguous().to(torch::kFloat32);
+  out.shape.assign(c.sizes().begin(), c.sizes().end());
+  out.data.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  out.exampleIds = ids;
+  return out;
+}
+
+torch::Tensor fromTransport(Tensor32& t) {
+  return torch::from_blob(t.data.data(), t.shape, torch::kFloat32).clone();
+}
+
+// Sends a double as two floats (hi + lo) so the reduction keeps ~48 bits.
+Tensor32 scalar(double v) {
+  Tensor32 t;
+  const float hi = static_cast<float>(v);
+  t.shape = {2};
+  t.data = {hi, static_cast<float>(v - static_cast<double>(hi))};
+  return t;
+}
+double scalarOf(const Tensor32& t) { return static_cast<double>(t.data.at(0)) + static_cast<double>(t.data.at(1)); }
+
+class PipelineWorker {
+ public:
+  PipelineWorker(const RunSpec& spec, const WorkerArgs& args, zmq::context_t& ctx)
+      : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), plan_(spec, "finetune"),
+        runner_(spec, args.rank, plan_.totalSteps), control_(ctx, zmq::socket_type::push) {
+    control_.set(zmq::sockopt::linger, 2000);
+    control_.connect(args.control);
+    TransportOptions o;
+    o.rank = rank_;
+    o.stages = S_;
+    o.forwardCodec = spec.compression.forward;
+    o.backwardCodec = spec.compression.backward;
+    o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
+    o.kernelPacesRate = args.kernelPacesRate;
+    o.userLatencyS = args.userLatencyS;
+    o.userJitterS = args.userJitterS;
+    o.bindPrevHost = args.bindPrev;
+    o.bindNextHost = args.bindNext;
+    o.recvTimeoutS = spec.runtime.stepTimeoutS;
+    transport_ = std::make_unique<StageTransport>(ctx, o);
+    report({{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
+            {"pid", getpid()}, {"torch_version", TORCH_VERSION}});
+    zmq::socket_t peers(ctx, zmq::socket_type::pull);
+    peers.connect(args.peers);
+    zmq::message_t m;
+    zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m))
+      throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
+    const json table = json::parse(m.to_string());
+    transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""));
+  }
+
+  void run() {
+    const auto schedule = makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, rank_);
+    int64_t g = 0;
+    for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
+      for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g) runStep(schedule, epoch, s, g);
+      if (spec_.training.evalEachEpoch) evaluate(epoch, g);
+    }
+    report({{"type", "done"}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
+            {"fwd_receiver_digest", transport_->codecDigest(true, false)}});
+  }
+
+  void report(json j) {
+    j["rank"] = rank_;
+    const std::string s = j.dump();
+    control_.send(zmq::buffer(s), zmq::send_flags::none);
+  }
+
+ private:
+  void runStep(const std::vector<Action>& schedule, int epoch, int64_t s, int64_t g) {
+    const double t0 = now();
+    double compute = 0;
+    std::map<int, std::vector<int64_t>> ids;
+    std::map<int, torch::Tensor> targets;
+    for (const Action& a : schedule) {
+      if (a.kind == Action::Kind::kForward) {
+        torch::Tensor inputs, tgt;
+        std::vector<int64_t> mbIds;
+        makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, a.microBatch), spec_.model.seqLen, &inputs, &tgt, &mbIds);
+        ids[a.microBatch] = mbIds;
+        torch::Tensor in = inputs;
+        if (!runner_.first()) {
+          Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch);
+          if (t.exampleIds != mbIds) throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " + std::to_string(a.microBatch) + " differ from the data plan");
+          in = fromTransport(t);
+        }
+        const double tc = now();
+        torch::Tensor out = runner_.forward(a.microBatch, in, tgt);
+        compute += now() - tc;
+        if (!runner_.last()) transport_->send(true, MessageKind::kActivation, g, epoch, a.microBatch, toTransport(out, mbIds));
+      } else if (a.kind == Action::Kind::kBackward) {
+        torch::Tensor grad;
+        if (!runner_.last()) {
+          Tensor32 t = transport_->recv(false, MessageKind::kGradient, g, epoch, a.microBatch);
+          grad = fromTransport(t);
+        }
+        const double tc = now();
+        torch::Tensor gin = runner_.backward(a.microBatch, grad);
+        compute += now() - tc;
+        if (!runner_.first()) transport_->send(false, MessageKind::kGradient, g, epoch, a.microBatch, toTransport(gin, ids[a.microBatch]));
+      } else if (a.kind == Action::Kind::kSyncGradNorm) {
+        norm_ = syncNorm(g, epoch);
+      } else {
+        const double tc = now();
+        lastLoss_ = 0;
+        if (runner_.last())
+          for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += runner_.lossValue(m) / spec_.pipeline.microBatches;
+        runner_.step(g, norm_);
+        compute += now() - tc;
+      }
+    }
+    const TransportStats st = transport_->takeStats();
+    json r = {{"type", "step"}, {"step", g}, {"epoch", epoch}, {"time_s", now() - t0}, {"compute_s", compute},
+              {"encode_s", st.encodeS}, {"decode_s", st.decodeS}, {"wait_s", st.waitS},
+              {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire}, {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire},
+              {"grad_norm", norm_}, {"lr", runner_.learningRate(g)}};
+    if (runner_.last()) r["loss"] = lastLoss_;
+    report(r);
+  }
+
+  // Sum of squared gradient norms flows back to stage 0, the total flows forward again.
+  double syncNorm(int64_t g, int epoch) {
+    double sq = runner_.localGradSquaredNorm();
+    if (!runner_.last()) sq += scalarOf(transport_->recv(false, MessageKind::kControl, g, epoch, -1));
+    if (!runner_.first()) {
+      transport_->send(false, MessageKind::kControl, g, epoch, -1, scalar(sq));
+      sq = scalarOf(transport_->recv(true, MessageKind::kControl, g, epoch, -2));
+    }
+    if (!runner_.last()) transport_->send(true, MessageKind::kControl, g, epoch, -2, scalar(sq));
+    return std::sqrt(sq);
+  }
+
+  void evaluate(int epoch, int64_t g) {
+    const int b = spec_.pipeline.microBatchSize;
+    const int64_t batches = plan_.val.size() / b;
+    double lossSum = 0;
+    int64_t tokens = 0;
+    const double t0 = now();
+    for (int64_t k = 0; k < batches; ++k) {
+      std::vector<int64_t> idx(b);
+      for (int i = 0; i < b; ++i) idx[i] = k * b + i;
+      torch::Tensor inputs, tgt;
+      std::vector<int64_t> mbIds;
+      makeBatch(plan_.val, idx, spec_.model.seqLen, &inputs, &tgt, &mbIds);
+      torch::Tensor in = inputs;
+      if (!runner_.first()) {
+        Tensor32 t = transport_->recv(true, MessageKind::kEval, g, epoch, static_cast<int>(k));
+        in = fromTransport(t);
+      }
+      torch::Tensor out = runner_.evalForward(in, tgt, &lossSum);
+      tokens += tgt.numel();
+      if (!runner_.last()) transport_->send(true, MessageKind::kEval, g, epoch, static_cast<int>(k), toTransport(out, mbIds));
+    }
+    transport_->takeStats();  // evaluation traffic is not training traffic
+    json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
+    if (runner_.last()) r["val_loss"] = lossSum / static_cast<double>(tokens);
+    report(r);
+  }
+
+  const RunSpec& spec_;
+  int rank_, S_;
+  Plan plan_;
+  StageRunner runner_;
+  zmq::socket_t control_;
+  std::unique_ptr<StageTransport> transport_;
+  double norm_ = 0, lastLoss_ = 0;
+};
+
+}  // namespace
+
+int runWorker(const WorkerArgs& args) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+  if (getppid() == 1) return 4;       // the launcher died before prctl took effect
+  if (!args.netns.empty()) emulator::enterNamespace(args.netns);
+  const RunSpec spec = loadRunSpec(args.specPath);
+  torch::set_num_threads(spec.runtime.threadsPerWorker);
+  zmq::context_t ctx(1);
+  std::unique_ptr<PipelineWorker> w;
+  try {
+    w = std::make_unique<PipelineWorker>(spec, args, ctx);
+    w->run();
+  } catch (const std::exception& e) {
+    zmq::socket_t control(ctx, zmq::socket_type::push);
+    control.set(zmq::sockopt::linger, 2000);
+    control.connect(args.control);
+    const std::string s = json{{"type", "error"}, {"rank", args.rank}, {"message", e.what()}}.dump();
+    control.send(zmq::buffer(s), zmq::send_flags::none);
+    std::fprintf(stderr, "slowpipe worker %d: %s\n", args.rank, e.what());
+    return 3;
+  }
+  return 0;
+}
+
+void runSingleProcess(const RunSpec& specIn, const std::string& split,
+                      const std::function<void(const json&)>& onRecord, const std::string& checkpoint) {
+  RunSpec spec = specIn;
+  spec.pipeline.stages = 1;
+  spec.pipeline.partition.clear();
+  torch::set_num_threads(spec.runtime.threadsPerWorker);
+  Plan plan(spec, split);
+  StageRunner runner(spec, 0, plan.totalSteps);
+  const int M = spec.pipeline.microBatches;
+  const auto schedule = makeSchedule(spec.pipeline.schedule, 1, M, 0);
+  int64_t g = 0;
+  for (int epoch = 0; epoch < spec.training.epochs && g < plan.totalSteps; ++epoch) {
+    for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && g < plan.totalSteps; ++s, ++g) {
+      const double t0 = now();
+      double loss = 0;
+      for (const Action& a : schedule) {
+        if (a.kind == Action::Kind::kForward) {
+          torch::Tensor in, tgt;
+          std::vector<int64_t> ids;
+          makeBatch(plan.train, plan.epochs.microBatch(epoch, s, a.microBatch), spec.model.seqLen, &in, &tgt, &ids);
+          runner.forward(a.microBatch, in, tgt);
+          loss += runner.lossValue(a.microBatch) / M;
+        } else if (a.kind == Action::Kind::kBackward) {
+          runner.backward(a.microBatch, {});
+        } else if (a.kind == Action::Kind::kStep) {
+          runner.step(g, std::sqrt(runner.localGradSquaredNorm()));
+        }
+      }
+      onRecord({{"type", "step"}, {"step", g}, {"epoch", epoch}, {"loss", loss}, {"time_s", now() - t0},
+                {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}});
+    }
+    if (spec.training.evalEachEpoch) {
+      double lossSum = 0;
+      int64_t tokens = 0;
+      const int b = spec.pipeline.microBatchSize;
+      for (int64_t k = 0; k < plan.val.size() / b; ++k) {
+        std::vector<int64_t> idx(b), ids;
+        for (int i = 0; i < b; ++i) idx[i] = k * b + i;
+        torch::Tensor in, tgt;
+        makeBatch(plan.val, idx, spec.model.seqLen, &in, &tgt, &ids);
+        runner.evalForward(in, tgt, &lossSum);
+        tokens += tgt.numel();
+      }
+      onRecord({{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"val_loss", lossSum / static_cast<double>(tokens)}});
+    }
+  }
+  if (!checkpoint.empty()) saveCheckpoint(runner.model(), checkpoint);
+}
+
+}  // namespace slowpipe::runtime

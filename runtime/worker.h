@@ -1,0 +1,36 @@
+// One OS process = one pipeline stage (rank = stage; replicas later): runs the per-stage schedule
+// with real tensors over the stage transport and reports one record per step to the launcher.
+// Also the single-process trainer (all layers in one process) used by `pretrain` and as the
+// reference the pipeline must match.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/spec.h"
+
+namespace slowpipe::runtime {
+
+struct WorkerArgs {
+  std::string specPath;  // resolved spec written by the launcher
+  int rank = 0;
+  std::string control;   // launcher's ipc endpoint for records
+  std::string peers;     // launcher's ipc endpoint this worker pulls its peer table from
+  std::string netns;     // kernel backend: namespace to enter before opening sockets
+  std::string bindPrev = "127.0.0.1", bindNext = "127.0.0.1";
+  double userLatencyS = 0, userJitterS = 0;
+  bool kernelPacesRate = false;
+};
+
+int runWorker(const WorkerArgs& args);
+
+// Trains every layer in this process with the same data, micro-batching, optimizer and seeds as a
+// pipeline run of `spec`. split: "finetune" or "pretrain". Calls onRecord with each step's and
+// each evaluation's record; saves the model to checkpoint (if not empty) at the end.
+void runSingleProcess(const RunSpec& spec, const std::string& split,
+                      const std::function<void(const nlohmann::json&)>& onRecord, const std::string& checkpoint = "");
+
+}  // namespace slowpipe::runtime

@@ -1,0 +1,99 @@
+// `slowpipe run`, `worker` (started by the launcher), `pretrain`, `data prepare`.
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "runtime/data.h"
+#include "runtime/launcher.h"
+#include "runtime/result.h"
+#include "runtime/worker.h"
+#include "tools/commands.h"
+
+namespace slowpipe::tools {
+
+using nlohmann::json;
+
+void addRunCommands(CLI::App& app) {
+  {
+    auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+    auto quiet = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand("run", "run one experiment: start the workers, write DIR/result.json");
+    cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
+    cmd->add_option("--out", *out, "output folder")->required();
+    cmd->add_flag("--quiet", *quiet, "no progress line");
+    cmd->callback([=] {
+      const runtime::RunSpec s = runtime::loadRunSpec(*spec);  // fails before any process starts
+      runtime::LaunchOptions o;
+      o.outDir = *out;
+      o.progress = !*quiet;
+      const int rc = runtime::launchRun(s, o);
+      const json r = json::parse(std::ifstream(*out + "/result.json"));
+      if (rc != 0) {
+        std::fprintf(stderr, "slowpipe run: failed: %s\n", r.value("reason", "unknown").c_str());
+        std::exit(1);
+      }
+      const auto& sum = r["summary"];
+      std::printf("%s: %lld steps, %.0f tokens/s, final val loss %s -> %s/result.json\n", s.name.c_str(),
+                  static_cast<long long>(sum["steps"].get<int64_t>()), sum.value("throughput_tokens_per_s", 0.0),
+                  sum.contains("final_val_loss") ? sum["final_val_loss"].dump().c_str() : "-", out->c_str());
+    });
+  }
+  {
+    auto a = std::make_shared<runtime::WorkerArgs>();
+    auto* cmd = app.add_subcommand("worker", "one pipeline stage (started by `slowpipe run`)");
+    cmd->group("");  // internal
+    cmd->add_option("--spec", a->specPath)->required();
+    cmd->add_option("--rank", a->rank)->required();
+    cmd->add_option("--control", a->control)->required();
+    cmd->add_option("--peers", a->peers)->required();
+    cmd->add_option("--netns", a->netns);
+    cmd->add_option("--bind-prev", a->bindPrev);
+    cmd->add_option("--bind-next", a->bindNext);
+    cmd->add_option("--user-latency", a->userLatencyS);
+    cmd->add_option("--user-jitter", a->userJitterS);
+    cmd->add_flag("--kernel-rate", a->kernelPacesRate);
+    cmd->callback([a] { std::exit(runtime::runWorker(*a)); });
+  }
+  {
+    auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), log = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("pretrain", "train a base model in one process on the pretrain split, save a checkpoint");
+    cmd->add_option("spec", *spec, "spec whose model, data and training sections are used")->required();
+    cmd->add_option("--out", *out, "checkpoint path")->required();
+    cmd->add_option("--log", *log, "write the per-step records as JSON here");
+    cmd->callback([=] {
+      runtime::RunSpec s = runtime::loadRunSpec(*spec);
+      s.training.initCheckpoint.clear();
+      runtime::prepareCorpus(s.data);
+      s.runtime.threadsPerWorker = static_cast<int>(std::thread::hardware_concurrency());
+      json records = json::array();
+      runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
+        records.push_back(r);
+        if (r["type"] == "eval") std::fprintf(stderr, "\nepoch %d val loss %.4f\n", r["epoch"].get<int>(), r["val_loss"].get<double>());
+        else std::fprintf(stderr, "\rstep %lld loss %.4f   ", static_cast<long long>(r["step"].get<int64_t>()), r["loss"].get<double>());
+      }, *out);
+      if (!log->empty()) runtime::writeJsonAtomically(*log, records);
+      std::printf("\nsaved %s\n", out->c_str());
+    });
+  }
+  {
+    auto data = app.add_subcommand("data", "corpus preparation");
+    data->require_subcommand(1);
+    auto spec = std::make_shared<std::string>();
+    auto force = std::make_shared<bool>(false);
+    auto* prep = data->add_subcommand("prepare", "build the token files of a spec's data section");
+    prep->add_option("spec", *spec, "experiment spec")->required();
+    prep->add_flag("--force", *force, "rebuild even if up to date");
+    prep->callback([=] {
+      const auto s = runtime::loadRunSpec(*spec);
+      const auto info = runtime::prepareCorpus(s.data, *force);
+      const runtime::ExampleSet train(s.data, "finetune", "train", s.model.seqLen), val(s.data, "finetune", "val", s.model.seqLen);
+      std::printf("%s: %zu files, pretrain %lld tokens, finetune %lld tokens (%lld train / %lld val examples of %d)\n",
+                  info.dir.c_str(), info.files.size(), static_cast<long long>(info.pretrainTokens),
+                  static_cast<long long>(info.finetuneTokens), static_cast<long long>(train.size()),
+                  static_cast<long long>(val.size()), s.model.seqLen);
+    });
+  }
+}
+
+}  // namespace slowpipe::tools
