@@ -119,6 +119,7 @@ class Launcher {
       _exit(127);
     }
     workers_[r].pid = pid;
+    doc_["workers"].push_back({{"rank", r}, {"stage", r}, {"replica", 0}, {"pid", pid}});
   }
 
   std::string peerEp(int r) const { return controlEp_ + "-w" + std::to_string(r); }
@@ -139,7 +140,9 @@ class Launcher {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     start_ = now();
+    doc_["workers"] = json::array();
     for (int r = 0; r < S_; ++r) spawn(r);
+    writeJsonAtomically(resultPath_, finalDoc());
     std::map<int, json> hellos;
     lastProgress_ = now();
     bool sentPeers = false;

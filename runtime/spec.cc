@@ -83,6 +83,10 @@ RunSpec runSpecFromJson(const json& j, const std::string& where) {
   RunSpec s;
   s.source = j;
   Fields top(j, where);
+  for (const char* required : {"name", "model", "pipeline", "compression", "network"})
+    if (!j.contains(required))
+      fail(where + "." + required, "missing; a spec needs name, model, pipeline, compression and network "
+                                   "(see experiments/smoke.json)");
   top.get("name", s.name);
   if (const json* m = top.raw("model")) {
     Fields f(*m, where + ".model");
@@ -188,7 +192,11 @@ RunSpec loadRunSpec(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw std::invalid_argument("spec file '" + path + "' is not valid JSON: " + e.what());
   }
-  return runSpecFromJson(j, path);
+  try {
+    return runSpecFromJson(j, "spec");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + path + "': " + e.what());
+  }
 }
 
 json toJson(const RunSpec& s) {

@@ -46,7 +46,9 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
   auto make = [&](Peer& p, const std::string& ep, int peerRank, const std::string& sendSpec, const std::string& recvSpec) {
     p.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
     p.push->set(zmq::sockopt::sndhwm, 0);
-    p.push->set(zmq::sockopt::linger, 0);
+    // Linger: a stage that finishes first must still deliver its last messages (the final
+    // evaluation batches) before its process exits.
+    p.push->set(zmq::sockopt::linger, 30000);
     p.push->connect(ep);
     p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.rank, peerRank),
                                                          !opt_.kernelPacesRate, 1000 * opt_.rank + peerRank);

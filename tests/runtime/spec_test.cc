@@ -1,0 +1,88 @@
+// RunSpec validation: every malformed spec names its problem; partitions balance.
+#include "runtime/spec.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/data.h"
+
+namespace slowpipe::runtime {
+namespace {
+
+using nlohmann::json;
+
+json valid() {
+  return json::parse(R"({"name": "t", "model": {"layers": 4, "width": 32, "heads": 4, "seq_len": 16},
+    "pipeline": {"stages": 2}, "compression": {"forward": "acsgd:bits=2", "backward": "quant:bits=4"},
+    "network": {"links": {"bandwidth": "100Mbps", "latency": "5ms"}}})");
+}
+
+std::string errorOf(const json& j) {
+  try {
+    runSpecFromJson(j);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SpecTest, ValidSpecParses) {
+  const RunSpec s = runSpecFromJson(valid());
+  EXPECT_EQ(s.pipeline.stages, 2);
+  EXPECT_EQ(s.compression.forward, "acsgd:bits=2");
+  EXPECT_EQ(runSpecFromJson(toJson(s)).compression.backward, "quant:bits=4");
+}
+
+TEST(SpecTest, MalformedSpecsNameTheProblem) {
+  json j = valid();
+  j.erase("network");
+  EXPECT_NE(errorOf(j).find("spec.network: missing"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["stages"] = "two";
+  EXPECT_NE(errorOf(j).find("spec.pipeline.stages: wrong type"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["compression"]["forward"] = "zip:bits=2";
+  EXPECT_NE(errorOf(j).find("spec.compression.forward: unknown codec 'zip'"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["stages"] = 5;
+  EXPECT_NE(errorOf(j).find("stages <= model.layers"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["network"]["links"]["bandwidth"] = "100Mbs";
+  EXPECT_NE(errorOf(j).find("spec.network.links.bandwidth: '100Mbs'"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["shedule"] = "gpipe";
+  EXPECT_NE(errorOf(j).find("spec.pipeline.shedule: unknown field"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["model"]["heads"] = 3;
+  EXPECT_NE(errorOf(j).find("does not divide width"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["partition"] = json::parse("[[0, 1], [2, 4]]");
+  EXPECT_NE(errorOf(j).find("must start at 1"), std::string::npos) << errorOf(j);
+}
+
+TEST(SpecTest, BalancedPartitionCoversAllLayers) {
+  json j = valid();
+  j["model"]["layers"] = 7;
+  j["pipeline"]["stages"] = 3;
+  const auto r = stageLayers(runSpecFromJson(j));
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0], std::make_pair(0, 2));  // first and last stages also hold embeddings / head
+  EXPECT_EQ(r[1], std::make_pair(2, 5));
+  EXPECT_EQ(r[2], std::make_pair(5, 7));
+}
+
+TEST(EpochPlanTest, EachEpochIsAPermutationAndSeedStable) {
+  EpochPlan p(50, 2, 4, 7), q(50, 2, 4, 7);
+  EXPECT_EQ(p.stepsPerEpoch(), 6);
+  std::vector<int> seen(50, 0);
+  for (int64_t s = 0; s < 6; ++s)
+    for (int m = 0; m < 2; ++m) {
+      const auto a = p.microBatch(1, s, m);
+      EXPECT_EQ(a, q.microBatch(1, s, m));
+      for (auto i : a) seen[i]++;
+    }
+  for (int c : seen) EXPECT_LE(c, 1);
+  EXPECT_NE(p.microBatch(0, 0, 0), p.microBatch(1, 0, 0));  // reshuffled per epoch
+}
+
+}  // namespace
+}  // namespace slowpipe::runtime
