@@ -10,5 +10,6 @@ void addBenchCodecs(CLI::App& bench);
 void addBenchLink(CLI::App& bench);
 void addEmulatorCommands(CLI::App& app);
 void addRunCommands(CLI::App& app);
+void addSweepCommands(CLI::App& app);
 
 }  // namespace slowpipe::tools

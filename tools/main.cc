@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addBenchLink(*bench);
   slowpipe::tools::addEmulatorCommands(app);
   slowpipe::tools::addRunCommands(app);
+  slowpipe::tools::addSweepCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,121 @@
+// Sweep spec parsing and expansion.
+#include "experiments/sweep.h"
+
+#include <fstream>
+#include <set>
+#include <stdexcept>
+
+#include "runtime/spec.h"
+
+namespace slowpipe::experiments {
+
+using nlohmann::json;
+
+std::string slug(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '.') out += c;
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
+}
+
+std::string valueLabel(const json& v) {
+  if (v.is_object() && v.contains("label") && v["label"].is_string()) return v["label"];
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+SweepSpec sweepSpecFromJson(const json& j, const std::string& where) {
+  if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
+  for (const auto& [k, v] : j.items())
+    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain")
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain");
+  SweepSpec s;
+  s.name = j.value("name", "sweep");
+  if (!j.contains("base")) throw std::invalid_argument(where + ".base: missing (a RunSpec object or a path to one)");
+  if (j["base"].is_string()) {
+    std::ifstream in(j["base"].get<std::string>());
+    if (!in) throw std::invalid_argument(where + ".base: '" + j["base"].get<std::string>() + "' cannot be read");
+    s.base = json::parse(in);
+  } else {
+    s.base = j["base"];
+  }
+  if (!j.contains("axes") || !j["axes"].is_array() || j["axes"].empty())
+    throw std::invalid_argument(where + ".axes: expected a non-empty array of {\"path\": ..., \"values\": [...]}");
+  for (size_t i = 0; i < j["axes"].size(); ++i) {
+    const json& a = j["axes"][i];
+    const std::string w = where + ".axes[" + std::to_string(i) + "]";
+    if (!a.is_object() || !a.contains("path") || !a["path"].is_string() || !a.contains("values") ||
+        !a["values"].is_array() || a["values"].empty())
+      throw std::invalid_argument(w + ": expected {\"path\": \"network.links.bandwidth\", \"values\": [...]} with values");
+    s.axes.emplace_back(a["path"].get<std::string>(), a["values"].get<std::vector<json>>());
+  }
+  s.baseline = j.value("baseline", "fp32");
+  if (j.contains("pretrain")) s.pretrain = j["pretrain"];
+  runtime::runSpecFromJson(s.base, where + ".base");  // the base must be valid on its own
+  return s;
+}
+
+SweepSpec loadSweepSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("sweep file '" + path + "' cannot be read");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("sweep file '" + path + "' is not valid JSON: " + e.what());
+  }
+  return sweepSpecFromJson(j, "sweep");
+}
+
+namespace {
+
+void setPath(json& doc, const std::string& path, const json& value) {
+  json* at = &doc;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      if (value.is_object() && at->contains(key) && (*at)[key].is_object()) {
+        for (const auto& [k, v] : value.items()) (*at)[key][k] = v;
+      } else {
+        (*at)[key] = value;
+      }
+      return;
+    }
+    at = &(*at)[key];
+    start = dot + 1;
+  }
+}
+
+}  // namespace
+
+std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
+  std::vector<SweepPoint> points(1, SweepPoint{"", s.base, {}});
+  for (const auto& [path, values] : s.axes) {
+    std::vector<SweepPoint> next;
+    const std::string axisName = path.substr(path.rfind('.') + 1);
+    for (const SweepPoint& p : points)
+      for (const json& v : values) {
+        SweepPoint q = p;
+        setPath(q.spec, path, v);
+        q.axisLabels.push_back(valueLabel(v));
+        q.name += (q.name.empty() ? "" : "_") + slug(axisName) + "-" + slug(valueLabel(v));
+        next.push_back(std::move(q));
+      }
+    points = std::move(next);
+  }
+  std::set<std::string> names;
+  for (auto& p : points) {
+    if (!names.insert(p.name).second) throw std::invalid_argument("sweep: two points are both named '" + p.name + "'; give the axis values distinct labels");
+    p.spec["name"] = s.name + "/" + p.name;
+    runtime::runSpecFromJson(p.spec, "sweep point " + p.name);  // every point valid before anything runs
+  }
+  return points;
+}
+
+}  // namespace slowpipe::experiments

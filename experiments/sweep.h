@@ -1,0 +1,43 @@
+// Sweeps: a base experiment plus axes, expanded into points that each are one real run.
+//
+// Spec (JSON):
+//   {"name": "...", "base": {<RunSpec>} or "path/to/spec.json",
+//    "axes": [{"path": "network.links.bandwidth", "values": ["100Mbps", "1Gbps"]},
+//             {"path": "compression", "values": [{"label": "fp32", "forward": "none", "backward": "none"}, ...]}],
+//    "baseline": "fp32",                        // label of the compression value that is the baseline
+//    "pretrain": {"checkpoint": "base.pt", "max_steps": 300, "epochs": 1}}   // optional
+// Object values are merged into the base at `path`; others replace it. Every point gets a stable
+// name from its axis values, e.g. "bandwidth-100Mbps_compression-ac-sgd-fw2-bw4".
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace slowpipe::experiments {
+
+struct SweepPoint {
+  std::string name;
+  nlohmann::json spec;                 // full RunSpec JSON of this point
+  std::vector<std::string> axisLabels; // one per axis, e.g. "100Mbps", "AC-SGD fw2/bw4"
+};
+
+struct SweepSpec {
+  std::string name;
+  nlohmann::json base;
+  std::vector<std::pair<std::string, std::vector<nlohmann::json>>> axes;
+  std::string baseline;  // compression label
+  nlohmann::json pretrain;  // null if none
+  std::string sourceDir;    // folder of the sweep file (relative paths resolve against the cwd)
+};
+
+SweepSpec loadSweepSpec(const std::string& path);
+SweepSpec sweepSpecFromJson(const nlohmann::json& j, const std::string& where);
+// Cartesian product in axis order; names are unique (an error says which points collide).
+std::vector<SweepPoint> expandSweep(const SweepSpec& s);
+std::string slug(const std::string& text);
+// Label of one axis value: "label" of an object, the string itself, or the compact JSON.
+std::string valueLabel(const nlohmann::json& v);
+
+}  // namespace slowpipe::experiments

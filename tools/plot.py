@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Figures of a slowpipe sweep folder (summary.json + runs/*.json), PNG and SVG, with matplotlib.
+
+Usage: plot.py DIR   (normally through `slowpipe plot DIR`). Writes DIR/figures/.
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def fmt_bw(bps):
+    return f"{bps / 1e9:g} Gbps" if bps >= 1e9 else f"{bps / 1e6:g} Mbps"
+
+
+def save(fig, out, name):
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out, f"{name}.{ext}"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {name}.png/.svg")
+
+
+def lines_by_label(rows, key):
+    series = {}
+    for r in rows:
+        if r.get("status") != "ok" or r.get(key) is None:
+            continue
+        name = r["label"] + (f" @ {r['latency_s'] * 1e3:g} ms" if len({x["latency_s"] for x in rows}) > 1 else "")
+        series.setdefault(name, []).append((r["bandwidth_bps"], r[key]))
+    return {k: sorted(v) for k, v in series.items()}
+
+
+def versus_bandwidth(rows, key, ylabel, title, out, name, ideal=False):
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, pts in lines_by_label(rows, key).items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    if ideal:
+        for label, pts in lines_by_label(rows, "ideal_speedup").items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", color="grey", alpha=0.6)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("link bandwidth (bits/s)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, out, name)
+
+
+def loss_curves(runs, rows, bandwidth, xkey, out, name):
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for r in rows:
+        if r["bandwidth_bps"] != bandwidth or r["point"] not in runs:
+            continue
+        evals = runs[r["point"]].get("evals", [])
+        if not evals:
+            continue
+        xs = [e["step"] if xkey == "step" else e["wall_s"] for e in evals]
+        ax.plot(xs, [e["val_loss"] for e in evals], marker="o", label=r["label"])
+    ax.set_xlabel("training step" if xkey == "step" else "wall time (s)")
+    ax.set_ylabel("validation loss")
+    ax.set_title(f"validation loss vs {'step' if xkey == 'step' else 'time'} at {fmt_bw(bandwidth)}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, out, name)
+
+
+def breakdown(rows, bandwidths, out):
+    parts = ["compute", "encode", "decode", "wait"]
+    fig, axes = plt.subplots(1, len(bandwidths), figsize=(5.5 * len(bandwidths), 4.2), squeeze=False)
+    for ax, bw in zip(axes[0], bandwidths):
+        sel = [r for r in rows if r["bandwidth_bps"] == bw and r.get("breakdown_share")]
+        bottom = [0.0] * len(sel)
+        for part in parts:
+            vals = [r["breakdown_share"][part] * r["mean_step_time_s"] for r in sel]
+            ax.bar(range(len(sel)), vals, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_xticks(range(len(sel)))
+        ax.set_xticklabels([r["label"] for r in sel], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("mean step time (s), per-stage average")
+        ax.set_title(f"time breakdown at {fmt_bw(bw)}")
+    axes[0][0].legend(fontsize=8)
+    save(fig, out, "time_breakdown")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: plot.py DIR")
+    d = sys.argv[1]
+    path = os.path.join(d, "summary.json")
+    if not os.path.exists(path):
+        sys.exit(f"plot: {path} does not exist (run `slowpipe sweep` first)")
+    rows = json.load(open(path))["rows"]
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if not ok:
+        sys.exit(f"plot: {path} has no completed points")
+    runs = {}
+    for r in ok:
+        f = os.path.join(d, "runs", r["point"] + ".json")
+        if os.path.exists(f):
+            runs[r["point"]] = json.load(open(f))
+    out = os.path.join(d, "figures")
+    os.makedirs(out, exist_ok=True)
+    versus_bandwidth(ok, "speedup", "speed-up over fp32 (throughput ratio)", "speed-up vs bandwidth (dotted: ideal)",
+                     out, "speedup_vs_bandwidth", ideal=True)
+    versus_bandwidth(ok, "throughput_tokens_per_s", "throughput (tokens/s)", "throughput vs bandwidth", out,
+                     "throughput_vs_bandwidth")
+    bws = sorted({r["bandwidth_bps"] for r in ok})
+    for tag, bw in (("slowest", bws[0]), ("fastest", bws[-1])):
+        loss_curves(runs, ok, bw, "step", out, f"loss_vs_step_{tag}")
+        loss_curves(runs, ok, bw, "time", out, f"loss_vs_time_{tag}")
+    breakdown(ok, [bws[0], bws[-1]] if len(bws) > 1 else bws, out)
+
+
+if __name__ == "__main__":
+    main()

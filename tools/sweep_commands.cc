@@ -1,0 +1,50 @@
+// `slowpipe sweep SPEC --out DIR` and `slowpipe plot DIR`.
+#include <filesystem>
+
+#include "emulator/command.h"
+#include "experiments/runner.h"
+#include "tools/commands.h"
+
+#ifndef SLOWPIPE_SOURCE_DIR
+#define SLOWPIPE_SOURCE_DIR "."
+#endif
+
+namespace slowpipe::tools {
+
+void addSweepCommands(CLI::App& app) {
+  {
+    auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+    auto force = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
+    cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
+    cmd->add_option("--out", *out, "output folder")->required();
+    cmd->add_flag("--force", *force, "re-run points that are already complete");
+    cmd->add_flag("--quiet", *quiet, "no progress output");
+    cmd->callback([=] {
+      const auto s = experiments::loadSweepSpec(*spec);
+      experiments::expandSweep(s);  // every point validated before anything runs
+      experiments::SweepOptions o;
+      o.outDir = *out;
+      o.force = *force;
+      o.progress = !*quiet;
+      const int failed = experiments::runSweep(s, o);
+      std::printf("sweep %s: summary in %s/summary.json (%d failed point(s))\n", s.name.c_str(), out->c_str(), failed);
+      if (failed) std::exit(1);
+    });
+  }
+  {
+    auto dir = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("plot", "figures (PNG + SVG) of a sweep folder, with matplotlib");
+    cmd->add_option("dir", *dir, "sweep output folder")->required();
+    cmd->callback([dir] {
+      const std::string script = std::string(SLOWPIPE_SOURCE_DIR) + "/tools/plot.py";
+      // Debian's interpreter, which has python3-matplotlib (a python3 earlier on PATH may not).
+      const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+      const auto r = emulator::runCommand({python, script, *dir});
+      std::fputs(r.output.c_str(), stdout);
+      if (r.status != 0) throw std::runtime_error("plot failed (python3 " + script + " exited " + std::to_string(r.status) + ")");
+    });
+  }
+}
+
+}  // namespace slowpipe::tools
