@@ -116,6 +116,10 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     fs::copy_file(fs::path(lo.outDir) / "result.json", done.string() + ".tmp", fs::copy_options::overwrite_existing);
     fs::rename(done.string() + ".tmp", done);
     writeSummaries(spec, opt.outDir);
+    if (const int sig = runtime::launchInterrupted()) {
+      std::fprintf(stderr, "sweep interrupted by signal %d after %s; rerun to resume\n", sig, p.name.c_str());
+      return failed;
+    }
   }
   writeSummaries(spec, opt.outDir);
   return failed;

@@ -66,6 +66,10 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
     const json& s = r["summary"];
     row["status"] = r.value("status", "unknown");
     if (r.contains("reason")) row["reason"] = r["reason"];
+    if (row["status"] != "ok") {  // a failed run's partial figures are not comparable
+      rows.push_back(row);
+      continue;
+    }
     const double tp = num(s, "throughput_tokens_per_s");
     row["throughput_tokens_per_s"] = orNull(tp);
     row["mean_step_time_s"] = orNull(num(s, "mean_step_time_s"));

@@ -16,6 +16,7 @@
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
+#include "runtime/ranks.h"
 #include "runtime/result.h"
 
 namespace slowpipe::runtime {
@@ -43,7 +44,8 @@ std::string describeExit(int status) {
 
 class Launcher {
  public:
-  Launcher(const RunSpec& spec, const LaunchOptions& opt) : spec_(spec), opt_(opt), S_(spec.pipeline.stages), workers_(S_) {}
+  Launcher(const RunSpec& spec, const LaunchOptions& opt)
+      : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, 1}, workers_(layout_.size()) {}
 
   int run() {
     fs::create_directories(opt_.outDir);
@@ -119,7 +121,8 @@ class Launcher {
       _exit(127);
     }
     workers_[r].pid = pid;
-    doc_["workers"].push_back({{"rank", r}, {"stage", r}, {"replica", 0}, {"pid", pid}});
+    const RankId id = layout_.id(r);
+    doc_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid}});
   }
 
   std::string peerEp(int r) const { return controlEp_ + "-w" + std::to_string(r); }
@@ -317,6 +320,7 @@ class Launcher {
   const RunSpec& spec_;
   LaunchOptions opt_;
   int S_;
+  RankLayout layout_;  // one replica per stage today
   std::vector<Worker> workers_;
   std::unique_ptr<emulator::NetnsFabric> fabric_;
   std::string resultPath_, specPath_, controlEp_, torchVersion_;
@@ -326,6 +330,8 @@ class Launcher {
 };
 
 }  // namespace
+
+int launchInterrupted() { return gInterrupt.load(); }
 
 int launchRun(const RunSpec& spec, const LaunchOptions& opt) {
   Launcher l(spec, opt);

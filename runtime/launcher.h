@@ -20,5 +20,7 @@ struct LaunchOptions {
 
 // Returns 0 when the run completed, 1 when it failed (the result says why).
 int launchRun(const RunSpec& spec, const LaunchOptions& opt);
+// The signal (SIGINT/SIGTERM) that interrupted a launch in this process, or 0. A sweep stops on it.
+int launchInterrupted();
 
 }  // namespace slowpipe::runtime

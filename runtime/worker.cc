@@ -192,6 +192,10 @@ class PipelineWorker {
       tokens += tgt.numel();
       if (!runner_.last()) transport_->send(true, MessageKind::kEval, g, epoch, static_cast<int>(k), toTransport(out, mbIds));
     }
+    // Barrier: the last stage finishes evaluating last. Every stage waits for it, so the next
+    // step's timer starts on all stages together instead of charging the evaluation to that step.
+    if (!runner_.last()) transport_->recv(false, MessageKind::kControl, g, epoch, -3);
+    if (!runner_.first()) transport_->send(false, MessageKind::kControl, g, epoch, -3, scalar(0.0));
     transport_->takeStats();  // evaluation traffic is not training traffic
     json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
     if (runner_.last()) r["val_loss"] = lossSum / static_cast<double>(tokens);

@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine (as root): install, build, run.
-# Today it runs the codec benchmark and writes results/quickstart/bench_codecs.json; it becomes the
-# quickstart sweep with its plots once the training runtime lands (see README "Status").
+# The main job on a fresh Debian 12 machine (as root): install, build, then the quickstart sweep
+# (pretraining a small base model first) and its plots, into results/quickstart/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh --build-dir build
-mkdir -p results/quickstart
-./build/slowpipe bench codecs
-./build/slowpipe bench codecs --json > results/quickstart/bench_codecs.json.tmp
-mv results/quickstart/bench_codecs.json.tmp results/quickstart/bench_codecs.json
-echo "quickstart: wrote results/quickstart/bench_codecs.json"
+./build/slowpipe sweep experiments/quickstart.json --out results/quickstart
+./build/slowpipe plot results/quickstart
+echo "quickstart: results/quickstart/summary.csv and results/quickstart/figures/"

@@ -1,0 +1,108 @@
+// Sweep expansion and naming, spec errors, and the summary math on hand-made run files.
+#include <gtest/gtest.h>
+
+#include "experiments/summary.h"
+#include "experiments/sweep.h"
+#include "runtime/result.h"
+
+namespace slowpipe::experiments {
+namespace {
+
+using nlohmann::json;
+
+json sweepJson() {
+  return json::parse(R"({"name": "s", "baseline": "fp32",
+    "base": {"name": "b", "model": {"layers": 2, "width": 32, "heads": 4, "seq_len": 16},
+             "pipeline": {"stages": 2}, "compression": {"forward": "none", "backward": "none"},
+             "network": {"links": {"bandwidth": "1Gbps", "latency": "0ms"}}},
+    "axes": [{"path": "network.links.bandwidth", "values": ["100Mbps", "10Gbps"]},
+             {"path": "compression", "values": [{"label": "fp32", "forward": "none", "backward": "none"},
+                                                {"label": "AC-SGD fw2/bw4", "forward": "acsgd:bits=2", "backward": "quant:bits=4"}]}]})");
+}
+
+TEST(SweepTest, ExpandsTheProductWithStableNames) {
+  const auto points = expandSweep(sweepSpecFromJson(sweepJson(), "sweep"));
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[0].name, "bandwidth-100Mbps_compression-fp32");
+  EXPECT_EQ(points[1].name, "bandwidth-100Mbps_compression-AC-SGD-fw2-bw4");
+  EXPECT_EQ(points[3].spec["network"]["links"]["bandwidth"], "10Gbps");
+  EXPECT_EQ(points[3].spec["network"]["links"]["latency"], "0ms");  // merged, not replaced
+  EXPECT_EQ(points[1].spec["compression"]["forward"], "acsgd:bits=2");
+  EXPECT_EQ(points[1].axisLabels, (std::vector<std::string>{"100Mbps", "AC-SGD fw2/bw4"}));
+}
+
+TEST(SweepTest, BadSweepsNameTheProblem) {
+  auto errorOf = [](const json& j) -> std::string {
+    try {
+      expandSweep(sweepSpecFromJson(j, "sweep"));
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  json j = sweepJson();
+  j["axes"][0]["values"] = json::array({"100Mbps", "100Mbps"});
+  EXPECT_NE(errorOf(j).find("both named"), std::string::npos) << errorOf(j);
+  j = sweepJson();
+  j["axes"][0]["values"] = json::array({"100Mbs"});
+  EXPECT_NE(errorOf(j).find("network.links.bandwidth: '100Mbs'"), std::string::npos) << errorOf(j);
+  j = sweepJson();
+  j["axes"] = json::array();
+  EXPECT_NE(errorOf(j).find("sweep.axes"), std::string::npos) << errorOf(j);
+  j = sweepJson();
+  j["axis"] = 1;
+  EXPECT_NE(errorOf(j).find("sweep.axis: unknown field"), std::string::npos) << errorOf(j);
+}
+
+// A run file with a constant step time and given evals.
+json run(double stepTime, double wire, std::vector<std::pair<double, double>> evals) {
+  json steps = json::array();
+  for (int i = 0; i < 4; ++i)
+    steps.push_back({{"step", i}, {"epoch", i / 2}, {"time_s", stepTime}, {"tokens", 1000}, {"loss", 3.0},
+                     {"bytes", {{"forward", {{"raw", 100}, {"wire", wire / 2}}}, {"backward", {{"raw", 100}, {"wire", wire / 2}}}}},
+                     {"breakdown_s", {{"compute", 0.1}, {"encode", 0.0}, {"decode", 0.0}, {"wait", stepTime - 0.1}}}});
+  json ev = json::array();
+  for (const auto& [wall, loss] : evals) ev.push_back({{"wall_s", wall}, {"val_loss", loss}, {"step", 0}});
+  return {{"status", "ok"}, {"steps", steps}, {"evals", ev}, {"summary", runtime::summarizeSteps(steps, ev)}};
+}
+
+TEST(SummaryTest, SpeedupTimeToTargetAndIdeal) {
+  const SweepSpec spec = sweepSpecFromJson(sweepJson(), "sweep");
+  const auto points = expandSweep(spec);
+  std::map<std::string, json> results = {
+      {points[0].name, run(0.4, 1000, {{10, 2.5}, {20, 2.0}})},   // fp32 @ 100Mbps: target 2.0
+      {points[1].name, run(0.2, 100, {{5, 2.4}, {9, 1.99}})},     // AC-SGD @ 100Mbps
+      {points[2].name, run(0.1, 1000, {{3, 2.5}, {6, 2.0}})},     // fp32 @ 10Gbps
+      {points[3].name, run(0.1, 100, {{3, 2.6}, {6, 2.1}})}};     // AC-SGD @ 10Gbps: never reaches 2.0
+  const json s = summarizeSweep(spec, points, results);
+  const auto& rows = s["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(s["baseline"]["label"], "fp32");
+  EXPECT_DOUBLE_EQ(rows[0]["speedup"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(rows[1]["speedup"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(rows[1]["time_to_target_s"].get<double>(), 9.0);
+  EXPECT_DOUBLE_EQ(rows[0]["time_to_target_s"].get<double>(), 20.0);
+  EXPECT_TRUE(rows[3]["time_to_target_s"].is_null());
+  // Ideal at 100Mbps: baseline 0.4 s, of which 0.3 s is network (0.4 - 0.1 at the fastest link),
+  // cut 10x by the wire bytes: 0.4 / (0.1 + 0.03).
+  EXPECT_NEAR(rows[1]["ideal_speedup"].get<double>(), 0.4 / 0.13, 1e-9);
+  EXPECT_NEAR(rows[1]["efficiency"].get<double>(), 2.0 / (0.4 / 0.13), 1e-9);
+  EXPECT_DOUBLE_EQ(rows[1]["wire_bytes_per_step"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(rows[1]["bandwidth_bps"].get<double>(), 100e6);
+  const std::string csv = summaryCsv(s);
+  EXPECT_NE(csv.find("bandwidth-100Mbps_compression-AC-SGD-fw2-bw4,AC-SGD fw2/bw4,acsgd:bits=2"), std::string::npos) << csv;
+}
+
+TEST(SummaryTest, MissingAndFailedPointsAreListed) {
+  const SweepSpec spec = sweepSpecFromJson(sweepJson(), "sweep");
+  const auto points = expandSweep(spec);
+  json failed = run(0.2, 100, {});
+  failed["status"] = "failed";
+  const json s = summarizeSweep(spec, points, {{points[1].name, failed}});
+  EXPECT_EQ(s["rows"][0]["status"], "missing");
+  EXPECT_EQ(s["rows"][1]["status"], "failed");
+  EXPECT_TRUE(!s["rows"][1].contains("speedup") || s["rows"][1]["speedup"].is_null());
+}
+
+}  // namespace
+}  // namespace slowpipe::experiments
