@@ -74,7 +74,9 @@ void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& 
   if (!deltaRows.empty()) {
     Shape dshape = shape;
     dshape[0] = static_cast<int64_t>(deltaRows.size());
-    std::vector<float> d(deltaRows.size() * rowLen), m(rowLen);
+    std::vector<float>& d = scratch_;
+    d.resize(deltaRows.size() * rowLen);
+    std::vector<float> m(rowLen);
     for (size_t j = 0; j < deltaRows.size(); ++j) {
       store_.load(ctx.exampleIds[deltaRows[j]], m.data(), rowLen);
       const float* xr = x + deltaRows[j] * rowLen;
@@ -110,7 +112,8 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const size_t qbytes = deltaRows.empty() ? 0 : quantPayloadBytes(opt_.quant, dshape);
   SP_REQUIRE(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
                                         " bytes of quantized deltas, expected " + std::to_string(qbytes));
-  std::vector<float> deq(deltaRows.size() * rowLen);
+  std::vector<float>& deq = scratch_;
+  deq.resize(deltaRows.size() * rowLen);
   if (!deltaRows.empty()) quant_.decode(rd.take(qbytes, "deltas"), qbytes, dshape, ctx, deq.data());
   // Everything validated: only now touch the state.
   for (size_t j = 0; j < fullRows.size(); ++j) {

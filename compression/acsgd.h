@@ -56,6 +56,7 @@ class AcsgdCodec : public Codec {
   QuantCodec quant_;
   ExampleStore store_;
   int64_t fullRows_ = 0, deltaRows_ = 0;
+  std::vector<float> scratch_;  // deltas, reused between messages (no page faults per call)
 };
 
 // Error feedback for gradients: sends C(x + r) and keeps r = (x + r) - C(x + r) per ctx.key.

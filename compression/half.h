@@ -20,7 +20,8 @@ inline float bf16ToFloat(uint16_t h) { return bitsFloat(static_cast<uint32_t>(h)
 
 uint16_t floatToHalf(float f);
 float halfToFloat(uint16_t h);
-void floatToHalf(const float* in, size_t n, uint16_t* out);
-void halfToFloat(const uint16_t* in, size_t n, float* out);
+// Bulk conversions to / from little-endian fp16 bytes (no alignment needed: payloads are bytes).
+void floatToHalfBytes(const float* in, size_t n, uint8_t* out);
+void halfBytesToFloat(const uint8_t* in, size_t n, float* out);
 
 }  // namespace slowpipe::compression

@@ -34,12 +34,7 @@ void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
     copyBytes(p, x, n * 4);
     return;
   }
-  if (id_ == CodecId::kFp16) {
-    std::vector<uint16_t> h(n);  // payload may be unaligned for uint16_t
-    floatToHalf(x, n, h.data());
-    copyBytes(p, h.data(), 2 * n);
-    return;
-  }
+  if (id_ == CodecId::kFp16) return floatToHalfBytes(x, n, p);
   for (size_t i = 0; i < n; ++i) {
     const uint16_t h = floatToBf16(x[i]);
     std::memcpy(p + 2 * i, &h, 2);
@@ -54,12 +49,7 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     copyBytes(out, payload, n * 4);
     return;
   }
-  if (id_ == CodecId::kFp16) {
-    std::vector<uint16_t> h(n);
-    copyBytes(h.data(), payload, 2 * n);
-    halfToFloat(h.data(), n, out);
-    return;
-  }
+  if (id_ == CodecId::kFp16) return halfBytesToFloat(payload, n, out);
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, payload + 2 * i, 2);

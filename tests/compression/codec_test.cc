@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "compression/codec.h"
 #include "compression/half.h"
@@ -56,6 +58,26 @@ TEST(HalfTest, MatchesKnownValuesAndRoundsToNearestEven) {
   for (uint32_t h = 0; h < 0x7c00; ++h)  // every finite half survives half -> float -> half
     ASSERT_EQ(floatToHalf(halfToFloat(static_cast<uint16_t>(h))), h) << h;
   EXPECT_EQ(bf16ToFloat(floatToBf16(1.5f)), 1.5f);
+}
+
+TEST(HalfTest, BulkConversionEqualsScalar) {
+  std::mt19937 rng(5);
+  std::vector<float> x(4099);
+  for (auto& v : x) {
+    const uint32_t bits = rng() & 0x7f7fffffu;  // any finite float, either sign
+    std::memcpy(&v, &bits, 4);
+    if (rng() & 1) v = -v;
+  }
+  std::vector<uint8_t> bytes(2 * x.size());
+  floatToHalfBytes(x.data(), x.size(), bytes.data());
+  std::vector<float> back(x.size());
+  halfBytesToFloat(bytes.data(), x.size(), back.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + 2 * i, 2);
+    ASSERT_EQ(h, floatToHalf(x[i])) << "value " << x[i];
+    ASSERT_EQ(back[i], halfToFloat(h));
+  }
 }
 
 TEST(CastCodecTest, RoundTripErrorWithinFormatPrecision) {
