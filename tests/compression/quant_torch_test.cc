@@ -49,7 +49,10 @@ std::vector<Case> cases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Bits, QuantTorchTest, ::testing::ValuesIn(cases()));
+INSTANTIATE_TEST_SUITE_P(Bits, QuantTorchTest, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return "b" + std::to_string(info.param.bits) +
+         (info.param.channel ? std::string("_channel") : "_group" + std::to_string(info.param.group));
+});
 
 }  // namespace
 }  // namespace slowpipe::compression

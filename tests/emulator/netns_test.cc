@@ -87,7 +87,8 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
 }
 
-INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9));
+INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9),
+                         [](const auto& info) { return std::to_string(static_cast<int>(info.param / 1e6)) + "Mbps"; });
 
 TEST_F(KernelBackendTest, SigtermRemovesEverything) {
   const pid_t child = fork();

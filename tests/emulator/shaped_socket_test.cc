@@ -31,7 +31,11 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
 
 INSTANTIATE_TEST_SUITE_P(Points, UserRateTest,
                          ::testing::Values(RateCase{100e6, 0.0}, RateCase{100e6, 0.010}, RateCase{1e9, 0.0},
-                                           RateCase{1e9, 0.005}));
+                                           RateCase{1e9, 0.005}),
+                         [](const auto& info) {
+                           return std::to_string(static_cast<int>(info.param.bps / 1e6)) + "Mbps_" +
+                                  std::to_string(static_cast<int>(info.param.latency * 1e3)) + "ms";
+                         });
 
 TEST(ShapedSocketTest, FifoOrderWithJitterAndMixedSizes) {
   zmq::context_t ctx(1);
