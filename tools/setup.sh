@@ -55,4 +55,4 @@ ls /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 >/dev/null 2>&1 ||
 [ "$do_build" = 1 ] || exit 0
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
 cmake --build "$build_dir" -j"$(nproc)"
-echo "setup.sh: built $build_dir/slowpipe"
+echo "setup.sh: built $build_dir"
