@@ -67,7 +67,9 @@ json environmentInfo(const std::string& torchVersion) {
               {"libtorch", torchVersion}};
   const auto commit = emulator::runCommand({"git", "-C", SLOWPIPE_SOURCE_DIR, "rev-parse", "HEAD"});
   env["git_commit"] = commit.status == 0 ? commit.output.substr(0, 40) : "unknown";
-  const auto dirty = emulator::runCommand({"git", "-C", SLOWPIPE_SOURCE_DIR, "status", "--porcelain", "--untracked-files=no"});
+  // Dirty = tracked source changed; results/ is where runs write, so it does not count.
+  const auto dirty = emulator::runCommand({"git", "-C", SLOWPIPE_SOURCE_DIR, "status", "--porcelain", "--untracked-files=no",
+                                           "--", ".", ":(exclude)results"});
   env["git_dirty"] = dirty.status == 0 && !dirty.output.empty();
   return env;
 }
