@@ -207,6 +207,15 @@ class Launcher {
                     " s (runtime.step_timeout_s); last step " + std::to_string(workers_[slowest].lastStep));
       }
     }
+    // Sender and receiver codec states must be bit-identical across every link, both directions.
+    bool match = true;
+    for (int r = 0; r + 1 < S_; ++r) {
+      const json& a = doc_["codec_state"][std::to_string(r)];
+      const json& b = doc_["codec_state"][std::to_string(r + 1)];
+      match = match && a["fwd_sender_digest"] == b["fwd_receiver_digest"] && b["bwd_sender_digest"] == a["bwd_receiver_digest"];
+    }
+    doc_["codec_states_match"] = match;
+    if (!match) return fail("codec state of a sender and its receiver differ after the run (see codec_state)");
     doc_["status"] = "ok";
     return 0;
   }

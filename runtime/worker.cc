@@ -97,8 +97,12 @@ class PipelineWorker {
       for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g) runStep(schedule, epoch, s, g);
       if (spec_.training.evalEachEpoch) evaluate(epoch, g);
     }
+    // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
+    // launcher checks each sender against its receiver in the neighbouring process.
     report({{"type", "done"}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
-            {"fwd_receiver_digest", transport_->codecDigest(true, false)}});
+            {"fwd_receiver_digest", transport_->codecDigest(true, false)},
+            {"bwd_sender_digest", transport_->codecDigest(false, true)},
+            {"bwd_receiver_digest", transport_->codecDigest(false, false)}});
   }
 
   void report(json j) {

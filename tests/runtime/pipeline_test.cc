@@ -122,6 +122,11 @@ TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
   spec["compression"] = {{"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}};
   const json a = launch(spec, "acsgd"), f = launch(fp32, "fp32");
   ASSERT_EQ(a["status"], "ok");
+  // The AC-SGD buffers of stage 0 (sender) and stage 1 (receiver), two processes, are identical
+  // after every example was seen four times, and not trivially so.
+  EXPECT_TRUE(a["codec_states_match"].get<bool>());
+  EXPECT_EQ(a["codec_state"]["0"]["fwd_sender_digest"], a["codec_state"]["1"]["fwd_receiver_digest"]);
+  EXPECT_NE(a["codec_state"]["0"]["fwd_sender_digest"], f["codec_state"]["0"]["fwd_sender_digest"]);
   const auto& steps = a["steps"];
   EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 0.3);
   EXPECT_LT(a["evals"].back()["val_loss"].get<double>(), a["evals"].front()["val_loss"].get<double>());
