@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -35,6 +37,7 @@ struct Worker {
   bool done = false, exited = false;
   int status = 0;
   int64_t lastStep = -1;
+  long cpuAtProgress = 0;  // CPU ticks at the last progress record, for hang diagnosis
 };
 
 std::string describeExit(int status) {
@@ -160,6 +163,7 @@ class Launcher {
         const int r = rec.value("rank", -1);
         if (r < 0 || r >= S_) continue;
         lastProgress_ = now();
+        for (auto& w : workers_) w.cpuAtProgress = procState(w.pid).second;
         if (type == "hello") {
           hellos[r] = rec;
           torchVersion_ = rec.value("torch_version", "");
@@ -199,13 +203,7 @@ class Launcher {
           }
         }
       }
-      if (now() - lastProgress_ > spec_.runtime.stepTimeoutS) {
-        int slowest = 0;
-        for (int r = 1; r < S_; ++r)
-          if (workers_[r].lastStep < workers_[slowest].lastStep) slowest = r;
-        return fail("rank " + std::to_string(slowest) + " made no progress for " + std::to_string(spec_.runtime.stepTimeoutS) +
-                    " s (runtime.step_timeout_s); last step " + std::to_string(workers_[slowest].lastStep));
-      }
+      if (now() - lastProgress_ > spec_.runtime.stepTimeoutS) return fail(diagnoseHang());
     }
     // Sender and receiver codec states must be bit-identical across every link, both directions.
     bool match = true;
@@ -218,6 +216,56 @@ class Launcher {
     if (!match) return fail("codec state of a sender and its receiver differ after the run (see codec_state)");
     doc_["status"] = "ok";
     return 0;
+  }
+
+  // /proc/<pid>/stat: state letter and CPU ticks (user + system).
+  static std::pair<char, long> procState(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) return {'?', 0};
+    std::istringstream rest(text.substr(close + 2));
+    char state = '?';
+    std::string skip;
+    rest >> state;
+    for (int i = 0; i < 10; ++i) rest >> skip;  // fields 4..13
+    long utime = 0, stime = 0;
+    rest >> utime >> stime;
+    return {state, utime + stime};
+  }
+
+  // Which rank hangs? Neighbours of a hung stage are blocked waiting for it, so "fewest steps"
+  // cannot tell. A stopped (T) or uninterruptible (D) process is the culprit; otherwise the one
+  // that burned CPU without progress (a busy loop); otherwise the one with the fewest steps.
+  std::string diagnoseHang() {
+    const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+    int culprit = -1;
+    std::string why;
+    double busiest = 0;
+    for (int r = 0; r < S_; ++r) {
+      const auto [state, cpu] = procState(workers_[r].pid);
+      if (state == 'T' || state == 't' || state == 'D') {
+        culprit = r;
+        why = std::string("process state ") + state + (state == 'D' ? " (uninterruptible)" : " (stopped)");
+        break;
+      }
+      const double used = (cpu - workers_[r].cpuAtProgress) / ticks;
+      if (used > busiest) {
+        busiest = used;
+        if (used > 0.5 * spec_.runtime.stepTimeoutS) {
+          culprit = r;
+          why = "busy for " + std::to_string(used) + " s of CPU without progress";
+        }
+      }
+    }
+    if (culprit < 0) {
+      culprit = 0;
+      for (int r = 1; r < S_; ++r)
+        if (workers_[r].lastStep < workers_[culprit].lastStep) culprit = r;
+      why = "fewest completed steps";
+    }
+    return "rank " + std::to_string(culprit) + " made no progress for " + std::to_string(spec_.runtime.stepTimeoutS) +
+           " s (runtime.step_timeout_s; " + why + "); last step " + std::to_string(workers_[culprit].lastStep);
   }
 
   void drain(zmq::socket_t& control) {  // records that arrived just before a death

@@ -76,7 +76,9 @@ class PipelineWorker {
     o.userJitterS = args.userJitterS;
     o.bindPrevHost = args.bindPrev;
     o.bindNextHost = args.bindNext;
-    o.recvTimeoutS = spec.runtime.stepTimeoutS;
+    // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
+    // the rank that stopped), not by its neighbours' receive timeouts.
+    o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
     transport_ = std::make_unique<StageTransport>(ctx, o);
     report({{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
             {"pid", getpid()}, {"torch_version", TORCH_VERSION}});

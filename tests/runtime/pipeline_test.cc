@@ -182,6 +182,46 @@ TEST_F(PipelineTest, KilledWorkerFailsTheRunWithin5sAndLeavesNoOrphans) {
   EXPECT_TRUE(kill(victim, 0) != 0 && errno == ESRCH);
 }
 
+TEST_F(PipelineTest, HungWorkerIsNamedAndStoppedAfterTheStepTimeout) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 0;
+  spec["training"]["epochs"] = 200;
+  spec["runtime"]["step_timeout_s"] = 2;
+  const fs::path specFile = root_ / "hang.json", out = root_ / "hang";
+  std::ofstream(specFile) << spec.dump();
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet", nullptr);
+    _exit(127);
+  }
+  json r;
+  for (int i = 0; i < 300; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    try {
+      r = json::parse(std::ifstream(out / "result.json"));
+      if (r["steps"].size() >= 3) break;
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_GE(r["steps"].size(), 3u) << "run did not start";
+  const pid_t hung = r["workers"][1]["pid"], other = r["workers"][0]["pid"];
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(hung, SIGSTOP);  // alive but making no progress
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 2.0 + 5.0) << "timeout 2 s, then at most 5 s to stop everything";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  r = json::parse(std::ifstream(out / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r["reason"].get<std::string>().find("rank 1 made no progress"), std::string::npos) << r["reason"];
+  EXPECT_TRUE(kill(hung, 0) != 0 && errno == ESRCH) << "the hung worker survived";
+  EXPECT_TRUE(kill(other, 0) != 0 && errno == ESRCH) << "worker 0 survived";
+}
+
 TEST_F(PipelineTest, MalformedSpecFailsBeforeAnyProcessStarts) {
   for (const auto& [mutate, expect] : std::vector<std::pair<std::function<void(json&)>, std::string>>{
            {[](json& j) { j.erase("model"); }, "spec.model: missing"},
