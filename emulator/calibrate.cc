@@ -82,7 +82,7 @@ void sendAll(ShapedSender& tx, uint64_t bytes, int bulk, int probes, const std::
   }
 }
 
-json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bulk, double extraLatency) {
+json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bulk) {
   const double first = s.front().delivered, last = s[bulk - 1].delivered;
   const double achieved = bulk > 1 ? 8.0 * static_cast<double>(o.messageBytes) * (bulk - 1) / (last - first) : NAN;
   std::vector<double> lat;
@@ -101,7 +101,6 @@ json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bu
             {"messages", bulk},
             {"probes", static_cast<int>(lat.size())},
             {"duration_s", last - s.front().sent}};
-  (void)extraLatency;
   if (!o.link.trace.empty()) {
     // Achieved goodput within each trace segment (deliveries relative to the first send).
     json segs = json::array();
@@ -146,7 +145,7 @@ json calibrateUser(const CalibrationOptions& o) {
           o.link.bandwidthBps);
   receiver.join();
   if (err) std::rethrow_exception(err);
-  json j = summarize(o, samples, bulk, 0);
+  json j = summarize(o, samples, bulk);
   j["mechanism"] = {{"rate", "user-space (sender-side link clock)"}, {"delay", "user-space"},
                     {"jitter", "user-space"}, {"loss", "user-space retransmission delay"}};
   return j;
@@ -281,7 +280,7 @@ json calibrateKernel(const CalibrationOptions& o) {
   const json arr = json::parse(collect(rxPid, rxFd, "receiver"));
   std::vector<Sample> samples;
   for (const auto& x : arr) samples.push_back({x[0].get<double>(), x[1].get<double>(), x[2].get<uint64_t>()});
-  json j = summarize(o, samples, bulk, 0);
+  json j = summarize(o, samples, bulk);
   j["mechanism"] = fabric.mechanism();
   j["kernel_rate_bps"] = wireRateFor(o.link.bandwidthBps, 9000);
   if (o.iperf) {

@@ -332,10 +332,13 @@ class Launcher {
     std::fflush(stderr);
   }
 
-  int64_t totalSteps() const {
-    const ExampleSet train(spec_.data, "finetune", "train", spec_.model.seqLen);
-    int64_t steps = train.size() / (int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize) * spec_.training.epochs;
-    return spec_.training.maxSteps > 0 ? std::min(steps, spec_.training.maxSteps) : steps;
+  int64_t totalSteps() {  // computed once: it reads the token file
+    if (totalSteps_ < 0) {
+      const ExampleSet train(spec_.data, "finetune", "train", spec_.model.seqLen);
+      totalSteps_ = train.size() / (int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize) * spec_.training.epochs;
+      if (spec_.training.maxSteps > 0) totalSteps_ = std::min(totalSteps_, spec_.training.maxSteps);
+    }
+    return totalSteps_;
   }
 
   int fail(const std::string& reason) {
@@ -384,6 +387,7 @@ class Launcher {
   json doc_;
   std::map<int64_t, std::map<int, json>> pending_;
   double start_ = 0, lastProgress_ = 0;
+  int64_t totalSteps_ = -1;
 };
 
 }  // namespace
