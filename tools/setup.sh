@@ -24,7 +24,7 @@ packages=(
   libzmq3-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 ethtool iperf3 procps
   python3 python3-matplotlib
-  fortunes-min
+  fortunes
 )
 
 missing=()
