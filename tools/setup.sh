@@ -49,8 +49,23 @@ check "cppzmq header" /usr/include/zmq.hpp cppzmq-dev
 check "nlohmann/json" /usr/include/nlohmann/json.hpp nlohmann-json3-dev
 check "CLI11" /usr/include/CLI/CLI.hpp libcli11-dev
 check "GoogleTest" /usr/include/gtest/gtest.h libgtest-dev
-ls /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3 >/dev/null 2>&1 ||
-  { echo "setup.sh: OpenMP OpenBLAS missing (package libopenblas0-openmp)" >&2; exit 1; }
+# libtorch must run on the OpenMP build of OpenBLAS. A fresh machine also gets the pthread build
+# (through libopenblas-dev), and the alternatives system may pick it: torch's OpenMP threads and
+# OpenBLAS's pthreads then oversubscribe the cores (we measured pretraining 5x slower). Pin it.
+arch_lib=/usr/lib/x86_64-linux-gnu
+for lib in libblas.so.3 liblapack.so.3; do
+  target=$arch_lib/openblas-openmp/$lib
+  [ -e "$target" ] || { echo "setup.sh: $target missing (package libopenblas0-openmp)" >&2; exit 1; }
+  current=$(readlink -f "$arch_lib/$lib" || true)
+  if [ "$current" != "$(readlink -f "$target")" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "setup.sh: $lib points to $current, not the OpenMP OpenBLAS; as root run: update-alternatives --set $lib-x86_64-linux-gnu $target" >&2
+      exit 1
+    fi
+    update-alternatives --set "$lib-x86_64-linux-gnu" "$target" >/dev/null
+    echo "setup.sh: $lib now uses the OpenMP build of OpenBLAS (was $current)"
+  fi
+done
 
 [ "$do_build" = 1 ] || exit 0
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
