@@ -53,7 +53,7 @@ check "GoogleTest" /usr/include/gtest/gtest.h libgtest-dev
 # (through libopenblas-dev), and the alternatives system may pick it: torch's OpenMP threads and
 # OpenBLAS's pthreads then oversubscribe the cores (we measured pretraining 5x slower). Pin it.
 arch_lib=/usr/lib/x86_64-linux-gnu
-for lib in libblas.so.3 liblapack.so.3; do
+for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
   target=$arch_lib/openblas-openmp/$lib
   [ -e "$target" ] || { echo "setup.sh: $target missing (package libopenblas0-openmp)" >&2; exit 1; }
   current=$(readlink -f "$arch_lib/$lib" || true)
