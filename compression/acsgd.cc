@@ -45,11 +45,15 @@ AcsgdCodec::Rows AcsgdCodec::checkRows(const Shape& shape, const CodecContext& c
 }
 
 void AcsgdCodec::applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq,
-                             int64_t rowLen, const std::vector<int64_t>& deltaRows, float* out) {
+                             int64_t rowLen, const std::vector<int64_t>& deltaRows, const float* loaded, float* out) {
   std::vector<float> m(rowLen);
   for (size_t j = 0; j < deltaRows.size(); ++j) {
     const int64_t id = ids[deltaRows[j]];
-    store_.load(id, m.data(), rowLen);
+    if (loaded) {
+      std::copy(loaded + j * rowLen, loaded + (j + 1) * rowLen, m.begin());
+    } else {
+      store_.load(id, m.data(), rowLen);
+    }
     const float* d = deq.data() + j * rowLen;
     for (int64_t i = 0; i < rowLen; ++i) m[i] += d[i];
     store_.store(id, m.data(), rowLen);
@@ -75,17 +79,19 @@ void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& 
     Shape dshape = shape;
     dshape[0] = static_cast<int64_t>(deltaRows.size());
     std::vector<float>& d = scratch_;
+    std::vector<float>& m = buffers_;
     d.resize(deltaRows.size() * rowLen);
-    std::vector<float> m(rowLen);
+    m.resize(deltaRows.size() * rowLen);
     for (size_t j = 0; j < deltaRows.size(); ++j) {
-      store_.load(ctx.exampleIds[deltaRows[j]], m.data(), rowLen);
+      float* mr = m.data() + j * rowLen;
+      store_.load(ctx.exampleIds[deltaRows[j]], mr, rowLen);
       const float* xr = x + deltaRows[j] * rowLen;
-      for (int64_t i = 0; i < rowLen; ++i) d[j * rowLen + i] = xr[i] - m[i];
+      for (int64_t i = 0; i < rowLen; ++i) d[j * rowLen + i] = xr[i] - mr[i];
     }
     const size_t at = out.size();
     quant_.encode(d.data(), dshape, ctx, out);
     quant_.decode(out.data() + at, out.size() - at, dshape, ctx, d.data());  // d := Q(d)
-    applyDeltas(ctx.exampleIds, d, rowLen, deltaRows, nullptr);
+    applyDeltas(ctx.exampleIds, d, rowLen, deltaRows, m.data(), nullptr);
   }
   for (int64_t r : fullRows) store_.store(ctx.exampleIds[r], x + r * rowLen, rowLen);
   fullRows_ += static_cast<int64_t>(fullRows.size());
@@ -121,7 +127,7 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     copyBytes(row, full + 4 * rowLen * j, 4 * rowLen);
     store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
   }
-  applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, out);
+  applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, nullptr, out);
   fullRows_ += static_cast<int64_t>(fullRows.size());
   deltaRows_ += static_cast<int64_t>(deltaRows.size());
 }

@@ -49,14 +49,15 @@ class AcsgdCodec : public Codec {
   };
   Rows checkRows(const Shape& shape, const CodecContext& ctx) const;
   // Folds the dequantized deltas into the buffers of the DELTA rows; writes updated m to out rows.
+  // m: the rows' current buffers if the caller already loaded them (sender), else null.
   void applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq, int64_t rowLen,
-                   const std::vector<int64_t>& deltaRows, float* out);
+                   const std::vector<int64_t>& deltaRows, const float* m, float* out);
 
   AcsgdOptions opt_;
   QuantCodec quant_;
   ExampleStore store_;
   int64_t fullRows_ = 0, deltaRows_ = 0;
-  std::vector<float> scratch_;  // deltas, reused between messages (no page faults per call)
+  std::vector<float> scratch_, buffers_;  // deltas and loaded m rows, reused between messages
 };
 
 // Error feedback for gradients: sends C(x + r) and keeps r = (x + r) - C(x + r) per ctx.key.

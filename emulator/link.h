@@ -76,6 +76,8 @@ class LinkClock {
   double send(double now, uint64_t bytes);
   // Bytes handed over but not yet serialised at time `now` (for the queue limit).
   double backlogSeconds(double now) const { return linkFree_ > now ? linkFree_ - now : 0.0; }
+  // Bandwidth in force at `now` (follows the trace if there is one).
+  double rateAt(double now) const { return spec_.trace.empty() ? spec_.bandwidthBps : spec_.trace.rateAt(now - start_); }
   const LinkSpec& spec() const { return spec_; }
 
  private:

@@ -41,10 +41,8 @@ void ShapedSender::send(zmq::message_t payload) {
   e.bytes = payload.size();
   if (paceRate_) {
     // Queue limit: wait until what is already on the link fits under it.
-    const auto& spec = clock_.spec();
-    const double rate = spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0);
-    const double maxBacklog = 8.0 * static_cast<double>(spec.queueBytes) / rate;
     const double now = monotonicNow();
+    const double maxBacklog = 8.0 * static_cast<double>(clock_.spec().queueBytes) / clock_.rateAt(now);
     if (clock_.backlogSeconds(now) > maxBacklog) sleepUntil(now + clock_.backlogSeconds(now) - maxBacklog);
     e.sendTime = monotonicNow();
     e.arrivalTime = clock_.send(e.sendTime, e.bytes);

@@ -61,7 +61,8 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
   if (opt_.rank + 1 < opt_.stages) make(next_, nextFromPrev, opt_.rank + 1, opt_.forwardCodec, opt_.backwardCodec);
 }
 
-void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch, int mb, const Tensor32& t) {
+void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch, int mb, const float* data,
+                          const compression::Shape& shape, const std::vector<int64_t>& exampleIds) {
   Peer& p = toNext ? next_ : prev_;
   if (!p.push) throw std::logic_error(std::string("transport: rank ") + std::to_string(opt_.rank) + " has no peer for " + kindName(kind));
   compression::FrameHeader h;
@@ -70,27 +71,30 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
   h.microBatch = mb;
   h.src = opt_.rank;
   h.dst = opt_.rank + (toNext ? 1 : -1);
-  h.shape = t.shape;
-  h.exampleIds = t.exampleIds;
+  h.shape = shape;
+  h.exampleIds = exampleIds;
   compression::CodecContext ctx;
   ctx.direction = toNext ? compression::Direction::kForward : compression::Direction::kBackward;
   ctx.step = step;
   ctx.epoch = epoch;
   ctx.microBatch = mb;
-  ctx.exampleIds = t.exampleIds;
+  ctx.exampleIds = exampleIds;
   const double t0 = emulator::monotonicNow();
-  compression::Bytes frame = compression::encodeFrame(isPlain(kind) ? *p.plainEncoder : *p.encoder, t.data.data(), h, ctx);
+  auto* frame = new compression::Bytes(
+      compression::encodeFrame(isPlain(kind) ? *p.plainEncoder : *p.encoder, data, h, ctx));
   stats_.encodeS += emulator::monotonicNow() - t0;
-  const int64_t raw = static_cast<int64_t>(t.data.size() * 4);
+  const int64_t raw = 4 * compression::numelOf(shape), wire = static_cast<int64_t>(frame->size());
   if (kind == MessageKind::kActivation) {
     stats_.fwdRaw += raw;
-    stats_.fwdWire += static_cast<int64_t>(frame.size());
+    stats_.fwdWire += wire;
   } else if (kind == MessageKind::kGradient) {
     stats_.bwdRaw += raw;
-    stats_.bwdWire += static_cast<int64_t>(frame.size());
+    stats_.bwdWire += wire;
   }
   const double t1 = emulator::monotonicNow();
-  p.sender->send(zmq::message_t(frame.data(), frame.size()));
+  // ZeroMQ owns the frame from here and frees it once it is on the socket.
+  zmq::message_t msg(frame->data(), frame->size(), [](void*, void* hint) { delete static_cast<compression::Bytes*>(hint); }, frame);
+  p.sender->send(std::move(msg));
   stats_.waitS += emulator::monotonicNow() - t1;  // queue-limit blocking counts as waiting
 }
 

@@ -53,8 +53,10 @@ class StageTransport {
   // Connects to the neighbours' PULL endpoints (prevFromNext = previous stage's from_next).
   void connect(const std::string& prevFromNext, const std::string& nextFromPrev);
 
-  // Sends to the next (toNext=true) or previous stage.
-  void send(bool toNext, compression::MessageKind kind, int64_t step, int epoch, int mb, const Tensor32& t);
+  // Sends numelOf(shape) floats at data to the next (toNext=true) or previous stage. The values
+  // are encoded straight from the caller's memory and the frame is handed to ZeroMQ without a copy.
+  void send(bool toNext, compression::MessageKind kind, int64_t step, int epoch, int mb, const float* data,
+            const compression::Shape& shape, const std::vector<int64_t>& exampleIds);
   // Receives the next message from the previous (fromPrev=true) or next stage, checks it is `kind`
   // for (step, mb), decodes it.
   Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb);

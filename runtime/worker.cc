@@ -36,27 +36,20 @@ struct Plan {
   }
 };
 
-Tensor32 toTransport(const torch::Tensor& t, const std::vector<int64_t>& ids) {
-  Tensor32 out;
-  const torch::Tensor c = t.contiguous().to(torch::kFloat32);
-  out.shape.assign(c.sizes().begin(), c.sizes().end());
-  out.data.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-  out.exampleIds = ids;
-  return out;
-}
-
+// Tensor32 -> torch without a copy: the tensor takes ownership of the decoded values.
 torch::Tensor fromTransport(Tensor32& t) {
-  return torch::from_blob(t.data.data(), t.shape, torch::kFloat32).clone();
+  auto* values = new std::vector<float>(std::move(t.data));
+  return torch::from_blob(values->data(), t.shape, [values](void*) { delete values; }, torch::kFloat32);
 }
 
-// Sends a double as two floats (hi + lo) so the reduction keeps ~48 bits.
-Tensor32 scalar(double v) {
-  Tensor32 t;
-  const float hi = static_cast<float>(v);
-  t.shape = {2};
-  t.data = {hi, static_cast<float>(v - static_cast<double>(hi))};
-  return t;
-}
+// A double as two floats (hi + lo) so the gradient-norm reduction keeps ~48 bits.
+struct Scalar {
+  explicit Scalar(double v) {
+    parts[0] = static_cast<float>(v);
+    parts[1] = static_cast<float>(v - static_cast<double>(parts[0]));
+  }
+  float parts[2];
+};
 double scalarOf(const Tensor32& t) { return static_cast<double>(t.data.at(0)) + static_cast<double>(t.data.at(1)); }
 
 class PipelineWorker {
@@ -108,6 +101,17 @@ class PipelineWorker {
             {"bwd_receiver_digest", transport_->codecDigest(false, false)}});
   }
 
+  void sendTensor(bool toNext, MessageKind kind, int64_t g, int epoch, int mb, const torch::Tensor& t,
+                  const std::vector<int64_t>& ids) {
+    const torch::Tensor c = t.contiguous();
+    transport_->send(toNext, kind, g, epoch, mb, c.data_ptr<float>(), compression::Shape(c.sizes().begin(), c.sizes().end()), ids);
+  }
+
+  void sendScalar(bool toNext, int64_t g, int epoch, int tag, double v) {
+    const Scalar s(v);
+    transport_->send(toNext, MessageKind::kControl, g, epoch, tag, s.parts, {2}, {});
+  }
+
   void report(json j) {
     j["rank"] = rank_;
     const std::string s = j.dump();
@@ -135,7 +139,7 @@ class PipelineWorker {
         const double tc = now();
         torch::Tensor out = runner_.forward(a.microBatch, in, tgt);
         compute += now() - tc;
-        if (!runner_.last()) transport_->send(true, MessageKind::kActivation, g, epoch, a.microBatch, toTransport(out, mbIds));
+        if (!runner_.last()) sendTensor(true, MessageKind::kActivation, g, epoch, a.microBatch, out, mbIds);
       } else if (a.kind == Action::Kind::kBackward) {
         torch::Tensor grad;
         if (!runner_.last()) {
@@ -145,7 +149,7 @@ class PipelineWorker {
         const double tc = now();
         torch::Tensor gin = runner_.backward(a.microBatch, grad);
         compute += now() - tc;
-        if (!runner_.first()) transport_->send(false, MessageKind::kGradient, g, epoch, a.microBatch, toTransport(gin, ids[a.microBatch]));
+        if (!runner_.first()) sendTensor(false, MessageKind::kGradient, g, epoch, a.microBatch, gin, ids[a.microBatch]);
       } else if (a.kind == Action::Kind::kSyncGradNorm) {
         norm_ = syncNorm(g, epoch);
       } else {
@@ -171,10 +175,10 @@ class PipelineWorker {
     double sq = runner_.localGradSquaredNorm();
     if (!runner_.last()) sq += scalarOf(transport_->recv(false, MessageKind::kControl, g, epoch, -1));
     if (!runner_.first()) {
-      transport_->send(false, MessageKind::kControl, g, epoch, -1, scalar(sq));
+      sendScalar(false, g, epoch, -1, sq);
       sq = scalarOf(transport_->recv(true, MessageKind::kControl, g, epoch, -2));
     }
-    if (!runner_.last()) transport_->send(true, MessageKind::kControl, g, epoch, -2, scalar(sq));
+    if (!runner_.last()) sendScalar(true, g, epoch, -2, sq);
     return std::sqrt(sq);
   }
 
@@ -197,12 +201,12 @@ class PipelineWorker {
       }
       torch::Tensor out = runner_.evalForward(in, tgt, &lossSum);
       tokens += tgt.numel();
-      if (!runner_.last()) transport_->send(true, MessageKind::kEval, g, epoch, static_cast<int>(k), toTransport(out, mbIds));
+      if (!runner_.last()) sendTensor(true, MessageKind::kEval, g, epoch, static_cast<int>(k), out, mbIds);
     }
     // Barrier: the last stage finishes evaluating last. Every stage waits for it, so the next
     // step's timer starts on all stages together instead of charging the evaluation to that step.
     if (!runner_.last()) transport_->recv(false, MessageKind::kControl, g, epoch, -3);
-    if (!runner_.first()) transport_->send(false, MessageKind::kControl, g, epoch, -3, scalar(0.0));
+    if (!runner_.first()) sendScalar(false, g, epoch, -3, 0.0);
     transport_->takeStats();  // evaluation traffic is not training traffic
     json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
     if (runner_.last()) r["val_loss"] = lossSum / static_cast<double>(tokens);

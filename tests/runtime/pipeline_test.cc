@@ -77,6 +77,29 @@ class PipelineTest : public ::testing::Test {
     return r;
   }
 
+  // Starts `slowpipe run` as a child process (the launcher) and waits until its result file has
+  // three steps; *result gets that file. Returns the launcher's pid.
+  pid_t startRun(const json& spec, const std::string& tag, json* result) const {
+    const fs::path specFile = root_ / (tag + ".json"), out = root_ / tag;
+    std::ofstream(specFile) << spec.dump();
+    const pid_t launcher = fork();
+    if (launcher == 0) {
+      const int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 2);
+      execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet", nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 300; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      try {
+        *result = json::parse(std::ifstream(out / "result.json"));
+        if ((*result)["steps"].size() >= 3) break;
+      } catch (const std::exception&) {
+      }
+    }
+    return launcher;
+  }
+
   static fs::path root_;
 };
 fs::path PipelineTest::root_;
@@ -145,24 +168,9 @@ TEST_F(PipelineTest, KilledWorkerFailsTheRunWithin5sAndLeavesNoOrphans) {
   spec["training"]["max_steps"] = 0;
   spec["training"]["epochs"] = 200;  // long enough to be killed mid-run
   spec["network"]["links"] = {{"bandwidth", "100Mbps"}, {"latency", "2ms"}};
-  const fs::path specFile = root_ / "fault.json", out = root_ / "fault";
-  std::ofstream(specFile) << spec.dump();
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 2);
-    execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet", nullptr);
-    _exit(127);
-  }
+  const fs::path out = root_ / "fault";
   json r;
-  for (int i = 0; i < 300; ++i) {  // wait for a few steps
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    try {
-      r = json::parse(std::ifstream(out / "result.json"));
-      if (r["steps"].size() >= 3) break;
-    } catch (const std::exception&) {
-    }
-  }
+  const pid_t launcher = startRun(spec, "fault", &r);
   ASSERT_GE(r["steps"].size(), 3u) << "run did not start";
   const pid_t victim = r["workers"][1]["pid"], other = r["workers"][0]["pid"];
   const auto t0 = std::chrono::steady_clock::now();
@@ -187,24 +195,9 @@ TEST_F(PipelineTest, HungWorkerIsNamedAndStoppedAfterTheStepTimeout) {
   spec["training"]["max_steps"] = 0;
   spec["training"]["epochs"] = 200;
   spec["runtime"]["step_timeout_s"] = 2;
-  const fs::path specFile = root_ / "hang.json", out = root_ / "hang";
-  std::ofstream(specFile) << spec.dump();
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 2);
-    execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet", nullptr);
-    _exit(127);
-  }
+  const fs::path out = root_ / "hang";
   json r;
-  for (int i = 0; i < 300; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    try {
-      r = json::parse(std::ifstream(out / "result.json"));
-      if (r["steps"].size() >= 3) break;
-    } catch (const std::exception&) {
-    }
-  }
+  const pid_t launcher = startRun(spec, "hang", &r);
   ASSERT_GE(r["steps"].size(), 3u) << "run did not start";
   const pid_t hung = r["workers"][1]["pid"], other = r["workers"][0]["pid"];
   const auto t0 = std::chrono::steady_clock::now();
