@@ -26,6 +26,7 @@ std::string AcsgdCodec::spec() const {
   if (opt_.store.backing == StoreOptions::Backing::kMmap) {
     s += ",backing=mmap";
     if (!opt_.store.path.empty()) s += ",path=" + opt_.store.path;
+    if (opt_.store.keepFile) s += ",keep=true";
   }
   if (opt_.store.budgetBytes) s += ",budget=" + std::to_string(opt_.store.budgetBytes);
   return s;
@@ -154,7 +155,7 @@ void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecC
   for (size_t i = 0; i < n; ++i) r[i] = v[i] - q[i];
 }
 
-uint64_t ErrorFeedbackCodec::stateDigest() const {
+uint64_t ErrorFeedbackCodec::residualDigest() const {
   uint64_t h = 1469598103934665603ull;
   std::vector<std::string> keys;
   for (const auto& kv : residual_) keys.push_back(kv.first);

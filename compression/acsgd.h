@@ -60,7 +60,9 @@ class AcsgdCodec : public Codec {
   std::vector<float> scratch_, buffers_;  // deltas and loaded m rows, reused between messages
 };
 
-// Error feedback for gradients: sends C(x + r) and keeps r = (x + r) - C(x + r) per ctx.key.
+// Error feedback: sends C(x + r) and keeps r = (x + r) - C(x + r) per ctx.key (the transport sets
+// it to the direction and micro-batch slot, e.g. "fwd/mb2"). Only the sender holds residuals; the
+// receiver decodes C(x + r) like the inner codec.
 class ErrorFeedbackCodec : public Codec {
  public:
   explicit ErrorFeedbackCodec(std::unique_ptr<Codec> inner);
@@ -71,7 +73,10 @@ class ErrorFeedbackCodec : public Codec {
               float* out) override {
     inner_->decode(payload, size, shape, ctx, out);
   }
-  uint64_t stateDigest() const override;
+  // Only the inner codec's mirrored state: the residual lives on the sender alone.
+  uint64_t stateDigest() const override { return inner_->stateDigest(); }
+  // Digest of the sender's residuals (tests; the receiver's is always the empty digest).
+  uint64_t residualDigest() const;
   const std::vector<float>* residual(const std::string& key) const;
 
  private:

@@ -7,10 +7,14 @@ namespace slowpipe::compression {
 
 int64_t numelOf(const Shape& shape) {
   constexpr int64_t kMax = int64_t{1} << 40;  // 4 TiB of fp32: anything larger is a corrupt shape
-  int64_t n = 1;
+  // Every dimension is bounded on its own, and so is the product of the non-zero ones: a zero
+  // dimension must not hide an absurd one ([0, 2^62] is a corrupt shape, not an empty tensor).
+  int64_t n = 1, nonzero = 1;
   for (int64_t d : shape) {
     SP_REQUIRE(d >= 0, "shape " + shapeString(shape) + " has a negative dimension");
-    SP_REQUIRE(d == 0 || n <= kMax / d, "shape " + shapeString(shape) + " has more than 2^40 elements");
+    SP_REQUIRE(d <= kMax && (d == 0 || nonzero <= kMax / d),
+               "shape " + shapeString(shape) + " has more than 2^40 elements");
+    if (d > 0) nonzero *= d;
     n *= d;
   }
   return n;

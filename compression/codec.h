@@ -52,13 +52,18 @@ class Codec {
   // whole payload before writing state; throws CodecError naming what is wrong.
   virtual void decode(const uint8_t* payload, size_t size, const Shape& shape,
                       const CodecContext& ctx, float* out) = 0;
-  // Digest of the codec's state (0 for stateless codecs): equal on sender and receiver copies.
+  // Digest of the state that the sender and the receiver copies *both* hold (acsgd's buffers m(x));
+  // 0 for codecs without mirrored state. It must be equal on both ends after any sequence of
+  // messages. State only one end has (ef's residual, kept by the sender) is not part of it.
   virtual uint64_t stateDigest() const { return 0; }
 };
 
 // Builds a codec from a spec string such as "quant:bits=4,scale=channel", "acsgd:bits=2",
 // "ef(quant:bits=4)". Unknown names or parameters throw CodecError listing what is valid.
 std::unique_ptr<Codec> makeCodec(const std::string& spec);
+// The same for one end of one link: `instance` (e.g. "r0-fwd-send") names it, and codecs that own
+// files (acsgd backing=mmap,path=F) use F.<instance>, so no two codecs ever share a file.
+std::unique_ptr<Codec> makeCodec(const std::string& spec, const std::string& instance);
 // Names accepted by makeCodec, for help texts.
 std::vector<std::string> codecNames();
 

@@ -3,6 +3,7 @@
 // expected, so a caller can show it to a user as is.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -11,6 +12,18 @@ namespace slowpipe::compression {
 class CodecError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A message to encode holds NaN or +-Inf. index = position of the first such value (row-major).
+class NonFiniteError : public CodecError {
+ public:
+  NonFiniteError(int64_t index, float value)
+      : CodecError("non-finite value " + std::to_string(value) + " at element " + std::to_string(index)),
+        index_(index) {}
+  int64_t index() const { return index_; }
+
+ private:
+  int64_t index_;
 };
 
 // Throws CodecError(what) when `ok` is false. A macro so that the message, which usually

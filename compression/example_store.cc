@@ -66,27 +66,31 @@ std::string storeDtypeName(StoreOptions::Dtype d) {
 }
 
 ExampleStore::ExampleStore(StoreOptions opt) : opt_(std::move(opt)) {
-  if (opt_.backing == StoreOptions::Backing::kRam) return;
-  if (opt_.budgetBytes == 0) opt_.budgetBytes = uint64_t{1} << 30;
+  if (opt_.backing == StoreOptions::Backing::kMmap && opt_.budgetBytes == 0) opt_.budgetBytes = uint64_t{1} << 30;
+}
+
+void ExampleStore::openBacking() {
   if (opt_.path.empty()) {
     char tmpl[] = "/tmp/slowpipe-store-XXXXXX";
     fd_ = mkstemp(tmpl);
     if (fd_ >= 0) unlink(tmpl);
   } else {
-    fd_ = open(opt_.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // O_EXCL: a file that exists belongs to another store (or a crashed run); never share it.
+    fd_ = open(opt_.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ < 0 && errno == EEXIST)
+      throw CodecError("example store: '" + opt_.path + "' already exists; each store needs a file of its own "
+                       "(remove it, or choose another path=)");
   }
   SP_REQUIRE(fd_ >= 0, "example store: cannot create '" + opt_.path + "': " + std::strerror(errno));
+  ownsPath_ = !opt_.path.empty();
   mapBytes_ = opt_.budgetBytes;
   if (ftruncate(fd_, static_cast<off_t>(mapBytes_)) != 0) {
     const std::string why = std::strerror(errno);
-    close(fd_);
-    throw CodecError("example store: cannot size '" + opt_.path + "' to " +
-                     std::to_string(mapBytes_) + " bytes: " + why);
+    throw CodecError("example store: cannot size '" + opt_.path + "' to " + std::to_string(mapBytes_) + " bytes: " + why);
   }
   void* p = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
     const std::string why = std::strerror(errno);
-    close(fd_);
     throw CodecError("example store: mmap of " + std::to_string(mapBytes_) + " bytes failed: " + why);
   }
   map_ = static_cast<uint8_t*>(p);
@@ -95,9 +99,11 @@ ExampleStore::ExampleStore(StoreOptions opt) : opt_(std::move(opt)) {
 ExampleStore::~ExampleStore() {
   if (map_) munmap(map_, mapBytes_);
   if (fd_ >= 0) close(fd_);
+  if (ownsPath_ && !opt_.keepFile) unlink(opt_.path.c_str());
 }
 
 void ExampleStore::initRows(int64_t n) {
+  if (opt_.backing == StoreOptions::Backing::kMmap && !map_) openBacking();
   rowElements_ = n;
   slotBytes_ = std::max<size_t>(rowBytes(opt_.dtype, n), 1);
   capacity_ = opt_.budgetBytes == 0 ? std::numeric_limits<size_t>::max()

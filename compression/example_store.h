@@ -5,6 +5,9 @@
 // delta-lowbits mode), in RAM or in a file-backed memory map. A byte budget bounds the rows: once
 // it is full, store() of a *new* id returns false and the example simply stays unbuffered. That
 // decision depends only on the sequence of ids, so sender and receiver stores stay identical.
+// The file of a file-backed store is created at the first store() (building a codec to validate a
+// spec creates nothing), is owned by this store alone (O_EXCL: two stores never share a file), and
+// is removed when the store is destroyed unless keepFile is set.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@ struct StoreOptions {
   Dtype dtype = Dtype::kFp32;
   Backing backing = Backing::kRam;
   std::string path;         // mmap file; empty = an unlinked temporary file
+  bool keepFile = false;    // keep `path` after the store is destroyed (default: remove it)
   uint64_t budgetBytes = 0; // 0 = unlimited (RAM only; mmap defaults to 1 GiB)
 };
 
@@ -48,6 +52,7 @@ class ExampleStore {
  private:
   uint8_t* slot(size_t index) const;
   void initRows(int64_t n);
+  void openBacking();
 
   StoreOptions opt_;
   int64_t rowElements_ = -1;
@@ -56,6 +61,7 @@ class ExampleStore {
   std::unordered_map<int64_t, size_t> slots_;
   std::vector<uint8_t> ram_;
   int fd_ = -1;
+  bool ownsPath_ = false;  // this store created opt_.path
   uint8_t* map_ = nullptr;
   size_t mapBytes_ = 0;
 };

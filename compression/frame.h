@@ -36,7 +36,10 @@ constexpr uint16_t kFrameVersion = 1;
 constexpr size_t kMaxDims = 8;
 constexpr int64_t kMaxFrameElements = int64_t{1} << 30;  // 4 GiB of fp32 per message
 
+// Index of the first NaN/Inf among x[0, n), or -1 if all are finite (one vectorised pass).
+int64_t firstNonFinite(const float* x, int64_t n);
 // Encodes x with codec into a complete frame. header.codec/payloadBytes are set from the codec.
+// Throws NonFiniteError if x holds NaN or +-Inf: no codec is handed non-finite input.
 Bytes encodeFrame(Codec& codec, const float* x, FrameHeader header, const CodecContext& ctx);
 // Validates magic, version, fields, length and checksum; returns the header and the payload offset.
 FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset);
@@ -44,5 +47,9 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset);
 // ctx.step/microBatch/exampleIds are taken from the header.
 FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecContext ctx,
                         std::vector<float>& out);
+// The second half of decodeFrame for a frame already parsed (header h, payload at `payloadOffset`):
+// the receive path parses once, checks the header against the schedule, then decodes.
+void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data, size_t payloadOffset,
+                       CodecContext ctx, std::vector<float>& out);
 
 }  // namespace slowpipe::compression

@@ -83,7 +83,7 @@ std::string pick(const std::string& name, const std::string& key, const std::str
   return v;
 }
 
-const std::vector<std::string> kQuantKeys = {"bits", "scale", "group", "round", "seed"};
+const std::vector<std::string> kQuantKeys = {"bits", "scale", "group", "round", "seed", "levels"};
 
 QuantOptions quantOptions(const std::string& name, const Params& p, int defaultBits) {
   QuantOptions q;
@@ -104,10 +104,18 @@ QuantOptions quantOptions(const std::string& name, const Params& p, int defaultB
                   ? QuantOptions::Round::kNearest
                   : QuantOptions::Round::kStochastic;
   if (p.count("seed")) q.seed = static_cast<uint64_t>(parseInt(name, "seed", p.at("seed")));
+  if (p.count("levels"))
+    q.levels = pick(name, "levels", p.at("levels"), {"symmetric", "fixpoint"}) == "fixpoint"
+                   ? QuantOptions::Levels::kFixpoint
+                   : QuantOptions::Levels::kSymmetric;
+  SP_REQUIRE(!(q.levels == QuantOptions::Levels::kFixpoint && q.round == QuantOptions::Round::kStochastic),
+             "codec '" + name + "': levels=fixpoint rounds to nearest like the AC-SGD reference; "
+             "round=stochastic needs levels=symmetric");
+  SP_REQUIRE(q.group <= (int64_t{1} << 40), "codec '" + name + "': group=" + std::to_string(q.group) + " is too large (at most 2^40)");
   return q;
 }
 
-std::unique_ptr<Codec> makeAcsgd(const Params& p) {
+std::unique_ptr<Codec> makeAcsgd(const Params& p, const std::string& instance) {
   AcsgdOptions o;
   o.quant = quantOptions("acsgd", p, 2);
   if (p.count("warmup_epochs"))
@@ -123,6 +131,11 @@ std::unique_ptr<Codec> makeAcsgd(const Params& p) {
   if (p.count("path")) {
     SP_REQUIRE(o.store.backing == StoreOptions::Backing::kMmap, "codec 'acsgd': path= needs backing=mmap");
     o.store.path = p.at("path");
+    if (!instance.empty()) o.store.path += "." + instance;
+  }
+  if (p.count("keep")) {
+    SP_REQUIRE(p.count("path"), "codec 'acsgd': keep= needs backing=mmap,path=FILE");
+    o.store.keepFile = pick("acsgd", "keep", p.at("keep"), {"true", "false"}) == "true";
   }
   if (p.count("budget")) o.store.budgetBytes = parseBytes("acsgd", "budget", p.at("budget"));
   return std::make_unique<AcsgdCodec>(o);
@@ -134,11 +147,13 @@ std::vector<std::string> codecNames() {
   return {"none", "fp16", "bf16", "quant", "topk", "acsgd", "ef(<inner>)"};
 }
 
-std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) {
+std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) { return makeCodec(rawSpec, ""); }
+
+std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& instance) {
   const std::string spec = trim(rawSpec);
   if (spec.rfind("ef(", 0) == 0) {
     SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
-    return std::make_unique<ErrorFeedbackCodec>(makeCodec(spec.substr(3, spec.size() - 4)));
+    return std::make_unique<ErrorFeedbackCodec>(makeCodec(spec.substr(3, spec.size() - 4), instance));
   }
   const size_t colon = spec.find(':');
   const std::string name = trim(spec.substr(0, colon));
@@ -163,8 +178,8 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) {
   }
   if (name == "acsgd") {
     std::vector<std::string> keys = kQuantKeys;
-    keys.insert(keys.end(), {"warmup_epochs", "store", "backing", "path", "budget"});
-    return makeAcsgd(parseParams(name, rest, keys));
+    keys.insert(keys.end(), {"warmup_epochs", "store", "backing", "path", "keep", "budget"});
+    return makeAcsgd(parseParams(name, rest, keys), instance);
   }
   throw CodecError("unknown codec '" + name + "' in spec '" + spec + "'; valid codecs: " +
                    join(codecNames()));

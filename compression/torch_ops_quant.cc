@@ -81,4 +81,27 @@ torch::Tensor torchOpsQuantDecode(const QuantOptions& opt, const torch::Tensor& 
   return padded.mul(step.unsqueeze(1)).sub(m.unsqueeze(1)).reshape({-1}).narrow(0, 0, n).reshape(shape);
 }
 
+FixpointReference referenceFixpointCompress(const torch::Tensor& xIn, int bits) {
+  const int64_t fbits = bits - 1;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d + 1 < xIn.dim(); ++d) dims.push_back(d);
+  torch::Tensor scale = dims.empty() ? xIn.abs() : xIn.abs().amax(dims, /*keepdim=*/true);
+  scale = scale.to(torch::kHalf);
+  torch::Tensor x = xIn / (scale + 1e-6);
+  x = x.ldexp(torch::tensor(fbits));
+  const int64_t clipMin = -(int64_t{1} << fbits), clipMax = (int64_t{1} << fbits) - 1;
+  x = x.round();
+  x = x.clip(clipMin, clipMax);
+  x = x - clipMin;
+  return {x.to(torch::kUInt8), scale};
+}
+
+torch::Tensor referenceFixpointDecompress(const FixpointReference& c, int bits) {
+  const int64_t fbits = bits - 1;
+  const int64_t clipMin = -(int64_t{1} << fbits), clipMax = (int64_t{1} << fbits) - 1;
+  torch::Tensor x = c.codes.to(torch::kFloat32) + clipMin;
+  x = x / (clipMax + 1) * c.scale;
+  return x;
+}
+
 }  // namespace slowpipe::compression

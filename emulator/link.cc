@@ -167,12 +167,20 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
     if (!v.is_string()) throw std::invalid_argument(field + ": expected a string like \"100Mbps\" / \"5ms\" or a number");
     return bandwidth ? parseBandwidth(v.get<std::string>(), field) : parseDuration(v.get<std::string>(), field);
   };
-  if (j.contains("bandwidth")) s.bandwidthBps = num("bandwidth", true);
-  if (j.contains("bandwidth_bps")) s.bandwidthBps = num("bandwidth_bps", true);
-  if (j.contains("latency")) s.latencyS = num("latency", false);
-  if (j.contains("latency_s")) s.latencyS = num("latency_s", false);
-  if (j.contains("jitter")) s.jitterS = num("jitter", false);
-  if (j.contains("jitter_s")) s.jitterS = num("jitter_s", false);
+  // Values beyond any real link are typos (a unit slip), not experiments: refuse them with the
+  // value as written.
+  auto bounded = [&](const char* key, bool bandwidth, double limit, const char* what) {
+    const double v = num(key, bandwidth);
+    if (v > limit) throw std::invalid_argument(where + "." + key + ": " + j.at(key).dump() + " is beyond " + what);
+    return v;
+  };
+  constexpr double kMaxBps = 1e12, kMaxDelayS = 3600;
+  if (j.contains("bandwidth")) s.bandwidthBps = bounded("bandwidth", true, kMaxBps, "1 Tbps, the largest bandwidth accepted");
+  if (j.contains("bandwidth_bps")) s.bandwidthBps = bounded("bandwidth_bps", true, kMaxBps, "1 Tbps, the largest bandwidth accepted");
+  if (j.contains("latency")) s.latencyS = bounded("latency", false, kMaxDelayS, "1 h, the largest latency accepted");
+  if (j.contains("latency_s")) s.latencyS = bounded("latency_s", false, kMaxDelayS, "1 h, the largest latency accepted");
+  if (j.contains("jitter")) s.jitterS = bounded("jitter", false, kMaxDelayS, "1 h, the largest jitter accepted");
+  if (j.contains("jitter_s")) s.jitterS = bounded("jitter_s", false, kMaxDelayS, "1 h, the largest jitter accepted");
   if (j.contains("loss")) {
     if (!j["loss"].is_number() || j["loss"].get<double>() < 0 || j["loss"].get<double>() >= 1)
       throw std::invalid_argument(where + ".loss: " + j["loss"].dump() + " must be a number in [0, 1)");

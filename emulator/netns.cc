@@ -126,6 +126,15 @@ NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
                              "(run as root, or use backend 'user')");
   const KernelFeatures& f = kernelFeatures();
   if (!f.htb) throw std::runtime_error("kernel backend: this kernel has no HTB qdisc (sch_htb); use backend 'user'");
+  // Loss needs a mechanism that really drops packets (netem). Without it we refuse rather than
+  // record a loss that nothing applied.
+  for (const auto& e : edges_)
+    for (const LinkSpec* l : {&e.aToB, &e.bToA})
+      if (l->loss > 0 && !f.netem)
+        throw std::invalid_argument("network.links.loss: " + std::to_string(l->loss) + " on link " + std::to_string(e.a) +
+                                    "<->" + std::to_string(e.b) + " needs netem to drop packets on the tc backend, and "
+                                    "this kernel has no netem qdisc (sch_netem); use backend 'user' (loss as a "
+                                    "retransmission delay) or a kernel with netem");
   installHandlers();
   const int seq = gFabricSeq.fetch_add(1);
   try {
@@ -159,7 +168,7 @@ NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
   mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + ")";
   mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
   mechanism_["jitter"] = mechanism_["delay"];
-  mechanism_["loss"] = f.netem ? "netem" : "user-space retransmission delay";
+  mechanism_["loss"] = f.netem ? "netem" : "none (no netem: a spec with loss > 0 is refused)";
   mechanism_["netem_available"] = f.netem;
 }
 

@@ -1,6 +1,11 @@
-// runSweep: pretraining, resumable point runs, progress, summaries.
+// runSweep: pretraining, interleaved repeats, resume by experiment identity, summaries.
 #include "experiments/runner.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -22,13 +27,34 @@ json readJson(const fs::path& p) {
   return json::parse(in);
 }
 
-bool complete(const fs::path& p) {
-  if (!fs::exists(p)) return false;
+json readOrNull(const fs::path& p) {
+  if (!fs::exists(p)) return json();
   try {
-    return readJson(p).value("status", "") == "ok";
+    return readJson(p);
   } catch (const std::exception&) {
-    return false;  // a damaged file counts as not done
+    return json();  // a damaged file counts as not done
   }
+}
+
+std::string hex(uint64_t v) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+uint64_t fnv(const char* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(p[i])) * 1099511628211ull;
+  return h;
+}
+
+std::string thisHost() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+fs::path copyPath(const fs::path& out, const std::string& point, int k) {
+  return out / "runs" / (point + ".r" + std::to_string(k) + ".json");
 }
 
 std::string pretrain(const SweepSpec& spec, const fs::path& out) {
@@ -48,26 +74,95 @@ std::string pretrain(const SweepSpec& spec, const fs::path& out) {
   runtime::prepareCorpus(s.data);
   json log = json::array();
   const double t0 = emulator::monotonicNow();
+  const std::string tmp = ckpt.string() + ".tmp";  // a pretraining cut short leaves no base.pt
   runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
     log.push_back(r);
     if (r["type"] == "step" && r["step"].get<int64_t>() % 10 == 0)
       std::fprintf(stderr, "\rpretrain step %lld loss %.4f (%.0fs)   ", static_cast<long long>(r["step"].get<int64_t>()),
                    r["loss"].get<double>(), emulator::monotonicNow() - t0);
-  }, ckpt.string());
+  }, tmp);
+  fs::rename(tmp, ckpt);
   std::fprintf(stderr, "\n");
   runtime::writeJsonAtomically((out / "pretrain_log.json").string(), log);
   return ckpt.string();
 }
 
+// Why the (point, repeat) must run, or "" if its finished copy stands.
+std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& identity) {
+  const json prev = readOrNull(copy);
+  const json live = readOrNull(runDir / "result.json");
+  if (live.is_object() && live.value("status", "") == "running" && effectiveStatus(live) == "running")
+    throw std::runtime_error(runDir.string() + " is being written by a live launcher (pid " +
+                             std::to_string(live["launcher"].value("pid", 0)) + "); is another sweep running on this folder?");
+  if (!prev.is_object()) {
+    if (live.is_object() && live.value("status", "") == "running")
+      return "the previous attempt's launcher (pid " + std::to_string(live["launcher"].value("pid", 0)) +
+             ") is gone; counted as failed";
+    return "";  // never ran: no reason to print
+  }
+  const std::string st = effectiveStatus(prev);
+  if (st != "ok") return "previous attempt " + st + (prev.contains("reason") ? ": " + prev["reason"].get<std::string>() : "");
+  const std::string diff = identityDifference(prev, identity);
+  return diff.empty() ? "skip" : diff;
+}
+
 }  // namespace
+
+std::string effectiveStatus(const json& r) {
+  if (!r.is_object()) return "missing";
+  const std::string st = r.value("status", "unknown");
+  if (st != "running") return st;
+  const json l = r.value("launcher", json::object());
+  const int pid = l.value("pid", 0);
+  if (l.value("host", "") != thisHost()) return "running";  // cannot tell from here
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return "failed";
+  return "running";
+}
+
+std::string fileDigest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  uint64_t h = 1469598103934665603ull;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    h = fnv(buf, static_cast<size_t>(in.gcount()), h);
+  }
+  return hex(h);
+}
+
+json runIdentity(const json& pointSpec, const json& build) {
+  const std::string dump = pointSpec.dump();
+  const std::string ckpt = pointSpec["training"].value("init_checkpoint", "");
+  return {{"spec_digest", hex(fnv(dump.data(), dump.size()))},
+          {"checkpoint_digest", ckpt.empty() ? "" : fileDigest(ckpt)},
+          {"commit", build.value("git_commit", "unknown")},
+          {"dirty", build.value("git_dirty", true)}};
+}
+
+std::string identityDifference(const json& previous, const json& current) {
+  if (!previous.contains("sweep_identity")) return "rerun: the result records no experiment identity";
+  const json& p = previous["sweep_identity"];
+  static const std::vector<std::pair<const char*, const char*>> kFields = {
+      {"spec_digest", "the point's resolved spec changed"},
+      {"checkpoint_digest", "the base checkpoint changed"},
+      {"commit", "the slowpipe build (git commit) changed"},
+      {"dirty", "the slowpipe build's dirty flag changed"}};
+  for (const auto& [key, what] : kFields)
+    if (p.value(key, json()) != current.value(key, json()))
+      return std::string("rerun: ") + what + " (" + p.value(key, json()).dump() + " -> " + current.value(key, json()).dump() + ")";
+  return "";
+}
 
 void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   const auto points = expandSweep(spec);
-  std::map<std::string, json> results;
-  for (const auto& p : points) {
-    const fs::path f = fs::path(outDir) / "runs" / (p.name + ".json");
-    if (fs::exists(f)) results[p.name] = readJson(f);
-  }
+  std::map<std::string, std::vector<json>> results;
+  for (const auto& p : points)
+    for (int k = 0; k < spec.repeats; ++k) {
+      json doc = readOrNull(copyPath(outDir, p.name, k));
+      if (doc.is_object()) doc["status"] = effectiveStatus(doc);
+      results[p.name].push_back(doc);
+    }
   const json summary = summarizeSweep(spec, points, results);
   runtime::writeJsonAtomically((fs::path(outDir) / "summary.json").string(), summary);
   const std::string tmp = (fs::path(outDir) / "summary.csv.tmp").string();
@@ -77,6 +172,7 @@ void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
 
 int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   SweepSpec spec = specIn;
+  if (opt.repeats > 0) spec.repeats = opt.repeats;
   const fs::path out = opt.outDir;
   fs::create_directories(out / "runs");
   if (!spec.pretrain.is_null()) {
@@ -84,40 +180,59 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     spec.base["training"]["init_checkpoint"] = fs::absolute(ckpt).string();
   }
   runtime::writeJsonAtomically((out / "sweep.json").string(),
-                               {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"axes", [&] {
+                               {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats},
+                                {"axes", [&] {
                                   json a = json::array();
                                   for (const auto& [path, values] : spec.axes) a.push_back({{"path", path}, {"values", values}});
                                   return a;
                                 }()}});
   const auto points = expandSweep(spec);
+  const json build = runtime::environmentInfo("");  // git runs once per sweep, before any timing
+  // Interleaved: repeat k of every point before repeat k+1, so slow drift of the machine spreads
+  // over every configuration instead of biasing whichever ran last.
+  struct Job {
+    const SweepPoint* point;
+    int repeat;
+    json identity;
+  };
+  std::vector<Job> jobs;
+  for (int k = 0; k < spec.repeats; ++k)
+    for (const auto& p : points) jobs.push_back({&p, k, runIdentity(p.spec, build)});
+  std::vector<std::string> why(jobs.size());
+  size_t toRun = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& j = jobs[i];
+    why[i] = opt.force ? "" : whyRun(copyPath(out, j.point->name, j.repeat), out / "runs" / j.point->name / ("r" + std::to_string(j.repeat)), j.identity);
+    toRun += why[i] != "skip";
+  }
   int failed = 0, ran = 0;
   const double t0 = emulator::monotonicNow();
-  for (size_t i = 0; i < points.size(); ++i) {
-    const auto& p = points[i];
-    const fs::path done = out / "runs" / (p.name + ".json");
-    if (!opt.force && complete(done)) {
-      if (opt.progress) std::fprintf(stderr, "[%zu/%zu] %s: complete, skipped\n", i + 1, points.size(), p.name.c_str());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& j = jobs[i];
+    const std::string tag = j.point->name + " r" + std::to_string(j.repeat);
+    if (why[i] == "skip") {
+      if (opt.progress) std::fprintf(stderr, "[%zu/%zu] %s: same experiment complete, skipped\n", i + 1, jobs.size(), tag.c_str());
       continue;
     }
     if (opt.progress) {
       const double per = ran ? (emulator::monotonicNow() - t0) / ran : 0;
-      size_t left = 0;
-      for (size_t k = i; k < points.size(); ++k) left += !complete(out / "runs" / (points[k].name + ".json"));
-      std::fprintf(stderr, "[%zu/%zu] %s%s\n", i + 1, points.size(), p.name.c_str(),
-                   ran ? (" (ETA " + std::to_string(static_cast<int>(per * left)) + " s)").c_str() : "");
+      std::fprintf(stderr, "[%zu/%zu] %s%s%s\n", i + 1, jobs.size(), tag.c_str(), why[i].empty() ? "" : (": " + why[i]).c_str(),
+                   ran ? (" (ETA " + std::to_string(static_cast<int>(per * (toRun - ran))) + " s)").c_str() : "");
     }
     runtime::LaunchOptions lo;
-    lo.outDir = (out / "runs" / p.name).string();
+    lo.outDir = (out / "runs" / j.point->name / ("r" + std::to_string(j.repeat))).string();
     lo.exe = opt.exe;
     lo.progress = opt.progress;
-    const int rc = runtime::launchRun(runtime::runSpecFromJson(p.spec, "sweep point " + p.name), lo);
+    const int rc = runtime::launchRun(runtime::runSpecFromJson(j.point->spec, "sweep point " + j.point->name), lo);
     ++ran;
     failed += rc != 0;
-    fs::copy_file(fs::path(lo.outDir) / "result.json", done.string() + ".tmp", fs::copy_options::overwrite_existing);
-    fs::rename(done.string() + ".tmp", done);
+    json doc = readJson(fs::path(lo.outDir) / "result.json");
+    doc["sweep_identity"] = j.identity;
+    doc["sweep_repeat"] = j.repeat;
+    runtime::writeJsonAtomically(copyPath(out, j.point->name, j.repeat).string(), doc);
     writeSummaries(spec, opt.outDir);
     if (const int sig = runtime::launchInterrupted()) {
-      std::fprintf(stderr, "sweep interrupted by signal %d after %s; rerun to resume\n", sig, p.name.c_str());
+      std::fprintf(stderr, "sweep interrupted by signal %d after %s; rerun to resume\n", sig, tag.c_str());
       return failed;
     }
   }

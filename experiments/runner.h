@@ -1,10 +1,18 @@
 // Resumable sweep runner: pretrains the base model once if the sweep asks for it, then runs every
-// point as a real `slowpipe run` (DIR/runs/<point>/), copies each finished result to
-// DIR/runs/<point>.json, and rewrites DIR/summary.json and DIR/summary.csv after every point.
-// A rerun skips points whose DIR/runs/<point>.json says status ok and re-runs failed or missing ones.
+// point `repeats` times as real `slowpipe run`s, interleaved (repeat k of every point before repeat
+// k+1), into DIR/runs/<point>/r<k>/; each finished result is copied to DIR/runs/<point>.r<k>.json
+// with the identity of the experiment that produced it, and DIR/summary.json/.csv are rewritten
+// after every run.
+//
+// Resume: a rerun skips a (point, repeat) only when its copy says status ok *and* it is the same
+// experiment: same resolved point spec, same base checkpoint (content digest), same slowpipe build
+// (git commit + dirty flag). Otherwise it runs it again and says why in one line. A result left
+// with status "running" by a launcher that no longer exists counts as failed.
 #pragma once
 
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "experiments/sweep.h"
 
@@ -15,11 +23,22 @@ struct SweepOptions {
   std::string exe = "/proc/self/exe";
   bool force = false;     // re-run complete points too
   bool progress = true;   // progress bar with ETA on stderr
+  int repeats = 0;        // > 0: overrides the spec's repeats
 };
 
-// Returns the number of points that failed.
+// Returns the number of runs that failed.
 int runSweep(const SweepSpec& spec, const SweepOptions& opt);
-// Recomputes DIR/summary.json and summary.csv from DIR/sweep.json and DIR/runs/*.json.
+// Recomputes DIR/summary.json and summary.csv from DIR/runs/<point>.r<k>.json.
 void writeSummaries(const SweepSpec& spec, const std::string& outDir);
+
+// The status a result.json stands for: "running" whose launcher (pid on this host) is gone is
+// "failed"; anything unreadable is "missing".
+std::string effectiveStatus(const nlohmann::json& result);
+// 64-bit FNV-1a of a file's bytes, hex ("" if it cannot be read).
+std::string fileDigest(const std::string& path);
+// What makes two runs the same experiment (see above).
+nlohmann::json runIdentity(const nlohmann::json& pointSpec, const nlohmann::json& build);
+// Why `previous` (a finished copy) does not stand for the experiment `current`; "" if it does.
+std::string identityDifference(const nlohmann::json& previous, const nlohmann::json& current);
 
 }  // namespace slowpipe::experiments

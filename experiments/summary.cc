@@ -1,7 +1,9 @@
-// summarizeSweep / summaryCsv.
+// summarizeSweep / summaryCsv (definitions in summary.h and README "Metrics").
 #include "experiments/summary.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <sstream>
 
 #include "emulator/link.h"
@@ -9,6 +11,27 @@
 namespace slowpipe::experiments {
 
 using nlohmann::json;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::pair<double, double> bootstrapMedianInterval(const std::vector<double>& v, uint64_t seed) {
+  if (v.size() <= 1) return {median(v), median(v)};
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+  std::vector<double> meds(kBootstrapResamples), sample(v.size());
+  for (auto& m : meds) {
+    for (auto& x : sample) x = v[pick(rng)];
+    m = median(sample);
+  }
+  std::sort(meds.begin(), meds.end());
+  const auto at = [&](double q) { return meds[static_cast<size_t>(q * (meds.size() - 1) + 0.5)]; };
+  return {at(0.025), at(0.975)};
+}
 
 namespace {
 
@@ -18,7 +41,7 @@ int compressionAxis(const SweepSpec& s) {
   return -1;
 }
 
-// Key of a point's link settings and every other axis: the compression axis label blanked out.
+// Key of a point's settings on every axis but the blanked ones.
 std::string peerKey(const SweepPoint& p, int compAxis, int blankAxis = -1) {
   std::string k;
   for (size_t i = 0; i < p.axisLabels.size(); ++i)
@@ -29,25 +52,70 @@ std::string peerKey(const SweepPoint& p, int compAxis, int blankAxis = -1) {
 double num(const json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; }
 json orNull(double v) { return std::isfinite(v) ? json(v) : json(); }
 
+// The ok repeats of one point, by repeat index (null where not ok).
+struct Reps {
+  std::vector<const json*> byIndex;
+  double stat(size_t k, const char* key) const {
+    return k < byIndex.size() && byIndex[k] ? num((*byIndex[k])["summary"], key) : NAN;
+  }
+};
+
+Reps okReps(const std::map<std::string, std::vector<json>>& results, const std::string& name) {
+  Reps r;
+  const auto it = results.find(name);
+  if (it == results.end()) return r;
+  for (const json& doc : it->second) r.byIndex.push_back(doc.is_object() && doc.value("status", "") == "ok" ? &doc : nullptr);
+  return r;
+}
+
+// Median and interval of a per-repeat quantity into row[key], row[loKey], row[hiKey].
+void putStat(json& row, const std::vector<double>& v, const std::string& key, const std::string& lo, const std::string& hi) {
+  std::vector<double> ok;
+  for (double x : v)
+    if (std::isfinite(x)) ok.push_back(x);
+  if (ok.empty()) return;
+  const auto [l, h] = bootstrapMedianInterval(ok);
+  row[key] = median(ok);
+  row[lo] = l;
+  row[hi] = h;
+}
+
+std::string statusOf(const std::map<std::string, std::vector<json>>& results, const std::string& name, int repeats,
+                     json* reason) {
+  const auto it = results.find(name);
+  int ok = 0, ran = 0;
+  if (it != results.end())
+    for (const json& doc : it->second) {
+      if (!doc.is_object()) continue;
+      ++ran;
+      if (doc.value("status", "") == "ok") {
+        ++ok;
+      } else if (reason->is_null()) {
+        *reason = doc.value("reason", doc.value("status", "unknown"));
+      }
+    }
+  if (ran == 0) return "missing";
+  if (ok < ran) return "failed";
+  return ok == repeats ? "ok" : "incomplete";
+}
+
 }  // namespace
 
-json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points, const std::map<std::string, json>& results) {
+json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points,
+                    const std::map<std::string, std::vector<json>>& results) {
   const int comp = compressionAxis(spec);
   int bwAxis = -1;
   for (size_t i = 0; i < spec.axes.size(); ++i)
     if (spec.axes[i].first.find("bandwidth") != std::string::npos) bwAxis = static_cast<int>(i);
-  // Baseline result per link setting (and per value of every other axis).
-  std::map<std::string, const json*> baseline;
-  std::map<std::string, std::pair<double, const json*>> fastestBaseline;  // blanked bandwidth -> fastest baseline
+  std::map<std::string, const SweepPoint*> baseline;  // link settings -> baseline point
+  std::map<std::string, std::pair<double, const SweepPoint*>> fastest;  // codec + other axes -> fastest point
   for (const auto& p : points) {
-    if (comp >= 0 && p.axisLabels[comp] != spec.baseline) continue;
-    const auto it = results.find(p.name);
-    if (it == results.end() || it->second.value("status", "") != "ok") continue;
-    baseline[peerKey(p, comp)] = &it->second;
     const double bw = emulator::topologyFromJson(p.spec["network"]["links"], "links").defaultLink.bandwidthBps;
-    auto& f = fastestBaseline[peerKey(p, comp, bwAxis)];
-    if (!f.second || bw > f.first) f = {bw, &it->second};
+    auto& f = fastest[peerKey(p, -1, bwAxis)];
+    if (!f.second || bw > f.first) f = {bw, &p};
+    if (comp < 0 || p.axisLabels[comp] == spec.baseline) baseline[peerKey(p, comp)] = &p;
   }
+  const size_t R = static_cast<size_t>(spec.repeats);
   json rows = json::array();
   for (const auto& p : points) {
     const auto link = emulator::topologyFromJson(p.spec["network"]["links"], "links").defaultLink;
@@ -56,68 +124,111 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
                 {"backward", p.spec["compression"].value("backward", "none")},
                 {"label", comp >= 0 ? p.axisLabels[comp] : p.spec["compression"].value("label", "")},
                 {"axes", p.axisLabels}};
-    const auto it = results.find(p.name);
-    if (it == results.end()) {
-      row["status"] = "missing";
+    json reason;
+    row["status"] = statusOf(results, p.name, spec.repeats, &reason);
+    if (!reason.is_null()) row["reason"] = reason;
+    const Reps me = okReps(results, p.name);
+    std::vector<double> tp(R, NAN), st(R, NAN), loss(R, NAN);
+    int okCount = 0;
+    bool linkOk = true, linkKnown = false;
+    for (size_t k = 0; k < R; ++k) {
+      tp[k] = me.stat(k, "throughput_tokens_per_s");
+      st[k] = me.stat(k, "mean_step_time_s");
+      loss[k] = me.stat(k, "final_val_loss");
+      if (k < me.byIndex.size() && me.byIndex[k]) {
+        ++okCount;
+        if (me.byIndex[k]->contains("link_ok")) {
+          linkKnown = true;
+          linkOk = linkOk && (*me.byIndex[k])["link_ok"].get<bool>();
+        }
+      }
+    }
+    row["repeats"] = okCount;
+    if (okCount == 0) {  // nothing comparable: a failed run's partial figures are not reported
       rows.push_back(row);
       continue;
     }
-    const json& r = it->second;
-    const json& s = r["summary"];
-    row["status"] = r.value("status", "unknown");
-    if (r.contains("reason")) row["reason"] = r["reason"];
-    if (row["status"] != "ok") {  // a failed run's partial figures are not comparable
-      rows.push_back(row);
-      continue;
-    }
-    const double tp = num(s, "throughput_tokens_per_s");
-    row["throughput_tokens_per_s"] = orNull(tp);
-    row["mean_step_time_s"] = orNull(num(s, "mean_step_time_s"));
-    row["final_val_loss"] = orNull(num(s, "final_val_loss"));
-    row["wire_bytes_per_step"] = orNull(num(s, "wire_bytes_per_step"));
-    row["wait_share"] = orNull(num(s, "wait_share"));
-    if (s.contains("breakdown_share")) row["breakdown_share"] = s["breakdown_share"];
+    row["link_ok"] = linkKnown ? json(linkOk) : json();
+    putStat(row, tp, "throughput_tokens_per_s", "throughput_lo", "throughput_hi");
+    putStat(row, st, "mean_step_time_s", "step_time_lo", "step_time_hi");
+    putStat(row, loss, "final_val_loss", "final_val_loss_lo", "final_val_loss_hi");
+    const json* first = nullptr;
+    for (const json* d : me.byIndex)
+      if (d && !first) first = d;
+    const json& s0 = (*first)["summary"];
+    row["wire_bytes_per_step"] = orNull(num(s0, "wire_bytes_per_step"));
+    std::vector<double> wait;
+    json share = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
+    for (const json* d : me.byIndex)
+      if (d) {
+        wait.push_back(num((*d)["summary"], "wait_share"));
+        for (auto& [k, v] : share.items()) v = v.get<double>() + (*d)["summary"]["breakdown_share"].value(k, 0.0) / okCount;
+      }
+    row["wait_share"] = orNull(median(wait));
+    row["breakdown_share"] = share;
+
     const auto b = baseline.find(peerKey(p, comp));
     if (b == baseline.end()) {
       rows.push_back(row);
       continue;
     }
-    const json& bs = (*b->second)["summary"];
-    const double speedup = tp / num(bs, "throughput_tokens_per_s");
-    row["speedup"] = orNull(speedup);
-    const double target = num(bs, "final_val_loss");
+    const Reps base = okReps(results, b->second->name);
+    const auto f = fastest.find(peerKey(p, -1, bwAxis));
+    const Reps fast = f == fastest.end() ? Reps{} : okReps(results, f->second.second->name);
+    std::vector<double> speedup(R, NAN), ideal(R, NAN), eff(R, NAN), baseLoss(R, NAN);
+    for (size_t k = 0; k < R; ++k) {
+      speedup[k] = tp[k] / base.stat(k, "throughput_tokens_per_s");
+      baseLoss[k] = base.stat(k, "final_val_loss");
+      // Ideal: the baseline's step time here over this codec's step time with (almost) no network
+      // cost, i.e. at the fastest link of the sweep. It bounds the speed-up: a codec cannot run
+      // faster on a slower link than on the fastest one.
+      ideal[k] = base.stat(k, "mean_step_time_s") / fast.stat(k, "mean_step_time_s");
+      eff[k] = speedup[k] / ideal[k];
+    }
+    putStat(row, speedup, "speedup", "speedup_lo", "speedup_hi");
+    putStat(row, ideal, "ideal_speedup", "ideal_lo", "ideal_hi");
+    putStat(row, eff, "efficiency", "efficiency_lo", "efficiency_hi");
+    const double target = median([&] {
+      std::vector<double> v;
+      for (double x : baseLoss)
+        if (std::isfinite(x)) v.push_back(x);
+      return v;
+    }());
     row["target_val_loss"] = orNull(target);
-    row["time_to_target_s"] = json();
-    for (const auto& e : r.value("evals", json::array()))
-      if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= target) {
-        row["time_to_target_s"] = e["wall_s"];
+    row["val_loss_gap_vs_baseline"] = orNull(num(row, "final_val_loss") / target - 1.0);
+    std::vector<double> ttt;
+    for (const json* d : me.byIndex) {
+      if (!d) continue;
+      for (const auto& e : d->value("evals", json::array()))
+        if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= target) {
+          ttt.push_back(e["wall_s"].get<double>());
+          break;
+        }
+    }
+    row["time_to_target_s"] = ttt.size() == static_cast<size_t>(okCount) ? orNull(median(ttt)) : json();
+    for (const json* d : base.byIndex)
+      if (d) {
+        row["wire_reduction"] = orNull(num((*d)["summary"], "wire_bytes_per_step") / num(s0, "wire_bytes_per_step"));
         break;
       }
-    row["val_loss_gap_vs_baseline"] = orNull(num(s, "final_val_loss") / target - 1.0);
-    // Ideal speed-up: the baseline's network-attributable step time (its step time here minus at
-    // the fastest link) shrinks by the wire-byte reduction; compute stays.
-    const auto f = fastestBaseline.find(peerKey(p, comp, bwAxis));
-    if (f != fastestBaseline.end()) {
-      const double tHere = num(bs, "mean_step_time_s"), tFast = num((*f->second.second)["summary"], "mean_step_time_s");
-      const double network = std::max(0.0, tHere - tFast);
-      const double reduction = num(bs, "wire_bytes_per_step") / num(s, "wire_bytes_per_step");
-      const double ideal = tHere / (tHere - network + network / reduction);
-      row["network_share_baseline"] = orNull(network / tHere);
-      row["wire_reduction"] = orNull(reduction);
-      row["ideal_speedup"] = orNull(ideal);
-      row["efficiency"] = orNull(speedup / ideal);
-    }
     rows.push_back(row);
   }
   json base = {{"label", spec.baseline}};
-  return {{"sweep", spec.name}, {"baseline", base}, {"rows", rows}};
+  return {{"sweep", spec.name},
+          {"baseline", base},
+          {"repeats", spec.repeats},
+          {"interval", "95% percentile bootstrap of the median over repeats (" + std::to_string(kBootstrapResamples) +
+                           " resamples, seed 1)"},
+          {"rows", rows}};
 }
 
 std::string summaryCsv(const json& summary) {
   static const std::vector<std::string> kCols = {
-      "point", "label", "forward", "backward", "bandwidth_bps", "latency_s", "status", "throughput_tokens_per_s",
-      "speedup", "ideal_speedup", "efficiency", "time_to_target_s", "final_val_loss", "target_val_loss",
-      "wire_bytes_per_step", "wait_share", "mean_step_time_s"};
+      "point", "label", "forward", "backward", "bandwidth_bps", "latency_s", "status", "repeats", "link_ok",
+      "throughput_tokens_per_s", "throughput_lo", "throughput_hi", "speedup", "speedup_lo", "speedup_hi",
+      "ideal_speedup", "ideal_lo", "ideal_hi", "efficiency", "efficiency_lo", "efficiency_hi", "time_to_target_s",
+      "final_val_loss", "target_val_loss", "wire_bytes_per_step", "wait_share", "mean_step_time_s", "step_time_lo",
+      "step_time_hi"};
   std::ostringstream out;
   for (size_t i = 0; i < kCols.size(); ++i) out << (i ? "," : "") << kCols[i];
   out << "\n";

@@ -1,10 +1,17 @@
-// Sweep summary math: per point throughput, speed-up over the baseline at the same link settings,
-// time to the baseline's final validation loss, wire bytes, waiting share, and the ideal speed-up
-// the wire-byte reduction allows. Definitions in README "Metrics".
+// Sweep summary math over repeated runs: per point the median and a 95% interval of throughput,
+// step time, speed-up over the baseline at the same link settings, the ideal speed-up and the
+// efficiency; time to the baseline's final validation loss; wire bytes; waiting share; link_ok.
+// Definitions in README "Metrics".
+//
+// Intervals: percentile bootstrap of the median over the repeats (kBootstrapResamples resamples,
+// fixed seed, so a summary is reproducible). With one repeat the interval is the value itself.
+// Speed-up, ideal and efficiency are paired by repeat index: repeat k of a codec is compared with
+// repeat k of the baseline (and of itself at the fastest link), which ran in the same round.
 #pragma once
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,9 +20,17 @@
 
 namespace slowpipe::experiments {
 
-// results: point name -> result.json document (missing points are listed with status "missing").
+constexpr int kBootstrapResamples = 2000;
+
+double median(std::vector<double> v);
+// 95% percentile-bootstrap interval of the median of v (v non-empty).
+std::pair<double, double> bootstrapMedianInterval(const std::vector<double>& v, uint64_t seed = 1);
+
+// results: point name -> one result.json per repeat index (null where that repeat has not run).
+// Rows list every point; status "ok" (every repeat ok), "incomplete" (some not run yet), "failed"
+// (a repeat failed) or "missing" (none ran). Figures come from the repeats that are ok.
 nlohmann::json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points,
-                              const std::map<std::string, nlohmann::json>& results);
+                              const std::map<std::string, std::vector<nlohmann::json>>& results);
 std::string summaryCsv(const nlohmann::json& summary);
 
 }  // namespace slowpipe::experiments

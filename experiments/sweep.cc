@@ -31,8 +31,8 @@ std::string valueLabel(const json& v) {
 SweepSpec sweepSpecFromJson(const json& j, const std::string& where) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
   for (const auto& [k, v] : j.items())
-    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain")
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain");
+    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats")
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain, repeats");
   SweepSpec s;
   s.name = j.value("name", "sweep");
   if (!j.contains("base")) throw std::invalid_argument(where + ".base: missing (a RunSpec object or a path to one)");
@@ -55,6 +55,11 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where) {
   }
   s.baseline = j.value("baseline", "fp32");
   if (j.contains("pretrain")) s.pretrain = j["pretrain"];
+  if (j.contains("repeats")) {
+    if (!j["repeats"].is_number_integer() || j["repeats"].get<int64_t>() < 1 || j["repeats"].get<int64_t>() > 1000)
+      throw std::invalid_argument(where + ".repeats: " + j["repeats"].dump() + " must be an integer in 1..1000");
+    s.repeats = j["repeats"].get<int>();
+  }
   runtime::runSpecFromJson(s.base, where + ".base");  // the base must be valid on its own
   return s;
 }

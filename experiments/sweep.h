@@ -5,7 +5,8 @@
 //    "axes": [{"path": "network.links.bandwidth", "values": ["100Mbps", "1Gbps"]},
 //             {"path": "compression", "values": [{"label": "fp32", "forward": "none", "backward": "none"}, ...]}],
 //    "baseline": "fp32",                        // label of the compression value that is the baseline
-//    "pretrain": {"checkpoint": "base.pt", "max_steps": 300, "epochs": 1}}   // optional
+//    "pretrain": {"checkpoint": "base.pt", "max_steps": 300, "epochs": 1},   // optional
+//    "repeats": 3}                              // optional: real runs per point, interleaved
 // Object values are merged into the base at `path`; others replace it. Every point gets a stable
 // name from its axis values, e.g. "bandwidth-100Mbps_compression-ac-sgd-fw2-bw4".
 #pragma once
@@ -30,6 +31,7 @@ struct SweepSpec {
   std::string baseline;  // compression label
   nlohmann::json pretrain;  // null if none
   std::string sourceDir;    // folder of the sweep file (relative paths resolve against the cwd)
+  int repeats = 1;          // runs per point; round-robin over all points (repeat k of every point before k+1)
 };
 
 SweepSpec loadSweepSpec(const std::string& path);

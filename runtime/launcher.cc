@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <cmath>
@@ -55,16 +57,20 @@ class Launcher {
     resultPath_ = (fs::path(opt_.outDir) / "result.json").string();
     specPath_ = (fs::path(opt_.outDir) / "spec.json").string();
     writeJsonAtomically(specPath_, spec_.source.is_null() ? toJson(spec_) : spec_.source);
+    // Environment (git commit and dirty flag, host) is captured once, here, before any worker
+    // starts: nothing forks or reads /proc while steps are being timed.
     doc_ = {{"schema", kResultSchema}, {"status", "running"}, {"spec", toJson(spec_)}, {"steps", json::array()},
-            {"evals", json::array()}};
-    const CorpusInfo corpus = prepareCorpus(spec_.data);
-    doc_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
-    if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
-      throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
-                                  "' does not exist (make it with `slowpipe pretrain`)");
-    setupNetwork();
+            {"evals", json::array()}, {"launcher", {{"pid", getpid()}, {"host", hostName()}}},
+            {"environment", environmentInfo("")}};
     int rc = 1;
     try {
+      const CorpusInfo corpus = prepareCorpus(spec_.data);
+      doc_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
+      if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
+        throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
+                                    "' does not exist (make it with `slowpipe pretrain`)");
+      writeJsonAtomically(resultPath_, finalDoc());
+      setupNetwork();
       rc = supervise();
     } catch (const std::exception& e) {
       fail(std::string("launcher: ") + e.what());
@@ -78,51 +84,113 @@ class Launcher {
  private:
   void setupNetwork() {
     const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
+    if (geteuid() == 0 && spec_.network.backend == "tc") {
+      // Namespaces of runs whose launcher was killed (kill -9 skips every cleanup path).
+      const auto removed = emulator::cleanupNamespaces(false);
+      if (!removed.empty()) {
+        std::string names;
+        for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
+        std::fprintf(stderr, "slowpipe: removed %zu namespace(s) left by runs whose owner is gone: %s\n", removed.size(),
+                     names.c_str());
+        doc_["network_cleanup"] = removed;
+      }
+    }
     if (spec_.network.backend == "tc") {
       std::vector<emulator::FabricEdge> edges;
       for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
       fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
       doc_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+      for (int e = 0; e < static_cast<int>(edges.size()); ++e)
+        for (int from : {e, e + 1}) {
+          const emulator::LinkSpec& l = from == e ? edges[e].aToB : edges[e].bToA;
+          if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
+        }
     } else {
-      doc_["network"] = {{"backend", "user"}, {"mechanism", {{"rate", "user-space"}, {"delay", "user-space"}}}};
+      json mech = {{"rate", "user-space"}, {"delay", "user-space"}, {"jitter", "user-space"}};
+      mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
+      doc_["network"] = {{"backend", "user"}, {"mechanism", mech}};
     }
     doc_["network"]["links"] = topo;
-    if (opt_.calibrate && S_ > 1 && spec_.network.backend == "user") {
-      emulator::CalibrationOptions c;
-      c.link = topo.link(0, 1);
-      c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen * spec_.model.width * 4;
-      c.messageBytes = std::max<uint64_t>(c.messageBytes, 1024);
-      c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 8, 200);
-      c.probes = 30;
-      doc_["calibration"] = emulator::calibrateLink(c);
-    }
+    if (opt_.calibrate && S_ > 1) calibrate(topo);
+  }
+
+  // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
+  // the project's namespaces) and flags the run when a link misses its rate by more than 3%.
+  void calibrate(const emulator::Topology& topo) {
+    constexpr double kTolerance = 0.03;
+    std::map<std::string, json> seen;
+    bool ok = true;
+    json all = json::array();
+    for (int s = 0; s + 1 < S_; ++s)
+      for (const auto& [src, dst] : {std::pair{s, s + 1}, std::pair{s + 1, s}}) {
+        const emulator::LinkSpec& l = topo.link(src, dst);
+        json entry = {{"src", src}, {"dst", dst}, {"link", l.describe()}};
+        if (!l.trace.empty()) {
+          entry["note"] = "bandwidth trace: rate follows the trace, not calibrated against one rate";
+          all.push_back(entry);
+          continue;
+        }
+        const std::string key = json(l).dump();
+        if (!seen.count(key)) {
+          emulator::CalibrationOptions c;
+          c.backend = spec_.network.backend;
+          c.link = l;
+          c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen * spec_.model.width * 4;
+          c.messageBytes = std::max<uint64_t>(c.messageBytes, 1024);
+          c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 8, 200);
+          c.probes = 30;
+          seen[key] = emulator::calibrateLink(c);
+        }
+        entry["calibration"] = seen[key];
+        const double err = seen[key].value("rate_error", 0.0);
+        entry["link_ok"] = std::isfinite(err) && std::fabs(err) <= kTolerance;
+        if (!entry["link_ok"].get<bool>()) {
+          ok = false;
+          std::fprintf(stderr, "slowpipe: warning: link %d->%d (%s) achieved %.4g bps, %+.1f%% off its configured rate "
+                       "(tolerance 3%%); results at this setting are flagged link_ok=false\n", src, dst,
+                       l.describe().c_str(), seen[key].value("achieved_bps", 0.0), 100 * err);
+        }
+        all.push_back(entry);
+      }
+    doc_["calibration"] = all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
+    doc_["calibration_links"] = all;
+    doc_["link_ok"] = ok;
   }
 
   void spawn(int r) {
     const std::string log = (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
     std::vector<std::string> args = {"slowpipe", "worker", "--spec", specPath_, "--rank", std::to_string(r),
-                                     "--control", controlEp_, "--peers", peerEp(r)};
+                                     "--control", controlEp_, "--peers", peerEp(r), "--launcher-pid",
+                                     std::to_string(getpid())};
     if (fabric_) {
       args.insert(args.end(), {"--netns", fabric_->nsName(r), "--kernel-rate"});
-      if (r > 0) args.insert(args.end(), {"--bind-prev", fabric_->address(r - 1, r), "--user-latency",
-                                          std::to_string(fabric_->userLatency(r - 1, r - 1)), "--user-jitter",
+      // Each direction gets its own latency/jitter: what arrives from r-1 crossed edge r-1 from
+      // endpoint r-1; what arrives from r+1 crossed edge r from endpoint r+1.
+      if (r > 0) args.insert(args.end(), {"--bind-prev", fabric_->address(r - 1, r), "--prev-latency",
+                                          std::to_string(fabric_->userLatency(r - 1, r - 1)), "--prev-jitter",
                                           std::to_string(fabric_->userJitter(r - 1, r - 1))});
-      if (r + 1 < S_) args.insert(args.end(), {"--bind-next", fabric_->address(r, r)});
+      if (r + 1 < S_) args.insert(args.end(), {"--bind-next", fabric_->address(r, r), "--next-latency",
+                                               std::to_string(fabric_->userLatency(r, r + 1)), "--next-jitter",
+                                               std::to_string(fabric_->userJitter(r, r + 1))});
     }
+    // Everything the child needs is built before fork: the child only redirects and execs.
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::runtime_error("cannot create worker log '" + log + "': " + std::strerror(errno));
     const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid < 0) {
+      close(fd);
+      throw std::runtime_error("fork failed: " + std::string(std::strerror(errno)));
+    }
     if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
+      dup2(fd, 1);  // dup2 clears O_CLOEXEC on the copies
+      dup2(fd, 2);
       execv(opt_.exe.c_str(), argv.data());
       _exit(127);
     }
+    close(fd);
     workers_[r].pid = pid;
     const RankId id = layout_.id(r);
     doc_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid}});
@@ -139,6 +207,7 @@ class Launcher {
     for (int r = 0; r < S_; ++r) {
       peers.push_back(std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push));
       peers.back()->set(zmq::sockopt::linger, 0);
+      peers.back()->set(zmq::sockopt::sndtimeo, 5000);  // a worker connects before its hello
       peers.back()->bind(peerEp(r));
     }
     struct sigaction sa {};
@@ -149,41 +218,21 @@ class Launcher {
     doc_["workers"] = json::array();
     for (int r = 0; r < S_; ++r) spawn(r);
     writeJsonAtomically(resultPath_, finalDoc());
-    std::map<int, json> hellos;
     lastProgress_ = now();
     bool sentPeers = false;
-    int doneCount = 0;
-    while (doneCount < S_) {
+    while (doneCount_ < S_) {
       zmq::pollitem_t item{static_cast<void*>(control), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      zmq::poll(&item, 1, std::chrono::milliseconds(pollMs()));
+      applyTraces();
       zmq::message_t m;
-      while (control.recv(m, zmq::recv_flags::dontwait)) {
-        const json rec = json::parse(m.to_string());
-        const std::string type = rec.value("type", "");
-        const int r = rec.value("rank", -1);
-        if (r < 0 || r >= S_) continue;
-        lastProgress_ = now();
-        for (auto& w : workers_) w.cpuAtProgress = procState(w.pid).second;
-        if (type == "hello") {
-          hellos[r] = rec;
-          torchVersion_ = rec.value("torch_version", "");
-        } else if (type == "step") {
-          onStep(rec);
-        } else if (type == "eval") {
-          onEval(rec);
-        } else if (type == "done") {
-          workers_[r].done = true;
-          ++doneCount;
-          doc_["codec_state"][std::to_string(r)] = rec;
-        } else if (type == "error") {
-          return fail("rank " + std::to_string(r) + ": " + rec.value("message", "error"));
-        }
-      }
-      if (!sentPeers && static_cast<int>(hellos.size()) == S_) {
+      while (control.recv(m, zmq::recv_flags::dontwait))
+        if (!handle(json::parse(m.to_string()))) return fail(error_);
+      if (!sentPeers && static_cast<int>(hellos_.size()) == S_) {
         for (int r = 0; r < S_; ++r) {
-          json table = {{"prev_from_next", r > 0 ? hellos[r - 1]["from_next"] : json("")},
-                        {"next_from_prev", r + 1 < S_ ? hellos[r + 1]["from_prev"] : json("")}};
-          peers[r]->send(zmq::buffer(table.dump()), zmq::send_flags::none);
+          json table = {{"prev_from_next", r > 0 ? hellos_[r - 1]["from_next"] : json("")},
+                        {"next_from_prev", r + 1 < S_ ? hellos_[r + 1]["from_prev"] : json("")}};
+          if (!peers[r]->send(zmq::buffer(table.dump()), zmq::send_flags::none))
+            return fail("rank " + std::to_string(r) + " did not take its peer table within 5 s");
         }
         sentPeers = true;
       }
@@ -197,13 +246,23 @@ class Launcher {
           w.status = status;
           const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
           if (!clean || !w.done) {
-            drain(control);
+            // Records sent just before the death (its error message above all) come first.
+            while (control.recv(m, zmq::recv_flags::dontwait))
+              if (!handle(json::parse(m.to_string()))) return fail(error_);
             return fail("rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
                         (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step"));
           }
         }
       }
-      if (now() - lastProgress_ > spec_.runtime.stepTimeoutS) return fail(diagnoseHang());
+      // /proc is read only once a hang is suspected (no record for half the timeout), never
+      // while steps run normally.
+      const double quiet = now() - lastProgress_;
+      if (!cpuSampled_ && quiet > 0.5 * spec_.runtime.stepTimeoutS) {
+        for (auto& w : workers_) w.cpuAtProgress = procState(w.pid).second;
+        cpuSampledAt_ = now();
+        cpuSampled_ = true;
+      }
+      if (quiet > spec_.runtime.stepTimeoutS) return fail(diagnoseHang());
     }
     // Sender and receiver codec states must be bit-identical across every link, both directions.
     bool match = true;
@@ -216,6 +275,54 @@ class Launcher {
     if (!match) return fail("codec state of a sender and its receiver differ after the run (see codec_state)");
     doc_["status"] = "ok";
     return 0;
+  }
+
+  // One record from a worker. Returns false on an error record (error_ says what).
+  bool handle(const json& rec) {
+    const std::string type = rec.value("type", "");
+    const int r = rec.value("rank", -1);
+    if (r < 0 || r >= S_) return true;
+    lastProgress_ = now();
+    cpuSampled_ = false;
+    if (type == "hello") {
+      hellos_[r] = rec;
+      torchVersion_ = rec.value("torch_version", "");
+      doc_["environment"]["libtorch"] = torchVersion_;
+    } else if (type == "step") {
+      onStep(rec);
+    } else if (type == "eval") {
+      onEval(rec);
+    } else if (type == "done") {
+      if (!workers_[r].done) ++doneCount_;
+      workers_[r].done = true;
+      doc_["codec_state"][std::to_string(r)] = rec;
+    } else if (type == "error") {
+      error_ = "rank " + std::to_string(r) + ": " + rec.value("message", "error");
+      return false;
+    }
+    return true;
+  }
+
+  // Kernel backend with bandwidth traces: the launcher changes the HTB rate of each traced
+  // direction when the trace says (time 0 = when the workers were started).
+  void applyTraces() {
+    for (auto& t : traces_) {
+      const auto& pts = t.trace.points();
+      while (t.next < pts.size() && now() - start_ >= pts[t.next].first) {
+        fabric_->setRate(t.edge, t.from, pts[t.next].second);
+        doc_["trace_changes"].push_back({{"at_s", now() - start_}, {"due_s", pts[t.next].first}, {"edge", t.edge},
+                                         {"from", t.from}, {"bandwidth_bps", pts[t.next].second}});
+        ++t.next;
+      }
+    }
+  }
+
+  // Poll interval: 100 ms, shorter when a trace point is due sooner.
+  int pollMs() const {
+    double wait = 0.1;
+    for (const auto& t : traces_)
+      if (t.next < t.trace.points().size()) wait = std::min(wait, t.trace.points()[t.next].first - (now() - start_));
+    return std::max(1, static_cast<int>(wait * 1000));
   }
 
   // /proc/<pid>/stat: state letter and CPU ticks (user + system).
@@ -249,10 +356,10 @@ class Launcher {
         why = std::string("process state ") + state + (state == 'D' ? " (uninterruptible)" : " (stopped)");
         break;
       }
-      const double used = (cpu - workers_[r].cpuAtProgress) / ticks;
+      const double used = cpuSampled_ ? (cpu - workers_[r].cpuAtProgress) / ticks : 0.0;
       if (used > busiest) {
         busiest = used;
-        if (used > 0.5 * spec_.runtime.stepTimeoutS) {
+        if (used > 0.8 * (now() - cpuSampledAt_)) {  // busy most of the time since the sample
           culprit = r;
           why = "busy for " + std::to_string(used) + " s of CPU without progress";
         }
@@ -266,14 +373,6 @@ class Launcher {
     }
     return "rank " + std::to_string(culprit) + " made no progress for " + std::to_string(spec_.runtime.stepTimeoutS) +
            " s (runtime.step_timeout_s; " + why + "); last step " + std::to_string(workers_[culprit].lastStep);
-  }
-
-  void drain(zmq::socket_t& control) {  // records that arrived just before a death
-    zmq::message_t m;
-    while (control.recv(m, zmq::recv_flags::dontwait)) {
-      const json rec = json::parse(m.to_string());
-      if (rec.value("type", "") == "step") onStep(rec);
-    }
   }
 
   void onStep(const json& rec) {
@@ -296,7 +395,9 @@ class Launcher {
       bwd["wire"] = bwd["wire"].get<int64_t>() + p["bwd_wire"].get<int64_t>();
       for (const char* k : {"compute", "encode", "decode", "wait"})
         breakdown[k] = breakdown[k].get<double>() + p[std::string(k) + "_s"].get<double>() / S_;
-      perStage.push_back({{"compute", p["compute_s"]}, {"encode", p["encode_s"]}, {"decode", p["decode_s"]}, {"wait", p["wait_s"]}});
+      json stage = {{"compute", p["compute_s"]}, {"encode", p["encode_s"]}, {"decode", p["decode_s"]}, {"wait", p["wait_s"]}};
+      if (p.contains("recv_delay_s")) stage["recv_delay_s"] = p["recv_delay_s"];
+      perStage.push_back(stage);
     }
     const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen;
     st["loss"] = parts.at(S_ - 1)["loss"];
@@ -372,9 +473,14 @@ class Launcher {
 
   json finalDoc() {
     json d = doc_;
-    d["environment"] = environmentInfo(torchVersion_);
     d["summary"] = summarizeSteps(d["steps"], d["evals"]);
     return d;
+  }
+
+  static std::string hostName() {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    return host;
   }
 
   const RunSpec& spec_;
@@ -386,6 +492,17 @@ class Launcher {
   std::string resultPath_, specPath_, controlEp_, torchVersion_;
   json doc_;
   std::map<int64_t, std::map<int, json>> pending_;
+  std::map<int, json> hellos_;
+  struct TraceCursor {
+    int edge, from;
+    emulator::BandwidthTrace trace;
+    size_t next;
+  };
+  std::vector<TraceCursor> traces_;
+  std::string error_;
+  int doneCount_ = 0;
+  bool cpuSampled_ = false;
+  double cpuSampledAt_ = 0;
   double start_ = 0, lastProgress_ = 0;
   int64_t totalSteps_ = -1;
 };

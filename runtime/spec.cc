@@ -1,6 +1,8 @@
 // RunSpec JSON reading and validation.
 #include "runtime/spec.h"
 
+#include <cstdlib>
+#include <limits>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -38,12 +40,22 @@ class Fields {
         if (!v.is_boolean()) throw std::invalid_argument("");
       } else if constexpr (std::is_integral_v<T>) {
         if (!v.is_number_integer()) throw std::invalid_argument("");
+        // Range check before narrowing: 3000000000 for an int must not wrap to a negative value.
+        const bool fits = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                              : v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                    (std::is_unsigned_v<T> || v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+        if (!fits) fail(where_ + "." + key, v.dump() + " is out of range (" + std::to_string(std::numeric_limits<T>::min()) +
+                                                 ".." + std::to_string(std::numeric_limits<T>::max()) + ")");
       } else if constexpr (std::is_floating_point_v<T>) {
         if (!v.is_number()) throw std::invalid_argument("");
       } else if constexpr (std::is_same_v<T, std::string>) {
         if (!v.is_string()) throw std::invalid_argument("");
       }
       out = v.get<T>();
+    } catch (const std::invalid_argument& e) {
+      if (*e.what()) throw;  // a complete message (out of range) passes through
+      fail(where_ + "." + key, "wrong type: got " + v.dump() + ", expected " + typeName<T>());
     } catch (const std::exception&) {
       fail(where_ + "." + key, "wrong type: got " + v.dump() + ", expected " + typeName<T>());
     }
@@ -170,6 +182,30 @@ RunSpec runSpecFromJson(const json& j, const std::string& where) {
     if (const json* l = f.raw("links")) s.network.links = *l;
     emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
   }
+  // Per-link overrides must name a link the pipeline has: neighbouring stages that exist.
+  if (s.network.links.is_object() && s.network.links.contains("links")) {
+    const json& links = s.network.links["links"];
+    for (size_t i = 0; i < links.size(); ++i) {
+      const std::string w = where + ".network.links.links[" + std::to_string(i) + "]";
+      const int src = links[i]["src"], dst = links[i]["dst"];
+      for (const auto& [key, v] : {std::pair{"src", src}, std::pair{"dst", dst}})
+        if (v < 0 || v >= s.pipeline.stages)
+          fail(w + "." + key, std::to_string(v) + " names no stage; the pipeline has stages 0.." +
+                                  std::to_string(s.pipeline.stages - 1));
+      if (std::abs(src - dst) != 1)
+        fail(w, "src " + std::to_string(src) + " and dst " + std::to_string(dst) +
+                    " are not neighbouring stages; only stage s and s+1 exchange messages");
+    }
+  }
+  // Sizes whose products overflow a message (micro-batch x sequence x width fp32 values).
+  constexpr int64_t kMaxSeq = int64_t{1} << 20, kMaxMessage = int64_t{1} << 30;
+  if (s.model.seqLen > kMaxSeq)
+    fail(where + ".model.seq_len", std::to_string(s.model.seqLen) + " is beyond 2^20 tokens, the longest sequence accepted");
+  const int64_t elems = int64_t{s.model.seqLen} * s.model.width * s.pipeline.microBatchSize;
+  if (s.model.width > kMaxMessage || s.pipeline.microBatchSize > kMaxMessage || elems > kMaxMessage)
+    fail(where + ".model.seq_len", "micro_batch_size " + std::to_string(s.pipeline.microBatchSize) + " x seq_len " +
+                                       std::to_string(s.model.seqLen) + " x width " + std::to_string(s.model.width) +
+                                       " values per message is beyond 2^30, the largest message accepted");
   if (const json* r = top.raw("runtime")) {
     Fields f(*r, where + ".runtime");
     f.get("step_timeout_s", s.runtime.stepTimeoutS);

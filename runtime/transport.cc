@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "compression/error.h"
+
 namespace slowpipe::runtime {
 
 using compression::MessageKind;
@@ -33,17 +35,19 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
   if (opt_.rank > 0) {
     fromPrev_.bind("tcp://" + opt_.bindPrevHost + ":*");
     fromPrevEp_ = fromPrev_.get(zmq::sockopt::last_endpoint);
-    rxPrev_ = std::make_unique<emulator::ShapedReceiver>(fromPrev_, opt_.userLatencyS, opt_.userJitterS, 100 + opt_.rank);
+    rxPrev_ = std::make_unique<emulator::ShapedReceiver>(fromPrev_, opt_.prevLatencyS, opt_.prevJitterS, 100 + opt_.rank);
   }
   if (opt_.rank + 1 < opt_.stages) {
     fromNext_.bind("tcp://" + opt_.bindNextHost + ":*");
     fromNextEp_ = fromNext_.get(zmq::sockopt::last_endpoint);
-    rxNext_ = std::make_unique<emulator::ShapedReceiver>(fromNext_, opt_.userLatencyS, opt_.userJitterS, 200 + opt_.rank);
+    rxNext_ = std::make_unique<emulator::ShapedReceiver>(fromNext_, opt_.nextLatencyS, opt_.nextJitterS, 200 + opt_.rank);
   }
 }
 
 void StageTransport::connect(const std::string& prevFromNext, const std::string& nextFromPrev) {
-  auto make = [&](Peer& p, const std::string& ep, int peerRank, const std::string& sendSpec, const std::string& recvSpec) {
+  const std::string me = "r" + std::to_string(opt_.rank);
+  auto make = [&](Peer& p, const std::string& ep, int peerRank, const std::string& sendSpec, const std::string& recvSpec,
+                  const char* sendDir, const char* recvDir) {
     p.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
     p.push->set(zmq::sockopt::sndhwm, 0);
     // Linger: a stage that finishes first must still deliver its last messages (the final
@@ -52,13 +56,13 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
     p.push->connect(ep);
     p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.rank, peerRank),
                                                          !opt_.kernelPacesRate, 1000 * opt_.rank + peerRank);
-    p.encoder = compression::makeCodec(sendSpec);
-    p.decoder = compression::makeCodec(recvSpec);
+    p.encoder = compression::makeCodec(sendSpec, me + "-" + sendDir + "-send");
+    p.decoder = compression::makeCodec(recvSpec, me + "-" + recvDir + "-recv");
     p.plainEncoder = compression::makeCodec("none");
     p.plainDecoder = compression::makeCodec("none");
   };
-  if (opt_.rank > 0) make(prev_, prevFromNext, opt_.rank - 1, opt_.backwardCodec, opt_.forwardCodec);
-  if (opt_.rank + 1 < opt_.stages) make(next_, nextFromPrev, opt_.rank + 1, opt_.forwardCodec, opt_.backwardCodec);
+  if (opt_.rank > 0) make(prev_, prevFromNext, opt_.rank - 1, opt_.backwardCodec, opt_.forwardCodec, "bwd", "fwd");
+  if (opt_.rank + 1 < opt_.stages) make(next_, nextFromPrev, opt_.rank + 1, opt_.forwardCodec, opt_.backwardCodec, "fwd", "bwd");
 }
 
 void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch, int mb, const float* data,
@@ -79,9 +83,16 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
   ctx.epoch = epoch;
   ctx.microBatch = mb;
   ctx.exampleIds = exampleIds;
+  ctx.key = std::string(toNext ? "fwd" : "bwd") + "/mb" + std::to_string(mb);
   const double t0 = emulator::monotonicNow();
-  auto* frame = new compression::Bytes(
-      compression::encodeFrame(isPlain(kind) ? *p.plainEncoder : *p.encoder, data, h, ctx));
+  compression::Bytes* frame = nullptr;
+  try {
+    frame = new compression::Bytes(compression::encodeFrame(isPlain(kind) ? *p.plainEncoder : *p.encoder, data, h, ctx));
+  } catch (const compression::NonFiniteError& e) {
+    throw std::runtime_error(std::string("non-finite ") + kindName(kind) + " at step " + std::to_string(step) +
+                             ", stage " + std::to_string(opt_.rank) + ", micro-batch " + std::to_string(mb) + " (" +
+                             e.what() + ")");
+  }
   stats_.encodeS += emulator::monotonicNow() - t0;
   const int64_t raw = 4 * compression::numelOf(shape), wire = static_cast<int64_t>(frame->size());
   if (kind == MessageKind::kActivation) {
@@ -109,6 +120,7 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   if (!m) throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": no " + kindName(kind) + " from rank " +
                                    std::to_string(opt_.rank + (fromPrev ? -1 : 1)) + " for " +
                                    std::to_string(opt_.recvTimeoutS) + " s");
+  (fromPrev ? stats_.fromPrev : stats_.fromNext).add(m->deliveredAt - m->envelope.sendTime);
   size_t at = 0;
   const auto* bytes = static_cast<const uint8_t*>(m->payload.data());
   const compression::FrameHeader h = compression::parseFrame(bytes, m->payload.size(), &at);
@@ -119,7 +131,7 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   Tensor32 t;
   compression::CodecContext ctx;
   ctx.epoch = epoch;
-  compression::decodeFrame(isPlain(kind) ? *p.plainDecoder : *p.decoder, bytes, m->payload.size(), ctx, t.data);
+  compression::decodeParsedFrame(isPlain(kind) ? *p.plainDecoder : *p.decoder, h, bytes, at, ctx, t.data);
   t.shape = h.shape;
   t.exampleIds = h.exampleIds;
   stats_.decodeS += emulator::monotonicNow() - t1;

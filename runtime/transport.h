@@ -5,10 +5,15 @@
 // Every message is an emulator Envelope + a compression Frame. Per direction and per link there is
 // one codec pair (sender encodes, receiver decodes): the forward codec carries activations to the
 // next stage, the backward codec carries activation gradients to the previous one. Evaluation
-// activations (kEval) and control scalars (kControl) travel uncompressed. Receivers check the frame
-// kind, step and micro-batch against what the schedule expects, so a protocol slip is an error.
+// activations (kEval) and control scalars (kControl) travel uncompressed. Receivers parse each frame
+// once, check its kind, step and micro-batch against what the schedule expects (a protocol slip
+// is an error), then decode. Codec instances are named "r<rank>-<fwd|bwd>-<send|recv>" (files of
+// file-backed codecs derive from it); ef's residual key is "<fwd|bwd>/mb<micro-batch>".
+// A non-finite value in a tensor to send stops the run with a message naming step, stage and
+// micro-batch (NonFiniteError from the frame encoder).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,10 +33,23 @@ struct Tensor32 {  // a float tensor as the transport sees it
   std::vector<int64_t> exampleIds;
 };
 
+// One-way times the receiver observed: delivery minus the sender's send stamp, both on the
+// host's CLOCK_MONOTONIC (same host). min = +inf / max = 0 when nothing arrived.
+struct DelayObserved {
+  double minS = 1e300, maxS = 0;
+  int64_t messages = 0;
+  void add(double d) {
+    minS = std::min(minS, d);
+    maxS = std::max(maxS, d);
+    ++messages;
+  }
+};
+
 // Bytes and time spent by one stage; reset each step.
 struct TransportStats {
   int64_t fwdRaw = 0, fwdWire = 0, bwdRaw = 0, bwdWire = 0;
   double encodeS = 0, decodeS = 0, waitS = 0;
+  DelayObserved fromPrev, fromNext;
 };
 
 struct TransportOptions {
@@ -39,7 +57,10 @@ struct TransportOptions {
   std::string forwardCodec = "none", backwardCodec = "none";
   emulator::Topology topology;
   bool kernelPacesRate = false;     // tc backend: the kernel shapes the rate
-  double userLatencyS = 0, userJitterS = 0;  // tc backend without netem: receiver-side delay
+  // tc backend without netem: the receiver adds latency/jitter itself, per direction: prev* to
+  // what arrives from the previous stage (link r-1 -> r), next* to what arrives from the next
+  // stage (link r+1 -> r).
+  double prevLatencyS = 0, prevJitterS = 0, nextLatencyS = 0, nextJitterS = 0;
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
 };

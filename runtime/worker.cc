@@ -58,6 +58,7 @@ class PipelineWorker {
       : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), plan_(spec, "finetune"),
         runner_(spec, args.rank, plan_.totalSteps), control_(ctx, zmq::socket_type::push) {
     control_.set(zmq::sockopt::linger, 2000);
+    control_.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
     control_.connect(args.control);
     TransportOptions o;
     o.rank = rank_;
@@ -66,21 +67,26 @@ class PipelineWorker {
     o.backwardCodec = spec.compression.backward;
     o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
     o.kernelPacesRate = args.kernelPacesRate;
-    o.userLatencyS = args.userLatencyS;
-    o.userJitterS = args.userJitterS;
+    o.prevLatencyS = args.prevLatencyS;
+    o.prevJitterS = args.prevJitterS;
+    o.nextLatencyS = args.nextLatencyS;
+    o.nextJitterS = args.nextJitterS;
     o.bindPrevHost = args.bindPrev;
     o.bindNextHost = args.bindNext;
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
     transport_ = std::make_unique<StageTransport>(ctx, o);
+    // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
+    // send to this socket, which must already have its reader.
+    zmq::socket_t peers(ctx, zmq::socket_type::pull);
+    peers.set(zmq::sockopt::linger, 0);
+    peers.connect(args.peers);
     report({{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
             {"pid", getpid()}, {"torch_version", TORCH_VERSION}});
-    zmq::socket_t peers(ctx, zmq::socket_type::pull);
-    peers.connect(args.peers);
     zmq::message_t m;
     zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m))
+    if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
       throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
     const json table = json::parse(m.to_string());
     transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""));
@@ -115,7 +121,8 @@ class PipelineWorker {
   void report(json j) {
     j["rank"] = rank_;
     const std::string s = j.dump();
-    control_.send(zmq::buffer(s), zmq::send_flags::none);
+    if (!control_.send(zmq::buffer(s), zmq::send_flags::none))
+      throw std::runtime_error("rank " + std::to_string(rank_) + ": the launcher took no record for 10 s");
   }
 
  private:
@@ -166,6 +173,9 @@ class PipelineWorker {
               {"encode_s", st.encodeS}, {"decode_s", st.decodeS}, {"wait_s", st.waitS},
               {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire}, {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire},
               {"grad_norm", norm_}, {"lr", runner_.learningRate(g)}};
+    // One-way times this stage observed on its inbound links (delivery - send stamp).
+    for (const auto& [name, d] : {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
+      if (d.messages > 0) r["recv_delay_s"][name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
     if (runner_.last()) r["loss"] = lastLoss_;
     report(r);
   }
@@ -238,22 +248,25 @@ static void tuneAllocator() {
 int runWorker(const WorkerArgs& args) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
   tuneAllocator();
-  if (getppid() == 1) return 4;       // the launcher died before prctl took effect
-  if (!args.netns.empty()) emulator::enterNamespace(args.netns);
-  const RunSpec spec = loadRunSpec(args.specPath);
-  torch::set_num_threads(spec.runtime.threadsPerWorker);
+  // The launcher died before prctl took effect: our parent is no longer the pid it told us. (Not
+  // getppid() == 1: in a container the launcher itself may be pid 1.)
+  if (args.launcherPid > 0 && getppid() != args.launcherPid) return 4;
   zmq::context_t ctx(1);
-  std::unique_ptr<PipelineWorker> w;
   try {
-    w = std::make_unique<PipelineWorker>(spec, args, ctx);
-    w->run();
+    // Everything, setup included, runs inside the try: a failed setup is reported like any error.
+    if (!args.netns.empty()) emulator::enterNamespace(args.netns);
+    const RunSpec spec = loadRunSpec(args.specPath);
+    torch::set_num_threads(spec.runtime.threadsPerWorker);
+    PipelineWorker w(spec, args, ctx);
+    w.run();
   } catch (const std::exception& e) {
+    std::fprintf(stderr, "slowpipe worker %d: %s\n", args.rank, e.what());
     zmq::socket_t control(ctx, zmq::socket_type::push);
     control.set(zmq::sockopt::linger, 2000);
+    control.set(zmq::sockopt::sndtimeo, 2000);
     control.connect(args.control);
     const std::string s = json{{"type", "error"}, {"rank", args.rank}, {"message", e.what()}}.dump();
-    control.send(zmq::buffer(s), zmq::send_flags::none);
-    std::fprintf(stderr, "slowpipe worker %d: %s\n", args.rank, e.what());
+    (void)control.send(zmq::buffer(s), zmq::send_flags::none);
     return 3;
   }
   return 0;

@@ -50,8 +50,11 @@ void addRunCommands(CLI::App& app) {
     cmd->add_option("--netns", a->netns);
     cmd->add_option("--bind-prev", a->bindPrev);
     cmd->add_option("--bind-next", a->bindNext);
-    cmd->add_option("--user-latency", a->userLatencyS);
-    cmd->add_option("--user-jitter", a->userJitterS);
+    cmd->add_option("--prev-latency", a->prevLatencyS);
+    cmd->add_option("--prev-jitter", a->prevJitterS);
+    cmd->add_option("--next-latency", a->nextLatencyS);
+    cmd->add_option("--next-jitter", a->nextJitterS);
+    cmd->add_option("--launcher-pid", a->launcherPid);
     cmd->add_flag("--kernel-rate", a->kernelPacesRate);
     cmd->callback([a] { std::exit(runtime::runWorker(*a)); });
   }

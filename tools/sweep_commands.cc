@@ -15,11 +15,14 @@ void addSweepCommands(CLI::App& app) {
   {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
     auto force = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
+    auto repeats = std::make_shared<int>(0);
     auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
     cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
     cmd->add_option("--out", *out, "output folder")->required();
     cmd->add_flag("--force", *force, "re-run points that are already complete");
     cmd->add_flag("--quiet", *quiet, "no progress output");
+    cmd->add_option("--repeats", *repeats, "real runs per point, interleaved (overrides the spec's \"repeats\")")
+        ->check(CLI::Range(1, 1000));
     cmd->callback([=] {
       const auto s = experiments::loadSweepSpec(*spec);
       experiments::expandSweep(s);  // every point validated before anything runs
@@ -27,8 +30,9 @@ void addSweepCommands(CLI::App& app) {
       o.outDir = *out;
       o.force = *force;
       o.progress = !*quiet;
+      o.repeats = *repeats;
       const int failed = experiments::runSweep(s, o);
-      std::printf("sweep %s: summary in %s/summary.json (%d failed point(s))\n", s.name.c_str(), out->c_str(), failed);
+      std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
       if (failed) std::exit(1);
     });
   }

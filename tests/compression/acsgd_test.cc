@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -29,7 +32,8 @@ struct Pair {
   AcsgdCodec& r() { return static_cast<AcsgdCodec&>(*receiver); }
 };
 
-Pair makePair(const std::string& spec) { return {makeCodec(spec), makeCodec(spec)}; }
+// Each end built for its own instance, as the transport does (file-backed stores get their own files).
+Pair makePair(const std::string& spec) { return {makeCodec(spec, "send"), makeCodec(spec, "recv")}; }
 
 // Sends one micro-batch through a real frame; returns the receiver's output.
 std::vector<float> roundTrip(Pair& p, const std::vector<int64_t>& ids, const std::vector<float>& x,
@@ -169,15 +173,64 @@ TEST(AcsgdTest, DeltaForUnknownExampleIsAnError) {
 }
 
 TEST(AcsgdTest, MmapStoreWritesItsFileAndReportsBytes) {
-  const auto path = std::filesystem::temp_directory_path() / "slowpipe-acsgd-test.bin";
-  Pair p = makePair("acsgd:bits=2,backing=mmap,path=" + path.string() + ",store=fp16,budget=64KiB");
-  std::vector<float> x(2 * kRow);
+  const auto path = std::filesystem::temp_directory_path() / ("slowpipe-acsgd-test-" + std::to_string(getpid()) + ".bin");
+  const std::filesystem::path sendFile = path.string() + ".send", recvFile = path.string() + ".recv";
+  {
+    Pair p = makePair("acsgd:bits=2,backing=mmap,path=" + path.string() + ",store=fp16,budget=64KiB");
+    EXPECT_FALSE(std::filesystem::exists(sendFile));  // nothing is created before the first row
+    std::vector<float> x(2 * kRow);
+    activation(1, 0, 0, x.data());
+    activation(2, 0, 0, x.data() + kRow);
+    roundTrip(p, {1, 2}, x, 0);
+    // The two ends own two files (the old code opened one file for both, so they shared a buffer).
+    EXPECT_TRUE(std::filesystem::exists(sendFile));
+    EXPECT_TRUE(std::filesystem::exists(recvFile));
+    EXPECT_FALSE(std::filesystem::exists(path));
+    EXPECT_EQ(p.s().store().bytesUsed(), 2u * kRow * 2);
+  }
+  EXPECT_FALSE(std::filesystem::exists(sendFile)) << "removed with its store";
+  EXPECT_FALSE(std::filesystem::exists(recvFile));
+  {
+    Pair p = makePair("acsgd:bits=2,backing=mmap,path=" + path.string() + ",keep=true");
+    std::vector<float> x(kRow);
+    activation(1, 0, 0, x.data());
+    roundTrip(p, {1}, x, 0);
+  }
+  EXPECT_TRUE(std::filesystem::exists(sendFile)) << "keep=true keeps it";
+  // A store never opens a file that exists: two codecs given one file is an error, not a shared buffer.
+  auto a = makeCodec("acsgd:bits=2,backing=mmap,path=" + path.string(), "send");
+  std::vector<float> x(kRow);
   activation(1, 0, 0, x.data());
-  activation(2, 0, 0, x.data() + kRow);
-  roundTrip(p, {1, 2}, x, 0);
-  EXPECT_TRUE(std::filesystem::exists(path));
-  EXPECT_EQ(p.s().store().bytesUsed(), 2u * kRow * 2);
-  std::filesystem::remove(path);
+  Pair p{std::move(a), makeCodec("acsgd:bits=2")};
+  try {
+    roundTrip(p, {1}, x, 0);
+    ADD_FAILURE() << "an existing file was reused";
+  } catch (const CodecError& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(sendFile);
+  std::filesystem::remove(recvFile);
+}
+
+// Whatever ids arrive, a store with a budget never holds more than the budget.
+TEST(AcsgdTest, StoresStayWithinTheirBudget) {
+  for (const char* backing : {"ram", "mmap"}) {
+    Pair p = makePair(std::string("acsgd:bits=2,store=fp32,budget=40000,backing=") + backing);
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 40; ++round) {
+      std::vector<int64_t> ids;
+      while (ids.size() < 4) {
+        const int64_t id = static_cast<int64_t>(rng() % 1000000) - 500000;  // any id, negative too
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+      }
+      std::vector<float> x(ids.size() * kRow);
+      for (size_t r = 0; r < ids.size(); ++r) activation(ids[r], round, 0.01f * round, x.data() + r * kRow);
+      roundTrip(p, ids, x, 1);
+      ASSERT_LE(p.s().store().bytesUsed(), 40000u) << backing;
+      ASSERT_LE(p.r().store().bytesUsed(), 40000u) << backing;
+    }
+    EXPECT_EQ(p.s().stateDigest(), p.r().stateDigest()) << backing;
+  }
 }
 
 TEST(ErrorFeedbackTest, ResidualCarriesWhatWasNotSent) {
@@ -201,6 +254,31 @@ TEST(ErrorFeedbackTest, ResidualCarriesWhatWasNotSent) {
   ASSERT_NE(r, nullptr);
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_NEAR(sentSum[i] + (*r)[i], steps * double(x[i]), 1e-3) << "i=" << i;
+}
+
+// The state contract: stateDigest covers what both ends hold. An ef sender holds residuals the
+// receiver never has, so the old digest (of the residuals) differed between the ends after any
+// message, and every run with ef failed at the end.
+TEST(ErrorFeedbackTest, SenderAndReceiverDigestsAgree) {
+  for (const char* spec : {"ef(quant:bits=4)", "ef(topk:ratio=0.05)", "ef(fp16)"}) {
+    auto tx = makeCodec(spec), rx = makeCodec(spec);
+    std::vector<float> x(256), y(256);
+    const Shape shape{8, 32};
+    for (int step = 0; step < 10; ++step) {
+      for (int mb = 0; mb < 3; ++mb) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i + step + mb);
+        CodecContext ctx;
+        ctx.key = "fwd/mb" + std::to_string(mb);
+        const Bytes frame = encodeFrame(*tx, x.data(), FrameHeader{.shape = shape}, ctx);
+        std::vector<float> out;
+        decodeFrame(*rx, frame.data(), frame.size(), ctx, out);
+      }
+      ASSERT_EQ(tx->stateDigest(), rx->stateDigest()) << spec << " step " << step;
+    }
+    const auto& ef = static_cast<ErrorFeedbackCodec&>(*tx);
+    EXPECT_NE(ef.residual("fwd/mb2"), nullptr) << spec;  // one residual per key
+    EXPECT_NE(ef.residualDigest(), static_cast<ErrorFeedbackCodec&>(*rx).residualDigest()) << spec;
+  }
 }
 
 }  // namespace

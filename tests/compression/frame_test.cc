@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <random>
 
 #include "compression/crc32c.h"
+#include "compression/error.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -84,16 +87,22 @@ TEST_P(FrameTest, RandomTruncationsAndBitFlipsNeverCrash) {
 }
 
 TEST_P(FrameTest, PayloadDamageBehindAValidChecksumIsStillRejectedByTheCodec) {
-  // Recompute the checksum after damaging the payload: the codec's own validation must hold.
+  // Damage the payload, then recompute the length field and the checksum so that only the codec's
+  // own validation stands between the damage and a wrong tensor. A shortened payload must be
+  // rejected with CodecError, always; a same-length bit flip may decode (the bits are plausible
+  // values) but then to exactly the frame's shape, or be rejected.
   const Bytes good = makeFrame(GetParam());
   size_t at = 0;
   const FrameHeader h0 = parseFrame(good.data(), good.size(), &at);
+  ASSERT_GT(h0.payloadBytes, 0u);
   std::mt19937 rng(99);
+  int truncated = 0, flipped = 0;
   for (int trial = 0; trial < 2000; ++trial) {
     Bytes bad = good;
-    const size_t cut = rng() % (h0.payloadBytes + 1);
+    const bool truncate = trial % 2 == 0;
+    const size_t cut = truncate ? rng() % h0.payloadBytes : h0.payloadBytes;
     bad.resize(at + cut);
-    if (cut && trial % 2) bad[at + rng() % cut] ^= static_cast<uint8_t>(rng());
+    if (!truncate) bad[at + rng() % cut] ^= static_cast<uint8_t>(1u << (rng() % 8));
     const uint64_t len = cut;
     std::memcpy(bad.data() + at - 12, &len, 8);
     uint32_t crc = crc32c(bad.data(), at - 4);
@@ -101,12 +110,21 @@ TEST_P(FrameTest, PayloadDamageBehindAValidChecksumIsStillRejectedByTheCodec) {
     std::memcpy(bad.data() + at - 4, &crc, 4);
     auto codec = makeCodec(GetParam());
     std::vector<float> y;
-    try {
-      decodeFrame(*codec, bad.data(), bad.size(), {}, y);
-      ASSERT_EQ(y.size(), 120u);
-    } catch (const CodecError&) {
+    if (truncate) {
+      ASSERT_THROW(decodeFrame(*codec, bad.data(), bad.size(), {}, y), CodecError)
+          << GetParam() << ": a payload cut from " << h0.payloadBytes << " to " << cut << " bytes was accepted";
+      ++truncated;
+    } else {
+      try {
+        decodeFrame(*codec, bad.data(), bad.size(), {}, y);
+        ASSERT_EQ(y.size(), 120u);
+      } catch (const CodecError&) {
+      }
+      ++flipped;
     }
   }
+  EXPECT_EQ(truncated, 1000);
+  EXPECT_EQ(flipped, 1000);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, FrameTest, ::testing::ValuesIn(kSpecs), [](const auto& info) {
@@ -138,6 +156,63 @@ TEST(FrameErrors, NamesTheProblem) {
   EXPECT_NE(message(b, *codec).find("checksum"), std::string::npos);
   auto other = makeCodec("fp16");
   EXPECT_NE(message(good, *other).find("codec"), std::string::npos);
+}
+
+// A zero dimension must not hide an absurd one; the old check accepted [0, 2^62].
+TEST(FrameErrors, AbsurdShapesAreRejected) {
+  EXPECT_THROW(numelOf({0, int64_t{1} << 62}), CodecError);
+  EXPECT_THROW(numelOf({int64_t{1} << 62, 0}), CodecError);
+  EXPECT_THROW(numelOf({int64_t{1} << 21, int64_t{1} << 21}), CodecError);
+  EXPECT_EQ(numelOf({0, 5}), 0);
+  EXPECT_EQ(numelOf({3, 5}), 15);
+  // A group size whose rounding-up would overflow is refused up front.
+  EXPECT_THROW(makeCodec("quant:bits=4,group=4611686018427387904"), CodecError);
+  auto q = makeCodec("quant:bits=4,group=1099511627776");  // 2^40: accepted, one group
+  std::vector<float> x(10, 1.0f);
+  Bytes out;
+  q->encode(x.data(), {10}, {}, out);
+  EXPECT_EQ(out.size(), 4u + 5u);
+}
+
+// NaN/Inf never reach a codec's float-to-int conversion: the frame encoder names the element.
+TEST(FrameErrors, NonFiniteInputIsRejectedWithItsIndex) {
+  for (const std::string spec : {"quant:bits=2", "acsgd:bits=2", "topk:ratio=0.1", "none"}) {
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+      auto codec = makeCodec(spec);
+      std::vector<float> x(120, 0.5f);
+      x[77] = bad;
+      FrameHeader h;
+      h.shape = {2, 5, 12};
+      h.exampleIds = {1, 2};
+      CodecContext ctx;
+      ctx.exampleIds = h.exampleIds;
+      try {
+        encodeFrame(*codec, x.data(), h, ctx);
+        ADD_FAILURE() << spec << " accepted " << bad;
+      } catch (const NonFiniteError& e) {
+        EXPECT_EQ(e.index(), 77) << spec;
+        EXPECT_NE(std::string(e.what()).find("element 77"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(firstNonFinite(nullptr, 0), -1);
+  std::vector<float> big(10000, 1.0f);
+  EXPECT_EQ(firstNonFinite(big.data(), 10000), -1);
+  big[9999] = NAN;
+  EXPECT_EQ(firstNonFinite(big.data(), 10000), 9999);
+}
+
+// Parsing once then decoding gives what decodeFrame gives.
+TEST(FrameErrors, ParsedFrameDecodesLikeDecodeFrame) {
+  std::vector<float> x;
+  const Bytes good = makeFrame("quant:bits=4", &x);
+  auto a = makeCodec("quant:bits=4"), b = makeCodec("quant:bits=4");
+  std::vector<float> ya, yb;
+  decodeFrame(*a, good.data(), good.size(), {}, ya);
+  size_t at = 0;
+  const FrameHeader h = parseFrame(good.data(), good.size(), &at);
+  decodeParsedFrame(*b, h, good.data(), at, {}, yb);
+  EXPECT_EQ(ya, yb);
 }
 
 }  // namespace
