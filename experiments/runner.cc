@@ -101,7 +101,12 @@ std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& ide
     return "";  // never ran: no reason to print
   }
   const std::string st = effectiveStatus(prev);
-  if (st != "ok") return "previous attempt " + st + (prev.contains("reason") ? ": " + prev["reason"].get<std::string>() : "");
+  if (st != "ok") {
+    const std::string reason = prev.value("status", "") == "running"
+                                   ? "launcher (pid " + std::to_string(prev["launcher"].value("pid", 0)) + ") is gone"
+                                   : prev.value("reason", "");
+    return "previous attempt " + st + (reason.empty() ? "" : ": " + reason);
+  }
   const std::string diff = identityDifference(prev, identity);
   return diff.empty() ? "skip" : diff;
 }
@@ -160,7 +165,10 @@ void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   for (const auto& p : points)
     for (int k = 0; k < spec.repeats; ++k) {
       json doc = readOrNull(copyPath(outDir, p.name, k));
-      if (doc.is_object()) doc["status"] = effectiveStatus(doc);
+      if (doc.is_object() && doc.value("status", "") == "running" && effectiveStatus(doc) == "failed") {
+        doc["status"] = "failed";
+        doc["reason"] = "launcher (pid " + std::to_string(doc["launcher"].value("pid", 0)) + ") is gone";
+      }
       results[p.name].push_back(doc);
     }
   const json summary = summarizeSweep(spec, points, results);

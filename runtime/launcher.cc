@@ -135,9 +135,11 @@ class Launcher {
           emulator::CalibrationOptions c;
           c.backend = spec_.network.backend;
           c.link = l;
+          // The run's message size, at least 64 KiB, for ~0.3 s of traffic: shorter bursts measure
+          // scheduling noise on the first and last delivery, not the link.
           c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen * spec_.model.width * 4;
-          c.messageBytes = std::max<uint64_t>(c.messageBytes, 1024);
-          c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 8, 200);
+          c.messageBytes = std::max<uint64_t>(c.messageBytes, 64 << 10);
+          c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
           c.probes = 30;
           seen[key] = emulator::calibrateLink(c);
         }
@@ -466,8 +468,10 @@ class Launcher {
         usleep(10000);
       }
     }
-    for (int r = 0; r < S_; ++r) unlink((peerEp(r).substr(6)).c_str());
-    if (!controlEp_.empty()) unlink(controlEp_.substr(6).c_str());
+    if (!controlEp_.empty()) {  // empty: the run failed before its sockets existed
+      for (int r = 0; r < S_; ++r) unlink((peerEp(r).substr(6)).c_str());
+      unlink(controlEp_.substr(6).c_str());
+    }
     if (opt_.progress) std::fprintf(stderr, "\n");
   }
 

@@ -24,20 +24,25 @@ def save(fig, out, name):
     print(f"wrote {name}.png/.svg")
 
 
-def lines_by_label(rows, key):
+def lines_by_label(rows, key, lo=None, hi=None):
+    """{label: [(bandwidth, value, lo, hi)]} sorted by bandwidth; lo/hi = value without an interval."""
     series = {}
     for r in rows:
         if r.get("status") != "ok" or r.get(key) is None:
             continue
         name = r["label"] + (f" @ {r['latency_s'] * 1e3:g} ms" if len({x["latency_s"] for x in rows}) > 1 else "")
-        series.setdefault(name, []).append((r["bandwidth_bps"], r[key]))
+        v = r[key]
+        series.setdefault(name, []).append((r["bandwidth_bps"], v, r.get(lo, v) if lo else v, r.get(hi, v) if hi else v))
     return {k: sorted(v) for k, v in series.items()}
 
 
-def versus_bandwidth(rows, key, ylabel, title, out, name, ideal=False):
+def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
+    """One line per codec with its 95% interval over repeats as error bars."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for label, pts in lines_by_label(rows, key).items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    for label, pts in lines_by_label(rows, key, lo, hi).items():
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
     if ideal:
         for label, pts in lines_by_label(rows, "ideal_speedup").items():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", color="grey", alpha=0.6)
@@ -98,17 +103,20 @@ def main():
     ok = [r for r in rows if r.get("status") == "ok"]
     if not ok:
         sys.exit(f"plot: {path} has no completed points")
-    runs = {}
+    runs = {}  # loss curves: repeat 0 of each point (training is deterministic; timings are not)
     for r in ok:
-        f = os.path.join(d, "runs", r["point"] + ".json")
+        f = os.path.join(d, "runs", r["point"] + ".r0.json")
         if os.path.exists(f):
             runs[r["point"]] = json.load(open(f))
     out = os.path.join(d, "figures")
     os.makedirs(out, exist_ok=True)
-    versus_bandwidth(ok, "speedup", "speed-up over fp32 (throughput ratio)", "speed-up vs bandwidth (dotted: ideal)",
-                     out, "speedup_vs_bandwidth", ideal=True)
-    versus_bandwidth(ok, "throughput_tokens_per_s", "throughput (tokens/s)", "throughput vs bandwidth", out,
-                     "throughput_vs_bandwidth")
+    reps = json.load(open(path)).get("repeats", 1)
+    versus_bandwidth(ok, "speedup", "speed-up over fp32 (throughput ratio)",
+                     f"speed-up vs bandwidth, median of {reps} with 95% CI (dotted: ideal)",
+                     out, "speedup_vs_bandwidth", "speedup_lo", "speedup_hi", ideal=True)
+    versus_bandwidth(ok, "throughput_tokens_per_s", "throughput (tokens/s)",
+                     f"throughput vs bandwidth, median of {reps} with 95% CI", out,
+                     "throughput_vs_bandwidth", "throughput_lo", "throughput_hi")
     bws = sorted({r["bandwidth_bps"] for r in ok})
     for tag, bw in (("slowest", bws[0]), ("fastest", bws[-1])):
         loss_curves(runs, ok, bw, "step", out, f"loss_vs_step_{tag}")

@@ -42,32 +42,80 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
                                                       {{"label", "AC-SGD fw2/bw4"}, {"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}}}}}}}};
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path out = root / "out";
-  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string()});
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
+                                           "--repeats", "2"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(fs::exists(out / "base.pt"));
+  // Interleaved: repeat 0 of every point runs before any repeat 1.
+  const size_t lastR0 = r.output.rfind(" r0"), firstR1 = r.output.find(" r1");
+  ASSERT_NE(firstR1, std::string::npos) << r.output;
+  EXPECT_LT(lastR0, firstR1) << r.output;
   const json summary = json::parse(std::ifstream(out / "summary.json"));
   ASSERT_EQ(summary["rows"].size(), 4u);
+  EXPECT_EQ(summary["repeats"], 2);
   for (const auto& row : summary["rows"]) {
     EXPECT_EQ(row["status"], "ok") << row.dump();
+    EXPECT_EQ(row["repeats"], 2) << row.dump();
     EXPECT_GT(row["throughput_tokens_per_s"].get<double>(), 0);
-    EXPECT_TRUE(row["speedup"].is_number());
+    EXPECT_LE(row["throughput_lo"].get<double>(), row["throughput_tokens_per_s"].get<double>());
+    EXPECT_GE(row["throughput_hi"].get<double>(), row["throughput_tokens_per_s"].get<double>());
+    ASSERT_TRUE(row["speedup"].is_number()) << row.dump();
+    // The ideal bounds what was achieved, within the spread this sweep measured.
+    const double spread = row["efficiency_hi"].get<double>() - row["efficiency_lo"].get<double>() +
+                          (row["step_time_hi"].get<double>() - row["step_time_lo"].get<double>()) /
+                              row["mean_step_time_s"].get<double>();
+    EXPECT_LE(row["efficiency"].get<double>(), 1.0 + spread + 0.02) << row.dump();
   }
   EXPECT_TRUE(fs::exists(out / "summary.csv"));
+  const std::string p0 = summary["rows"][0]["point"], victim = summary["rows"][1]["point"];
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(fs::exists(out / "runs" / (p0 + ".r" + std::to_string(k) + ".json")));
 
-  // Resume: mark one point failed; the rerun must re-run it and skip the other three.
-  const std::string victim = summary["rows"][1]["point"];
-  const fs::path victimFile = out / "runs" / (victim + ".json");
-  json v = json::parse(std::ifstream(victimFile));
+  auto countOf = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+    return n;
+  };
+  // Resume: one run marked failed, one left "running" by a launcher that is gone, one whose
+  // recorded spec differs. Those three rerun, each with its reason; the other five are skipped.
+  const fs::path failedFile = out / "runs" / (victim + ".r1.json");
+  json v = json::parse(std::ifstream(failedFile));
   v["status"] = "failed";
-  std::ofstream(victimFile) << v.dump();
-  const auto keptTime = fs::last_write_time(out / "runs" / (summary["rows"][0]["point"].get<std::string>() + ".json"));
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string()});
+  v["reason"] = "test";
+  std::ofstream(failedFile) << v.dump();
+  const fs::path staleFile = out / "runs" / (p0 + ".r1.json");
+  json stale = json::parse(std::ifstream(staleFile));
+  stale["status"] = "running";
+  stale["launcher"]["pid"] = 999999999;  // no such process
+  std::ofstream(staleFile) << stale.dump();
+  const std::string p2 = summary["rows"][2]["point"];
+  const fs::path changedFile = out / "runs" / (p2 + ".r0.json");
+  json changed = json::parse(std::ifstream(changedFile));
+  changed["sweep_identity"]["spec_digest"] = "0000000000000000";
+  std::ofstream(changedFile) << changed.dump();
+  const fs::path kept = out / "runs" / (p2 + ".r1.json");
+  const auto keptTime = fs::last_write_time(kept);
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
+                                      "--repeats", "2"});
   ASSERT_EQ(r.status, 0) << r.output;
-  size_t skipped = 0;
-  for (size_t p = r.output.find("complete, skipped"); p != std::string::npos; p = r.output.find("complete, skipped", p + 1)) ++skipped;
-  EXPECT_EQ(skipped, 3u) << r.output;
-  EXPECT_EQ(json::parse(std::ifstream(victimFile))["status"], "ok");
-  EXPECT_EQ(fs::last_write_time(out / "runs" / (summary["rows"][0]["point"].get<std::string>() + ".json")), keptTime);
+  EXPECT_EQ(countOf(r.output, "same experiment complete, skipped"), 5u) << r.output;
+  EXPECT_NE(r.output.find(victim + " r1: previous attempt failed: test"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(p0 + " r1: previous attempt failed: launcher"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(p2 + " r0: rerun: the point's resolved spec changed"), std::string::npos) << r.output;
+  EXPECT_EQ(json::parse(std::ifstream(failedFile))["status"], "ok");
+  EXPECT_EQ(json::parse(std::ifstream(staleFile))["status"], "ok");
+  EXPECT_EQ(fs::last_write_time(kept), keptTime);
+
+  // A new base checkpoint (pretrained for longer) is a different experiment, although every point
+  // spec, which names the checkpoint by path, is unchanged: everything reruns and says why.
+  json sweep2 = sweep;
+  sweep2["pretrain"]["max_steps"] = 6;
+  std::ofstream(root / "sweep2.json") << sweep2.dump(2);
+  fs::remove(out / "base.pt");
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep2.json").string(), "--out", out.string(),
+                                      "--repeats", "1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(countOf(r.output, "rerun: the base checkpoint changed"), 4u) << r.output;
+  EXPECT_EQ(countOf(r.output, "skipped"), 0u) << r.output;
 
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "plot", out.string()});
   ASSERT_EQ(r.status, 0) << r.output;

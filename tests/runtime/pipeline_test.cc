@@ -20,89 +20,10 @@
 #include "runtime/data.h"
 #include "runtime/launcher.h"
 #include "runtime/worker.h"
+#include "tests/runtime/pipeline_fixture.h"
 
 namespace slowpipe::runtime {
 namespace {
-
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-// A small English corpus: sentences recombined deterministically so the model has structure to learn.
-void writeCorpus(const fs::path& dir) {
-  fs::create_directories(dir);
-  const std::vector<std::string> subjects = {"The old sailor", "A quiet child", "My neighbour", "The tired doctor", "Every farmer"};
-  const std::vector<std::string> verbs = {"walked to", "looked at", "painted", "remembered", "sang about"};
-  const std::vector<std::string> objects = {"the grey harbour", "a small garden", "the winter sky", "an empty road", "the long river"};
-  std::ofstream pre(dir / "pretrain.txt"), ft(dir / "finetune.txt");
-  for (int i = 0; i < 300; ++i) {
-    const std::string line = subjects[i % 5] + " " + verbs[(i / 5) % 5] + " " + objects[(i / 25) % 5] + ".\n";
-    (i % 4 == 0 ? pre : ft) << line;
-    if (i % 7 == 0) ft << "%\n";
-  }
-}
-
-class PipelineTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("slowpipe-pipeline-test-" + std::to_string(getpid()));
-    writeCorpus(root_ / "corpus");
-  }
-  static void TearDownTestSuite() {
-    if (!std::getenv("SLOWPIPE_KEEP_TEST_DIR")) fs::remove_all(root_);
-  }
-
-  json baseSpec(int stages, const std::string& schedule) const {
-    return {{"name", "t"},
-            {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 32}, {"heads", 4}, {"seed", 3}}},
-            {"data", {{"source", (root_ / "corpus").string()}, {"finetune_files", {"finetune.txt"}},
-                      {"cache_dir", (root_ / "cache").string()}, {"max_val_examples", 16}}},
-            {"pipeline", {{"stages", stages}, {"schedule", schedule}, {"micro_batches", 4}, {"micro_batch_size", 2}}},
-            {"training", {{"epochs", 20}, {"max_steps", 20}, {"lr", 0.003}, {"warmup_steps", 3}, {"clip_norm", 0.5},
-                          {"eval_each_epoch", false}}},
-            {"compression", {{"forward", "none"}, {"backward", "none"}}},
-            {"network", {{"links", {{"bandwidth", "100Gbps"}, {"latency", "0ms"}}}}},
-            {"runtime", {{"step_timeout_s", 15}}}};
-  }
-
-  json launch(const json& specJson, const std::string& tag) const {
-    const RunSpec spec = runSpecFromJson(specJson);
-    LaunchOptions o;
-    o.outDir = (root_ / tag).string();
-    o.exe = SLOWPIPE_BINARY;
-    o.progress = false;
-    o.calibrate = false;
-    const int rc = launchRun(spec, o);
-    json r = json::parse(std::ifstream(o.outDir + "/result.json"));
-    EXPECT_EQ(rc, 0) << r.value("reason", "");
-    return r;
-  }
-
-  // Starts `slowpipe run` as a child process (the launcher) and waits until its result file has
-  // three steps; *result gets that file. Returns the launcher's pid.
-  pid_t startRun(const json& spec, const std::string& tag, json* result) const {
-    const fs::path specFile = root_ / (tag + ".json"), out = root_ / tag;
-    std::ofstream(specFile) << spec.dump();
-    const pid_t launcher = fork();
-    if (launcher == 0) {
-      const int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 2);
-      execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet", nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 300; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      try {
-        *result = json::parse(std::ifstream(out / "result.json"));
-        if ((*result)["steps"].size() >= 3) break;
-      } catch (const std::exception&) {
-      }
-    }
-    return launcher;
-  }
-
-  static fs::path root_;
-};
-fs::path PipelineTest::root_;
 
 class EquivalenceTest : public PipelineTest, public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
 
@@ -220,7 +141,16 @@ TEST_F(PipelineTest, MalformedSpecFailsBeforeAnyProcessStarts) {
            {[](json& j) { j.erase("model"); }, "spec.model: missing"},
            {[](json& j) { j["pipeline"]["micro_batches"] = "4"; }, "pipeline.micro_batches: wrong type"},
            {[](json& j) { j["compression"]["backward"] = "quant:bits=12"; }, "compression.backward"},
-           {[](json& j) { j["pipeline"]["stages"] = 8; }, "stages <= model.layers"}}) {
+           {[](json& j) { j["pipeline"]["stages"] = 8; }, "stages <= model.layers"},
+           // An override naming a stage that does not exist was silently ignored.
+           {[](json& j) { j["network"]["links"]["links"] = {{{"src", 1}, {"dst", 7}, {"latency", "5ms"}}}; },
+            "network.links.links[0].dst: 7 names no stage; the pipeline has stages 0..1"},
+           {[](json& j) { j["network"]["links"]["links"] = {{{"src", 0}, {"dst", 0}, {"latency", "5ms"}}}; },
+            "are not neighbouring stages"},
+           {[](json& j) { j["network"]["links"]["bandwidth"] = "2000Gbps"; }, "network.links.bandwidth: \"2000Gbps\" is beyond 1 Tbps"},
+           {[](json& j) { j["network"]["links"]["latency"] = "7200s"; }, "network.links.latency: \"7200s\" is beyond 1 h"},
+           {[](json& j) { j["model"]["seq_len"] = 3000000000LL; }, "model.seq_len: 3000000000 is out of range"},
+           {[](json& j) { j["model"]["seq_len"] = 2000000; }, "model.seq_len: 2000000 is beyond 2^20"}}) {
     json spec = baseSpec(2, "gpipe");
     mutate(spec);
     const fs::path file = root_ / "bad.json", out = root_ / "bad-out";
@@ -230,6 +160,76 @@ TEST_F(PipelineTest, MalformedSpecFailsBeforeAnyProcessStarts) {
     EXPECT_NE(r.output.find(expect), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out)) << "something ran for a bad spec";
   }
+}
+
+// ef(...) failed every run at the end ("codec state of a sender and its receiver differ"): the
+// digest compared the sender's residuals with a receiver that has none.
+TEST_F(PipelineTest, ErrorFeedbackForwardTopkBackwardRunEndsOk) {
+  json spec = baseSpec(2, "gpipe");
+  spec["compression"] = {{"forward", "ef(quant:bits=4)"}, {"backward", "topk:ratio=0.05"}};
+  const json r = launch(spec, "ef-topk");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_TRUE(r["codec_states_match"].get<bool>());
+  EXPECT_EQ(r["steps"].size(), 20u);
+  EXPECT_LT(r["steps"][19]["loss"].get<double>(), r["steps"][0]["loss"].get<double>());
+  EXPECT_LT(r["steps"][5]["bytes"]["backward"]["wire"].get<double>(), r["steps"][5]["bytes"]["backward"]["raw"].get<double>() / 5);
+}
+
+// backing=mmap,path=F made the sender and the receiver open the same file, so they updated one
+// buffer and the losses left the RAM run's from step 16 on. Each end now has its own file.
+TEST_F(PipelineTest, AcsgdMmapWithPathEqualsRamStepByStep) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["epochs"] = 4;
+  spec["training"]["max_steps"] = 0;
+  spec["data"]["max_train_examples"] = 48;  // 6 steps per epoch: 3 epochs of deltas
+  const fs::path file = root_ / "acsgd-store";
+  json ram = spec, mmap = spec;
+  ram["compression"] = {{"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}};
+  mmap["compression"] = {{"forward", "acsgd:bits=2,backing=mmap,path=" + file.string()}, {"backward", "quant:bits=4"}};
+  const json a = launch(ram, "acsgd-ram"), b = launch(mmap, "acsgd-mmap");
+  ASSERT_EQ(a["status"], "ok");
+  ASSERT_EQ(b["status"], "ok") << b.value("reason", "");
+  ASSERT_EQ(a["steps"].size(), b["steps"].size());
+  for (size_t i = 0; i < a["steps"].size(); ++i)
+    EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>()) << "step " << i;
+  EXPECT_EQ(a["codec_state"]["1"]["fwd_receiver_digest"], b["codec_state"]["1"]["fwd_receiver_digest"]);
+  for (const auto& e : fs::directory_iterator(root_))
+    EXPECT_EQ(e.path().filename().string().rfind("acsgd-store", 0), std::string::npos) << e.path() << " was left behind";
+}
+
+// A non-finite activation stops the run with a message naming step, stage and micro-batch, and the
+// worker's message reaches result.json (the old drain kept only step records).
+TEST_F(PipelineTest, NonFiniteActivationStopsTheRunNamingIt) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["lr"] = 1e30;  // the first update blows every weight up
+  spec["training"]["warmup_steps"] = 0;
+  spec["training"]["clip_norm"] = 1e30;
+  const json r = launch(spec, "nonfinite", /*expectOk=*/false);
+  ASSERT_EQ(r["status"], "failed");
+  const std::string reason = r["reason"];
+  EXPECT_NE(reason.find("non-finite"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("at step"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(", stage "), std::string::npos) << reason;
+  EXPECT_NE(reason.find(", micro-batch "), std::string::npos) << reason;
+}
+
+// Setup errors used to escape before result.json existed; now the run records them as failed.
+TEST_F(PipelineTest, FailedSetupLeavesAFailedResult) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["init_checkpoint"] = (root_ / "no-such-base.pt").string();
+  const json r = launch(spec, "bad-setup", /*expectOk=*/false);
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r["reason"].get<std::string>().find("training.init_checkpoint"), std::string::npos) << r["reason"];
+  EXPECT_TRUE(r["environment"].contains("git_commit"));  // captured once, before anything ran
+}
+
+// A worker whose launcher is gone exits at once: its parent is no longer the pid it was given.
+// (The old check, getppid() == 1, misfires where the launcher itself is pid 1.)
+TEST_F(PipelineTest, WorkerWithoutItsLauncherExits) {
+  const auto r = emulator::runCommand({SLOWPIPE_BINARY, "worker", "--spec", "/nonexistent.json", "--rank", "0",
+                                       "--control", "ipc:///tmp/none", "--peers", "ipc:///tmp/none2",
+                                       "--launcher-pid", std::to_string(getpid() + 100000)});
+  EXPECT_EQ(r.status, 4) << r.output;
 }
 
 }  // namespace

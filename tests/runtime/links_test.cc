@@ -1,0 +1,126 @@
+// The links of real runs, as configured, on both backends (user-space shaping; netns + veth + tc):
+//  - every direction of every link gets its own latency: the backward link into rank 0 is
+//    measured by rank 0 itself (delivery minus send stamp, one clock on one host);
+//  - tc runs follow bandwidth traces (the old launcher used the trace's first rate for the run);
+//  - loss on a kernel without netem is refused, never recorded as applied;
+//  - every run's calibration says whether each link reached its rate (link_ok).
+// Timing-sensitive: this binary runs alone (SERIAL).
+#include "tests/runtime/pipeline_fixture.h"
+
+#include "emulator/netns.h"
+
+namespace slowpipe::runtime {
+namespace {
+
+bool tcUsable(std::string* why) {
+  const auto& f = emulator::kernelFeatures();
+  if (!f.root) *why = "kernel backend needs root: " + f.note;
+  else if (!f.htb) *why = "kernel has no HTB qdisc";
+  return f.root && f.htb;
+}
+
+class LinkRunTest : public PipelineTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (GetParam() == "tc" && !tcUsable(&why)) GTEST_SKIP() << why;
+  }
+  json spec() const {
+    json s = baseSpec(2, "gpipe");
+    s["network"]["backend"] = GetParam();
+    s["training"]["max_steps"] = 8;
+    return s;
+  }
+};
+
+TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
+  json s = spec();
+  // Forward 0 -> 1: no latency. Backward 1 -> 0: 20 ms, an override for that direction only.
+  s["network"]["links"] = {{"bandwidth", "1Gbps"}, {"latency", "0ms"},
+                           {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
+  const json r = launch(s, "latency-" + GetParam());
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  for (const auto& st : r["steps"]) {
+    const json& into0 = st["breakdown_s_per_stage"][0]["recv_delay_s"]["from_next"];
+    const json& into1 = st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"];
+    EXPECT_GE(into0["min"].get<double>(), 0.020 - 1e-4) << "backward into rank 0, step " << st["step"];
+    EXPECT_LE(into0["min"].get<double>(), 0.020 + 5e-3) << "backward into rank 0, step " << st["step"];
+    EXPECT_LE(into1["min"].get<double>(), 5e-3) << "forward into rank 1 has no latency, step " << st["step"];
+  }
+}
+
+TEST_P(LinkRunTest, CalibrationFlagsEveryLink) {
+  json s = spec();
+  s["network"]["links"] = {{"bandwidth", "200Mbps"}, {"latency", "0ms"}};
+  const json r = launch(s, "calibrated-" + GetParam(), true, /*calibrate=*/true);
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  ASSERT_TRUE(r.contains("link_ok")) << r.dump();
+  ASSERT_EQ(r["calibration_links"].size(), 2u);  // 0 -> 1 and 1 -> 0
+  bool all = true;
+  for (const auto& l : r["calibration_links"]) {
+    const double err = l["calibration"]["rate_error"].get<double>();
+    EXPECT_EQ(l["link_ok"].get<bool>(), std::fabs(err) <= 0.03) << l.dump();
+    all = all && l["link_ok"].get<bool>();
+  }
+  EXPECT_EQ(r["link_ok"].get<bool>(), all);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LinkRunTest, ::testing::Values("user", "tc"));
+
+class TcRunTest : public PipelineTest {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!tcUsable(&why)) GTEST_SKIP() << why;
+  }
+};
+
+TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
+  const fs::path trace = root_ / "trace.txt";
+  std::ofstream(trace) << "0 5Mbps\n4 2Gbps\n";
+  json s = baseSpec(2, "gpipe");
+  s["network"] = {{"backend", "tc"}, {"links", {{"trace", trace.string()}, {"latency", "0ms"}}}};
+  s["model"]["width"] = 64;
+  s["model"]["seq_len"] = 32;
+  s["pipeline"]["micro_batch_size"] = 4;  // 32 KiB per message: 52 ms at 5 Mbps, 0.13 ms at 2 Gbps
+  s["training"]["max_steps"] = 60;
+  s["training"]["epochs"] = 1000;
+  const json r = launch(s, "trace");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  ASSERT_EQ(r["trace_changes"].size(), 2u) << r.dump();  // both directions of the one link
+  for (const auto& c : r["trace_changes"]) {
+    EXPECT_NEAR(c["at_s"].get<double>(), 4.0, 0.15) << c.dump();
+    EXPECT_EQ(c["bandwidth_bps"].get<double>(), 2e9);
+  }
+  double slow = 0, fast = 0;
+  int nSlow = 0, nFast = 0;
+  for (const auto& st : r["steps"]) {
+    const double end = st["wall_s"].get<double>(), begin = end - st["time_s"].get<double>();
+    if (st["step"].get<int>() == 0) continue;
+    if (end < 3.9) slow += st["time_s"].get<double>(), ++nSlow;
+    if (begin > 4.1) fast += st["time_s"].get<double>(), ++nFast;
+  }
+  ASSERT_GE(nSlow, 3) << "too few steps before the change";
+  ASSERT_GE(nFast, 3) << "too few steps after the change";
+  EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast)) << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
+}
+
+TEST_F(TcRunTest, LossIsAppliedByNetemOrRefused) {
+  json s = baseSpec(2, "gpipe");
+  s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "1Gbps"}, {"loss", 0.01}}}};
+  s["training"]["max_steps"] = 4;
+  const bool netem = emulator::kernelFeatures().netem;
+  const json r = launch(s, "loss", /*expectOk=*/netem);
+  if (netem) {
+    EXPECT_EQ(r["status"], "ok");
+    EXPECT_EQ(r["network"]["mechanism"]["loss"], "netem");
+  } else {
+    EXPECT_EQ(r["status"], "failed");
+    EXPECT_NE(r["reason"].get<std::string>().find("needs netem"), std::string::npos) << r["reason"];
+    EXPECT_TRUE(r["steps"].empty());
+  }
+  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
+}  // namespace
+}  // namespace slowpipe::runtime
