@@ -1,6 +1,7 @@
 // Launcher: process management, record collection, result assembly (see launcher.h).
 #include "runtime/launcher.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -186,16 +187,46 @@ class Launcher {
       close(fd);
       throw std::runtime_error("fork failed: " + std::string(std::strerror(errno)));
     }
+    const int cpu = r < static_cast<int>(cpus_.size()) ? cpus_[r] : -1;
     if (pid == 0) {
       dup2(fd, 1);  // dup2 clears O_CLOEXEC on the copies
       dup2(fd, 2);
+      if (cpu >= 0) {  // inherited by everything the worker starts (torch's threads too)
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+      }
       execv(opt_.exe.c_str(), argv.data());
       _exit(127);
     }
     close(fd);
     workers_[r].pid = pid;
     const RankId id = layout_.id(r);
-    doc_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid}});
+    doc_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid},
+                               {"cpu", cpu >= 0 ? json(cpu) : json("any")}});
+  }
+
+  // runtime.pin_cores: one worker per CPU of this process's affinity mask, if there are enough.
+  void planPlacement() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    std::vector<int> allowed;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) allowed.push_back(c);
+    json placement = {{"requested", spec_.runtime.pinCores}, {"cpus_available", allowed}, {"workers", S_}};
+    if (spec_.runtime.pinCores && static_cast<int>(allowed.size()) >= S_) {
+      cpus_.assign(allowed.begin(), allowed.begin() + S_);
+      placement["pinned"] = true;
+    } else {
+      placement["pinned"] = false;
+      if (spec_.runtime.pinCores) {
+        placement["reason"] = std::to_string(S_) + " workers but " + std::to_string(allowed.size()) + " CPUs";
+        std::fprintf(stderr, "slowpipe: runtime.pin_cores: not pinned (%d workers, %zu CPUs)\n", S_, allowed.size());
+      }
+    }
+    doc_["placement"] = placement;
   }
 
   std::string peerEp(int r) const { return controlEp_ + "-w" + std::to_string(r); }
@@ -218,6 +249,7 @@ class Launcher {
     sigaction(SIGTERM, &sa, nullptr);
     start_ = now();
     doc_["workers"] = json::array();
+    planPlacement();
     for (int r = 0; r < S_; ++r) spawn(r);
     writeJsonAtomically(resultPath_, finalDoc());
     lastProgress_ = now();
@@ -503,6 +535,7 @@ class Launcher {
     size_t next;
   };
   std::vector<TraceCursor> traces_;
+  std::vector<int> cpus_;  // cpu per rank when pinned
   std::string error_;
   int doneCount_ = 0;
   bool cpuSampled_ = false;

@@ -210,6 +210,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where) {
     Fields f(*r, where + ".runtime");
     f.get("step_timeout_s", s.runtime.stepTimeoutS);
     f.get("threads_per_worker", s.runtime.threadsPerWorker);
+    f.get("pin_cores", s.runtime.pinCores);
     positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
   }
   if (s.pipeline.stages > s.model.layers)
@@ -254,7 +255,8 @@ json toJson(const RunSpec& s) {
           {"compression", {{"forward", s.compression.forward}, {"backward", s.compression.backward},
                            {"label", s.compression.label}}},
           {"network", {{"backend", s.network.backend}, {"links", s.network.links}}},
-          {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker}}}};
+          {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker},
+                       {"pin_cores", s.runtime.pinCores}}}};
 }
 
 std::vector<std::pair<int, int>> stageLayers(const RunSpec& s) {

@@ -63,6 +63,9 @@ struct NetworkSpec {
 struct RuntimeSpec {
   double stepTimeoutS = 120;  // a step taking longer than this fails the run
   int threadsPerWorker = 1;
+  // Pin worker r to the r-th CPU this process may use, when there are at least as many CPUs as
+  // workers (otherwise the run is not pinned and says so). The placement is recorded in result.json.
+  bool pinCores = false;
 };
 
 struct RunSpec {

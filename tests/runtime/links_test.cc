@@ -7,6 +7,9 @@
 // Timing-sensitive: this binary runs alone (SERIAL).
 #include "tests/runtime/pipeline_fixture.h"
 
+#include <algorithm>
+
+#include "emulator/command.h"
 #include "emulator/netns.h"
 
 namespace slowpipe::runtime {
@@ -120,6 +123,21 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrRefused) {
     EXPECT_TRUE(r["steps"].empty());
   }
   EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
+// A kill -9 of a launcher leaves its namespaces; the next tc run removes those whose owner is gone
+// (and only those) and says so in its result.
+TEST_F(TcRunTest, NextRunRemovesNamespacesOfDeadRuns) {
+  const std::string dead = "slowpipe-999999999-0-0";  // no such pid
+  ASSERT_EQ(emulator::runCommand({"ip", "netns", "add", dead}).status, 0);
+  json s = baseSpec(2, "gpipe");
+  s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "1Gbps"}}}};
+  s["training"]["max_steps"] = 2;
+  const json r = launch(s, "stale-ns");
+  EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
+  ASSERT_TRUE(r.contains("network_cleanup")) << r.dump();
+  EXPECT_NE(std::find(r["network_cleanup"].begin(), r["network_cleanup"].end(), dead), r["network_cleanup"].end());
+  EXPECT_EQ(emulator::runCommand({"ip", "netns", "list"}).output.find(dead), std::string::npos);
 }
 
 }  // namespace

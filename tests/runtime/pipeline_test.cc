@@ -232,5 +232,27 @@ TEST_F(PipelineTest, WorkerWithoutItsLauncherExits) {
   EXPECT_EQ(r.status, 4) << r.output;
 }
 
+// runtime.pin_cores: each worker runs on its own CPU when there are enough, and the result says where.
+TEST_F(PipelineTest, PinCoresRecordsThePlacement) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 3;
+  spec["runtime"]["pin_cores"] = true;
+  const json r = launch(spec, "pinned");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  const auto cpus = r["placement"]["cpus_available"].size();
+  if (cpus >= 2) {
+    EXPECT_TRUE(r["placement"]["pinned"].get<bool>());
+    EXPECT_NE(r["workers"][0]["cpu"], r["workers"][1]["cpu"]);
+    EXPECT_TRUE(r["workers"][0]["cpu"].is_number());
+  } else {
+    EXPECT_FALSE(r["placement"]["pinned"].get<bool>());
+    EXPECT_TRUE(r["placement"].contains("reason"));
+  }
+  spec["pipeline"]["stages"] = 4;  // more workers than this machine's 2 cores (if it has 2)
+  const json r4 = launch(spec, "pinned4");
+  ASSERT_EQ(r4["status"], "ok");
+  EXPECT_EQ(r4["placement"]["pinned"].get<bool>(), r4["placement"]["cpus_available"].size() >= 4u);
+}
+
 }  // namespace
 }  // namespace slowpipe::runtime
