@@ -447,7 +447,12 @@ class Launcher {
     doc_["steps"].push_back(st);
     pending_.erase(step);
     progress(st);
-    writeJsonAtomically(resultPath_, finalDoc());
+    // The partial result is rewritten at most once a second: serialising a growing document after
+    // every step would cost the workers CPU (the launcher shares the cores) while they are timed.
+    if (now() - lastWrite_ >= 1.0) {
+      writeJsonAtomically(resultPath_, finalDoc());
+      lastWrite_ = now();
+    }
   }
 
   void onEval(const json& rec) {
@@ -540,7 +545,7 @@ class Launcher {
   int doneCount_ = 0;
   bool cpuSampled_ = false;
   double cpuSampledAt_ = 0;
-  double start_ = 0, lastProgress_ = 0;
+  double start_ = 0, lastProgress_ = 0, lastWrite_ = 0;
   int64_t totalSteps_ = -1;
 };
 

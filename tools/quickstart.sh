@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine (as root): install, build, then the quickstart sweep
-# (pretraining a small base model first) and its plots, into out/quickstart/ (ignored by git; the
-# committed results/ change only when someone reruns the commands in results/README.md).
-#   tools/quickstart.sh [--repeats N]   (default: the spec's repeats)
+# (pretraining a small base model first; every point a real run, 3 interleaved repeats) and its
+# plots, into out/quickstart/. out/ is ignored by git: the committed results/ change only when
+# someone reruns the commands in results/README.md.
+#   tools/quickstart.sh [--repeats N] [--spec SWEEP.json] [--out DIR] [--no-setup] [--dry-run]
+# SLOWPIPE_BIN overrides the CLI binary (default ./build/slowpipe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+spec=experiments/quickstart.json
+out=out/quickstart
+setup=1
+dry=0
 extra=()
-if [ "${1:-}" = "--repeats" ]; then extra=(--repeats "$2"); fi
-tools/setup.sh --build-dir build
-./build/slowpipe sweep experiments/quickstart.json --out out/quickstart "${extra[@]}"
-./build/slowpipe plot out/quickstart
-echo "quickstart: out/quickstart/summary.csv and out/quickstart/figures/"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeats) extra=(--repeats "$2"); shift 2 ;;
+    --spec) spec=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --no-setup) setup=0; shift ;;
+    --dry-run) dry=1; shift ;;
+    *) echo "quickstart.sh: unknown argument '$1' (expected --repeats N, --spec F, --out DIR, --no-setup, --dry-run)" >&2; exit 2 ;;
+  esac
+done
+bin=${SLOWPIPE_BIN:-./build/slowpipe}
+run() { if [ "$dry" = 1 ]; then echo "$*"; else "$@"; fi; }
+[ "$setup" = 1 ] && run tools/setup.sh --build-dir build
+run "$bin" sweep "$spec" --out "$out" "${extra[@]}"
+run "$bin" plot "$out"
+[ "$dry" = 1 ] || echo "quickstart: $out/summary.csv and $out/figures/"

@@ -75,6 +75,27 @@ def claims(rows, a):
     return checks
 
 
+def levels(rows, a):
+    """Quality gaps of the reference (fixpoint) levels beside the symmetric variant, where a sweep
+    has rows labelled '<label> symmetric'. Training is deterministic, so one value per codec."""
+    base = {r["bandwidth_bps"]: r for r in rows if r["label"] == a.baseline}
+    pairs = []
+    for r in rows:
+        sym = next((x for x in rows if x["label"] == r["label"] + " symmetric" and x["bandwidth_bps"] == r["bandwidth_bps"]), None)
+        if sym and r["bandwidth_bps"] == min(base):
+            pairs.append((r, sym))
+    if not pairs:
+        return
+    b = base[min(base)]
+    print(f"\nLevel mapping and quality (final val loss vs {a.baseline} {b['final_val_loss']:.4f}):\n")
+    print("| codec | levels=fixpoint (reference) | levels=symmetric |")
+    print("|---|---|---|")
+    for r, sym in sorted(pairs, key=lambda p: p[0]["label"]):
+        g1 = r["final_val_loss"] / b["final_val_loss"] - 1
+        g2 = sym["final_val_loss"] / b["final_val_loss"] - 1
+        print(f"| {r['label']} | {r['final_val_loss']:.4f} ({100 * g1:+.2f}%) | {sym['final_val_loss']:.4f} ({100 * g2:+.2f}%) |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -86,6 +107,7 @@ def main():
     rows = [r for r in summary["rows"] if r.get("status") == "ok"]
     print(f"{summary.get('repeats', 1)} repeats per point; intervals: {summary.get('interval', '-')}.\n")
     table(rows)
+    levels(rows, a)
     print("\nClaims (each judged at its interval's bound):\n")
     for text, ok in claims(rows, a):
         print(f"- {'PASS' if ok else 'FAIL'}: {text}")

@@ -15,8 +15,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-TEST(SweepRunTest, RunsResumesAndPlots) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-sweep-test-" + std::to_string(getpid()));
+// A tiny corpus in `root` and a 2x2 sweep over it (fp32 / AC-SGD at 200 Mbps / 1 Gbps).
+json tinySweep(const fs::path& root) {
   fs::create_directories(root / "corpus");
   {
     std::ofstream pre(root / "corpus" / "pre.txt"), ft(root / "corpus" / "ft.txt");
@@ -40,6 +40,12 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
       {"axes", {{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}},
                 {{"path", "compression"}, {"values", {{{"label", "fp32"}, {"forward", "none"}, {"backward", "none"}},
                                                       {{"label", "AC-SGD fw2/bw4"}, {"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}}}}}}}};
+  return sweep;
+}
+
+TEST(SweepRunTest, RunsResumesAndPlots) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-sweep-test-" + std::to_string(getpid()));
+  const json sweep = tinySweep(root);
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path out = root / "out";
   auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
@@ -125,6 +131,36 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
       ASSERT_TRUE(fs::exists(f)) << f;
       EXPECT_GT(fs::file_size(f), 1000u) << f;
     }
+  fs::remove_all(root);
+}
+
+// The main job writes into an ignored folder and runs every point: the first version wrote into
+// the committed results/quickstart/, found the committed runs complete and skipped them all.
+TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
+  const std::string src = SLOWPIPE_SOURCE_DIR;
+  using slowpipe::emulator::runCommand;
+  const auto dry = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run", "--no-setup"});
+  ASSERT_EQ(dry.status, 0) << dry.output;
+  EXPECT_NE(dry.output.find("sweep experiments/quickstart.json --out out/quickstart"), std::string::npos) << dry.output;
+  EXPECT_EQ(runCommand({"git", "-C", src, "check-ignore", "-q", "out/quickstart/runs/x.r0.json"}).status, 0)
+      << "out/quickstart is not ignored by git";
+  EXPECT_NE(runCommand({"git", "-C", src, "ls-files", "--error-unmatch", "results/quickstart/runs"}).status, 0)
+      << "results/quickstart/runs is tracked: a fresh clone would find 'complete' runs";
+
+  // The real script (setup skipped) on a tiny sweep, into a folder under out/ of the source tree.
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-quickstart-test-" + std::to_string(getpid()));
+  const json sweep = tinySweep(root);
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const std::string out = "out/quickstart-test-" + std::to_string(getpid());
+  const auto before = runCommand({"git", "-C", src, "status", "--porcelain"});
+  const auto r = runCommand({"env", std::string("SLOWPIPE_BIN=") + SLOWPIPE_BINARY, "bash", src + "/tools/quickstart.sh",
+                             "--no-setup", "--spec", (root / "sweep.json").string(), "--out", out});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[4/4]"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(src) / out / "figures" / "speedup_vs_bandwidth.png"));
+  EXPECT_EQ(runCommand({"git", "-C", src, "status", "--porcelain"}).output, before.output) << "the main job changed the tree";
+  fs::remove_all(fs::path(src) / out);
   fs::remove_all(root);
 }
 
