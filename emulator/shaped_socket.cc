@@ -104,6 +104,8 @@ void ShapedReceiver::drainFor(double until) {
 
 std::optional<ShapedMessage> ShapedReceiver::recv(int timeoutMs) {
   if (pending_.empty() && !pull(true, timeoutMs)) return std::nullopt;
+  if (fifo_) pending_.front().due = fifo_->bill(pending_.front().envelope.sendTime, pending_.front().envelope.bytes,
+                                                fifoBps_, fifoLatencyS_);
   drainFor(pending_.front().due);
   ShapedMessage m = std::move(pending_.front());
   pending_.pop_front();

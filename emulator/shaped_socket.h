@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <random>
@@ -56,6 +57,18 @@ class ShapedSender {
   bool paceRate_;
 };
 
+// The serial_fifo link model's inbound wire of one receiving rank, shared by all its inbound links
+// (forward and backward traffic): a message is billed when the receiver retrieves it,
+// start = max(previous arrival, sent), arrival = start + 8B/R + latency (the Protocol NanoGPT
+// meter). Not thread-safe: one receiving rank, one thread.
+struct SerialFifo {
+  double arrivesAt = 0;
+  double bill(double sentAt, uint64_t bytes, double bps, double latencyS) {
+    arrivesAt = std::max(arrivesAt, sentAt) + 8.0 * static_cast<double>(bytes) / bps + latencyS;
+    return arrivesAt;
+  }
+};
+
 // Delivers messages at their emulated arrival times. While it waits for one message's time it keeps
 // draining the socket, so receipt times (which the kernel-paced DelayLine adds latency to) are
 // stamped when messages really arrive, not when the previous one was delivered.
@@ -65,6 +78,13 @@ class ShapedReceiver {
   ShapedReceiver(zmq::socket_t& socket, double latencyS = 0, double jitterS = 0, uint64_t seed = 2);
   // Waits up to timeoutMs (-1: forever) for a message; empty if none came.
   std::optional<ShapedMessage> recv(int timeoutMs = -1);
+  // serial_fifo: bill each retrieved message on `fifo` at this link's rate and latency (senders
+  // stamp only their send time). The fifo outlives the receiver.
+  void useSerialFifo(SerialFifo* fifo, double bps, double latencyS) {
+    fifo_ = fifo;
+    fifoBps_ = bps;
+    fifoLatencyS_ = latencyS;
+  }
 
  private:
   bool pull(bool wait, int timeoutMs);  // moves one message from the socket into pending_
@@ -75,6 +95,8 @@ class ShapedReceiver {
   double lastDue_ = 0;
   std::mt19937_64 rng_;
   std::deque<ShapedMessage> pending_;
+  SerialFifo* fifo_ = nullptr;
+  double fifoBps_ = 0, fifoLatencyS_ = 0;
 };
 
 }  // namespace slowpipe::emulator

@@ -15,6 +15,7 @@
 #include "runtime/launcher.h"
 #include "runtime/result.h"
 #include "runtime/worker.h"
+#include "simulator/simulate.h"
 
 namespace slowpipe::experiments {
 namespace fs = std::filesystem;
@@ -178,7 +179,30 @@ void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   fs::rename(tmp, fs::path(outDir) / "summary.csv");
 }
 
+// Every point replayed in virtual time: deterministic, so one repeat; no pretraining (no losses).
+int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
+  SweepSpec spec = specIn;
+  spec.repeats = 1;
+  spec.simulation = true;
+  const fs::path out = opt.outDir;
+  fs::create_directories(out / "runs");
+  runtime::writeJsonAtomically((out / "sweep.json").string(), {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline},
+                                                               {"repeats", 1}, {"simulated", true}, {"profile", opt.profile}});
+  const json build = runtime::environmentInfo("");
+  for (const auto& p : expandSweep(spec)) {
+    const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, true);
+    json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs));
+    doc["environment"] = build;
+    doc["sweep_identity"] = runIdentity(p.spec, build);
+    doc["sweep_repeat"] = 0;
+    runtime::writeJsonAtomically(copyPath(out, p.name, 0).string(), doc);
+  }
+  writeSummaries(spec, opt.outDir);
+  return 0;
+}
+
 int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
+  if (opt.simulate) return simulateSweep(specIn, opt);
   SweepSpec spec = specIn;
   if (opt.repeats > 0) spec.repeats = opt.repeats;
   const fs::path out = opt.outDir;

@@ -24,6 +24,8 @@ struct SweepOptions {
   bool force = false;     // re-run complete points too
   bool progress = true;   // progress bar with ETA on stderr
   int repeats = 0;        // > 0: overrides the spec's repeats
+  bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
+  std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
 };
 
 // Returns the number of runs that failed.

@@ -106,7 +106,8 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
   const int comp = compressionAxis(spec);
   int bwAxis = -1;
   for (size_t i = 0; i < spec.axes.size(); ++i)
-    if (spec.axes[i].first.find("bandwidth") != std::string::npos) bwAxis = static_cast<int>(i);
+    if (spec.axes[i].first.find("bandwidth") != std::string::npos || spec.axes[i].first == "network.links")
+      bwAxis = static_cast<int>(i);  // the link axis: "fastest" is taken along it
   std::map<std::string, const SweepPoint*> baseline;  // link settings -> baseline point
   std::map<std::string, std::pair<double, const SweepPoint*>> fastest;  // codec + other axes -> fastest point
   for (const auto& p : points) {

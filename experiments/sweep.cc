@@ -28,12 +28,13 @@ std::string valueLabel(const json& v) {
   return v.dump();
 }
 
-SweepSpec sweepSpecFromJson(const json& j, const std::string& where) {
+SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simulation) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
   for (const auto& [k, v] : j.items())
     if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats")
       throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain, repeats");
   SweepSpec s;
+  s.simulation = simulation;
   s.name = j.value("name", "sweep");
   if (!j.contains("base")) throw std::invalid_argument(where + ".base: missing (a RunSpec object or a path to one)");
   if (j["base"].is_string()) {
@@ -60,11 +61,11 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where) {
       throw std::invalid_argument(where + ".repeats: " + j["repeats"].dump() + " must be an integer in 1..1000");
     s.repeats = j["repeats"].get<int>();
   }
-  runtime::runSpecFromJson(s.base, where + ".base");  // the base must be valid on its own
+  runtime::runSpecFromJson(s.base, where + ".base", simulation);  // the base must be valid on its own
   return s;
 }
 
-SweepSpec loadSweepSpec(const std::string& path) {
+SweepSpec loadSweepSpec(const std::string& path, bool simulation) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("sweep file '" + path + "' cannot be read");
   json j;
@@ -73,7 +74,7 @@ SweepSpec loadSweepSpec(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw std::invalid_argument("sweep file '" + path + "' is not valid JSON: " + e.what());
   }
-  return sweepSpecFromJson(j, "sweep");
+  return sweepSpecFromJson(j, "sweep", simulation);
 }
 
 namespace {
@@ -107,7 +108,10 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
     for (const SweepPoint& p : points)
       for (const json& v : values) {
         SweepPoint q = p;
-        setPath(q.spec, path, v);
+        // An object's "label" names the axis value; only the compression section has such a field.
+        json merged = v;
+        if (path != "compression" && merged.is_object()) merged.erase("label");
+        setPath(q.spec, path, merged);
         q.axisLabels.push_back(valueLabel(v));
         q.name += (q.name.empty() ? "" : "_") + slug(axisName) + "-" + slug(valueLabel(v));
         next.push_back(std::move(q));
@@ -118,7 +122,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
   for (auto& p : points) {
     if (!names.insert(p.name).second) throw std::invalid_argument("sweep: two points are both named '" + p.name + "'; give the axis values distinct labels");
     p.spec["name"] = s.name + "/" + p.name;
-    runtime::runSpecFromJson(p.spec, "sweep point " + p.name);  // every point valid before anything runs
+    runtime::runSpecFromJson(p.spec, "sweep point " + p.name, s.simulation);  // every point valid before anything runs
   }
   return points;
 }

@@ -32,10 +32,11 @@ struct SweepSpec {
   nlohmann::json pretrain;  // null if none
   std::string sourceDir;    // folder of the sweep file (relative paths resolve against the cwd)
   int repeats = 1;          // runs per point; round-robin over all points (repeat k of every point before k+1)
+  bool simulation = false;  // points are simulated, not run: validated as simulator specs (any vocab)
 };
 
-SweepSpec loadSweepSpec(const std::string& path);
-SweepSpec sweepSpecFromJson(const nlohmann::json& j, const std::string& where);
+SweepSpec loadSweepSpec(const std::string& path, bool simulation = false);
+SweepSpec sweepSpecFromJson(const nlohmann::json& j, const std::string& where, bool simulation = false);
 // Cartesian product in axis order; names are unique (an error says which points collide).
 std::vector<SweepPoint> expandSweep(const SweepSpec& s);
 std::string slug(const std::string& text);

@@ -1,4 +1,4 @@
-// GPipe and 1F1B action lists.
+// GPipe and 1F1B action lists with explicit communication (see schedule.h).
 #include "runtime/schedule.h"
 
 #include <algorithm>
@@ -7,20 +7,44 @@
 namespace slowpipe::runtime {
 namespace {
 
-void finish(std::vector<Action>& a) {
-  a.push_back({Action::Kind::kSyncGradNorm});
-  a.push_back({Action::Kind::kStep});
+using K = Action::Kind;
+using P = Action::Peer;
+using Msg = Action::Message;
+
+// Appends the forward or backward of mb with the receive before it and the send after it.
+void addCompute(std::vector<Action>& a, bool forward, int mb, int stages, int stage) {
+  const bool first = stage == 0, last = stage == stages - 1;
+  if (forward) {
+    if (!first) a.push_back({K::kRecv, mb, P::kPrev, Msg::kActivation});
+    a.push_back({K::kForward, mb});
+    if (!last) a.push_back({K::kSend, mb, P::kNext, Msg::kActivation});
+  } else {
+    if (!last) a.push_back({K::kRecv, mb, P::kNext, Msg::kGradient});
+    a.push_back({K::kBackward, mb});
+    if (!first) a.push_back({K::kSend, mb, P::kPrev, Msg::kGradient});
+  }
+}
+
+// Global gradient norm: partial sums flow back to stage 0, the total flows forward again.
+void finish(std::vector<Action>& a, int stages, int stage) {
+  const bool first = stage == 0, last = stage == stages - 1;
+  a.push_back({K::kGradNorm});
+  if (!last) a.push_back({K::kRecv, -1, P::kNext, Msg::kNormPartial});
+  if (!first) {
+    a.push_back({K::kSend, -1, P::kPrev, Msg::kNormPartial});
+    a.push_back({K::kRecv, -1, P::kPrev, Msg::kNormTotal});
+  }
+  if (!last) a.push_back({K::kSend, -1, P::kNext, Msg::kNormTotal});
+  a.push_back({K::kStep});
 }
 
 }  // namespace
 
 std::vector<Action> gpipeSchedule(int stages, int microBatches, int stage) {
   std::vector<Action> a;
-  for (int m = 0; m < microBatches; ++m) a.push_back({Action::Kind::kForward, m});
-  for (int m = microBatches - 1; m >= 0; --m) a.push_back({Action::Kind::kBackward, m});
-  finish(a);
-  (void)stages;
-  (void)stage;
+  for (int m = 0; m < microBatches; ++m) addCompute(a, true, m, stages, stage);
+  for (int m = microBatches - 1; m >= 0; --m) addCompute(a, false, m, stages, stage);
+  finish(a, stages, stage);
   return a;
 }
 
@@ -28,13 +52,13 @@ std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage) {
   std::vector<Action> a;
   const int warmup = std::min(stages - 1 - stage, microBatches);
   int f = 0, b = 0;
-  for (; f < warmup; ++f) a.push_back({Action::Kind::kForward, f});
+  for (; f < warmup; ++f) addCompute(a, true, f, stages, stage);
   while (f < microBatches) {
-    a.push_back({Action::Kind::kForward, f++});
-    a.push_back({Action::Kind::kBackward, b++});
+    addCompute(a, true, f++, stages, stage);
+    addCompute(a, false, b++, stages, stage);
   }
-  while (b < microBatches) a.push_back({Action::Kind::kBackward, b++});
-  finish(a);
+  while (b < microBatches) addCompute(a, false, b++, stages, stage);
+  finish(a, stages, stage);
   return a;
 }
 
@@ -44,15 +68,31 @@ std::vector<Action> makeSchedule(const std::string& name, int stages, int microB
   throw std::invalid_argument("pipeline.schedule: '" + name + "' is not a schedule; expected gpipe or 1f1b");
 }
 
+std::vector<Action> computeOnly(const std::vector<Action>& actions) {
+  std::vector<Action> out;
+  for (const auto& a : actions)
+    if (!a.isCommunication()) out.push_back(a);
+  return out;
+}
+
 std::string describe(const std::vector<Action>& actions) {
   std::string s;
   for (const auto& x : actions) {
     if (!s.empty()) s += ' ';
     switch (x.kind) {
-      case Action::Kind::kForward: s += "F" + std::to_string(x.microBatch); break;
-      case Action::Kind::kBackward: s += "B" + std::to_string(x.microBatch); break;
-      case Action::Kind::kSyncGradNorm: s += "N"; break;
-      case Action::Kind::kStep: s += "S"; break;
+      case K::kForward: s += "F" + std::to_string(x.microBatch); break;
+      case K::kBackward: s += "B" + std::to_string(x.microBatch); break;
+      case K::kGradNorm: s += "N"; break;
+      case K::kStep: s += "S"; break;
+      case K::kRecv:
+      case K::kSend: {
+        s += x.kind == K::kRecv ? "r" : "s";
+        const char* m = x.message == Msg::kActivation ? "A" : x.message == Msg::kGradient ? "G"
+                        : x.message == Msg::kNormPartial ? "P" : "T";
+        s += m;
+        if (x.microBatch >= 0) s += std::to_string(x.microBatch);
+        break;
+      }
     }
   }
   return s;

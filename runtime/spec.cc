@@ -91,7 +91,7 @@ void positive(const std::string& field, double v) {
 
 }  // namespace
 
-RunSpec runSpecFromJson(const json& j, const std::string& where) {
+RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation) {
   RunSpec s;
   s.source = j;
   Fields top(j, where);
@@ -112,7 +112,10 @@ RunSpec runSpecFromJson(const json& j, const std::string& where) {
     positive(f.field("width"), s.model.width);
     positive(f.field("heads"), s.model.heads);
     positive(f.field("seq_len"), s.model.seqLen);
-    if (s.model.vocab != 256) fail(f.field("vocab"), std::to_string(s.model.vocab) + " is not supported; the tokenizer is byte-level (256)");
+    if (s.model.vocab != 256 && !simulation)
+      fail(f.field("vocab"), std::to_string(s.model.vocab) + " is not supported; the tokenizer is byte-level (256) "
+                             "(other sizes can be simulated: slowpipe simulate)");
+    if (s.model.vocab < 2) fail(f.field("vocab"), std::to_string(s.model.vocab) + " must be >= 2");
     if (s.model.width % s.model.heads != 0)
       fail(f.field("heads"), std::to_string(s.model.heads) + " does not divide width " + std::to_string(s.model.width));
   }
@@ -177,8 +180,14 @@ RunSpec runSpecFromJson(const json& j, const std::string& where) {
   if (const json* n = top.raw("network")) {
     Fields f(*n, where + ".network");
     f.get("backend", s.network.backend);
+    f.get("model", s.network.model);
     if (s.network.backend != "user" && s.network.backend != "tc")
       fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user or tc");
+    if (s.network.model != "pipelined" && s.network.model != "serial_fifo")
+      fail(f.field("model"), "'" + s.network.model + "' is not a link model; expected pipelined or serial_fifo");
+    if (s.network.model == "serial_fifo" && !simulation && s.network.backend != "user")
+      fail(f.field("model"), "serial_fifo is a user-space (or simulated) link model; backend '" + s.network.backend +
+                                 "' shapes with the kernel");
     if (const json* l = f.raw("links")) s.network.links = *l;
     emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
   }
@@ -254,7 +263,7 @@ json toJson(const RunSpec& s) {
                         {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch}}},
           {"compression", {{"forward", s.compression.forward}, {"backward", s.compression.backward},
                            {"label", s.compression.label}}},
-          {"network", {{"backend", s.network.backend}, {"links", s.network.links}}},
+          {"network", {{"backend", s.network.backend}, {"model", s.network.model}, {"links", s.network.links}}},
           {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker},
                        {"pin_cores", s.runtime.pinCores}}}};
 }

@@ -57,6 +57,9 @@ struct CompressionSpec {
 
 struct NetworkSpec {
   std::string backend = "user";  // user | tc
+  // Link arrival model: "pipelined" (per directed link; latency overlaps back-to-back messages) or
+  // "serial_fifo" (one inbound FIFO per receiving rank for both directions; see simulator/simulate.h).
+  std::string model = "pipelined";
   nlohmann::json links = {{"bandwidth", "10Gbps"}, {"latency", "0ms"}};  // emulator::Topology JSON
 };
 
@@ -81,7 +84,8 @@ struct RunSpec {
 };
 
 // Parses and validates; unknown fields are errors (a typo must not silently fall back to a default).
-RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec");
+// simulation=true accepts what only the simulator can run (any vocab size: no tokenizer runs).
+RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec", bool simulation = false);
 RunSpec loadRunSpec(const std::string& path);
 nlohmann::json toJson(const RunSpec& s);
 // Layer ranges per stage: the explicit partition or a balanced one (stage 0 also holds the

@@ -36,11 +36,19 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     fromPrev_.bind("tcp://" + opt_.bindPrevHost + ":*");
     fromPrevEp_ = fromPrev_.get(zmq::sockopt::last_endpoint);
     rxPrev_ = std::make_unique<emulator::ShapedReceiver>(fromPrev_, opt_.prevLatencyS, opt_.prevJitterS, 100 + opt_.rank);
+    if (opt_.serialFifo) {
+      const auto& l = opt_.topology.link(opt_.rank - 1, opt_.rank);
+      rxPrev_->useSerialFifo(&fifo_, l.bandwidthBps, l.latencyS);
+    }
   }
   if (opt_.rank + 1 < opt_.stages) {
     fromNext_.bind("tcp://" + opt_.bindNextHost + ":*");
     fromNextEp_ = fromNext_.get(zmq::sockopt::last_endpoint);
     rxNext_ = std::make_unique<emulator::ShapedReceiver>(fromNext_, opt_.nextLatencyS, opt_.nextJitterS, 200 + opt_.rank);
+    if (opt_.serialFifo) {
+      const auto& l = opt_.topology.link(opt_.rank + 1, opt_.rank);
+      rxNext_->useSerialFifo(&fifo_, l.bandwidthBps, l.latencyS);
+    }
   }
 }
 
@@ -55,7 +63,7 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
     p.push->set(zmq::sockopt::linger, 30000);
     p.push->connect(ep);
     p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.rank, peerRank),
-                                                         !opt_.kernelPacesRate, 1000 * opt_.rank + peerRank);
+                                                         !opt_.kernelPacesRate && !opt_.serialFifo, 1000 * opt_.rank + peerRank);
     p.encoder = compression::makeCodec(sendSpec, me + "-" + sendDir + "-send");
     p.decoder = compression::makeCodec(recvSpec, me + "-" + recvDir + "-recv");
     p.plainEncoder = compression::makeCodec("none");

@@ -61,6 +61,7 @@ struct TransportOptions {
   // what arrives from the previous stage (link r-1 -> r), next* to what arrives from the next
   // stage (link r+1 -> r).
   double prevLatencyS = 0, prevJitterS = 0, nextLatencyS = 0, nextJitterS = 0;
+  bool serialFifo = false;  // network.model serial_fifo (user backend): one inbound FIFO per stage
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
 };
@@ -97,6 +98,7 @@ class StageTransport {
   zmq::context_t& ctx_;
   zmq::socket_t fromPrev_, fromNext_;
   std::unique_ptr<emulator::ShapedReceiver> rxPrev_, rxNext_;
+  emulator::SerialFifo fifo_;  // serial_fifo: this stage's one inbound wire
   std::string fromPrevEp_, fromNextEp_;
   Peer prev_, next_;
   TransportStats stats_;

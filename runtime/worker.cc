@@ -67,6 +67,7 @@ class PipelineWorker {
     o.backwardCodec = spec.compression.backward;
     o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
     o.kernelPacesRate = args.kernelPacesRate;
+    o.serialFifo = spec.network.model == "serial_fifo";
     o.prevLatencyS = args.prevLatencyS;
     o.prevJitterS = args.prevJitterS;
     o.nextLatencyS = args.nextLatencyS;
@@ -126,46 +127,80 @@ class PipelineWorker {
   }
 
  private:
+  // Executes one step's action list (runtime/schedule.h): every receive and send is an action.
   void runStep(const std::vector<Action>& schedule, int epoch, int64_t s, int64_t g) {
+    using K = Action::Kind;
+    using Msg = Action::Message;
     const double t0 = now();
-    double compute = 0;
+    double compute = 0, sq = 0;
     std::map<int, std::vector<int64_t>> ids;
-    std::map<int, torch::Tensor> targets;
+    std::map<int, torch::Tensor> inbox, outbox;  // received inputs / outputs waiting to be sent, per mb
     for (const Action& a : schedule) {
-      if (a.kind == Action::Kind::kForward) {
-        torch::Tensor inputs, tgt;
-        std::vector<int64_t> mbIds;
-        makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, a.microBatch), spec_.model.seqLen, &inputs, &tgt, &mbIds);
-        ids[a.microBatch] = mbIds;
-        torch::Tensor in = inputs;
-        if (!runner_.first()) {
-          Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch);
-          if (t.exampleIds != mbIds) throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " + std::to_string(a.microBatch) + " differ from the data plan");
-          in = fromTransport(t);
+      const bool toNext = a.peer == Action::Peer::kNext;
+      switch (a.kind) {
+        case K::kRecv:
+          if (a.message == Msg::kActivation) {
+            Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch);
+            ids[a.microBatch] = batchIds(epoch, s, a.microBatch);
+            if (t.exampleIds != ids[a.microBatch])
+              throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " +
+                                       std::to_string(a.microBatch) + " differ from the data plan");
+            inbox[a.microBatch] = fromTransport(t);
+          } else if (a.message == Msg::kGradient) {
+            Tensor32 t = transport_->recv(false, MessageKind::kGradient, g, epoch, a.microBatch);
+            inbox[-2 - a.microBatch] = fromTransport(t);  // gradients keyed apart from activations
+          } else {
+            const double v = scalarOf(transport_->recv(!toNext, MessageKind::kControl, g, epoch, normTag(a.message)));
+            sq = a.message == Msg::kNormPartial ? sq + v : v;
+          }
+          break;
+        case K::kSend:
+          if (a.message == Msg::kActivation || a.message == Msg::kGradient) {
+            const MessageKind kind = a.message == Msg::kActivation ? MessageKind::kActivation : MessageKind::kGradient;
+            sendTensor(toNext, kind, g, epoch, a.microBatch, outbox.at(a.microBatch), ids[a.microBatch]);
+            outbox.erase(a.microBatch);
+          } else {
+            sendScalar(toNext, g, epoch, normTag(a.message), sq);
+          }
+          break;
+        case K::kForward: {
+          torch::Tensor inputs, tgt;
+          std::vector<int64_t> mbIds;
+          makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, a.microBatch), spec_.model.seqLen, &inputs, &tgt, &mbIds);
+          ids[a.microBatch] = mbIds;
+          const torch::Tensor in = runner_.first() ? inputs : inbox.at(a.microBatch);
+          inbox.erase(a.microBatch);
+          const double tc = now();
+          torch::Tensor out = runner_.forward(a.microBatch, in, tgt);
+          compute += now() - tc;
+          if (!runner_.last()) outbox[a.microBatch] = out;
+          break;
         }
-        const double tc = now();
-        torch::Tensor out = runner_.forward(a.microBatch, in, tgt);
-        compute += now() - tc;
-        if (!runner_.last()) sendTensor(true, MessageKind::kActivation, g, epoch, a.microBatch, out, mbIds);
-      } else if (a.kind == Action::Kind::kBackward) {
-        torch::Tensor grad;
-        if (!runner_.last()) {
-          Tensor32 t = transport_->recv(false, MessageKind::kGradient, g, epoch, a.microBatch);
-          grad = fromTransport(t);
+        case K::kBackward: {
+          torch::Tensor grad;
+          if (!runner_.last()) {
+            grad = inbox.at(-2 - a.microBatch);
+            inbox.erase(-2 - a.microBatch);
+          }
+          const double tc = now();
+          torch::Tensor gin = runner_.backward(a.microBatch, grad);
+          compute += now() - tc;
+          if (!runner_.first()) outbox[a.microBatch] = gin;
+          break;
         }
-        const double tc = now();
-        torch::Tensor gin = runner_.backward(a.microBatch, grad);
-        compute += now() - tc;
-        if (!runner_.first()) sendTensor(false, MessageKind::kGradient, g, epoch, a.microBatch, gin, ids[a.microBatch]);
-      } else if (a.kind == Action::Kind::kSyncGradNorm) {
-        norm_ = syncNorm(g, epoch);
-      } else {
-        const double tc = now();
-        lastLoss_ = 0;
-        if (runner_.last())
-          for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += runner_.lossValue(m) / spec_.pipeline.microBatches;
-        runner_.step(g, norm_);
-        compute += now() - tc;
+        case K::kGradNorm:
+          sq = runner_.localGradSquaredNorm();
+          break;
+        case K::kStep: {
+          const double tc = now();
+          lastLoss_ = 0;
+          if (runner_.last())
+            for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += runner_.lossValue(m) / spec_.pipeline.microBatches;
+          norm_ = std::sqrt(sq);
+          runner_.step(g, norm_);
+          compute += now() - tc;
+          break;
+        }
       }
     }
     const TransportStats st = transport_->takeStats();
@@ -180,17 +215,15 @@ class PipelineWorker {
     report(r);
   }
 
-  // Sum of squared gradient norms flows back to stage 0, the total flows forward again.
-  double syncNorm(int64_t g, int epoch) {
-    double sq = runner_.localGradSquaredNorm();
-    if (!runner_.last()) sq += scalarOf(transport_->recv(false, MessageKind::kControl, g, epoch, -1));
-    if (!runner_.first()) {
-      sendScalar(false, g, epoch, -1, sq);
-      sq = scalarOf(transport_->recv(true, MessageKind::kControl, g, epoch, -2));
-    }
-    if (!runner_.last()) sendScalar(true, g, epoch, -2, sq);
-    return std::sqrt(sq);
+  // The example ids of a micro-batch, from the data plan (the receiver checks the frame's against them).
+  std::vector<int64_t> batchIds(int epoch, int64_t s, int mb) const {
+    std::vector<int64_t> out;
+    for (int64_t i : plan_.epochs.microBatch(epoch, s, mb)) out.push_back(plan_.train.id(i));
+    return out;
   }
+
+  // Control frame tags of the two norm messages (micro-batch field; negative, never a micro-batch).
+  static int normTag(Action::Message m) { return m == Action::Message::kNormPartial ? -1 : -2; }
 
   void evaluate(int epoch, int64_t g) {
     const int b = spec_.pipeline.microBatchSize;

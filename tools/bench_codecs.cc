@@ -25,7 +25,8 @@ using nlohmann::json;
 const std::vector<std::string> kDefaultCodecs = {
     "none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
     "quant:bits=4,group=128", "quant:bits=2,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
-    "acsgd:bits=4", "ef(quant:bits=4)"};
+    "acsgd:bits=4", "ef(quant:bits=4)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
+    "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint"};
 
 struct Options {
   bool json = false;
@@ -106,7 +107,28 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
             {"samples", encSamples.size()},
             {"torch_ops_encode_GBps", nullptr},
             {"torch_ops_decode_GBps", nullptr}};
-  if (auto* q = dynamic_cast<compression::QuantCodec*>(sender.get())) {
+  auto* q = dynamic_cast<compression::QuantCodec*>(sender.get());
+  if (q && q->options().levels == compression::QuantOptions::Levels::kFixpoint &&
+      q->options().scale == compression::QuantOptions::Scale::kChannel) {
+    // The baseline is the transcription of the AC-SGD reference (fixpoint.py) in libtorch ops;
+    // "match" = our decoded values are bit-identical to the reference's.
+    const int bits = q->options().bits;
+    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
+    compression::FixpointReference ref;
+    const double te = medianSeconds([&] { ref = compression::referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
+    torch::Tensor refY;
+    const double td = medianSeconds([&] { refY = compression::referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
+    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
+    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
+    r["encode_vs_torch_ops"] = te / encodeS;
+    r["decode_vs_torch_ops"] = td / decodeS;
+    Bytes mine;
+    compression::QuantCodec(q->options()).encode(x.data(), shape, ctx, mine);
+    std::vector<float> y2(n);
+    compression::QuantCodec(q->options()).decode(mine.data(), mine.size(), shape, ctx, y2.data());
+    refY = refY.contiguous();
+    r["matches_torch_ops"] = std::memcmp(refY.data_ptr<float>(), y2.data(), 4 * n) == 0;
+  } else if (q) {
     const auto opt = q->options();
     const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
     torch::Tensor ref;

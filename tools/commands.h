@@ -11,5 +11,6 @@ void addBenchLink(CLI::App& bench);
 void addEmulatorCommands(CLI::App& app);
 void addRunCommands(CLI::App& app);
 void addSweepCommands(CLI::App& app);
+void addSimCommands(CLI::App& app);
 
 }  // namespace slowpipe::tools

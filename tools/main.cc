@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addEmulatorCommands(app);
   slowpipe::tools::addRunCommands(app);
   slowpipe::tools::addSweepCommands(app);
+  slowpipe::tools::addSimCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -39,13 +39,16 @@ def lines_by_label(rows, key, lo=None, hi=None):
 def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
     """One line per codec with its 95% interval over repeats as error bars."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ideals = lines_by_label(rows, "ideal_speedup") if ideal else {}
     for label, pts in lines_by_label(rows, key, lo, hi).items():
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        # The codec's ideal (its speed-up bound), dotted in its colour; the baseline's is 1 by definition.
+        if label in ideals and any(abs(p[1] - 1.0) > 1e-9 for p in pts):
+            ip = ideals[label]
+            ax.plot([p[0] for p in ip], [p[1] for p in ip], linestyle=":", color=line[0].get_color(), alpha=0.8)
     if ideal:
-        for label, pts in lines_by_label(rows, "ideal_speedup").items():
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", color="grey", alpha=0.6)
         ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("link bandwidth (bits/s)")

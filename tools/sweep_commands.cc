@@ -16,6 +16,8 @@ void addSweepCommands(CLI::App& app) {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
     auto force = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
     auto repeats = std::make_shared<int>(0);
+    auto simulate = std::make_shared<bool>(false);
+    auto profile = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
     cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
     cmd->add_option("--out", *out, "output folder")->required();
@@ -23,14 +25,19 @@ void addSweepCommands(CLI::App& app) {
     cmd->add_flag("--quiet", *quiet, "no progress output");
     cmd->add_option("--repeats", *repeats, "real runs per point, interleaved (overrides the spec's \"repeats\")")
         ->check(CLI::Range(1, 1000));
+    cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
+    cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
     cmd->callback([=] {
-      const auto s = experiments::loadSweepSpec(*spec);
+      if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
+      const auto s = experiments::loadSweepSpec(*spec, *simulate);
       experiments::expandSweep(s);  // every point validated before anything runs
       experiments::SweepOptions o;
       o.outDir = *out;
       o.force = *force;
       o.progress = !*quiet;
       o.repeats = *repeats;
+      o.simulate = *simulate;
+      o.profile = *profile;
       const int failed = experiments::runSweep(s, o);
       std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
       if (failed) std::exit(1);

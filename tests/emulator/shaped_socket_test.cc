@@ -127,5 +127,39 @@ TEST(ShapedSocketTest, TraceStepChangesAchievedRate) {
   EXPECT_NEAR(seg[1]["achieved_bps"].get<double>() / 100e6, 1.0, 0.05) << r.dump(2);
 }
 
+// serial_fifo: one inbound wire per receiving rank, shared by both inbound links and billed in the
+// receiver's retrieval order. Two messages sent at the same time on two links arrive one after the
+// other: the second one's (serialisation + latency) starts when the first has arrived. Measured with
+// the test's own clock.
+TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
+  zmq::context_t ctx(2);
+  zmq::socket_t pullA(ctx, zmq::socket_type::pull), pullB(ctx, zmq::socket_type::pull);
+  zmq::socket_t pushA(ctx, zmq::socket_type::push), pushB(ctx, zmq::socket_type::push);
+  pullA.bind("tcp://127.0.0.1:*");
+  pullB.bind("tcp://127.0.0.1:*");
+  pushA.connect(pullA.get(zmq::sockopt::last_endpoint));
+  pushB.connect(pullB.get(zmq::sockopt::last_endpoint));
+  LinkSpec link;
+  link.bandwidthBps = 100e6;
+  link.latencyS = 0.010;
+  ShapedSender txA(pushA, link, /*paceRate=*/false), txB(pushB, link, false);
+  ShapedReceiver rxA(pullA), rxB(pullB);
+  SerialFifo fifo;
+  rxA.useSerialFifo(&fifo, link.bandwidthBps, link.latencyS);
+  rxB.useSerialFifo(&fifo, link.bandwidthBps, link.latencyS);
+  const size_t bytes = 250000;  // 20 ms at 100 Mbps
+  std::vector<uint8_t> buf(bytes, 7);
+  const double sent = monotonicNow();
+  txA.send(buf.data(), bytes);
+  txB.send(buf.data(), bytes);
+  ASSERT_TRUE(rxA.recv(5000).has_value());
+  const double gotA = monotonicNow();
+  ASSERT_TRUE(rxB.recv(5000).has_value());
+  const double gotB = monotonicNow();
+  const double one = 8.0 * bytes / link.bandwidthBps + link.latencyS;  // 30 ms
+  EXPECT_NEAR(gotA - sent, one, 2e-3);
+  EXPECT_NEAR(gotB - sent, 2 * one, 2e-3) << "the second message did not wait for the shared wire";
+}
+
 }  // namespace
 }  // namespace slowpipe::emulator

@@ -70,6 +70,26 @@ TEST_P(LinkRunTest, CalibrationFlagsEveryLink) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, LinkRunTest, ::testing::Values("user", "tc"));
 
+// network.model serial_fifo in a real run (user backend): the same losses as pipelined (timing
+// never changes the arithmetic), slower steps (every message's latency is billed in turn), and each
+// stage observes one-way delays of at least one latency.
+TEST_F(PipelineTest, SerialFifoRunMatchesPipelinedLossesAndIsSlower) {
+  json s = baseSpec(2, "gpipe");
+  s["training"]["max_steps"] = 6;
+  s["network"]["links"] = {{"bandwidth", "1Gbps"}, {"latency", "10ms"}};
+  json fifo = s;
+  fifo["network"]["model"] = "serial_fifo";
+  const json a = launch(s, "model-pipelined"), b = launch(fifo, "model-serial");
+  ASSERT_EQ(a["status"], "ok") << a.value("reason", "");
+  ASSERT_EQ(b["status"], "ok") << b.value("reason", "");
+  for (size_t i = 0; i < a["steps"].size(); ++i)
+    EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>());
+  // GPipe, 4 micro-batches: pipelined pays ~2 latencies per direction burst, serial ~4 more each.
+  EXPECT_GT(b["summary"]["mean_step_time_s"].get<double>(), a["summary"]["mean_step_time_s"].get<double>() + 0.04);
+  for (const auto& st : b["steps"])
+    EXPECT_GE(st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"]["min"].get<double>(), 0.010 - 1e-4);
+}
+
 class TcRunTest : public PipelineTest {
  protected:
   void SetUp() override {

@@ -11,13 +11,21 @@ namespace slowpipe::runtime {
 namespace {
 
 TEST(ScheduleTest, GpipeIsAllForwardsThenReverseBackwards) {
-  EXPECT_EQ(describe(gpipeSchedule(4, 3, 1)), "F0 F1 F2 B2 B1 B0 N S");
+  EXPECT_EQ(describe(computeOnly(gpipeSchedule(4, 3, 1))), "F0 F1 F2 B2 B1 B0 N S");
 }
 
 TEST(ScheduleTest, OneFOneBWarmsUpByDistanceToTheEnd) {
-  EXPECT_EQ(describe(oneFOneBSchedule(4, 6, 0)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 N S");
-  EXPECT_EQ(describe(oneFOneBSchedule(4, 6, 3)), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 N S");
-  EXPECT_EQ(describe(oneFOneBSchedule(4, 2, 0)), "F0 F1 B0 B1 N S");
+  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 6, 0))), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 N S");
+  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 6, 3))), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 N S");
+  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 2, 0))), "F0 F1 B0 B1 N S");
+}
+
+// Communication is part of the list: what the worker executes and the simulator replays.
+TEST(ScheduleTest, CommunicationIsExplicit) {
+  EXPECT_EQ(describe(gpipeSchedule(2, 2, 0)), "F0 sA0 F1 sA1 rG1 B1 rG0 B0 N rP sT S");
+  EXPECT_EQ(describe(gpipeSchedule(2, 2, 1)), "rA0 F0 rA1 F1 B1 sG1 B0 sG0 N sP rT S");
+  EXPECT_EQ(describe(gpipeSchedule(3, 1, 1)), "rA0 F0 sA0 rG0 B0 sG0 N rP sP rT sT S");
+  EXPECT_EQ(describe(gpipeSchedule(1, 2, 0)), "F0 F1 B1 B0 N S");  // one stage: nothing to move
 }
 
 TEST(ScheduleTest, UnknownNameListsValidOnes) {
@@ -30,11 +38,12 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
 }
 
 // Replays the schedules: sends are asynchronous, receives block until the message is queued.
-// Returns true if every stage finishes and every receive found the micro-batch it expected.
+// Returns true if every stage finishes and every receive found the message it expected, in the
+// FIFO order of its link (one queue per directed link, shared by every message kind).
 bool replay(const std::string& name, int S, int M) {
   std::vector<std::vector<Action>> plans;
   for (int s = 0; s < S; ++s) plans.push_back(makeSchedule(name, S, M, s));
-  std::map<std::pair<int, int>, std::deque<int>> fwd, bwd;  // (from, to) -> micro-batches in flight
+  std::map<std::pair<int, int>, std::deque<std::pair<Action::Message, int>>> links;  // (from, to) -> in flight
   std::vector<size_t> pc(S, 0);
   bool progress = true;
   while (progress) {
@@ -42,22 +51,16 @@ bool replay(const std::string& name, int S, int M) {
     for (int s = 0; s < S; ++s) {
       while (pc[s] < plans[s].size()) {
         const Action& a = plans[s][pc[s]];
-        if (a.kind == Action::Kind::kForward) {
-          if (s > 0) {
-            auto& q = fwd[{s - 1, s}];
-            if (q.empty()) break;
-            if (q.front() != a.microBatch) return false;
-            q.pop_front();
-          }
-          if (s + 1 < S) fwd[{s, s + 1}].push_back(a.microBatch);
-        } else if (a.kind == Action::Kind::kBackward) {
-          if (s + 1 < S) {
-            auto& q = bwd[{s + 1, s}];
-            if (q.empty()) break;
-            if (q.front() != a.microBatch) return false;
-            q.pop_front();
-          }
-          if (s > 0) bwd[{s, s - 1}].push_back(a.microBatch);
+        const int peer = a.peer == Action::Peer::kPrev ? s - 1 : s + 1;
+        if (a.kind == Action::Kind::kSend) {
+          if (peer < 0 || peer >= S) return false;
+          links[{s, peer}].push_back({a.message, a.microBatch});
+        } else if (a.kind == Action::Kind::kRecv) {
+          if (peer < 0 || peer >= S) return false;
+          auto& q = links[{peer, s}];
+          if (q.empty()) break;
+          if (q.front() != std::make_pair(a.message, a.microBatch)) return false;
+          q.pop_front();
         }
         ++pc[s];
         progress = true;
@@ -66,6 +69,8 @@ bool replay(const std::string& name, int S, int M) {
   }
   for (int s = 0; s < S; ++s)
     if (pc[s] != plans[s].size()) return false;
+  for (const auto& [link, q] : links)
+    if (!q.empty()) return false;  // a message nobody received
   return true;
 }
 

@@ -1,0 +1,150 @@
+// Profiles: JSON, named devices, analytic costs from FLOPs.
+#include "simulator/profile.h"
+
+#include <fstream>
+#include <stdexcept>
+
+#include "compression/codec.h"
+
+namespace slowpipe::simulator {
+
+using nlohmann::json;
+
+const CodecCost& Profile::codec(const std::string& spec) const {
+  if (auto it = codecs.find(spec); it != codecs.end()) return it->second;
+  try {
+    if (auto it = codecs.find(compression::makeCodec(spec)->spec()); it != codecs.end()) return it->second;
+  } catch (const std::exception&) {
+  }
+  const std::string name = spec.substr(0, spec.find_first_of(":("));
+  if (auto it = codecs.find(name); it != codecs.end()) return it->second;
+  if (auto it = codecs.find("default"); it != codecs.end()) return it->second;
+  static const CodecCost kFree{};
+  return kFree;
+}
+
+namespace {
+
+json affine(const AffineCost& c) { return {{"a_s", c.aS}, {"b_s_per_byte", c.bSPerByte}}; }
+
+AffineCost affineFrom(const json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("a_s") || !j.contains("b_s_per_byte") || !j["a_s"].is_number() ||
+      !j["b_s_per_byte"].is_number())
+    throw std::invalid_argument(where + ": expected {\"a_s\": seconds, \"b_s_per_byte\": seconds per byte}");
+  return {j["a_s"].get<double>(), j["b_s_per_byte"].get<double>()};
+}
+
+double positiveNumber(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_number() || j[key].get<double>() < 0)
+    throw std::invalid_argument(where + "." + key + ": expected a number of seconds >= 0");
+  return j[key].get<double>();
+}
+
+}  // namespace
+
+json toJson(const Profile& p) {
+  json stages = json::array(), codecs = json::object();
+  for (const auto& s : p.stages) stages.push_back({{"forward_s", s.forwardS}, {"backward_s", s.backwardS}, {"step_s", s.stepS}});
+  for (const auto& [k, c] : p.codecs) codecs[k] = {{"encode", affine(c.encode)}, {"decode", affine(c.decode)}};
+  return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"stages", stages}, {"codecs", codecs}};
+}
+
+Profile profileFromJson(const json& j, const std::string& where) {
+  if (!j.is_object() || j.value("schema", "") != "slowpipe.profile/1")
+    throw std::invalid_argument(where + ": not a slowpipe profile (expected \"schema\": \"slowpipe.profile/1\")");
+  Profile p;
+  p.source = j.value("source", "measured");
+  p.device = j.value("device", json::object());
+  if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
+    throw std::invalid_argument(where + ".stages: expected one {forward_s, backward_s, step_s} per stage");
+  for (size_t i = 0; i < j["stages"].size(); ++i) {
+    const std::string w = where + ".stages[" + std::to_string(i) + "]";
+    const json& s = j["stages"][i];
+    p.stages.push_back({positiveNumber(s, "forward_s", w), positiveNumber(s, "backward_s", w), positiveNumber(s, "step_s", w)});
+  }
+  const json codecs = j.value("codecs", json::object());  // a named copy: items() must not outlive it
+  for (const auto& [k, c] : codecs.items())
+    p.codecs[k] = {affineFrom(c.value("encode", json()), where + ".codecs." + k + ".encode"),
+                   affineFrom(c.value("decode", json()), where + ".codecs." + k + ".decode")};
+  return p;
+}
+
+Profile loadProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("profile '" + path + "' cannot be read");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("profile '" + path + "' is not valid JSON: " + e.what());
+  }
+  return profileFromJson(j, "profile '" + path + "'");
+}
+
+const DeviceSpec& deviceSpec(const std::string& name) {
+  // Dense (no sparsity) tensor-core peaks; fp32 = plain FP32 (no TF32). Memory: HBM bandwidth.
+  static const std::vector<DeviceSpec> kDevices = {
+      {"V100", {{"fp32", 15.7e12}, {"fp16", 125e12}, {"bf16", 125e12}}, 900e9},
+      {"A100", {{"fp32", 19.5e12}, {"fp16", 312e12}, {"bf16", 312e12}}, 2039e9},
+      {"H100", {{"fp32", 67e12}, {"fp16", 989e12}, {"bf16", 989e12}}, 3350e9},
+      {"H200", {{"fp32", 67e12}, {"fp16", 989e12}, {"bf16", 989e12}}, 4800e9}};
+  for (const auto& d : kDevices)
+    if (d.name == name) return d;
+  throw std::invalid_argument("device '" + name + "' is not known; expected V100, A100, H100 or H200");
+}
+
+double blockForwardFlops(double b, double s, double d) { return 24 * b * s * d * d + 4 * b * s * s * d; }
+
+Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceName, const std::string& dtype, double mfu) {
+  const DeviceSpec& dev = deviceSpec(deviceName);
+  if (!dev.peakFlops.count(dtype)) throw std::invalid_argument("dtype '" + dtype + "': expected fp32, fp16 or bf16");
+  if (!(mfu > 0 && mfu <= 1)) throw std::invalid_argument("mfu " + std::to_string(mfu) + ": expected a fraction in (0, 1]");
+  const double flops = dev.peakFlops.at(dtype) * mfu;
+  const double b = spec.pipeline.microBatchSize, s = spec.model.seqLen, d = spec.model.width, V = spec.model.vocab;
+  Profile p;
+  p.source = "analytic";
+  p.device = {{"name", dev.name}, {"dtype", dtype}, {"peak_flops", dev.peakFlops.at(dtype)}, {"mfu", mfu},
+              {"memory_bytes_per_s", dev.memoryBytesPerS},
+              {"assumptions", "forward = layers x (24 b s d^2 + 4 b s^2 d) + last stage head 2 b s d V; backward = 2 x forward; "
+                              "time = FLOPs / (peak x mfu); optimizer step = 16 bytes of memory traffic per parameter "
+                              "(AdamW: weight, gradient, two moments) / memory bandwidth; codecs: 20 us + 3 passes over "
+                              "the fp32 message at memory bandwidth"}};
+  for (const auto& [begin, end] : runtime::stageLayers(spec)) {
+    const bool last = end == spec.model.layers;
+    double fwd = (end - begin) * blockForwardFlops(b, s, d);
+    if (last) fwd += 2 * b * s * d * V;  // LM head
+    double params = (end - begin) * 12.0 * d * d + (last || begin == 0 ? V * d : 0);
+    p.stages.push_back({fwd / flops, 2 * fwd / flops, 16.0 * params / dev.memoryBytesPerS});
+  }
+  p.codecs["default"] = {{20e-6, 3.0 / dev.memoryBytesPerS}, {20e-6, 3.0 / dev.memoryBytesPerS}};
+  p.codecs["none"] = {{0, 0}, {0, 0}};
+  return p;
+}
+
+Profile profileFor(const std::string& source, const runtime::RunSpec& spec) {
+  if (source.rfind("analytic:", 0) != 0) return loadProfile(source);
+  std::string rest = source.substr(9), device = rest.substr(0, rest.find(',')), dtype = "bf16";
+  double mfu = 0.4;
+  size_t at = rest.find(',');
+  while (at != std::string::npos) {
+    const size_t next = rest.find(',', at + 1);
+    const std::string item = rest.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (key == "dtype") {
+      dtype = value;
+    } else if (key == "mfu") {
+      try {
+        mfu = std::stod(value);
+      } catch (const std::exception&) {
+        throw std::invalid_argument("profile '" + source + "': mfu='" + value + "' is not a number");
+      }
+    } else {
+      throw std::invalid_argument("profile '" + source + "': unknown parameter '" + key + "'; expected dtype=, mfu=");
+    }
+    at = next;
+  }
+  return analyticProfile(spec, device, dtype, mfu);
+}
+
+}  // namespace slowpipe::simulator

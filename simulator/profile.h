@@ -1,0 +1,66 @@
+// Cost profiles for the simulator: how long each stage's forward and backward of one micro-batch
+// take, the optimizer step, and each codec's encode/decode cost. Two sources:
+//   measured  - `slowpipe profile SPEC`: the worker's own code timed on this machine;
+//   analytic  - FLOPs of the GPT layers x (peak FLOP/s x MFU) of a named device, codec costs from
+//               its memory bandwidth. Every assumed number is written into the profile.
+// File format (JSON, "schema": "slowpipe.profile/1"):
+//   {"source": "measured"|"analytic", "device": {...}, "stages": [{"forward_s", "backward_s",
+//    "step_s"}, ...], "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
+//    "decode": {...}}}}
+// A codec's cost for a message of B raw (fp32) bytes is a_s + b_s_per_byte * B.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/spec.h"
+
+namespace slowpipe::simulator {
+
+struct AffineCost {
+  double aS = 0, bSPerByte = 0;
+  double at(double bytes) const { return aS + bSPerByte * bytes; }
+};
+
+struct CodecCost {
+  AffineCost encode, decode;
+};
+
+struct StageCost {
+  double forwardS = 0, backwardS = 0;  // one micro-batch
+  double stepS = 0;                    // optimizer step (and gradient-norm work), once per step
+};
+
+struct Profile {
+  std::string source = "measured";
+  nlohmann::json device;            // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...
+  std::vector<StageCost> stages;
+  std::map<std::string, CodecCost> codecs;  // by canonical codec spec; "default" for the rest
+  // Cost of `spec` (looked up by the canonical spec, then the codec name, then "default").
+  const CodecCost& codec(const std::string& spec) const;
+};
+
+nlohmann::json toJson(const Profile& p);
+Profile profileFromJson(const nlohmann::json& j, const std::string& where);
+Profile loadProfile(const std::string& path);
+
+// Named devices: peak dense FLOP/s per dtype and memory bandwidth (vendor datasheets, SXM parts).
+struct DeviceSpec {
+  std::string name;
+  std::map<std::string, double> peakFlops;  // "fp32", "bf16", "fp16"
+  double memoryBytesPerS = 0;
+};
+const DeviceSpec& deviceSpec(const std::string& name);  // V100, A100, H100, H200; throws listing them
+
+// FLOPs of one GPT block for a micro-batch of b sequences of s tokens, width d:
+// forward 24·b·s·d² + 4·b·s²·d; backward twice that.
+double blockForwardFlops(double b, double s, double d);
+// Analytic profile of `spec` on `device` in `dtype` at model-FLOPs utilisation `mfu`.
+Profile analyticProfile(const runtime::RunSpec& spec, const std::string& device, const std::string& dtype, double mfu);
+// A profile from a file path, or "analytic:DEVICE[,dtype=bf16][,mfu=0.4]" built for `spec`.
+Profile profileFor(const std::string& source, const runtime::RunSpec& spec);
+
+}  // namespace slowpipe::simulator

@@ -1,0 +1,227 @@
+// The discrete-event replay (see simulate.h).
+#include "simulator/simulate.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "emulator/link.h"
+#include "runtime/result.h"
+#include "runtime/schedule.h"
+
+namespace slowpipe::simulator {
+
+using nlohmann::json;
+using runtime::Action;
+
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape) {
+  auto codec = compression::makeCodec(codecSpec);
+  const int64_t n = compression::numelOf(shape);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 7919 % 1000) - 500) * 1e-3f;  // finite, varied
+  compression::FrameHeader h;
+  h.shape = shape;
+  for (int64_t r = 0; r < (shape.empty() ? 0 : shape[0]); ++r) h.exampleIds.push_back(r);
+  compression::CodecContext ctx;
+  ctx.exampleIds = h.exampleIds;
+  ctx.epoch = 1;
+  compression::encodeFrame(*codec, x.data(), h, ctx);  // first sighting (acsgd: full precision)
+  return static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size());
+}
+
+namespace {
+
+struct Message {
+  double sentAt = 0, arrival = -1;
+  int64_t bytes = 0;
+};
+
+struct Event {
+  std::string what;
+  int mb;
+  double start, end;
+};
+
+struct StageState {
+  size_t pc = 0;
+  int step = 0;
+  double t = 0, stepStart = 0;
+  double compute = 0, encode = 0, decode = 0, wait = 0;
+  std::vector<Event> events;  // of the current step
+};
+
+class Replay {
+ public:
+  Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
+      : spec_(spec), profile_(profile), S_(spec.pipeline.stages), steps_(steps),
+        topo_(emulator::topologyFromJson(spec.network.links, "network.links")), stages_(S_) {
+    if (static_cast<int>(profile.stages.size()) != S_)
+      throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) + " stages, the spec " +
+                                  std::to_string(S_) + " (profile the same partition)");
+    for (int s = 0; s < S_; ++s) plans_.push_back(runtime::makeSchedule(spec.pipeline.schedule, S_, spec.pipeline.microBatches, s));
+    const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
+    rawActBytes_ = 4 * compression::numelOf(act);
+    fwdBytes_ = steadyFrameBytes(spec.compression.forward, act);
+    bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
+    ctlBytes_ = steadyFrameBytes("none", {2});
+    serial_ = spec.network.model == "serial_fifo";
+    for (int s = 0; s + 1 < S_; ++s)
+      for (auto [a, b] : {std::pair{s, s + 1}, std::pair{s + 1, s}})
+        clocks_.emplace(std::pair{a, b}, emulator::LinkClock(topo_.link(a, b), 0.0, 1000 * a + b));
+    fifo_.assign(S_, 0.0);
+  }
+
+  json run() {
+    json steps = json::array();
+    std::vector<std::vector<json>> perStage(steps_);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int s = 0; s < S_; ++s)
+        while (stages_[s].step < steps_ && advance(s, perStage)) progress = true;
+    }
+    for (int s = 0; s < S_; ++s)
+      if (stages_[s].step < steps_)
+        throw std::runtime_error("simulator: stage " + std::to_string(s) + " is blocked at action " +
+                                 std::to_string(stages_[s].pc) + " of step " + std::to_string(stages_[s].step) +
+                                 " (the schedules deadlock)");
+    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen;
+    for (int k = 0; k < steps_; ++k) {
+      double time = 0;
+      json breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}}, per = json::array();
+      for (const json& st : perStage[k]) {
+        time = std::max(time, st["time_s"].get<double>());
+        for (const char* key : {"compute", "encode", "decode", "wait"})
+          breakdown[key] = breakdown[key].get<double>() + st[key].get<double>() / S_;
+        per.push_back(st);
+      }
+      const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ - 1};
+      steps.push_back({{"step", k}, {"epoch", k == 0 ? 0 : 1}, {"time_s", time}, {"tokens", tokens},
+                       {"tokens_per_s", tokens / time}, {"loss", nullptr},
+                       {"bytes", {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
+                                  {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}}},
+                       {"breakdown_s", breakdown}, {"breakdown_s_per_stage", per}});
+    }
+    json timeline = json::array();
+    for (int s = 0; s < S_; ++s) {
+      json ev = json::array();
+      for (const auto& e : lastEvents_[s]) ev.push_back({{"what", e.what}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
+      timeline.push_back({{"stage", s}, {"events", ev}});
+    }
+    json doc = {{"schema", runtime::kResultSchema}, {"simulated", true}, {"status", "ok"}, {"spec", runtime::toJson(spec_)},
+                {"steps", steps}, {"evals", json::array()}, {"timeline", timeline},
+                {"network", {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}}},
+                {"profile", {{"source", profile_.source}, {"device", profile_.device}}},
+                {"message_bytes", {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}}}};
+    doc["summary"] = runtime::summarizeSteps(doc["steps"], doc["evals"]);
+    return doc;
+  }
+
+ private:
+  // Executes the next action of stage s; false if it must wait for a message.
+  bool advance(int s, std::vector<std::vector<json>>& perStage) {
+    StageState& st = stages_[s];
+    const auto& plan = plans_[s];
+    const Action& a = plan[st.pc];
+    const StageCost& cost = profile_.stages[s];
+    const int peer = a.peer == Action::Peer::kPrev ? s - 1 : s + 1;
+    switch (a.kind) {
+      case Action::Kind::kForward: busy(st, "forward", a.microBatch, cost.forwardS, &st.compute); break;
+      case Action::Kind::kBackward: busy(st, "backward", a.microBatch, cost.backwardS, &st.compute); break;
+      case Action::Kind::kGradNorm: break;
+      case Action::Kind::kStep: busy(st, "step", -1, cost.stepS, &st.compute); break;
+      case Action::Kind::kSend: {
+        const int64_t bytes = bytesOf(a);
+        busy(st, "encode", a.microBatch, encodeCost(a), &st.encode);
+        Message m{st.t, -1, bytes};
+        if (!serial_) m.arrival = clocks_.at({s, peer}).send(st.t, static_cast<uint64_t>(bytes));
+        mail_[key(s, peer, a, st.step)] = m;
+        break;
+      }
+      case Action::Kind::kRecv: {
+        const auto it = mail_.find(key(peer, s, a, st.step));
+        if (it == mail_.end()) return false;
+        Message m = it->second;
+        mail_.erase(it);
+        if (serial_) {  // billed at retrieval, in this receiver's order, on its one inbound FIFO
+          const emulator::LinkSpec& l = topo_.link(peer, s);
+          const double start = std::max(fifo_[s], m.sentAt);
+          m.arrival = start + 8.0 * static_cast<double>(m.bytes) / l.bandwidthBps + l.latencyS;
+          fifo_[s] = m.arrival;
+        }
+        if (m.arrival > st.t) {
+          st.events.push_back({"wait", a.microBatch, st.t, m.arrival});
+          st.wait += m.arrival - st.t;
+          st.t = m.arrival;
+        }
+        busy(st, "decode", a.microBatch, decodeCost(a), &st.decode);
+        break;
+      }
+    }
+    if (++st.pc == plan.size()) {  // step done: record it, start the next one right away
+      perStage[st.step].push_back({{"time_s", st.t - st.stepStart}, {"compute", st.compute}, {"encode", st.encode},
+                                   {"decode", st.decode}, {"wait", st.wait}});
+      if (st.step == steps_ - 1) lastEvents_[s] = st.events;
+      st.events.clear();
+      st.compute = st.encode = st.decode = st.wait = 0;
+      st.stepStart = st.t;
+      st.pc = 0;
+      ++st.step;
+    }
+    return true;
+  }
+
+  void busy(StageState& st, const char* what, int mb, double seconds, double* bucket) {
+    if (seconds <= 0) return;
+    st.events.push_back({what, mb, st.t, st.t + seconds});
+    st.t += seconds;
+    *bucket += seconds;
+  }
+
+  bool tensorMessage(const Action& a) const {
+    return a.message == Action::Message::kActivation || a.message == Action::Message::kGradient;
+  }
+  const std::string& codecOf(const Action& a) const {
+    static const std::string kNone = "none";
+    if (!tensorMessage(a)) return kNone;
+    return a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
+  }
+  int64_t bytesOf(const Action& a) const {
+    if (!tensorMessage(a)) return ctlBytes_;
+    return a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
+  }
+  double encodeCost(const Action& a) const {
+    return tensorMessage(a) ? profile_.codec(codecOf(a)).encode.at(static_cast<double>(rawActBytes_)) : 0.0;
+  }
+  double decodeCost(const Action& a) const {
+    return tensorMessage(a) ? profile_.codec(codecOf(a)).decode.at(static_cast<double>(rawActBytes_)) : 0.0;
+  }
+  static std::string key(int from, int to, const Action& a, int step) {
+    return std::to_string(from) + ">" + std::to_string(to) + ":" + std::to_string(static_cast<int>(a.message)) + ":" +
+           std::to_string(a.microBatch) + "@" + std::to_string(step);
+  }
+
+  const runtime::RunSpec& spec_;
+  const Profile& profile_;
+  int S_, steps_;
+  emulator::Topology topo_;
+  std::vector<std::vector<Action>> plans_;
+  std::vector<StageState> stages_;
+  std::map<int, std::vector<Event>> lastEvents_;
+  std::map<std::pair<int, int>, emulator::LinkClock> clocks_;
+  std::vector<double> fifo_;
+  std::map<std::string, Message> mail_;
+  int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
+  bool serial_ = false;
+};
+
+}  // namespace
+
+json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt) {
+  if (opt.steps < 2) throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
+  return Replay(spec, profile, opt.steps).run();
+}
+
+}  // namespace slowpipe::simulator

@@ -1,0 +1,37 @@
+// Discrete-event replay of a run in virtual time: the runtime's own per-stage action lists
+// (runtime/schedule.h), the emulator's own link arrival models, costs from a profile
+// (simulator/profile.h), and message sizes from the codecs themselves (each message is encoded
+// once, so its frame size is exact, AC-SGD deltas included).
+//
+// Replay: every stage walks its action list with its own clock. Forward/Backward/Step advance it by
+// the profile's cost; Send advances it by the codec's encode cost and posts the message (sent at
+// that time); Recv blocks until the message is there, then advances by the decode cost. Link models
+// (network.model):
+//   pipelined   - per directed link, arrival = max(sent, link_free) + 8B/R + latency (emulator
+//                 LinkClock: latency overlaps back-to-back messages, as on a real wire);
+//   serial_fifo - one inbound FIFO per receiving rank shared by forward and backward traffic, billed
+//                 in the receiver's retrieval order: start = max(previous arrival, sent);
+//                 arrival = start + 8B/R + latency (the Protocol NanoGPT meter, SimPipelineStage).
+// Stages run their steps back to back; a step's time is the longest stage's, as in emulated runs.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/spec.h"
+#include "simulator/profile.h"
+
+namespace slowpipe::simulator {
+
+struct SimOptions {
+  int steps = 4;  // steps replayed back to back; the summary is over steps 1.. (step 0 fills the pipe)
+};
+
+// Exact frame bytes of one message of `shape` through codec `spec` in steady state (for acsgd: a
+// delta, i.e. the example was seen before).
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape);
+
+// A result document in the result.json schema, with "simulated": true, per-step records, the
+// summary, and "timeline": per stage, the last step's events {what, mb, start_s, end_s}.
+nlohmann::json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt = {});
+
+}  // namespace slowpipe::simulator

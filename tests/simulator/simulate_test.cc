@@ -1,0 +1,145 @@
+// The simulator against hand-computed timelines, both link models, exact message sizes, profiles.
+#include "simulator/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compression/codec.h"
+#include "runtime/schedule.h"
+
+namespace slowpipe::simulator {
+namespace {
+
+using nlohmann::json;
+
+runtime::RunSpec tinySpec(int stages, int mbs, const std::string& schedule, const std::string& model) {
+  json j = {{"name", "sim"},
+            {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+            {"pipeline", {{"stages", stages}, {"schedule", schedule}, {"micro_batches", mbs}, {"micro_batch_size", 2}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+            {"network", {{"model", model}, {"links", {{"bandwidth", "8Mbps"}, {"latency", "1ms"}}}}}};
+  return runtime::runSpecFromJson(j, "spec", true);
+}
+
+Profile flatProfile(int stages, double fwd, double bwd, double step = 0) {
+  Profile p;
+  for (int s = 0; s < stages; ++s) p.stages.push_back({fwd, bwd, step});
+  p.codecs["default"] = {{0, 0}, {0, 0}};
+  return p;
+}
+
+// One micro-batch over two stages, computed by hand. 8 Mbps = 1 byte per microsecond.
+TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
+  const auto spec = tinySpec(2, 1, "gpipe", "pipelined");
+  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;  // seconds on the wire
+  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
+  // Stage 0: F0 [0, .01], send; stage 1 gets it at .01 + act + L, F0, B0, sends the gradient.
+  const double s1Grad = 0.010 + act + L + 0.010 + 0.020;
+  // Stage 0 receives the gradient, B0; stage 1 sends its norm partial right after B0, and on the
+  // same link it queues behind the gradient (pipelined: serialisation in turn, latency overlapped).
+  const double s0B0 = s1Grad + act + L + 0.020;
+  const double partialAt = s1Grad + act + ctl + L;
+  const double s0Total = std::max(s0B0, partialAt);       // stage 0 sends the total at once
+  const double s1End = s0Total + ctl + L + 0.005;         // stage 1: total arrives, then its step
+  const double s0End = s0Total + 0.005;
+  const json& st0 = r["steps"][0];
+  EXPECT_NEAR(st0["breakdown_s_per_stage"][0]["time_s"].get<double>(), s0End, 1e-12);
+  EXPECT_NEAR(st0["breakdown_s_per_stage"][1]["time_s"].get<double>(), s1End, 1e-12);
+  EXPECT_NEAR(st0["time_s"].get<double>(), std::max(s0End, s1End), 1e-12);
+  EXPECT_EQ(r["simulated"], true);
+  EXPECT_EQ(r["message_bytes"]["forward"].get<int64_t>(), steadyFrameBytes("none", {2, 4, 8}));
+}
+
+// The two link models differ exactly where they should: pipelined overlaps the latency of
+// back-to-back messages; serial_fifo bills every message's latency in turn on one inbound wire.
+TEST(SimulatorTest, SerialFifoBillsLatencyPerMessage) {
+  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6, L = 1e-3;
+  const auto pipe = simulateRun(tinySpec(2, 4, "gpipe", "pipelined"), flatProfile(2, 0, 0), {2});
+  const auto fifo = simulateRun(tinySpec(2, 4, "gpipe", "serial_fifo"), flatProfile(2, 0, 0), {2});
+  // Zero compute, GPipe, 4 micro-batches: the forward burst reaches stage 1 at 4*act + L
+  // (pipelined) or 4*(act + L) (serial); the backward burst likewise; then the norm partial (which,
+  // pipelined, queues behind the gradients and shares their latency) and the total.
+  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6;
+  const double pipelined = 8 * act + 2 * ctl + 3 * L;  // = (4 act + L) + 4 act + (ctl + L) + (ctl + L)
+  const double serial = 4 * (act + L) + 4 * (act + L) + 2 * (ctl + L);
+  EXPECT_NEAR(pipe["steps"][0]["time_s"].get<double>(), pipelined, 1e-12);
+  EXPECT_NEAR(fifo["steps"][0]["time_s"].get<double>(), serial, 1e-12);
+  EXPECT_EQ(fifo["network"]["model"], "serial_fifo");
+}
+
+// The worker and the simulator consume the same action lists: the simulated timeline of every
+// stage is that stage's schedule, action for action.
+TEST(SimulatorTest, TimelineFollowsTheRuntimeSchedule) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const auto spec = tinySpec(4, 6, schedule, "pipelined");
+    const json r = simulateRun(spec, flatProfile(4, 0.01, 0.02, 0.001), {3});
+    for (int s = 0; s < 4; ++s) {
+      std::string got;
+      for (const auto& e : r["timeline"][s]["events"]) {
+        const std::string w = e["what"];
+        if (w == "forward") got += "F" + std::to_string(e["mb"].get<int>()) + " ";
+        if (w == "backward") got += "B" + std::to_string(e["mb"].get<int>()) + " ";
+      }
+      std::string want;
+      for (const auto& a : runtime::computeOnly(runtime::makeSchedule(schedule, 4, 6, s)))
+        if (a.kind == runtime::Action::Kind::kForward || a.kind == runtime::Action::Kind::kBackward)
+          want += runtime::describe({a}) + " ";
+      EXPECT_EQ(got, want) << schedule << " stage " << s;
+    }
+    // Steady state: every step after the first takes the same time.
+    EXPECT_NEAR(r["steps"][1]["time_s"].get<double>(), r["steps"][2]["time_s"].get<double>(), 1e-9);
+  }
+}
+
+// Message sizes are the codecs' own: the AC-SGD steady-state frame is a delta.
+TEST(SimulatorTest, MessageSizesAreExactFrames) {
+  const std::vector<int64_t> shape = {2, 16, 64};
+  const int64_t n = 2 * 16 * 64, header = 32 + 8 * 3 + 4 + 8 * 2 + 8 + 4;
+  EXPECT_EQ(steadyFrameBytes("none", shape), header + 4 * n);
+  EXPECT_EQ(steadyFrameBytes("fp16", shape), header + 2 * n);
+  EXPECT_EQ(steadyFrameBytes("quant:bits=2,levels=fixpoint", shape), header + 2 * 64 + n * 2 / 8);
+  // acsgd delta: row count, one flag byte, then the quantized deltas of both rows.
+  EXPECT_EQ(steadyFrameBytes("acsgd:bits=2,levels=fixpoint", shape), header + 4 + 1 + 2 * 64 + n * 2 / 8);
+}
+
+TEST(SimulatorTest, ProfilesRoundTripAndNameTheirErrors) {
+  Profile p = flatProfile(2, 0.1, 0.2, 0.3);
+  p.codecs["quant:bits=4,scale=channel,round=nearest"] = {{1e-6, 2e-9}, {3e-6, 4e-9}};
+  const Profile q = profileFromJson(toJson(p), "p");
+  ASSERT_EQ(q.stages.size(), 2u);
+  EXPECT_EQ(q.stages[1].backwardS, 0.2);
+  EXPECT_EQ(q.codec("quant:bits=4").encode.bSPerByte, 2e-9);  // looked up by canonical spec
+  EXPECT_EQ(q.codec("topk:ratio=0.1").encode.bSPerByte, 0.0);  // default
+  json bad = toJson(p);
+  bad["stages"][1].erase("forward_s");
+  try {
+    profileFromJson(bad, "p.json");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json.stages[1].forward_s"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(simulateRun(tinySpec(4, 1, "gpipe", "pipelined"), p), std::invalid_argument);  // 2-stage profile
+}
+
+TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
+  EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600), 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
+  json j = {{"name", "xl"},
+            {"model", {{"seq_len", 1024}, {"layers", 4}, {"width", 1600}, {"heads", 25}, {"vocab", 50257}}},
+            {"pipeline", {{"stages", 2}, {"micro_batches", 1}, {"micro_batch_size", 1}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+            {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  const auto spec = runtime::runSpecFromJson(j, "spec", true);
+  const Profile p = analyticProfile(spec, "A100", "fp16", 0.5);
+  const double flops = 312e12 * 0.5;
+  EXPECT_NEAR(p.stages[0].forwardS, 2 * blockForwardFlops(1, 1024, 1600) / flops, 1e-15);
+  EXPECT_NEAR(p.stages[1].forwardS, (2 * blockForwardFlops(1, 1024, 1600) + 2.0 * 1024 * 1600 * 50257) / flops, 1e-15);
+  EXPECT_NEAR(p.stages[1].backwardS, 2 * p.stages[1].forwardS, 1e-15);
+  EXPECT_EQ(p.device["mfu"], 0.5);
+  EXPECT_THROW(analyticProfile(spec, "K80", "fp16", 0.5), std::invalid_argument);
+  EXPECT_THROW(profileFor("analytic:A100,mfu=x", spec), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace slowpipe::simulator
