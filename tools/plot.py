@@ -60,6 +60,9 @@ def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
 
 
 def loss_curves(runs, rows, bandwidth, xkey, out, name):
+    if not any(runs.get(r["point"], {}).get("evals") for r in rows):
+        print(f"skipped {name} (no evaluations: a simulated sweep)")
+        return
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in rows:
         if r["bandwidth_bps"] != bandwidth or r["point"] not in runs:
@@ -95,6 +98,33 @@ def breakdown(rows, bandwidths, out):
     save(fig, out, "time_breakdown")
 
 
+def timeline(runs, rows, bandwidth, out):
+    """Gantt chart of one step per stage (runs that carry a "timeline": simulated ones)."""
+    sel = [r for r in rows if r["bandwidth_bps"] == bandwidth and runs.get(r["point"], {}).get("timeline")]
+    if not sel:
+        return
+    sel = [sel[0], sel[-1]] if len(sel) > 1 else sel
+    colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "encode": "tab:purple",
+              "decode": "tab:pink", "wait": "lightgrey"}
+    fig, axes = plt.subplots(len(sel), 1, figsize=(9, 1.2 + 0.45 * len(runs[sel[0]["point"]]["timeline"]) * len(sel)),
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], sel):
+        tl = runs[r["point"]]["timeline"]
+        t0 = min((e["start_s"] for st in tl for e in st["events"]), default=0)
+        for st in tl:
+            for e in st["events"]:
+                ax.barh(st["stage"], e["end_s"] - e["start_s"], left=e["start_s"] - t0, color=colors.get(e["what"], "black"),
+                        height=0.8, linewidth=0)
+        ax.set_yticks([st["stage"] for st in tl])
+        ax.invert_yaxis()
+        ax.set_ylabel("stage")
+        ax.set_title(f"{r['label']} at {fmt_bw(bandwidth)}: one step", fontsize=9)
+    axes[-1][0].set_xlabel("time in the step (s)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    axes[0][0].legend(handles, list(colors), fontsize=7, ncol=6, loc="upper right")
+    save(fig, out, "timeline_slowest")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: plot.py DIR")
@@ -125,6 +155,7 @@ def main():
         loss_curves(runs, ok, bw, "step", out, f"loss_vs_step_{tag}")
         loss_curves(runs, ok, bw, "time", out, f"loss_vs_time_{tag}")
     breakdown(ok, [bws[0], bws[-1]] if len(bws) > 1 else bws, out)
+    timeline(runs, ok, bws[0], out)
 
 
 if __name__ == "__main__":
