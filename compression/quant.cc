@@ -98,6 +98,23 @@ Layout layoutOf(const QuantOptions& opt, const Shape& shape) {
   return {n, opt.group, n == 0 ? 0 : (n - 1) / opt.group + 1, false};  // no overflow for huge groups
 }
 
+// Unpacks the codes chunk by chunk (each chunk stays in L1) and calls fn(codes, i, pos, run) for
+// every run of values that shares one scale layout: within one channel row (channel mode, pos =
+// channel of value i) or one group (group mode).
+template <typename Fn>
+void forEachDecodedRun(const Layout& l, const uint8_t* packed, int bits, Fn&& fn) {
+  uint8_t codes[kChunk];
+  for (int64_t i0 = 0; i0 < l.n; i0 += kChunk) {
+    const int64_t len = std::min(kChunk, l.n - i0);
+    unpackBits(packed + i0 * bits / 8, len, bits, codes);
+    for (int64_t i = i0; i < i0 + len;) {
+      const int64_t pos = i % l.cols, run = std::min(l.cols - pos, i0 + len - i);
+      fn(codes + (i - i0), i, pos, run);
+      i += run;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t quantScaleCount(const QuantOptions& opt, const Shape& shape) {
@@ -195,22 +212,14 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                 ", expected a finite value >= 0");
     step[g] = stepOf(m[g], levels);
   }
-  const uint8_t* packed = payload + 4 * l.groups;
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < l.n; i0 += kChunk) {
-    const int64_t len = std::min(kChunk, l.n - i0);
-    unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
-    for (int64_t i = i0; i < i0 + len;) {
-      const int64_t pos = i % l.cols, run = std::min(l.cols - pos, i0 + len - i);
-      if (l.channel) {
-        dequantRunVec(codes + (i - i0), m.data() + pos, step.data() + pos, run, out + i);
-      } else {
-        const int64_t g = i / l.cols;
-        dequantRunScalar(codes + (i - i0), m[g], step[g], run, out + i);
-      }
-      i += run;
+  forEachDecodedRun(l, payload + 4 * l.groups, opt_.bits, [&](const uint8_t* codes, int64_t i, int64_t pos, int64_t run) {
+    if (l.channel) {
+      dequantRunVec(codes, m.data() + pos, step.data() + pos, run, out + i);
+    } else {
+      const int64_t g = i / l.cols;
+      dequantRunScalar(codes, m[g], step[g], run, out + i);
     }
-  }
+  });
 }
 
 // ---- levels=fixpoint: the AC-SGD reference's mapping (see quant.h) ----
@@ -296,23 +305,15 @@ void QuantCodec::decodeFixpoint(const uint8_t* payload, const Shape& shape, floa
     SP_REQUIRE(std::isfinite(s[g]) && !(h & 0x8000u),
                "quant: scale " + std::to_string(g) + " is " + std::to_string(s[g]) + ", expected a finite value >= 0");
   }
-  const uint8_t* packed = payload + 2 * l.groups;
   std::vector<float> sg;  // group mode: the run's scale repeated
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < l.n; i0 += kChunk) {
-    const int64_t len = std::min(kChunk, l.n - i0);
-    unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
-    for (int64_t i = i0; i < i0 + len;) {
-      const int64_t pos = i % l.cols, run = std::min(l.cols - pos, i0 + len - i);
-      if (l.channel) {
-        fixpointDequantVec(codes + (i - i0), s.data() + pos, run, lo, inv, out + i);
-      } else {
-        sg.assign(static_cast<size_t>(run), s[i / l.cols]);
-        fixpointDequantVec(codes + (i - i0), sg.data(), run, lo, inv, out + i);
-      }
-      i += run;
+  forEachDecodedRun(l, payload + 2 * l.groups, opt_.bits, [&](const uint8_t* codes, int64_t i, int64_t pos, int64_t run) {
+    if (l.channel) {
+      fixpointDequantVec(codes, s.data() + pos, run, lo, inv, out + i);
+    } else {
+      sg.assign(static_cast<size_t>(run), s[i / l.cols]);
+      fixpointDequantVec(codes, sg.data(), run, lo, inv, out + i);
     }
-  }
+  });
 }
 
 }  // namespace slowpipe::compression

@@ -232,6 +232,31 @@ TEST_F(PipelineTest, WorkerWithoutItsLauncherExits) {
   EXPECT_EQ(r.status, 4) << r.output;
 }
 
+// The environment (git commit and dirty flag) is captured once per run, before any step: the first
+// version ran `git rev-parse` and `git status` after every step, forking inside the timed part.
+// A `git` earlier on PATH counts the calls.
+TEST_F(PipelineTest, GitRunsOncePerRunNotPerStep) {
+  const fs::path bin = root_ / "fake-bin", log = root_ / "git-calls.log";
+  fs::create_directories(bin);
+  {
+    std::ofstream f(bin / "git");
+    f << "#!/bin/sh\necho \"$@\" >> " << log.string() << "\nexec /usr/bin/git \"$@\"\n";
+  }
+  fs::permissions(bin / "git", fs::perms::owner_all);
+  const std::string oldPath = std::getenv("PATH");
+  setenv("PATH", (bin.string() + ":" + oldPath).c_str(), 1);
+  json spec = baseSpec(2, "gpipe");  // 20 steps
+  const json r = launch(spec, "git-count");
+  setenv("PATH", oldPath.c_str(), 1);
+  ASSERT_EQ(r["status"], "ok");
+  ASSERT_EQ(r["steps"].size(), 20u);
+  std::ifstream in(log);
+  int calls = 0;
+  for (std::string line; std::getline(in, line);) ++calls;
+  EXPECT_EQ(calls, 2) << "rev-parse and status, once each";
+  EXPECT_TRUE(r["environment"].contains("git_commit"));
+}
+
 // runtime.pin_cores: each worker runs on its own CPU when there are enough, and the result says where.
 TEST_F(PipelineTest, PinCoresRecordsThePlacement) {
   json spec = baseSpec(2, "gpipe");
