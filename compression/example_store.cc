@@ -82,10 +82,14 @@ void ExampleStore::openBacking() {
                        "(remove it, or choose another path=)");
   }
   SP_REQUIRE(fd_ >= 0, "example store: cannot create '" + opt_.path + "': " + std::strerror(errno));
-  ownsPath_ = !opt_.path.empty();
+  // Unless it is to be kept, the file is unlinked at once: the mapping stays valid, its space lives
+  // on `path`'s file system, and nothing is left behind, whatever ends the process (kill -9 too).
+  if (!opt_.path.empty() && !opt_.keepFile) unlink(opt_.path.c_str());
+  ownsPath_ = false;
   mapBytes_ = opt_.budgetBytes;
   if (ftruncate(fd_, static_cast<off_t>(mapBytes_)) != 0) {
     const std::string why = std::strerror(errno);
+    ownsPath_ = opt_.keepFile && !opt_.path.empty();
     throw CodecError("example store: cannot size '" + opt_.path + "' to " + std::to_string(mapBytes_) + " bytes: " + why);
   }
   void* p = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
@@ -99,7 +103,7 @@ void ExampleStore::openBacking() {
 ExampleStore::~ExampleStore() {
   if (map_) munmap(map_, mapBytes_);
   if (fd_ >= 0) close(fd_);
-  if (ownsPath_ && !opt_.keepFile) unlink(opt_.path.c_str());
+  if (ownsPath_) unlink(opt_.path.c_str());  // a file that could not be set up
 }
 
 void ExampleStore::initRows(int64_t n) {

@@ -6,8 +6,9 @@
 // it is full, store() of a *new* id returns false and the example simply stays unbuffered. That
 // decision depends only on the sequence of ids, so sender and receiver stores stay identical.
 // The file of a file-backed store is created at the first store() (building a codec to validate a
-// spec creates nothing), is owned by this store alone (O_EXCL: two stores never share a file), and
-// is removed when the store is destroyed unless keepFile is set.
+// spec creates nothing) and is owned by this store alone (O_EXCL: two stores never share a file).
+// Unless keepFile is set it is unlinked right after it is opened: the mapping lives on, its space
+// on path's file system, and no exit path (kill -9 included) can leave it behind.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@ struct StoreOptions {
   Dtype dtype = Dtype::kFp32;
   Backing backing = Backing::kRam;
   std::string path;         // mmap file; empty = an unlinked temporary file
-  bool keepFile = false;    // keep `path` after the store is destroyed (default: remove it)
+  bool keepFile = false;    // keep `path` on disk (default: unlinked as soon as it is open)
   uint64_t budgetBytes = 0; // 0 = unlimited (RAM only; mmap defaults to 1 GiB)
 };
 

@@ -329,12 +329,33 @@ class Launcher {
     } else if (type == "done") {
       if (!workers_[r].done) ++doneCount_;
       workers_[r].done = true;
-      doc_["codec_state"][std::to_string(r)] = rec;
+      json state = rec;
+      state.erase("timeline");
+      doc_["codec_state"][std::to_string(r)] = state;
+      timelines_[r] = rec.value("timeline", json::array());
+      if (doneCount_ == S_) recordTimeline();
     } else if (type == "error") {
       error_ = "rank " + std::to_string(r) + ": " + rec.value("message", "error");
       return false;
     }
     return true;
+  }
+
+  // The last step's events of every stage, on one time axis (all workers share the host's
+  // monotonic clock), in the simulator's timeline schema.
+  void recordTimeline() {
+    double t0 = 1e300;
+    for (const auto& [r, ev] : timelines_)
+      for (const auto& e : ev) t0 = std::min(t0, e["start_s"].get<double>());
+    json tl = json::array();
+    for (const auto& [r, ev] : timelines_) {
+      json out = json::array();
+      for (const auto& e : ev)
+        out.push_back({{"what", e["what"]}, {"mb", e["mb"]}, {"start_s", e["start_s"].get<double>() - t0},
+                       {"end_s", e["end_s"].get<double>() - t0}});
+      tl.push_back({{"stage", r}, {"events", out}});
+    }
+    doc_["timeline"] = tl;
   }
 
   // Kernel backend with bandwidth traces: the launcher changes the HTB rate of each traced
@@ -490,6 +511,15 @@ class Launcher {
   }
 
   void stopWorkers() {
+    // After a successful run the workers are on their way out (flushing sockets, freeing codec
+    // state): give them a few seconds before SIGTERM.
+    const double grace = doneCount_ == S_ ? now() + 5.0 : now();
+    for (auto& w : workers_) {
+      while (w.pid > 0 && !w.exited && now() < grace) {
+        if (waitpid(w.pid, nullptr, WNOHANG) == w.pid) w.exited = true;
+        else usleep(5000);
+      }
+    }
     for (auto& w : workers_)
       if (w.pid > 0 && !w.exited) kill(w.pid, SIGTERM);
     const double deadline = now() + 2.0;
@@ -533,7 +563,7 @@ class Launcher {
   std::string resultPath_, specPath_, controlEp_, torchVersion_;
   json doc_;
   std::map<int64_t, std::map<int, json>> pending_;
-  std::map<int, json> hellos_;
+  std::map<int, json> hellos_, timelines_;
   struct TraceCursor {
     int edge, from;
     emulator::BandwidthTrace trace;

@@ -102,7 +102,7 @@ class PipelineWorker {
     }
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
-    report({{"type", "done"}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
+    report({{"type", "done"}, {"timeline", events_}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)}});
@@ -135,8 +135,10 @@ class PipelineWorker {
     double compute = 0, sq = 0;
     std::map<int, std::vector<int64_t>> ids;
     std::map<int, torch::Tensor> inbox, outbox;  // received inputs / outputs waiting to be sent, per mb
+    events_ = json::array();  // this step's timeline; the last step's goes out with "done"
     for (const Action& a : schedule) {
       const bool toNext = a.peer == Action::Peer::kNext;
+      const double ta = now();
       switch (a.kind) {
         case K::kRecv:
           if (a.message == Msg::kActivation) {
@@ -202,6 +204,7 @@ class PipelineWorker {
           break;
         }
       }
+      events_.push_back({{"what", eventName(a.kind)}, {"mb", a.microBatch}, {"start_s", ta}, {"end_s", now()}});
     }
     const TransportStats st = transport_->takeStats();
     json r = {{"type", "step"}, {"step", g}, {"epoch", epoch}, {"time_s", now() - t0}, {"compute_s", compute},
@@ -220,6 +223,18 @@ class PipelineWorker {
     std::vector<int64_t> out;
     for (int64_t i : plan_.epochs.microBatch(epoch, s, mb)) out.push_back(plan_.train.id(i));
     return out;
+  }
+
+  static const char* eventName(Action::Kind k) {
+    switch (k) {
+      case Action::Kind::kRecv: return "recv";  // waiting + decoding
+      case Action::Kind::kSend: return "send";  // encoding + handing to the link
+      case Action::Kind::kForward: return "forward";
+      case Action::Kind::kBackward: return "backward";
+      case Action::Kind::kGradNorm: return "gradnorm";
+      case Action::Kind::kStep: return "step";
+    }
+    return "?";
   }
 
   // Control frame tags of the two norm messages (micro-batch field; negative, never a micro-batch).
@@ -263,6 +278,7 @@ class PipelineWorker {
   zmq::socket_t control_;
   std::unique_ptr<StageTransport> transport_;
   double norm_ = 0, lastLoss_ = 0;
+  json events_ = json::array();  // {what, mb, start_s, end_s} of the current step (host monotonic clock)
 };
 
 }  // namespace

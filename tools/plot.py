@@ -99,13 +99,15 @@ def breakdown(rows, bandwidths, out):
 
 
 def timeline(runs, rows, bandwidth, out):
-    """Gantt chart of one step per stage (runs that carry a "timeline": simulated ones)."""
+    """Gantt chart of one step per stage (simulated runs, and emulated ones: their last step)."""
     sel = [r for r in rows if r["bandwidth_bps"] == bandwidth and runs.get(r["point"], {}).get("timeline")]
     if not sel:
         return
     sel = [sel[0], sel[-1]] if len(sel) > 1 else sel
+    # Simulated runs split a receive into wait + decode and a send into encode; emulated workers
+    # record whole receives and sends.
     colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "encode": "tab:purple",
-              "decode": "tab:pink", "wait": "lightgrey"}
+              "decode": "tab:pink", "wait": "lightgrey", "recv": "silver", "send": "tab:purple"}
     fig, axes = plt.subplots(len(sel), 1, figsize=(9, 1.2 + 0.45 * len(runs[sel[0]["point"]]["timeline"]) * len(sel)),
                              squeeze=False)
     for ax, r in zip(axes[:, 0], sel):

@@ -182,19 +182,21 @@ TEST(AcsgdTest, MmapStoreWritesItsFileAndReportsBytes) {
     activation(1, 0, 0, x.data());
     activation(2, 0, 0, x.data() + kRow);
     roundTrip(p, {1, 2}, x, 0);
-    // The two ends own two files (the old code opened one file for both, so they shared a buffer).
-    EXPECT_TRUE(std::filesystem::exists(sendFile));
-    EXPECT_TRUE(std::filesystem::exists(recvFile));
+    // Without keep=true the files are unlinked as soon as they are open (nothing can be left).
+    EXPECT_FALSE(std::filesystem::exists(sendFile));
+    EXPECT_FALSE(std::filesystem::exists(recvFile));
     EXPECT_FALSE(std::filesystem::exists(path));
     EXPECT_EQ(p.s().store().bytesUsed(), 2u * kRow * 2);
+    EXPECT_EQ(p.s().stateDigest(), p.r().stateDigest());
   }
-  EXPECT_FALSE(std::filesystem::exists(sendFile)) << "removed with its store";
-  EXPECT_FALSE(std::filesystem::exists(recvFile));
   {
     Pair p = makePair("acsgd:bits=2,backing=mmap,path=" + path.string() + ",keep=true");
     std::vector<float> x(kRow);
     activation(1, 0, 0, x.data());
     roundTrip(p, {1}, x, 0);
+    // The two ends own two files (the old code opened one file for both, so they shared a buffer).
+    EXPECT_TRUE(std::filesystem::exists(sendFile));
+    EXPECT_TRUE(std::filesystem::exists(recvFile));
   }
   EXPECT_TRUE(std::filesystem::exists(sendFile)) << "keep=true keeps it";
   // A store never opens a file that exists: two codecs given one file is an error, not a shared buffer.

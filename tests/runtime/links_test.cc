@@ -84,10 +84,18 @@ TEST_F(PipelineTest, SerialFifoRunMatchesPipelinedLossesAndIsSlower) {
   ASSERT_EQ(b["status"], "ok") << b.value("reason", "");
   for (size_t i = 0; i < a["steps"].size(); ++i)
     EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>());
-  // GPipe, 4 micro-batches: pipelined pays ~2 latencies per direction burst, serial ~4 more each.
-  EXPECT_GT(b["summary"]["mean_step_time_s"].get<double>(), a["summary"]["mean_step_time_s"].get<double>() + 0.04);
-  for (const auto& st : b["steps"])
-    EXPECT_GE(st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"]["min"].get<double>(), 0.010 - 1e-4);
+  EXPECT_GT(b["summary"]["mean_step_time_s"].get<double>(), a["summary"]["mean_step_time_s"].get<double>() + 0.02);
+  // GPipe sends the 4 activations back to back. Pipelined, each arrives ~one latency after it was
+  // sent; on the serial FIFO the 4th waits for the 3 before it: 4 latencies less the 3 forwards
+  // computed between the sends (a few ms each here).
+  for (size_t i = 1; i < a["steps"].size(); ++i) {
+    const json& pipe = a["steps"][i]["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"];
+    const json& fifoDelay = b["steps"][i]["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"];
+    EXPECT_GE(pipe["min"].get<double>(), 0.010 - 1e-4);
+    EXPECT_LT(pipe["max"].get<double>(), 0.020) << "step " << i;
+    EXPECT_GE(fifoDelay["min"].get<double>(), 0.010 - 1e-4);
+    EXPECT_GE(fifoDelay["max"].get<double>(), 0.025) << "step " << i;
+  }
 }
 
 class TcRunTest : public PipelineTest {

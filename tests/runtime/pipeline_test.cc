@@ -70,6 +70,12 @@ TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
   // after every example was seen four times, and not trivially so.
   EXPECT_TRUE(a["codec_states_match"].get<bool>());
   EXPECT_EQ(a["codec_state"]["0"]["fwd_sender_digest"], a["codec_state"]["1"]["fwd_receiver_digest"]);
+  // The last step's timeline, per stage, in the order of that stage's action list.
+  ASSERT_EQ(a["timeline"].size(), 2u);
+  std::string got;
+  for (const auto& e : a["timeline"][1]["events"])
+    got += e["what"].get<std::string>().substr(0, 1) + (e["mb"].get<int>() >= 0 ? std::to_string(e["mb"].get<int>()) : "") + " ";
+  EXPECT_EQ(got, "r0 f0 r1 f1 r2 f2 r3 f3 b3 s3 b2 s2 b1 s1 b0 s0 g s r s ") << got;
   EXPECT_NE(a["codec_state"]["0"]["fwd_sender_digest"], f["codec_state"]["0"]["fwd_sender_digest"]);
   const auto& steps = a["steps"];
   EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 0.3);
