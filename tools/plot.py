@@ -108,8 +108,8 @@ def timeline(runs, rows, bandwidth, out):
     # record whole receives and sends.
     colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "encode": "tab:purple",
               "decode": "tab:pink", "wait": "lightgrey", "recv": "silver", "send": "tab:purple"}
-    fig, axes = plt.subplots(len(sel), 1, figsize=(9, 1.2 + 0.45 * len(runs[sel[0]["point"]]["timeline"]) * len(sel)),
-                             squeeze=False)
+    stages = len(runs[sel[0]["point"]]["timeline"])
+    fig, axes = plt.subplots(len(sel), 1, figsize=(9, (1.3 + 0.45 * stages) * len(sel) + 0.6), squeeze=False)
     for ax, r in zip(axes[:, 0], sel):
         tl = runs[r["point"]]["timeline"]
         t0 = min((e["start_s"] for st in tl for e in st["events"]), default=0)
@@ -123,7 +123,8 @@ def timeline(runs, rows, bandwidth, out):
         ax.set_title(f"{r['label']} at {fmt_bw(bandwidth)}: one step", fontsize=9)
     axes[-1][0].set_xlabel("time in the step (s)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    axes[0][0].legend(handles, list(colors), fontsize=7, ncol=6, loc="upper right")
+    fig.legend(handles, list(colors), fontsize=7, ncol=len(colors), loc="lower center")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     save(fig, out, "timeline_slowest")
 
 
