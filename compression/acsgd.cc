@@ -156,14 +156,13 @@ void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecC
 }
 
 uint64_t ErrorFeedbackCodec::residualDigest() const {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffset;
   std::vector<std::string> keys;
   for (const auto& kv : residual_) keys.push_back(kv.first);
   std::sort(keys.begin(), keys.end());
   for (const auto& k : keys) {
     const auto& r = residual_.at(k);
-    const auto* p = reinterpret_cast<const uint8_t*>(r.data());
-    for (size_t i = 0; i < r.size() * 4; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    h = fnv1a(r.data(), r.size() * 4, h);
   }
   return h;
 }

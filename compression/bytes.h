@@ -21,6 +21,15 @@ inline void copyBytes(void* dst, const void* src, size_t n) {
   if (n) std::memcpy(dst, src, n);
 }
 
+// 64-bit FNV-1a of n bytes, continuing from h: the digest of codec state (sender vs receiver) and
+// of sweep identities (specs, checkpoints).
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 class ByteWriter {
  public:
   explicit ByteWriter(Bytes& out) : out_(out) {}

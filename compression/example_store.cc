@@ -85,17 +85,15 @@ void ExampleStore::openBacking() {
   // Unless it is to be kept, the file is unlinked at once: the mapping stays valid, its space lives
   // on `path`'s file system, and nothing is left behind, whatever ends the process (kill -9 too).
   if (!opt_.path.empty() && !opt_.keepFile) unlink(opt_.path.c_str());
-  ownsPath_ = false;
   mapBytes_ = opt_.budgetBytes;
-  if (ftruncate(fd_, static_cast<off_t>(mapBytes_)) != 0) {
-    const std::string why = std::strerror(errno);
-    ownsPath_ = opt_.keepFile && !opt_.path.empty();
-    throw CodecError("example store: cannot size '" + opt_.path + "' to " + std::to_string(mapBytes_) + " bytes: " + why);
-  }
-  void* p = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  void* p = MAP_FAILED;
+  const bool sized = ftruncate(fd_, static_cast<off_t>(mapBytes_)) == 0;
+  if (sized) p = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
     const std::string why = std::strerror(errno);
-    throw CodecError("example store: mmap of " + std::to_string(mapBytes_) + " bytes failed: " + why);
+    if (!opt_.path.empty() && opt_.keepFile) unlink(opt_.path.c_str());  // a kept file is for a working store
+    throw CodecError("example store: cannot " + std::string(sized ? "map " : "size ") + "'" + opt_.path + "' (" +
+                     std::to_string(mapBytes_) + " bytes): " + why);
   }
   map_ = static_cast<uint8_t*>(p);
 }
@@ -103,7 +101,6 @@ void ExampleStore::openBacking() {
 ExampleStore::~ExampleStore() {
   if (map_) munmap(map_, mapBytes_);
   if (fd_ >= 0) close(fd_);
-  if (ownsPath_) unlink(opt_.path.c_str());  // a file that could not be set up
 }
 
 void ExampleStore::initRows(int64_t n) {
@@ -179,13 +176,10 @@ void ExampleStore::prefetch(const std::vector<int64_t>& ids) const {
 uint64_t ExampleStore::digest() const {
   std::vector<std::pair<int64_t, size_t>> order(slots_.begin(), slots_.end());
   std::sort(order.begin(), order.end());
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over ids and row bytes in id order
-  auto mix = [&h](const uint8_t* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  };
+  uint64_t h = kFnvOffset;  // over ids and row bytes in id order
   for (const auto& [id, index] : order) {
-    mix(reinterpret_cast<const uint8_t*>(&id), sizeof id);
-    mix(slot(index), slotBytes_);
+    h = fnv1a(&id, sizeof id, h);
+    h = fnv1a(slot(index), slotBytes_, h);
   }
   return h;
 }

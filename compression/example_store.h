@@ -62,7 +62,6 @@ class ExampleStore {
   std::unordered_map<int64_t, size_t> slots_;
   std::vector<uint8_t> ram_;
   int fd_ = -1;
-  bool ownsPath_ = false;  // this store created opt_.path
   uint8_t* map_ = nullptr;
   size_t mapBytes_ = 0;
 };

@@ -257,6 +257,11 @@ __attribute__((target_clones("avx2", "default"))) void fixpointDequantVec(
   for (int64_t i = 0; i < n; ++i) out[i] = ((static_cast<float>(codes[i]) + lo) * inv) * s[i];
 }
 
+__attribute__((target_clones("avx2", "default"))) void fixpointDequantScalar(
+    const uint8_t* codes, float s, int64_t n, float lo, float inv, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ((static_cast<float>(codes[i]) + lo) * inv) * s;
+}
+
 }  // namespace
 
 void QuantCodec::encodeFixpoint(const float* x, const Shape& shape, Bytes& out) {
@@ -305,13 +310,11 @@ void QuantCodec::decodeFixpoint(const uint8_t* payload, const Shape& shape, floa
     SP_REQUIRE(std::isfinite(s[g]) && !(h & 0x8000u),
                "quant: scale " + std::to_string(g) + " is " + std::to_string(s[g]) + ", expected a finite value >= 0");
   }
-  std::vector<float> sg;  // group mode: the run's scale repeated
   forEachDecodedRun(l, payload + 2 * l.groups, opt_.bits, [&](const uint8_t* codes, int64_t i, int64_t pos, int64_t run) {
     if (l.channel) {
       fixpointDequantVec(codes, s.data() + pos, run, lo, inv, out + i);
     } else {
-      sg.assign(static_cast<size_t>(run), s[i / l.cols]);
-      fixpointDequantVec(codes, sg.data(), run, lo, inv, out + i);
+      fixpointDequantScalar(codes, s[i / l.cols], run, lo, inv, out + i);
     }
   });
 }

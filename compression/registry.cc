@@ -108,10 +108,6 @@ QuantOptions quantOptions(const std::string& name, const Params& p, int defaultB
     q.levels = pick(name, "levels", p.at("levels"), {"symmetric", "fixpoint"}) == "fixpoint"
                    ? QuantOptions::Levels::kFixpoint
                    : QuantOptions::Levels::kSymmetric;
-  SP_REQUIRE(!(q.levels == QuantOptions::Levels::kFixpoint && q.round == QuantOptions::Round::kStochastic),
-             "codec '" + name + "': levels=fixpoint rounds to nearest like the AC-SGD reference; "
-             "round=stochastic needs levels=symmetric");
-  SP_REQUIRE(q.group <= (int64_t{1} << 40), "codec '" + name + "': group=" + std::to_string(q.group) + " is too large (at most 2^40)");
   return q;
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "compression/bytes.h"
 #include "emulator/shaped_socket.h"
 #include "experiments/summary.h"
 #include "runtime/data.h"
@@ -43,15 +44,13 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-uint64_t fnv(const char* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(p[i])) * 1099511628211ull;
-  return h;
-}
-
-std::string thisHost() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return host;
+// A result as it stands: one left "running" by a launcher that is gone (pid on this host) is failed.
+json settled(json r) {
+  if (r.is_object() && r.value("status", "") == "running" && effectiveStatus(r) == "failed") {
+    r["status"] = "failed";
+    r["reason"] = "launcher (pid " + std::to_string(r["launcher"].value("pid", 0)) + ") is gone";
+  }
+  return r;
 }
 
 fs::path copyPath(const fs::path& out, const std::string& point, int k) {
@@ -90,23 +89,19 @@ std::string pretrain(const SweepSpec& spec, const fs::path& out) {
 
 // Why the (point, repeat) must run, or "" if its finished copy stands.
 std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& identity) {
-  const json prev = readOrNull(copy);
+  const json prev = settled(readOrNull(copy));
   const json live = readOrNull(runDir / "result.json");
-  if (live.is_object() && live.value("status", "") == "running" && effectiveStatus(live) == "running")
+  if (effectiveStatus(live) == "running")
     throw std::runtime_error(runDir.string() + " is being written by a live launcher (pid " +
                              std::to_string(live["launcher"].value("pid", 0)) + "); is another sweep running on this folder?");
   if (!prev.is_object()) {
     if (live.is_object() && live.value("status", "") == "running")
-      return "the previous attempt's launcher (pid " + std::to_string(live["launcher"].value("pid", 0)) +
-             ") is gone; counted as failed";
+      return "the previous attempt's " + settled(live).value("reason", "") + "; counted as failed";
     return "";  // never ran: no reason to print
   }
-  const std::string st = effectiveStatus(prev);
-  if (st != "ok") {
-    const std::string reason = prev.value("status", "") == "running"
-                                   ? "launcher (pid " + std::to_string(prev["launcher"].value("pid", 0)) + ") is gone"
-                                   : prev.value("reason", "");
-    return "previous attempt " + st + (reason.empty() ? "" : ": " + reason);
+  if (prev.value("status", "") != "ok") {
+    const std::string reason = prev.value("reason", "");
+    return "previous attempt " + prev.value("status", "unknown") + (reason.empty() ? "" : ": " + reason);
   }
   const std::string diff = identityDifference(prev, identity);
   return diff.empty() ? "skip" : diff;
@@ -120,7 +115,7 @@ std::string effectiveStatus(const json& r) {
   if (st != "running") return st;
   const json l = r.value("launcher", json::object());
   const int pid = l.value("pid", 0);
-  if (l.value("host", "") != thisHost()) return "running";  // cannot tell from here
+  if (l.value("host", "") != runtime::hostName()) return "running";  // cannot tell from here
   if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return "failed";
   return "running";
 }
@@ -128,11 +123,11 @@ std::string effectiveStatus(const json& r) {
 std::string fileDigest(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = compression::kFnvOffset;
   char buf[1 << 16];
   while (in) {
     in.read(buf, sizeof buf);
-    h = fnv(buf, static_cast<size_t>(in.gcount()), h);
+    h = compression::fnv1a(buf, static_cast<size_t>(in.gcount()), h);
   }
   return hex(h);
 }
@@ -140,7 +135,7 @@ std::string fileDigest(const std::string& path) {
 json runIdentity(const json& pointSpec, const json& build) {
   const std::string dump = pointSpec.dump();
   const std::string ckpt = pointSpec["training"].value("init_checkpoint", "");
-  return {{"spec_digest", hex(fnv(dump.data(), dump.size()))},
+  return {{"spec_digest", hex(compression::fnv1a(dump.data(), dump.size()))},
           {"checkpoint_digest", ckpt.empty() ? "" : fileDigest(ckpt)},
           {"commit", build.value("git_commit", "unknown")},
           {"dirty", build.value("git_dirty", true)}};
@@ -165,12 +160,7 @@ void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   std::map<std::string, std::vector<json>> results;
   for (const auto& p : points)
     for (int k = 0; k < spec.repeats; ++k) {
-      json doc = readOrNull(copyPath(outDir, p.name, k));
-      if (doc.is_object() && doc.value("status", "") == "running" && effectiveStatus(doc) == "failed") {
-        doc["status"] = "failed";
-        doc["reason"] = "launcher (pid " + std::to_string(doc["launcher"].value("pid", 0)) + ") is gone";
-      }
-      results[p.name].push_back(doc);
+      results[p.name].push_back(settled(readOrNull(copyPath(outDir, p.name, k))));
     }
   const json summary = summarizeSweep(spec, points, results);
   runtime::writeJsonAtomically((fs::path(outDir) / "summary.json").string(), summary);

@@ -5,6 +5,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "runtime/result.h"
 #include "runtime/spec.h"
 
 namespace slowpipe::experiments {
@@ -66,15 +67,7 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
 }
 
 SweepSpec loadSweepSpec(const std::string& path, bool simulation) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("sweep file '" + path + "' cannot be read");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument("sweep file '" + path + "' is not valid JSON: " + e.what());
-  }
-  return sweepSpecFromJson(j, "sweep", simulation);
+  return sweepSpecFromJson(runtime::readJsonFile(path, "sweep file"), "sweep", simulation);
 }
 
 namespace {

@@ -40,7 +40,7 @@ struct Worker {
   bool done = false, exited = false;
   int status = 0;
   int64_t lastStep = -1;
-  long cpuAtProgress = 0;  // CPU ticks at the last progress record, for hang diagnosis
+  long cpuAtProgress = 0;  // CPU ticks when a hang was first suspected (no record for half the timeout)
 };
 
 std::string describeExit(int status) {
@@ -320,8 +320,7 @@ class Launcher {
     cpuSampled_ = false;
     if (type == "hello") {
       hellos_[r] = rec;
-      torchVersion_ = rec.value("torch_version", "");
-      doc_["environment"]["libtorch"] = torchVersion_;
+      doc_["environment"]["libtorch"] = rec.value("torch_version", "");
     } else if (type == "step") {
       onStep(rec);
     } else if (type == "eval") {
@@ -548,19 +547,13 @@ class Launcher {
     return d;
   }
 
-  static std::string hostName() {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    return host;
-  }
-
   const RunSpec& spec_;
   LaunchOptions opt_;
   int S_;
   RankLayout layout_;  // one replica per stage today
   std::vector<Worker> workers_;
   std::unique_ptr<emulator::NetnsFabric> fabric_;
-  std::string resultPath_, specPath_, controlEp_, torchVersion_;
+  std::string resultPath_, specPath_, controlEp_;
   json doc_;
   std::map<int64_t, std::map<int, json>> pending_;
   std::map<int, json> hellos_, timelines_;

@@ -60,10 +60,24 @@ json summarizeSteps(const json& steps, const json& evals) {
   return s;
 }
 
-json environmentInfo(const std::string& torchVersion) {
+json readJsonFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(what + " '" + path + "' cannot be read");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(what + " '" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+std::string hostName() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  json env = {{"host", host}, {"cores", std::thread::hardware_concurrency()}, {"compiler", "g++ " __VERSION__},
+  return host;
+}
+
+json environmentInfo(const std::string& torchVersion) {
+  json env = {{"host", hostName()}, {"cores", std::thread::hardware_concurrency()}, {"compiler", "g++ " __VERSION__},
               {"libtorch", torchVersion}};
   const auto commit = emulator::runCommand({"git", "-C", SLOWPIPE_SOURCE_DIR, "rev-parse", "HEAD"});
   env["git_commit"] = commit.status == 0 ? commit.output.substr(0, 40) : "unknown";

@@ -15,6 +15,11 @@ constexpr const char* kResultSchema = "slowpipe.result/1";
 nlohmann::json summarizeSteps(const nlohmann::json& steps, const nlohmann::json& evals);
 // Host, cores, compiler, libtorch version, git commit of the source tree.
 nlohmann::json environmentInfo(const std::string& torchVersion);
+// Reads a JSON file; a missing or malformed file is std::invalid_argument "<what> '<path>' cannot
+// be read" / "... is not valid JSON: <parser message>".
+nlohmann::json readJsonFile(const std::string& path, const std::string& what);
+// This machine's host name (recorded with a launcher's pid: a pid means something on its host only).
+std::string hostName();
 // Writes `doc` to path via a temporary file and rename, so readers never see a partial file.
 void writeJsonAtomically(const std::string& path, const nlohmann::json& doc);
 

@@ -3,12 +3,12 @@
 
 #include <cstdlib>
 #include <limits>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
 #include "compression/codec.h"
 #include "emulator/link.h"
+#include "runtime/result.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -230,14 +230,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
 }
 
 RunSpec loadRunSpec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("spec file '" + path + "' cannot be read");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument("spec file '" + path + "' is not valid JSON: " + e.what());
-  }
+  const json j = readJsonFile(path, "spec file");
   try {
     return runSpecFromJson(j, "spec");
   } catch (const std::invalid_argument& e) {

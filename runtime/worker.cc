@@ -102,7 +102,10 @@ class PipelineWorker {
     }
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
-    report({{"type", "done"}, {"timeline", events_}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
+    json timeline = json::array();
+    for (const auto& e : events_)
+      timeline.push_back({{"what", eventName(e.kind)}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
+    report({{"type", "done"}, {"timeline", timeline}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)}});
@@ -134,8 +137,9 @@ class PipelineWorker {
     const double t0 = now();
     double compute = 0, sq = 0;
     std::map<int, std::vector<int64_t>> ids;
-    std::map<int, torch::Tensor> inbox, outbox;  // received inputs / outputs waiting to be sent, per mb
-    events_ = json::array();  // this step's timeline; the last step's goes out with "done"
+    // Per micro-batch: received activations and gradients, and outputs waiting to be sent.
+    std::map<int, torch::Tensor> activationIn, gradientIn, outbox;
+    events_.clear();  // this step's timeline; the last step's goes out with "done"
     for (const Action& a : schedule) {
       const bool toNext = a.peer == Action::Peer::kNext;
       const double ta = now();
@@ -147,10 +151,10 @@ class PipelineWorker {
             if (t.exampleIds != ids[a.microBatch])
               throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " +
                                        std::to_string(a.microBatch) + " differ from the data plan");
-            inbox[a.microBatch] = fromTransport(t);
+            activationIn[a.microBatch] = fromTransport(t);
           } else if (a.message == Msg::kGradient) {
             Tensor32 t = transport_->recv(false, MessageKind::kGradient, g, epoch, a.microBatch);
-            inbox[-2 - a.microBatch] = fromTransport(t);  // gradients keyed apart from activations
+            gradientIn[a.microBatch] = fromTransport(t);
           } else {
             const double v = scalarOf(transport_->recv(!toNext, MessageKind::kControl, g, epoch, normTag(a.message)));
             sq = a.message == Msg::kNormPartial ? sq + v : v;
@@ -170,8 +174,8 @@ class PipelineWorker {
           std::vector<int64_t> mbIds;
           makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, a.microBatch), spec_.model.seqLen, &inputs, &tgt, &mbIds);
           ids[a.microBatch] = mbIds;
-          const torch::Tensor in = runner_.first() ? inputs : inbox.at(a.microBatch);
-          inbox.erase(a.microBatch);
+          const torch::Tensor in = runner_.first() ? inputs : activationIn.at(a.microBatch);
+          activationIn.erase(a.microBatch);
           const double tc = now();
           torch::Tensor out = runner_.forward(a.microBatch, in, tgt);
           compute += now() - tc;
@@ -181,8 +185,8 @@ class PipelineWorker {
         case K::kBackward: {
           torch::Tensor grad;
           if (!runner_.last()) {
-            grad = inbox.at(-2 - a.microBatch);
-            inbox.erase(-2 - a.microBatch);
+            grad = gradientIn.at(a.microBatch);
+            gradientIn.erase(a.microBatch);
           }
           const double tc = now();
           torch::Tensor gin = runner_.backward(a.microBatch, grad);
@@ -204,7 +208,7 @@ class PipelineWorker {
           break;
         }
       }
-      events_.push_back({{"what", eventName(a.kind)}, {"mb", a.microBatch}, {"start_s", ta}, {"end_s", now()}});
+      events_.push_back({a.kind, a.microBatch, ta, now()});
     }
     const TransportStats st = transport_->takeStats();
     json r = {{"type", "step"}, {"step", g}, {"epoch", epoch}, {"time_s", now() - t0}, {"compute_s", compute},
@@ -278,7 +282,12 @@ class PipelineWorker {
   zmq::socket_t control_;
   std::unique_ptr<StageTransport> transport_;
   double norm_ = 0, lastLoss_ = 0;
-  json events_ = json::array();  // {what, mb, start_s, end_s} of the current step (host monotonic clock)
+  struct Event {
+    Action::Kind kind;
+    int mb;
+    double start, end;  // host monotonic clock
+  };
+  std::vector<Event> events_;  // of the current step
 };
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Profiles: JSON, named devices, analytic costs from FLOPs.
 #include "simulator/profile.h"
 
-#include <fstream>
 #include <stdexcept>
 
 #include "compression/codec.h"
+#include "runtime/result.h"
 
 namespace slowpipe::simulator {
 
@@ -70,15 +70,7 @@ Profile profileFromJson(const json& j, const std::string& where) {
 }
 
 Profile loadProfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("profile '" + path + "' cannot be read");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument("profile '" + path + "' is not valid JSON: " + e.what());
-  }
-  return profileFromJson(j, "profile '" + path + "'");
+  return profileFromJson(runtime::readJsonFile(path, "profile"), "profile '" + path + "'");
 }
 
 const DeviceSpec& deviceSpec(const std::string& name) {

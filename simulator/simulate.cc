@@ -8,6 +8,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "emulator/link.h"
+#include "emulator/shaped_socket.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
 
@@ -70,7 +71,7 @@ class Replay {
     for (int s = 0; s + 1 < S_; ++s)
       for (auto [a, b] : {std::pair{s, s + 1}, std::pair{s + 1, s}})
         clocks_.emplace(std::pair{a, b}, emulator::LinkClock(topo_.link(a, b), 0.0, 1000 * a + b));
-    fifo_.assign(S_, 0.0);
+    fifo_.resize(S_);
   }
 
   json run() {
@@ -147,9 +148,7 @@ class Replay {
         mail_.erase(it);
         if (serial_) {  // billed at retrieval, in this receiver's order, on its one inbound FIFO
           const emulator::LinkSpec& l = topo_.link(peer, s);
-          const double start = std::max(fifo_[s], m.sentAt);
-          m.arrival = start + 8.0 * static_cast<double>(m.bytes) / l.bandwidthBps + l.latencyS;
-          fifo_[s] = m.arrival;
+          m.arrival = fifo_[s].bill(m.sentAt, static_cast<uint64_t>(m.bytes), l.bandwidthBps, l.latencyS);
         }
         if (m.arrival > st.t) {
           st.events.push_back({"wait", a.microBatch, st.t, m.arrival});
@@ -211,7 +210,7 @@ class Replay {
   std::vector<StageState> stages_;
   std::map<int, std::vector<Event>> lastEvents_;
   std::map<std::pair<int, int>, emulator::LinkClock> clocks_;
-  std::vector<double> fifo_;
+  std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
   std::map<std::string, Message> mail_;
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
   bool serial_ = false;

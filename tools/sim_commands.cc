@@ -114,9 +114,7 @@ void addSimCommands(CLI::App& app) {
     cmd->add_option("--reps", *reps, "measured: steps timed per stage")->check(CLI::Range(1, 1000));
     cmd->add_option("--codec", *codecs, "measured: also time this codec (repeatable; e.g. every codec of a sweep)");
     cmd->callback([=] {
-      std::ifstream in(*spec);
-      if (!in) throw std::invalid_argument("spec file '" + *spec + "' cannot be read");
-      const json j = json::parse(in);
+      const json j = runtime::readJsonFile(*spec, "spec file");
       // A sweep profiles its base run with every codec its compression axis names.
       std::vector<std::string> all = *codecs;
       json runJson = j;
@@ -147,9 +145,7 @@ void addSimCommands(CLI::App& app) {
     cmd->add_option("--out", *out, "output folder (result.json)")->required();
     cmd->add_option("--steps", *steps, "steps replayed back to back")->check(CLI::Range(2, 10000));
     cmd->callback([=] {
-      std::ifstream in(*spec);
-      if (!in) throw std::invalid_argument("spec file '" + *spec + "' cannot be read");
-      const runtime::RunSpec s = runtime::runSpecFromJson(json::parse(in), "spec", /*simulation=*/true);
+      const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
       const simulator::Profile p = simulator::profileFor(*profile, s);
       const json doc = simulator::simulateRun(s, p, {*steps});
       std::filesystem::create_directories(*out);
