@@ -46,7 +46,8 @@ json toJson(const Profile& p) {
   json stages = json::array(), codecs = json::object();
   for (const auto& s : p.stages) stages.push_back({{"forward_s", s.forwardS}, {"backward_s", s.backwardS}, {"step_s", s.stepS}});
   for (const auto& [k, c] : p.codecs) codecs[k] = {{"encode", affine(c.encode)}, {"decode", affine(c.decode)}};
-  return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"stages", stages}, {"codecs", codecs}};
+  return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"host_cores", p.hostCores},
+          {"stages", stages}, {"codecs", codecs}};
 }
 
 Profile profileFromJson(const json& j, const std::string& where) {
@@ -55,6 +56,12 @@ Profile profileFromJson(const json& j, const std::string& where) {
   Profile p;
   p.source = j.value("source", "measured");
   p.device = j.value("device", json::object());
+  if (j.contains("host_cores")) {
+    const json& c = j["host_cores"];
+    if (!c.is_number_integer() || c.get<int64_t>() < 0 || c.get<int64_t>() > 4096)
+      throw std::invalid_argument(where + ".host_cores: expected an integer 0..4096 (0: one device per stage), got " + c.dump());
+    p.hostCores = c.get<int>();
+  }
   if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw std::invalid_argument(where + ".stages: expected one {forward_s, backward_s, step_s} per stage");
   for (size_t i = 0; i < j["stages"].size(); ++i) {

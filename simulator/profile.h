@@ -4,10 +4,13 @@
 //   analytic  - FLOPs of the GPT layers x (peak FLOP/s x MFU) of a named device, codec costs from
 //               its memory bandwidth. Every assumed number is written into the profile.
 // File format (JSON, "schema": "slowpipe.profile/1"):
-//   {"source": "measured"|"analytic", "device": {...}, "stages": [{"forward_s", "backward_s",
+//   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s", "backward_s",
 //    "step_s"}, ...], "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
 //    "decode": {...}}}}
 // A codec's cost for a message of B raw (fp32) bytes is a_s + b_s_per_byte * B.
+// host_cores: the stages share one host of C cores for all their work (a profile measured here,
+// where every worker is a process on this machine): n > C busy stages each run at C/n of full speed.
+// 0 or absent: every stage has a device of its own (GPU profiles).
 #pragma once
 
 #include <map>
@@ -37,6 +40,7 @@ struct StageCost {
 struct Profile {
   std::string source = "measured";
   nlohmann::json device;            // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...
+  int hostCores = 0;                // > 0: the cores all stages share; 0: one device per stage
   std::vector<StageCost> stages;
   std::map<std::string, CodecCost> codecs;  // by canonical codec spec; "default" for the rest
   // Cost of `spec` (looked up by the canonical spec, then the codec name, then "default").

@@ -2,6 +2,7 @@
 #include "simulator/simulate.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -35,7 +36,7 @@ int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t
 namespace {
 
 struct Message {
-  double sentAt = 0, arrival = -1;
+  double sentAt = 0, arrival = -1;  // arrival < 0: not billed yet (serial_fifo bills at retrieval)
   int64_t bytes = 0;
 };
 
@@ -45,14 +46,32 @@ struct Event {
   double start, end;
 };
 
+// A stage is ready for its next action, busy on the host (compute or codec work, `remaining`
+// seconds of it at full speed), or waiting for a message (its arrival known or not yet).
 struct StageState {
+  enum class Mode { kReady, kBusy, kWaiting, kDone } mode = Mode::kReady;
   size_t pc = 0;
   int step = 0;
-  double t = 0, stepStart = 0;
+  double stepStart = 0;
   double compute = 0, encode = 0, decode = 0, wait = 0;
+  // busy: the task
+  double remaining = 0, taskStart = 0;
+  const char* taskWhat = "";
+  int taskMb = -1;
+  double* bucket = nullptr;
+  bool postAfter = false;  // the action is a send: post the message when its encode ends
+  std::string postKey;
+  int64_t postBytes = 0;
+  int postPeer = 0;
+  // waiting
+  double waitStart = 0, arrival = -1;
   std::vector<Event> events;  // of the current step
 };
 
+// Global discrete-event loop. Host work (forward, backward, step, encode, decode) is shared among
+// the busy stages when the profile names a host with fewer cores than stages (processor sharing:
+// each of n busy stages runs at min(1, cores/n) of full speed); without one, every stage has its
+// own device and runs at full speed.
 class Replay {
  public:
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
@@ -75,24 +94,14 @@ class Replay {
   }
 
   json run() {
+    perStage_.assign(steps_, {});
+    loop();
     json steps = json::array();
-    std::vector<std::vector<json>> perStage(steps_);
-    bool progress = true;
-    while (progress) {
-      progress = false;
-      for (int s = 0; s < S_; ++s)
-        while (stages_[s].step < steps_ && advance(s, perStage)) progress = true;
-    }
-    for (int s = 0; s < S_; ++s)
-      if (stages_[s].step < steps_)
-        throw std::runtime_error("simulator: stage " + std::to_string(s) + " is blocked at action " +
-                                 std::to_string(stages_[s].pc) + " of step " + std::to_string(stages_[s].step) +
-                                 " (the schedules deadlock)");
     const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen;
     for (int k = 0; k < steps_; ++k) {
       double time = 0;
       json breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}}, per = json::array();
-      for (const json& st : perStage[k]) {
+      for (const json& st : perStage_[k]) {
         time = std::max(time, st["time_s"].get<double>());
         for (const char* key : {"compute", "encode", "decode", "wait"})
           breakdown[key] = breakdown[key].get<double>() + st[key].get<double>() / S_;
@@ -114,69 +123,162 @@ class Replay {
     json doc = {{"schema", runtime::kResultSchema}, {"simulated", true}, {"status", "ok"}, {"spec", runtime::toJson(spec_)},
                 {"steps", steps}, {"evals", json::array()}, {"timeline", timeline},
                 {"network", {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}}},
-                {"profile", {{"source", profile_.source}, {"device", profile_.device}}},
+                {"profile", {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores}}},
                 {"message_bytes", {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}}}};
     doc["summary"] = runtime::summarizeSteps(doc["steps"], doc["evals"]);
     return doc;
   }
 
  private:
-  // Executes the next action of stage s; false if it must wait for a message.
-  bool advance(int s, std::vector<std::vector<json>>& perStage) {
-    StageState& st = stages_[s];
-    const auto& plan = plans_[s];
-    const Action& a = plan[st.pc];
-    const StageCost& cost = profile_.stages[s];
-    const int peer = a.peer == Action::Peer::kPrev ? s - 1 : s + 1;
-    switch (a.kind) {
-      case Action::Kind::kForward: busy(st, "forward", a.microBatch, cost.forwardS, &st.compute); break;
-      case Action::Kind::kBackward: busy(st, "backward", a.microBatch, cost.backwardS, &st.compute); break;
-      case Action::Kind::kGradNorm: break;
-      case Action::Kind::kStep: busy(st, "step", -1, cost.stepS, &st.compute); break;
-      case Action::Kind::kSend: {
-        const int64_t bytes = bytesOf(a);
-        busy(st, "encode", a.microBatch, encodeCost(a), &st.encode);
-        Message m{st.t, -1, bytes};
-        if (!serial_) m.arrival = clocks_.at({s, peer}).send(st.t, static_cast<uint64_t>(bytes));
-        mail_[key(s, peer, a, st.step)] = m;
-        break;
+  using Mode = StageState::Mode;
+
+  void loop() {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    while (true) {
+      // Every stage that can act at now_ does so until it is busy, waiting, or done.
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (int s = 0; s < S_; ++s) changed |= act(s);
       }
-      case Action::Kind::kRecv: {
-        const auto it = mail_.find(key(peer, s, a, st.step));
-        if (it == mail_.end()) return false;
-        Message m = it->second;
-        mail_.erase(it);
-        if (serial_) {  // billed at retrieval, in this receiver's order, on its one inbound FIFO
-          const emulator::LinkSpec& l = topo_.link(peer, s);
-          m.arrival = fifo_[s].bill(m.sentAt, static_cast<uint64_t>(m.bytes), l.bandwidthBps, l.latencyS);
+      int busy = 0;
+      bool done = true;
+      for (const auto& st : stages_) {
+        busy += st.mode == Mode::kBusy;
+        done &= st.mode == Mode::kDone;
+      }
+      if (done) return;
+      const double rate = profile_.hostCores > 0 && busy > profile_.hostCores ? static_cast<double>(profile_.hostCores) / busy : 1.0;
+      double next = kInf;
+      for (const auto& st : stages_) {
+        if (st.mode == Mode::kBusy) next = std::min(next, now_ + st.remaining / rate);
+        if (st.mode == Mode::kWaiting && st.arrival >= 0) next = std::min(next, st.arrival);
+      }
+      if (next == kInf)
+        for (int s = 0; s < S_; ++s)
+          if (stages_[s].mode == Mode::kWaiting)
+            throw std::runtime_error("simulator: stage " + std::to_string(s) + " is blocked at action " +
+                                     std::to_string(stages_[s].pc) + " of step " + std::to_string(stages_[s].step) +
+                                     " (the schedules deadlock)");
+      const double dt = next - now_;
+      now_ = next;
+      for (int s = 0; s < S_; ++s) {
+        StageState& st = stages_[s];
+        if (st.mode == Mode::kBusy) {
+          st.remaining -= dt * rate;
+          if (st.remaining <= 1e-12 * std::max(1.0, now_)) finishTask(s);
+        } else if (st.mode == Mode::kWaiting && st.arrival >= 0 && st.arrival <= now_) {
+          finishWait(s);
         }
-        if (m.arrival > st.t) {
-          st.events.push_back({"wait", a.microBatch, st.t, m.arrival});
-          st.wait += m.arrival - st.t;
-          st.t = m.arrival;
-        }
-        busy(st, "decode", a.microBatch, decodeCost(a), &st.decode);
-        break;
       }
     }
-    if (++st.pc == plan.size()) {  // step done: record it, start the next one right away
-      perStage[st.step].push_back({{"time_s", st.t - st.stepStart}, {"compute", st.compute}, {"encode", st.encode},
-                                   {"decode", st.decode}, {"wait", st.wait}});
-      if (st.step == steps_ - 1) lastEvents_[s] = st.events;
-      st.events.clear();
-      st.compute = st.encode = st.decode = st.wait = 0;
-      st.stepStart = st.t;
-      st.pc = 0;
-      ++st.step;
+  }
+
+  // Executes what stage s can do at now_; true if its state changed.
+  bool act(int s) {
+    StageState& st = stages_[s];
+    if (st.mode == Mode::kWaiting) return st.arrival < 0 && collect(s);
+    if (st.mode != Mode::kReady) return false;
+    const Action& a = plans_[s][st.pc];
+    const StageCost& cost = profile_.stages[s];
+    switch (a.kind) {
+      case Action::Kind::kForward: startTask(s, "forward", a.microBatch, cost.forwardS, &st.compute); break;
+      case Action::Kind::kBackward: startTask(s, "backward", a.microBatch, cost.backwardS, &st.compute); break;
+      case Action::Kind::kStep: startTask(s, "step", -1, cost.stepS, &st.compute); break;
+      case Action::Kind::kGradNorm: advancePc(s); break;
+      case Action::Kind::kSend:
+        st.postAfter = true;
+        st.postKey = key(s, peerOf(s, a), a, st.step);
+        st.postBytes = bytesOf(a);
+        st.postPeer = peerOf(s, a);
+        startTask(s, "encode", a.microBatch, encodeCost(a), &st.encode);
+        break;
+      case Action::Kind::kRecv:
+        st.mode = Mode::kWaiting;
+        st.waitStart = now_;
+        st.arrival = -1;
+        collect(s);
+        break;
     }
     return true;
   }
 
-  void busy(StageState& st, const char* what, int mb, double seconds, double* bucket) {
-    if (seconds <= 0) return;
-    st.events.push_back({what, mb, st.t, st.t + seconds});
-    st.t += seconds;
-    *bucket += seconds;
+  static int peerOf(int s, const Action& a) { return a.peer == Action::Peer::kPrev ? s - 1 : s + 1; }
+
+  // A waiting stage looks for its message; once it is there its arrival is known (serial_fifo:
+  // billed now, in this receiver's retrieval order, on its one inbound FIFO).
+  bool collect(int s) {
+    StageState& st = stages_[s];
+    const Action& a = plans_[s][st.pc];
+    const int peer = peerOf(s, a);
+    const auto it = mail_.find(key(peer, s, a, st.step));
+    if (it == mail_.end()) return false;
+    Message m = it->second;
+    mail_.erase(it);
+    if (serial_) {
+      const emulator::LinkSpec& l = topo_.link(peer, s);
+      m.arrival = fifo_[s].bill(m.sentAt, static_cast<uint64_t>(m.bytes), l.bandwidthBps, l.latencyS);
+    }
+    st.arrival = m.arrival;
+    if (st.arrival <= now_) finishWait(s);
+    return true;
+  }
+
+  // The awaited message has arrived: the wait ends, decoding starts.
+  void finishWait(int s) {
+    StageState& st = stages_[s];
+    const Action& a = plans_[s][st.pc];
+    if (now_ > st.waitStart) {
+      st.events.push_back({"wait", a.microBatch, st.waitStart, now_});
+      st.wait += now_ - st.waitStart;
+    }
+    st.mode = Mode::kReady;
+    startTask(s, "decode", a.microBatch, decodeCost(a), &st.decode);
+  }
+
+  // Host work of `seconds` at full speed; a free one completes the action at once.
+  void startTask(int s, const char* what, int mb, double seconds, double* bucket) {
+    StageState& st = stages_[s];
+    if (seconds <= 0) return complete(s);
+    st.mode = Mode::kBusy;
+    st.remaining = seconds;
+    st.taskStart = now_;
+    st.taskWhat = what;
+    st.taskMb = mb;
+    st.bucket = bucket;
+  }
+
+  void finishTask(int s) {
+    StageState& st = stages_[s];
+    st.events.push_back({st.taskWhat, st.taskMb, st.taskStart, now_});
+    *st.bucket += now_ - st.taskStart;
+    st.mode = Mode::kReady;
+    complete(s);
+  }
+
+  // The current action is done at now_: a send's message leaves (its encode has ended).
+  void complete(int s) {
+    StageState& st = stages_[s];
+    if (st.postAfter) {
+      Message m{now_, -1, st.postBytes};
+      if (!serial_) m.arrival = clocks_.at({s, st.postPeer}).send(now_, static_cast<uint64_t>(st.postBytes));
+      mail_[st.postKey] = m;
+      st.postAfter = false;
+    }
+    advancePc(s);
+  }
+
+  void advancePc(int s) {
+    StageState& st = stages_[s];
+    if (++st.pc < plans_[s].size()) return;
+    // Step done: record it, start the next one right away.
+    perStage_[st.step].push_back({{"time_s", now_ - st.stepStart}, {"compute", st.compute}, {"encode", st.encode},
+                                  {"decode", st.decode}, {"wait", st.wait}});
+    if (st.step == steps_ - 1) lastEvents_[s] = st.events;
+    st.events.clear();
+    st.compute = st.encode = st.decode = st.wait = 0;
+    st.stepStart = now_;
+    st.pc = 0;
+    if (++st.step == steps_) st.mode = Mode::kDone;
   }
 
   bool tensorMessage(const Action& a) const {
@@ -212,6 +314,8 @@ class Replay {
   std::map<std::pair<int, int>, emulator::LinkClock> clocks_;
   std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
   std::map<std::string, Message> mail_;
+  std::vector<std::vector<json>> perStage_;
+  double now_ = 0;
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
   bool serial_ = false;
 };

@@ -2,6 +2,8 @@
 // named GPU) and `slowpipe simulate SPEC --profile P --out DIR`.
 #include <torch/torch.h>
 
+#include <sched.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -89,6 +91,13 @@ simulator::Profile measuredProfile(const runtime::RunSpec& spec, int reps, const
                              std::to_string(reps) + " steps after one warm-up; codecs: median encode/decode "
                              "of one message at the run's shape (steady state), cost proportional to its bytes"}};
   p.stages = measureStages(spec, reps);
+  // The emulated workers are processes on this host: they share its cores (in units of one
+  // worker's threads).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
+  p.device["cpus"] = cpus;
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
   codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());

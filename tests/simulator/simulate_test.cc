@@ -104,6 +104,41 @@ TEST(SimulatorTest, MessageSizesAreExactFrames) {
   EXPECT_EQ(steadyFrameBytes("acsgd:bits=2,levels=fixpoint", shape), header + 4 + 1 + 2 * 64 + n * 2 / 8);
 }
 
+// A measured profile's stages share the host's cores: with one core, two stages that compute at the
+// same time each run at half speed; with two cores (or a device per stage) they do not slow down.
+TEST(SimulatorTest, StagesShareTheHostCoresOfTheProfile) {
+  json j = {{"name", "sim"},
+            {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+            {"pipeline", {{"stages", 2}, {"schedule", "gpipe"}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+            {"network", {{"links", {{"bandwidth", "1000Gbps"}, {"latency", "0ms"}}}}}};
+  const auto spec = runtime::runSpecFromJson(j, "spec", true);
+  auto forwardEnds = [&](int cores) {
+    Profile p = flatProfile(2, 0.010, 0.0, 0.0);
+    p.hostCores = cores;
+    const json r = simulateRun(spec, p, {2});
+    std::vector<std::pair<double, double>> out;  // stage 1's forwards: start, end
+    for (const auto& e : r["timeline"][1]["events"])
+      if (e["what"] == "forward") out.push_back({e["start_s"].get<double>(), e["end_s"].get<double>()});
+    return out;
+  };
+  // Stage 0: F0 [0, .01], F1 from .01. Stage 1: F0 from .01 (its input arrives then, within ns).
+  const auto one = forwardEnds(1), two = forwardEnds(2), own = forwardEnds(0);
+  ASSERT_EQ(one.size(), 2u);
+  const double stepStart = one[0].first - 0.010;  // the last step's timeline is on the run's clock
+  EXPECT_NEAR(one[0].second - stepStart, 0.030, 1e-6) << "F0 on stage 1 shares the core with F1 on stage 0";
+  EXPECT_NEAR(one[1].second - stepStart, 0.040, 1e-6);
+  EXPECT_NEAR(two[0].second - two[0].first, 0.010, 1e-6);
+  EXPECT_NEAR(two[1].second - two[0].first, 0.020, 1e-6);
+  EXPECT_EQ(two, own);
+  Profile bad = flatProfile(2, 0.1, 0.1);
+  json b = toJson(bad);
+  b["host_cores"] = -1;
+  EXPECT_THROW(profileFromJson(b, "p"), std::invalid_argument);
+  b["host_cores"] = 2;
+  EXPECT_EQ(profileFromJson(b, "p").hostCores, 2);
+}
+
 TEST(SimulatorTest, ProfilesRoundTripAndNameTheirErrors) {
   Profile p = flatProfile(2, 0.1, 0.2, 0.3);
   p.codecs["quant:bits=4,scale=channel,round=nearest"] = {{1e-6, 2e-9}, {3e-6, 4e-9}};
