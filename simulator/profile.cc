@@ -23,6 +23,13 @@ const CodecCost& Profile::codec(const std::string& spec) const {
   return kFree;
 }
 
+double Profile::speedWithBusy(int n) const {
+  if (n <= 0) return 1.0;
+  if (n <= static_cast<int>(hostSpeed.size())) return hostSpeed[n - 1];
+  if (hostCores > 0 && n > hostCores) return static_cast<double>(hostCores) / n;
+  return 1.0;
+}
+
 namespace {
 
 json affine(const AffineCost& c) { return {{"a_s", c.aS}, {"b_s_per_byte", c.bSPerByte}}; }
@@ -46,7 +53,8 @@ json toJson(const Profile& p) {
   json stages = json::array(), codecs = json::object();
   for (const auto& s : p.stages) stages.push_back({{"forward_s", s.forwardS}, {"backward_s", s.backwardS}, {"step_s", s.stepS}});
   for (const auto& [k, c] : p.codecs) codecs[k] = {{"encode", affine(c.encode)}, {"decode", affine(c.decode)}};
-  return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"host_cores", p.hostCores},
+  return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"host_cores", p.hostCores}, {"host_speed", p.hostSpeed},
+          {"transport", affine(p.transport)},
           {"stages", stages}, {"codecs", codecs}};
 }
 
@@ -62,6 +70,15 @@ Profile profileFromJson(const json& j, const std::string& where) {
       throw std::invalid_argument(where + ".host_cores: expected an integer 0..4096 (0: one device per stage), got " + c.dump());
     p.hostCores = c.get<int>();
   }
+  if (j.contains("host_speed")) {
+    const json& v = j["host_speed"];
+    if (!v.is_array()) throw std::invalid_argument(where + ".host_speed: expected an array of speeds in (0, 1.5]");
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number() || v[i].get<double>() <= 0 || v[i].get<double>() > 1.5)
+        throw std::invalid_argument(where + ".host_speed[" + std::to_string(i) + "]: expected a speed in (0, 1.5], got " + v[i].dump());
+      p.hostSpeed.push_back(v[i].get<double>());
+    }
+  }
   if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw std::invalid_argument(where + ".stages: expected one {forward_s, backward_s, step_s} per stage");
   for (size_t i = 0; i < j["stages"].size(); ++i) {
@@ -69,6 +86,7 @@ Profile profileFromJson(const json& j, const std::string& where) {
     const json& s = j["stages"][i];
     p.stages.push_back({positiveNumber(s, "forward_s", w), positiveNumber(s, "backward_s", w), positiveNumber(s, "step_s", w)});
   }
+  if (j.contains("transport")) p.transport = affineFrom(j["transport"], where + ".transport");
   const json codecs = j.value("codecs", json::object());  // a named copy: items() must not outlive it
   for (const auto& [k, c] : codecs.items())
     p.codecs[k] = {affineFrom(c.value("encode", json()), where + ".codecs." + k + ".encode"),

@@ -11,6 +11,11 @@
 // host_cores: the stages share one host of C cores for all their work (a profile measured here,
 // where every worker is a process on this machine): n > C busy stages each run at C/n of full speed.
 // 0 or absent: every stage has a device of its own (GPU profiles).
+// host_speed (measured profiles): [v1, v2, ...], the speed of each busy stage, relative to running
+// alone, while n stages are busy at once; it replaces min(1, C/n) for the n it covers.
+// transport (measured profiles): {"a_s", "b_s_per_byte"}, host CPU time of moving one message of B
+// wire bytes over the workers' transport; the simulator bills half to the sender after its encode
+// and half to the receiver before its decode, as host work.
 #pragma once
 
 #include <map>
@@ -41,6 +46,10 @@ struct Profile {
   std::string source = "measured";
   nlohmann::json device;            // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...
   int hostCores = 0;                // > 0: the cores all stages share; 0: one device per stage
+  std::vector<double> hostSpeed;    // measured speed of each busy stage with n = 1, 2, ... busy
+  AffineCost transport;             // host CPU time per message of B wire bytes (0 on GPU profiles)
+  // Speed of each of n busy stages (1 without a shared host).
+  double speedWithBusy(int n) const;
   std::vector<StageCost> stages;
   std::map<std::string, CodecCost> codecs;  // by canonical codec spec; "default" for the rest
   // Cost of `spec` (looked up by the canonical spec, then the codec name, then "default").

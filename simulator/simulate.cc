@@ -69,9 +69,9 @@ struct StageState {
 };
 
 // Global discrete-event loop. Host work (forward, backward, step, encode, decode) is shared among
-// the busy stages when the profile names a host with fewer cores than stages (processor sharing:
-// each of n busy stages runs at min(1, cores/n) of full speed); without one, every stage has its
-// own device and runs at full speed.
+// the busy stages when the profile describes a shared host: each of n busy stages runs at the
+// profile's measured speed for n (host_speed), else at min(1, host_cores/n) (processor sharing);
+// without either, every stage has its own device and runs at full speed.
 class Replay {
  public:
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
@@ -147,7 +147,7 @@ class Replay {
         done &= st.mode == Mode::kDone;
       }
       if (done) return;
-      const double rate = profile_.hostCores > 0 && busy > profile_.hostCores ? static_cast<double>(profile_.hostCores) / busy : 1.0;
+      const double rate = profile_.speedWithBusy(busy);
       double next = kInf;
       for (const auto& st : stages_) {
         if (st.mode == Mode::kBusy) next = std::min(next, now_ + st.remaining / rate);
@@ -294,10 +294,12 @@ class Replay {
     return a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
   }
   double encodeCost(const Action& a) const {
-    return tensorMessage(a) ? profile_.codec(codecOf(a)).encode.at(static_cast<double>(rawActBytes_)) : 0.0;
+    return (tensorMessage(a) ? profile_.codec(codecOf(a)).encode.at(static_cast<double>(rawActBytes_)) : 0.0) +
+           0.5 * profile_.transport.at(static_cast<double>(bytesOf(a)));
   }
   double decodeCost(const Action& a) const {
-    return tensorMessage(a) ? profile_.codec(codecOf(a)).decode.at(static_cast<double>(rawActBytes_)) : 0.0;
+    return (tensorMessage(a) ? profile_.codec(codecOf(a)).decode.at(static_cast<double>(rawActBytes_)) : 0.0) +
+           0.5 * profile_.transport.at(static_cast<double>(bytesOf(a)));
   }
   static std::string key(int from, int to, const Action& a, int step) {
     return std::to_string(from) + ">" + std::to_string(to) + ":" + std::to_string(static_cast<int>(a.message)) + ":" +

@@ -4,7 +4,9 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include "compression/codec.h"
@@ -12,6 +14,7 @@
 #include "experiments/sweep.h"
 #include "runtime/result.h"
 #include "runtime/stage_runner.h"
+#include "emulator/shaped_socket.h"
 #include "simulator/simulate.h"
 #include "tools/bench_util.h"
 #include "tools/commands.h"
@@ -59,6 +62,112 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
 }
 
 // Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
+// Speed of a stage while n stages compute at once on this host (n = 1..stages), relative to
+// computing alone: n threads, thread i repeating stage (i mod S)'s forward and backward of one
+// micro-batch with the worker's thread count, all started together and timed over the same
+// window. Captures what processor sharing alone does not: SMT siblings, shared caches and memory
+// bandwidth, scheduler overhead. speed(n) = work done (in solo seconds) / (n x window).
+std::vector<double> measureHostSpeed(const runtime::RunSpec& spec, double windowS) {
+  const int S = spec.pipeline.stages, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+  struct Unit {
+    std::unique_ptr<runtime::StageRunner> runner;
+    torch::Tensor in, tgt, grad;
+    void run() {
+      runner->forward(0, in, tgt);
+      runner->backward(0, grad);
+    }
+  };
+  std::vector<std::unique_ptr<Unit>> units;
+  std::vector<double> solo;  // seconds of one unit of stage s alone
+  for (int s = 0; s < S; ++s) {
+    auto u = std::make_unique<Unit>();
+    u->runner = std::make_unique<runtime::StageRunner>(spec, s, 1000);
+    u->in = u->runner->first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
+    u->tgt = torch::randint(0, 256, {b, T}, torch::kLong);
+    if (!u->runner->last()) u->grad = torch::randn({b, T, C});
+    solo.push_back(medianSeconds([&] { u->run(); }));
+    units.push_back(std::move(u));
+  }
+  std::vector<double> speed;
+  for (int n = 1; n <= S; ++n) {
+    // Thread i works on a runner of its own (stage i mod S): runners are not shared across threads.
+    std::vector<std::unique_ptr<Unit>> mine;
+    for (int i = 0; i < n; ++i) {
+      auto u = std::make_unique<Unit>();
+      const int s = i % S;
+      u->runner = std::make_unique<runtime::StageRunner>(spec, s, 1000);
+      u->in = units[s]->in;
+      u->tgt = units[s]->tgt;
+      u->grad = units[s]->grad;
+      u->run();  // warm-up
+      mine.push_back(std::move(u));
+    }
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<double> work(n, 0.0);
+    std::vector<std::thread> threads;
+    double start = 0;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] {
+        torch::set_num_threads(spec.runtime.threadsPerWorker);
+        ++ready;
+        while (!go) std::this_thread::yield();
+        const double t0 = nowSeconds();
+        int units = 0;
+        while (nowSeconds() - t0 < windowS) {
+          mine[i]->run();
+          ++units;
+        }
+        work[i] = units * solo[i % S] / (nowSeconds() - t0);  // solo-seconds of work per second
+      });
+    while (ready < n) std::this_thread::yield();
+    start = nowSeconds();
+    go = true;
+    for (auto& t : threads) t.join();
+    (void)start;
+    double total = 0;
+    for (double w : work) total += w;
+    speed.push_back(total / n);
+  }
+  return speed;
+}
+
+// Host CPU time of moving one message of `bytes` over the workers' transport (a ZeroMQ PUSH/PULL
+// pair over TCP loopback through ShapedSender/ShapedReceiver, unpaced), all threads of this process
+// included (the sender, the receiver and ZeroMQ's I/O threads): median over batches of 64 messages.
+double transportCpuSeconds(size_t bytes) {
+  zmq::context_t ctx(1);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
+  for (auto* s : {&pull, &push}) {
+    s->set(zmq::sockopt::sndhwm, 0);
+    s->set(zmq::sockopt::rcvhwm, 0);
+  }
+  pull.bind("tcp://127.0.0.1:*");
+  push.connect(pull.get(zmq::sockopt::last_endpoint));
+  emulator::ShapedSender tx(push, emulator::LinkSpec{}, false);
+  emulator::ShapedReceiver rx(pull);
+  const std::vector<uint8_t> buf(bytes, 1);
+  auto cpuNow = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  constexpr int kBatch = 64;
+  std::vector<double> perMessage;
+  for (int rep = 0; rep < 8; ++rep) {
+    const double c0 = cpuNow();
+    std::thread sender([&] {
+      for (int i = 0; i < kBatch; ++i) tx.send(buf.data(), bytes);
+    });
+    for (int i = 0; i < kBatch; ++i)
+      if (!rx.recv(10000)) throw std::runtime_error("profile: the loopback transport lost a message");
+    sender.join();
+    if (rep) perMessage.push_back((cpuNow() - c0) / kBatch);  // rep 0 warms up
+  }
+  std::nth_element(perMessage.begin(), perMessage.begin() + perMessage.size() / 2, perMessage.end());
+  return perMessage[perMessage.size() / 2];
+}
+
 // (acsgd: deltas of examples seen before), as the transport calls it (frames included).
 simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int64_t>& shape) {
   auto tx = compression::makeCodec(spec), rx = compression::makeCodec(spec);
@@ -89,16 +198,24 @@ simulator::Profile measuredProfile(const runtime::RunSpec& spec, int reps, const
   p.device = {{"host", "this machine"}, {"threads_per_stage", spec.runtime.threadsPerWorker},
               {"method", "StageRunner forward/backward/step per stage, one stage at a time, median of " +
                              std::to_string(reps) + " steps after one warm-up; codecs: median encode/decode "
-                             "of one message at the run's shape (steady state), cost proportional to its bytes"}};
+                             "of one message at the run's shape (steady state), cost proportional to its bytes; host_speed: n "
+                             "threads computing stages at once; transport: process CPU time per message over "
+                             "ZeroMQ TCP loopback"}};
   p.stages = measureStages(spec, reps);
+  const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
-  // worker's threads).
+  // worker's threads), at the speeds measured with n stages busy at once.
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
+  p.hostSpeed = measureHostSpeed(spec, 0.6);
+  // Transport CPU cost, fitted through a small and an activation-sized message.
+  const size_t small = 64, large = static_cast<size_t>(4 * compression::numelOf(shape));
+  const double cSmall = transportCpuSeconds(small), cLarge = transportCpuSeconds(large);
+  const double slope = std::max(0.0, (cLarge - cSmall) / static_cast<double>(large - small));
+  p.transport = {std::max(0.0, cSmall - slope * small), slope};
   p.device["cpus"] = cpus;
-  const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
   codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
   for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = measureCodec(c, shape);

@@ -113,9 +113,10 @@ TEST(SimulatorTest, StagesShareTheHostCoresOfTheProfile) {
             {"compression", {{"forward", "none"}, {"backward", "none"}}},
             {"network", {{"links", {{"bandwidth", "1000Gbps"}, {"latency", "0ms"}}}}}};
   const auto spec = runtime::runSpecFromJson(j, "spec", true);
-  auto forwardEnds = [&](int cores) {
+  auto forwardEnds = [&](int cores, std::vector<double> speed = {}) {
     Profile p = flatProfile(2, 0.010, 0.0, 0.0);
     p.hostCores = cores;
+    p.hostSpeed = speed;
     const json r = simulateRun(spec, p, {2});
     std::vector<std::pair<double, double>> out;  // stage 1's forwards: start, end
     for (const auto& e : r["timeline"][1]["events"])
@@ -131,12 +132,18 @@ TEST(SimulatorTest, StagesShareTheHostCoresOfTheProfile) {
   EXPECT_NEAR(two[0].second - two[0].first, 0.010, 1e-6);
   EXPECT_NEAR(two[1].second - two[0].first, 0.020, 1e-6);
   EXPECT_EQ(two, own);
+  // Measured speeds replace processor sharing: two busy stages each at 0.8 of full speed.
+  const auto measured = forwardEnds(2, {1.0, 0.8});
+  EXPECT_NEAR(measured[0].second - measured[0].first, 0.010 / 0.8, 1e-6);
+  EXPECT_NEAR(measured[1].second - measured[0].first, 0.010 / 0.8 + 0.010, 1e-6);
   Profile bad = flatProfile(2, 0.1, 0.1);
   json b = toJson(bad);
   b["host_cores"] = -1;
   EXPECT_THROW(profileFromJson(b, "p"), std::invalid_argument);
   b["host_cores"] = 2;
   EXPECT_EQ(profileFromJson(b, "p").hostCores, 2);
+  b["host_speed"] = {1.0, 0.0};
+  EXPECT_THROW(profileFromJson(b, "p"), std::invalid_argument);
 }
 
 TEST(SimulatorTest, ProfilesRoundTripAndNameTheirErrors) {
