@@ -63,10 +63,11 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
 
 // Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
 // Speed of a stage while n stages compute at once on this host (n = 1..stages), relative to
-// computing alone: n threads, thread i repeating stage (i mod S)'s forward and backward of one
-// micro-batch with the worker's thread count, all started together and timed over the same
-// window. Captures what processor sharing alone does not: SMT siblings, shared caches and memory
-// bandwidth, scheduler overhead. speed(n) = work done (in solo seconds) / (n x window).
+// computing alone: threads started together, thread i repeating stage (first + i) mod S's forward and
+// backward of one micro-batch on a runner of its own, with the worker's thread count, counted over
+// the same window. Captures what processor sharing alone does not: SMT siblings, shared caches and
+// memory bandwidth, scheduler overhead. Each stage's rate alone is measured the same way;
+// speed(n) = mean over the n threads of rate / rate alone.
 std::vector<double> measureHostSpeed(const runtime::RunSpec& spec, double windowS) {
   const int S = spec.pipeline.stages, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
   struct Unit {
@@ -77,57 +78,50 @@ std::vector<double> measureHostSpeed(const runtime::RunSpec& spec, double window
       runner->backward(0, grad);
     }
   };
-  std::vector<std::unique_ptr<Unit>> units;
-  std::vector<double> solo;  // seconds of one unit of stage s alone
-  for (int s = 0; s < S; ++s) {
+  auto makeUnit = [&](int s) {
+    torch::manual_seed(s);
     auto u = std::make_unique<Unit>();
     u->runner = std::make_unique<runtime::StageRunner>(spec, s, 1000);
     u->in = u->runner->first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
     u->tgt = torch::randint(0, 256, {b, T}, torch::kLong);
     if (!u->runner->last()) u->grad = torch::randn({b, T, C});
-    solo.push_back(medianSeconds([&] { u->run(); }));
-    units.push_back(std::move(u));
-  }
-  std::vector<double> speed;
-  for (int n = 1; n <= S; ++n) {
-    // Thread i works on a runner of its own (stage i mod S): runners are not shared across threads.
+    u->run();  // warm-up
+    return u;
+  };
+  // Units per second of each of n threads started together on stages first, first + 1, ...
+  auto rates = [&](int n, int first) {
     std::vector<std::unique_ptr<Unit>> mine;
-    for (int i = 0; i < n; ++i) {
-      auto u = std::make_unique<Unit>();
-      const int s = i % S;
-      u->runner = std::make_unique<runtime::StageRunner>(spec, s, 1000);
-      u->in = units[s]->in;
-      u->tgt = units[s]->tgt;
-      u->grad = units[s]->grad;
-      u->run();  // warm-up
-      mine.push_back(std::move(u));
-    }
+    for (int i = 0; i < n; ++i) mine.push_back(makeUnit((first + i) % S));
     std::atomic<int> ready{0};
     std::atomic<bool> go{false};
-    std::vector<double> work(n, 0.0);
+    std::vector<double> rate(n, 0.0);
     std::vector<std::thread> threads;
-    double start = 0;
     for (int i = 0; i < n; ++i)
       threads.emplace_back([&, i] {
         torch::set_num_threads(spec.runtime.threadsPerWorker);
         ++ready;
         while (!go) std::this_thread::yield();
         const double t0 = nowSeconds();
-        int units = 0;
+        int done = 0;
         while (nowSeconds() - t0 < windowS) {
           mine[i]->run();
-          ++units;
+          ++done;
         }
-        work[i] = units * solo[i % S] / (nowSeconds() - t0);  // solo-seconds of work per second
+        rate[i] = done / (nowSeconds() - t0);
       });
     while (ready < n) std::this_thread::yield();
-    start = nowSeconds();
     go = true;
     for (auto& t : threads) t.join();
-    (void)start;
-    double total = 0;
-    for (double w : work) total += w;
-    speed.push_back(total / n);
+    return rate;
+  };
+  std::vector<double> alone(S);
+  for (int s = 0; s < S; ++s) alone[s] = rates(1, s)[0];
+  std::vector<double> speed = {1.0};
+  for (int n = 2; n <= S; ++n) {
+    const std::vector<double> r = rates(n, 0);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += r[i] / alone[i % S];
+    speed.push_back(sum / n);
   }
   return speed;
 }
