@@ -66,30 +66,29 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
   return s;
 }
 
-SweepSpec loadSweepSpec(const std::string& path, bool simulation) {
-  return sweepSpecFromJson(runtime::readJsonFile(path, "sweep file"), "sweep", simulation);
+SweepSpec loadSweepSpec(const std::string& path, bool simulation, const std::vector<std::string>& sets) {
+  json j = runtime::readJsonFile(path, "sweep file");
+  if (!sets.empty()) {
+    // Resolve a base given by path first, so the assignments apply to the experiment itself.
+    SweepSpec plain = sweepSpecFromJson(j, "sweep", simulation);
+    j["base"] = plain.base;
+    for (const auto& a : sets) {
+      const std::string target = a.substr(0, a.find('='));
+      for (const auto& [axis, values] : plain.axes)
+        if (target == axis || target.rfind(axis + ".", 0) == 0 || axis.rfind(target + ".", 0) == 0)
+          throw std::invalid_argument("--set " + target + ": the sweep's axis '" + axis +
+                                      "' sets this field at every point; change the axis instead");
+      runtime::applySet(j["base"], a);
+    }
+  }
+  try {
+    return sweepSpecFromJson(j, "sweep", simulation);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + path + "'" + (sets.empty() ? "" : " with --set") + ": " + e.what());
+  }
 }
 
 namespace {
-
-void setPath(json& doc, const std::string& path, const json& value) {
-  json* at = &doc;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (dot == std::string::npos) {
-      if (value.is_object() && at->contains(key) && (*at)[key].is_object()) {
-        for (const auto& [k, v] : value.items()) (*at)[key][k] = v;
-      } else {
-        (*at)[key] = value;
-      }
-      return;
-    }
-    at = &(*at)[key];
-    start = dot + 1;
-  }
-}
 
 }  // namespace
 
@@ -104,7 +103,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
         // An object's "label" names the axis value; only the compression section has such a field.
         json merged = v;
         if (path != "compression" && merged.is_object()) merged.erase("label");
-        setPath(q.spec, path, merged);
+        runtime::setJsonPath(q.spec, path, merged);
         q.axisLabels.push_back(valueLabel(v));
         q.name += (q.name.empty() ? "" : "_") + slug(axisName) + "-" + slug(valueLabel(v));
         next.push_back(std::move(q));

@@ -35,7 +35,9 @@ struct SweepSpec {
   bool simulation = false;  // points are simulated, not run: validated as simulator specs (any vocab)
 };
 
-SweepSpec loadSweepSpec(const std::string& path, bool simulation = false);
+// `sets`: command-line `--set PATH=VALUE` assignments applied to the base (runtime::applySet); one
+// naming a field an axis varies is an error.
+SweepSpec loadSweepSpec(const std::string& path, bool simulation = false, const std::vector<std::string>& sets = {});
 SweepSpec sweepSpecFromJson(const nlohmann::json& j, const std::string& where, bool simulation = false);
 // Cartesian product in axis order; names are unique (an error says which points collide).
 std::vector<SweepPoint> expandSweep(const SweepSpec& s);

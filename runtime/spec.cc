@@ -229,6 +229,53 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
   return s;
 }
 
+void setJsonPath(json& doc, const std::string& path, const json& value) {
+  json* at = &doc;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw std::invalid_argument("'" + path + "': empty field name in the path");
+    if (!at->is_object() && !at->is_null())
+      throw std::invalid_argument("'" + path + "': '" + path.substr(0, start ? start - 1 : 0) + "' is " + at->dump() +
+                                  ", not an object");
+    if (dot == std::string::npos) {
+      if (value.is_object() && at->contains(key) && (*at)[key].is_object()) {
+        for (const auto& [k, v] : value.items()) (*at)[key][k] = v;
+      } else {
+        (*at)[key] = value;
+      }
+      return;
+    }
+    at = &(*at)[key];
+    start = dot + 1;
+  }
+}
+
+void applySet(json& doc, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::invalid_argument("--set '" + assignment + "': expected PATH=VALUE, e.g. compression.forward=quant:bits=4");
+  const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  try {
+    setJsonPath(doc, path, value);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--set " + std::string(e.what()));
+  }
+}
+
+RunSpec loadRunSpec(const std::string& path, const std::vector<std::string>& sets) {
+  json j = readJsonFile(path, "spec file");
+  for (const auto& a : sets) applySet(j, a);
+  try {
+    return runSpecFromJson(j, "spec");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + path + "'" + (sets.empty() ? "" : " with --set") + ": " + e.what());
+  }
+}
+
 RunSpec loadRunSpec(const std::string& path) {
   const json j = readJsonFile(path, "spec file");
   try {

@@ -87,6 +87,15 @@ struct RunSpec {
 // simulation=true accepts what only the simulator can run (any vocab size: no tokenizer runs).
 RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec", bool simulation = false);
 RunSpec loadRunSpec(const std::string& path);
+// `--set PATH=VALUE` (command line): sets the field at the dotted PATH of `doc`, creating objects on
+// the way; an object VALUE is merged into an object there. VALUE is JSON when it parses as JSON (4,
+// true, "x", {"a": 1}) and a string otherwise (100Mbps, plugin:path=x.so). A malformed assignment
+// or a path through a non-object is an error naming it.
+void setJsonPath(nlohmann::json& doc, const std::string& path, const nlohmann::json& value);
+void applySet(nlohmann::json& doc, const std::string& assignment);
+// loadRunSpec with `--set` assignments applied (recorded in the spec's source, so results and
+// resume identities see them).
+RunSpec loadRunSpec(const std::string& path, const std::vector<std::string>& sets);
 nlohmann::json toJson(const RunSpec& s);
 // Layer ranges per stage: the explicit partition or a balanced one (stage 0 also holds the
 // embeddings, the last stage the head, so they get fewer blocks when layers do not divide).

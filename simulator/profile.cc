@@ -1,6 +1,7 @@
 // Profiles: JSON, named devices, analytic costs from FLOPs.
 #include "simulator/profile.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "compression/codec.h"
@@ -92,6 +93,46 @@ Profile profileFromJson(const json& j, const std::string& where) {
     p.codecs[k] = {affineFrom(c.value("encode", json()), where + ".codecs." + k + ".encode"),
                    affineFrom(c.value("decode", json()), where + ".codecs." + k + ".decode")};
   return p;
+}
+
+Profile medianProfile(const std::vector<Profile>& ps) {
+  if (ps.empty()) throw std::invalid_argument("profile --merge: no profiles");
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  auto of = [&](auto get) {
+    std::vector<double> v;
+    for (const auto& p : ps) v.push_back(get(p));
+    return med(v);
+  };
+  Profile out = ps[0];
+  for (size_t k = 1; k < ps.size(); ++k) {
+    const std::string w = "profile --merge: profile " + std::to_string(k + 1);
+    if (ps[k].stages.size() != out.stages.size()) throw std::invalid_argument(w + " has another number of stages");
+    if (ps[k].hostSpeed.size() != out.hostSpeed.size()) throw std::invalid_argument(w + ": host_speed of another length");
+    if (ps[k].hostCores != out.hostCores) throw std::invalid_argument(w + ": host_cores differ (another machine?)");
+    for (const auto& [name, c] : out.codecs)
+      if (!ps[k].codecs.count(name)) throw std::invalid_argument(w + " has no codec '" + name + "'");
+  }
+  for (size_t s = 0; s < out.stages.size(); ++s) {
+    out.stages[s].forwardS = of([&](const Profile& p) { return p.stages[s].forwardS; });
+    out.stages[s].backwardS = of([&](const Profile& p) { return p.stages[s].backwardS; });
+    out.stages[s].stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
+  }
+  for (size_t n = 0; n < out.hostSpeed.size(); ++n) out.hostSpeed[n] = of([&](const Profile& p) { return p.hostSpeed[n]; });
+  out.transport.aS = of([](const Profile& p) { return p.transport.aS; });
+  out.transport.bSPerByte = of([](const Profile& p) { return p.transport.bSPerByte; });
+  for (auto& [name, c] : out.codecs) {
+    const std::string key = name;
+    c.encode.aS = of([&](const Profile& p) { return p.codecs.at(key).encode.aS; });
+    c.encode.bSPerByte = of([&](const Profile& p) { return p.codecs.at(key).encode.bSPerByte; });
+    c.decode.aS = of([&](const Profile& p) { return p.codecs.at(key).decode.aS; });
+    c.decode.bSPerByte = of([&](const Profile& p) { return p.codecs.at(key).decode.bSPerByte; });
+  }
+  out.device["merged_from"] = static_cast<int>(ps.size());
+  return out;
 }
 
 Profile loadProfile(const std::string& path) {

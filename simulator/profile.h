@@ -59,6 +59,10 @@ struct Profile {
 nlohmann::json toJson(const Profile& p);
 Profile profileFromJson(const nlohmann::json& j, const std::string& where);
 Profile loadProfile(const std::string& path);
+// Per-field median of measured profiles of the same spec (same stages, host speeds of the same
+// length, the same codecs): one profile from measurements taken at different times. Throws naming
+// the field that does not match.
+Profile medianProfile(const std::vector<Profile>& ps);
 
 // Named devices: peak dense FLOP/s per dtype and memory bandwidth (vendor datasheets, SXM parts).
 struct DeviceSpec {

@@ -123,7 +123,9 @@ class Replay {
     json doc = {{"schema", runtime::kResultSchema}, {"simulated", true}, {"status", "ok"}, {"spec", runtime::toJson(spec_)},
                 {"steps", steps}, {"evals", json::array()}, {"timeline", timeline},
                 {"network", {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}}},
-                {"profile", {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores}}},
+                {"profile", {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
+                             {"host_speed", profile_.hostSpeed}, {"transport", {{"a_s", profile_.transport.aS},
+                                                                               {"b_s_per_byte", profile_.transport.bSPerByte}}}}},
                 {"message_bytes", {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}}}};
     doc["summary"] = runtime::summarizeSteps(doc["steps"], doc["evals"]);
     return doc;

@@ -12,5 +12,6 @@ void addEmulatorCommands(CLI::App& app);
 void addRunCommands(CLI::App& app);
 void addSweepCommands(CLI::App& app);
 void addSimCommands(CLI::App& app);
+void addCodecCommands(CLI::App& app);
 
 }  // namespace slowpipe::tools

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addRunCommands(app);
   slowpipe::tools::addSweepCommands(app);
   slowpipe::tools::addSimCommands(app);
+  slowpipe::tools::addCodecCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -18,12 +18,14 @@ void addRunCommands(CLI::App& app) {
   {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
     auto quiet = std::make_shared<bool>(false);
+    auto sets = std::make_shared<std::vector<std::string>>();
     auto* cmd = app.add_subcommand("run", "run one experiment: start the workers, write DIR/result.json");
     cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
+    cmd->add_option("--set", *sets, "PATH=VALUE: set a spec field (repeatable), e.g. compression.forward=quant:bits=4");
     cmd->add_option("--out", *out, "output folder")->required();
     cmd->add_flag("--quiet", *quiet, "no progress line");
     cmd->callback([=] {
-      const runtime::RunSpec s = runtime::loadRunSpec(*spec);  // fails before any process starts
+      const runtime::RunSpec s = runtime::loadRunSpec(*spec, *sets);  // fails before any process starts
       runtime::LaunchOptions o;
       o.outDir = *out;
       o.progress = !*quiet;

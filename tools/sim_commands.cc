@@ -3,11 +3,12 @@
 #include <torch/torch.h>
 
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <thread>
 
 #include "compression/codec.h"
 #include "compression/frame.h"
@@ -62,68 +63,140 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
 }
 
 // Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
-// Speed of a stage while n stages compute at once on this host (n = 1..stages), relative to
-// computing alone: threads started together, thread i repeating stage (first + i) mod S's forward and
-// backward of one micro-batch on a runner of its own, with the worker's thread count, counted over
-// the same window. Captures what processor sharing alone does not: SMT siblings, shared caches and
-// memory bandwidth, scheduler overhead. Each stage's rate alone is measured the same way;
-// speed(n) = mean over the n threads of rate / rate alone.
-std::vector<double> measureHostSpeed(const runtime::RunSpec& spec, double windowS) {
-  const int S = spec.pipeline.stages, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
-  struct Unit {
-    std::unique_ptr<runtime::StageRunner> runner;
-    torch::Tensor in, tgt, grad;
-    void run() {
-      runner->forward(0, in, tgt);
-      runner->backward(0, grad);
-    }
-  };
-  auto makeUnit = [&](int s) {
-    torch::manual_seed(s);
-    auto u = std::make_unique<Unit>();
-    u->runner = std::make_unique<runtime::StageRunner>(spec, s, 1000);
-    u->in = u->runner->first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
-    u->tgt = torch::randint(0, 256, {b, T}, torch::kLong);
-    if (!u->runner->last()) u->grad = torch::randn({b, T, C});
-    u->run();  // warm-up
-    return u;
-  };
-  // Units per second of each of n threads started together on stages first, first + 1, ...
-  auto rates = [&](int n, int first) {
-    std::vector<std::unique_ptr<Unit>> mine;
-    for (int i = 0; i < n; ++i) mine.push_back(makeUnit((first + i) % S));
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::vector<double> rate(n, 0.0);
-    std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i)
-      threads.emplace_back([&, i] {
-        torch::set_num_threads(spec.runtime.threadsPerWorker);
-        ++ready;
-        while (!go) std::this_thread::yield();
-        const double t0 = nowSeconds();
-        int done = 0;
-        while (nowSeconds() - t0 < windowS) {
-          mine[i]->run();
-          ++done;
-        }
-        rate[i] = done / (nowSeconds() - t0);
-      });
-    while (ready < n) std::this_thread::yield();
-    go = true;
-    for (auto& t : threads) t.join();
-    return rate;
-  };
-  std::vector<double> alone(S);
-  for (int s = 0; s < S; ++s) alone[s] = rates(1, s)[0];
-  std::vector<double> speed = {1.0};
-  for (int n = 2; n <= S; ++n) {
-    const std::vector<double> r = rates(n, 0);
-    double sum = 0;
-    for (int i = 0; i < n; ++i) sum += r[i] / alone[i % S];
-    speed.push_back(sum / n);
+// One unit of a stage's work: forward and backward of one micro-batch, on a runner of its own.
+struct StageUnit {
+  runtime::StageRunner runner;
+  torch::Tensor in, tgt, grad;
+  StageUnit(const runtime::RunSpec& spec, int stage) : runner(spec, stage, 1000) {
+    const int b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+    torch::manual_seed(stage);
+    in = runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
+    tgt = torch::randint(0, 256, {b, T}, torch::kLong);
+    if (!runner.last()) grad = torch::randn({b, T, C});
   }
+  void run() {
+    runner.forward(0, in, tgt);
+    runner.backward(0, grad);
+  }
+};
+
+// A started `slowpipe profile-unit` process and its pipes.
+struct UnitProcess {
+  pid_t pid = -1;
+  FILE* in = nullptr;   // its stdin
+  FILE* out = nullptr;  // its stdout
+};
+
+UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
+  int toChild[2], fromChild[2];
+  if (pipe(toChild) != 0 || pipe(fromChild) != 0) throw std::runtime_error("profile: pipe() failed");
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> args = {exe, "profile-unit", "--spec", specPath, "--stage", std::to_string(stage),
+                                   "--window", std::to_string(windowS)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("profile: fork() failed");
+  if (pid == 0) {
+    dup2(toChild[0], 0);
+    dup2(fromChild[1], 1);
+    for (int fd : {toChild[0], toChild[1], fromChild[0], fromChild[1]}) close(fd);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  close(toChild[0]);
+  close(fromChild[1]);
+  return {pid, fdopen(toChild[1], "w"), fdopen(fromChild[0], "r")};
+}
+
+// Speed of a stage while n stages compute at once on this host (n = 1..stages), relative to
+// computing alone. The workers of an emulated run are processes, so this is measured with
+// processes: n `slowpipe profile-unit` children (stages first, first + 1, ... mod S), each
+// repeating its stage's forward and backward of one micro-batch with the worker's thread count,
+// released together and counted over the same window. Captures what processor sharing alone does
+// not: SMT siblings, shared caches and memory bandwidth, process switches. Each stage's rate alone
+// is measured the same way; speed(n) = mean over the n processes of rate / rate alone, median of
+// `reps` windows.
+std::vector<double> measureHostSpeed(const json& runJson, int stages, double windowS, int reps) {
+  const std::string specPath = (std::filesystem::temp_directory_path() /
+                                ("slowpipe-profile-" + std::to_string(getpid()) + ".json")).string();
+  runtime::writeJsonAtomically(specPath, runJson);
+  auto rates = [&](int n, int first) {
+    std::vector<UnitProcess> ps;
+    for (int i = 0; i < n; ++i) ps.push_back(spawnUnit(specPath, (first + i) % stages, windowS));
+    std::vector<double> out(n, -1);
+    char line[128];
+    for (auto& p : ps)  // each says "ready" once its runner is built and warm
+      if (!fgets(line, sizeof line, p.out)) p.pid = -p.pid;
+    const double start = emulator::monotonicNow() + 0.05;
+    for (auto& p : ps) {
+      std::fprintf(p.in, "%.9f\n", start);
+      std::fflush(p.in);
+    }
+    for (int i = 0; i < n; ++i) {
+      if (ps[i].pid > 0 && fgets(line, sizeof line, ps[i].out)) out[i] = std::atof(line);
+      fclose(ps[i].in);
+      fclose(ps[i].out);
+      int status = 0;
+      waitpid(ps[i].pid > 0 ? ps[i].pid : -ps[i].pid, &status, 0);
+      if (out[i] <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw std::runtime_error("profile: the host-speed process for stage " + std::to_string((first + i) % stages) +
+                                 " failed (exit status " + std::to_string(status) + ")");
+    }
+    return out;
+  };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> speed = {1.0};
+  try {
+    std::vector<double> alone(stages);
+    for (int s = 0; s < stages; ++s) {
+      std::vector<double> r;
+      for (int k = 0; k < reps; ++k) r.push_back(rates(1, s)[0]);
+      alone[s] = median(r);
+    }
+    for (int n = 2; n <= stages; ++n) {
+      std::vector<double> r;
+      for (int k = 0; k < reps; ++k) {
+        const std::vector<double> got = rates(n, k % stages);
+        double sum = 0;
+        for (int i = 0; i < n; ++i) sum += got[i] / alone[(k + i) % stages];
+        r.push_back(sum / n);
+      }
+      speed.push_back(median(r));
+    }
+  } catch (...) {
+    std::filesystem::remove(specPath);
+    throw;
+  }
+  std::filesystem::remove(specPath);
   return speed;
+}
+
+// `slowpipe profile-unit` (internal): build the stage's unit, warm it, print "ready", read the start
+// time (monotonic seconds) from stdin, then print the units per second it completed in the window.
+int runProfileUnit(const std::string& specPath, int stage, double windowS) {
+  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readJsonFile(specPath, "spec file"), "spec", false);
+  torch::set_num_threads(spec.runtime.threadsPerWorker);
+  StageUnit unit(spec, stage);
+  unit.run();
+  std::printf("ready\n");
+  std::fflush(stdout);
+  double start = 0;
+  if (std::scanf("%lf", &start) != 1) return 2;
+  emulator::sleepUntil(start);
+  int done = 0;
+  double t = emulator::monotonicNow();
+  while (t - start < windowS) {
+    unit.run();
+    ++done;
+    t = emulator::monotonicNow();
+  }
+  std::printf("%.9f\n", done / (t - start));
+  return 0;
 }
 
 // Host CPU time of moving one message of `bytes` over the workers' transport (a ZeroMQ PUSH/PULL
@@ -186,14 +259,20 @@ simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int
   return {{0.0, enc / bytes}, {0.0, dec / bytes}};
 }
 
-simulator::Profile measuredProfile(const runtime::RunSpec& spec, int reps, const std::vector<std::string>& extraCodecs) {
+struct HostSpeedOptions {
+  double windowS = 1.0;
+  int reps = 3;
+};
+
+simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
+                                   const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host) {
   simulator::Profile p;
   p.source = "measured";
   p.device = {{"host", "this machine"}, {"threads_per_stage", spec.runtime.threadsPerWorker},
               {"method", "StageRunner forward/backward/step per stage, one stage at a time, median of " +
                              std::to_string(reps) + " steps after one warm-up; codecs: median encode/decode "
                              "of one message at the run's shape (steady state), cost proportional to its bytes; host_speed: n "
-                             "threads computing stages at once; transport: process CPU time per message over "
+                             "processes computing stages at once (median of --host-reps windows of --host-window s); transport: process CPU time per message over "
                              "ZeroMQ TCP loopback"}};
   p.stages = measureStages(spec, reps);
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
@@ -203,7 +282,7 @@ simulator::Profile measuredProfile(const runtime::RunSpec& spec, int reps, const
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
-  p.hostSpeed = measureHostSpeed(spec, 0.6);
+  p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, host.windowS, host.reps);
   // Transport CPU cost, fitted through a small and an activation-sized message.
   const size_t small = 64, large = static_cast<size_t>(4 * compression::numelOf(shape));
   const double cSmall = transportCpuSeconds(small), cLarge = transportCpuSeconds(large);
@@ -225,15 +304,30 @@ void addSimCommands(CLI::App& app) {
     auto mfu = std::make_shared<double>(0.4);
     auto reps = std::make_shared<int>(5);
     auto codecs = std::make_shared<std::vector<std::string>>();
+    auto host = std::make_shared<HostSpeedOptions>();
+    auto merge = std::make_shared<std::vector<std::string>>();
     auto* cmd = app.add_subcommand("profile", "cost profile for the simulator: measured here, or analytic for a GPU");
-    cmd->add_option("spec", *spec, "experiment spec, or a sweep (its base, with every codec of its compression axis)")->required();
+    cmd->add_option("spec", *spec, "experiment spec, or a sweep (its base, with every codec of its compression axis)");
     cmd->add_option("--out", *out, "profile JSON")->required();
     cmd->add_option("--analytic", *device, "analytic profile of a GPU: V100, A100, H100, H200");
     cmd->add_option("--dtype", *dtype, "analytic: fp32, fp16 or bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
     cmd->add_option("--mfu", *mfu, "analytic: model-FLOPs utilisation in (0, 1]");
     cmd->add_option("--reps", *reps, "measured: steps timed per stage")->check(CLI::Range(1, 1000));
     cmd->add_option("--codec", *codecs, "measured: also time this codec (repeatable; e.g. every codec of a sweep)");
+    cmd->add_option("--host-window", host->windowS, "measured: seconds each host-speed window lasts")->check(CLI::Range(0.05, 60.0));
+    cmd->add_option("--host-reps", host->reps, "measured: host-speed windows per setting (median)")->check(CLI::Range(1, 100));
+    cmd->add_option("--merge", *merge, "instead of measuring: the per-field median of these measured profiles of "
+                                       "the same spec (taken at different times: this machine's speed drifts)");
     cmd->callback([=] {
+      if (!merge->empty()) {
+        std::vector<simulator::Profile> ps;
+        for (const auto& m : *merge) ps.push_back(simulator::loadProfile(m));
+        const simulator::Profile p = simulator::medianProfile(ps);
+        runtime::writeJsonAtomically(*out, simulator::toJson(p));
+        std::printf("median of %zu profiles -> %s\n", ps.size(), out->c_str());
+        return;
+      }
+      if (spec->empty()) throw std::invalid_argument("profile: give a spec to measure, or --merge P1 P2 ...");
       const json j = runtime::readJsonFile(*spec, "spec file");
       // A sweep profiles its base run with every codec its compression axis names.
       std::vector<std::string> all = *codecs;
@@ -248,13 +342,24 @@ void addSimCommands(CLI::App& app) {
                 if (v.contains(k)) all.push_back(v[k]);
       }
       const runtime::RunSpec s = runtime::runSpecFromJson(runJson, "spec", /*simulation=*/!device->empty());
-      const simulator::Profile p = device->empty() ? measuredProfile(s, *reps, all) : simulator::analyticProfile(s, *device, *dtype, *mfu);
+      const simulator::Profile p = device->empty() ? measuredProfile(runJson, s, *reps, all, *host) : simulator::analyticProfile(s, *device, *dtype, *mfu);
       runtime::writeJsonAtomically(*out, simulator::toJson(p));
       for (size_t i = 0; i < p.stages.size(); ++i)
         std::printf("stage %zu: forward %.6f s, backward %.6f s per micro-batch, step %.6f s\n", i, p.stages[i].forwardS,
                     p.stages[i].backwardS, p.stages[i].stepS);
       std::printf("profile -> %s\n", out->c_str());
     });
+  }
+  {
+    auto spec = std::make_shared<std::string>();
+    auto stage = std::make_shared<int>(0);
+    auto window = std::make_shared<double>(1.0);
+    auto* cmd = app.add_subcommand("profile-unit", "one stage's work in a loop (started by `slowpipe profile`)");
+    cmd->group("");  // internal
+    cmd->add_option("--spec", *spec)->required();
+    cmd->add_option("--stage", *stage)->required();
+    cmd->add_option("--window", *window)->required();
+    cmd->callback([=] { std::exit(runProfileUnit(*spec, *stage, *window)); });
   }
   {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), profile = std::make_shared<std::string>();

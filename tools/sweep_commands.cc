@@ -18,6 +18,7 @@ void addSweepCommands(CLI::App& app) {
     auto repeats = std::make_shared<int>(0);
     auto simulate = std::make_shared<bool>(false);
     auto profile = std::make_shared<std::string>();
+    auto sets = std::make_shared<std::vector<std::string>>();
     auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
     cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
     cmd->add_option("--out", *out, "output folder")->required();
@@ -27,9 +28,10 @@ void addSweepCommands(CLI::App& app) {
         ->check(CLI::Range(1, 1000));
     cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
     cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
+    cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
     cmd->callback([=] {
       if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
-      const auto s = experiments::loadSweepSpec(*spec, *simulate);
+      const auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
       experiments::expandSweep(s);  // every point validated before anything runs
       experiments::SweepOptions o;
       o.outDir = *out;

@@ -134,6 +134,69 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   fs::remove_all(root);
 }
 
+// The simulator's user path: `slowpipe profile` on a sweep (stage costs, codecs, the host speed
+// measured with real processes, the transport), then `sweep --simulate` over the same sweep and
+// `plot`. A simulated point is a result document like an emulated one, marked simulated.
+TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-sim-test-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  sweep.erase("pretrain");
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const fs::path prof = root / "profile.json", out = root / "sim";
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out", prof.string(),
+                                           "--reps", "2", "--host-window", "0.2", "--host-reps", "1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json p = json::parse(std::ifstream(prof));
+  EXPECT_EQ(p["source"], "measured");
+  ASSERT_EQ(p["stages"].size(), 2u);
+  ASSERT_EQ(p["host_speed"].size(), 2u) << p.dump(2);
+  EXPECT_EQ(p["host_speed"][0], 1.0);
+  EXPECT_GT(p["host_speed"][1].get<double>(), 0.0);
+  EXPECT_GE(p["host_cores"].get<int>(), 1);
+  EXPECT_GT(p["transport"]["b_s_per_byte"].get<double>() + p["transport"]["a_s"].get<double>(), 0.0);
+  // Every codec the sweep's compression axis names is profiled, by its canonical spec.
+  bool acsgd = false;
+  for (const auto& [k, v] : p["codecs"].items()) acsgd |= k.rfind("acsgd:", 0) == 0;
+  EXPECT_TRUE(acsgd) << p["codecs"].dump();
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+                                      prof.string(), "--out", out.string(), "--quiet"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json summary = json::parse(std::ifstream(out / "summary.json"));
+  ASSERT_EQ(summary["rows"].size(), 4u);
+  for (const auto& row : summary["rows"]) {
+    EXPECT_EQ(row["status"], "ok") << row.dump();
+    const json run = json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    EXPECT_EQ(run["simulated"], true);
+    EXPECT_EQ(run["profile"]["host_speed"], p["host_speed"]) << run["profile"].dump();
+    ASSERT_EQ(run["timeline"].size(), 2u);
+  }
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "plot", out.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  // --set on the command line changes every point's base (here: 4 micro-batches); a field an axis
+  // varies is refused, naming the axis.
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+                                      prof.string(), "--out", (root / "sim4").string(), "--quiet", "--set",
+                                      "pipeline.micro_batches=4"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const auto& e : fs::directory_iterator(root / "sim4" / "runs")) {
+    if (e.path().extension() != ".json") continue;
+    EXPECT_EQ(json::parse(std::ifstream(e.path()))["spec"]["pipeline"]["micro_batches"], 4) << e.path();
+  }
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+                                      prof.string(), "--out", (root / "sim5").string(), "--quiet", "--set",
+                                      "compression.forward=fp16"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("axis 'compression'"), std::string::npos) << r.output;
+  // A profile that is not one is named in the error, and nothing is written.
+  std::ofstream(root / "bad.json") << R"({"schema": "slowpipe.profile/1", "stages": [{"forward_s": -1}]})";
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+                                      (root / "bad.json").string(), "--out", (root / "sim2").string(), "--quiet"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("bad.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("forward_s"), std::string::npos) << r.output;
+  fs::remove_all(root);
+}
+
 // The main job writes into an ignored folder and runs every point: the first version wrote into
 // the committed results/quickstart/, found the committed runs complete and skipped them all.
 TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {

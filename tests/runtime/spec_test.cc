@@ -59,6 +59,42 @@ TEST(SpecTest, MalformedSpecsNameTheProblem) {
   EXPECT_NE(errorOf(j).find("must start at 1"), std::string::npos) << errorOf(j);
 }
 
+// --set PATH=VALUE: JSON values where they parse, strings otherwise, objects merged; errors name
+// the assignment.
+TEST(SpecTest, SetAssignsFieldsFromTheCommandLine) {
+  json j = valid();
+  applySet(j, "compression.forward=quant:bits=3,scale=group,group=32");
+  applySet(j, "pipeline.stages=4");
+  applySet(j, "network.links.latency=0ms");
+  applySet(j, "runtime={\"step_timeout_s\": 30}");
+  applySet(j, "compression.label=\"x y\"");
+  EXPECT_EQ(j["compression"]["forward"], "quant:bits=3,scale=group,group=32");
+  EXPECT_EQ(j["pipeline"]["stages"], 4);
+  EXPECT_EQ(j["network"]["links"]["bandwidth"], "100Mbps");
+  EXPECT_EQ(j["network"]["links"]["latency"], "0ms");
+  EXPECT_EQ(j["runtime"]["step_timeout_s"], 30);
+  EXPECT_EQ(j["compression"]["label"], "x y");
+  EXPECT_EQ(runSpecFromJson(j).pipeline.stages, 4);
+  auto err = [&](const std::string& a) {
+    json k = valid();
+    try {
+      applySet(k, a);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err("pipeline.stages").find("expected PATH=VALUE"), std::string::npos);
+  EXPECT_NE(err("=4").find("expected PATH=VALUE"), std::string::npos);
+  EXPECT_NE(err("pipeline.stages.x=4").find("'pipeline.stages' is 2, not an object"), std::string::npos)
+      << err("pipeline.stages.x=4");
+  EXPECT_NE(err("pipeline..stages=4").find("empty field name"), std::string::npos);
+  // Validation still names the field: a typo is not silently a new field.
+  json k = valid();
+  applySet(k, "pipeline.stagez=4");
+  EXPECT_NE(errorOf(k).find("stagez"), std::string::npos) << errorOf(k);
+}
+
 TEST(SpecTest, BalancedPartitionCoversAllLayers) {
   json j = valid();
   j["model"]["layers"] = 7;

@@ -165,6 +165,27 @@ TEST(SimulatorTest, ProfilesRoundTripAndNameTheirErrors) {
   EXPECT_THROW(simulateRun(tinySpec(4, 1, "gpipe", "pipelined"), p), std::invalid_argument);  // 2-stage profile
 }
 
+// Profiles measured at different times merge into their per-field median.
+TEST(SimulatorTest, MedianOfProfilesIsPerField) {
+  std::vector<Profile> ps;
+  for (double f : {1.0, 2.0, 10.0}) {
+    Profile p = flatProfile(2, f, 2 * f, 3 * f);
+    p.hostCores = 2;
+    p.hostSpeed = {1.0, 1.0 / f};
+    p.transport = {f * 1e-6, f * 1e-9};
+    p.codecs["none"] = {{0, f * 1e-10}, {0, f * 2e-10}};
+    ps.push_back(p);
+  }
+  const Profile m = medianProfile(ps);
+  EXPECT_EQ(m.stages[1].forwardS, 2.0);
+  EXPECT_EQ(m.stages[0].stepS, 6.0);
+  EXPECT_EQ(m.hostSpeed[1], 0.5);
+  EXPECT_EQ(m.transport.bSPerByte, 2e-9);
+  EXPECT_EQ(m.codecs.at("none").decode.bSPerByte, 4e-10);
+  ps[2].stages.pop_back();
+  EXPECT_THROW(medianProfile(ps), std::invalid_argument);
+}
+
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600), 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
   json j = {{"name", "xl"},

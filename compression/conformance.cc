@@ -1,0 +1,300 @@
+// Codec conformance checks (see conformance.h).
+#include "compression/conformance.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "compression/frame.h"
+
+namespace slowpipe::compression {
+namespace {
+
+using nlohmann::json;
+
+// Deterministic activation-like values: normal(0, 1) from a xorshift stream; with outliers, every
+// 997th value is 100x larger (the heavy channels of transformer activations).
+std::vector<float> activations(int64_t n, uint64_t seed, bool outliers) {
+  std::vector<float> x(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return (static_cast<double>(s >> 11) + 0.5) / 9007199254740992.0;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = next(), v = next();
+    x[i] = static_cast<float>(std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v));
+    if (outliers && i % 997 == 13) x[i] *= 100.0f;
+  }
+  return x;
+}
+
+struct Message {
+  std::vector<float> x;
+  FrameHeader header;
+  CodecContext ctx;
+};
+
+// Message k of a sequence: epoch e, micro-batch m, rows with example ids m*rows .. (m+1)*rows-1.
+Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outliers = false) {
+  Message m;
+  m.x = activations(numelOf(shape), seed + 7919 * epoch + 104729 * mb, outliers);
+  m.header.shape = shape;
+  m.header.step = epoch * 100 + mb;
+  m.header.microBatch = mb;
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  for (int64_t r = 0; r < rows; ++r) m.header.exampleIds.push_back(mb * rows + r);
+  m.ctx.direction = Direction::kForward;
+  m.ctx.step = m.header.step;
+  m.ctx.epoch = epoch;
+  m.ctx.microBatch = mb;
+  m.ctx.exampleIds = m.header.exampleIds;
+  m.ctx.key = "fwd/mb" + std::to_string(mb);
+  return m;
+}
+
+struct Checks {
+  json list = json::array();
+  bool ok = true;
+  void add(const std::string& name, bool pass, const std::string& detail) {
+    list.push_back({{"name", name}, {"ok", pass}, {"detail", detail}});
+    ok = ok && pass;
+  }
+};
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// Runs fn in a forked child (or here): "rejected" if it threw, "accepted" if it returned, or the
+// signal that ended it.
+std::string outcome(const std::function<void()>& fn, bool isolate) {
+  if (!isolate) {
+    try {
+      fn();
+      return "accepted";
+    } catch (const std::exception&) {
+      return "rejected";
+    }
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("codec check: fork() failed");
+  // Exit codes of our own, so a child ended by anything else (a sanitizer's report, abort) is not
+  // mistaken for an answer.
+  constexpr int kRejected = 10, kAccepted = 11;
+  if (pid == 0) {
+    int code = kRejected;
+    try {
+      fn();
+      code = kAccepted;
+    } catch (const std::exception&) {
+    }
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
+  if (!WIFEXITED(status)) return "ended oddly";
+  if (WEXITSTATUS(status) == kRejected) return "rejected";
+  if (WEXITSTATUS(status) == kAccepted) return "accepted";
+  return "ended with exit status " + std::to_string(WEXITSTATUS(status));
+}
+
+double seconds(const std::function<void()>& fn, double minSeconds) {
+  using clock = std::chrono::steady_clock;
+  fn();  // warm-up
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < 3 || total < minSeconds) {
+    const auto a = clock::now();
+    fn();
+    const double dt = std::chrono::duration<double>(clock::now() - a).count();
+    t.push_back(dt);
+    total += dt;
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const ConformanceOptions& opt) {
+  Checks c;
+  json figures = json::object();
+  const std::string spec = make()->spec();
+  const bool lossless = make()->id() == CodecId::kNone;
+
+  // Round trip: shapes of rank 1-4 with odd sizes, first sighting then a second epoch.
+  for (const Shape& shape : std::vector<Shape>{{7}, {3, 5}, {3, 5, 7}, {3, 5, 7, 9}, {1, 1, 1, 1}, {5, 33, 129}}) {
+    auto tx = make(), rx = make();
+    std::string problem;
+    for (int epoch = 0; epoch < 2 && problem.empty(); ++epoch) {
+      Message m = message(shape, epoch, 0, 11);
+      try {
+        const Bytes f = encodeFrame(*tx, m.x.data(), m.header, m.ctx);
+        std::vector<float> y;
+        const FrameHeader h = decodeFrame(*rx, f.data(), f.size(), m.ctx, y);
+        if (h.shape != shape || static_cast<int64_t>(y.size()) != numelOf(shape))
+          problem = "decoded " + std::to_string(y.size()) + " values of shape " + shapeString(h.shape);
+        for (size_t i = 0; i < y.size() && problem.empty(); ++i)
+          if (!std::isfinite(y[i])) problem = "value " + std::to_string(i) + " is not finite";
+        if (problem.empty() && lossless && std::memcmp(y.data(), m.x.data(), 4 * y.size()) != 0)
+          problem = "a lossless codec changed its input";
+      } catch (const std::exception& e) {
+        problem = std::string("threw: ") + e.what();
+      }
+    }
+    c.add("round_trip " + shapeString(shape), problem.empty(), problem.empty() ? "2 epochs" : problem);
+  }
+
+  // Determinism and mirrored state over 3 epochs x 3 micro-batches.
+  {
+    const Shape shape = {4, 9, 33};
+    auto a = make(), b = make(), rx = make();
+    std::string diverged, digest;
+    int messages = 0;
+    for (int epoch = 0; epoch < 3; ++epoch)
+      for (int mb = 0; mb < 3; ++mb) {
+        Message m = message(shape, epoch, mb, 23);
+        const Bytes fa = encodeFrame(*a, m.x.data(), m.header, m.ctx), fb = encodeFrame(*b, m.x.data(), m.header, m.ctx);
+        if (fa != fb && diverged.empty())
+          diverged = "payloads differ at epoch " + std::to_string(epoch) + ", micro-batch " + std::to_string(mb);
+        std::vector<float> y;
+        try {
+          decodeFrame(*rx, fa.data(), fa.size(), m.ctx, y);
+        } catch (const std::exception& e) {
+          if (digest.empty()) digest = std::string("receiver threw: ") + e.what();
+        }
+        if (digest.empty() && a->stateDigest() != rx->stateDigest())
+          digest = "sender and receiver digests differ after epoch " + std::to_string(epoch) + ", micro-batch " + std::to_string(mb);
+        ++messages;
+      }
+    c.add("determinism", diverged.empty(), diverged.empty() ? std::to_string(messages) + " messages, equal payloads" : diverged);
+    c.add("state", digest.empty(),
+          digest.empty() ? std::to_string(messages) + " messages, digests equal (" + (a->stateDigest() ? "stateful" : "stateless") + ")"
+                         : digest);
+  }
+
+  // Damage: frames and payloads of an epoch-1 message, decoded by a receiver that saw epoch 0.
+  {
+    const Shape shape = {4, 9, 33};
+    auto tx = make(), rx = make();
+    Message m0 = message(shape, 0, 0, 31), m1 = message(shape, 1, 0, 37);
+    const Bytes f0 = encodeFrame(*tx, m0.x.data(), m0.header, m0.ctx);
+    std::vector<float> y;
+    decodeFrame(*rx, f0.data(), f0.size(), m0.ctx, y);
+    const Bytes frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx);
+    size_t at = 0;
+    const FrameHeader h = parseFrame(frame.data(), frame.size(), &at);
+    const Bytes payload(frame.begin() + static_cast<std::ptrdiff_t>(at), frame.end());
+    auto frameCase = [&](const std::string& name, Bytes damaged) {
+      const std::string r = outcome([&] {
+        std::vector<float> out;
+        decodeFrame(*rx, damaged.data(), damaged.size(), m1.ctx, out);
+      }, opt.isolate);
+      c.add("damage " + name, r == "rejected", r);
+    };
+    frameCase("frame truncated by 1 byte", Bytes(frame.begin(), frame.end() - 1));
+    frameCase("frame truncated to half", Bytes(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(frame.size() / 2)));
+    frameCase("frame truncated to its header", Bytes(frame.begin(), frame.begin() + 32));
+    Bytes longer = frame;
+    longer.push_back(0);
+    frameCase("frame extended by 1 byte", longer);
+    for (size_t pos : {size_t{30}, size_t{33}, at + payload.size() / 2, frame.size() - 1}) {
+      Bytes flipped = frame;
+      flipped[pos] ^= 0x10;
+      frameCase("frame bit flip at byte " + std::to_string(pos), flipped);
+    }
+    auto payloadCase = [&](const std::string& name, Bytes damaged, bool mustReject) {
+      const std::string r = outcome([&] {
+        std::vector<float> out(static_cast<size_t>(numelOf(shape)));
+        CodecContext ctx = m1.ctx;
+        rx->decode(damaged.data(), damaged.size(), h.shape, ctx, out.data());
+      }, opt.isolate);
+      c.add("damage " + name, mustReject ? r == "rejected" : r == "rejected" || r == "accepted", r);
+    };
+    payloadCase("payload truncated by 1 byte", Bytes(payload.begin(), payload.end() - 1), true);
+    Bytes longerPayload = payload;
+    longerPayload.push_back(0);
+    payloadCase("payload extended by 1 byte", longerPayload, true);
+    payloadCase("empty payload", Bytes(), payload.size() > 0);
+    for (size_t pos : {size_t{0}, payload.size() / 2, payload.size() - 1}) {
+      if (payload.empty()) break;
+      Bytes flipped = payload;
+      flipped[pos] ^= 0xFF;
+      payloadCase("payload bit flips at byte " + std::to_string(pos) + " (must not crash)", flipped, false);
+    }
+  }
+
+  // Error on activations with outliers, in the steady state (second epoch).
+  {
+    const Shape shape = {8, 64, 257};
+    auto tx = make(), rx = make();
+    double maxAbs = 0, num = 0, den = 0;
+    int64_t wire = 0;
+    // The same examples seen again one epoch later: the activations have drifted a little
+    // (x1 = x0 + 0.1 n), as fine-tuning moves them; the figures are of that second message.
+    const Message first = message(shape, 0, 0, 41, true);
+    const std::vector<float> drift = activations(numelOf(shape), 43, false);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      Message m = message(shape, epoch, 0, 41, true);
+      m.x = first.x;
+      if (epoch == 1)
+        for (size_t i = 0; i < m.x.size(); ++i) m.x[i] += 0.1f * drift[i];
+      const Bytes f = encodeFrame(*tx, m.x.data(), m.header, m.ctx);
+      std::vector<float> y;
+      decodeFrame(*rx, f.data(), f.size(), m.ctx, y);
+      if (epoch == 1) {
+        wire = static_cast<int64_t>(f.size());
+        for (size_t i = 0; i < y.size(); ++i) {
+          const double d = static_cast<double>(y[i]) - m.x[i];
+          maxAbs = std::max(maxAbs, std::abs(d));
+          num += d * d;
+          den += static_cast<double>(m.x[i]) * m.x[i];
+        }
+      }
+    }
+    const double rel = std::sqrt(num / den);
+    figures["error"] = {{"shape", shape}, {"max_abs", maxAbs}, {"rel_l2", rel}, {"frame_bytes", wire},
+                        {"compression_ratio", 4.0 * numelOf(shape) / static_cast<double>(wire)}};
+    const CodecId id = make()->id();
+    const double bound = id == CodecId::kNone ? 0.0 : id == CodecId::kFp16 ? 1e-3 : id == CodecId::kBf16 ? 1e-2 : -1;
+    if (bound >= 0) c.add("error bound", rel <= bound, "relative L2 " + fmt("%.3g", rel) + " (bound " + fmt("%.3g", bound) + ")");
+    else c.add("error finite", std::isfinite(rel), "relative L2 " + fmt("%.3g", rel) + ", max |error| " + fmt("%.3g", maxAbs));
+  }
+
+  // Speed: one thread, steady state, against memcpy of the same bytes in this run.
+  {
+    const int64_t rows = 8, width = 1024, n = std::max<int64_t>(rows * width, opt.speedElements / (rows * width) * rows * width);
+    const Shape shape = {rows, n / (rows * width), width};
+    auto tx = make(), rx = make();
+    Message m0 = message(shape, 0, 0, 53), m1 = message(shape, 1, 0, 59);
+    const Bytes f0 = encodeFrame(*tx, m0.x.data(), m0.header, m0.ctx);
+    std::vector<float> y;
+    decodeFrame(*rx, f0.data(), f0.size(), m0.ctx, y);
+    Bytes frame;
+    const double enc = seconds([&] { frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx); }, opt.speedSeconds);
+    const double dec = seconds([&] { decodeFrame(*rx, frame.data(), frame.size(), m1.ctx, y); }, opt.speedSeconds);
+    std::vector<float> dst(m1.x.size());
+    const double cpy = seconds([&] { std::memcpy(dst.data(), m1.x.data(), 4 * m1.x.size()); }, opt.speedSeconds);
+    const double bytes = 4.0 * static_cast<double>(n);
+    figures["speed"] = {{"bytes", bytes}, {"encode_gbps", bytes / enc / 1e9}, {"decode_gbps", bytes / dec / 1e9},
+                        {"memcpy_gbps", bytes / cpy / 1e9}, {"encode_vs_memcpy", cpy / enc}, {"decode_vs_memcpy", cpy / dec}};
+    // A link is sustained when the codec turns activations into frames, and frames back, at least
+    // as fast as the link could carry the activations uncompressed.
+    for (auto [name, bps] : {std::pair{"100Mbps", 1e8}, std::pair{"1Gbps", 1e9}, std::pair{"10Gbps", 1e10}})
+      figures["speed"]["sustains_" + std::string(name)] = bytes / enc >= bps / 8 && bytes / dec >= bps / 8;
+  }
+  return {{"codec", spec}, {"checks", c.list}, {"figures", figures}, {"ok", c.ok}};
+}
+
+}  // namespace slowpipe::compression

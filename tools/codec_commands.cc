@@ -1,0 +1,65 @@
+// `slowpipe codec check SPEC...` (the conformance check, compression/conformance.h) and
+// `slowpipe codec list`.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "compression/codec.h"
+#include "compression/conformance.h"
+#include "runtime/result.h"
+#include "tools/commands.h"
+
+namespace slowpipe::tools {
+
+using nlohmann::json;
+
+void addCodecCommands(CLI::App& app) {
+  auto* codec = app.add_subcommand("codec", "codecs: conformance check, list");
+  codec->require_subcommand(1);
+  {
+    auto specs = std::make_shared<std::vector<std::string>>();
+    auto out = std::make_shared<std::string>();
+    auto quick = std::make_shared<bool>(false);
+    auto* cmd = codec->add_subcommand("check", "check a codec's contract: round trip, determinism, state, damage, error, speed");
+    cmd->add_option("spec", *specs, "codec specs, e.g. acsgd:bits=2 'ef(quant:bits=4)'")->required();
+    cmd->add_option("--json", *out, "also write the results as JSON to this file");
+    cmd->add_flag("--quick", *quick, "speed on a 4 MiB message instead of 64 MiB");
+    cmd->callback([=] {
+      compression::ConformanceOptions o;
+      if (*quick) {
+        o.speedElements = int64_t{1} << 20;
+        o.speedSeconds = 0.05;
+      }
+      json all = json::array();
+      bool ok = true;
+      for (const auto& spec : *specs) {
+        compression::makeCodec(spec);  // a bad spec is an error naming it, before anything runs
+        const json r = compression::checkCodec([&] { return compression::makeCodec(spec); }, o);
+        std::printf("%s\n", r["codec"].get<std::string>().c_str());
+        for (const auto& c : r["checks"])
+          std::printf("  %-4s %-58s %s\n", c["ok"].get<bool>() ? "ok" : "FAIL", c["name"].get<std::string>().c_str(),
+                      c["detail"].get<std::string>().c_str());
+        const json& e = r["figures"]["error"];
+        const json& s = r["figures"]["speed"];
+        std::printf("  error (outliers, steady state): max |err| %.4g, relative L2 %.4g, compression %.2fx\n",
+                    e["max_abs"].get<double>(), e["rel_l2"].get<double>(), e["compression_ratio"].get<double>());
+        std::printf("  speed (1 thread, %.0f MiB): encode %.2f GB/s (%.2fx memcpy), decode %.2f GB/s (%.2fx memcpy), "
+                    "memcpy %.2f GB/s\n", s["bytes"].get<double>() / (1 << 20), s["encode_gbps"].get<double>(),
+                    s["encode_vs_memcpy"].get<double>(), s["decode_gbps"].get<double>(), s["decode_vs_memcpy"].get<double>(),
+                    s["memcpy_gbps"].get<double>());
+        std::printf("  sustains 100 Mbps: %s, 1 Gbps: %s, 10 Gbps: %s\n", s["sustains_100Mbps"].get<bool>() ? "yes" : "no",
+                    s["sustains_1Gbps"].get<bool>() ? "yes" : "no", s["sustains_10Gbps"].get<bool>() ? "yes" : "no");
+        std::printf("  %s\n", r["ok"].get<bool>() ? "PASS" : "FAIL");
+        ok = ok && r["ok"].get<bool>();
+        all.push_back(r);
+      }
+      if (!out->empty()) runtime::writeJsonAtomically(*out, {{"schema", "slowpipe.codec_check/1"}, {"results", all}, {"ok", ok}});
+      if (!ok) std::exit(1);
+    });
+  }
+  codec->add_subcommand("list", "codec names makeCodec accepts")->callback([] {
+    for (const auto& n : compression::codecNames()) std::printf("%s\n", n.c_str());
+  });
+}
+
+}  // namespace slowpipe::tools
