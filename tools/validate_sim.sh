@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Simulator validation against emulation on this machine (results/README.md section 7).
+#
+#   tools/validate_sim.sh [OUT]        (default results/simulator; needs build/slowpipe)
+#
+# This machine's compute speed drifts by up to +-20% over minutes, so the profile is measured the
+# way the emulation is: spread over the same time. For each grid, repeat round k (every point once,
+# resumable) alternates with a profile snapshot; the profile used is the per-field median of the
+# snapshots (`slowpipe profile --merge`). Then every point is simulated and tools/validate_sim.py
+# compares the two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-results/simulator}
+BIN=${SLOWPIPE_BIN:-build/slowpipe}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+REPEATS=${REPEATS:-3}
+mkdir -p "$OUT/profiles"
+pairs=()
+for grid in sim_validation sim_validation_4stages; do
+  spec=experiments/$grid.json
+  snaps=()
+  for ((k = 0; k <= REPEATS; k++)); do
+    "$BIN" profile "$spec" --out "$OUT/profiles/$grid.s$k.json" > /dev/null
+    snaps+=("$OUT/profiles/$grid.s$k.json")
+    if ((k < REPEATS)); then
+      "$BIN" sweep "$spec" --out "$OUT/emulated_$grid" --repeats $((k + 1)) --quiet
+    fi
+  done
+  "$BIN" profile --merge "${snaps[@]}" --out "$OUT/profile_$grid.json"
+  rm -rf "$OUT/simulated_$grid"
+  "$BIN" sweep "$spec" --simulate --profile "$OUT/profile_$grid.json" --out "$OUT/simulated_$grid" --quiet
+  pairs+=("$OUT/emulated_$grid" "$OUT/simulated_$grid")
+done
+"$PY" tools/validate_sim.py "$OUT" "${pairs[@]}"
