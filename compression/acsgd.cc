@@ -1,5 +1,6 @@
 // AC-SGD delta codec and error feedback; the protocol is described in acsgd.h.
 #include "compression/acsgd.h"
+#include "compression/hadamard.h"
 
 #include <algorithm>
 #include <cstring>
@@ -134,10 +135,12 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
 }
 
 ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
-  const CodecId id = inner_->id();
+  const Codec* core = inner_.get();  // a rotation keeps the state of what it wraps
+  while (core->id() == CodecId::kHadamard) core = &static_cast<const HadamardCodec*>(core)->inner();
+  const CodecId id = core->id();
   SP_REQUIRE(id != CodecId::kAcsgd && id != CodecId::kErrorFeedback,
           "ef: inner codec '" + inner_->spec() +
-              "' is stateful; expected one of none, fp16, bf16, quant, topk");
+              "' is stateful; expected one of none, fp16, bf16, quant, topk, randk (or hadamard of one)");
 }
 
 void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,

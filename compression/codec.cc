@@ -35,6 +35,9 @@ const char* codecName(CodecId id) {
     case CodecId::kTopk: return "topk";
     case CodecId::kAcsgd: return "acsgd";
     case CodecId::kErrorFeedback: return "ef";
+    case CodecId::kPlugin: return "plugin";
+    case CodecId::kRandk: return "randk";
+    case CodecId::kHadamard: return "hadamard";
   }
   return "unknown";
 }

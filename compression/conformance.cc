@@ -237,7 +237,7 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
 
   // Error on activations with outliers, in the steady state (second epoch).
   {
-    const Shape shape = {8, 64, 257};
+    const Shape shape = {8, 64, 256};
     auto tx = make(), rx = make();
     double maxAbs = 0, num = 0, den = 0;
     int64_t wire = 0;

@@ -7,6 +7,8 @@
 
 #include "compression/acsgd.h"
 #include "compression/codec.h"
+#include "compression/hadamard.h"
+#include "compression/plugin.h"
 #include "compression/quant.h"
 #include "compression/simple_codecs.h"
 
@@ -140,7 +142,7 @@ std::unique_ptr<Codec> makeAcsgd(const Params& p, const std::string& instance) {
 }  // namespace
 
 std::vector<std::string> codecNames() {
-  return {"none", "fp16", "bf16", "quant", "topk", "acsgd", "ef(<inner>)"};
+  return {"none", "fp16", "bf16", "quant", "topk", "randk", "acsgd", "ef(<inner>)", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]"};
 }
 
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) { return makeCodec(rawSpec, ""); }
@@ -150,6 +152,25 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
   if (spec.rfind("ef(", 0) == 0) {
     SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
     return std::make_unique<ErrorFeedbackCodec>(makeCodec(spec.substr(3, spec.size() - 4), instance));
+  }
+  if (spec.rfind("hadamard(", 0) == 0) {
+    SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': hadamard( is not closed by ')'");
+    // hadamard(INNER[;seed=S][;block=B]): options after the inner spec, separated by ';' (the
+    // inner spec uses ',' for its own).
+    std::string body = spec.substr(9, spec.size() - 10), innerSpec = body;
+    uint64_t seed = 1;
+    int64_t block = 256;
+    const size_t semi = body.find(';');
+    if (semi != std::string::npos) {
+      innerSpec = body.substr(0, semi);
+      std::string opts = body.substr(semi + 1);
+      for (char& ch : opts)
+        if (ch == ';') ch = ',';
+      const Params p = parseParams("hadamard", opts, {"seed", "block"});
+      if (p.count("seed")) seed = static_cast<uint64_t>(parseInt("hadamard", "seed", p.at("seed")));
+      if (p.count("block")) block = parseInt("hadamard", "block", p.at("block"));
+    }
+    return std::make_unique<HadamardCodec>(makeCodec(innerSpec, instance), seed, block);
   }
   const size_t colon = spec.find(':');
   const std::string name = trim(spec.substr(0, colon));
@@ -171,6 +192,27 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
     }
     SP_REQUIRE(used == p.at("ratio").size(), "codec 'topk': ratio='" + p.at("ratio") + "' is not a number");
     return std::make_unique<TopkCodec>(ratio);
+  }
+  if (name == "randk") {
+    const Params p = parseParams(name, rest, {"ratio", "seed"});
+    SP_REQUIRE(p.count("ratio"), "codec 'randk': missing parameter ratio (e.g. randk:ratio=0.1)");
+    double ratio = 0;
+    size_t used = 0;
+    try {
+      ratio = std::stod(p.at("ratio"), &used);
+    } catch (const std::exception&) {
+    }
+    SP_REQUIRE(used == p.at("ratio").size(), "codec 'randk': ratio='" + p.at("ratio") + "' is not a number");
+    const uint64_t seed = p.count("seed") ? static_cast<uint64_t>(parseInt(name, "seed", p.at("seed"))) : 1;
+    return std::make_unique<RandkCodec>(ratio, seed);
+  }
+  if (name == "plugin") {
+    // path= first; everything after it is the plug-in's own parameters, passed as written.
+    SP_REQUIRE(rest.rfind("path=", 0) == 0, "codec 'plugin': expected plugin:path=<lib.so>[,key=value...], got '" + spec + "'");
+    const size_t comma = rest.find(',');
+    const std::string path = trim(rest.substr(5, comma == std::string::npos ? std::string::npos : comma - 5));
+    SP_REQUIRE(!path.empty(), "codec 'plugin': path= is empty");
+    return makePluginCodec(path, comma == std::string::npos ? "" : trim(rest.substr(comma + 1)));
   }
   if (name == "acsgd") {
     std::vector<std::string> keys = kQuantKeys;

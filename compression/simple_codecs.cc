@@ -118,4 +118,77 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   }
 }
 
+namespace {
+
+// splitmix64: a full-avalanche 64-bit mix; the per-element hash of randk.
+inline uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+RandkCodec::RandkCodec(double ratio, uint64_t seed) : ratio_(ratio), seed_(seed) {
+  SP_REQUIRE(ratio > 0.0 && ratio <= 1.0,
+             "randk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
+  all_ = ratio >= 1.0;
+  threshold_ = all_ ? UINT64_MAX : static_cast<uint64_t>(std::ldexp(ratio, 64));
+}
+
+std::string RandkCodec::spec() const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "randk:ratio=%g,seed=%llu", ratio_, static_cast<unsigned long long>(seed_));
+  return buf;
+}
+
+uint64_t RandkCodec::messageSeed(const CodecContext& ctx) const {
+  uint64_t h = mix64(seed_);
+  h = mix64(h ^ static_cast<uint64_t>(ctx.step));
+  h = mix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(ctx.microBatch)));
+  h = mix64(h ^ static_cast<uint64_t>(ctx.exampleIds.empty() ? -1 : ctx.exampleIds[0]));
+  return h;
+}
+
+void RandkCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
+  const int64_t n = numelOf(shape);
+  const uint64_t base = messageSeed(ctx);
+  const float scale = static_cast<float>(1.0 / ratio_);
+  const size_t at = out.size();
+  out.resize(at + 4 + 4 * static_cast<size_t>(n));  // at most; trimmed below
+  uint8_t* vp = out.data() + at + 4;
+  uint32_t k = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_) {
+      const float v = x[i] * scale;
+      std::memcpy(vp + 4 * static_cast<size_t>(k), &v, 4);
+      ++k;
+    }
+  std::memcpy(out.data() + at, &k, 4);
+  out.resize(at + 4 + 4 * static_cast<size_t>(k));
+}
+
+void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) {
+  const int64_t n = numelOf(shape);
+  ByteReader r(payload, size, "randk payload");
+  const uint32_t k = r.get<uint32_t>("count");
+  const uint64_t base = messageSeed(ctx);
+  int64_t expect = 0;
+  for (int64_t i = 0; i < n; ++i) expect += all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_;
+  SP_REQUIRE(k == expect, "randk: count is " + std::to_string(k) + ", the shared index set has " + std::to_string(expect) +
+                              " (another seed, step or micro-batch?) for shape " + shapeString(shape));
+  requireSize("randk", size, 4 + 4 * static_cast<size_t>(k), shape);
+  const uint8_t* vp = r.take(4 * static_cast<size_t>(k), "values");
+  uint32_t j = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_) {
+      std::memcpy(out + i, vp + 4 * static_cast<size_t>(j), 4);
+      ++j;
+    } else {
+      out[i] = 0.0f;
+    }
+  }
+}
+
 }  // namespace slowpipe::compression

@@ -35,4 +35,24 @@ class TopkCodec : public Codec {
   double ratio_;
 };
 
+// randk: unbiased random sparsification with no indices on the wire. Element i of a message is
+// kept when a hash of (seed, step, micro-batch, first example id, i) falls below ratio x 2^64, so
+// both ends derive the same set from the context they share; kept values travel as fp32 scaled by
+// 1/ratio (E[decoded] = x). Payload: u32 count, then the count scaled values in index order.
+class RandkCodec : public Codec {
+ public:
+  RandkCodec(double ratio, uint64_t seed);
+  CodecId id() const override { return CodecId::kRandk; }
+  std::string spec() const override;
+  void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
+  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+              float* out) override;
+
+ private:
+  uint64_t messageSeed(const CodecContext& ctx) const;
+  double ratio_;
+  uint64_t seed_, threshold_;
+  bool all_ = false;
+};
+
 }  // namespace slowpipe::compression

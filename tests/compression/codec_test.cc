@@ -6,6 +6,7 @@
 #include <random>
 
 #include "compression/codec.h"
+#include "compression/hadamard.h"
 #include "compression/half.h"
 #include "compression/simple_codecs.h"
 
@@ -24,7 +25,9 @@ std::string errorOf(const std::string& spec) {
 TEST(RegistryTest, BuildsEveryDocumentedSpec) {
   for (const char* s : {"none", "fp16", "bf16", "quant:bits=4,scale=channel,round=nearest",
                         "quant:bits=2,group=128,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
-                        "ef(quant:bits=4)", "acsgd:bits=4,store=fp16,backing=mmap,budget=16MiB"}) {
+                        "ef(quant:bits=4)", "acsgd:bits=4,store=fp16,backing=mmap,budget=16MiB", "randk:ratio=0.1",
+                        "randk:ratio=0.25,seed=7", "ef(randk:ratio=0.1)", "hadamard(quant:bits=3,scale=group,group=64)",
+                        "hadamard(acsgd:bits=2;seed=3;block=64)", "ef(hadamard(quant:bits=4))"}) {
     auto c = makeCodec(s);
     ASSERT_NE(c, nullptr) << s;
     EXPECT_EQ(makeCodec(c->spec())->spec(), c->spec()) << "canonical spec must round-trip: " << s;
@@ -104,6 +107,97 @@ TEST(TopkCodecTest, KeepsLargestMagnitudes) {
   std::vector<float> y(100);
   c->decode(p.data(), p.size(), {10, 10}, {}, y.data());
   for (size_t i = 0; i < 100; ++i) EXPECT_EQ(y[i], i >= 95 ? x[i] : 0.0f) << i;
+}
+
+// The rotation is orthonormal and its own inverse; blocks follow the last dimension; around a
+// quantizer it cuts the error on activations with outlier channels (what TAH-Quant builds on).
+TEST(HadamardCodecTest, OrthonormalInverseAndHelpsWithOutliers) {
+  const Shape shape = {8, 32, 192};  // last dimension 192 = 64 x 3: blocks of 64
+  const int64_t n = numelOf(shape);
+  std::vector<float> x(n);
+  std::mt19937 g(9);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < n; ++i) x[i] = d(g) * (i % 64 == 17 ? 8.0f : 1.0f);  // one 8x outlier per 64 values
+  HadamardCodec h(makeCodec("none"), 7, 256);
+  EXPECT_EQ(h.blockFor(192), 64);
+  EXPECT_EQ(h.blockFor(7), 1);
+  std::vector<float> y = x;
+  h.rotate(y.data(), n, 192, false);
+  double nx = 0, ny = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    nx += static_cast<double>(x[i]) * x[i];
+    ny += static_cast<double>(y[i]) * y[i];
+  }
+  EXPECT_NEAR(ny / nx, 1.0, 1e-5) << "orthonormal: the norm is kept";
+  h.rotate(y.data(), n, 192, true);
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], x[i], 1e-4f * (1 + std::fabs(x[i]))) << i;
+  auto relErr = [&](const std::string& spec) {
+    auto tx = makeCodec(spec), rx = makeCodec(spec);
+    Bytes p;
+    tx->encode(x.data(), shape, {}, p);
+    std::vector<float> z(n);
+    rx->decode(p.data(), p.size(), shape, {}, z.data());
+    double e = 0;
+    for (int64_t i = 0; i < n; ++i) e += (z[i] - x[i]) * (z[i] - x[i]);
+    return std::sqrt(e / nx);
+  };
+  // A group's scale follows its largest value: the outlier sets a coarse grid for the other 63.
+  // Rotated, the outlier's energy is spread over the block and the grid is several times finer.
+  const double plain = relErr("quant:bits=4,scale=group,group=64"), rotated = relErr("hadamard(quant:bits=4,scale=group,group=64)");
+  EXPECT_LT(rotated, 0.5 * plain) << "plain " << plain << ", rotated " << rotated;
+  EXPECT_NE(errorOf("hadamard(quant:bits=4;block=96)").find("power of two"), std::string::npos);
+  EXPECT_NE(errorOf("ef(hadamard(acsgd:bits=2))").find("stateful"), std::string::npos);
+}
+
+// randk: the receiver derives the kept set from the shared context alone (the payload is a count
+// and the values), keeps about ratio of the elements, and decodes to x in expectation.
+TEST(RandkCodecTest, SharedIndicesUnbiasedNoIndexBytes) {
+  const Shape shape = {4, 50, 50};
+  const int64_t n = numelOf(shape);
+  std::vector<float> x(n);
+  std::mt19937 g(3);
+  std::normal_distribution<float> d;
+  for (auto& v : x) v = d(g);
+  auto tx = makeCodec("randk:ratio=0.1,seed=5"), rx = makeCodec("randk:ratio=0.1,seed=5");
+  std::vector<double> sum(n, 0.0);
+  const int trials = 400;
+  std::vector<float> y(n);
+  Bytes first;
+  for (int t = 0; t < trials; ++t) {
+    CodecContext ctx;
+    ctx.step = t;
+    ctx.microBatch = t % 3;
+    ctx.exampleIds = {10, 11, 12, 13};
+    Bytes p;
+    tx->encode(x.data(), shape, ctx, p);
+    uint32_t k;
+    std::memcpy(&k, p.data(), 4);
+    ASSERT_EQ(p.size(), 4u + 4u * k) << "count and values only";
+    EXPECT_NEAR(static_cast<double>(k) / n, 0.1, 0.02) << t;
+    rx->decode(p.data(), p.size(), shape, ctx, y.data());
+    for (int64_t i = 0; i < n; ++i) sum[i] += y[i];
+    if (t == 0) first = p;
+    if (t == 1) {
+      EXPECT_NE(p, first) << "another step draws another set";
+    }
+    // A receiver with another seed derives another set: the count does not match, an error.
+    if (t == 0) {
+      auto other = makeCodec("randk:ratio=0.1,seed=6");
+      EXPECT_THROW(other->decode(p.data(), p.size(), shape, ctx, y.data()), CodecError);
+    }
+  }
+  // Unbiased: a decode is x/ratio with probability ratio, else 0, so its variance is
+  // (1/ratio - 1) x^2 = 9 x^2: one decode is ~3x off (relative L2), the mean of 400 ~0.15x.
+  auto relL2 = [&](auto value) {
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += (value(i) - x[i]) * (value(i) - x[i]);
+      norm += static_cast<double>(x[i]) * x[i];
+    }
+    return std::sqrt(err / norm);
+  };
+  EXPECT_LT(relL2([&](int64_t i) { return sum[i] / trials; }), 0.25);
+  EXPECT_GT(relL2([&](int64_t i) { return static_cast<double>(y[i]); }), 2.0);
 }
 
 }  // namespace

@@ -197,6 +197,31 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   fs::remove_all(root);
 }
 
+// A codec that is not part of slowpipe, swept from the command line: a C plug-in on both
+// directions through --set, every point a real multi-process run whose ends keep equal state.
+TEST(SweepRunTest, PluginCodecSweptWithSet) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-plugin-sweep-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  sweep.erase("pretrain");
+  sweep["axes"] = json::array({{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}}});
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const std::string plugin = std::string("plugin:path=") + GOOD_PLUGIN;
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out",
+                                                 (root / "out").string(), "--quiet", "--set", "compression.forward=" + plugin + ",clip=16",
+                                                 "--set", "compression.backward=" + plugin, "--set", "compression.label=int8 plug-in"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json summary = json::parse(std::ifstream(root / "out" / "summary.json"));
+  ASSERT_EQ(summary["rows"].size(), 2u);
+  for (const auto& row : summary["rows"]) {
+    EXPECT_EQ(row["status"], "ok") << row.dump();
+    const json run = json::parse(std::ifstream(root / "out" / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    EXPECT_EQ(run["spec"]["compression"]["forward"], plugin + ",clip=16");
+    EXPECT_EQ(run["codec_states_match"], true) << run["codec_state"].dump();
+    EXPECT_GT(run["summary"]["compression_ratio"].get<double>(), 3.0) << run["summary"].dump();
+  }
+  fs::remove_all(root);
+}
+
 // The main job writes into an ignored folder and runs every point: the first version wrote into
 // the committed results/quickstart/, found the committed runs complete and skipped them all.
 TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {

@@ -1,0 +1,82 @@
+// Randomized Hadamard rotation around an inner codec (see hadamard.h).
+#include "compression/hadamard.h"
+
+#include <cmath>
+#include <vector>
+
+#include "compression/error.h"
+
+namespace slowpipe::compression {
+namespace {
+
+inline uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Unnormalised fast Walsh-Hadamard transform of b values (b a power of two).
+void fwht(float* v, int64_t b) {
+  for (int64_t h = 1; h < b; h *= 2)
+    for (int64_t i = 0; i < b; i += 2 * h)
+      for (int64_t j = i; j < i + h; ++j) {
+        const float a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+}
+
+}  // namespace
+
+HadamardCodec::HadamardCodec(std::unique_ptr<Codec> inner, uint64_t seed, int64_t maxBlock)
+    : inner_(std::move(inner)), seed_(seed), maxBlock_(maxBlock) {
+  SP_REQUIRE(maxBlock >= 1 && maxBlock <= 65536 && (maxBlock & (maxBlock - 1)) == 0,
+             "hadamard: block=" + std::to_string(maxBlock) + " must be a power of two in 1..65536");
+  SP_REQUIRE(inner_->id() != CodecId::kHadamard, "hadamard: nested hadamard(...) rotates twice; use one");
+}
+
+std::string HadamardCodec::spec() const {
+  return "hadamard(" + inner_->spec() + ";seed=" + std::to_string(seed_) + ";block=" + std::to_string(maxBlock_) + ")";
+}
+
+int64_t HadamardCodec::blockFor(int64_t d) const {
+  int64_t b = 1;
+  while (b * 2 <= maxBlock_ && d % (b * 2) == 0) b *= 2;
+  return b;
+}
+
+void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse) const {
+  const int64_t b = blockFor(d);
+  if (d <= 0 || n % d != 0) throw CodecError("hadamard: " + std::to_string(n) + " values are not rows of " + std::to_string(d));
+  std::vector<float> sign(static_cast<size_t>(d));
+  for (int64_t j = 0; j < d; ++j) sign[j] = (mix64(seed_ ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
+  const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(b)));
+  for (int64_t r = 0; r < n / d; ++r) {
+    float* row = x + r * d;
+    if (!inverse)
+      for (int64_t j = 0; j < d; ++j) row[j] *= sign[j];
+    if (b > 1)
+      for (int64_t k = 0; k < d; k += b) {
+        fwht(row + k, b);
+        for (int64_t j = k; j < k + b; ++j) row[j] *= norm;
+      }
+    if (inverse)
+      for (int64_t j = 0; j < d; ++j) row[j] *= sign[j];
+  }
+}
+
+void HadamardCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
+  const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
+  std::vector<float> y(x, x + n);
+  rotate(y.data(), n, d, false);
+  inner_->encode(y.data(), shape, ctx, out);
+}
+
+void HadamardCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) {
+  const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
+  inner_->decode(payload, size, shape, ctx, out);
+  rotate(out, n, d, true);
+}
+
+}  // namespace slowpipe::compression

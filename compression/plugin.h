@@ -1,0 +1,15 @@
+// Codecs from shared libraries (compression/plugin_abi.h): `plugin:path=libx.so[,key=value...]`.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "compression/codec.h"
+
+namespace slowpipe::compression {
+
+// Loads the library at `path` (dlopen; one handle per path for the process), checks its ABI
+// version and builds a codec with `params` ("key=value,..."). Errors name the library.
+std::unique_ptr<Codec> makePluginCodec(const std::string& path, const std::string& params);
+
+}  // namespace slowpipe::compression
