@@ -4,17 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "compression/bytes.h"
 #include "compression/error.h"
 
 namespace slowpipe::compression {
 namespace {
-
-inline uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // Unnormalised fast Walsh-Hadamard transform of b values (b a power of two).
 void fwht(float* v, int64_t b) {

@@ -85,6 +85,19 @@ std::string pick(const std::string& name, const std::string& key, const std::str
   return v;
 }
 
+// ratio= of the sparsifiers (topk, randk): required, a number (the codec checks its range).
+double requiredRatio(const std::string& name, const Params& p) {
+  SP_REQUIRE(p.count("ratio"), "codec '" + name + "': missing parameter ratio (e.g. " + name + ":ratio=0.01)");
+  double ratio = 0;
+  size_t used = 0;
+  try {
+    ratio = std::stod(p.at("ratio"), &used);
+  } catch (const std::exception&) {
+  }
+  SP_REQUIRE(used == p.at("ratio").size() && used > 0, "codec '" + name + "': ratio='" + p.at("ratio") + "' is not a number");
+  return ratio;
+}
+
 const std::vector<std::string> kQuantKeys = {"bits", "scale", "group", "round", "seed", "levels"};
 
 QuantOptions quantOptions(const std::string& name, const Params& p, int defaultBits) {
@@ -181,30 +194,11 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
                                        : name == "bf16" ? CodecId::kBf16 : CodecId::kNone);
   }
   if (name == "quant") return std::make_unique<QuantCodec>(quantOptions(name, parseParams(name, rest, kQuantKeys), 4));
-  if (name == "topk") {
-    const Params p = parseParams(name, rest, {"ratio"});
-    SP_REQUIRE(p.count("ratio"), "codec 'topk': missing parameter ratio (e.g. topk:ratio=0.01)");
-    double ratio = 0;
-    size_t used = 0;
-    try {
-      ratio = std::stod(p.at("ratio"), &used);
-    } catch (const std::exception&) {
-    }
-    SP_REQUIRE(used == p.at("ratio").size(), "codec 'topk': ratio='" + p.at("ratio") + "' is not a number");
-    return std::make_unique<TopkCodec>(ratio);
-  }
+  if (name == "topk") return std::make_unique<TopkCodec>(requiredRatio(name, parseParams(name, rest, {"ratio"})));
   if (name == "randk") {
     const Params p = parseParams(name, rest, {"ratio", "seed"});
-    SP_REQUIRE(p.count("ratio"), "codec 'randk': missing parameter ratio (e.g. randk:ratio=0.1)");
-    double ratio = 0;
-    size_t used = 0;
-    try {
-      ratio = std::stod(p.at("ratio"), &used);
-    } catch (const std::exception&) {
-    }
-    SP_REQUIRE(used == p.at("ratio").size(), "codec 'randk': ratio='" + p.at("ratio") + "' is not a number");
     const uint64_t seed = p.count("seed") ? static_cast<uint64_t>(parseInt(name, "seed", p.at("seed"))) : 1;
-    return std::make_unique<RandkCodec>(ratio, seed);
+    return std::make_unique<RandkCodec>(requiredRatio(name, p), seed);
   }
   if (name == "plugin") {
     // path= first; everything after it is the plug-in's own parameters, passed as written.

@@ -118,18 +118,6 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   }
 }
 
-namespace {
-
-// splitmix64: a full-avalanche 64-bit mix; the per-element hash of randk.
-inline uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 RandkCodec::RandkCodec(double ratio, uint64_t seed) : ratio_(ratio), seed_(seed) {
   SP_REQUIRE(ratio > 0.0 && ratio <= 1.0,
              "randk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
