@@ -297,7 +297,7 @@ class PipelineWorker {
 // and whether that happened depended on unrelated allocations (an AC-SGD buffer store raised the
 // threshold as a side effect): fp32 runs measured ~8% more compute time than AC-SGD runs at 10 Gbps.
 // Fixing the thresholds gives every codec the same allocator behaviour.
-static void tuneAllocator() {
+void tuneAllocator() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // the largest value glibc accepts on 64-bit
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);

@@ -30,6 +30,11 @@ struct WorkerArgs {
 
 int runWorker(const WorkerArgs& args);
 
+// The glibc allocator settings every worker runs with (worker.cc says why): large per-message
+// buffers are reused instead of being mmap'ed and page-faulted afresh. Benchmarks that claim to
+// measure what a run pays call it too.
+void tuneAllocator();
+
 // Trains every layer in this process with the same data, micro-batching, optimizer and seeds as a
 // pipeline run of `spec`. split: "finetune" or "pretrain". Calls onRecord with each step's and
 // each evaluation's record; saves the model to checkpoint (if not empty) at the end.
