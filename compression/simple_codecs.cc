@@ -161,22 +161,19 @@ void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const int64_t n = numelOf(shape);
   ByteReader r(payload, size, "randk payload");
   const uint32_t k = r.get<uint32_t>("count");
+  // One pass derives the shared index set; the payload is validated against it before any write.
   const uint64_t base = messageSeed(ctx);
-  int64_t expect = 0;
-  for (int64_t i = 0; i < n; ++i) expect += all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_;
-  SP_REQUIRE(k == expect, "randk: count is " + std::to_string(k) + ", the shared index set has " + std::to_string(expect) +
-                              " (another seed, step or micro-batch?) for shape " + shapeString(shape));
+  std::vector<int64_t> kept;
+  kept.reserve(static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(k))));
+  for (int64_t i = 0; i < n; ++i)
+    if (all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_) kept.push_back(i);
+  SP_REQUIRE(k == kept.size(), "randk: count is " + std::to_string(k) + ", the shared index set has " +
+                                   std::to_string(kept.size()) + " (another seed, step or micro-batch?) for shape " +
+                                   shapeString(shape));
   requireSize("randk", size, 4 + 4 * static_cast<size_t>(k), shape);
   const uint8_t* vp = r.take(4 * static_cast<size_t>(k), "values");
-  uint32_t j = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_) {
-      std::memcpy(out + i, vp + 4 * static_cast<size_t>(j), 4);
-      ++j;
-    } else {
-      out[i] = 0.0f;
-    }
-  }
+  std::fill(out, out + n, 0.0f);
+  for (size_t j = 0; j < kept.size(); ++j) std::memcpy(out + kept[j], vp + 4 * j, 4);
 }
 
 }  // namespace slowpipe::compression

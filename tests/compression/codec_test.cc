@@ -9,18 +9,10 @@
 #include "compression/hadamard.h"
 #include "compression/half.h"
 #include "compression/simple_codecs.h"
+#include "tests/compression/spec_error.h"
 
 namespace slowpipe::compression {
 namespace {
-
-std::string errorOf(const std::string& spec) {
-  try {
-    makeCodec(spec);
-  } catch (const CodecError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(RegistryTest, BuildsEveryDocumentedSpec) {
   for (const char* s : {"none", "fp16", "bf16", "quant:bits=4,scale=channel,round=nearest",

@@ -8,18 +8,10 @@
 #include "compression/conformance.h"
 #include "compression/frame.h"
 #include "emulator/command.h"
+#include "tests/compression/spec_error.h"
 
 namespace slowpipe::compression {
 namespace {
-
-std::string errorOf(const std::string& spec) {
-  try {
-    makeCodec(spec);
-  } catch (const CodecError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(PluginTest, LoadsChecksAndRoundTrips) {
   const std::string spec = std::string("plugin:path=") + GOOD_PLUGIN + ",clip=8";
@@ -34,7 +26,8 @@ TEST(PluginTest, LoadsChecksAndRoundTrips) {
   CodecContext ctx;
   ctx.exampleIds = h.exampleIds;
   const Bytes f = encodeFrame(*tx, x.data(), h, ctx);
-  EXPECT_EQ(f.size() - (f.size() - (4 + x.size())), 4 + x.size()) << "payload: 4-byte scale + one byte per value";
+  size_t at = 0;
+  EXPECT_EQ(parseFrame(f.data(), f.size(), &at).payloadBytes, 4 + x.size()) << "payload: 4-byte scale + one byte per value";
   decodeFrame(*rx, f.data(), f.size(), ctx, y);
   ASSERT_EQ(y.size(), x.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 4.5f / 127) << i;
