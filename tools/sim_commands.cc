@@ -62,7 +62,6 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
   return out;
 }
 
-// Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
 // One unit of a stage's work: forward and backward of one micro-batch, on a runner of its own.
 struct StageUnit {
   runtime::StageRunner runner;
@@ -235,6 +234,7 @@ double transportCpuSeconds(size_t bytes) {
   return perMessage[perMessage.size() / 2];
 }
 
+// Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
 // (acsgd: deltas of examples seen before), as the transport calls it (frames included).
 simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int64_t>& shape) {
   auto tx = compression::makeCodec(spec), rx = compression::makeCodec(spec);
