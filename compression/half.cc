@@ -1,10 +1,8 @@
-// fp16 conversion. Scalar bit manipulation (round to nearest even, subnormals, inf/NaN) rather
-// than F16C so that every machine produces the same bits.
+// fp16 conversion. The scalar functions are the reference (bit manipulation: round to nearest even,
+// subnormals, inf/NaN); the bulk ones run F16C where the CPU has it, which gives the same bits.
 #include "compression/half.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "compression/kernels.h"
 
 namespace slowpipe::compression {
 
@@ -41,50 +39,9 @@ float halfToFloat(uint16_t h) {
   return bitsFloat(sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3ffu) << 13));
 }
 
-#if defined(__x86_64__)
-// F16C converts with the same IEEE round-to-nearest-even as the scalar code above (only NaN
-// payload bits may differ), eight values per instruction; unaligned loads and stores.
-__attribute__((target("f16c,avx"))) static void toHalfF16c(const float* in, size_t n, uint8_t* out) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i) {
-    const uint16_t h = floatToHalf(in[i]);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-__attribute__((target("f16c,avx"))) static void fromHalfF16c(const uint8_t* in, size_t n, float* out) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    out[i] = halfToFloat(h);
-  }
-}
-static const bool kHasF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-#endif
+// F16C where the CPU has it (compression/kernels.h): the same bits as floatToHalf.
+void floatToHalfBytes(const float* in, size_t n, uint8_t* out) { kernels().toHalf(in, n, out); }
 
-void floatToHalfBytes(const float* in, size_t n, uint8_t* out) {
-#if defined(__x86_64__)
-  if (kHasF16c) return toHalfF16c(in, n, out);
-#endif
-  for (size_t i = 0; i < n; ++i) {
-    const uint16_t h = floatToHalf(in[i]);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
-}
-
-void halfBytesToFloat(const uint8_t* in, size_t n, float* out) {
-#if defined(__x86_64__)
-  if (kHasF16c) return fromHalfF16c(in, n, out);
-#endif
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    out[i] = halfToFloat(h);
-  }
-}
+void halfBytesToFloat(const uint8_t* in, size_t n, float* out) { kernels().fromHalf(in, n, out); }
 
 }  // namespace slowpipe::compression

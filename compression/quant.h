@@ -4,7 +4,10 @@
 // levels=symmetric (default): with m = max |x| the 2^b levels are -m + k*step, k = 0..2^b-1,
 //   step = 2m/(2^b-1): symmetric around zero and without a zero level (2-bit = +-m, +-m/3).
 //   Scales travel as fp32. Round to nearest gives |x - Q(x)| <= step/2; stochastic rounding picks
-//   the upper level with probability equal to the fractional position, so E[Q(x)] = x.
+//   the upper level with probability equal to the fractional position, so E[Q(x)] = x. Its
+//   uniforms are a counter-based hash of (seed, position in the codec's value stream): value j of
+//   the codec's life draws u_j = hash32(lo32(j) ^ key(seed, hi32(j))) >> 8 / 2^24 (kernels.h), so
+//   the draw vectorizes and is the same on every CPU path.
 // levels=fixpoint: the AC-SGD reference's quantizer (DS3Lab AC-SGD, compress/fixpoint.py,
 //   _compress_nbits / _decompress_nbits), bit for bit: f = b-1; s = max |x| rounded to fp16;
 //   q = round-half-to-even(x / (s + 1e-6) * 2^f) with s + 1e-6 evaluated in fp16 as PyTorch does;
@@ -19,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compression/codec.h"
 
@@ -43,6 +47,44 @@ float fixpointDivisor(uint16_t scaleHalf);
 int64_t quantScaleCount(const QuantOptions& opt, const Shape& shape);
 size_t quantPayloadBytes(const QuantOptions& opt, const Shape& shape);
 
+class QuantCodec;
+
+// The quantizer in streaming form, for codecs that fuse it into passes of their own (acsgd, ef):
+// values are addressed by their flat index i in [0, N) of the tensor `shape`.
+//   encode: accumulate() every value (any order of ranges), finishScales(), writeScales(), then
+//           quantize() ranges in increasing order (stochastic rounding draws in index order);
+//           done() commits the codec's stochastic stream position.
+//   decode: readScales(), then dequantize() any ranges.
+// Ranges passed to quantize() for packing must start at multiples of 8 (so that codes pack
+// byte-aligned: QuantCodec::kChunk is one).
+class QuantStream {
+ public:
+  QuantStream(QuantCodec& codec, const Shape& shape);
+  int64_t size() const { return n_; }
+  size_t scaleBytes() const;
+  void accumulate(const float* v, int64_t i, int64_t len);
+  void finishScales();  // throws for a fixpoint scale that overflows fp16
+  void writeScales(uint8_t* p) const;
+  void readScales(const uint8_t* p);  // validates every scale
+  void quantize(const float* v, int64_t i, int64_t len, uint8_t* codes);
+  void dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const;
+  void done();
+
+ private:
+  template <typename Fn>
+  void forEachRun(int64_t i, int64_t len, Fn&& fn) const;
+
+  QuantCodec& codec_;
+  const QuantOptions& opt_;
+  int64_t n_, cols_, groups_;  // cols_: channel count (channel mode) or group size (group mode)
+  bool channel_, fixpoint_;
+  float top_ = 0, mult_ = 0, lo_ = 0, hi_ = 0, finv_ = 0;
+  std::vector<float> m_;              // max |x| per scale (symmetric: what the payload carries)
+  std::vector<float> inv_, step_;     // symmetric: 1 / step and step per scale
+  std::vector<uint16_t> half_;        // fixpoint: the scales as fp16 (the payload) ...
+  std::vector<float> div_, s_;        // ... their divisor (fixpointDivisor) and value
+};
+
 class QuantCodec : public Codec {
  public:
   explicit QuantCodec(QuantOptions opt);
@@ -52,13 +94,12 @@ class QuantCodec : public Codec {
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override;
   const QuantOptions& options() const { return opt_; }
+  static constexpr int64_t kChunk = 16384;  // values per quantize/pack step (a multiple of 8)
 
  private:
-  void encodeFixpoint(const float* x, const Shape& shape, Bytes& out);
-  void decodeFixpoint(const uint8_t* payload, const Shape& shape, float* out);
-
+  friend class QuantStream;
   QuantOptions opt_;
-  uint64_t rng_[2];  // xoroshiro128+ state for stochastic rounding
+  uint64_t drawn_ = 0;  // stochastic rounding: values drawn so far (the stream position)
 };
 
 }  // namespace slowpipe::compression

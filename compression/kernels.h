@@ -1,0 +1,65 @@
+// The numeric inner loops of the codecs, built twice: for the x86-64 baseline (SSE2) and for AVX2
+// + F16C (compression/kernels_avx2.cc), chosen once at run time by what the CPU offers. Both builds
+// compile the same source (compression/kernels.inc) without fused multiply-add, so every path
+// produces the same bits; tests/compression/kernels_test.cc checks that on every codec. One binary
+// thus runs anywhere and uses AVX2 where it is present (no -march=native).
+//
+// SLOWPIPE_CPU=baseline|avx2 in the environment forces a path (unavailable: an error at start).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace slowpipe::compression {
+
+struct Kernels {
+  const char* name;
+  // m[k] = max(m[k], |v[k]|)
+  void (*absMaxAccum)(const float* v, int64_t n, float* m);
+  float (*absMax)(const float* v, int64_t n);
+  // Symmetric levels, round to nearest: code = clamp(floor((x + m) * inv + 0.5), 0, top - 0.5).
+  // Vec: m and inv per element (channel scales along the run); Scalar: one for the run.
+  void (*quantVec)(const float* x, const float* m, const float* inv, int64_t n, float top, uint8_t* codes);
+  void (*quantScalar)(const float* x, float m, float inv, int64_t n, float top, uint8_t* codes);
+  // Stochastic rounding: u_k = (hash32((lo + k) ^ key) >> 8) * 2^-24 in place of 0.5; lo + k must
+  // not wrap (the caller splits runs at 2^32 boundaries of the stream index).
+  void (*stochVec)(const float* x, const float* m, const float* inv, int64_t n, float top, uint32_t lo,
+                   uint32_t key, uint8_t* codes);
+  void (*stochScalar)(const float* x, float m, float inv, int64_t n, float top, uint32_t lo, uint32_t key,
+                      uint8_t* codes);
+  void (*dequantVec)(const uint8_t* codes, const float* m, const float* step, int64_t n, float* out);
+  void (*dequantScalar)(const uint8_t* codes, float m, float step, int64_t n, float* out);
+  // levels=fixpoint (quant.h): q = clip(rint(x / d * mult), lo, hi) - lo; value = ((q + lo) * inv) * s.
+  void (*fixVec)(const float* x, const float* d, int64_t n, float mult, float lo, float hi, uint8_t* codes);
+  void (*fixScalar)(const float* x, float d, int64_t n, float mult, float lo, float hi, uint8_t* codes);
+  void (*fixDequantVec)(const uint8_t* codes, const float* s, int64_t n, float lo, float inv, float* out);
+  void (*fixDequantScalar)(const uint8_t* codes, float s, int64_t n, float lo, float inv, float* out);
+  void (*sub)(const float* a, const float* b, int64_t n, float* out);  // out = a - b
+  void (*add)(const float* a, const float* b, int64_t n, float* out);  // out = a + b
+  // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
+  void (*toHalf)(const float* in, size_t n, uint8_t* out);
+  void (*fromHalf)(const uint8_t* in, size_t n, float* out);
+};
+
+enum class CpuPath : uint8_t { kBaseline, kAvx2 };
+
+const Kernels& kernels();                  // the active path's kernels
+bool cpuPathAvailable(CpuPath path);       // built in and supported by this CPU
+void setCpuPath(CpuPath path);             // tests and benchmarks; throws CodecError if unavailable
+const char* cpuPathName();                 // "baseline" or "avx2"
+
+// One entry per path (defined in kernels_{baseline,avx2}.cc); null where not built.
+const Kernels* baselineKernels();
+const Kernels* avx2Kernels();
+
+// The stochastic-rounding hash (lowbias32 by Chris Wellons): public so callers derive run keys with it.
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+}  // namespace slowpipe::compression
