@@ -1,6 +1,8 @@
 // AC-SGD delta codec and error feedback; the protocol is described in acsgd.h.
 #include "compression/acsgd.h"
+#include "compression/bitpack.h"
 #include "compression/hadamard.h"
+#include "compression/kernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +12,20 @@ namespace slowpipe::compression {
 namespace {
 
 bool flagOf(const uint8_t* flags, int64_t r) { return (flags[r / 8] >> (r % 8)) & 1; }
+
+// Values per fused step: the step's m, d and codes stay in L1.
+constexpr int64_t kChunk = 4096;
+
+// Calls fn(j, off, p, cnt) for the pieces of flat delta values [i0, i0 + len): delta row j,
+// values [off, off + cnt) of that row, at position p of the chunk.
+template <typename Fn>
+void forEachPiece(int64_t i0, int64_t len, int64_t rowLen, Fn&& fn) {
+  for (int64_t i = i0; i < i0 + len;) {
+    const int64_t j = i / rowLen, off = i % rowLen, cnt = std::min(rowLen - off, i0 + len - i);
+    fn(j, off, i - i0, cnt);
+    i += cnt;
+  }
+}
 
 }  // namespace
 
@@ -77,7 +93,11 @@ void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& 
   w.put<uint32_t>(static_cast<uint32_t>(rows));
   w.append(flags.data(), flags.size());
   for (int64_t r : fullRows) w.append(x + r * rowLen, 4 * rowLen);
-  if (!deltaRows.empty()) {
+  if (!deltaRows.empty() && store_.elementwise()) {
+    Shape dshape = shape;
+    dshape[0] = static_cast<int64_t>(deltaRows.size());
+    encodeDeltasFused(x, dshape, ctx.exampleIds, deltaRows, out);
+  } else if (!deltaRows.empty()) {
     Shape dshape = shape;
     dshape[0] = static_cast<int64_t>(deltaRows.size());
     std::vector<float>& d = scratch_;
@@ -120,18 +140,112 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const size_t qbytes = deltaRows.empty() ? 0 : quantPayloadBytes(opt_.quant, dshape);
   SP_REQUIRE(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
                                         " bytes of quantized deltas, expected " + std::to_string(qbytes));
+  const uint8_t* q = rd.take(qbytes, "deltas");
+  const bool fused = store_.elementwise();
   std::vector<float>& deq = scratch_;
-  deq.resize(deltaRows.size() * rowLen);
-  if (!deltaRows.empty()) quant_.decode(rd.take(qbytes, "deltas"), qbytes, dshape, ctx, deq.data());
+  if (fused && !deltaRows.empty()) {
+    QuantStream(quant_, dshape).readScales(q);  // validates the scales before any state changes
+  } else {
+    deq.resize(deltaRows.size() * rowLen);
+    if (!deltaRows.empty()) quant_.decode(q, qbytes, dshape, ctx, deq.data());
+  }
   // Everything validated: only now touch the state.
   for (size_t j = 0; j < fullRows.size(); ++j) {
     float* row = out + fullRows[j] * rowLen;
     copyBytes(row, full + 4 * rowLen * j, 4 * rowLen);
     store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
   }
-  applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, nullptr, out);
+  if (fused) {
+    if (!deltaRows.empty()) decodeDeltasFused(q, dshape, ctx.exampleIds, deltaRows, out);
+  } else {
+    applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, nullptr, out);
+  }
   fullRows_ += static_cast<int64_t>(fullRows.size());
   deltaRows_ += static_cast<int64_t>(deltaRows.size());
+}
+
+// m of delta row j, values [off, off + cnt): an fp32 store's row is used in place; an fp16
+// store's is converted into buf.
+const float* AcsgdCodec::heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const {
+  if (store_.options().dtype == StoreOptions::Dtype::kFp32) return reinterpret_cast<const float*>(row) + off;
+  store_.loadElems(row, off, cnt, buf);
+  return buf;
+}
+
+void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
+                                   const std::vector<int64_t>& deltaRows, Bytes& out) {
+  const Kernels& k = kernels();
+  const int64_t rowLen = numelOf(dshape) / dshape[0];
+  std::vector<uint8_t*> rows(deltaRows.size());
+  for (size_t j = 0; j < deltaRows.size(); ++j) rows[j] = store_.rowData(ids[deltaRows[j]]);
+  QuantStream qs(quant_, dshape);
+  buffers_.resize(kChunk);
+  scratch_.resize(kChunk);
+  float* mbuf = buffers_.data();
+  float* d = scratch_.data();
+  // d = x - m for the chunk's pieces.
+  auto deltas = [&](int64_t i0, int64_t len) {
+    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
+      k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, mbuf + p), cnt, d + p);
+    });
+  };
+  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 1: the scales of d
+    const int64_t len = std::min(kChunk, qs.size() - i0);
+    deltas(i0, len);
+    qs.accumulate(d, i0, len);
+  }
+  qs.finishScales();
+  uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_.quant, dshape));
+  qs.writeScales(p);
+  uint8_t* packed = p + qs.scaleBytes();
+  const int bits = opt_.quant.bits;
+  const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
+  uint8_t codes[kChunk];
+  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 2: Q(d) on the wire, m += Q(d)
+    const int64_t len = std::min(kChunk, qs.size() - i0);
+    deltas(i0, len);  // an fp16 store's m of the chunk is now in mbuf
+    qs.quantize(d, i0, len, codes);
+    packBits(codes, len, bits, packed + i0 * bits / 8);
+    qs.dequantize(codes, i0, len, d);
+    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+      if (inPlace) {
+        float* m = reinterpret_cast<float*>(rows[j]) + off;
+        k.add(m, d + pos, cnt, m);
+      } else {
+        k.add(mbuf + pos, d + pos, cnt, mbuf + pos);
+        store_.storeElems(rows[j], off, cnt, mbuf + pos, nullptr);
+      }
+    });
+  }
+  qs.done();
+}
+
+void AcsgdCodec::decodeDeltasFused(const uint8_t* q, const Shape& dshape, const std::vector<int64_t>& ids,
+                                   const std::vector<int64_t>& deltaRows, float* out) {
+  const Kernels& k = kernels();
+  const int64_t rowLen = numelOf(dshape) / dshape[0];
+  std::vector<uint8_t*> rows(deltaRows.size());
+  for (size_t j = 0; j < deltaRows.size(); ++j) rows[j] = store_.rowData(ids[deltaRows[j]]);
+  QuantStream qs(quant_, dshape);
+  qs.readScales(q);
+  const uint8_t* packed = q + qs.scaleBytes();
+  buffers_.resize(kChunk);
+  scratch_.resize(kChunk);
+  float* mbuf = buffers_.data();
+  float* d = scratch_.data();
+  const int bits = opt_.quant.bits;
+  uint8_t codes[kChunk];
+  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
+    const int64_t len = std::min(kChunk, qs.size() - i0);
+    unpackBits(packed + i0 * bits / 8, len, bits, codes);
+    qs.dequantize(codes, i0, len, d);
+    // The output row is what both sides now hold: m + Q(d) after the store's rounding.
+    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
+      float* o = out + deltaRows[j] * rowLen + off;
+      k.add(heldRange(rows[j], off, cnt, mbuf + p), d + p, cnt, o);
+      store_.storeElems(rows[j], off, cnt, o, o);
+    });
+  }
 }
 
 ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
@@ -150,12 +264,45 @@ void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecC
   if (r.empty()) r.assign(n, 0.0f);
   SP_REQUIRE(r.size() == n, "ef: tensor '" + ctx.key + "' changed size from " +
                              std::to_string(r.size()) + " to " + std::to_string(n) + " values");
-  std::vector<float> v(n), q(n);
-  for (size_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
+  const Kernels& k = kernels();
+  if (inner_->id() == CodecId::kQuant) return encodeQuantFused(x, shape, r.data(), out);
+  v_.resize(n);
+  q_.resize(n);
+  k.add(x, r.data(), static_cast<int64_t>(n), v_.data());
   const size_t at = out.size();
-  inner_->encode(v.data(), shape, ctx, out);
-  inner_->decode(out.data() + at, out.size() - at, shape, ctx, q.data());
-  for (size_t i = 0; i < n; ++i) r[i] = v[i] - q[i];
+  inner_->encode(v_.data(), shape, ctx, out);
+  inner_->decode(out.data() + at, out.size() - at, shape, ctx, q_.data());
+  k.sub(v_.data(), q_.data(), static_cast<int64_t>(n), r.data());
+}
+
+// ef(quant): v = x + r chunk by chunk, twice (scales, then codes); r = v - Q(v) from the chunk's
+// codes. The same operations as the generic path, without materializing v or Q(v).
+void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, float* r, Bytes& out) {
+  const Kernels& k = kernels();
+  auto& quant = static_cast<QuantCodec&>(*inner_);
+  QuantStream qs(quant, shape);
+  v_.resize(kChunk);
+  q_.resize(kChunk);
+  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
+    const int64_t len = std::min(kChunk, qs.size() - i0);
+    k.add(x + i0, r + i0, len, v_.data());
+    qs.accumulate(v_.data(), i0, len);
+  }
+  qs.finishScales();
+  uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(quant.options(), shape));
+  qs.writeScales(p);
+  uint8_t* packed = p + qs.scaleBytes();
+  const int bits = quant.options().bits;
+  uint8_t codes[kChunk];
+  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
+    const int64_t len = std::min(kChunk, qs.size() - i0);
+    k.add(x + i0, r + i0, len, v_.data());
+    qs.quantize(v_.data(), i0, len, codes);
+    packBits(codes, len, bits, packed + i0 * bits / 8);
+    qs.dequantize(codes, i0, len, q_.data());
+    k.sub(v_.data(), q_.data(), len, r + i0);
+  }
+  qs.done();
 }
 
 uint64_t ErrorFeedbackCodec::residualDigest() const {

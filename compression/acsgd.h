@@ -52,6 +52,13 @@ class AcsgdCodec : public Codec {
   // m: the rows' current buffers if the caller already loaded them (sender), else null.
   void applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq, int64_t rowLen,
                    const std::vector<int64_t>& deltaRows, const float* m, float* out);
+  // The DELTA rows in one fused pass per direction (elementwise stores): the same operations as
+  // the generic path in the same order, without materializing d, Q(d) or m for the message.
+  void encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
+                         const std::vector<int64_t>& deltaRows, Bytes& out);
+  const float* heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const;
+  void decodeDeltasFused(const uint8_t* q, const Shape& dshape, const std::vector<int64_t>& ids,
+                         const std::vector<int64_t>& deltaRows, float* out);
 
   AcsgdOptions opt_;
   QuantCodec quant_;
@@ -80,8 +87,11 @@ class ErrorFeedbackCodec : public Codec {
   const std::vector<float>* residual(const std::string& key) const;
 
  private:
+  void encodeQuantFused(const float* x, const Shape& shape, float* r, Bytes& out);
+
   std::unique_ptr<Codec> inner_;
   std::unordered_map<std::string, std::vector<float>> residual_;
+  std::vector<float> v_, q_;  // x + r and C(x + r), reused between messages
 };
 
 }  // namespace slowpipe::compression

@@ -124,13 +124,7 @@ void ExampleStore::load(int64_t id, float* out, int64_t n) const {
   const uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
     case StoreOptions::Dtype::kFp32: copyBytes(out, p, 4 * n); break;
-    case StoreOptions::Dtype::kFp16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = halfToFloat(h);
-      }
-      break;
+    case StoreOptions::Dtype::kFp16: halfBytesToFloat(p, n, out); break;
     case StoreOptions::Dtype::kQ8: decodeQ8(p, n, out); break;
   }
 }
@@ -150,15 +144,36 @@ bool ExampleStore::store(int64_t id, const float* x, int64_t n) {
   uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
     case StoreOptions::Dtype::kFp32: copyBytes(p, x, 4 * n); break;
-    case StoreOptions::Dtype::kFp16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = floatToHalf(x[i]);
-        std::memcpy(p + 2 * i, &h, 2);
-      }
-      break;
+    case StoreOptions::Dtype::kFp16: floatToHalfBytes(x, n, p); break;
     case StoreOptions::Dtype::kQ8: encodeQ8(x, n, p); break;
   }
   return true;
+}
+
+uint8_t* ExampleStore::rowData(int64_t id) {
+  const auto it = slots_.find(id);
+  return it == slots_.end() ? nullptr : slot(it->second);
+}
+
+void ExampleStore::loadElems(const uint8_t* row, int64_t off, int64_t n, float* out) const {
+  SP_REQUIRE(elementwise() && off >= 0 && off + n <= rowElements_, "example store: loadElems of [" +
+             std::to_string(off) + ", " + std::to_string(off + n) + ") on a " + storeDtypeName(opt_.dtype) +
+             " row of " + std::to_string(rowElements_));
+  if (opt_.dtype == StoreOptions::Dtype::kFp32) copyBytes(out, row + 4 * off, 4 * n);
+  else halfBytesToFloat(row + 2 * off, n, out);
+}
+
+void ExampleStore::storeElems(uint8_t* row, int64_t off, int64_t n, const float* x, float* held) const {
+  SP_REQUIRE(elementwise() && off >= 0 && off + n <= rowElements_, "example store: storeElems of [" +
+             std::to_string(off) + ", " + std::to_string(off + n) + ") on a " + storeDtypeName(opt_.dtype) +
+             " row of " + std::to_string(rowElements_));
+  if (opt_.dtype == StoreOptions::Dtype::kFp32) {
+    copyBytes(row + 4 * off, x, 4 * n);
+    if (held && held != x) copyBytes(held, x, 4 * n);
+  } else {
+    floatToHalfBytes(x, n, row + 2 * off);
+    if (held) halfBytesToFloat(row + 2 * off, n, held);
+  }
 }
 
 void ExampleStore::prefetch(const std::vector<int64_t>& ids) const {

@@ -41,6 +41,14 @@ class ExampleStore {
   // Stores x[0, n) as the row of id. Returns false (storing nothing) if id is new and the budget
   // is full. Throws CodecError if n differs from the row size of earlier rows.
   bool store(int64_t id, const float* x, int64_t n);
+  // Row access for fused loops (AC-SGD's codec): elementwise() stores (fp32, fp16) convert any
+  // range of a row on its own. rowData() is the row of id or null; it stays valid until the next
+  // store() of a new id. loadElems/storeElems convert values [off, off + n) of such a row;
+  // storeElems also writes what the row now holds (after the dtype's rounding) to `held` if given.
+  bool elementwise() const { return opt_.dtype != StoreOptions::Dtype::kQ8; }
+  uint8_t* rowData(int64_t id);
+  void loadElems(const uint8_t* row, int64_t off, int64_t n, float* out) const;
+  void storeElems(uint8_t* row, int64_t off, int64_t n, const float* x, float* held) const;
   // Hints the kernel to page in the rows of ids (file-backed store; no-op in RAM).
   void prefetch(const std::vector<int64_t>& ids) const;
 

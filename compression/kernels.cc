@@ -39,6 +39,7 @@ std::atomic<const Kernels*>& active() {
 
 bool cpuPathAvailable(CpuPath path) {
   if (path == CpuPath::kBaseline) return true;
+  if (path != CpuPath::kAvx2) return false;
 #if defined(__x86_64__)
   return avx2Kernels() != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #else

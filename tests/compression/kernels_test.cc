@@ -1,0 +1,236 @@
+// The fast paths against their definitions: AC-SGD's and ef's fused loops give the bytes and the
+// state of the protocol composed from the plain quantizer (acsgd.h, the ef comment), and every
+// codec gives the same bits on every CPU path (kernels.h).
+#include "compression/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "compression/acsgd.h"
+#include "compression/half.h"
+#include "compression/quant.h"
+
+namespace slowpipe::compression {
+namespace {
+
+std::vector<float> randomTensor(int64_t n, uint32_t seed, float outlier = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(rng);
+  if (outlier > 0 && n > 3) x[n / 3] = outlier;
+  return x;
+}
+
+// AC-SGD as acsgd.h defines it, built from QuantCodec and a map of rows rounded to the store's
+// dtype: the transcription the fused codec must equal.
+struct ComposedAcsgd {
+  QuantCodec quant;
+  bool fp16;
+  int warmup;
+  std::map<int64_t, std::vector<float>> m;
+
+  static float held(float v, bool fp16) { return fp16 ? halfToFloat(floatToHalf(v)) : v; }
+
+  Bytes encode(const std::vector<float>& x, const Shape& shape, const std::vector<int64_t>& ids, int epoch) {
+    const int64_t rows = shape[0], rowLen = numelOf(shape) / rows;
+    std::vector<uint8_t> flags((rows + 7) / 8, 0);
+    std::vector<int64_t> full, delta;
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool f = epoch < warmup || !m.count(ids[r]);
+      if (f) flags[r / 8] |= static_cast<uint8_t>(1u << (r % 8));
+      (f ? full : delta).push_back(r);
+    }
+    Bytes out;
+    ByteWriter w(out);
+    w.put<uint32_t>(static_cast<uint32_t>(rows));
+    w.append(flags.data(), flags.size());
+    for (int64_t r : full) w.append(x.data() + r * rowLen, 4 * rowLen);
+    if (!delta.empty()) {
+      Shape ds = shape;
+      ds[0] = static_cast<int64_t>(delta.size());
+      std::vector<float> d(delta.size() * rowLen), q(d.size());
+      for (size_t j = 0; j < delta.size(); ++j)
+        for (int64_t i = 0; i < rowLen; ++i) d[j * rowLen + i] = x[delta[j] * rowLen + i] - m[ids[delta[j]]][i];
+      const size_t at = out.size();
+      quant.encode(d.data(), ds, {}, out);
+      quant.decode(out.data() + at, out.size() - at, ds, {}, q.data());
+      for (size_t j = 0; j < delta.size(); ++j) {
+        auto& row = m[ids[delta[j]]];
+        for (int64_t i = 0; i < rowLen; ++i) row[i] = held(row[i] + q[j * rowLen + i], fp16);
+      }
+    }
+    for (int64_t r : full) {
+      auto& row = m[ids[r]];
+      row.assign(x.begin() + r * rowLen, x.begin() + (r + 1) * rowLen);
+      for (auto& v : row) v = held(v, fp16);
+    }
+    return out;
+  }
+};
+
+struct FusedCase {
+  std::string quant;  // acsgd's quantizer parameters
+  Shape shape;
+};
+
+class FusedAcsgdTest : public ::testing::TestWithParam<std::tuple<FusedCase, std::string>> {};
+
+TEST_P(FusedAcsgdTest, BytesAndBuffersEqualTheComposedProtocol) {
+  const auto& [c, store] = GetParam();
+  const std::string spec = "acsgd:" + c.quant + ",store=" + store;
+  auto sender = makeCodec(spec), receiver = makeCodec(spec);
+  const auto plain = makeCodec("quant:" + c.quant);  // the same quantizer on its own
+  ComposedAcsgd ref{QuantCodec(static_cast<QuantCodec&>(*plain).options()), store == "fp16", 0, {}};
+  const int64_t rows = c.shape[0], n = numelOf(c.shape), rowLen = n / rows;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    // Ids overlap between epochs, so every message mixes FULL and DELTA rows after the first.
+    std::vector<int64_t> ids;
+    for (int64_t r = 0; r < rows; ++r) ids.push_back((r + epoch) % (rows + 2));
+    const auto x = randomTensor(n, 100 + epoch, epoch == 2 ? 40.0f : 0.0f);
+    CodecContext ctx;
+    ctx.exampleIds = ids;
+    ctx.epoch = epoch;
+    Bytes mine;
+    sender->encode(x.data(), c.shape, ctx, mine);
+    const Bytes want = ref.encode(x, c.shape, ids, epoch);
+    ASSERT_EQ(mine, want) << spec << " epoch " << epoch;
+    std::vector<float> y(n);
+    receiver->decode(mine.data(), mine.size(), c.shape, ctx, y.data());
+    for (int64_t r = 0; r < rows; ++r) {  // FULL rows (flag set): x itself; DELTA rows: the updated m
+      const bool full = (mine[4 + r / 8] >> (r % 8)) & 1;
+      const float* want = full ? x.data() + r * rowLen : ref.m.at(ids[r]).data();
+      ASSERT_EQ(0, std::memcmp(want, y.data() + r * rowLen, 4 * rowLen)) << spec << " epoch " << epoch << " row " << r;
+    }
+    ASSERT_EQ(sender->stateDigest(), receiver->stateDigest());
+  }
+  for (const auto& [id, row] : ref.m) {
+    std::vector<float> held(rowLen);
+    static_cast<AcsgdCodec&>(*sender).store().load(id, held.data(), rowLen);
+    ASSERT_EQ(0, std::memcmp(row.data(), held.data(), 4 * rowLen)) << "id " << id;
+  }
+}
+
+// Odd row lengths (codes of one row end mid-byte), rows longer than a fused step (4096 values),
+// channel and group scales, both level mappings, stochastic rounding.
+INSTANTIATE_TEST_SUITE_P(
+    Fused, FusedAcsgdTest,
+    ::testing::Combine(::testing::Values(FusedCase{"bits=2", {3, 5, 7}}, FusedCase{"bits=3", {2, 3, 4099}},
+                                         FusedCase{"bits=4,levels=fixpoint", {5, 9, 13}},
+                                         FusedCase{"bits=2,levels=fixpoint", {2, 2, 5000}},
+                                         FusedCase{"bits=3,scale=group,group=7", {3, 11, 3}},
+                                         FusedCase{"bits=2,round=stochastic,seed=5", {4, 2, 2100}},
+                                         FusedCase{"bits=8", {1, 1, 1}}),
+                       ::testing::Values("fp32", "fp16")));
+
+TEST(FusedEfTest, BytesAndResidualEqualTheDefinition) {
+  for (const std::string q : {"quant:bits=4", "quant:bits=2,scale=group,group=5", "quant:bits=3,round=stochastic,seed=2",
+                              "quant:bits=4,levels=fixpoint"}) {
+    auto ef = makeCodec("ef(" + q + ")");
+    auto inner = makeCodec(q);
+    const Shape shape{3, 7, 4100};
+    const int64_t n = numelOf(shape);
+    std::vector<float> r(n, 0.0f);
+    CodecContext ctx;
+    ctx.key = "fwd/mb0";
+    for (int step = 0; step < 3; ++step) {
+      const auto x = randomTensor(n, 7 + step);
+      std::vector<float> v(n), deq(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
+      Bytes want, mine;
+      inner->encode(v.data(), shape, ctx, want);
+      inner->decode(want.data(), want.size(), shape, ctx, deq.data());
+      for (int64_t i = 0; i < n; ++i) r[i] = v[i] - deq[i];
+      ef->encode(x.data(), shape, ctx, mine);
+      ASSERT_EQ(mine, want) << q << " step " << step;
+      const auto* held = static_cast<ErrorFeedbackCodec&>(*ef).residual(ctx.key);
+      ASSERT_EQ(0, std::memcmp(held->data(), r.data(), 4 * n)) << q << " step " << step;
+    }
+  }
+}
+
+// One message sequence through a sender/receiver pair: every payload and every decoded value.
+std::vector<Bytes> runSequence(const std::string& spec, std::vector<std::vector<float>>* decoded) {
+  auto s = makeCodec(spec), r = makeCodec(spec);
+  const Shape shape{4, 3, 1031};
+  const int64_t n = numelOf(shape);
+  std::vector<Bytes> out;
+  for (int step = 0; step < 3; ++step) {
+    CodecContext ctx;
+    ctx.exampleIds = {0, 1, 2 + step, 9};
+    ctx.epoch = step;
+    ctx.key = "k";
+    const auto x = randomTensor(n, 31 + step, 12.0f);
+    Bytes p;
+    s->encode(x.data(), shape, ctx, p);
+    std::vector<float> y(n);
+    r->decode(p.data(), p.size(), shape, ctx, y.data());
+    out.push_back(p);
+    decoded->push_back(y);
+  }
+  return out;
+}
+
+TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU: one path only";
+  const char* specs[] = {"fp16", "bf16", "quant:bits=2", "quant:bits=4,scale=group,group=64",
+                         "quant:bits=3,round=stochastic,seed=9", "quant:bits=2,levels=fixpoint",
+                         "quant:bits=8,levels=fixpoint,scale=group,group=100", "topk:ratio=0.05", "randk:ratio=0.2",
+                         "acsgd:bits=2", "acsgd:bits=4,store=fp16", "acsgd:bits=2,levels=fixpoint,store=fp16",
+                         "acsgd:bits=2,store=q8", "ef(quant:bits=4)", "ef(topk:ratio=0.1)",
+                         "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2)"};
+  const char* before = cpuPathName();
+  for (const char* spec : specs) {
+    std::vector<std::vector<float>> yBase, yAvx;
+    setCpuPath(CpuPath::kBaseline);
+    const auto base = runSequence(spec, &yBase);
+    setCpuPath(CpuPath::kAvx2);
+    const auto avx = runSequence(spec, &yAvx);
+    EXPECT_EQ(base, avx) << spec;
+    for (size_t k = 0; k < yBase.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(yBase[k].data(), yAvx[k].data(), 4 * yBase[k].size())) << spec << " message " << k;
+  }
+  setCpuPath(std::string(before) == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
+}
+
+TEST(CpuPathTest, HalfConversionIsTheScalarReferenceOnEveryPath) {
+  // Every fp16 bit pattern back and forth, and floats around every rounding boundary.
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    if ((h & 0x7c00u) != 0x7c00u) {
+      const float f = halfToFloat(static_cast<uint16_t>(h));
+      x.push_back(f);
+      x.push_back(std::nextafter(f, 1e30f));
+      x.push_back(std::nextafter(f, -1e30f));
+    }
+  x.push_back(70000.0f);
+  x.push_back(-1e-9f);
+  for (CpuPath p : {CpuPath::kBaseline, CpuPath::kAvx2}) {
+    if (!cpuPathAvailable(p)) continue;
+    const Kernels& k = p == CpuPath::kAvx2 ? *avx2Kernels() : *baselineKernels();
+    std::vector<uint8_t> h(2 * x.size());
+    k.toHalf(x.data(), x.size(), h.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint16_t got;
+      std::memcpy(&got, h.data() + 2 * i, 2);
+      ASSERT_EQ(got, floatToHalf(x[i])) << k.name << " value " << x[i];
+    }
+    std::vector<float> back(x.size());
+    k.fromHalf(h.data(), x.size(), back.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint16_t hv;
+      std::memcpy(&hv, h.data() + 2 * i, 2);
+      ASSERT_EQ(floatBits(back[i]), floatBits(halfToFloat(hv))) << k.name;
+    }
+  }
+}
+
+TEST(CpuPathTest, ForcingAnUnknownPathIsAnError) {
+  EXPECT_THROW(setCpuPath(static_cast<CpuPath>(7)), CodecError);
+}
+
+}  // namespace
+}  // namespace slowpipe::compression
