@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "compression/half.h"
@@ -73,24 +74,73 @@ int64_t TopkCodec::keepCount(int64_t n) const {
   return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ratio_ * static_cast<double>(n))), 1, n);
 }
 
+// The k largest |x| (ties: the lower index) without sorting: |x| as an integer (the float's bits
+// without the sign, which orders finite values as |x| does) is radix-selected: a histogram of its
+// top 11 bits finds the bucket of the k-th largest, which alone is searched exactly; one last pass
+// in index order takes every larger value and the first of the ties. Three reads of x in all, and
+// the same choice as a full sort by (|x| desc, index asc).
 void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
   const int64_t n = numelOf(shape);
   SP_REQUIRE(n <= int64_t{0xffffffff}, "topk: tensor of " + std::to_string(n) +
                                         " values exceeds the 2^32 index range");
   const int64_t k = keepCount(n);
-  std::vector<uint32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0u);
-  auto larger = [x](uint32_t a, uint32_t b) {
-    const float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
-    return fa > fb || (fa == fb && a < b);  // total order: deterministic choice among ties
+  auto key = [x](int64_t i) { return floatBits(x[i]) & 0x7fffffffu; };
+  // Calls fn(i) for every i whose key lies in [lo, lo + width), skipping blocks with none (a
+  // vectorizable test: the selected values are few).
+  auto forEachInRange = [&](uint32_t lo, uint32_t width, auto&& fn) {
+    constexpr int64_t kBlock = 16;
+    int64_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      uint32_t any = 0;
+      for (int64_t j = 0; j < kBlock; ++j) any |= (key(i + j) - lo) < width;
+      if (!any) continue;
+      for (int64_t j = i; j < i + kBlock; ++j)
+        if (key(j) - lo < width) fn(j);
+    }
+    for (; i < n; ++i)
+      if (key(i) - lo < width) fn(i);
   };
-  if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
+  constexpr int kShift = 20, kBins = 1 << (31 - kShift);
+  uint32_t threshold = 0;   // the k-th largest key
+  int64_t ties = 0;         // values equal to it that are taken (the first ones in index order)
+  if (k > 0) {
+    // Four histograms, in turn, so runs of equal buckets do not serialize on one counter.
+    std::vector<uint32_t> hist(4 * kBins, 0);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int h = 0; h < 4; ++h) ++hist[h * kBins + (key(i + h) >> kShift)];
+    for (; i < n; ++i) ++hist[key(i) >> kShift];
+    int64_t above = 0;
+    int bucket = kBins - 1;
+    for (;; --bucket) {
+      const int64_t c = int64_t{hist[bucket]} + hist[kBins + bucket] + hist[2 * kBins + bucket] + hist[3 * kBins + bucket];
+      if (above + c >= k) break;
+      above += c;
+    }
+    std::vector<uint32_t> cand;
+    forEachInRange(static_cast<uint32_t>(bucket) << kShift, 1u << kShift, [&](int64_t j) { cand.push_back(key(j)); });
+    const int64_t need = k - above;  // 1 <= need <= cand.size()
+    std::nth_element(cand.begin(), cand.begin() + (need - 1), cand.end(), std::greater<uint32_t>());
+    threshold = cand[need - 1];
+    int64_t greater = above;
+    for (uint32_t c : cand) greater += c > threshold;
+    ties = k - greater;
+  }
   ByteWriter w(out);
   w.put<uint32_t>(static_cast<uint32_t>(k));
-  w.append(idx.data(), 4 * k);
-  for (uint32_t i : idx) w.put<uint16_t>(floatToHalf(x[i]));
+  uint8_t* ip = w.grow(6 * static_cast<size_t>(k));  // k indices, then k fp16 values
+  uint8_t* vp = ip + 4 * static_cast<size_t>(k);
+  int64_t taken = 0;
+  if (k > 0) {
+    forEachInRange(threshold, 0x80000000u - threshold, [&](int64_t i) {
+      if (key(i) == threshold && ties-- <= 0) return;  // a tie beyond the ones taken
+      const uint32_t idx = static_cast<uint32_t>(i);
+      const uint16_t h = floatToHalf(x[i]);
+      std::memcpy(ip + 4 * taken, &idx, 4);
+      std::memcpy(vp + 2 * taken, &h, 2);
+      ++taken;
+    });
+  }
 }
 
 void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -148,6 +149,41 @@ TEST(FusedEfTest, BytesAndResidualEqualTheDefinition) {
       ASSERT_EQ(mine, want) << q << " step " << step;
       const auto* held = static_cast<ErrorFeedbackCodec&>(*ef).residual(ctx.key);
       ASSERT_EQ(0, std::memcmp(held->data(), r.data(), 4 * n)) << q << " step " << step;
+    }
+  }
+}
+
+// topk's radix select against its definition: a full sort by (|x| descending, index ascending),
+// on data with many ties (few distinct magnitudes, zeros of both signs, equal buckets).
+TEST(TopkSelectTest, SameChoiceAsAFullSortWithTies) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 5000);
+    std::vector<float> x(n);
+    const int levels = 1 + trial % 7;
+    for (auto& v : x) {
+      const int l = static_cast<int>(rng() % (levels + 1));
+      v = (rng() & 1 ? -1.0f : 1.0f) * (trial % 3 == 0 ? 1.0f + l * 1e-7f : static_cast<float>(l));
+    }
+    for (const double ratio : {0.001, 0.01, 0.3, 0.999, 1.0}) {
+      char spec[64];
+      std::snprintf(spec, sizeof spec, "topk:ratio=%g", ratio);
+      auto c = makeCodec(spec);
+      Bytes p;
+      c->encode(x.data(), {n}, {}, p);
+      uint32_t k;
+      std::memcpy(&k, p.data(), 4);
+      std::vector<uint32_t> order(n);
+      for (int64_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+      std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+        const float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
+        return fa > fb || (fa == fb && a < b);
+      });
+      order.resize(k);
+      std::sort(order.begin(), order.end());
+      std::vector<uint32_t> got(k);
+      std::memcpy(got.data(), p.data() + 4, 4 * k);
+      ASSERT_EQ(got, order) << spec << " n=" << n << " trial " << trial;
     }
   }
 }
