@@ -1,6 +1,6 @@
 // Bit packing kernels. Codes are handled in groups of 8: 8 codes of b bits are exactly b bytes, so
 // every group starts byte-aligned. Widths 1, 2, 4 pack a word at a time and unpack through a
-// 256-entry table; 8 is a copy; the others go through a 64-bit accumulator per group.
+// 256-entry table (1, 2 bits) or shifts (4 bits); 8 is a copy; the others go through a 64-bit accumulator per group.
 #include "compression/bitpack.h"
 
 #include "compression/bytes.h"
@@ -61,6 +61,15 @@ void unpackPow2(const uint8_t* in, size_t bytes, uint8_t* c) {
   for (size_t j = 0; j < bytes; ++j) std::memcpy(c + j * sizeof(Word), &kTable.entry[in[j]], sizeof(Word));
 }
 
+// 4 bits: a shift and a mask per output code, which vectorize (measured: 2x the table lookup per
+// byte; for 2 bits the table is faster).
+__attribute__((target_clones("avx2", "default"))) void unpack4(const uint8_t* in, size_t bytes, uint8_t* c) {
+  for (size_t j = 0; j < bytes; ++j) {
+    c[2 * j] = static_cast<uint8_t>(in[j] & 15u);
+    c[2 * j + 1] = static_cast<uint8_t>(in[j] >> 4);
+  }
+}
+
 // Odd widths: 8 codes <-> kBits bytes through a 64-bit accumulator. kBits is a template argument so
 // the byte copies have a constant size and compile to plain loads and stores.
 template <int bits>
@@ -100,7 +109,7 @@ void unpackGroups(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
   switch (bits) {
     case 1: return unpackPow2<1, uint64_t>(in, groups, c);
     case 2: return unpackPow2<2, uint32_t>(in, groups * 2, c);
-    case 4: return unpackPow2<4, uint16_t>(in, groups * 4, c);
+    case 4: return unpack4(in, groups * 4, c);
     case 8: return static_cast<void>(copyBytes(c, in, groups * 8));
     case 3: return unpackGeneric<3>(in, groups, c);
     case 5: return unpackGeneric<5>(in, groups, c);
