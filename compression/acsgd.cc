@@ -254,7 +254,7 @@ ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(st
   const CodecId id = core->id();
   SP_REQUIRE(id != CodecId::kAcsgd && id != CodecId::kErrorFeedback,
           "ef: inner codec '" + inner_->spec() +
-              "' is stateful; expected one of none, fp16, bf16, quant, topk, randk (or hadamard of one)");
+              "' is stateful; expected one of none, fp16, bf16, quant, topk, randk, lowrank (or hadamard of one)");
 }
 
 void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,

@@ -37,6 +37,7 @@ const char* codecName(CodecId id) {
     case CodecId::kErrorFeedback: return "ef";
     case CodecId::kPlugin: return "plugin";
     case CodecId::kRandk: return "randk";
+    case CodecId::kLowrank: return "lowrank";
     case CodecId::kHadamard: return "hadamard";
   }
   return "unknown";

@@ -26,7 +26,8 @@ enum class Direction : uint8_t { kForward = 0, kBackward = 1, kGradient = 2 };
 
 // Wire identifiers of the codecs; stored in every frame header.
 enum class CodecId : uint16_t {
-  kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7, kPlugin = 8, kRandk = 9, kHadamard = 10
+  kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7, kPlugin = 8, kRandk = 9, kHadamard = 10,
+  kLowrank = 11  // the last one: frame.cc accepts ids 1..kLowrank
 };
 const char* codecName(CodecId id);
 

@@ -8,6 +8,7 @@
 #include "compression/acsgd.h"
 #include "compression/codec.h"
 #include "compression/hadamard.h"
+#include "compression/lowrank.h"
 #include "compression/plugin.h"
 #include "compression/quant.h"
 #include "compression/simple_codecs.h"
@@ -155,7 +156,7 @@ std::unique_ptr<Codec> makeAcsgd(const Params& p, const std::string& instance) {
 }  // namespace
 
 std::vector<std::string> codecNames() {
-  return {"none", "fp16", "bf16", "quant", "topk", "randk", "acsgd", "ef(<inner>)", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]"};
+  return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>)", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]"};
 }
 
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) { return makeCodec(rawSpec, ""); }
@@ -199,6 +200,22 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
     const Params p = parseParams(name, rest, {"ratio", "seed"});
     const uint64_t seed = p.count("seed") ? static_cast<uint64_t>(parseInt(name, "seed", p.at("seed"))) : 1;
     return std::make_unique<RandkCodec>(requiredRatio(name, p), seed);
+  }
+  if (name == "lowrank") {
+    const Params p = parseParams(name, rest, {"rank", "basis", "refresh", "iters", "seed"});
+    SP_REQUIRE(p.count("rank"), "codec 'lowrank': missing parameter rank (e.g. lowrank:rank=8)");
+    LowrankOptions o;
+    o.rank = parseInt(name, "rank", p.at("rank"));
+    if (p.count("basis")) o.pca = pick(name, "basis", p.at("basis"), {"random", "pca"}) == "pca";
+    if (o.pca) o.refresh = 8;
+    if (p.count("refresh")) o.refresh = parseInt(name, "refresh", p.at("refresh"));
+    SP_REQUIRE(!o.pca || o.refresh >= 1, "codec 'lowrank': basis=pca needs refresh >= 1 (messages per basis)");
+    if (p.count("iters")) {
+      SP_REQUIRE(o.pca, "codec 'lowrank': iters= only applies to basis=pca");
+      o.iters = static_cast<int>(parseInt(name, "iters", p.at("iters")));
+    }
+    if (p.count("seed")) o.seed = static_cast<uint64_t>(parseInt(name, "seed", p.at("seed")));
+    return std::make_unique<LowrankCodec>(o);
   }
   if (name == "plugin") {
     // path= first; everything after it is the plug-in's own parameters, passed as written.
