@@ -38,6 +38,7 @@ const char* codecName(CodecId id) {
     case CodecId::kPlugin: return "plugin";
     case CodecId::kRandk: return "randk";
     case CodecId::kLowrank: return "lowrank";
+    case CodecId::kTorchScript: return "torchscript";
     case CodecId::kHadamard: return "hadamard";
   }
   return "unknown";

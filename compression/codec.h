@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +28,7 @@ enum class Direction : uint8_t { kForward = 0, kBackward = 1, kGradient = 2 };
 // Wire identifiers of the codecs; stored in every frame header.
 enum class CodecId : uint16_t {
   kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7, kPlugin = 8, kRandk = 9, kHadamard = 10,
-  kLowrank = 11  // the last one: frame.cc accepts ids 1..kLowrank
+  kLowrank = 11, kTorchScript = 12  // the last one: frame.cc accepts ids 1..kTorchScript
 };
 const char* codecName(CodecId id);
 
@@ -65,6 +66,11 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec);
 // The same for one end of one link: `instance` (e.g. "r0-fwd-send") names it, and codecs that own
 // files (acsgd backing=mmap,path=F) use F.<instance>, so no two codecs ever share a file.
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const std::string& instance);
+// Codecs that live outside this torch-free library (torchscript:..., compression/torchscript.h)
+// join makeCodec here: `name:params` specs go to the factory registered under `name`. Programs
+// linked with libtorch register theirs at start (registerTorchScriptCodec()).
+using CodecFactory = std::function<std::unique_ptr<Codec>(const std::string& params, const std::string& instance)>;
+void registerCodecFactory(const std::string& name, CodecFactory factory);
 // Names accepted by makeCodec, for help texts.
 std::vector<std::string> codecNames();
 

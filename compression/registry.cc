@@ -153,10 +153,17 @@ std::unique_ptr<Codec> makeAcsgd(const Params& p, const std::string& instance) {
   return std::make_unique<AcsgdCodec>(o);
 }
 
+std::map<std::string, CodecFactory>& factories() {
+  static std::map<std::string, CodecFactory> f;
+  return f;
+}
+
 }  // namespace
 
+void registerCodecFactory(const std::string& name, CodecFactory factory) { factories()[name] = std::move(factory); }
+
 std::vector<std::string> codecNames() {
-  return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>)", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]"};
+  return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>)", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"};
 }
 
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) { return makeCodec(rawSpec, ""); }
@@ -230,6 +237,9 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
     keys.insert(keys.end(), {"warmup_epochs", "store", "backing", "path", "keep", "budget"});
     return makeAcsgd(parseParams(name, rest, keys), instance);
   }
+  if (const auto f = factories().find(name); f != factories().end()) return f->second(rest, instance);
+  SP_REQUIRE(name != "torchscript", "codec 'torchscript' needs libtorch, and this program was built without it "
+                                    "(SLOWPIPE_WITH_TORCH=OFF); use the slowpipe binary of a libtorch build");
   throw CodecError("unknown codec '" + name + "' in spec '" + spec + "'; valid codecs: " +
                    join(codecNames()));
 }

@@ -11,12 +11,16 @@ tools/setup.sh --build-dir build
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 
 # The codec SDK as a user meets it: install, build the out-of-tree example plug-in against the
-# installed package, and pass the conformance check with the installed CLI.
+# installed package, and pass the conformance check with the installed CLI (the C++ plug-in and
+# the TorchScript codec).
 rm -rf build/sdk build/example-rowquant
 cmake --install build --prefix "$PWD/build/sdk" > /dev/null
 cmake -S examples/codecs/cpp -B build/example-rowquant -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/sdk" > /dev/null
 cmake --build build/example-rowquant
 build/sdk/bin/slowpipe codec check --quick "plugin:path=$PWD/build/example-rowquant/librowquant.so,bits=4"
+# The TorchScript example: written by its Python script, checked by the installed CLI.
+/usr/bin/python3 examples/codecs/torchscript/make_codec.py build/example-rowint8.pt  # Debian's, with python3-torch
+build/sdk/bin/slowpipe codec check --quick "torchscript:path=$PWD/build/example-rowint8.pt,bits=6"
 
 if [ "$sanitize" = 1 ]; then
   tools/setup.sh --build-dir build-asan --cmake-arg -DSLOWPIPE_SANITIZE=ON \
