@@ -189,20 +189,37 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
       k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, mbuf + p), cnt, d + p);
     });
   };
+  const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
+  const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 1: the scales of d
     const int64_t len = std::min(kChunk, qs.size() - i0);
-    deltas(i0, len);
-    qs.accumulate(d, i0, len);
+    if (oneLoop) {
+      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
+        qs.deltaAccumulate(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, mbuf + p), i0 + p, cnt);
+      });
+    } else {
+      deltas(i0, len);
+      qs.accumulate(d, i0, len);
+    }
   }
   qs.finishScales();
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_.quant, dshape));
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = opt_.quant.bits;
-  const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
   uint8_t codes[kChunk];
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 2: Q(d) on the wire, m += Q(d)
     const int64_t len = std::min(kChunk, qs.size() - i0);
+    if (oneLoop) {
+      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+        float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
+        if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
+        qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
+        if (!inPlace) store_.storeElems(rows[j], off, cnt, m, nullptr);
+      });
+      packBits(codes, len, bits, packed + i0 * bits / 8);
+      continue;
+    }
     deltas(i0, len);  // an fp16 store's m of the chunk is now in mbuf
     qs.quantize(d, i0, len, codes);
     packBits(codes, len, bits, packed + i0 * bits / 8);

@@ -36,6 +36,13 @@ struct Kernels {
   void (*fixDequantScalar)(const uint8_t* codes, float s, int64_t n, float lo, float inv, float* out);
   void (*sub)(const float* a, const float* b, int64_t n, float* out);  // out = a - b
   void (*add)(const float* a, const float* b, int64_t n, float* out);  // out = a + b
+  // AC-SGD's delta step, fused (channel scales, nearest rounding): acc = max(acc, |x - m|); and
+  // codes = Q(x - m), m = m + deQ(codes) for symmetric (mx, inv, step) or fixpoint (d, s) levels.
+  void (*deltaAbsMax)(const float* x, const float* m, int64_t n, float* acc);
+  void (*deltaQuantUpdate)(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n,
+                           float top, uint8_t* codes);
+  void (*deltaFixUpdate)(const float* x, float* m, const float* d, const float* s, int64_t n, float mult, float lo,
+                         float hi, float inv, uint8_t* codes);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

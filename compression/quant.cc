@@ -198,6 +198,25 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
   });
 }
 
+void QuantStream::deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len) {
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    k.deltaAbsMax(x + (j - i), m + (j - i), run, m_.data() + pos);
+  });
+}
+
+void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes) {
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const int64_t o = j - i;
+    if (fixpoint_) {
+      k.deltaFixUpdate(x + o, m + o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
+    } else {
+      k.deltaQuantUpdate(x + o, m + o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
+    }
+  });
+}
+
 void QuantStream::done() {
   if (opt_.round == QuantOptions::Round::kStochastic) codec_.drawn_ += static_cast<uint64_t>(n_);
 }

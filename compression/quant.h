@@ -69,6 +69,12 @@ class QuantStream {
   void quantize(const float* v, int64_t i, int64_t len, uint8_t* codes);
   void dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const;
   void done();
+  // AC-SGD's delta step on values [i, i + len) of x - m, fused where this mode has a kernel
+  // (channel scales, nearest rounding); false (nothing done) otherwise. deltaAccumulate = accumulate(x - m);
+  // deltaUpdate = quantize(x - m) into codes, then m += dequantize(codes).
+  bool fused() const { return channel_ && opt_.round == QuantOptions::Round::kNearest; }
+  void deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len);
+  void deltaUpdate(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes);
 
  private:
   template <typename Fn>

@@ -10,6 +10,7 @@
 
 #include "compression/acsgd.h"
 #include "compression/torch_ops_quant.h"
+#include "compression/kernels.h"
 #include "tools/bench_util.h"
 #include "tools/commands.h"
 
@@ -26,7 +27,8 @@ const std::vector<std::string> kDefaultCodecs = {
     "none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
     "quant:bits=4,group=128", "quant:bits=2,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
     "acsgd:bits=4", "ef(quant:bits=4)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
-    "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint", "randk:ratio=0.1"};
+    "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint", "acsgd:bits=2,levels=fixpoint,store=fp16",
+    "randk:ratio=0.1", "hadamard(quant:bits=3,scale=group,group=64)", "lowrank:rank=16", "lowrank:rank=16,basis=pca"};
 
 struct Options {
   bool json = false;
@@ -168,7 +170,8 @@ void printTable(const json& doc) {
 
 void run(const Options& o) {
   torch::set_num_threads(1);  // every figure here is single-thread
-  json doc = {{"benchmark", "codecs"}, {"threads", 1}, {"unit", "GB/s = 1e9 fp32 input bytes per second"}};
+  json doc = {{"benchmark", "codecs"}, {"threads", 1}, {"unit", "GB/s = 1e9 fp32 input bytes per second"},
+              {"cpu_path", compression::cpuPathName()}};  // kernels built for (compression/kernels.h)
   json results = json::array(), memcpyBySize = json::object();
   double memcpyLargest = 0.0;
   for (int64_t kib : o.sizesKiB) {
