@@ -300,8 +300,13 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, fl
   QuantStream qs(quant, shape);
   v_.resize(kChunk);
   q_.resize(kChunk);
+  const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
     const int64_t len = std::min(kChunk, qs.size() - i0);
+    if (oneLoop) {
+      qs.sumAccumulate(x + i0, r + i0, i0, len);
+      continue;
+    }
     k.add(x + i0, r + i0, len, v_.data());
     qs.accumulate(v_.data(), i0, len);
   }
@@ -313,6 +318,11 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, fl
   uint8_t codes[kChunk];
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
     const int64_t len = std::min(kChunk, qs.size() - i0);
+    if (oneLoop) {
+      qs.residualUpdate(x + i0, r + i0, i0, len, codes);
+      packBits(codes, len, bits, packed + i0 * bits / 8);
+      continue;
+    }
     k.add(x + i0, r + i0, len, v_.data());
     qs.quantize(v_.data(), i0, len, codes);
     packBits(codes, len, bits, packed + i0 * bits / 8);

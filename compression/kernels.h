@@ -43,6 +43,12 @@ struct Kernels {
                            float top, uint8_t* codes);
   void (*deltaFixUpdate)(const float* x, float* m, const float* d, const float* s, int64_t n, float mult, float lo,
                          float hi, float inv, uint8_t* codes);
+  // ef(quant)'s step, fused likewise: acc = max(acc, |x + r|); v = x + r, codes = Q(v), r = v - deQ(codes).
+  void (*sumAbsMax)(const float* x, const float* r, int64_t n, float* acc);
+  void (*efQuantUpdate)(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n,
+                        float top, uint8_t* codes);
+  void (*efFixUpdate)(const float* x, float* r, const float* d, const float* s, int64_t n, float mult, float lo,
+                      float hi, float inv, uint8_t* codes);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

@@ -38,7 +38,7 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
 const Kernels kTable = {"avx2",      absMaxAccum, absMax,    quantVec,         quantScalar,      stochVec,
                         stochScalar, dequantVec,  dequantScalar, fixVec,       fixScalar,        fixDequantVec,
                         fixDequantScalar, sub,    add,       deltaAbsMax,      deltaQuantUpdate, deltaFixUpdate,
-                        toHalf,           fromHalf};
+                        sumAbsMax,        efQuantUpdate,    efFixUpdate,      toHalf,           fromHalf};
 }  // namespace kernels_avx2
 
 const Kernels* avx2Kernels() { return &kernels_avx2::kTable; }

@@ -26,7 +26,7 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
 const Kernels kTable = {"baseline",  absMaxAccum, absMax,    quantVec,         quantScalar,      stochVec,
                         stochScalar, dequantVec,  dequantScalar, fixVec,       fixScalar,        fixDequantVec,
                         fixDequantScalar, sub,    add,       deltaAbsMax,      deltaQuantUpdate, deltaFixUpdate,
-                        toHalf,           fromHalf};
+                        sumAbsMax,        efQuantUpdate,    efFixUpdate,      toHalf,           fromHalf};
 }  // namespace kernels_baseline
 
 const Kernels* baselineKernels() { return &kernels_baseline::kTable; }

@@ -217,6 +217,25 @@ void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, 
   });
 }
 
+void QuantStream::sumAccumulate(const float* x, const float* r, int64_t i, int64_t len) {
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    k.sumAbsMax(x + (j - i), r + (j - i), run, m_.data() + pos);
+  });
+}
+
+void QuantStream::residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes) {
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const int64_t o = j - i;
+    if (fixpoint_) {
+      k.efFixUpdate(x + o, r + o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
+    } else {
+      k.efQuantUpdate(x + o, r + o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
+    }
+  });
+}
+
 void QuantStream::done() {
   if (opt_.round == QuantOptions::Round::kStochastic) codec_.drawn_ += static_cast<uint64_t>(n_);
 }

@@ -75,6 +75,10 @@ class QuantStream {
   bool fused() const { return channel_ && opt_.round == QuantOptions::Round::kNearest; }
   void deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len);
   void deltaUpdate(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes);
+  // ef's step likewise: sumAccumulate = accumulate(x + r); residualUpdate = quantize(x + r) into
+  // codes, then r = (x + r) - dequantize(codes).
+  void sumAccumulate(const float* x, const float* r, int64_t i, int64_t len);
+  void residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes);
 
  private:
   template <typename Fn>

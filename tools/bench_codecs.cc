@@ -34,6 +34,7 @@ struct Options {
   bool json = false;
   std::vector<std::string> codecs = kDefaultCodecs;
   std::vector<int64_t> sizesKiB = {64, 65536};
+  int rounds = 3;
 };
 
 // Activation-shaped tensor of `bytes` fp32 bytes: [rows, seq, 1024 hidden channels].
@@ -185,9 +186,28 @@ void run(const Options& o) {
     const double mc = memcpySeconds(x);
     memcpyBySize[std::to_string(4 * n)] = 4.0 * n / mc / 1e9;
     memcpyLargest = 4.0 * n / mc / 1e9;
-    for (const auto& spec : o.codecs) {
-      if (!o.json) std::fprintf(stderr, "bench %s on %s...\n", spec.c_str(), compression::shapeString(shape).c_str());
-      results.push_back(benchOne(spec, shape, x, x2, mc));
+    // Rounds over all codecs in turn, memcpy measured right before each codec: a slow spell of the
+    // machine hits both sides of a ratio, and each ratio is the median of its rounds.
+    std::vector<std::vector<json>> rows(o.codecs.size());
+    for (int round = 0; round < o.rounds; ++round)
+      for (size_t c = 0; c < o.codecs.size(); ++c) {
+        if (!o.json)
+          std::fprintf(stderr, "bench %s on %s (round %d)...\n", o.codecs[c].c_str(), compression::shapeString(shape).c_str(), round + 1);
+        const double mcNow = memcpySeconds(x);
+        rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow));
+        rows[c].back()["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
+      }
+    for (auto& r : rows) {
+      json row = r.front();
+      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps"}) {
+        std::vector<double> v;
+        for (const auto& one : r) v.push_back(one[key].get<double>());
+        std::sort(v.begin(), v.end());
+        row[key] = v[v.size() / 2];
+        row[std::string(key) + "_range"] = {v.front(), v.back()};
+      }
+      row["rounds"] = r.size();
+      results.push_back(row);
     }
   }
   doc["memcpy_GBps"] = memcpyLargest;
@@ -207,6 +227,8 @@ void addBenchCodecs(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("codecs", "single-thread codec throughput vs memcpy and libtorch ops");
   cmd->add_flag("--json", opts->json, "print one JSON document instead of a table");
   cmd->add_option("--codec", opts->codecs, "codec spec(s) to measure (repeatable)")->capture_default_str();
+  cmd->add_option("--rounds", opts->rounds, "measure every codec this many times, in turn; report medians")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--size-kib", opts->sizesKiB, "tensor sizes in KiB of fp32 (repeatable)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
