@@ -172,12 +172,18 @@ const float* AcsgdCodec::heldRange(uint8_t* row, int64_t off, int64_t cnt, float
   return buf;
 }
 
+// The stored rows of the DELTA rows' examples (valid until a new id is stored).
+std::vector<uint8_t*> AcsgdCodec::deltaRowData(const std::vector<int64_t>& ids, const std::vector<int64_t>& deltaRows) {
+  std::vector<uint8_t*> rows(deltaRows.size());
+  for (size_t j = 0; j < deltaRows.size(); ++j) rows[j] = store_.rowData(ids[deltaRows[j]]);
+  return rows;
+}
+
 void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
                                    const std::vector<int64_t>& deltaRows, Bytes& out) {
   const Kernels& k = kernels();
   const int64_t rowLen = numelOf(dshape) / dshape[0];
-  std::vector<uint8_t*> rows(deltaRows.size());
-  for (size_t j = 0; j < deltaRows.size(); ++j) rows[j] = store_.rowData(ids[deltaRows[j]]);
+  const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
   QuantStream qs(quant_, dshape);
   buffers_.resize(kChunk);
   scratch_.resize(kChunk);
@@ -241,8 +247,7 @@ void AcsgdCodec::decodeDeltasFused(const uint8_t* q, const Shape& dshape, const 
                                    const std::vector<int64_t>& deltaRows, float* out) {
   const Kernels& k = kernels();
   const int64_t rowLen = numelOf(dshape) / dshape[0];
-  std::vector<uint8_t*> rows(deltaRows.size());
-  for (size_t j = 0; j < deltaRows.size(); ++j) rows[j] = store_.rowData(ids[deltaRows[j]]);
+  const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
   QuantStream qs(quant_, dshape);
   qs.readScales(q);
   const uint8_t* packed = q + qs.scaleBytes();

@@ -56,6 +56,7 @@ class AcsgdCodec : public Codec {
   // the generic path in the same order, without materializing d, Q(d) or m for the message.
   void encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
                          const std::vector<int64_t>& deltaRows, Bytes& out);
+  std::vector<uint8_t*> deltaRowData(const std::vector<int64_t>& ids, const std::vector<int64_t>& deltaRows);
   const float* heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const;
   void decodeDeltasFused(const uint8_t* q, const Shape& dshape, const std::vector<int64_t>& ids,
                          const std::vector<int64_t>& deltaRows, float* out);

@@ -2,9 +2,6 @@
 // -mf16c; nothing here runs unless the CPU has both: see kernels.cc).
 #include <immintrin.h>
 
-#include <cstring>
-
-#include "compression/half.h"
 #include "compression/kernels.h"
 
 namespace slowpipe::compression {
@@ -18,21 +15,14 @@ static void toHalf(const float* in, size_t n, uint8_t* out) {
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i) {
-    const uint16_t h = floatToHalf(in[i]);
-    std::memcpy(out + 2 * i, &h, 2);
-  }
+  baselineKernels()->toHalf(in + i, n - i, out + 2 * i);  // the tail
 }
 
 static void fromHalf(const uint8_t* in, size_t n, float* out) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in + 2 * i, 2);
-    out[i] = halfToFloat(h);
-  }
+  baselineKernels()->fromHalf(in + 2 * i, n - i, out + i);  // the tail
 }
 
 const Kernels kTable = {"avx2",      absMaxAccum, absMax,    quantVec,         quantScalar,      stochVec,

@@ -126,8 +126,8 @@ void QuantStream::finishScales() {
 }
 
 void QuantStream::writeScales(uint8_t* p) const {
-  if (fixpoint_) std::memcpy(p, half_.data(), 2 * groups_);
-  else std::memcpy(p, m_.data(), 4 * groups_);
+  if (fixpoint_) copyBytes(p, half_.data(), 2 * groups_);
+  else copyBytes(p, m_.data(), 4 * groups_);
 }
 
 void QuantStream::readScales(const uint8_t* p) {
@@ -135,7 +135,7 @@ void QuantStream::readScales(const uint8_t* p) {
   if (fixpoint_) {
     half_.resize(groups_);
     s_.resize(groups_);
-    std::memcpy(half_.data(), p, 2 * groups_);
+    copyBytes(half_.data(), p, 2 * groups_);
     for (int64_t g = 0; g < groups_; ++g) {
       s_[g] = halfToFloat(half_[g]);
       SP_REQUIRE(std::isfinite(s_[g]) && !(half_[g] & 0x8000u),
@@ -144,7 +144,7 @@ void QuantStream::readScales(const uint8_t* p) {
     }
   } else {
     step_.resize(groups_);
-    std::memcpy(m_.data(), p, 4 * groups_);
+    copyBytes(m_.data(), p, 4 * groups_);
     for (int64_t g = 0; g < groups_; ++g) {
       SP_REQUIRE(std::isfinite(m_[g]) && m_[g] >= 0.0f,
                  "quant: scale " + std::to_string(g) + " is " + std::to_string(m_[g]) +
@@ -198,42 +198,35 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
   });
 }
 
-void QuantStream::deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len) {
-  const Kernels& k = kernels();
+// The fused steps share one shape: an accumulation kernel (x, y -> max per channel) and an update
+// kernel per level mapping (x, y in/out -> codes); deltas and residuals differ only in the kernels.
+void QuantStream::fusedAccumulate(AccumulateKernel fn, const float* x, const float* y, int64_t i, int64_t len) {
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) { fn(x + (j - i), y + (j - i), run, m_.data() + pos); });
+}
+
+void QuantStream::fusedUpdate(FixUpdateKernel fix, QuantUpdateKernel quant, const float* x, float* y, int64_t i,
+                              int64_t len, uint8_t* codes) {
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    k.deltaAbsMax(x + (j - i), m + (j - i), run, m_.data() + pos);
+    const int64_t o = j - i;
+    if (fixpoint_) fix(x + o, y + o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
+    else quant(x + o, y + o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
   });
+}
+
+void QuantStream::deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len) {
+  fusedAccumulate(kernels().deltaAbsMax, x, m, i, len);
 }
 
 void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes) {
-  const Kernels& k = kernels();
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    const int64_t o = j - i;
-    if (fixpoint_) {
-      k.deltaFixUpdate(x + o, m + o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
-    } else {
-      k.deltaQuantUpdate(x + o, m + o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
-    }
-  });
+  fusedUpdate(kernels().deltaFixUpdate, kernels().deltaQuantUpdate, x, m, i, len, codes);
 }
 
 void QuantStream::sumAccumulate(const float* x, const float* r, int64_t i, int64_t len) {
-  const Kernels& k = kernels();
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    k.sumAbsMax(x + (j - i), r + (j - i), run, m_.data() + pos);
-  });
+  fusedAccumulate(kernels().sumAbsMax, x, r, i, len);
 }
 
 void QuantStream::residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes) {
-  const Kernels& k = kernels();
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    const int64_t o = j - i;
-    if (fixpoint_) {
-      k.efFixUpdate(x + o, r + o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
-    } else {
-      k.efQuantUpdate(x + o, r + o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
-    }
-  });
+  fusedUpdate(kernels().efFixUpdate, kernels().efQuantUpdate, x, r, i, len, codes);
 }
 
 void QuantStream::done() {

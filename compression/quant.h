@@ -83,6 +83,14 @@ class QuantStream {
  private:
   template <typename Fn>
   void forEachRun(int64_t i, int64_t len, Fn&& fn) const;
+  using AccumulateKernel = void (*)(const float*, const float*, int64_t, float*);
+  using FixUpdateKernel = void (*)(const float*, float*, const float*, const float*, int64_t, float, float, float, float,
+                                   uint8_t*);
+  using QuantUpdateKernel = void (*)(const float*, float*, const float*, const float*, const float*, int64_t, float,
+                                     uint8_t*);
+  void fusedAccumulate(AccumulateKernel fn, const float* x, const float* y, int64_t i, int64_t len);
+  void fusedUpdate(FixUpdateKernel fix, QuantUpdateKernel quant, const float* x, float* y, int64_t i, int64_t len,
+                   uint8_t* codes);
 
   QuantCodec& codec_;
   const QuantOptions& opt_;
