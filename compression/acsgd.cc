@@ -197,9 +197,22 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   };
   const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
   const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
+  // The next chunk's x and m requested while this one is worked on: the conversion and kernel
+  // loops each touch one stream at a time, which alone leaves the memory system half idle.
+  const int64_t mBytes = inPlace ? 4 : 2;
+  auto prefetch = [&](int64_t i0) {
+    if (i0 >= qs.size()) return;
+    forEachPiece(i0, std::min(kChunk, qs.size() - i0), rowLen, [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
+      const char* xp = reinterpret_cast<const char*>(x + deltaRows[j] * rowLen + off);
+      const char* mp = reinterpret_cast<const char*>(rows[j] + off * mBytes);
+      for (int64_t b = 0; b < 4 * cnt; b += 64) __builtin_prefetch(xp + b);
+      for (int64_t b = 0; b < mBytes * cnt; b += 64) __builtin_prefetch(mp + b);
+    });
+  };
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 1: the scales of d
     const int64_t len = std::min(kChunk, qs.size() - i0);
     if (oneLoop) {
+      prefetch(i0 + kChunk);
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
         qs.deltaAccumulate(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, mbuf + p), i0 + p, cnt);
       });
@@ -217,6 +230,7 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 2: Q(d) on the wire, m += Q(d)
     const int64_t len = std::min(kChunk, qs.size() - i0);
     if (oneLoop) {
+      prefetch(i0 + kChunk);
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
         float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
         if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
