@@ -6,8 +6,6 @@
 
 namespace slowpipe::compression {
 namespace kernels_avx2 {
-#include "compression/kernels.inc"
-
 // F16C rounds to nearest even like floatToHalf (only NaN payload bits may differ; frames reject
 // non-finite values before any codec sees them).
 static void toHalf(const float* in, size_t n, uint8_t* out) {
@@ -25,10 +23,9 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
   baselineKernels()->fromHalf(in + 2 * i, n - i, out + i);  // the tail
 }
 
-const Kernels kTable = {"avx2",      absMaxAccum, absMax,    quantVec,         quantScalar,      stochVec,
-                        stochScalar, dequantVec,  dequantScalar, fixVec,       fixScalar,        fixDequantVec,
-                        fixDequantScalar, sub,    add,       deltaAbsMax,      deltaQuantUpdate, deltaFixUpdate,
-                        sumAbsMax,        efQuantUpdate,    efFixUpdate,      toHalf,           fromHalf};
+#define KERNELS_NAME "avx2"
+#include "compression/kernels.inc"  // the shared kernels and this build's table, kTable
+#undef KERNELS_NAME
 }  // namespace kernels_avx2
 
 const Kernels* avx2Kernels() { return &kernels_avx2::kTable; }

@@ -6,8 +6,6 @@
 
 namespace slowpipe::compression {
 namespace kernels_baseline {
-#include "compression/kernels.inc"
-
 static void toHalf(const float* in, size_t n, uint8_t* out) {
   for (size_t i = 0; i < n; ++i) {
     const uint16_t h = floatToHalf(in[i]);
@@ -23,10 +21,9 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
   }
 }
 
-const Kernels kTable = {"baseline",  absMaxAccum, absMax,    quantVec,         quantScalar,      stochVec,
-                        stochScalar, dequantVec,  dequantScalar, fixVec,       fixScalar,        fixDequantVec,
-                        fixDequantScalar, sub,    add,       deltaAbsMax,      deltaQuantUpdate, deltaFixUpdate,
-                        sumAbsMax,        efQuantUpdate,    efFixUpdate,      toHalf,           fromHalf};
+#define KERNELS_NAME "baseline"
+#include "compression/kernels.inc"  // the shared kernels and this build's table, kTable
+#undef KERNELS_NAME
 }  // namespace kernels_baseline
 
 const Kernels* baselineKernels() { return &kernels_baseline::kTable; }
