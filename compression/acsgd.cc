@@ -197,6 +197,8 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   };
   const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
   const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
+  // fp16 buffers converted in registers where the kernels can (AVX2 + F16C), else through mbuf.
+  const bool inRegisters = oneLoop && !inPlace && qs.halfFused();
   // The next chunk's x and m requested while this one is worked on: the conversion and kernel
   // loops each touch one stream at a time, which alone leaves the memory system half idle.
   const int64_t mBytes = inPlace ? 4 : 2;
@@ -214,7 +216,9 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
     if (oneLoop) {
       prefetch(i0 + kChunk);
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-        qs.deltaAccumulate(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, mbuf + p), i0 + p, cnt);
+        const float* xr = x + deltaRows[j] * rowLen + off;
+        if (inRegisters) qs.deltaAccumulateHalf(xr, rows[j] + 2 * off, i0 + p, cnt);
+        else qs.deltaAccumulate(xr, heldRange(rows[j], off, cnt, mbuf + p), i0 + p, cnt);
       });
     } else {
       deltas(i0, len);
@@ -232,6 +236,7 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
     if (oneLoop) {
       prefetch(i0 + kChunk);
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+        if (inRegisters) return qs.deltaUpdateHalf(x + deltaRows[j] * rowLen + off, rows[j] + 2 * off, i0 + pos, cnt, codes + pos);
         float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
         if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
         qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
@@ -270,6 +275,7 @@ void AcsgdCodec::decodeDeltasFused(const uint8_t* q, const Shape& dshape, const 
   float* mbuf = buffers_.data();
   float* d = scratch_.data();
   const int bits = opt_.quant.bits;
+  const bool inRegisters = store_.options().dtype == StoreOptions::Dtype::kFp16 && k.deltaApplyH != nullptr;
   uint8_t codes[kChunk];
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
     const int64_t len = std::min(kChunk, qs.size() - i0);
@@ -278,6 +284,7 @@ void AcsgdCodec::decodeDeltasFused(const uint8_t* q, const Shape& dshape, const 
     // The output row is what both sides now hold: m + Q(d) after the store's rounding.
     forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
       float* o = out + deltaRows[j] * rowLen + off;
+      if (inRegisters) return k.deltaApplyH(d + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
       k.add(heldRange(rows[j], off, cnt, mbuf + p), d + p, cnt, o);
       store_.storeElems(rows[j], off, cnt, o, o);
     });

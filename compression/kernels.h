@@ -49,6 +49,16 @@ struct Kernels {
                         float top, uint8_t* codes);
   void (*efFixUpdate)(const float* x, float* r, const float* d, const float* s, int64_t n, float mult, float lo,
                       float hi, float inv, uint8_t* codes);
+  // The delta step on an fp16 buffer (little-endian bytes mh, updated in place): AC-SGD with the
+  // reference's fp16 buffers, converting in registers. AVX2 build only (null in the baseline build,
+  // whose callers convert through a buffer instead: the same bits).
+  void (*deltaAbsMaxH)(const float* x, const uint8_t* mh, int64_t n, float* acc);
+  void (*deltaQuantUpdateH)(const float* x, uint8_t* mh, const float* mx, const float* inv, const float* step,
+                            int64_t n, float top, uint8_t* codes);
+  void (*deltaFixUpdateH)(const float* x, uint8_t* mh, const float* d, const float* s, int64_t n, float mult,
+                          float lo, float hi, float inv, uint8_t* codes);
+  // The receiver's side: mh = fp16(m + dq), out = the value mh now holds.
+  void (*deltaApplyH)(const float* dq, uint8_t* mh, int64_t n, float* out);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

@@ -2,6 +2,10 @@
 // -mf16c; nothing here runs unless the CPU has both: see kernels.cc).
 #include <immintrin.h>
 
+#include <cstring>
+
+#include "compression/half.h"
+
 #include "compression/kernels.h"
 
 namespace slowpipe::compression {
@@ -21,6 +25,104 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
   baselineKernels()->fromHalf(in + 2 * i, n - i, out + i);  // the tail
+}
+
+// AC-SGD's delta step on an fp16 buffer, 8 values per step in registers. Every operation is the
+// one kernels.inc's deltaAbsMax / deltaQuantUpdate / deltaFixUpdate performs, in the same order
+// (min/max operand order keeps their NaN behaviour; no FMA), and F16C rounds like floatToHalf:
+// the bits are those of the buffered path (CpuPathTest, FusedAcsgdTest).
+static inline __m256 loadHalf8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+static inline void storeHalf8(uint8_t* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline void storeCodes8(uint8_t* p, __m256i c) {  // 8 int32 in [0, 255] -> 8 bytes
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(w, w));
+}
+static inline float halfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return halfToFloat(h);
+}
+static inline void putHalf(uint8_t* p, float v) {
+  const uint16_t h = floatToHalf(v);
+  std::memcpy(p, &h, 2);
+}
+
+static void deltaAbsMaxH(const float* x, const uint8_t* mh, int64_t n, float* acc) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_andnot_ps(sign, _mm256_sub_ps(_mm256_loadu_ps(x + i), loadHalf8(mh + 2 * i)));
+    _mm256_storeu_ps(acc + i, _mm256_max_ps(a, _mm256_loadu_ps(acc + i)));  // = maxOf(acc, a)
+  }
+  for (; i < n; ++i) {
+    const float a = __builtin_fabsf(x[i] - halfAt(mh + 2 * i));
+    acc[i] = acc[i] < a ? a : acc[i];
+  }
+}
+
+static void deltaQuantUpdateH(const float* x, uint8_t* mh, const float* mx, const float* inv, const float* step,
+                              int64_t n, float top, uint8_t* codes) {
+  const __m256 vtop = _mm256_set1_ps(top), zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 m = loadHalf8(mh + 2 * i), vmx = _mm256_loadu_ps(mx + i);
+    const __m256 v = _mm256_add_ps(
+        _mm256_mul_ps(_mm256_add_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m), vmx), _mm256_loadu_ps(inv + i)), half);
+    const __m256 t = _mm256_min_ps(_mm256_max_ps(v, zero), vtop);  // = minOf(top, maxOf(0, v))
+    const __m256i c = _mm256_cvttps_epi32(t);
+    storeCodes8(codes + i, c);
+    const __m256 dq = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(step + i)), vmx);
+    storeHalf8(mh + 2 * i, _mm256_add_ps(m, dq));
+  }
+  for (; i < n; ++i) {
+    const float m = halfAt(mh + 2 * i), v = ((x[i] - m) + mx[i]) * inv[i] + 0.5f;
+    const float w = 0.0f < v ? v : 0.0f, t = w < top ? w : top;
+    const uint8_t c = static_cast<uint8_t>(static_cast<int32_t>(t));
+    codes[i] = c;
+    putHalf(mh + 2 * i, m + (static_cast<float>(c) * step[i] - mx[i]));
+  }
+}
+
+static void deltaFixUpdateH(const float* x, uint8_t* mh, const float* d, const float* s, int64_t n, float mult,
+                            float lo, float hi, float inv, uint8_t* codes) {
+  const __m256 vmult = _mm256_set1_ps(mult), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi),
+               vinv = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 m = loadHalf8(mh + 2 * i);
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m),
+                                                                 _mm256_loadu_ps(d + i)), vmult),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 q = _mm256_min_ps(_mm256_max_ps(r, vlo), vhi);  // = minOf(hi, maxOf(lo, r))
+    const __m256i c = _mm256_cvttps_epi32(_mm256_sub_ps(q, vlo));
+    storeCodes8(codes + i, c);
+    const __m256 dq = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(c), vlo), vinv), _mm256_loadu_ps(s + i));
+    storeHalf8(mh + 2 * i, _mm256_add_ps(m, dq));
+  }
+  for (; i < n; ++i) {
+    const float m = halfAt(mh + 2 * i), r = __builtin_rintf((x[i] - m) / d[i] * mult);
+    const float w = lo < r ? r : lo, q = w < hi ? w : hi;
+    const uint8_t c = static_cast<uint8_t>(static_cast<int32_t>(q - lo));
+    codes[i] = c;
+    putHalf(mh + 2 * i, m + ((static_cast<float>(c) + lo) * inv) * s[i]);
+  }
+}
+
+static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_add_ps(loadHalf8(mh + 2 * i), _mm256_loadu_ps(dq + i)), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(mh + 2 * i), h);
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) {
+    putHalf(mh + 2 * i, halfAt(mh + 2 * i) + dq[i]);
+    out[i] = halfAt(mh + 2 * i);
+  }
 }
 
 #define KERNELS_NAME "avx2"

@@ -221,6 +221,28 @@ void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, 
   fusedUpdate(kernels().deltaFixUpdate, kernels().deltaQuantUpdate, x, m, i, len, codes);
 }
 
+bool QuantStream::halfFused() const { return fused() && kernels().deltaAbsMaxH != nullptr; }
+
+void QuantStream::deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len) {
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    k.deltaAbsMaxH(x + (j - i), mh + 2 * (j - i), run, m_.data() + pos);
+  });
+}
+
+void QuantStream::deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes) {
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const int64_t o = j - i;
+    if (fixpoint_) {
+      k.deltaFixUpdateH(x + o, mh + 2 * o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
+    } else {
+      k.deltaQuantUpdateH(x + o, mh + 2 * o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_,
+                          codes + o);
+    }
+  });
+}
+
 void QuantStream::sumAccumulate(const float* x, const float* r, int64_t i, int64_t len) {
   fusedAccumulate(kernels().sumAbsMax, x, r, i, len);
 }

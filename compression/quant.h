@@ -75,6 +75,11 @@ class QuantStream {
   bool fused() const { return channel_ && opt_.round == QuantOptions::Round::kNearest; }
   void deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len);
   void deltaUpdate(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes);
+  // The same on an fp16 buffer (little-endian bytes, updated in place) where the active kernels
+  // convert in registers (halfFused(); kernels.h).
+  bool halfFused() const;
+  void deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len);
+  void deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes);
   // ef's step likewise: sumAccumulate = accumulate(x + r); residualUpdate = quantize(x + r) into
   // codes, then r = (x + r) - dequantize(codes).
   void sumAccumulate(const float* x, const float* r, int64_t i, int64_t len);
