@@ -25,7 +25,9 @@ namespace slowpipe::compression {
 struct AcsgdOptions {
   QuantOptions quant{2, QuantOptions::Scale::kChannel, 128, QuantOptions::Round::kNearest, 0};
   int warmupEpochs = 0;  // epochs sent in full precision before deltas start (0: first sighting)
-  StoreOptions store;
+  // fp16 buffers by default, as the AC-SGD reference keeps them (its buffers are fp16 in a memory
+  // map); store=fp32 keeps full precision at twice the memory and more memory traffic.
+  StoreOptions store{StoreOptions::Dtype::kFp16};
 };
 
 class AcsgdCodec : public Codec {

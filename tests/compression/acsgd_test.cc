@@ -100,9 +100,10 @@ TEST_P(AcsgdStateTest, ReconstructionErrorShrinksEveryRoundForFixedActivation) {
   roundTrip(p, ids, other, 1);
   // A lossy store cannot hold m more precisely than its own rounding: stop at that floor
   // (fp16: 2^-11 relative on values up to ~4; q8: half a step of max/127 per 64 values).
+  // fp16 is the default store; store=fp32 has no floor.
   const double floor = GetParam().find("store=q8") != std::string::npos     ? 0.02
-                       : GetParam().find("store=fp16") != std::string::npos ? 0.003
-                                                                            : 0.0;
+                       : GetParam().find("store=fp32") != std::string::npos ? 0.0
+                                                                            : 0.003;
   double previous = INFINITY, err = INFINITY;
   for (int round = 0; round < 12; ++round) {
     const auto y = roundTrip(p, ids, x, 2 + round);
@@ -116,7 +117,7 @@ TEST_P(AcsgdStateTest, ReconstructionErrorShrinksEveryRoundForFixedActivation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, AcsgdStateTest,
-                         ::testing::Values("acsgd:bits=2", "acsgd:bits=4,store=fp16",
+                         ::testing::Values("acsgd:bits=2", "acsgd:bits=2,store=fp32", "acsgd:bits=4,store=fp16",
                                            "acsgd:bits=3,group=64,store=q8",
                                            "acsgd:bits=2,round=stochastic,seed=5",
                                            "acsgd:bits=2,backing=mmap,budget=1MiB"));
@@ -140,7 +141,7 @@ TEST(AcsgdTest, WarmupEpochsSendFullPrecision) {
 
 TEST(AcsgdTest, BudgetFullKeepsNewExamplesUnbufferedOnBothSides) {
   // One row of fp32 is 1 KiB: a 3 KiB budget holds three examples.
-  Pair p = makePair("acsgd:bits=2,budget=3KiB");
+  Pair p = makePair("acsgd:bits=2,store=fp32,budget=3KiB");
   std::vector<float> x(4 * kRow);
   for (int j = 0; j < 4; ++j) activation(j, 0, 0, x.data() + j * kRow);
   for (int round = 0; round < 3; ++round) roundTrip(p, {0, 1, 2, 3}, x, round);
