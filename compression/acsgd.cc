@@ -143,8 +143,9 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const uint8_t* q = rd.take(qbytes, "deltas");
   const bool fused = store_.elementwise();
   std::vector<float>& deq = scratch_;
+  QuantStream qs(quant_, dshape);
   if (fused && !deltaRows.empty()) {
-    QuantStream(quant_, dshape).readScales(q);  // validates the scales before any state changes
+    qs.readScales(q);  // validates the scales before any state changes
   } else {
     deq.resize(deltaRows.size() * rowLen);
     if (!deltaRows.empty()) quant_.decode(q, qbytes, dshape, ctx, deq.data());
@@ -156,7 +157,7 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
   }
   if (fused) {
-    if (!deltaRows.empty()) decodeDeltasFused(q, dshape, ctx.exampleIds, deltaRows, out);
+    if (!deltaRows.empty()) decodeDeltasFused(qs, q + qs.scaleBytes(), ctx.exampleIds, deltaRows, out);
   } else {
     applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, nullptr, out);
   }
@@ -262,14 +263,12 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   qs.done();
 }
 
-void AcsgdCodec::decodeDeltasFused(const uint8_t* q, const Shape& dshape, const std::vector<int64_t>& ids,
+// qs: the deltas' stream with its scales read; packed: their codes.
+void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed, const std::vector<int64_t>& ids,
                                    const std::vector<int64_t>& deltaRows, float* out) {
   const Kernels& k = kernels();
-  const int64_t rowLen = numelOf(dshape) / dshape[0];
+  const int64_t rowLen = qs.size() / static_cast<int64_t>(deltaRows.size());
   const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
-  QuantStream qs(quant_, dshape);
-  qs.readScales(q);
-  const uint8_t* packed = q + qs.scaleBytes();
   buffers_.resize(kChunk);
   scratch_.resize(kChunk);
   float* mbuf = buffers_.data();

@@ -60,7 +60,7 @@ class AcsgdCodec : public Codec {
                          const std::vector<int64_t>& deltaRows, Bytes& out);
   std::vector<uint8_t*> deltaRowData(const std::vector<int64_t>& ids, const std::vector<int64_t>& deltaRows);
   const float* heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const;
-  void decodeDeltasFused(const uint8_t* q, const Shape& dshape, const std::vector<int64_t>& ids,
+  void decodeDeltasFused(const QuantStream& qs, const uint8_t* packed, const std::vector<int64_t>& ids,
                          const std::vector<int64_t>& deltaRows, float* out);
 
   AcsgdOptions opt_;

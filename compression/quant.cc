@@ -198,18 +198,31 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
   });
 }
 
-// The fused steps share one shape: an accumulation kernel (x, y -> max per channel) and an update
-// kernel per level mapping (x, y in/out -> codes); deltas and residuals differ only in the kernels.
-void QuantStream::fusedAccumulate(AccumulateKernel fn, const float* x, const float* y, int64_t i, int64_t len) {
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) { fn(x + (j - i), y + (j - i), run, m_.data() + pos); });
+namespace {
+// Values per buffer element: an fp16 buffer is addressed in bytes, two per value.
+constexpr int64_t kPerValue(const float*) { return 1; }
+constexpr int64_t kPerValue(const uint8_t*) { return 2; }
+}  // namespace
+
+template <typename Y>
+void QuantStream::fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x, const Y* y,
+                                  int64_t i, int64_t len) {
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    fn(x + (j - i), y + kPerValue(y) * (j - i), run, m_.data() + pos);
+  });
 }
 
-void QuantStream::fusedUpdate(FixUpdateKernel fix, QuantUpdateKernel quant, const float* x, float* y, int64_t i,
-                              int64_t len, uint8_t* codes) {
+template <typename Y>
+void QuantStream::fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, int64_t, float, float, float,
+                                          float, uint8_t*),
+                              void (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
+                                            uint8_t*),
+                              const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes) {
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const int64_t o = j - i;
-    if (fixpoint_) fix(x + o, y + o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
-    else quant(x + o, y + o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
+    Y* yo = y + kPerValue(y) * o;
+    if (fixpoint_) fix(x + o, yo, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
+    else quant(x + o, yo, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
   });
 }
 
@@ -224,23 +237,11 @@ void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, 
 bool QuantStream::halfFused() const { return fused() && kernels().deltaAbsMaxH != nullptr; }
 
 void QuantStream::deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len) {
-  const Kernels& k = kernels();
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    k.deltaAbsMaxH(x + (j - i), mh + 2 * (j - i), run, m_.data() + pos);
-  });
+  fusedAccumulate(kernels().deltaAbsMaxH, x, mh, i, len);
 }
 
 void QuantStream::deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes) {
-  const Kernels& k = kernels();
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    const int64_t o = j - i;
-    if (fixpoint_) {
-      k.deltaFixUpdateH(x + o, mh + 2 * o, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
-    } else {
-      k.deltaQuantUpdateH(x + o, mh + 2 * o, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_,
-                          codes + o);
-    }
-  });
+  fusedUpdate(kernels().deltaFixUpdateH, kernels().deltaQuantUpdateH, x, mh, i, len, codes);
 }
 
 void QuantStream::sumAccumulate(const float* x, const float* r, int64_t i, int64_t len) {

@@ -88,14 +88,17 @@ class QuantStream {
  private:
   template <typename Fn>
   void forEachRun(int64_t i, int64_t len, Fn&& fn) const;
-  using AccumulateKernel = void (*)(const float*, const float*, int64_t, float*);
-  using FixUpdateKernel = void (*)(const float*, float*, const float*, const float*, int64_t, float, float, float, float,
-                                   uint8_t*);
-  using QuantUpdateKernel = void (*)(const float*, float*, const float*, const float*, const float*, int64_t, float,
-                                     uint8_t*);
-  void fusedAccumulate(AccumulateKernel fn, const float* x, const float* y, int64_t i, int64_t len);
-  void fusedUpdate(FixUpdateKernel fix, QuantUpdateKernel quant, const float* x, float* y, int64_t i, int64_t len,
-                   uint8_t* codes);
+  // The fused steps share one shape: an accumulation kernel (x, y -> max per channel) and an update
+  // kernel per level mapping (x, y in/out -> codes). Y is the buffer's element: float, or the two
+  // bytes of an fp16 value (uint8_t, two per value).
+  template <typename Y>
+  void fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x, const Y* y, int64_t i,
+                       int64_t len);
+  template <typename Y>
+  void fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, int64_t, float, float, float, float,
+                               uint8_t*),
+                   void (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float, uint8_t*),
+                   const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes);
 
   QuantCodec& codec_;
   const QuantOptions& opt_;
