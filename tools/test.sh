@@ -21,6 +21,11 @@ build/sdk/bin/slowpipe codec check --quick "plugin:path=$PWD/build/example-rowqu
 # The TorchScript example: written by its Python script, checked by the installed CLI.
 /usr/bin/python3 examples/codecs/torchscript/make_codec.py build/example-rowint8.pt  # Debian's, with python3-torch
 build/sdk/bin/slowpipe codec check --quick "torchscript:path=$PWD/build/example-rowint8.pt,bits=6"
+# ... and in a real run, as a user sets it: every worker loads the module.
+rm -rf build/example-rowint8-run
+build/sdk/bin/slowpipe run experiments/smoke.json --out build/example-rowint8-run \
+  --set "compression.forward=torchscript:path=$PWD/build/example-rowint8.pt,bits=6" > /dev/null
+grep -q '"status": "ok"' build/example-rowint8-run/result.json
 
 if [ "$sanitize" = 1 ]; then
   tools/setup.sh --build-dir build-asan --cmake-arg -DSLOWPIPE_SANITIZE=ON \
