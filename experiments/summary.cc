@@ -124,6 +124,7 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
                 {"forward", p.spec["compression"].value("forward", "none")},
                 {"backward", p.spec["compression"].value("backward", "none")},
                 {"label", comp >= 0 ? p.axisLabels[comp] : p.spec["compression"].value("label", "")},
+                {"dp_codec", p.spec.contains("dp") ? p.spec["dp"].value("codec", "none") : "none"},
                 {"axes", p.axisLabels}};
     json reason;
     row["status"] = statusOf(results, p.name, spec.repeats, &reason);
@@ -187,8 +188,10 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
       eff[k] = speedup[k] / ideal[k];
     }
     putStat(row, speedup, "speedup", "speedup_lo", "speedup_hi");
-    putStat(row, ideal, "ideal_speedup", "ideal_lo", "ideal_hi");
-    putStat(row, eff, "efficiency", "efficiency_lo", "efficiency_hi");
+    if (bwAxis >= 0) {  // without a bandwidth axis there is no "fastest link" to bound the speed-up with
+      putStat(row, ideal, "ideal_speedup", "ideal_lo", "ideal_hi");
+      putStat(row, eff, "efficiency", "efficiency_lo", "efficiency_hi");
+    }
     const double target = median([&] {
       std::vector<double> v;
       for (double x : baseLoss)

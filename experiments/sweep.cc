@@ -103,6 +103,12 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
         // An object's "label" names the axis value; only the compression section has such a field.
         json merged = v;
         if (path != "compression" && merged.is_object()) merged.erase("label");
+        // A compression variant may carry its data-parallel settings ("dp": {...}): end-to-end
+        // variants (activations and gradients) are one axis value.
+        if (path == "compression" && merged.is_object() && merged.contains("dp")) {
+          runtime::setJsonPath(q.spec, "dp", merged["dp"]);
+          merged.erase("dp");
+        }
         runtime::setJsonPath(q.spec, path, merged);
         q.axisLabels.push_back(valueLabel(v));
         q.name += (q.name.empty() ? "" : "_") + slug(axisName) + "-" + slug(valueLabel(v));

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <zmq.hpp>
 
 #include "emulator/calibrate.h"
@@ -51,7 +52,8 @@ std::string describeExit(int status) {
 class Launcher {
  public:
   Launcher(const RunSpec& spec, const LaunchOptions& opt)
-      : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, 1}, workers_(layout_.size()) {}
+      : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
+        N_(layout_.size()), workers_(layout_.size()) {}
 
   int run() {
     fs::create_directories(opt_.outDir);
@@ -112,6 +114,15 @@ class Launcher {
       doc_["network"] = {{"backend", "user"}, {"mechanism", mech}};
     }
     doc_["network"]["links"] = topo;
+    if (layout_.replicas > 1) {
+      json dp = spec_.network.dpLinks;
+      if (dp.is_null()) {
+        dp = spec_.network.links;
+        if (dp.is_object()) dp.erase("links");
+      }
+      doc_["network"]["dp_links"] = emulator::topologyFromJson(dp, "network.dp_links");
+      doc_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
+    }
     if (opt_.calibrate && S_ > 1) calibrate(topo);
   }
 
@@ -215,15 +226,15 @@ class Launcher {
     if (sched_getaffinity(0, sizeof set, &set) == 0)
       for (int c = 0; c < CPU_SETSIZE; ++c)
         if (CPU_ISSET(c, &set)) allowed.push_back(c);
-    json placement = {{"requested", spec_.runtime.pinCores}, {"cpus_available", allowed}, {"workers", S_}};
-    if (spec_.runtime.pinCores && static_cast<int>(allowed.size()) >= S_) {
-      cpus_.assign(allowed.begin(), allowed.begin() + S_);
+    json placement = {{"requested", spec_.runtime.pinCores}, {"cpus_available", allowed}, {"workers", N_}};
+    if (spec_.runtime.pinCores && static_cast<int>(allowed.size()) >= N_) {
+      cpus_.assign(allowed.begin(), allowed.begin() + N_);
       placement["pinned"] = true;
     } else {
       placement["pinned"] = false;
       if (spec_.runtime.pinCores) {
-        placement["reason"] = std::to_string(S_) + " workers but " + std::to_string(allowed.size()) + " CPUs";
-        std::fprintf(stderr, "slowpipe: runtime.pin_cores: not pinned (%d workers, %zu CPUs)\n", S_, allowed.size());
+        placement["reason"] = std::to_string(N_) + " workers but " + std::to_string(allowed.size()) + " CPUs";
+        std::fprintf(stderr, "slowpipe: runtime.pin_cores: not pinned (%d workers, %zu CPUs)\n", N_, allowed.size());
       }
     }
     doc_["placement"] = placement;
@@ -237,7 +248,7 @@ class Launcher {
     zmq::socket_t control(ctx, zmq::socket_type::pull);
     control.bind(controlEp_);
     std::vector<std::unique_ptr<zmq::socket_t>> peers;
-    for (int r = 0; r < S_; ++r) {
+    for (int r = 0; r < N_; ++r) {
       peers.push_back(std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push));
       peers.back()->set(zmq::sockopt::linger, 0);
       peers.back()->set(zmq::sockopt::sndtimeo, 5000);  // a worker connects before its hello
@@ -250,28 +261,36 @@ class Launcher {
     start_ = now();
     doc_["workers"] = json::array();
     planPlacement();
-    for (int r = 0; r < S_; ++r) spawn(r);
+    for (int r = 0; r < N_; ++r) spawn(r);
     writeJsonAtomically(resultPath_, finalDoc());
     lastProgress_ = now();
     bool sentPeers = false;
-    while (doneCount_ < S_) {
+    while (doneCount_ < N_) {
       zmq::pollitem_t item{static_cast<void*>(control), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(pollMs()));
       applyTraces();
       zmq::message_t m;
       while (control.recv(m, zmq::recv_flags::dontwait))
         if (!handle(json::parse(m.to_string()))) return fail(error_);
-      if (!sentPeers && static_cast<int>(hellos_.size()) == S_) {
-        for (int r = 0; r < S_; ++r) {
-          json table = {{"prev_from_next", r > 0 ? hellos_[r - 1]["from_next"] : json("")},
-                        {"next_from_prev", r + 1 < S_ ? hellos_[r + 1]["from_prev"] : json("")}};
+      if (!sentPeers && static_cast<int>(hellos_.size()) == N_) {
+        for (int r = 0; r < N_; ++r) {
+          const RankId id = layout_.id(r);
+          const int prev = id.stage > 0 ? layout_.rank({id.stage - 1, id.replica}) : -1;
+          const int next = id.stage + 1 < S_ ? layout_.rank({id.stage + 1, id.replica}) : -1;
+          json table = {{"prev_from_next", prev >= 0 ? hellos_[prev]["from_next"] : json("")},
+                        {"next_from_prev", next >= 0 ? hellos_[next]["from_prev"] : json("")},
+                        {"prev_rank", prev}, {"next_rank", next}, {"dp_peers", json::object()}};
+          // Replica q's endpoint for what this replica sends it.
+          for (int q = 0; q < layout_.replicas; ++q)
+            if (q != id.replica)
+              table["dp_peers"][std::to_string(q)] = hellos_[layout_.rank({id.stage, q})]["dp"][std::to_string(id.replica)];
           if (!peers[r]->send(zmq::buffer(table.dump()), zmq::send_flags::none))
             return fail("rank " + std::to_string(r) + " did not take its peer table within 5 s");
         }
         sentPeers = true;
       }
       if (gInterrupt) return fail(std::string("launcher interrupted by signal ") + std::to_string(gInterrupt.load()));
-      for (int r = 0; r < S_; ++r) {
+      for (int r = 0; r < N_; ++r) {
         Worker& w = workers_[r];
         if (w.exited) continue;
         int status = 0;
@@ -298,12 +317,21 @@ class Launcher {
       }
       if (quiet > spec_.runtime.stepTimeoutS) return fail(diagnoseHang());
     }
-    // Sender and receiver codec states must be bit-identical across every link, both directions.
+    // Sender and receiver codec states must be bit-identical across every link, both directions,
+    // and every data-parallel codec pair (runtime/dp.h) alike at all its ends.
     bool match = true;
-    for (int r = 0; r + 1 < S_; ++r) {
-      const json& a = doc_["codec_state"][std::to_string(r)];
-      const json& b = doc_["codec_state"][std::to_string(r + 1)];
-      match = match && a["fwd_sender_digest"] == b["fwd_receiver_digest"] && b["bwd_sender_digest"] == a["bwd_receiver_digest"];
+    for (int q = 0; q < layout_.replicas; ++q)
+      for (int s = 0; s + 1 < S_; ++s) {
+        const json& a = doc_["codec_state"][std::to_string(layout_.rank({s, q}))];
+        const json& b = doc_["codec_state"][std::to_string(layout_.rank({s + 1, q}))];
+        match = match && a["fwd_sender_digest"] == b["fwd_receiver_digest"] && b["bwd_sender_digest"] == a["bwd_receiver_digest"];
+      }
+    for (int s = 0; s < S_; ++s) {
+      std::map<std::string, std::set<std::string>> seen;  // pair key -> digests at its ends
+      for (int q = 0; q < layout_.replicas; ++q)
+        for (const auto& [key, ends] : doc_["codec_state"][std::to_string(layout_.rank({s, q}))].value("dp_digests", json::object()).items())
+          for (const auto& [role, d] : ends.items()) seen[key].insert(d.get<std::string>());
+      for (const auto& [key, ds] : seen) match = match && ds.size() == 1;
     }
     doc_["codec_states_match"] = match;
     if (!match) return fail("codec state of a sender and its receiver differ after the run (see codec_state)");
@@ -315,7 +343,7 @@ class Launcher {
   bool handle(const json& rec) {
     const std::string type = rec.value("type", "");
     const int r = rec.value("rank", -1);
-    if (r < 0 || r >= S_) return true;
+    if (r < 0 || r >= N_) return true;
     lastProgress_ = now();
     cpuSampled_ = false;
     if (type == "hello") {
@@ -332,7 +360,7 @@ class Launcher {
       state.erase("timeline");
       doc_["codec_state"][std::to_string(r)] = state;
       timelines_[r] = rec.value("timeline", json::array());
-      if (doneCount_ == S_) recordTimeline();
+      if (doneCount_ == N_) recordTimeline();
     } else if (type == "error") {
       error_ = "rank " + std::to_string(r) + ": " + rec.value("message", "error");
       return false;
@@ -352,7 +380,8 @@ class Launcher {
       for (const auto& e : ev)
         out.push_back({{"what", e["what"]}, {"mb", e["mb"]}, {"start_s", e["start_s"].get<double>() - t0},
                        {"end_s", e["end_s"].get<double>() - t0}});
-      tl.push_back({{"stage", r}, {"events", out}});
+      const RankId id = layout_.id(r);
+      tl.push_back({{"stage", id.stage}, {"replica", id.replica}, {"rank", r}, {"events", out}});
     }
     doc_["timeline"] = tl;
   }
@@ -403,7 +432,7 @@ class Launcher {
     int culprit = -1;
     std::string why;
     double busiest = 0;
-    for (int r = 0; r < S_; ++r) {
+    for (int r = 0; r < N_; ++r) {
       const auto [state, cpu] = procState(workers_[r].pid);
       if (state == 'T' || state == 't' || state == 'D') {
         culprit = r;
@@ -421,7 +450,7 @@ class Launcher {
     }
     if (culprit < 0) {
       culprit = 0;
-      for (int r = 1; r < S_; ++r)
+      for (int r = 1; r < N_; ++r)
         if (workers_[r].lastStep < workers_[culprit].lastStep) culprit = r;
       why = "fewest completed steps";
     }
@@ -434,32 +463,57 @@ class Launcher {
     const int64_t step = rec["step"];
     workers_[r].lastStep = step;
     pending_[step][r] = rec;
-    if (static_cast<int>(pending_[step].size()) < S_) return;
+    if (static_cast<int>(pending_[step].size()) < N_) return;
     const auto& parts = pending_[step];
     json st = {{"step", step}, {"epoch", parts.at(0)["epoch"]}};
     double time = 0;
-    json fwd = {{"raw", 0}, {"wire", 0}}, bwd = {{"raw", 0}, {"wire", 0}};
+    json fwd = {{"raw", 0}, {"wire", 0}}, bwd = {{"raw", 0}, {"wire", 0}}, grad = {{"raw", 0}, {"wire", 0}};
     json perStage = json::array(), breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
-    for (int r2 = 0; r2 < S_; ++r2) {
+    if (layout_.replicas > 1) breakdown["allreduce"] = 0.0;
+    for (int r2 = 0; r2 < N_; ++r2) {
       const json& p = parts.at(r2);
       time = std::max(time, p["time_s"].get<double>());
-      fwd["raw"] = fwd["raw"].get<int64_t>() + p["fwd_raw"].get<int64_t>();
-      fwd["wire"] = fwd["wire"].get<int64_t>() + p["fwd_wire"].get<int64_t>();
-      bwd["raw"] = bwd["raw"].get<int64_t>() + p["bwd_raw"].get<int64_t>();
-      bwd["wire"] = bwd["wire"].get<int64_t>() + p["bwd_wire"].get<int64_t>();
+      for (auto& [j, k] : {std::pair{&fwd, "fwd"}, std::pair{&bwd, "bwd"}, std::pair{&grad, "grad"}}) {
+        (*j)["raw"] = (*j)["raw"].get<int64_t>() + p[std::string(k) + "_raw"].get<int64_t>();
+        (*j)["wire"] = (*j)["wire"].get<int64_t>() + p[std::string(k) + "_wire"].get<int64_t>();
+      }
       for (const char* k : {"compute", "encode", "decode", "wait"})
-        breakdown[k] = breakdown[k].get<double>() + p[std::string(k) + "_s"].get<double>() / S_;
+        breakdown[k] = breakdown[k].get<double>() + p[std::string(k) + "_s"].get<double>() / N_;
+      // The data-parallel exchange's wall time (its encode/decode/wait are also in the columns
+      // above: it is a share of the step, not an extra part of it).
+      if (p.contains("dp_s")) breakdown["allreduce"] = breakdown["allreduce"].get<double>() + p["dp_s"].get<double>() / N_;
+      const RankId id = layout_.id(r2);
       json stage = {{"compute", p["compute_s"]}, {"encode", p["encode_s"]}, {"decode", p["decode_s"]}, {"wait", p["wait_s"]}};
+      if (layout_.replicas > 1) {
+        stage["stage"] = id.stage;
+        stage["replica"] = id.replica;
+        stage["allreduce"] = p.value("dp_s", 0.0);
+      }
       if (p.contains("recv_delay_s")) stage["recv_delay_s"] = p["recv_delay_s"];
       perStage.push_back(stage);
     }
-    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen;
-    st["loss"] = parts.at(S_ - 1)["loss"];
+    // Tokens of the global batch; the loss is the replicas' mean (each the mean over its micro-batches).
+    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen *
+                           layout_.replicas;
+    double loss = 0;
+    bool haveLoss = true;
+    for (int q = 0; q < layout_.replicas; ++q) {
+      const json& l = parts.at(layout_.rank({S_ - 1, q}))["loss"];
+      haveLoss = haveLoss && l.is_number();
+      if (l.is_number()) loss += l.get<double>() / layout_.replicas;
+    }
+    st["loss"] = haveLoss ? json(loss) : json();
+    if (layout_.replicas > 1) {
+      json per = json::array();
+      for (int q = 0; q < layout_.replicas; ++q) per.push_back(parts.at(layout_.rank({S_ - 1, q}))["loss"]);
+      st["loss_per_replica"] = per;
+    }
     st["time_s"] = time;
     st["wall_s"] = now() - start_;
     st["tokens"] = tokens;
     st["tokens_per_s"] = tokens / time;
     st["bytes"] = {{"forward", fwd}, {"backward", bwd}};
+    if (layout_.replicas > 1) st["bytes"]["gradient"] = grad;
     st["breakdown_s"] = breakdown;
     st["breakdown_s_per_stage"] = perStage;
     st["grad_norm"] = parts.at(0)["grad_norm"];
@@ -476,7 +530,7 @@ class Launcher {
   }
 
   void onEval(const json& rec) {
-    if (rec["rank"] != S_ - 1) return;
+    if (rec["rank"] != layout_.rank({S_ - 1, 0})) return;  // replica 0 evaluates
     doc_["evals"].push_back({{"epoch", rec["epoch"]}, {"step", rec["step"]}, {"val_loss", rec["val_loss"]},
                              {"wall_s", now() - start_}});
   }
@@ -495,7 +549,8 @@ class Launcher {
   int64_t totalSteps() {  // computed once: it reads the token file
     if (totalSteps_ < 0) {
       const ExampleSet train(spec_.data, "finetune", "train", spec_.model.seqLen);
-      totalSteps_ = train.size() / (int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize) * spec_.training.epochs;
+      totalSteps_ = train.size() / (int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * layout_.replicas) *
+                    spec_.training.epochs;
       if (spec_.training.maxSteps > 0) totalSteps_ = std::min(totalSteps_, spec_.training.maxSteps);
     }
     return totalSteps_;
@@ -512,7 +567,7 @@ class Launcher {
   void stopWorkers() {
     // After a successful run the workers are on their way out (flushing sockets, freeing codec
     // state): give them a few seconds before SIGTERM.
-    const double grace = doneCount_ == S_ ? now() + 5.0 : now();
+    const double grace = doneCount_ == N_ ? now() + 5.0 : now();
     for (auto& w : workers_) {
       while (w.pid > 0 && !w.exited && now() < grace) {
         if (waitpid(w.pid, nullptr, WNOHANG) == w.pid) w.exited = true;
@@ -535,7 +590,7 @@ class Launcher {
       }
     }
     if (!controlEp_.empty()) {  // empty: the run failed before its sockets existed
-      for (int r = 0; r < S_; ++r) unlink((peerEp(r).substr(6)).c_str());
+      for (int r = 0; r < N_; ++r) unlink((peerEp(r).substr(6)).c_str());
       unlink(controlEp_.substr(6).c_str());
     }
     if (opt_.progress) std::fprintf(stderr, "\n");
@@ -550,7 +605,8 @@ class Launcher {
   const RunSpec& spec_;
   LaunchOptions opt_;
   int S_;
-  RankLayout layout_;  // one replica per stage today
+  RankLayout layout_;  // (stage, replica) <-> rank
+  int N_;              // worker processes: stages x replicas
   std::vector<Worker> workers_;
   std::unique_ptr<emulator::NetnsFabric> fabric_;
   std::string resultPath_, specPath_, controlEp_;

@@ -30,6 +30,8 @@ json summarizeSteps(const json& steps, const json& evals) {
   }
   if (steady.empty()) steady.push_back(&steps.back());
   double time = 0, tokens = 0, wait = 0, fwdWire = 0, bwdWire = 0, fwdRaw = 0, bwdRaw = 0, compute = 0, enc = 0, dec = 0;
+  double gradWire = 0, gradRaw = 0, allreduce = 0;
+  bool dp = false;
   for (const json* st : steady) {
     time += (*st)["time_s"].get<double>();
     tokens += (*st)["tokens"].get<double>();
@@ -41,6 +43,12 @@ json summarizeSteps(const json& steps, const json& evals) {
     bwdWire += (*st)["bytes"]["backward"]["wire"].get<double>();
     fwdRaw += (*st)["bytes"]["forward"]["raw"].get<double>();
     bwdRaw += (*st)["bytes"]["backward"]["raw"].get<double>();
+    if ((*st)["bytes"].contains("gradient")) {  // data-parallel runs
+      dp = true;
+      gradWire += (*st)["bytes"]["gradient"]["wire"].get<double>();
+      gradRaw += (*st)["bytes"]["gradient"]["raw"].get<double>();
+      allreduce += (*st)["breakdown_s"].value("allreduce", 0.0);
+    }
   }
   const double n = static_cast<double>(steady.size());
   s["steady_steps"] = steady.size();
@@ -49,11 +57,19 @@ json summarizeSteps(const json& steps, const json& evals) {
   s["throughput_tokens_per_s"] = tokens / time;
   s["wait_share"] = wait / time;
   s["breakdown_share"] = {{"compute", compute / time}, {"encode", enc / time}, {"decode", dec / time}, {"wait", wait / time}};
-  s["wire_bytes_per_step"] = (fwdWire + bwdWire) / n;
+  // Every byte every rank sent: pipeline activations and gradients, and (data parallelism) the
+  // replicas' exchange, also listed on its own.
+  s["wire_bytes_per_step"] = (fwdWire + bwdWire + gradWire) / n;
   s["wire_bytes_per_step_forward"] = fwdWire / n;
   s["wire_bytes_per_step_backward"] = bwdWire / n;
-  s["raw_bytes_per_step"] = (fwdRaw + bwdRaw) / n;
-  s["compression_ratio"] = fwdWire + bwdWire > 0 ? (fwdRaw + bwdRaw) / (fwdWire + bwdWire) : 1.0;
+  s["raw_bytes_per_step"] = (fwdRaw + bwdRaw + gradRaw) / n;
+  const double wire = fwdWire + bwdWire + gradWire;
+  s["compression_ratio"] = wire > 0 ? (fwdRaw + bwdRaw + gradRaw) / wire : 1.0;
+  if (dp) {
+    s["wire_bytes_per_step_gradient"] = gradWire / n;
+    s["raw_bytes_per_step_gradient"] = gradRaw / n;
+    s["breakdown_share"]["allreduce"] = allreduce / time;
+  }
   s["final_train_loss"] = steps.back().value("loss", json());
   s["wall_time_s"] = steps.back().value("wall_s", 0.0);
   if (!evals.empty()) s["final_val_loss"] = evals.back()["val_loss"];

@@ -10,6 +10,22 @@
 //   Send(next, norm total); Step: clip with the global norm, optimizer step.
 // Every stage runs the forwards in micro-batch order and the backwards in one common order, so
 // each link's FIFO order matches what the receiver expects.
+//
+// Data parallelism (pipeline.replicas R > 1): replica r of stage s exchanges with the other
+// replicas of s (Peer kReplica, Action::replica names which) in rounds, each framed by
+// DpBegin(round) (pack what is synchronised into one flat buffer) and DpEnd(round) (average,
+// write back):
+//   allreduce (ring): R-1 reduce-scatter hops Send(r+1, DpReduce, chunk (r-t) mod R) /
+//     Recv(r-1, DpReduce, chunk (r-t-1) mod R) (the received chunk is added), then R-1 all-gather
+//     hops Send(r+1, DpGather, chunk (r+1-t) mod R) / Recv(r-1, DpGather, chunk (r-t) mod R): after the
+//     reduce-scatter replica r holds chunk (r+1) mod R, encodes it once, and that frame is relayed
+//     unchanged around the ring, so every replica decodes the same bytes.
+//   sharded_ps: replica r serves shard r: Send(q, DpPush, shard q) for every q != r, Recv(q,
+//     DpPush, shard r) for every q (summed in replica order), then Send(q, DpPull, shard r) of the
+//     one encoded average, Recv(q, DpPull, shard q) from every server q.
+// Where gradients are synchronised the rounds sit between the last Backward and GradNorm; where
+// something the step forms is (DiLoCo's outer gradient every H-th step, qadam's momentum after its
+// warm-up) they follow Step and OuterStep ends the step.
 #pragma once
 
 #include <string>
@@ -18,20 +34,41 @@
 namespace slowpipe::runtime {
 
 struct Action {
-  enum class Kind { kRecv, kSend, kForward, kBackward, kGradNorm, kStep };
-  enum class Peer { kNone, kPrev, kNext };
+  enum class Kind { kRecv, kSend, kForward, kBackward, kGradNorm, kStep, kDpBegin, kDpEnd, kOuterStep };
+  enum class Peer { kNone, kPrev, kNext, kReplica };
   // What a Recv/Send moves: activations go forward, their gradients backward, the two norm
   // messages are the partial sums flowing back and the total flowing forward again.
-  enum class Message { kNone, kActivation, kGradient, kNormPartial, kNormTotal };
+  // The data-parallel messages: ring reduce-scatter partial sums and all-gather relays, parameter
+  // server pushes (a replica's shard to its server) and pulls (the server's average).
+  enum class Message { kNone, kActivation, kGradient, kNormPartial, kNormTotal, kDpReduce, kDpGather, kDpPush, kDpPull };
   Kind kind;
-  int microBatch = -1;
+  int microBatch = -1;  // DP messages: the chunk (shard); DpBegin / DpEnd: the round
   Peer peer = Peer::kNone;
   Message message = Message::kNone;
+  int replica = -1;  // Peer kReplica: the replica of this stage at the other end
   bool operator==(const Action& o) const {
-    return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message;
+    return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message && replica == o.replica;
   }
   bool isCommunication() const { return kind == Kind::kRecv || kind == Kind::kSend; }
+  bool isDataParallel() const { return peer == Peer::kReplica; }
 };
+
+// What the data-parallel part of a step looks like (from RunSpec's pipeline.replicas and dp).
+struct DpShape {
+  int replicas = 1;
+  std::string algorithm = "allreduce";  // allreduce | sharded_ps
+  int rounds = 1;                       // exchanges per synchronisation (powersgd: 2)
+  int localSteps = 1;                   // H: synchronise every H-th step
+  // From this step on the rounds follow Step and OuterStep ends the step (DiLoCo: 0; qadam: its
+  // warm-up length); -1: always before GradNorm.
+  int64_t afterStepFrom = -1;
+  bool syncs(int64_t step) const { return replicas > 1 && (step + 1) % localSteps == 0; }
+  bool afterStep(int64_t step) const { return afterStepFrom >= 0 && step >= afterStepFrom; }
+};
+
+// The exchange of one round for `replica` (DpBegin(round) ... DpEnd(round)). Throws
+// std::invalid_argument for an unknown algorithm (naming the valid ones).
+void appendDpRound(std::vector<Action>& a, const DpShape& dp, int replica, int round);
 
 // GPipe as in the AC-SGD paper: all M forwards, then all M backwards (reverse order).
 std::vector<Action> gpipeSchedule(int stages, int microBatches, int stage);
@@ -39,10 +76,15 @@ std::vector<Action> gpipeSchedule(int stages, int microBatches, int stage);
 std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage);
 // By name: "gpipe" or "1f1b". Throws std::invalid_argument naming the valid ones.
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage);
+// The step's list for (stage, replica) with the data-parallel rounds where dp says (step: global
+// step number; with local steps only every H-th step synchronises).
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
+                                 int replica, int64_t step);
 // The compute actions only (Forward, Backward, GradNorm, Step): the order of the work.
 std::vector<Action> computeOnly(const std::vector<Action>& actions);
 // "F0 B0 N S" for compute; communication as r/s + A(ctivation)|G(radient)|P(artial)|T(otal) +
-// micro-batch, e.g. "rA0 F0 sA0".
+// micro-batch, e.g. "rA0 F0 sA0"; DP: r/s + RS|AG|PU|PL + chunk + "@" + replica, e.g. "sRS1@2",
+// and "D<round" / "D>round" for DpBegin / DpEnd, "O" for OuterStep.
 std::string describe(const std::vector<Action>& actions);
 
 }  // namespace slowpipe::runtime

@@ -8,6 +8,7 @@
 
 #include "compression/codec.h"
 #include "emulator/link.h"
+#include "runtime/dp.h"
 #include "runtime/result.h"
 
 namespace slowpipe::runtime {
@@ -132,10 +133,13 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
   if (const json* p = top.raw("pipeline")) {
     Fields f(*p, where + ".pipeline");
     f.get("stages", s.pipeline.stages);
+    f.get("replicas", s.pipeline.replicas);
     f.get("schedule", s.pipeline.schedule);
     f.get("micro_batches", s.pipeline.microBatches);
     f.get("micro_batch_size", s.pipeline.microBatchSize);
     positive(f.field("stages"), s.pipeline.stages);
+    positive(f.field("replicas"), s.pipeline.replicas);
+    if (s.pipeline.replicas > 256) fail(f.field("replicas"), std::to_string(s.pipeline.replicas) + " is beyond 256");
     positive(f.field("micro_batches"), s.pipeline.microBatches);
     positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
     if (s.pipeline.schedule != "gpipe" && s.pipeline.schedule != "1f1b")
@@ -176,6 +180,24 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
       }
     }
   }
+  if (const json* d = top.raw("dp")) {
+    Fields f(*d, where + ".dp");
+    f.get("algorithm", s.dp.algorithm);
+    f.get("codec", s.dp.codec);
+    f.get("local_steps", s.dp.localSteps);
+    f.get("outer_lr", s.dp.outerLr);
+    f.get("outer_momentum", s.dp.outerMomentum);
+    if (s.dp.algorithm != "allreduce" && s.dp.algorithm != "sharded_ps")
+      fail(f.field("algorithm"), "'" + s.dp.algorithm + "' is not an algorithm; expected allreduce or sharded_ps");
+    positive(f.field("local_steps"), s.dp.localSteps);
+    positive(f.field("outer_lr"), s.dp.outerLr);
+    if (!(s.dp.outerMomentum >= 0 && s.dp.outerMomentum < 1)) fail(f.field("outer_momentum"), "must be in [0, 1)");
+    try {
+      validateGradientCompressor(s.dp);
+    } catch (const std::exception& e) {
+      fail(f.field("codec"), e.what());
+    }
+  }
   if (s.compression.label.empty()) s.compression.label = s.compression.forward + "/" + s.compression.backward;
   if (const json* n = top.raw("network")) {
     Fields f(*n, where + ".network");
@@ -190,6 +212,29 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
                                  "' shapes with the kernel");
     if (const json* l = f.raw("links")) s.network.links = *l;
     emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
+    if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
+      s.network.dpLinks = *l;
+      emulator::topologyFromJson(s.network.dpLinks, where + ".network.dp_links");
+      if (s.network.backend != "user" && !simulation)
+        fail(f.field("dp_links"), "data-parallel links are shaped in user space; backend '" + s.network.backend +
+                                      "' is not supported with them yet");
+    }
+  }
+  if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
+    fail(where + ".pipeline.replicas", std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
+                                           s.network.backend + "' backend builds one namespace chain per pipeline");
+  // DP overrides name replicas that exist.
+  if (s.network.dpLinks.is_object() && s.network.dpLinks.contains("links")) {
+    const json& links = s.network.dpLinks["links"];
+    for (size_t i = 0; i < links.size(); ++i) {
+      const std::string w = where + ".network.dp_links.links[" + std::to_string(i) + "]";
+      for (const char* key : {"src", "dst"}) {
+        const int v = links[i][key];
+        if (v < 0 || v >= s.pipeline.replicas)
+          fail(w + "." + key, std::to_string(v) + " names no replica; pipeline.replicas is " + std::to_string(s.pipeline.replicas));
+      }
+      if (links[i]["src"] == links[i]["dst"]) fail(w, "src and dst are the same replica");
+    }
   }
   // Per-link overrides must name a link the pipeline has: neighbouring stages that exist.
   if (s.network.links.is_object() && s.network.links.contains("links")) {
@@ -294,7 +339,7 @@ json toJson(const RunSpec& s) {
           {"data", {{"source", s.data.source}, {"finetune_files", s.data.finetuneFiles}, {"cache_dir", s.data.cacheDir},
                     {"val_fraction", s.data.valFraction}, {"max_train_examples", s.data.maxTrainExamples},
                     {"max_val_examples", s.data.maxValExamples}}},
-          {"pipeline", {{"stages", s.pipeline.stages}, {"schedule", s.pipeline.schedule},
+          {"pipeline", {{"stages", s.pipeline.stages}, {"replicas", s.pipeline.replicas}, {"schedule", s.pipeline.schedule},
                         {"micro_batches", s.pipeline.microBatches}, {"micro_batch_size", s.pipeline.microBatchSize},
                         {"partition", part}}},
           {"training", {{"epochs", s.training.epochs}, {"max_steps", s.training.maxSteps}, {"lr", s.training.lr},
@@ -303,7 +348,10 @@ json toJson(const RunSpec& s) {
                         {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch}}},
           {"compression", {{"forward", s.compression.forward}, {"backward", s.compression.backward},
                            {"label", s.compression.label}}},
-          {"network", {{"backend", s.network.backend}, {"model", s.network.model}, {"links", s.network.links}}},
+          {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
+                  {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
+          {"network", {{"backend", s.network.backend}, {"model", s.network.model}, {"links", s.network.links},
+                       {"dp_links", s.network.dpLinks}}},
           {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker},
                        {"pin_cores", s.runtime.pinCores}}}};
 }

@@ -31,6 +31,11 @@ struct DataSpec {
 
 struct PipelineSpec {
   int stages = 2;
+  // Data-parallel replicas of every stage (S x R worker processes). Replica r of each stage trains
+  // on its shard of every global batch: a step's R x micro_batches micro-batches (of the seeded
+  // epoch permutation, runtime/data.h) are cut in R consecutive runs and replica r takes run r, so
+  // a run is equivalent to one process with micro_batches x R micro-batches per step.
+  int replicas = 1;
   std::string schedule = "gpipe";
   int microBatches = 4;
   int microBatchSize = 4;
@@ -55,12 +60,28 @@ struct CompressionSpec {
   std::string label;  // display name, e.g. "AC-SGD fw2/bw4"
 };
 
+// Data parallelism between the replicas of each stage (runtime/dp.h).
+struct DpSpec {
+  std::string algorithm = "allreduce";  // allreduce (ring) | sharded_ps
+  // Per message: any codec spec (ef(...) keeps its residual at each sender: the workers' pushes and
+  // the servers' averages are the two sides under sharded_ps), or a gradient compressor with
+  // optimizer-side state: qadam:bits=8|4,bucket=512,warmup_steps=N / powersgd:rank=r.
+  std::string codec = "none";
+  int localSteps = 1;  // H > 1: DiLoCo (inner AdamW steps, outer Nesterov step every H steps)
+  double outerLr = 0.7, outerMomentum = 0.9;
+};
+
 struct NetworkSpec {
   std::string backend = "user";  // user | tc
   // Link arrival model: "pipelined" (per directed link; latency overlaps back-to-back messages) or
   // "serial_fifo" (one inbound FIFO per receiving rank for both directions; see simulator/simulate.h).
   std::string model = "pipelined";
-  nlohmann::json links = {{"bandwidth", "10Gbps"}, {"latency", "0ms"}};  // emulator::Topology JSON
+  // Pipeline links (emulator::Topology JSON): the default link and per-link overrides whose src and
+  // dst are neighbouring *stages* (the same for every replica's pipeline).
+  nlohmann::json links = {{"bandwidth", "10Gbps"}, {"latency", "0ms"}};
+  // Data-parallel links between the replicas of a stage, configured apart from the pipeline's:
+  // overrides name replicas (src, dst), the same within every stage. Null: links' default link.
+  nlohmann::json dpLinks;
 };
 
 struct RuntimeSpec {
@@ -78,6 +99,7 @@ struct RunSpec {
   PipelineSpec pipeline;
   TrainingSpec training;
   CompressionSpec compression;
+  DpSpec dp;
   NetworkSpec network;
   RuntimeSpec runtime;
   nlohmann::json source;  // the JSON it was read from (recorded in results)

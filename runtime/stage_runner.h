@@ -39,6 +39,7 @@ class StageRunner {
   torch::Tensor evalForward(const torch::Tensor& input, const torch::Tensor& targets, double* lossSum);
 
   StageModel& model() { return model_; }
+  torch::optim::AdamW& optimizer() { return *opt_; }
 
  private:
   const RunSpec& spec_;

@@ -32,29 +32,31 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     s->set(zmq::sockopt::rcvhwm, 0);
     s->set(zmq::sockopt::linger, 0);
   }
-  if (opt_.rank > 0) {
+  if (opt_.stage > 0) {
     fromPrev_.bind("tcp://" + opt_.bindPrevHost + ":*");
     fromPrevEp_ = fromPrev_.get(zmq::sockopt::last_endpoint);
     rxPrev_ = std::make_unique<emulator::ShapedReceiver>(fromPrev_, opt_.prevLatencyS, opt_.prevJitterS, 100 + opt_.rank);
     if (opt_.serialFifo) {
-      const auto& l = opt_.topology.link(opt_.rank - 1, opt_.rank);
+      const auto& l = opt_.topology.link(opt_.stage - 1, opt_.stage);
       rxPrev_->useSerialFifo(&fifo_, l.bandwidthBps, l.latencyS);
     }
   }
-  if (opt_.rank + 1 < opt_.stages) {
+  if (opt_.stage + 1 < opt_.stages) {
     fromNext_.bind("tcp://" + opt_.bindNextHost + ":*");
     fromNextEp_ = fromNext_.get(zmq::sockopt::last_endpoint);
     rxNext_ = std::make_unique<emulator::ShapedReceiver>(fromNext_, opt_.nextLatencyS, opt_.nextJitterS, 200 + opt_.rank);
     if (opt_.serialFifo) {
-      const auto& l = opt_.topology.link(opt_.rank + 1, opt_.rank);
+      const auto& l = opt_.topology.link(opt_.stage + 1, opt_.stage);
       rxNext_->useSerialFifo(&fifo_, l.bandwidthBps, l.latencyS);
     }
   }
 }
 
-void StageTransport::connect(const std::string& prevFromNext, const std::string& nextFromPrev) {
+void StageTransport::connect(const std::string& prevFromNext, const std::string& nextFromPrev, int prevRank, int nextRank) {
   const std::string me = "r" + std::to_string(opt_.rank);
-  auto make = [&](Peer& p, const std::string& ep, int peerRank, const std::string& sendSpec, const std::string& recvSpec,
+  prevRank_ = prevRank;
+  nextRank_ = nextRank;
+  auto make = [&](Peer& p, const std::string& ep, int peerStage, const std::string& sendSpec, const std::string& recvSpec,
                   const char* sendDir, const char* recvDir) {
     p.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
     p.push->set(zmq::sockopt::sndhwm, 0);
@@ -62,15 +64,15 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
     // evaluation batches) before its process exits.
     p.push->set(zmq::sockopt::linger, 30000);
     p.push->connect(ep);
-    p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.rank, peerRank),
-                                                         !opt_.kernelPacesRate && !opt_.serialFifo, 1000 * opt_.rank + peerRank);
+    p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.stage, peerStage),
+                                                         !opt_.kernelPacesRate && !opt_.serialFifo, 1000 * opt_.rank + peerStage);
     p.encoder = compression::makeCodec(sendSpec, me + "-" + sendDir + "-send");
     p.decoder = compression::makeCodec(recvSpec, me + "-" + recvDir + "-recv");
     p.plainEncoder = compression::makeCodec("none");
     p.plainDecoder = compression::makeCodec("none");
   };
-  if (opt_.rank > 0) make(prev_, prevFromNext, opt_.rank - 1, opt_.backwardCodec, opt_.forwardCodec, "bwd", "fwd");
-  if (opt_.rank + 1 < opt_.stages) make(next_, nextFromPrev, opt_.rank + 1, opt_.forwardCodec, opt_.backwardCodec, "fwd", "bwd");
+  if (opt_.stage > 0) make(prev_, prevFromNext, opt_.stage - 1, opt_.backwardCodec, opt_.forwardCodec, "bwd", "fwd");
+  if (opt_.stage + 1 < opt_.stages) make(next_, nextFromPrev, opt_.stage + 1, opt_.forwardCodec, opt_.backwardCodec, "fwd", "bwd");
 }
 
 void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch, int mb, const float* data,
@@ -82,7 +84,7 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
   h.step = step;
   h.microBatch = mb;
   h.src = opt_.rank;
-  h.dst = opt_.rank + (toNext ? 1 : -1);
+  h.dst = toNext ? nextRank_ : prevRank_;
   h.shape = shape;
   h.exampleIds = exampleIds;
   compression::CodecContext ctx;
@@ -98,7 +100,7 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
     frame = new compression::Bytes(compression::encodeFrame(isPlain(kind) ? *p.plainEncoder : *p.encoder, data, h, ctx));
   } catch (const compression::NonFiniteError& e) {
     throw std::runtime_error(std::string("non-finite ") + kindName(kind) + " at step " + std::to_string(step) +
-                             ", stage " + std::to_string(opt_.rank) + ", micro-batch " + std::to_string(mb) + " (" +
+                             ", stage " + std::to_string(opt_.stage) + ", micro-batch " + std::to_string(mb) + " (" +
                              e.what() + ")");
   }
   stats_.encodeS += emulator::monotonicNow() - t0;
@@ -121,12 +123,13 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   emulator::ShapedReceiver* rx = fromPrev ? rxPrev_.get() : rxNext_.get();
   Peer& p = fromPrev ? prev_ : next_;
   if (!rx) throw std::logic_error("transport: rank " + std::to_string(opt_.rank) + " has no " + (fromPrev ? "previous" : "next") + " stage");
+  const int from = fromPrev ? prevRank_ : nextRank_;
   const double t0 = emulator::monotonicNow();
   auto m = rx->recv(static_cast<int>(opt_.recvTimeoutS * 1000));
   const double t1 = emulator::monotonicNow();
   stats_.waitS += t1 - t0;
   if (!m) throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": no " + kindName(kind) + " from rank " +
-                                   std::to_string(opt_.rank + (fromPrev ? -1 : 1)) + " for " +
+                                   std::to_string(from) + " for " +
                                    std::to_string(opt_.recvTimeoutS) + " s");
   (fromPrev ? stats_.fromPrev : stats_.fromNext).add(m->deliveredAt - m->envelope.sendTime);
   size_t at = 0;

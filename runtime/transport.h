@@ -53,7 +53,9 @@ struct TransportStats {
 };
 
 struct TransportOptions {
-  int rank = 0, stages = 1;
+  // rank: the process (names codec instances and frames); stage: its place in the pipeline (which
+  // neighbours it has, which links of the topology its messages take).
+  int rank = 0, stage = 0, stages = 1;
   std::string forwardCodec = "none", backwardCodec = "none";
   emulator::Topology topology;
   bool kernelPacesRate = false;     // tc backend: the kernel shapes the rate
@@ -72,8 +74,9 @@ class StageTransport {
   // Endpoints the neighbours must connect to: {"from_prev": ..., "from_next": ...} (empty if none).
   std::string fromPrevEndpoint() const { return fromPrevEp_; }
   std::string fromNextEndpoint() const { return fromNextEp_; }
-  // Connects to the neighbours' PULL endpoints (prevFromNext = previous stage's from_next).
-  void connect(const std::string& prevFromNext, const std::string& nextFromPrev);
+  // Connects to the neighbours' PULL endpoints (prevFromNext = previous stage's from_next; its
+  // rank prevRank, likewise the next stage's).
+  void connect(const std::string& prevFromNext, const std::string& nextFromPrev, int prevRank, int nextRank);
 
   // Sends numelOf(shape) floats at data to the next (toNext=true) or previous stage. The values
   // are encoded straight from the caller's memory and the frame is handed to ZeroMQ without a copy.
@@ -101,6 +104,7 @@ class StageTransport {
   emulator::SerialFifo fifo_;  // serial_fifo: this stage's one inbound wire
   std::string fromPrevEp_, fromNextEp_;
   Peer prev_, next_;
+  int prevRank_ = -1, nextRank_ = -1;
   TransportStats stats_;
 };
 

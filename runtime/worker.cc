@@ -11,6 +11,9 @@
 
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/dp.h"
+#include "runtime/grad_sync.h"
+#include "runtime/ranks.h"
 #include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
 #include "runtime/transport.h"
@@ -23,6 +26,8 @@ using nlohmann::json;
 
 double now() { return emulator::monotonicNow(); }
 
+// The data plan of a step is the global batch of every replica: R x M micro-batches (see
+// PipelineSpec::replicas); replica r's micro-batch mb is the plan's micro-batch r*M + mb.
 struct Plan {
   ExampleSet train, val;
   EpochPlan epochs;
@@ -30,7 +35,7 @@ struct Plan {
   Plan(const RunSpec& s, const std::string& split)
       : train(s.data, split, "train", s.model.seqLen),
         val(s.data, split, "val", s.model.seqLen),
-        epochs(train.size(), s.pipeline.microBatches, s.pipeline.microBatchSize, s.training.seed) {
+        epochs(train.size(), s.pipeline.microBatches * s.pipeline.replicas, s.pipeline.microBatchSize, s.training.seed) {
     totalSteps = epochs.stepsPerEpoch() * s.training.epochs;
     if (s.training.maxSteps > 0) totalSteps = std::min(totalSteps, s.training.maxSteps);
   }
@@ -55,13 +60,18 @@ double scalarOf(const Tensor32& t) { return static_cast<double>(t.data.at(0)) + 
 class PipelineWorker {
  public:
   PipelineWorker(const RunSpec& spec, const WorkerArgs& args, zmq::context_t& ctx)
-      : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), plan_(spec, "finetune"),
-        runner_(spec, args.rank, plan_.totalSteps), control_(ctx, zmq::socket_type::push) {
+      : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
+        id_(layout_.id(args.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
+        dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
+    if (args.rank < 0 || args.rank >= layout_.size())
+      throw std::invalid_argument("rank " + std::to_string(args.rank) + " is outside the run's " +
+                                  std::to_string(layout_.size()) + " ranks");
     control_.set(zmq::sockopt::linger, 2000);
     control_.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
     control_.connect(args.control);
     TransportOptions o;
     o.rank = rank_;
+    o.stage = id_.stage;
     o.stages = S_;
     o.forwardCodec = spec.compression.forward;
     o.backwardCodec = spec.compression.backward;
@@ -78,27 +88,49 @@ class PipelineWorker {
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
     transport_ = std::make_unique<StageTransport>(ctx, o);
+    if (layout_.replicas > 1) {
+      DpOptions d;
+      d.rank = rank_;
+      d.stage = id_.stage;
+      d.replica = id_.replica;
+      d.replicas = layout_.replicas;
+      d.algorithm = spec.dp.algorithm;
+      d.codec = parseGradientCompressor(spec.dp.codec).messageCodec;
+      json links = spec.network.dpLinks;
+      if (links.is_null()) {  // the pipeline's default link, without its (stage) overrides
+        links = spec.network.links;
+        if (links.is_object()) links.erase("links");
+      }
+      d.topology = emulator::topologyFromJson(links, "network.dp_links");
+      d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
+      dp_ = std::make_unique<DpExchange>(ctx, d);
+      sync_ = std::make_unique<GradientSync>(spec, runner_, id_.stage);
+    }
     // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
     // send to this socket, which must already have its reader.
     zmq::socket_t peers(ctx, zmq::socket_type::pull);
     peers.set(zmq::sockopt::linger, 0);
     peers.connect(args.peers);
     report({{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
-            {"pid", getpid()}, {"torch_version", TORCH_VERSION}});
+            {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}});
     zmq::message_t m;
     zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
       throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
     const json table = json::parse(m.to_string());
-    transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""));
+    transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""), table.value("prev_rank", -1),
+                        table.value("next_rank", -1));
+    if (dp_) dp_->connect(table.value("dp_peers", json::object()));
   }
 
   void run() {
-    const auto schedule = makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, rank_);
     int64_t g = 0;
     for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
-      for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g) runStep(schedule, epoch, s, g);
-      if (spec_.training.evalEachEpoch) evaluate(epoch, g);
+      for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g)
+        runStep(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g),
+                epoch, s, g);
+      // Replica 0 evaluates (with local steps: its own parameters, as they are at the epoch's end).
+      if (spec_.training.evalEachEpoch && id_.replica == 0) evaluate(epoch, g);
     }
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
@@ -108,7 +140,8 @@ class PipelineWorker {
     report({{"type", "done"}, {"timeline", timeline}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
-            {"bwd_receiver_digest", transport_->codecDigest(false, false)}});
+            {"bwd_receiver_digest", transport_->codecDigest(false, false)},
+            {"dp_digests", dp_ ? dp_->digests() : json::object()}});
   }
 
   void sendTensor(bool toNext, MessageKind kind, int64_t g, int epoch, int mb, const torch::Tensor& t,
@@ -143,7 +176,25 @@ class PipelineWorker {
     for (const Action& a : schedule) {
       const bool toNext = a.peer == Action::Peer::kNext;
       const double ta = now();
+      if (a.isDataParallel()) {
+        dp_->execute(a);
+        events_.push_back({a.kind, a.microBatch, ta, now(), true});
+        continue;
+      }
       switch (a.kind) {
+        case K::kDpBegin:
+          sync_->pack(a.microBatch, g, dpBuf_);
+          // qadam's warm-up synchronises exact gradients (its codec is for the momentum).
+          dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), g, a.microBatch,
+                     gc_.kind == GradientCompressor::Kind::kQadam && !sync_->replacesStep(g));
+          break;
+        case K::kDpEnd:
+          dp_->end();
+          sync_->unpack(a.microBatch, g, dpBuf_);
+          break;
+        case K::kOuterStep:
+          sync_->outerStep(g, dpBuf_);
+          break;
         case K::kRecv:
           if (a.message == Msg::kActivation) {
             Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch);
@@ -172,7 +223,7 @@ class PipelineWorker {
         case K::kForward: {
           torch::Tensor inputs, tgt;
           std::vector<int64_t> mbIds;
-          makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, a.microBatch), spec_.model.seqLen, &inputs, &tgt, &mbIds);
+          makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, globalMb(a.microBatch)), spec_.model.seqLen, &inputs, &tgt, &mbIds);
           ids[a.microBatch] = mbIds;
           const torch::Tensor in = runner_.first() ? inputs : activationIn.at(a.microBatch);
           activationIn.erase(a.microBatch);
@@ -203,18 +254,28 @@ class PipelineWorker {
           if (runner_.last())
             for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += runner_.lossValue(m) / spec_.pipeline.microBatches;
           norm_ = std::sqrt(sq);
-          runner_.step(g, norm_);
+          if (sync_ && sync_->replacesStep(g)) sync_->clipAndMomentum(g, norm_);  // qadam: OuterStep updates
+          else runner_.step(g, norm_);
           compute += now() - tc;
           break;
         }
       }
-      events_.push_back({a.kind, a.microBatch, ta, now()});
+      const bool dpAction = a.kind == K::kDpBegin || a.kind == K::kDpEnd || a.kind == K::kOuterStep;
+      events_.push_back({a.kind, a.microBatch, ta, now(), dpAction});
     }
     const TransportStats st = transport_->takeStats();
+    const DpStats dst = dp_ ? dp_->takeStats() : DpStats{};
     json r = {{"type", "step"}, {"step", g}, {"epoch", epoch}, {"time_s", now() - t0}, {"compute_s", compute},
-              {"encode_s", st.encodeS}, {"decode_s", st.decodeS}, {"wait_s", st.waitS},
-              {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire}, {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire},
+              {"encode_s", st.encodeS + dst.encodeS}, {"decode_s", st.decodeS + dst.decodeS},
+              {"wait_s", st.waitS + dst.waitS}, {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire},
+              {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire}, {"grad_raw", dst.raw}, {"grad_wire", dst.wire},
               {"grad_norm", norm_}, {"lr", runner_.learningRate(g)}};
+    if (dp_) {  // what the data-parallel exchange alone took (its share of the breakdown)
+      double dpS = 0;
+      for (const auto& e : events_)
+        if (e.dp) dpS += e.end - e.start;
+      r["dp_s"] = dpS;
+    }
     // One-way times this stage observed on its inbound links (delivery - send stamp).
     for (const auto& [name, d] : {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
       if (d.messages > 0) r["recv_delay_s"][name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
@@ -225,9 +286,10 @@ class PipelineWorker {
   // The example ids of a micro-batch, from the data plan (the receiver checks the frame's against them).
   std::vector<int64_t> batchIds(int epoch, int64_t s, int mb) const {
     std::vector<int64_t> out;
-    for (int64_t i : plan_.epochs.microBatch(epoch, s, mb)) out.push_back(plan_.train.id(i));
+    for (int64_t i : plan_.epochs.microBatch(epoch, s, globalMb(mb))) out.push_back(plan_.train.id(i));
     return out;
   }
+  int globalMb(int mb) const { return id_.replica * spec_.pipeline.microBatches + mb; }
 
   static const char* eventName(Action::Kind k) {
     switch (k) {
@@ -237,6 +299,9 @@ class PipelineWorker {
       case Action::Kind::kBackward: return "backward";
       case Action::Kind::kGradNorm: return "gradnorm";
       case Action::Kind::kStep: return "step";
+      case Action::Kind::kDpBegin:
+      case Action::Kind::kDpEnd: return "dp";  // packing / unpacking what is synchronised
+      case Action::Kind::kOuterStep: return "outer_step";
     }
     return "?";
   }
@@ -277,15 +342,23 @@ class PipelineWorker {
 
   const RunSpec& spec_;
   int rank_, S_;
+  RankLayout layout_;
+  RankId id_;
   Plan plan_;
   StageRunner runner_;
+  DpShape dpShape_;
   zmq::socket_t control_;
   std::unique_ptr<StageTransport> transport_;
+  GradientCompressor gc_;
+  std::unique_ptr<DpExchange> dp_;     // replicas > 1
+  std::unique_ptr<GradientSync> sync_;  // what the rounds carry (runtime/grad_sync.h)
+  std::vector<float> dpBuf_;           // the round's flat buffer
   double norm_ = 0, lastLoss_ = 0;
   struct Event {
     Action::Kind kind;
     int mb;
     double start, end;  // host monotonic clock
+    bool dp = false;
   };
   std::vector<Event> events_;  // of the current step
 };
@@ -335,6 +408,9 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
   RunSpec spec = specIn;
   spec.pipeline.stages = 1;
   spec.pipeline.partition.clear();
+  // The same global batch in one process: every replica's micro-batches, in replica order.
+  spec.pipeline.microBatches *= spec.pipeline.replicas;
+  spec.pipeline.replicas = 1;
   tuneAllocator();
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   Plan plan(spec, split);

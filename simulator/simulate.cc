@@ -77,6 +77,9 @@ class Replay {
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
       : spec_(spec), profile_(profile), S_(spec.pipeline.stages), steps_(steps),
         topo_(emulator::topologyFromJson(spec.network.links, "network.links")), stages_(S_) {
+    if (spec.pipeline.replicas > 1)
+      throw std::invalid_argument("simulator: pipeline.replicas " + std::to_string(spec.pipeline.replicas) +
+                                  ": data-parallel rounds are not replayed yet (emulate with slowpipe run)");
     if (static_cast<int>(profile.stages.size()) != S_)
       throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) + " stages, the spec " +
                                   std::to_string(S_) + " (profile the same partition)");
@@ -187,6 +190,9 @@ class Replay {
       case Action::Kind::kBackward: startTask(s, "backward", a.microBatch, cost.backwardS, &st.compute); break;
       case Action::Kind::kStep: startTask(s, "step", -1, cost.stepS, &st.compute); break;
       case Action::Kind::kGradNorm: advancePc(s); break;
+      case Action::Kind::kDpBegin:
+      case Action::Kind::kDpEnd:
+      case Action::Kind::kOuterStep: throw std::logic_error("simulator: data-parallel action in a single-replica plan");
       case Action::Kind::kSend:
         st.postAfter = true;
         st.postKey = key(s, peerOf(s, a), a, st.step);

@@ -59,6 +59,42 @@ TEST(SpecTest, MalformedSpecsNameTheProblem) {
   EXPECT_NE(errorOf(j).find("must start at 1"), std::string::npos) << errorOf(j);
 }
 
+TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
+  json j = valid();
+  j["pipeline"]["replicas"] = 0;
+  EXPECT_NE(errorOf(j).find("spec.pipeline.replicas: 0"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["replicas"] = 2;
+  j["dp"] = {{"algorithm", "gossip"}};
+  EXPECT_NE(errorOf(j).find("spec.dp.algorithm: 'gossip' is not an algorithm; expected allreduce or sharded_ps"),
+            std::string::npos) << errorOf(j);
+  j["dp"] = {{"codec", "qadam:bits=3"}};
+  EXPECT_NE(errorOf(j).find("spec.dp.codec: qadam: bits=3; expected 4 or 8"), std::string::npos) << errorOf(j);
+  j["dp"] = {{"codec", "powersgd:rank=2,iters=3"}};
+  EXPECT_NE(errorOf(j).find("spec.dp.codec: powersgd: unknown parameter 'iters'"), std::string::npos) << errorOf(j);
+  j["dp"] = {{"codec", "zip"}};
+  EXPECT_NE(errorOf(j).find("spec.dp.codec: unknown codec 'zip'"), std::string::npos) << errorOf(j);
+  j["dp"] = {{"local_steps", 0}};
+  EXPECT_NE(errorOf(j).find("spec.dp.local_steps"), std::string::npos) << errorOf(j);
+  j["dp"] = {{"outer_momentum", 1.0}};
+  EXPECT_NE(errorOf(j).find("spec.dp.outer_momentum: must be in [0, 1)"), std::string::npos) << errorOf(j);
+  j["dp"] = json::object();
+  j["network"]["dp_links"] = {{"bandwidth", "1Gbps"}, {"links", {{{"src", 0}, {"dst", 2}, {"bandwidth", "10Mbps"}}}}};
+  EXPECT_NE(errorOf(j).find("spec.network.dp_links.links[0].dst: 2 names no replica"), std::string::npos) << errorOf(j);
+  j["network"]["dp_links"] = {{"bandwidth", "1Gbs"}};
+  EXPECT_NE(errorOf(j).find("spec.network.dp_links.bandwidth"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["replicas"] = 2;
+  j["network"]["backend"] = "tc";
+  EXPECT_NE(errorOf(j).find("spec.pipeline.replicas: 2 replicas need network.backend user"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["pipeline"]["replicas"] = 2;
+  j["network"]["dp_links"] = {{"bandwidth", "100Mbps"}};
+  EXPECT_NO_THROW(runSpecFromJson(j));
+  EXPECT_NO_THROW(runSpecFromJson(toJson(runSpecFromJson(j))));  // the recorded spec reads back
+  EXPECT_NO_THROW(runSpecFromJson(toJson(runSpecFromJson(valid()))));
+}
+
 // --set PATH=VALUE: JSON values where they parse, strings otherwise, objects merged; errors name
 // the assignment.
 TEST(SpecTest, SetAssignsFieldsFromTheCommandLine) {

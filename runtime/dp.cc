@@ -1,0 +1,322 @@
+// Data-parallel links, codecs and collectives (see dp.h).
+#include "runtime/dp.h"
+
+#include <stdexcept>
+
+#include "compression/frame.h"
+
+namespace slowpipe::runtime {
+
+using compression::Bytes;
+using compression::MessageKind;
+using Msg = Action::Message;
+using nlohmann::json;
+
+namespace {
+
+int64_t parseCount(const std::string& where, const std::string& v, int64_t lo, int64_t hi) {
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty()) throw std::invalid_argument(where + "='" + v + "' is not an integer");
+  if (n < lo || n > hi)
+    throw std::invalid_argument(where + "=" + v + " is out of range; expected " + std::to_string(lo) + ".." + std::to_string(hi));
+  return n;
+}
+
+// "name:k=v,k=v" -> {k: v}; keys must be among `known`.
+std::map<std::string, std::string> params(const std::string& spec, const std::string& name,
+                                          const std::vector<std::string>& known) {
+  std::map<std::string, std::string> out;
+  const std::string text = spec.size() > name.size() ? spec.substr(name.size() + 1) : "";
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = text.find(',', at);
+    const std::string kv = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw std::invalid_argument(name + ": '" + kv + "' is not key=value");
+    const std::string k = kv.substr(0, eq);
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (const auto& x : known) list += (list.empty() ? "" : ", ") + x;
+      throw std::invalid_argument(name + ": unknown parameter '" + k + "'; known: " + list);
+    }
+    out[k] = kv.substr(eq + 1);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+bool startsWith(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0 && (s.size() == p.size() || s[p.size()] == ':');
+}
+
+}  // namespace
+
+GradientCompressor parseGradientCompressor(const std::string& spec) {
+  GradientCompressor g;
+  if (startsWith(spec, "qadam")) {
+    const auto p = params(spec, "qadam", {"bits", "bucket", "warmup_steps"});
+    g.kind = GradientCompressor::Kind::kQadam;
+    if (p.count("bits")) g.bits = static_cast<int>(parseCount("qadam: bits", p.at("bits"), 1, 8));
+    if (g.bits != 4 && g.bits != 8) throw std::invalid_argument("qadam: bits=" + std::to_string(g.bits) + "; expected 4 or 8");
+    if (p.count("bucket")) g.bucket = static_cast<int>(parseCount("qadam: bucket", p.at("bucket"), 1, 1 << 24));
+    if (p.count("warmup_steps")) g.warmupSteps = parseCount("qadam: warmup_steps", p.at("warmup_steps"), 0, int64_t{1} << 40);
+    // The reference's momentum message: fp16 max-scale per bucket, zero-preserving fixed point,
+    // error feedback at each sender (workers and servers: two-sided under sharded_ps).
+    g.messageCodec = "ef(quant:bits=" + std::to_string(g.bits) + ",scale=group,group=" + std::to_string(g.bucket) +
+                     ",levels=fixpoint)";
+    return g;
+  }
+  if (startsWith(spec, "powersgd")) {
+    const auto p = params(spec, "powersgd", {"rank"});
+    g.kind = GradientCompressor::Kind::kPowerSgd;
+    if (p.count("rank")) g.rank = static_cast<int>(parseCount("powersgd: rank", p.at("rank"), 1, 1 << 16));
+    g.rounds = 2;
+    g.messageCodec = "none";  // the factors P and Q travel exactly
+    return g;
+  }
+  compression::makeCodec(spec);  // throws a CodecError naming the problem
+  g.messageCodec = spec;
+  return g;
+}
+
+void validateGradientCompressor(const DpSpec& dp) { parseGradientCompressor(dp.codec); }
+
+DpShape dpShape(const RunSpec& spec) {
+  DpShape d;
+  d.replicas = spec.pipeline.replicas;
+  d.algorithm = spec.dp.algorithm;
+  d.rounds = parseGradientCompressor(spec.dp.codec).rounds;
+  d.localSteps = spec.dp.localSteps;
+  const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
+  if (spec.dp.localSteps > 1) d.afterStepFrom = 0;
+  else if (g.kind == GradientCompressor::Kind::kQadam) d.afterStepFrom = g.warmupSteps;
+  return d;
+}
+
+DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)), ctx_(ctx) {
+  for (int q = 0; q < opt_.replicas; ++q) {
+    if (q == opt_.replica) continue;
+    Link& l = links_[q];
+    l.pull = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
+    l.pull->set(zmq::sockopt::rcvhwm, 0);
+    l.pull->set(zmq::sockopt::linger, 0);
+    l.pull->bind("tcp://" + opt_.bindHost + ":*");
+    l.receiver = std::make_unique<emulator::ShapedReceiver>(*l.pull, 0, 0, 300 + 1000 * opt_.rank + q);
+  }
+}
+
+json DpExchange::endpoints() const {
+  json j = json::object();
+  for (const auto& [q, l] : links_) j[std::to_string(q)] = l.pull->get(zmq::sockopt::last_endpoint);
+  return j;
+}
+
+void DpExchange::connect(const json& peers) {
+  for (auto& [q, l] : links_) {
+    const std::string key = std::to_string(q);
+    if (!peers.contains(key))
+      throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica) +
+                               ": no endpoint of replica " + key + " in the peer table");
+    l.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
+    l.push->set(zmq::sockopt::sndhwm, 0);
+    l.push->set(zmq::sockopt::linger, 30000);
+    l.push->connect(peers[key].get<std::string>());
+    l.sender = std::make_unique<emulator::ShapedSender>(*l.push, opt_.topology.link(opt_.replica, q), true,
+                                                         5000 + 1000 * opt_.rank + q);
+  }
+}
+
+int32_t DpExchange::tag(Msg m, int chunk) const {
+  const int kind = m == Msg::kDpReduce ? 0 : m == Msg::kDpGather ? 1 : m == Msg::kDpPush ? 2 : 3;
+  return ((round_ * 4 + kind) << 16) | chunk;
+}
+
+compression::Codec& DpExchange::codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool,
+                                      const std::string& key, const std::string& role) {
+  // Exact rounds (qadam's warm-up) have codecs of their own: "none" leaves no state behind.
+  auto& c = pool[exact_ ? "exact/" + key : key];
+  if (!c) {
+    std::string instance = "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
+    for (char& ch : instance)
+      if (ch == '/' || ch == '>') ch = '_';
+    c = compression::makeCodec(exact_ ? "none" : opt_.codec, instance);
+  }
+  return *c;
+}
+
+void DpExchange::begin(float* buf, int64_t n, int64_t step, int round, bool exact) {
+  exact_ = exact;
+  buf_ = buf;
+  n_ = n;
+  step_ = step;
+  round_ = round;
+  pushes_ = 0;
+  relay_.clear();
+  own_.reset();
+  pushed_.clear();
+}
+
+Bytes DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x, int peer) {
+  compression::FrameHeader h;
+  h.kind = MessageKind::kParamGradient;
+  h.step = step_;
+  h.microBatch = tag(m, chunk);
+  h.src = opt_.rank;
+  h.dst = peer;
+  h.shape = {chunkLen(chunk)};
+  compression::CodecContext ctx;
+  ctx.direction = compression::Direction::kForward;
+  ctx.step = step_;
+  ctx.microBatch = h.microBatch;
+  ctx.key = "dp/round" + std::to_string(round_) + "/c" + std::to_string(chunk);
+  const double t0 = emulator::monotonicNow();
+  Bytes frame = compression::encodeFrame(c, x, h, ctx);
+  stats_.encodeS += emulator::monotonicNow() - t0;
+  return frame;
+}
+
+void DpExchange::sendFrame(int peer, const Bytes& frame) {
+  Link& l = links_.at(peer);
+  stats_.wire += static_cast<int64_t>(frame.size());
+  const double t0 = emulator::monotonicNow();
+  l.sender->send(frame.data(), frame.size());
+  stats_.waitS += emulator::monotonicNow() - t0;
+}
+
+Bytes DpExchange::recvFrame(int peer, Msg m, int chunk) {
+  Link& l = links_.at(peer);
+  const double t0 = emulator::monotonicNow();
+  auto msg = l.receiver->recv(static_cast<int>(opt_.recvTimeoutS * 1000));
+  stats_.waitS += emulator::monotonicNow() - t0;
+  const std::string who = "stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica);
+  if (!msg)
+    throw std::runtime_error(who + ": no data-parallel message from replica " + std::to_string(peer) + " for " +
+                             std::to_string(opt_.recvTimeoutS) + " s");
+  const auto* p = static_cast<const uint8_t*>(msg->payload.data());
+  Bytes frame(p, p + msg->payload.size());
+  size_t at = 0;
+  const compression::FrameHeader h = compression::parseFrame(frame.data(), frame.size(), &at);
+  if (h.kind != MessageKind::kParamGradient || h.step != step_ || h.microBatch != tag(m, chunk) ||
+      h.shape != compression::Shape{chunkLen(chunk)})
+    throw std::runtime_error(who + ": expected data-parallel message " + std::to_string(tag(m, chunk)) + " of step " +
+                             std::to_string(step_) + " (" + std::to_string(chunkLen(chunk)) + " values) from replica " +
+                             std::to_string(peer) + ", got tag " + std::to_string(h.microBatch) + " of step " +
+                             std::to_string(h.step));
+  return frame;
+}
+
+void DpExchange::decodeInto(compression::Codec& c, const Bytes& frame, int chunk, bool add) {
+  const double t0 = emulator::monotonicNow();
+  compression::CodecContext ctx;
+  compression::decodeFrame(c, frame.data(), frame.size(), ctx, tmp_);
+  float* dst = buf_ + chunkBegin(chunk);
+  const int64_t len = chunkLen(chunk);
+  if (add)
+    for (int64_t i = 0; i < len; ++i) dst[i] += tmp_[i];
+  else
+    std::copy(tmp_.begin(), tmp_.begin() + len, dst);
+  stats_.decodeS += emulator::monotonicNow() - t0;
+}
+
+// sharded_ps: every replica's shard is here; this server's shard becomes their mean (replica order).
+void DpExchange::aggregateShard() {
+  const int r = opt_.replica, R = opt_.replicas;
+  float* dst = buf_ + chunkBegin(r);
+  const int64_t len = chunkLen(r);
+  std::vector<float> sum(len, 0.0f);
+  for (int q = 0; q < R; ++q) {
+    const float* src = q == r ? dst : pushed_.at(q).data();
+    for (int64_t i = 0; i < len; ++i) sum[i] += src[i];
+  }
+  const float inv = 1.0f / static_cast<float>(R);
+  for (int64_t i = 0; i < len; ++i) dst[i] = sum[i] * inv;
+}
+
+void DpExchange::execute(const Action& a) {
+  const int r = opt_.replica, R = opt_.replicas, c = a.microBatch, q = a.replica;
+  const std::string me = std::to_string(r);
+  const bool send = a.kind == Action::Kind::kSend;
+  if (send) stats_.raw += 4 * chunkLen(c);
+  switch (a.message) {
+    case Msg::kDpReduce:
+      if (send) sendFrame(q, encode(codec(encoders_, "rs/" + me + "->" + std::to_string(q), "send"), a.message, c, buf_ + chunkBegin(c), q));
+      else decodeInto(codec(decoders_, "rs/" + std::to_string(q) + "->" + me, "recv"), recvFrame(q, a.message, c), c, true);
+      break;
+    case Msg::kDpGather:
+      if (send) {
+        if (c == (r + 1) % R) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
+          if (!own_) {
+            float* x = buf_ + chunkBegin(c);
+            const float inv = 1.0f / static_cast<float>(R);
+            for (int64_t i = 0; i < chunkLen(c); ++i) x[i] *= inv;
+            own_ = encode(codec(encoders_, "ag/c" + std::to_string(c), "send"), a.message, c, x, q);
+            decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), *own_, c, false);
+          }
+          sendFrame(q, *own_);
+        } else {
+          sendFrame(q, relay_.at(c));  // relayed as received: every replica decodes the same bytes
+        }
+      } else {
+        Bytes f = recvFrame(q, a.message, c);
+        decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), f, c, false);
+        relay_[c] = std::move(f);
+      }
+      break;
+    case Msg::kDpPush:
+      if (send) {
+        sendFrame(q, encode(codec(encoders_, "push/" + me + "->" + std::to_string(q), "send"), a.message, c, buf_ + chunkBegin(c), q));
+      } else {
+        Bytes f = recvFrame(q, a.message, c);
+        const double t0 = emulator::monotonicNow();
+        compression::decodeFrame(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f.data(), f.size(), {}, pushed_[q]);
+        stats_.decodeS += emulator::monotonicNow() - t0;
+        if (++pushes_ == R - 1) aggregateShard();
+      }
+      break;
+    case Msg::kDpPull:
+      if (send) {
+        if (!own_) {
+          if (pushes_ != R - 1) throw std::logic_error("dp: shard average sent before every push arrived");
+          own_ = encode(codec(encoders_, "pull/c" + me, "send"), a.message, c, buf_ + chunkBegin(c), q);
+          decodeInto(codec(decoders_, "pull/c" + me, "recv"), *own_, c, false);
+        }
+        sendFrame(q, *own_);
+      } else {
+        decodeInto(codec(decoders_, "pull/c" + std::to_string(q), "recv"), recvFrame(q, a.message, c), c, false);
+      }
+      break;
+    default:
+      throw std::logic_error("dp: not a data-parallel message");
+  }
+}
+
+void DpExchange::end() {
+  if (opt_.algorithm == "sharded_ps" && opt_.replicas > 1 && !own_)
+    throw std::logic_error("dp: round ended before this server sent its shard");
+  buf_ = nullptr;
+  relay_.clear();
+  own_.reset();
+  pushed_.clear();
+}
+
+DpStats DpExchange::takeStats() {
+  DpStats s = stats_;
+  stats_ = DpStats{};
+  return s;
+}
+
+json DpExchange::digests() const {
+  json j = json::object();
+  for (const auto& [k, c] : encoders_) j[k]["send"] = std::to_string(c->stateDigest());
+  for (const auto& [k, c] : decoders_) j[k]["recv"] = std::to_string(c->stateDigest());
+  return j;
+}
+
+}  // namespace slowpipe::runtime

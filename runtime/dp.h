@@ -1,0 +1,125 @@
+// Data parallelism between the replicas of one pipeline stage: the links, the message codecs and
+// the two collectives (ring allreduce, sharded parameter server), executed action by action from
+// the step's list (runtime/schedule.h: DpBegin, Send/Recv with Peer kReplica, DpEnd). Torch-free:
+// a round works on one flat float buffer that the worker packs (gradients, PowerSGD factors, the
+// DiLoCo outer gradient) and unpacks.
+//
+// Wire. Every replica binds one PULL socket per other replica of its stage and connects one PUSH
+// to each of theirs, so every directed DP link is its own FIFO with its own user-space shaping
+// (network.dp_links: the default link, overrides by replica). Messages are compression frames of
+// kind kParamGradient whose micro-batch field carries (round, message, chunk): a slip is an error.
+// Chunk c of an n-value buffer is [c*n/R, (c+1)*n/R); a message is its chunk as a 1-D tensor {len}
+// (quantizers for gradients want scale=group: a channel scale of a 1-D tensor is per value).
+//
+// Codec pairs, named by what both ends must agree on (their state digests are compared by the
+// launcher, key by key):
+//   ring reduce-scatter  "rs/<r>-><r+1>"  one encoder at r, one decoder at r+1 (ctx.key per chunk,
+//                                          so ef keeps one residual per chunk);
+//   ring all-gather      "ag/c<c>"        the owner of chunk c encodes it once per round; every
+//                                          replica (the owner too) decodes that same frame with its
+//                                          decoder of chunk c, so all replicas hold identical values;
+//   ps push              "push/<r>-><q>"  r's encoder for q's shard (ef here: the worker side);
+//   ps pull              "pull/c<q>"      server q's average, encoded once (ef here: the server
+//                                          side), decoded by every replica, q included.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "compression/codec.h"
+#include "emulator/link.h"
+#include "emulator/shaped_socket.h"
+#include "runtime/schedule.h"
+#include "runtime/spec.h"
+
+namespace slowpipe::runtime {
+
+// dp.codec read: a plain codec spec, or a gradient compressor with optimizer-side state.
+struct GradientCompressor {
+  enum class Kind { kCodec, kQadam, kPowerSgd };
+  Kind kind = Kind::kCodec;
+  std::string messageCodec = "none";  // what each DP message is encoded with
+  int bits = 8, bucket = 512;         // qadam
+  int64_t warmupSteps = 0;            // qadam: exact Adam before the second moment is frozen
+  int rank = 4;                       // powersgd
+  int rounds = 1;                     // exchanges per synchronisation (powersgd: P, then Q)
+};
+// Parses and validates dp.codec (throws std::invalid_argument naming the parameter).
+GradientCompressor parseGradientCompressor(const std::string& spec);
+void validateGradientCompressor(const DpSpec& dp);
+// The schedule's view of a run's data parallelism.
+DpShape dpShape(const RunSpec& spec);
+
+struct DpOptions {
+  int rank = 0, stage = 0, replica = 0, replicas = 1;
+  std::string algorithm = "allreduce";
+  std::string codec = "none";  // per-message codec spec
+  emulator::Topology topology;  // DP links, by replica
+  std::string bindHost = "127.0.0.1";
+  double recvTimeoutS = 120;
+};
+
+struct DpStats {
+  int64_t raw = 0, wire = 0;  // bytes this replica sent (raw: 4 x values)
+  double encodeS = 0, decodeS = 0, waitS = 0;
+};
+
+class DpExchange {
+ public:
+  DpExchange(zmq::context_t& ctx, DpOptions opt);
+  // {"<q>": endpoint} of the PULL sockets: where replica q must send to reach this one.
+  nlohmann::json endpoints() const;
+  // peers["<q>"]: replica q's endpoint for messages from this replica.
+  void connect(const nlohmann::json& peers);
+
+  // One round on buf[0, n): DpBegin ... DpEnd. After end(), every replica's buf holds the same
+  // values: the replicas' mean (exactly, with codec none, up to the order of the additions).
+  // exact: the messages of this round travel uncompressed (codec none), whatever opt.codec is.
+  void begin(float* buf, int64_t n, int64_t step, int round, bool exact = false);
+  void execute(const Action& a);  // a DP Send or Recv of the current round
+  void end();
+
+  DpStats takeStats();
+  // Digest per codec-pair key (see above) of every codec this replica holds.
+  nlohmann::json digests() const;
+
+ private:
+  struct Link {
+    std::unique_ptr<zmq::socket_t> push, pull;
+    std::unique_ptr<emulator::ShapedSender> sender;
+    std::unique_ptr<emulator::ShapedReceiver> receiver;
+  };
+  int64_t chunkBegin(int c) const { return n_ * c / opt_.replicas; }
+  int64_t chunkLen(int c) const { return chunkBegin(c + 1) - chunkBegin(c); }
+  int32_t tag(Action::Message m, int chunk) const;
+  compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
+                            const std::string& role);
+  compression::Bytes encode(compression::Codec& c, Action::Message m, int chunk, const float* x, int peer);
+  void sendFrame(int peer, const compression::Bytes& frame);
+  compression::Bytes recvFrame(int peer, Action::Message m, int chunk);
+  void decodeInto(compression::Codec& c, const compression::Bytes& frame, int chunk, bool add);
+  void aggregateShard();
+
+  DpOptions opt_;
+  zmq::context_t& ctx_;
+  std::map<int, Link> links_;
+  std::map<std::string, std::unique_ptr<compression::Codec>> encoders_, decoders_;
+  // The round in progress.
+  float* buf_ = nullptr;
+  int64_t n_ = 0, step_ = 0;
+  int round_ = 0, pushes_ = 0;
+  bool exact_ = false;
+  std::map<int, compression::Bytes> relay_;               // all-gather frames to pass on, by chunk
+  std::optional<compression::Bytes> own_;                 // this replica's encoded chunk / shard average
+  std::map<int, std::vector<float>> pushed_;              // sharded_ps: the shards pushed to this server
+  std::vector<float> tmp_;
+  DpStats stats_;
+};
+
+}  // namespace slowpipe::runtime

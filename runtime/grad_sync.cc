@@ -1,0 +1,195 @@
+// GradientSync (see grad_sync.h).
+#include "runtime/grad_sync.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace slowpipe::runtime {
+
+namespace {
+
+using Kind = GradientCompressor::Kind;
+
+// Appends t's values to buf.
+void put(std::vector<float>& buf, const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous();
+  const float* p = c.data_ptr<float>();
+  buf.insert(buf.end(), p, p + c.numel());
+}
+
+// t = buf[at, at + numel), at advanced.
+void take(const std::vector<float>& buf, size_t& at, torch::Tensor& t) {
+  if (at + static_cast<size_t>(t.numel()) > buf.size()) throw std::logic_error("dp: flat buffer shorter than its parameters");
+  t.copy_(torch::from_blob(const_cast<float*>(buf.data() + at), t.sizes(), torch::kFloat32));
+  at += static_cast<size_t>(t.numel());
+}
+
+torch::Tensor gradOf(torch::Tensor& p) {
+  if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  return p.grad();
+}
+
+}  // namespace
+
+GradientSync::GradientSync(const RunSpec& spec, StageRunner& runner, int stage)
+    : spec_(spec), runner_(runner), gc_(parseGradientCompressor(spec.dp.codec)), stage_(stage) {
+  torch::NoGradGuard guard;
+  const auto ps = params();
+  if (spec.dp.localSteps > 1) {
+    for (const auto& p : ps) put(outer_, p);
+    momentum_.assign(outer_.size(), 0.0f);
+  }
+  if (gc_.kind == Kind::kPowerSgd) {
+    // Q of each matrix parameter from a generator seeded by (training.seed, stage, index): the
+    // same on every replica of the stage.
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].dim() != 2 || std::min(ps[i].size(0), ps[i].size(1)) <= gc_.rank) {
+        q_.emplace_back();
+        err_.emplace_back();
+        continue;
+      }
+      auto gen = at::detail::createCPUGenerator(spec.training.seed * 1000003 + static_cast<uint64_t>(stage) * 1009 + i);
+      q_.push_back(torch::randn({ps[i].size(1), gc_.rank}, gen, torch::kFloat32));
+      err_.push_back(torch::zeros_like(ps[i]));
+    }
+    m_.resize(ps.size());
+    p_.resize(ps.size());
+  }
+}
+
+std::vector<torch::Tensor> GradientSync::params() const { return runner_.model()->parameters(); }
+
+void GradientSync::pack(int round, int64_t step, std::vector<float>& buf) {
+  torch::NoGradGuard guard;
+  buf.clear();
+  auto ps = params();
+  if (spec_.dp.localSteps > 1) {  // DiLoCo: the outer gradient
+    for (auto& p : ps) put(buf, p);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = outer_[i] - buf[i];
+    return;
+  }
+  if (gc_.kind == Kind::kQadam && replacesStep(step)) {  // the momentum formed in Step
+    buf = momentumLocal_;
+    return;
+  }
+  if (gc_.kind == Kind::kPowerSgd) {
+    if (round == 0) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (!q_[i].defined()) continue;
+        m_[i] = gradOf(ps[i]) + err_[i];
+        put(buf, m_[i].mm(q_[i]));  // P = M Q
+      }
+      for (size_t i = 0; i < ps.size(); ++i)
+        if (!q_[i].defined()) put(buf, gradOf(ps[i]));  // vectors and small matrices: exact
+    } else {
+      for (size_t i = 0; i < ps.size(); ++i)
+        if (q_[i].defined()) put(buf, m_[i].t().mm(p_[i]));  // Q = M^T P
+    }
+    return;
+  }
+  for (auto& p : ps) put(buf, gradOf(p));
+}
+
+void GradientSync::unpack(int round, int64_t step, const std::vector<float>& buf) {
+  torch::NoGradGuard guard;
+  auto ps = params();
+  size_t at = 0;
+  if (spec_.dp.localSteps > 1 || (gc_.kind == Kind::kQadam && replacesStep(step))) return;  // OuterStep uses buf
+  if (gc_.kind == Kind::kPowerSgd) {
+    if (round == 0) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (!q_[i].defined()) continue;
+        torch::Tensor p = torch::empty({ps[i].size(0), gc_.rank});
+        take(buf, at, p);
+        p_[i] = std::get<0>(torch::linalg_qr(p));  // orthonormal columns, identical on every replica
+      }
+      for (size_t i = 0; i < ps.size(); ++i)
+        if (!q_[i].defined()) {
+          torch::Tensor g = gradOf(ps[i]);
+          take(buf, at, g);
+        }
+    } else {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (!q_[i].defined()) continue;
+        take(buf, at, q_[i]);  // kept: next step's warm start
+        const torch::Tensor approx = p_[i].mm(q_[i].t());
+        err_[i] = m_[i] - approx;
+        gradOf(ps[i]).copy_(approx);
+      }
+    }
+    return;
+  }
+  for (auto& p : ps) {
+    torch::Tensor g = gradOf(p);
+    take(buf, at, g);
+  }
+}
+
+bool GradientSync::replacesStep(int64_t step) const {
+  return gc_.kind == Kind::kQadam && step >= gc_.warmupSteps;
+}
+
+// qadam: clip like StageRunner::step, then the local momentum with this replica's gradient.
+void GradientSync::clipAndMomentum(int64_t step, double globalNorm) {
+  torch::NoGradGuard guard;
+  auto ps = params();
+  if (expAvg_.empty()) {  // the end of the warm-up: take over torch's AdamW state, freeze v
+    auto& state = runner_.optimizer().state();
+    for (auto& p : ps) {
+      const auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it == state.end()) {
+        expAvg_.push_back(torch::zeros_like(p));
+        expAvgSq_.push_back(torch::zeros_like(p));
+      } else {
+        auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+        adamStep_ = s.step();
+        expAvg_.push_back(s.exp_avg().clone());
+        // Frozen as torch last used it, bias-corrected: v / (1 - b2^t) of the warm-up's last step.
+        // (Freezing v itself and letting its correction run on would grow the steps by
+        // sqrt((1 - b2^t') / (1 - b2^t)) as t' goes on.)
+        expAvgSq_.push_back(s.exp_avg_sq() / (1 - std::pow(0.999, static_cast<double>(adamStep_))));
+      }
+    }
+  }
+  const double clip = spec_.training.clipNorm;
+  const double coef = clip > 0 && clip / (globalNorm + 1e-6) < 1.0 ? clip / (globalNorm + 1e-6) : 1.0;
+  const double b1 = 0.9;  // torch's AdamW defaults, as StageRunner's optimizer
+  momentumLocal_.clear();
+  for (size_t i = 0; i < ps.size(); ++i) put(momentumLocal_, expAvg_[i] * b1 + gradOf(ps[i]) * ((1 - b1) * coef));
+  (void)step;
+}
+
+void GradientSync::outerStep(int64_t step, const std::vector<float>& buf) {
+  torch::NoGradGuard guard;
+  auto ps = params();
+  if (gc_.kind == Kind::kQadam && replacesStep(step)) {
+    // AdamW (torch 1.13's arithmetic) with the replicas' mean momentum and the frozen v.
+    ++adamStep_;
+    const double lr = runner_.learningRate(step), wd = spec_.training.weightDecay, b1 = 0.9, eps = 1e-8;
+    const double bc1 = 1 - std::pow(b1, static_cast<double>(adamStep_));
+    size_t at = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      take(buf, at, expAvg_[i]);
+      ps[i].mul_(1 - lr * wd);
+      const torch::Tensor denom = expAvgSq_[i].sqrt().add_(eps);  // the frozen, corrected second moment
+      ps[i].addcdiv_(expAvg_[i], denom, -lr / bc1);
+      if (ps[i].grad().defined()) ps[i].mutable_grad().zero_();
+    }
+    return;
+  }
+  // DiLoCo: Nesterov momentum (torch.optim.SGD, nesterov=True) on the mean outer gradient.
+  const float mu = static_cast<float>(spec_.dp.outerMomentum), lr = static_cast<float>(spec_.dp.outerLr);
+  for (size_t i = 0; i < outer_.size(); ++i) {
+    momentum_[i] = mu * momentum_[i] + buf[i];
+    outer_[i] -= lr * (buf[i] + mu * momentum_[i]);
+  }
+  size_t at = 0;
+  for (auto& p : ps) {
+    torch::Tensor t = p.detach();
+    take(outer_, at, t);
+  }
+}
+
+}  // namespace slowpipe::runtime

@@ -1,0 +1,236 @@
+// Data parallelism end to end (pipeline.replicas > 1), real worker processes over real sockets:
+//  - equivalence: codec none, S x R processes give every step's loss of one process on the same
+//    global batch (1e-5 relative), for S=2,R=2 and S=1,R=3, GPipe and 1F1B, ring allreduce and
+//    sharded parameter server;
+//  - compressed exchanges: the run ends ok (every codec pair's digests agree), the loss falls, and
+//    the gradient bytes of every step equal the codec's frame sizes for the algorithm's messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compression/codec.h"
+#include "runtime/data.h"
+#include "runtime/model.h"
+#include "runtime/schedule.h"
+#include "runtime/worker.h"
+#include "tests/runtime/pipeline_fixture.h"
+
+namespace slowpipe::runtime {
+namespace {
+
+struct DpCase {
+  int stages, replicas;
+  std::string schedule, algorithm;
+};
+
+class DpEquivalenceTest : public PipelineTest, public ::testing::WithParamInterface<DpCase> {};
+
+TEST_P(DpEquivalenceTest, LossesEqualOneProcessOnTheGlobalBatch) {
+  const DpCase c = GetParam();
+  json spec = baseSpec(c.stages, c.schedule);
+  spec["pipeline"]["replicas"] = c.replicas;
+  spec["dp"] = {{"algorithm", c.algorithm}};
+  std::vector<double> reference;
+  prepareCorpus(runSpecFromJson(spec).data);
+  runSingleProcess(runSpecFromJson(spec), "finetune", [&](const json& r) {
+    if (r["type"] == "step") reference.push_back(r["loss"].get<double>());
+  });
+  ASSERT_EQ(reference.size(), 20u);
+  const json result = launch(spec, "dpeq-" + std::to_string(c.stages) + "x" + std::to_string(c.replicas) + c.schedule + c.algorithm);
+  ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
+  ASSERT_EQ(result["steps"].size(), 20u);
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const double got = result["steps"][i]["loss"].get<double>();
+    EXPECT_NEAR(got, reference[i], 1e-5 * std::fabs(reference[i])) << "step " << i;
+  }
+  EXPECT_LT(reference.back(), reference.front());
+  EXPECT_GT(result["steps"][0]["bytes"]["gradient"]["wire"].get<int64_t>(), 0);
+  // Each replica trained on its own shard: their losses differ, their mean is the reference.
+  const json& per = result["steps"][0]["loss_per_replica"];
+  ASSERT_EQ(per.size(), static_cast<size_t>(c.replicas));
+  EXPECT_NE(per[0].get<double>(), per[1].get<double>());
+  EXPECT_EQ(result["codec_states_match"], true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DpEquivalenceTest,
+    ::testing::Values(DpCase{2, 2, "gpipe", "allreduce"}, DpCase{2, 2, "1f1b", "allreduce"},
+                      DpCase{2, 2, "gpipe", "sharded_ps"}, DpCase{2, 2, "1f1b", "sharded_ps"},
+                      DpCase{1, 3, "gpipe", "allreduce"}, DpCase{1, 3, "1f1b", "sharded_ps"},
+                      DpCase{1, 3, "1f1b", "allreduce"}, DpCase{1, 3, "gpipe", "sharded_ps"}),
+    [](const auto& info) {
+      const DpCase& c = info.param;
+      return std::to_string(c.stages) + "x" + std::to_string(c.replicas) + "_" + c.schedule + "_" + c.algorithm;
+    });
+
+// Parameters of each stage of `spec` (what one replica synchronises).
+std::vector<int64_t> stageParams(const RunSpec& spec) {
+  std::vector<int64_t> out;
+  const auto ranges = stageLayers(spec);
+  for (int s = 0; s < spec.pipeline.stages; ++s) {
+    StageModel m(spec.model, ranges[s].first, ranges[s].second, s == 0, s == spec.pipeline.stages - 1);
+    int64_t n = 0;
+    for (const auto& p : m->parameters()) n += p.numel();
+    out.push_back(n);
+  }
+  return out;
+}
+
+// Frame bytes of one DP message of `len` values: the header (1-D shape, no example ids) and the
+// payload the codec writes for it (a fresh codec instance encoding normal values).
+int64_t frameBytes(const std::string& codec, int64_t len) {
+  auto c = compression::makeCodec(codec);
+  std::vector<float> x(len);
+  for (int64_t i = 0; i < len; ++i) x[i] = std::sin(0.37 * static_cast<double>(i)) * 1e-3f;
+  compression::Bytes payload;
+  c->encode(x.data(), {len}, {}, payload);
+  constexpr int64_t kHeader = 32 + 8 + 4 + 8 + 4;  // fixed fields, shape[1], id count, length, CRC
+  return kHeader + static_cast<int64_t>(payload.size());
+}
+
+// Gradient wire bytes of one synchronisation of every stage: each chunk c of a stage's n values
+// ([c n / R, (c+1) n / R)) crosses R-1 links per phase (ring: reduce-scatter and all-gather;
+// parameter server: pushes to its server and the server's average to the others), R replicas.
+int64_t expectedGradientWire(const RunSpec& spec, const std::string& codec) {
+  const int R = spec.pipeline.replicas;
+  int64_t total = 0;
+  for (int64_t n : stageParams(spec))
+    for (int c = 0; c < R; ++c) total += 2 * (R - 1) * frameBytes(codec, n * (c + 1) / R - n * c / R);
+  return total;
+}
+
+class DpCodecTest : public PipelineTest, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(DpCodecTest, RunEndsOkLossFallsAndBytesMatchTheCodec) {
+  const auto [algorithm, codec] = GetParam();
+  json spec = baseSpec(2, "gpipe");
+  spec["pipeline"]["replicas"] = 2;
+  spec["training"]["lr"] = 0.01;
+  spec["dp"] = {{"algorithm", algorithm}, {"codec", codec}};
+  const json result = launch(spec, "dpcodec-" + algorithm + "-" + std::to_string(std::hash<std::string>()(codec)));
+  ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
+  EXPECT_EQ(result["codec_states_match"], true);
+  const auto& steps = result["steps"];
+  ASSERT_EQ(steps.size(), 20u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 3; ++i) first += steps[i]["loss"].get<double>() / 3;
+  for (int i = 17; i < 20; ++i) last += steps[i]["loss"].get<double>() / 3;
+  EXPECT_LT(last, first - 0.05) << "loss did not fall with dp.codec " << codec;
+  const int64_t expect = expectedGradientWire(runSpecFromJson(spec), codec);
+  for (const auto& st : steps) EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << "step " << st["step"];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, DpCodecTest,
+    ::testing::Combine(::testing::Values("allreduce", "sharded_ps"),
+                       ::testing::Values("quant:bits=8,scale=group,group=512", "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)",
+                                         "ef(topk:ratio=0.05)")),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+      for (char& ch : name)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return name;
+    });
+
+// Wire bytes of one ring round over buffers of `lens` values (one per stage).
+int64_t roundWire(const std::vector<int64_t>& lens, int R, const std::string& codec) {
+  int64_t total = 0;
+  for (int64_t n : lens)
+    for (int c = 0; c < R; ++c) total += 2 * (R - 1) * frameBytes(codec, n * (c + 1) / R - n * c / R);
+  return total;
+}
+
+class DpCompressorTest : public PipelineTest {
+ protected:
+  json run(const json& dp, const std::string& tag, json* specOut) {
+    json spec = baseSpec(2, "gpipe");
+    spec["pipeline"]["replicas"] = 2;
+    spec["dp"] = dp;
+    *specOut = spec;
+    const json result = launch(spec, tag);
+    EXPECT_EQ(result["status"], "ok") << result.value("reason", "");
+    EXPECT_EQ(result["codec_states_match"], true);
+    EXPECT_EQ(result["steps"].size(), 20u);
+    return result;
+  }
+  static double mean(const json& steps, int from, int to) {
+    double s = 0;
+    for (int i = from; i < to; ++i) s += steps[i]["loss"].get<double>() / (to - from);
+    return s;
+  }
+};
+
+// PowerSGD: round 0 carries P = M Q (n x r) of every matrix with min(n, m) > r and the other
+// gradients exactly; round 1 carries Q = M^T P (m x r).
+TEST_F(DpCompressorTest, PowerSgdSendsItsFactorsAndTrains) {
+  json spec;
+  const json r = run({{"codec", "powersgd:rank=2"}}, "dp-powersgd", &spec);
+  const RunSpec rs = runSpecFromJson(spec);
+  std::vector<int64_t> round0, round1;
+  const auto ranges = stageLayers(rs);
+  for (int s = 0; s < 2; ++s) {
+    StageModel m(rs.model, ranges[s].first, ranges[s].second, s == 0, s == 1);
+    int64_t a = 0, b = 0;
+    for (const auto& p : m->parameters()) {
+      if (p.dim() == 2 && std::min(p.size(0), p.size(1)) > 2) {
+        a += p.size(0) * 2;
+        b += p.size(1) * 2;
+      } else {
+        a += p.numel();
+      }
+    }
+    round0.push_back(a);
+    round1.push_back(b);
+  }
+  const int64_t expect = roundWire(round0, 2, "none") + roundWire(round1, 2, "none");
+  for (const auto& st : r["steps"]) ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << st["step"];
+  EXPECT_LT(expect, expectedGradientWire(rs, "none") / 3);  // it compresses
+  EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
+}
+
+// qadam: exact gradients during its warm-up, then the momentum through ef(quant 4-bit fixpoint
+// per 512-value bucket) between replicas and their servers.
+TEST_F(DpCompressorTest, QadamWarmsUpExactlyThenSendsQuantizedMomentum) {
+  json spec;
+  const json r = run({{"algorithm", "sharded_ps"}, {"codec", "qadam:bits=4,bucket=512,warmup_steps=8"}}, "dp-qadam", &spec);
+  const RunSpec rs = runSpecFromJson(spec);
+  const int64_t exact = expectedGradientWire(rs, "none");
+  const int64_t quantized = expectedGradientWire(rs, "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)");
+  for (const auto& st : r["steps"])
+    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), st["step"].get<int>() < 8 ? exact : quantized) << st["step"];
+  EXPECT_LT(quantized * 6, exact);
+  EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
+}
+
+// DiLoCo: only every H-th step exchanges (the outer gradient, through dp.codec).
+TEST_F(DpCompressorTest, DilocoExchangesEveryHthStepOnly) {
+  json spec;
+  const json r = run({{"codec", "quant:bits=8,scale=group,group=512"}, {"local_steps", 4}}, "dp-diloco", &spec);
+  const int64_t sync = expectedGradientWire(runSpecFromJson(spec), "quant:bits=8,scale=group,group=512");
+  for (const auto& st : r["steps"])
+    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), (st["step"].get<int>() + 1) % 4 == 0 ? sync : 0) << st["step"];
+  EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
+}
+
+TEST(DpScheduleTest, RingAndServerRoundsPairEverySendWithAReceive) {
+  for (const char* algorithm : {"allreduce", "sharded_ps"})
+    for (int R = 2; R <= 5; ++R) {
+      DpShape dp;
+      dp.replicas = R;
+      dp.algorithm = algorithm;
+      // Every (from, to, message, chunk) sent is received once, in the same order per directed link.
+      std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;
+      for (int r = 0; r < R; ++r) {
+        std::vector<Action> a;
+        appendDpRound(a, dp, r, 0);
+        for (const auto& x : a) {
+          if (x.kind == Action::Kind::kSend) sent[{r, x.replica}].push_back({static_cast<int>(x.message), x.microBatch});
+          if (x.kind == Action::Kind::kRecv) received[{x.replica, r}].push_back({static_cast<int>(x.message), x.microBatch});
+        }
+      }
+      EXPECT_EQ(sent, received) << algorithm << " R=" << R;
+    }
+}
+
+}  // namespace
+}  // namespace slowpipe::runtime
