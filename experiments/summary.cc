@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "emulator/link.h"
+#include "runtime/dp.h"
 
 namespace slowpipe::experiments {
 
@@ -126,6 +127,8 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
                 {"label", comp >= 0 ? p.axisLabels[comp] : p.spec["compression"].value("label", "")},
                 {"dp_codec", p.spec.contains("dp") ? p.spec["dp"].value("codec", "none") : "none"},
                 {"axes", p.axisLabels}};
+    const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, spec.simulation);
+    if (rs.pipeline.replicas > 1) row["dp_bandwidth_bps"] = runtime::dpTopology(rs).defaultLink.bandwidthBps;
     json reason;
     row["status"] = statusOf(results, p.name, spec.repeats, &reason);
     if (!reason.is_null()) row["reason"] = reason;

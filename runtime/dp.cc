@@ -86,18 +86,26 @@ GradientCompressor parseGradientCompressor(const std::string& spec) {
   return g;
 }
 
-void validateGradientCompressor(const DpSpec& dp) { parseGradientCompressor(dp.codec); }
 
 DpShape dpShape(const RunSpec& spec) {
   DpShape d;
   d.replicas = spec.pipeline.replicas;
   d.algorithm = spec.dp.algorithm;
-  d.rounds = parseGradientCompressor(spec.dp.codec).rounds;
-  d.localSteps = spec.dp.localSteps;
   const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
+  d.rounds = g.rounds;
+  d.localSteps = spec.dp.localSteps;
   if (spec.dp.localSteps > 1) d.afterStepFrom = 0;
   else if (g.kind == GradientCompressor::Kind::kQadam) d.afterStepFrom = g.warmupSteps;
   return d;
+}
+
+emulator::Topology dpTopology(const RunSpec& spec) {
+  json links = spec.network.dpLinks;
+  if (links.is_null()) {
+    links = spec.network.links;
+    if (links.is_object()) links.erase("links");
+  }
+  return emulator::topologyFromJson(links, "network.dp_links");
 }
 
 DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)), ctx_(ctx) {

@@ -52,9 +52,11 @@ struct GradientCompressor {
 };
 // Parses and validates dp.codec (throws std::invalid_argument naming the parameter).
 GradientCompressor parseGradientCompressor(const std::string& spec);
-void validateGradientCompressor(const DpSpec& dp);
 // The schedule's view of a run's data parallelism.
 DpShape dpShape(const RunSpec& spec);
+// The replicas' links: network.dp_links, or (unset) the pipeline's default link without its
+// per-stage overrides.
+emulator::Topology dpTopology(const RunSpec& spec);
 
 struct DpOptions {
   int rank = 0, stage = 0, replica = 0, replicas = 1;

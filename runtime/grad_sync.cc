@@ -132,7 +132,7 @@ bool GradientSync::replacesStep(int64_t step) const {
 }
 
 // qadam: clip like StageRunner::step, then the local momentum with this replica's gradient.
-void GradientSync::clipAndMomentum(int64_t step, double globalNorm) {
+void GradientSync::clipAndMomentum(double globalNorm) {
   torch::NoGradGuard guard;
   auto ps = params();
   if (expAvg_.empty()) {  // the end of the warm-up: take over torch's AdamW state, freeze v
@@ -158,7 +158,6 @@ void GradientSync::clipAndMomentum(int64_t step, double globalNorm) {
   const double b1 = 0.9;  // torch's AdamW defaults, as StageRunner's optimizer
   momentumLocal_.clear();
   for (size_t i = 0; i < ps.size(); ++i) put(momentumLocal_, expAvg_[i] * b1 + gradOf(ps[i]) * ((1 - b1) * coef));
-  (void)step;
 }
 
 void GradientSync::outerStep(int64_t step, const std::vector<float>& buf) {

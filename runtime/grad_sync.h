@@ -39,7 +39,9 @@ class GradientSync {
   void outerStep(int64_t step, const std::vector<float>& buf);
   // qadam after its warm-up replaces the optimizer step (Step only clips and forms momentum).
   bool replacesStep(int64_t step) const;
-  void clipAndMomentum(int64_t step, double globalNorm);
+  void clipAndMomentum(double globalNorm);
+  // The round's messages travel uncompressed: qadam's warm-up (its codec is for the momentum).
+  bool exactRound(int64_t step) const { return gc_.kind == GradientCompressor::Kind::kQadam && !replacesStep(step); }
 
  private:
   std::vector<torch::Tensor> params() const;

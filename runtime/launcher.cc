@@ -22,6 +22,7 @@
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
+#include "runtime/dp.h"
 #include "runtime/ranks.h"
 #include "runtime/result.h"
 
@@ -115,12 +116,7 @@ class Launcher {
     }
     doc_["network"]["links"] = topo;
     if (layout_.replicas > 1) {
-      json dp = spec_.network.dpLinks;
-      if (dp.is_null()) {
-        dp = spec_.network.links;
-        if (dp.is_object()) dp.erase("links");
-      }
-      doc_["network"]["dp_links"] = emulator::topologyFromJson(dp, "network.dp_links");
+      doc_["network"]["dp_links"] = dpTopology(spec_);
       doc_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
     }
     if (opt_.calibrate && S_ > 1) calibrate(topo);

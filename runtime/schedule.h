@@ -50,7 +50,11 @@ struct Action {
     return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message && replica == o.replica;
   }
   bool isCommunication() const { return kind == Kind::kRecv || kind == Kind::kSend; }
-  bool isDataParallel() const { return peer == Peer::kReplica; }
+  bool isDataParallel() const { return peer == Peer::kReplica; }  // a message between replicas
+  // Any action of the replicas' exchange: its messages, DpBegin / DpEnd, OuterStep.
+  bool partOfDataParallelism() const {
+    return isDataParallel() || kind == Kind::kDpBegin || kind == Kind::kDpEnd || kind == Kind::kOuterStep;
+  }
 };
 
 // What the data-parallel part of a step looks like (from RunSpec's pipeline.replicas and dp).

@@ -193,7 +193,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     positive(f.field("outer_lr"), s.dp.outerLr);
     if (!(s.dp.outerMomentum >= 0 && s.dp.outerMomentum < 1)) fail(f.field("outer_momentum"), "must be in [0, 1)");
     try {
-      validateGradientCompressor(s.dp);
+      parseGradientCompressor(s.dp.codec);
     } catch (const std::exception& e) {
       fail(f.field("codec"), e.what());
     }

@@ -57,15 +57,20 @@ struct Scalar {
 };
 double scalarOf(const Tensor32& t) { return static_cast<double>(t.data.at(0)) + static_cast<double>(t.data.at(1)); }
 
+// (stage, replica) of a rank the run has (checked before any member is built for it).
+RankId checkedId(const RankLayout& layout, int rank) {
+  if (rank < 0 || rank >= layout.size())
+    throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the run's " + std::to_string(layout.size()) +
+                                " ranks");
+  return layout.id(rank);
+}
+
 class PipelineWorker {
  public:
   PipelineWorker(const RunSpec& spec, const WorkerArgs& args, zmq::context_t& ctx)
       : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
-        id_(layout_.id(args.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
+        id_(checkedId(layout_, args.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
         dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
-    if (args.rank < 0 || args.rank >= layout_.size())
-      throw std::invalid_argument("rank " + std::to_string(args.rank) + " is outside the run's " +
-                                  std::to_string(layout_.size()) + " ranks");
     control_.set(zmq::sockopt::linger, 2000);
     control_.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
     control_.connect(args.control);
@@ -95,13 +100,8 @@ class PipelineWorker {
       d.replica = id_.replica;
       d.replicas = layout_.replicas;
       d.algorithm = spec.dp.algorithm;
-      d.codec = parseGradientCompressor(spec.dp.codec).messageCodec;
-      json links = spec.network.dpLinks;
-      if (links.is_null()) {  // the pipeline's default link, without its (stage) overrides
-        links = spec.network.links;
-        if (links.is_object()) links.erase("links");
-      }
-      d.topology = emulator::topologyFromJson(links, "network.dp_links");
+      d.codec = gc_.messageCodec;
+      d.topology = dpTopology(spec);
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
       dp_ = std::make_unique<DpExchange>(ctx, d);
       sync_ = std::make_unique<GradientSync>(spec, runner_, id_.stage);
@@ -136,7 +136,7 @@ class PipelineWorker {
     // launcher checks each sender against its receiver in the neighbouring process.
     json timeline = json::array();
     for (const auto& e : events_)
-      timeline.push_back({{"what", eventName(e.kind)}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
+      timeline.push_back({{"what", eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
     report({{"type", "done"}, {"timeline", timeline}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
@@ -176,17 +176,10 @@ class PipelineWorker {
     for (const Action& a : schedule) {
       const bool toNext = a.peer == Action::Peer::kNext;
       const double ta = now();
-      if (a.isDataParallel()) {
-        dp_->execute(a);
-        events_.push_back({a.kind, a.microBatch, ta, now(), true});
-        continue;
-      }
       switch (a.kind) {
         case K::kDpBegin:
           sync_->pack(a.microBatch, g, dpBuf_);
-          // qadam's warm-up synchronises exact gradients (its codec is for the momentum).
-          dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), g, a.microBatch,
-                     gc_.kind == GradientCompressor::Kind::kQadam && !sync_->replacesStep(g));
+          dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), g, a.microBatch, sync_->exactRound(g));
           break;
         case K::kDpEnd:
           dp_->end();
@@ -196,7 +189,9 @@ class PipelineWorker {
           sync_->outerStep(g, dpBuf_);
           break;
         case K::kRecv:
-          if (a.message == Msg::kActivation) {
+          if (a.isDataParallel()) {
+            dp_->execute(a);
+          } else if (a.message == Msg::kActivation) {
             Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch);
             ids[a.microBatch] = batchIds(epoch, s, a.microBatch);
             if (t.exampleIds != ids[a.microBatch])
@@ -212,7 +207,9 @@ class PipelineWorker {
           }
           break;
         case K::kSend:
-          if (a.message == Msg::kActivation || a.message == Msg::kGradient) {
+          if (a.isDataParallel()) {
+            dp_->execute(a);
+          } else if (a.message == Msg::kActivation || a.message == Msg::kGradient) {
             const MessageKind kind = a.message == Msg::kActivation ? MessageKind::kActivation : MessageKind::kGradient;
             sendTensor(toNext, kind, g, epoch, a.microBatch, outbox.at(a.microBatch), ids[a.microBatch]);
             outbox.erase(a.microBatch);
@@ -254,14 +251,13 @@ class PipelineWorker {
           if (runner_.last())
             for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += runner_.lossValue(m) / spec_.pipeline.microBatches;
           norm_ = std::sqrt(sq);
-          if (sync_ && sync_->replacesStep(g)) sync_->clipAndMomentum(g, norm_);  // qadam: OuterStep updates
+          if (sync_ && sync_->replacesStep(g)) sync_->clipAndMomentum(norm_);  // qadam: OuterStep updates
           else runner_.step(g, norm_);
           compute += now() - tc;
           break;
         }
       }
-      const bool dpAction = a.kind == K::kDpBegin || a.kind == K::kDpEnd || a.kind == K::kOuterStep;
-      events_.push_back({a.kind, a.microBatch, ta, now(), dpAction});
+      events_.push_back({a, ta, now()});
     }
     const TransportStats st = transport_->takeStats();
     const DpStats dst = dp_ ? dp_->takeStats() : DpStats{};
@@ -273,7 +269,7 @@ class PipelineWorker {
     if (dp_) {  // what the data-parallel exchange alone took (its share of the breakdown)
       double dpS = 0;
       for (const auto& e : events_)
-        if (e.dp) dpS += e.end - e.start;
+        if (e.action.partOfDataParallelism()) dpS += e.end - e.start;
       r["dp_s"] = dpS;
     }
     // One-way times this stage observed on its inbound links (delivery - send stamp).
@@ -291,10 +287,10 @@ class PipelineWorker {
   }
   int globalMb(int mb) const { return id_.replica * spec_.pipeline.microBatches + mb; }
 
-  static const char* eventName(Action::Kind k) {
-    switch (k) {
-      case Action::Kind::kRecv: return "recv";  // waiting + decoding
-      case Action::Kind::kSend: return "send";  // encoding + handing to the link
+  static const char* eventName(const Action& a) {
+    switch (a.kind) {
+      case Action::Kind::kRecv: return a.isDataParallel() ? "dp_recv" : "recv";  // waiting + decoding (+ adding)
+      case Action::Kind::kSend: return a.isDataParallel() ? "dp_send" : "send";  // encoding + handing to the link
       case Action::Kind::kForward: return "forward";
       case Action::Kind::kBackward: return "backward";
       case Action::Kind::kGradNorm: return "gradnorm";
@@ -355,10 +351,8 @@ class PipelineWorker {
   std::vector<float> dpBuf_;           // the round's flat buffer
   double norm_ = 0, lastLoss_ = 0;
   struct Event {
-    Action::Kind kind;
-    int mb;
+    Action action;
     double start, end;  // host monotonic clock
-    bool dp = false;
   };
   std::vector<Event> events_;  // of the current step
 };

@@ -24,13 +24,24 @@ def save(fig, out, name):
     print(f"wrote {name}.png/.svg")
 
 
+def name_of(r, rows):
+    """The codec's label, with what else tells points at one (pipeline) bandwidth apart in this
+    sweep: the latency, the data-parallel links' bandwidth."""
+    name = r["label"]
+    if len({x["latency_s"] for x in rows}) > 1:
+        name += f" @ {r['latency_s'] * 1e3:g} ms"
+    if len({x.get("dp_bandwidth_bps") for x in rows}) > 1 and r.get("dp_bandwidth_bps"):
+        name += f", DP {fmt_bw(r['dp_bandwidth_bps'])}"
+    return name
+
+
 def lines_by_label(rows, key, lo=None, hi=None):
     """{label: [(bandwidth, value, lo, hi)]} sorted by bandwidth; lo/hi = value without an interval."""
     series = {}
     for r in rows:
         if r.get("status") != "ok" or r.get(key) is None:
             continue
-        name = r["label"] + (f" @ {r['latency_s'] * 1e3:g} ms" if len({x["latency_s"] for x in rows}) > 1 else "")
+        name = name_of(r, rows)
         v = r[key]
         series.setdefault(name, []).append((r["bandwidth_bps"], v, r.get(lo, v) if lo else v, r.get(hi, v) if hi else v))
     return {k: sorted(v) for k, v in series.items()}
@@ -71,7 +82,7 @@ def loss_curves(runs, rows, bandwidth, xkey, out, name):
         if not evals:
             continue
         xs = [e["step"] if xkey == "step" else e["wall_s"] for e in evals]
-        ax.plot(xs, [e["val_loss"] for e in evals], marker="o", label=r["label"])
+        ax.plot(xs, [e["val_loss"] for e in evals], marker="o", label=name_of(r, rows))
     ax.set_xlabel("training step" if xkey == "step" else "wall time (s)")
     ax.set_ylabel("validation loss")
     ax.set_title(f"validation loss vs {'step' if xkey == 'step' else 'time'} at {fmt_bw(bandwidth)}")
@@ -91,7 +102,7 @@ def breakdown(rows, bandwidths, out):
             ax.bar(range(len(sel)), vals, bottom=bottom, label=part)
             bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_xticks(range(len(sel)))
-        ax.set_xticklabels([r["label"] for r in sel], rotation=30, ha="right", fontsize=8)
+        ax.set_xticklabels([name_of(r, rows) for r in sel], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("mean step time (s), per-stage average")
         ax.set_title(f"time breakdown at {fmt_bw(bw)}")
     axes[0][0].legend(fontsize=8)
@@ -107,20 +118,24 @@ def timeline(runs, rows, bandwidth, out):
     # Simulated runs split a receive into wait + decode and a send into encode; emulated workers
     # record whole receives and sends.
     colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "encode": "tab:purple",
-              "decode": "tab:pink", "wait": "lightgrey", "recv": "silver", "send": "tab:purple"}
+              "decode": "tab:pink", "wait": "lightgrey", "recv": "silver", "send": "tab:purple",
+              "dp_send": "tab:red", "dp_recv": "tab:brown", "dp": "black", "outer_step": "tab:olive"}
     stages = len(runs[sel[0]["point"]]["timeline"])
     fig, axes = plt.subplots(len(sel), 1, figsize=(9, (1.3 + 0.45 * stages) * len(sel) + 0.6), squeeze=False)
     for ax, r in zip(axes[:, 0], sel):
         tl = runs[r["point"]]["timeline"]
         t0 = min((e["start_s"] for st in tl for e in st["events"]), default=0)
-        for st in tl:
+        # One row per worker: stage, and with data parallelism (stage, replica).
+        replicas = any("replica" in st for st in tl)
+        for row, st in enumerate(tl):
             for e in st["events"]:
-                ax.barh(st["stage"], e["end_s"] - e["start_s"], left=e["start_s"] - t0, color=colors.get(e["what"], "black"),
+                ax.barh(row, e["end_s"] - e["start_s"], left=e["start_s"] - t0, color=colors.get(e["what"], "black"),
                         height=0.8, linewidth=0)
-        ax.set_yticks([st["stage"] for st in tl])
+        ax.set_yticks(range(len(tl)))
+        ax.set_yticklabels([f"{st['stage']}/{st['replica']}" if replicas else str(st["stage"]) for st in tl])
         ax.invert_yaxis()
-        ax.set_ylabel("stage")
-        ax.set_title(f"{r['label']} at {fmt_bw(bandwidth)}: one step", fontsize=9)
+        ax.set_ylabel("stage/replica" if replicas else "stage")
+        ax.set_title(f"{name_of(r, rows)} at {fmt_bw(bandwidth)}: one step", fontsize=9)
     axes[-1][0].set_xlabel("time in the step (s)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
     fig.legend(handles, list(colors), fontsize=7, ncol=len(colors), loc="lower center")

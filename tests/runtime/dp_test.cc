@@ -23,6 +23,10 @@ struct DpCase {
   std::string schedule, algorithm;
 };
 
+void PrintTo(const DpCase& c, std::ostream* os) {
+  *os << "S=" << c.stages << " R=" << c.replicas << " " << c.schedule << " " << c.algorithm;
+}
+
 class DpEquivalenceTest : public PipelineTest, public ::testing::WithParamInterface<DpCase> {};
 
 TEST_P(DpEquivalenceTest, LossesEqualOneProcessOnTheGlobalBatch) {
