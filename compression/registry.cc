@@ -202,7 +202,11 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
                                        : name == "bf16" ? CodecId::kBf16 : CodecId::kNone);
   }
   if (name == "quant") return std::make_unique<QuantCodec>(quantOptions(name, parseParams(name, rest, kQuantKeys), 4));
-  if (name == "topk") return std::make_unique<TopkCodec>(requiredRatio(name, parseParams(name, rest, {"ratio"})));
+  if (name == "topk") {
+    const Params p = parseParams(name, rest, {"ratio", "bits"});
+    const int bits = p.count("bits") ? static_cast<int>(parseInt(name, "bits", p.at("bits"))) : 16;
+    return std::make_unique<TopkCodec>(requiredRatio(name, p), bits);
+  }
   if (name == "randk") {
     const Params p = parseParams(name, rest, {"ratio", "seed"});
     const uint64_t seed = p.count("seed") ? static_cast<uint64_t>(parseInt(name, "seed", p.at("seed"))) : 1;

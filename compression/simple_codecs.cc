@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "compression/half.h"
+#include "compression/quant.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -58,16 +59,28 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   }
 }
 
-TopkCodec::TopkCodec(double ratio) : ratio_(ratio) {
+TopkCodec::TopkCodec(double ratio, int bits) : ratio_(ratio), bits_(bits) {
   SP_REQUIRE(ratio > 0.0 && ratio <= 1.0,
           "topk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
+  SP_REQUIRE(bits == 16 || (bits >= 1 && bits <= 8),
+             "topk: bits=" + std::to_string(bits) + " is out of range; expected 1..8 (or 16: fp16 values)");
 }
 
 std::string TopkCodec::spec() const {
   char buf[64];
   std::snprintf(buf, sizeof buf, "topk:ratio=%g", ratio_);
-  return buf;
+  return bits_ == 16 ? std::string(buf) : std::string(buf) + ",bits=" + std::to_string(bits_);
 }
+
+namespace {
+QuantCodec topkValueQuant(int bits, int64_t k) {
+  QuantOptions q;
+  q.bits = bits;
+  q.scale = QuantOptions::Scale::kGroup;
+  q.group = std::max<int64_t>(k, 1);
+  return QuantCodec(q);
+}
+}  // namespace
 
 int64_t TopkCodec::keepCount(int64_t n) const {
   if (n == 0) return 0;
@@ -128,19 +141,26 @@ void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
   }
   ByteWriter w(out);
   w.put<uint32_t>(static_cast<uint32_t>(k));
-  uint8_t* ip = w.grow(6 * static_cast<size_t>(k));  // k indices, then k fp16 values
+  const bool half = bits_ == 16;
+  uint8_t* ip = w.grow((half ? 6 : 4) * static_cast<size_t>(k));  // k indices, then k fp16 values
   uint8_t* vp = ip + 4 * static_cast<size_t>(k);
+  std::vector<float> kept;
   int64_t taken = 0;
   if (k > 0) {
     forEachInRange(threshold, 0x80000000u - threshold, [&](int64_t i) {
       if (key(i) == threshold && ties-- <= 0) return;  // a tie beyond the ones taken
       const uint32_t idx = static_cast<uint32_t>(i);
-      const uint16_t h = floatToHalf(x[i]);
       std::memcpy(ip + 4 * taken, &idx, 4);
-      std::memcpy(vp + 2 * taken, &h, 2);
+      if (half) {
+        const uint16_t h = floatToHalf(x[i]);
+        std::memcpy(vp + 2 * taken, &h, 2);
+      } else {
+        kept.push_back(x[i]);
+      }
       ++taken;
     });
   }
+  if (!half) topkValueQuant(bits_, k).encode(kept.data(), {k}, CodecContext{}, out);  // appends
 }
 
 void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
@@ -150,9 +170,12 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const uint32_t k = r.get<uint32_t>("count");
   SP_REQUIRE(k == keepCount(n), "topk: count is " + std::to_string(k) + ", expected " +
                                  std::to_string(keepCount(n)) + " for shape " + shapeString(shape));
-  requireSize("topk", size, 4 + 6 * static_cast<size_t>(k), shape);
+  const bool half = bits_ == 16;
+  const size_t valueBytes = half ? 2 * static_cast<size_t>(k)
+                                 : quantPayloadBytes(topkValueQuant(bits_, k).options(), {static_cast<int64_t>(k)});
+  requireSize("topk", size, 4 + 4 * static_cast<size_t>(k) + valueBytes, shape);
   const uint8_t* ip = r.take(4 * static_cast<size_t>(k), "indices");
-  const uint8_t* vp = r.take(2 * static_cast<size_t>(k), "values");
+  const uint8_t* vp = r.take(valueBytes, "values");
   std::vector<uint32_t> idx(k);
   copyBytes(idx.data(), ip, 4 * static_cast<size_t>(k));
   for (uint32_t j = 0; j < k; ++j) {
@@ -160,12 +183,18 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
             "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
                 " is out of range or not increasing (n = " + std::to_string(n) + ")");
   }
-  std::fill(out, out + n, 0.0f);
-  for (uint32_t j = 0; j < k; ++j) {
-    uint16_t h;
-    std::memcpy(&h, vp + 2 * j, 2);
-    out[idx[j]] = halfToFloat(h);
+  std::vector<float> values(k);
+  if (half) {
+    for (uint32_t j = 0; j < k; ++j) {
+      uint16_t h;
+      std::memcpy(&h, vp + 2 * j, 2);
+      values[j] = halfToFloat(h);
+    }
+  } else {  // validates the quant payload before anything is written
+    topkValueQuant(bits_, k).decode(vp, valueBytes, {static_cast<int64_t>(k)}, CodecContext{}, values.data());
   }
+  std::fill(out, out + n, 0.0f);
+  for (uint32_t j = 0; j < k; ++j) out[idx[j]] = values[j];
 }
 
 RandkCodec::RandkCodec(double ratio, uint64_t seed) : ratio_(ratio), seed_(seed) {

@@ -20,10 +20,12 @@ class CastCodec : public Codec {
 };
 
 // Keeps k = max(1, ceil(ratio*N)) values of largest |x| (N > 0). Payload: k (u32), k indices
-// (u32, strictly increasing), k values (fp16). Everything else decodes to zero.
+// (u32, strictly increasing), k values: fp16, or with bits=B (1..8; SparseLoCo uses 2) the quant
+// payload of the k values as one group (quant:bits=B,scale=group,group=k: one scale, symmetric
+// levels). Everything else decodes to zero.
 class TopkCodec : public Codec {
  public:
-  explicit TopkCodec(double ratio);
+  explicit TopkCodec(double ratio, int bits = 16);
   CodecId id() const override { return CodecId::kTopk; }
   std::string spec() const override;
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
@@ -33,6 +35,7 @@ class TopkCodec : public Codec {
 
  private:
   double ratio_;
+  int bits_;  // 16: fp16 values
 };
 
 // randk: unbiased random sparsification with no indices on the wire. Element i of a message is

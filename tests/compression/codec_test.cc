@@ -16,7 +16,7 @@ namespace {
 
 TEST(RegistryTest, BuildsEveryDocumentedSpec) {
   for (const char* s : {"none", "fp16", "bf16", "quant:bits=4,scale=channel,round=nearest",
-                        "quant:bits=2,group=128,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
+                        "quant:bits=2,group=128,round=stochastic", "topk:ratio=0.01", "topk:ratio=0.02,bits=2", "acsgd:bits=2",
                         "ef(quant:bits=4)", "acsgd:bits=4,store=fp16,backing=mmap,budget=16MiB", "randk:ratio=0.1",
                         "randk:ratio=0.25,seed=7", "ef(randk:ratio=0.1)", "hadamard(quant:bits=3,scale=group,group=64)",
                         "hadamard(acsgd:bits=2;seed=3;block=64)", "ef(hadamard(quant:bits=4))"}) {
@@ -99,6 +99,46 @@ TEST(TopkCodecTest, KeepsLargestMagnitudes) {
   std::vector<float> y(100);
   c->decode(p.data(), p.size(), {10, 10}, {}, y.data());
   for (size_t i = 0; i < 100; ++i) EXPECT_EQ(y[i], i >= 95 ? x[i] : 0.0f) << i;
+}
+
+// topk with bits=B (SparseLoCo's 2-bit values): the same indices, and the kept values are exactly
+// what quant:bits=B with one scale over them (scale=group, group=k) makes of them.
+TEST(TopkCodecTest, QuantizedValuesAreTheQuantizerOfTheKeptOnes) {
+  std::vector<float> x(1000);
+  std::mt19937 g(4);
+  std::normal_distribution<float> d;
+  for (auto& v : x) v = d(g);
+  for (int bits : {2, 4, 8}) {
+    const std::string spec = "topk:ratio=0.03,bits=" + std::to_string(bits);
+    auto c = makeCodec(spec);
+    EXPECT_EQ(c->spec(), spec);
+    Bytes p;
+    c->encode(x.data(), {10, 100}, {}, p);
+    std::vector<float> y(1000), full(1000);
+    c->decode(p.data(), p.size(), {10, 100}, {}, y.data());
+    auto plain = makeCodec("topk:ratio=0.03");
+    Bytes pp;
+    plain->encode(x.data(), {10, 100}, {}, pp);
+    plain->decode(pp.data(), pp.size(), {10, 100}, {}, full.data());
+    std::vector<float> kept;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < 1000; ++i)
+      if (full[i] != 0.0f) {
+        kept.push_back(x[i]);
+        at.push_back(i);
+      }
+    ASSERT_EQ(kept.size(), 30u);
+    const std::string q = "quant:bits=" + std::to_string(bits) + ",scale=group,group=30";
+    auto quant = makeCodec(q);
+    Bytes qp;
+    quant->encode(kept.data(), {30}, {}, qp);
+    std::vector<float> qv(30);
+    quant->decode(qp.data(), qp.size(), {30}, {}, qv.data());
+    EXPECT_EQ(p.size(), 4 + 4 * 30 + qp.size()) << spec;
+    size_t j = 0;
+    for (size_t i = 0; i < 1000; ++i) EXPECT_EQ(y[i], j < at.size() && at[j] == i ? qv[j++] : 0.0f) << spec << " " << i;
+  }
+  EXPECT_NE(errorOf("topk:ratio=0.1,bits=9").find("bits=9 is out of range"), std::string::npos) << errorOf("topk:ratio=0.1,bits=9");
 }
 
 // The rotation is orthonormal and its own inverse; blocks follow the last dimension; around a

@@ -216,7 +216,7 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
                          "quant:bits=3,round=stochastic,seed=9", "quant:bits=2,levels=fixpoint",
                          "quant:bits=8,levels=fixpoint,scale=group,group=100", "topk:ratio=0.05", "randk:ratio=0.2",
                          "acsgd:bits=2", "acsgd:bits=4,store=fp16", "acsgd:bits=2,levels=fixpoint,store=fp16",
-                         "acsgd:bits=2,store=q8", "ef(quant:bits=4)", "ef(topk:ratio=0.1)",
+                         "acsgd:bits=2,store=q8", "ef(quant:bits=4)", "ef(topk:ratio=0.1)", "topk:ratio=0.05,bits=2",
                          "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2)"};
   const char* before = cpuPathName();
   for (const char* spec : specs) {

@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(
     Codecs, DpCodecTest,
     ::testing::Combine(::testing::Values("allreduce", "sharded_ps"),
                        ::testing::Values("quant:bits=8,scale=group,group=512", "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)",
-                                         "ef(topk:ratio=0.05)")),
+                                         "ef(topk:ratio=0.05)", "ef(topk:ratio=0.02,bits=2)")),
     [](const auto& info) {
       std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
       for (char& ch : name)
