@@ -171,7 +171,7 @@ void DpExchange::begin(float* buf, int64_t n, int64_t step, int round, bool exac
   pushed_.clear();
 }
 
-Bytes DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x, int peer) {
+zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x, int peer) {
   compression::FrameHeader h;
   h.kind = MessageKind::kParamGradient;
   h.step = step_;
@@ -185,20 +185,27 @@ Bytes DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x
   ctx.microBatch = h.microBatch;
   ctx.key = "dp/round" + std::to_string(round_) + "/c" + std::to_string(chunk);
   const double t0 = emulator::monotonicNow();
-  Bytes frame = compression::encodeFrame(c, x, h, ctx);
+  auto* frame = new Bytes(compression::encodeFrame(c, x, h, ctx));
   stats_.encodeS += emulator::monotonicNow() - t0;
-  return frame;
+  // ZeroMQ owns the frame from here and frees it once no message refers to it.
+  return zmq::message_t(frame->data(), frame->size(), [](void*, void* hint) { delete static_cast<Bytes*>(hint); }, frame);
 }
 
-void DpExchange::sendFrame(int peer, const Bytes& frame) {
+void DpExchange::sendFrame(int peer, zmq::message_t frame) {
   Link& l = links_.at(peer);
   stats_.wire += static_cast<int64_t>(frame.size());
   const double t0 = emulator::monotonicNow();
-  l.sender->send(frame.data(), frame.size());
+  l.sender->send(std::move(frame));
   stats_.waitS += emulator::monotonicNow() - t0;
 }
 
-Bytes DpExchange::recvFrame(int peer, Msg m, int chunk) {
+void DpExchange::sendShared(int peer, zmq::message_t& frame) {
+  zmq::message_t copy;
+  copy.copy(frame);  // shares the bytes (zmq_msg_copy)
+  sendFrame(peer, std::move(copy));
+}
+
+zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
   Link& l = links_.at(peer);
   const double t0 = emulator::monotonicNow();
   auto msg = l.receiver->recv(static_cast<int>(opt_.recvTimeoutS * 1000));
@@ -207,10 +214,9 @@ Bytes DpExchange::recvFrame(int peer, Msg m, int chunk) {
   if (!msg)
     throw std::runtime_error(who + ": no data-parallel message from replica " + std::to_string(peer) + " for " +
                              std::to_string(opt_.recvTimeoutS) + " s");
-  const auto* p = static_cast<const uint8_t*>(msg->payload.data());
-  Bytes frame(p, p + msg->payload.size());
+  zmq::message_t frame = std::move(msg->payload);
   size_t at = 0;
-  const compression::FrameHeader h = compression::parseFrame(frame.data(), frame.size(), &at);
+  const compression::FrameHeader h = compression::parseFrame(static_cast<const uint8_t*>(frame.data()), frame.size(), &at);
   if (h.kind != MessageKind::kParamGradient || h.step != step_ || h.microBatch != tag(m, chunk) ||
       h.shape != compression::Shape{chunkLen(chunk)})
     throw std::runtime_error(who + ": expected data-parallel message " + std::to_string(tag(m, chunk)) + " of step " +
@@ -220,10 +226,10 @@ Bytes DpExchange::recvFrame(int peer, Msg m, int chunk) {
   return frame;
 }
 
-void DpExchange::decodeInto(compression::Codec& c, const Bytes& frame, int chunk, bool add) {
+void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add) {
   const double t0 = emulator::monotonicNow();
   compression::CodecContext ctx;
-  compression::decodeFrame(c, frame.data(), frame.size(), ctx, tmp_);
+  compression::decodeFrame(c, static_cast<const uint8_t*>(frame.data()), frame.size(), ctx, tmp_);
   float* dst = buf_ + chunkBegin(chunk);
   const int64_t len = chunkLen(chunk);
   if (add)
@@ -267,12 +273,12 @@ void DpExchange::execute(const Action& a) {
             own_ = encode(codec(encoders_, "ag/c" + std::to_string(c), "send"), a.message, c, x, q);
             decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), *own_, c, false);
           }
-          sendFrame(q, *own_);
+          sendShared(q, *own_);
         } else {
-          sendFrame(q, relay_.at(c));  // relayed as received: every replica decodes the same bytes
+          sendFrame(q, std::move(relay_.at(c)));  // relayed as received: every replica decodes the same bytes
         }
       } else {
-        Bytes f = recvFrame(q, a.message, c);
+        zmq::message_t f = recvFrame(q, a.message, c);
         decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), f, c, false);
         relay_[c] = std::move(f);
       }
@@ -281,9 +287,10 @@ void DpExchange::execute(const Action& a) {
       if (send) {
         sendFrame(q, encode(codec(encoders_, "push/" + me + "->" + std::to_string(q), "send"), a.message, c, buf_ + chunkBegin(c), q));
       } else {
-        Bytes f = recvFrame(q, a.message, c);
+        const zmq::message_t f = recvFrame(q, a.message, c);
         const double t0 = emulator::monotonicNow();
-        compression::decodeFrame(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f.data(), f.size(), {}, pushed_[q]);
+        compression::decodeFrame(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"),
+                                 static_cast<const uint8_t*>(f.data()), f.size(), {}, pushed_[q]);
         stats_.decodeS += emulator::monotonicNow() - t0;
         if (++pushes_ == R - 1) aggregateShard();
       }
@@ -295,7 +302,7 @@ void DpExchange::execute(const Action& a) {
           own_ = encode(codec(encoders_, "pull/c" + me, "send"), a.message, c, buf_ + chunkBegin(c), q);
           decodeInto(codec(decoders_, "pull/c" + me, "recv"), *own_, c, false);
         }
-        sendFrame(q, *own_);
+        sendShared(q, *own_);
       } else {
         decodeInto(codec(decoders_, "pull/c" + std::to_string(q), "recv"), recvFrame(q, a.message, c), c, false);
       }

@@ -102,10 +102,13 @@ class DpExchange {
   int32_t tag(Action::Message m, int chunk) const;
   compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
                             const std::string& role);
-  compression::Bytes encode(compression::Codec& c, Action::Message m, int chunk, const float* x, int peer);
-  void sendFrame(int peer, const compression::Bytes& frame);
-  compression::Bytes recvFrame(int peer, Action::Message m, int chunk);
-  void decodeInto(compression::Codec& c, const compression::Bytes& frame, int chunk, bool add);
+  // Frames are ZeroMQ messages from the encoder to the socket and from the socket to the relay:
+  // a frame's bytes are never copied on this side (a frame sent to several replicas is shared).
+  zmq::message_t encode(compression::Codec& c, Action::Message m, int chunk, const float* x, int peer);
+  void sendFrame(int peer, zmq::message_t frame);
+  void sendShared(int peer, zmq::message_t& frame);  // a reference-counted copy of frame
+  zmq::message_t recvFrame(int peer, Action::Message m, int chunk);
+  void decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add);
   void aggregateShard();
 
   DpOptions opt_;
@@ -117,8 +120,8 @@ class DpExchange {
   int64_t n_ = 0, step_ = 0;
   int round_ = 0, pushes_ = 0;
   bool exact_ = false;
-  std::map<int, compression::Bytes> relay_;               // all-gather frames to pass on, by chunk
-  std::optional<compression::Bytes> own_;                 // this replica's encoded chunk / shard average
+  std::map<int, zmq::message_t> relay_;                   // all-gather frames to pass on, by chunk
+  std::optional<zmq::message_t> own_;                     // this replica's encoded chunk / shard average
   std::map<int, std::vector<float>> pushed_;              // sharded_ps: the shards pushed to this server
   std::vector<float> tmp_;
   DpStats stats_;
