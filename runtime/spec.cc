@@ -197,6 +197,10 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     } catch (const std::exception& e) {
       fail(f.field("codec"), e.what());
     }
+    // Settings that only replicas use must not be silently ignored (a forgotten replicas field
+    // would measure no gradient compression at all).
+    if (s.pipeline.replicas == 1 && (s.dp.codec != "none" || s.dp.localSteps != 1 || s.dp.algorithm != "allreduce"))
+      fail(where + ".dp", "is set but pipeline.replicas is 1 (no data-parallel exchange to apply it to)");
   }
   if (s.compression.label.empty()) s.compression.label = s.compression.forward + "/" + s.compression.backward;
   if (const json* n = top.raw("network")) {

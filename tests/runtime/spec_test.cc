@@ -84,6 +84,9 @@ TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
   j["network"]["dp_links"] = {{"bandwidth", "1Gbs"}};
   EXPECT_NE(errorOf(j).find("spec.network.dp_links.bandwidth"), std::string::npos) << errorOf(j);
   j = valid();
+  j["dp"] = {{"codec", "powersgd:rank=4"}};
+  EXPECT_NE(errorOf(j).find("spec.dp: is set but pipeline.replicas is 1"), std::string::npos) << errorOf(j);
+  j = valid();
   j["pipeline"]["replicas"] = 2;
   j["network"]["backend"] = "tc";
   EXPECT_NE(errorOf(j).find("spec.pipeline.replicas: 2 replicas need network.backend user"), std::string::npos) << errorOf(j);
