@@ -99,6 +99,49 @@ DpShape dpShape(const RunSpec& spec) {
   return d;
 }
 
+std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage) {
+  const auto ranges = stageLayers(spec);
+  if (stage < 0 || stage >= static_cast<int>(ranges.size()))
+    throw std::invalid_argument("stage " + std::to_string(stage) + " is not a stage of this run");
+  const int64_t C = spec.model.width;
+  std::vector<std::vector<int64_t>> out;
+  if (stage == 0) {
+    out.push_back({spec.model.vocab, C});
+    out.push_back({spec.model.seqLen, C});
+  }
+  for (int i = ranges[stage].first; i < ranges[stage].second; ++i)
+    for (const auto& p : std::vector<std::vector<int64_t>>{{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C}, {C}, {C},
+                                                            {4 * C, C}, {4 * C}, {C, 4 * C}, {C}})
+      out.push_back(p);
+  if (stage + 1 == static_cast<int>(ranges.size())) {
+    out.push_back({C});
+    out.push_back({C});
+    out.push_back({spec.model.vocab, C});
+  }
+  return out;
+}
+
+int64_t dpRoundValues(const RunSpec& spec, int stage, int round, int64_t /*step*/) {
+  const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
+  int64_t n = 0;
+  for (const auto& p : stageParameterShapes(spec, stage)) {
+    int64_t numel = 1;
+    for (int64_t d : p) numel *= d;
+    // DiLoCo's outer gradient and qadam's momentum are whole parameters; PowerSGD factors matrices.
+    const bool factored = g.kind == GradientCompressor::Kind::kPowerSgd && spec.dp.localSteps == 1 && p.size() == 2 &&
+                          std::min(p[0], p[1]) > g.rank;
+    if (!factored) n += round == 0 ? numel : 0;
+    else n += (round == 0 ? p[0] : p[1]) * g.rank;
+  }
+  return n;
+}
+
+std::string dpRoundCodec(const RunSpec& spec, int64_t step) {
+  const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
+  if (g.kind == GradientCompressor::Kind::kQadam && spec.dp.localSteps == 1 && step < g.warmupSteps) return "none";
+  return g.messageCodec;
+}
+
 emulator::Topology dpTopology(const RunSpec& spec) {
   json links = spec.network.dpLinks;
   if (links.is_null()) {

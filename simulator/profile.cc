@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "compression/codec.h"
+#include "runtime/dp.h"
 #include "runtime/result.h"
 
 namespace slowpipe::simulator {
@@ -22,6 +23,33 @@ const CodecCost& Profile::codec(const std::string& spec) const {
   if (auto it = codecs.find("default"); it != codecs.end()) return it->second;
   static const CodecCost kFree{};
   return kFree;
+}
+
+std::string dpCostKey(const runtime::RunSpec& spec) {
+  return spec.dp.codec + (spec.dp.localSteps > 1 ? " local_steps=" + std::to_string(spec.dp.localSteps) : "");
+}
+
+DpCost Profile::dpCost(const runtime::RunSpec& spec, int stage) const {
+  const std::string key = dpCostKey(spec);
+  if (stage >= 0 && stage < static_cast<int>(stages.size()))
+    if (auto it = stages[stage].dp.find(key); it != stages[stage].dp.end()) return it->second;
+  if (source != "analytic" || !device.contains("memory_bytes_per_s"))
+    throw std::invalid_argument("profile (" + source + ") has no data-parallel costs of stage " + std::to_string(stage) +
+                                " for '" + key + "' (measure it with slowpipe profile on this spec or sweep)");
+  const double bw = device["memory_bytes_per_s"].get<double>();
+  const runtime::DpShape dp = runtime::dpShape(spec);
+  DpCost c;
+  for (int round = 0; round < dp.rounds; ++round) {
+    const double bytes = 8.0 * static_cast<double>(runtime::dpRoundValues(spec, stage, round, 0));
+    c.beginS.push_back(bytes / bw);
+    c.endS.push_back(bytes / bw);
+  }
+  if (dp.afterStepFrom >= 0) {
+    int64_t params = 0;
+    for (const auto& shape : runtime::stageParameterShapes(spec, stage)) params += compression::numelOf(shape);
+    c.outerStepS = 16.0 * static_cast<double>(params) / bw;
+  }
+  return c;
 }
 
 double Profile::speedWithBusy(int n) const {
@@ -52,7 +80,11 @@ double positiveNumber(const json& j, const char* key, const std::string& where) 
 
 json toJson(const Profile& p) {
   json stages = json::array(), codecs = json::object();
-  for (const auto& s : p.stages) stages.push_back({{"forward_s", s.forwardS}, {"backward_s", s.backwardS}, {"step_s", s.stepS}});
+  for (const auto& s : p.stages) {
+    json st = {{"forward_s", s.forwardS}, {"backward_s", s.backwardS}, {"step_s", s.stepS}};
+    for (const auto& [key, d] : s.dp) st["dp"][key] = {{"begin_s", d.beginS}, {"end_s", d.endS}, {"outer_step_s", d.outerStepS}};
+    stages.push_back(st);
+  }
   for (const auto& [k, c] : p.codecs) codecs[k] = {{"encode", affine(c.encode)}, {"decode", affine(c.decode)}};
   return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"host_cores", p.hostCores}, {"host_speed", p.hostSpeed},
           {"transport", affine(p.transport)},
@@ -85,7 +117,34 @@ Profile profileFromJson(const json& j, const std::string& where) {
   for (size_t i = 0; i < j["stages"].size(); ++i) {
     const std::string w = where + ".stages[" + std::to_string(i) + "]";
     const json& s = j["stages"][i];
-    p.stages.push_back({positiveNumber(s, "forward_s", w), positiveNumber(s, "backward_s", w), positiveNumber(s, "step_s", w)});
+    StageCost c;
+    c.forwardS = positiveNumber(s, "forward_s", w);
+    c.backwardS = positiveNumber(s, "backward_s", w);
+    c.stepS = positiveNumber(s, "step_s", w);
+    if (s.contains("dp")) {
+      if (!s["dp"].is_object())
+        throw std::invalid_argument(w + ".dp: expected {\"<dp.codec>\": {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}}");
+      for (const auto& [key, d] : s["dp"].items()) {
+        const std::string wd = w + ".dp." + key;
+        DpCost dc;
+        if (!d.is_object()) throw std::invalid_argument(wd + ": expected {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}");
+        for (auto [field, out] : {std::pair{"begin_s", &dc.beginS}, std::pair{"end_s", &dc.endS}}) {
+          const json v = d.value(field, json::array());
+          if (!v.is_array()) throw std::invalid_argument(wd + "." + field + ": expected an array of seconds per round");
+          for (size_t k = 0; k < v.size(); ++k) {
+            if (!v[k].is_number() || v[k].get<double>() < 0)
+              throw std::invalid_argument(wd + "." + field + "[" + std::to_string(k) + "]: expected seconds >= 0, got " + v[k].dump());
+            out->push_back(v[k].get<double>());
+          }
+        }
+        if (dc.beginS.size() != dc.endS.size())
+          throw std::invalid_argument(wd + ": begin_s has " + std::to_string(dc.beginS.size()) + " rounds, end_s " +
+                                      std::to_string(dc.endS.size()));
+        if (d.contains("outer_step_s")) dc.outerStepS = positiveNumber(d, "outer_step_s", wd);
+        c.dp[key] = dc;
+      }
+    }
+    p.stages.push_back(c);
   }
   if (j.contains("transport")) p.transport = affineFrom(j["transport"], where + ".transport");
   const json codecs = j.value("codecs", json::object());  // a named copy: items() must not outlive it
@@ -112,6 +171,13 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     const std::string w = "profile --merge: profile " + std::to_string(k + 1);
     if (ps[k].stages.size() != out.stages.size()) throw std::invalid_argument(w + " has another number of stages");
     if (ps[k].hostSpeed.size() != out.hostSpeed.size()) throw std::invalid_argument(w + ": host_speed of another length");
+    for (size_t s = 0; s < out.stages.size(); ++s)
+      for (const auto& [key, d] : out.stages[s].dp) {
+        const auto it = ps[k].stages[s].dp.find(key);
+        if (it == ps[k].stages[s].dp.end() || it->second.beginS.size() != d.beginS.size())
+          throw std::invalid_argument(w + ": stage " + std::to_string(s) + " has no data-parallel costs for '" + key +
+                                      "' of the same rounds");
+      }
     if (ps[k].hostCores != out.hostCores) throw std::invalid_argument(w + ": host_cores differ (another machine?)");
     for (const auto& [name, c] : out.codecs)
       if (!ps[k].codecs.count(name)) throw std::invalid_argument(w + " has no codec '" + name + "'");
@@ -120,6 +186,15 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     out.stages[s].forwardS = of([&](const Profile& p) { return p.stages[s].forwardS; });
     out.stages[s].backwardS = of([&](const Profile& p) { return p.stages[s].backwardS; });
     out.stages[s].stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
+    for (auto& [key, d] : out.stages[s].dp) {
+      const std::string k = key;
+      auto at = [&](const Profile& p) -> const DpCost& { return p.stages[s].dp.at(k); };
+      d.outerStepS = of([&](const Profile& p) { return at(p).outerStepS; });
+      for (size_t r = 0; r < d.beginS.size(); ++r) {
+        d.beginS[r] = of([&](const Profile& p) { return at(p).beginS.at(r); });
+        d.endS[r] = of([&](const Profile& p) { return at(p).endS.at(r); });
+      }
+    }
   }
   for (size_t n = 0; n < out.hostSpeed.size(); ++n) out.hostSpeed[n] = of([&](const Profile& p) { return p.hostSpeed[n]; });
   out.transport.aS = of([](const Profile& p) { return p.transport.aS; });
@@ -172,7 +247,7 @@ Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceN
     double fwd = (end - begin) * blockForwardFlops(b, s, d);
     if (last) fwd += 2 * b * s * d * V;  // LM head
     double params = (end - begin) * 12.0 * d * d + (last || begin == 0 ? V * d : 0);
-    p.stages.push_back({fwd / flops, 2 * fwd / flops, 16.0 * params / dev.memoryBytesPerS});
+    p.stages.push_back({fwd / flops, 2 * fwd / flops, 16.0 * params / dev.memoryBytesPerS, {}});
   }
   p.codecs["default"] = {{20e-6, 3.0 / dev.memoryBytesPerS}, {20e-6, 3.0 / dev.memoryBytesPerS}};
   p.codecs["none"] = {{0, 0}, {0, 0}};

@@ -5,7 +5,8 @@
 //               its memory bandwidth. Every assumed number is written into the profile.
 // File format (JSON, "schema": "slowpipe.profile/1"):
 //   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s", "backward_s",
-//    "step_s"}, ...], "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
+//    "step_s", "dp": {"<dpCostKey>": {"begin_s": [per round], "end_s": [per round], "outer_step_s"}}}, ...],
+//    "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
 //    "decode": {...}}}}
 // A codec's cost for a message of B raw (fp32) bytes is a_s + b_s_per_byte * B.
 // host_cores: the stages share one host of C cores for all their work (a profile measured here,
@@ -37,9 +38,20 @@ struct CodecCost {
   AffineCost encode, decode;
 };
 
+// Data parallelism (pipeline.replicas > 1), per DP round: DpBegin (pack what is synchronised) and
+// DpEnd (write the mean back; PowerSGD: QR and P Q^T); OuterStep (DiLoCo's outer step, qadam's
+// update). They depend on the gradient compressor, so a profile holds them per dpCostKey.
+struct DpCost {
+  std::vector<double> beginS, endS;
+  double outerStepS = 0;
+};
+// "dp.codec" and, with local steps, " local_steps=H": what DpCost depends on.
+std::string dpCostKey(const runtime::RunSpec& spec);
+
 struct StageCost {
   double forwardS = 0, backwardS = 0;  // one micro-batch
   double stepS = 0;                    // optimizer step (and gradient-norm work), once per step
+  std::map<std::string, DpCost> dp;    // by dpCostKey (measured profiles)
 };
 
 struct Profile {
@@ -54,6 +66,11 @@ struct Profile {
   std::map<std::string, CodecCost> codecs;  // by canonical codec spec; "default" for the rest
   // Cost of `spec` (looked up by the canonical spec, then the codec name, then "default").
   const CodecCost& codec(const std::string& spec) const;
+  // Stage `stage`'s DP costs for `spec`'s data parallelism: measured (by dpCostKey), or on analytic
+  // profiles from memory traffic (DpBegin / DpEnd 8 bytes per value of the round's buffer,
+  // OuterStep 16 bytes per parameter, at the device's memory bandwidth). Throws naming the key a
+  // measured profile lacks.
+  DpCost dpCost(const runtime::RunSpec& spec, int stage) const;
 };
 
 nlohmann::json toJson(const Profile& p);

@@ -10,6 +10,7 @@
 #include "compression/frame.h"
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/dp.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
 
@@ -18,14 +19,15 @@ namespace slowpipe::simulator {
 using nlohmann::json;
 using runtime::Action;
 
-int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape) {
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds) {
   auto codec = compression::makeCodec(codecSpec);
   const int64_t n = compression::numelOf(shape);
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 7919 % 1000) - 500) * 1e-3f;  // finite, varied
   compression::FrameHeader h;
   h.shape = shape;
-  for (int64_t r = 0; r < (shape.empty() ? 0 : shape[0]); ++r) h.exampleIds.push_back(r);
+  if (exampleIds)
+    for (int64_t r = 0; r < (shape.empty() ? 0 : shape[0]); ++r) h.exampleIds.push_back(r);
   compression::CodecContext ctx;
   ctx.exampleIds = h.exampleIds;
   ctx.epoch = 1;
@@ -46,14 +48,19 @@ struct Event {
   double start, end;
 };
 
-// A stage is ready for its next action, busy on the host (compute or codec work, `remaining`
-// seconds of it at full speed), or waiting for a message (its arrival known or not yet).
-struct StageState {
+// A worker (rank = stage x R + replica) is ready for its next action, busy on the host (compute or
+// codec work, `remaining` seconds of it at full speed), or waiting for a message (its arrival known
+// or not yet).
+struct RankState {
   enum class Mode { kReady, kBusy, kWaiting, kDone } mode = Mode::kReady;
+  std::vector<Action> plan;  // this step's actions
   size_t pc = 0;
   int step = 0;
-  double stepStart = 0;
-  double compute = 0, encode = 0, decode = 0, wait = 0;
+  double stepStart = 0, actionStart = 0;
+  double compute = 0, encode = 0, decode = 0, wait = 0, dp = 0, other = 0;
+  int64_t gradRaw = 0, gradWire = 0;
+  int round = 0;         // the DP round in progress
+  bool ownSent = false;  // this round's own chunk (ring) / shard average (ps) is encoded
   // busy: the task
   double remaining = 0, taskStart = 0;
   const char* taskWhat = "";
@@ -65,67 +72,106 @@ struct StageState {
   int postPeer = 0;
   // waiting
   double waitStart = 0, arrival = -1;
+  int64_t recvBytes = 0;
   std::vector<Event> events;  // of the current step
 };
 
-// Global discrete-event loop. Host work (forward, backward, step, encode, decode) is shared among
-// the busy stages when the profile describes a shared host: each of n busy stages runs at the
-// profile's measured speed for n (host_speed), else at min(1, host_cores/n) (processor sharing);
-// without either, every stage has its own device and runs at full speed.
+// Global discrete-event loop. Host work (forward, backward, step, encode, decode, DP packing) is
+// shared among the busy workers when the profile describes a shared host: each of n busy workers
+// runs at the profile's measured speed for n (host_speed), else at min(1, host_cores/n) (processor
+// sharing); without either, every worker has its own device and runs at full speed.
 class Replay {
  public:
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
-      : spec_(spec), profile_(profile), S_(spec.pipeline.stages), steps_(steps),
-        topo_(emulator::topologyFromJson(spec.network.links, "network.links")), stages_(S_) {
-    if (spec.pipeline.replicas > 1)
-      throw std::invalid_argument("simulator: pipeline.replicas " + std::to_string(spec.pipeline.replicas) +
-                                  ": data-parallel rounds are not replayed yet (emulate with slowpipe run)");
+      : spec_(spec), profile_(profile), S_(spec.pipeline.stages), R_(spec.pipeline.replicas), N_(S_ * R_), steps_(steps),
+        topo_(emulator::topologyFromJson(spec.network.links, "network.links")), dp_(runtime::dpShape(spec)), ranks_(N_) {
     if (static_cast<int>(profile.stages.size()) != S_)
       throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) + " stages, the spec " +
                                   std::to_string(S_) + " (profile the same partition)");
-    for (int s = 0; s < S_; ++s) plans_.push_back(runtime::makeSchedule(spec.pipeline.schedule, S_, spec.pipeline.microBatches, s));
+    for (int i = 0; i < N_; ++i) ranks_[i].plan = planOf(i, 0);
     const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
     rawActBytes_ = 4 * compression::numelOf(act);
     fwdBytes_ = steadyFrameBytes(spec.compression.forward, act);
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
     ctlBytes_ = steadyFrameBytes("none", {2});
     serial_ = spec.network.model == "serial_fifo";
-    for (int s = 0; s + 1 < S_; ++s)
-      for (auto [a, b] : {std::pair{s, s + 1}, std::pair{s + 1, s}})
-        clocks_.emplace(std::pair{a, b}, emulator::LinkClock(topo_.link(a, b), 0.0, 1000 * a + b));
-    fifo_.resize(S_);
+    for (int r = 0; r < R_; ++r)
+      for (int s = 0; s + 1 < S_; ++s)
+        for (auto [a, b] : {std::pair{s, s + 1}, std::pair{s + 1, s}})
+          clocks_.emplace(std::pair{rankOf(a, r), rankOf(b, r)},
+                          emulator::LinkClock(topo_.link(a, b), 0.0, 1000 * rankOf(a, r) + rankOf(b, r)));
+    if (R_ > 1) {
+      // The replicas' links: their own topology, always the pipelined model (as in the emulator).
+      dpTopo_ = runtime::dpTopology(spec);
+      for (int s = 0; s < S_; ++s)
+        for (int r = 0; r < R_; ++r)
+          for (int q = 0; q < R_; ++q)
+            if (q != r)
+              clocks_.emplace(std::pair{rankOf(s, r), rankOf(s, q)},
+                              emulator::LinkClock(dpTopo_.link(r, q), 0.0, 5000 + 1000 * rankOf(s, r) + q));
+      for (int s = 0; s < S_; ++s) {
+        dpValues_.emplace_back();
+        for (int k = 0; k < dp_.rounds; ++k) dpValues_.back().push_back(runtime::dpRoundValues(spec, s, k, 0));
+        dpCosts_.push_back(profile.dpCost(spec, s));
+      }
+    }
+    fifo_.resize(N_);
   }
 
   json run() {
-    perStage_.assign(steps_, {});
+    perRank_.assign(steps_, std::vector<json>(N_));
     loop();
     json steps = json::array();
-    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen;
+    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen * R_;
     for (int k = 0; k < steps_; ++k) {
       double time = 0;
+      int64_t gradRaw = 0, gradWire = 0;
       json breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}}, per = json::array();
-      for (const json& st : perStage_[k]) {
+      if (R_ > 1) breakdown["allreduce"] = 0.0;
+      for (int i = 0; i < N_; ++i) {
+        json st = perRank_[k][i];
         time = std::max(time, st["time_s"].get<double>());
         for (const char* key : {"compute", "encode", "decode", "wait"})
-          breakdown[key] = breakdown[key].get<double>() + st[key].get<double>() / S_;
+          breakdown[key] = breakdown[key].get<double>() + st[key].get<double>() / N_;
+        gradRaw += st["grad_raw"].get<int64_t>();
+        gradWire += st["grad_wire"].get<int64_t>();
+        st.erase("grad_raw");
+        st.erase("grad_wire");
+        if (R_ > 1) {
+          breakdown["allreduce"] = breakdown["allreduce"].get<double>() + st["allreduce"].get<double>() / N_;
+          st["stage"] = i / R_;
+          st["replica"] = i % R_;
+        } else {
+          st.erase("allreduce");
+        }
         per.push_back(st);
       }
-      const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ - 1};
+      const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ - 1} * R_;
+      json bytes = {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
+                    {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}};
+      if (R_ > 1) bytes["gradient"] = {{"raw", gradRaw}, {"wire", gradWire}};
       steps.push_back({{"step", k}, {"epoch", k == 0 ? 0 : 1}, {"time_s", time}, {"tokens", tokens},
-                       {"tokens_per_s", tokens / time}, {"loss", nullptr},
-                       {"bytes", {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
-                                  {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}}},
+                       {"tokens_per_s", tokens / time}, {"loss", nullptr}, {"bytes", bytes},
                        {"breakdown_s", breakdown}, {"breakdown_s_per_stage", per}});
     }
     json timeline = json::array();
-    for (int s = 0; s < S_; ++s) {
+    for (int i = 0; i < N_; ++i) {
       json ev = json::array();
-      for (const auto& e : lastEvents_[s]) ev.push_back({{"what", e.what}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
-      timeline.push_back({{"stage", s}, {"events", ev}});
+      for (const auto& e : lastEvents_[i]) ev.push_back({{"what", e.what}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
+      json row = {{"stage", i / R_}, {"events", ev}};
+      if (R_ > 1) {
+        row["replica"] = i % R_;
+        row["rank"] = i;
+      }
+      timeline.push_back(row);
+    }
+    json network = {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}};
+    if (R_ > 1) {
+      network["dp_links"] = dpTopo_;
+      network["dp_model"] = "pipelined";
     }
     json doc = {{"schema", runtime::kResultSchema}, {"simulated", true}, {"status", "ok"}, {"spec", runtime::toJson(spec_)},
-                {"steps", steps}, {"evals", json::array()}, {"timeline", timeline},
-                {"network", {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}}},
+                {"steps", steps}, {"evals", json::array()}, {"timeline", timeline}, {"network", network},
                 {"profile", {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
                              {"host_speed", profile_.hostSpeed}, {"transport", {{"a_s", profile_.transport.aS},
                                                                                {"b_s_per_byte", profile_.transport.bSPerByte}}}}},
@@ -135,118 +181,135 @@ class Replay {
   }
 
  private:
-  using Mode = StageState::Mode;
+  using Mode = RankState::Mode;
+
+  int rankOf(int stage, int replica) const { return stage * R_ + replica; }
+  std::vector<Action> planOf(int i, int step) const {
+    return runtime::makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, i / R_, dp_, i % R_, step);
+  }
 
   void loop() {
     constexpr double kInf = std::numeric_limits<double>::infinity();
     while (true) {
-      // Every stage that can act at now_ does so until it is busy, waiting, or done.
+      // Every worker that can act at now_ does so until it is busy, waiting, or done.
       for (bool changed = true; changed;) {
         changed = false;
-        for (int s = 0; s < S_; ++s) changed |= act(s);
+        for (int i = 0; i < N_; ++i) changed |= act(i);
       }
       int busy = 0;
       bool done = true;
-      for (const auto& st : stages_) {
+      for (const auto& st : ranks_) {
         busy += st.mode == Mode::kBusy;
         done &= st.mode == Mode::kDone;
       }
       if (done) return;
       const double rate = profile_.speedWithBusy(busy);
       double next = kInf;
-      for (const auto& st : stages_) {
+      for (const auto& st : ranks_) {
         if (st.mode == Mode::kBusy) next = std::min(next, now_ + st.remaining / rate);
         if (st.mode == Mode::kWaiting && st.arrival >= 0) next = std::min(next, st.arrival);
       }
       if (next == kInf)
-        for (int s = 0; s < S_; ++s)
-          if (stages_[s].mode == Mode::kWaiting)
-            throw std::runtime_error("simulator: stage " + std::to_string(s) + " is blocked at action " +
-                                     std::to_string(stages_[s].pc) + " of step " + std::to_string(stages_[s].step) +
-                                     " (the schedules deadlock)");
+        for (int i = 0; i < N_; ++i)
+          if (ranks_[i].mode == Mode::kWaiting)
+            throw std::runtime_error("simulator: stage " + std::to_string(i / R_) + " replica " + std::to_string(i % R_) +
+                                     " is blocked at action " + std::to_string(ranks_[i].pc) + " of step " +
+                                     std::to_string(ranks_[i].step) + " (the schedules deadlock)");
       const double dt = next - now_;
       now_ = next;
-      for (int s = 0; s < S_; ++s) {
-        StageState& st = stages_[s];
+      for (int i = 0; i < N_; ++i) {
+        RankState& st = ranks_[i];
         if (st.mode == Mode::kBusy) {
           st.remaining -= dt * rate;
-          if (st.remaining <= 1e-12 * std::max(1.0, now_)) finishTask(s);
+          if (st.remaining <= 1e-12 * std::max(1.0, now_)) finishTask(i);
         } else if (st.mode == Mode::kWaiting && st.arrival >= 0 && st.arrival <= now_) {
-          finishWait(s);
+          finishWait(i);
         }
       }
     }
   }
 
-  // Executes what stage s can do at now_; true if its state changed.
-  bool act(int s) {
-    StageState& st = stages_[s];
-    if (st.mode == Mode::kWaiting) return st.arrival < 0 && collect(s);
+  // Executes what rank i can do at now_; true if its state changed.
+  bool act(int i) {
+    RankState& st = ranks_[i];
+    if (st.mode == Mode::kWaiting) return st.arrival < 0 && collect(i);
     if (st.mode != Mode::kReady) return false;
-    const Action& a = plans_[s][st.pc];
-    const StageCost& cost = profile_.stages[s];
+    const Action& a = st.plan[st.pc];
+    const StageCost& cost = profile_.stages[i / R_];
+    const DpCost* dpc = R_ > 1 ? &dpCosts_[i / R_] : nullptr;
+    auto perRound = [&](const std::vector<double>& v) { return st.round < static_cast<int>(v.size()) ? v[st.round] : 0.0; };
     switch (a.kind) {
-      case Action::Kind::kForward: startTask(s, "forward", a.microBatch, cost.forwardS, &st.compute); break;
-      case Action::Kind::kBackward: startTask(s, "backward", a.microBatch, cost.backwardS, &st.compute); break;
-      case Action::Kind::kStep: startTask(s, "step", -1, cost.stepS, &st.compute); break;
-      case Action::Kind::kGradNorm: advancePc(s); break;
+      case Action::Kind::kForward: startTask(i, "forward", a.microBatch, cost.forwardS, &st.compute); break;
+      case Action::Kind::kBackward: startTask(i, "backward", a.microBatch, cost.backwardS, &st.compute); break;
+      case Action::Kind::kStep: startTask(i, "step", -1, cost.stepS, &st.compute); break;
+      case Action::Kind::kGradNorm: advancePc(i); break;
       case Action::Kind::kDpBegin:
-      case Action::Kind::kDpEnd:
-      case Action::Kind::kOuterStep: throw std::logic_error("simulator: data-parallel action in a single-replica plan");
-      case Action::Kind::kSend:
-        st.postAfter = true;
-        st.postKey = key(s, peerOf(s, a), a, st.step);
-        st.postBytes = bytesOf(a);
-        st.postPeer = peerOf(s, a);
-        startTask(s, "encode", a.microBatch, encodeCost(a), &st.encode);
+        st.round = a.microBatch;
+        st.ownSent = false;
+        startTask(i, "dp", -1, perRound(dpc->beginS), &st.other);
         break;
+      case Action::Kind::kDpEnd: startTask(i, "dp", -1, perRound(dpc->endS), &st.other); break;
+      case Action::Kind::kOuterStep: startTask(i, "outer_step", -1, dpc->outerStepS, &st.other); break;
+      case Action::Kind::kSend: {
+        st.postAfter = true;
+        st.postPeer = peerOf(i, a);
+        st.postKey = key(i, st.postPeer, a, st.step, st.round);
+        double seconds = 0;
+        st.postBytes = sendBytesAndCost(i, a, &seconds);
+        startTask(i, a.isDataParallel() ? "dp_send" : "encode", a.microBatch, seconds, &st.encode);
+        break;
+      }
       case Action::Kind::kRecv:
         st.mode = Mode::kWaiting;
         st.waitStart = now_;
         st.arrival = -1;
-        collect(s);
+        collect(i);
         break;
     }
     return true;
   }
 
-  static int peerOf(int s, const Action& a) { return a.peer == Action::Peer::kPrev ? s - 1 : s + 1; }
+  int peerOf(int i, const Action& a) const {
+    if (a.isDataParallel()) return rankOf(i / R_, a.replica);
+    return a.peer == Action::Peer::kPrev ? i - R_ : i + R_;
+  }
 
-  // A waiting stage looks for its message; once it is there its arrival is known (serial_fifo:
-  // billed now, in this receiver's retrieval order, on its one inbound FIFO).
-  bool collect(int s) {
-    StageState& st = stages_[s];
-    const Action& a = plans_[s][st.pc];
-    const int peer = peerOf(s, a);
-    const auto it = mail_.find(key(peer, s, a, st.step));
+  // A waiting rank looks for its message; once it is there its arrival is known (serial_fifo, on
+  // pipeline links: billed now, in this receiver's retrieval order, on its one inbound FIFO).
+  bool collect(int i) {
+    RankState& st = ranks_[i];
+    const Action& a = st.plan[st.pc];
+    const int peer = peerOf(i, a);
+    const auto it = mail_.find(key(peer, i, a, st.step, st.round));
     if (it == mail_.end()) return false;
     Message m = it->second;
     mail_.erase(it);
-    if (serial_) {
-      const emulator::LinkSpec& l = topo_.link(peer, s);
-      m.arrival = fifo_[s].bill(m.sentAt, static_cast<uint64_t>(m.bytes), l.bandwidthBps, l.latencyS);
+    if (serial_ && !a.isDataParallel()) {
+      const emulator::LinkSpec& l = topo_.link(peer / R_, i / R_);
+      m.arrival = fifo_[i].bill(m.sentAt, static_cast<uint64_t>(m.bytes), l.bandwidthBps, l.latencyS);
     }
     st.arrival = m.arrival;
-    if (st.arrival <= now_) finishWait(s);
+    st.recvBytes = m.bytes;
+    if (st.arrival <= now_) finishWait(i);
     return true;
   }
 
   // The awaited message has arrived: the wait ends, decoding starts.
-  void finishWait(int s) {
-    StageState& st = stages_[s];
-    const Action& a = plans_[s][st.pc];
+  void finishWait(int i) {
+    RankState& st = ranks_[i];
+    const Action& a = st.plan[st.pc];
     if (now_ > st.waitStart) {
       st.events.push_back({"wait", a.microBatch, st.waitStart, now_});
       st.wait += now_ - st.waitStart;
     }
     st.mode = Mode::kReady;
-    startTask(s, "decode", a.microBatch, decodeCost(a), &st.decode);
+    startTask(i, a.isDataParallel() ? "dp_recv" : "decode", a.microBatch, recvCost(i, a, st.recvBytes), &st.decode);
   }
 
   // Host work of `seconds` at full speed; a free one completes the action at once.
-  void startTask(int s, const char* what, int mb, double seconds, double* bucket) {
-    StageState& st = stages_[s];
-    if (seconds <= 0) return complete(s);
+  void startTask(int i, const char* what, int mb, double seconds, double* bucket) {
+    RankState& st = ranks_[i];
+    if (seconds <= 0) return complete(i);
     st.mode = Mode::kBusy;
     st.remaining = seconds;
     st.taskStart = now_;
@@ -255,76 +318,133 @@ class Replay {
     st.bucket = bucket;
   }
 
-  void finishTask(int s) {
-    StageState& st = stages_[s];
+  void finishTask(int i) {
+    RankState& st = ranks_[i];
     st.events.push_back({st.taskWhat, st.taskMb, st.taskStart, now_});
     *st.bucket += now_ - st.taskStart;
     st.mode = Mode::kReady;
-    complete(s);
+    complete(i);
   }
 
   // The current action is done at now_: a send's message leaves (its encode has ended).
-  void complete(int s) {
-    StageState& st = stages_[s];
+  void complete(int i) {
+    RankState& st = ranks_[i];
     if (st.postAfter) {
       Message m{now_, -1, st.postBytes};
-      if (!serial_) m.arrival = clocks_.at({s, st.postPeer}).send(now_, static_cast<uint64_t>(st.postBytes));
+      const bool dp = st.plan[st.pc].isDataParallel();
+      if (!serial_ || dp) m.arrival = clocks_.at({i, st.postPeer}).send(now_, static_cast<uint64_t>(st.postBytes));
       mail_[st.postKey] = m;
       st.postAfter = false;
     }
-    advancePc(s);
+    advancePc(i);
   }
 
-  void advancePc(int s) {
-    StageState& st = stages_[s];
-    if (++st.pc < plans_[s].size()) return;
+  void advancePc(int i) {
+    RankState& st = ranks_[i];
+    // What the data-parallel exchange took, as the workers count it: the wall time of its actions.
+    if (st.plan[st.pc].partOfDataParallelism()) st.dp += now_ - st.actionStart;
+    st.actionStart = now_;
+    if (++st.pc < st.plan.size()) return;
     // Step done: record it, start the next one right away.
-    perStage_[st.step].push_back({{"time_s", now_ - st.stepStart}, {"compute", st.compute}, {"encode", st.encode},
-                                  {"decode", st.decode}, {"wait", st.wait}});
-    if (st.step == steps_ - 1) lastEvents_[s] = st.events;
+    perRank_[st.step][i] = {{"time_s", now_ - st.stepStart}, {"compute", st.compute}, {"encode", st.encode},
+                            {"decode", st.decode}, {"wait", st.wait}, {"allreduce", st.dp},
+                            {"grad_raw", st.gradRaw}, {"grad_wire", st.gradWire}};
+    if (st.step == steps_ - 1) lastEvents_[i] = st.events;
     st.events.clear();
-    st.compute = st.encode = st.decode = st.wait = 0;
+    st.compute = st.encode = st.decode = st.wait = st.dp = st.other = 0;
+    st.gradRaw = st.gradWire = 0;
     st.stepStart = now_;
     st.pc = 0;
-    if (++st.step == steps_) st.mode = Mode::kDone;
+    if (++st.step == steps_) {
+      st.mode = Mode::kDone;
+    } else {
+      st.plan = planOf(i, st.step);
+    }
   }
 
   bool tensorMessage(const Action& a) const {
     return a.message == Action::Message::kActivation || a.message == Action::Message::kGradient;
   }
-  const std::string& codecOf(const Action& a) const {
-    static const std::string kNone = "none";
-    if (!tensorMessage(a)) return kNone;
-    return a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
+  const CodecCost& codecCost(const std::string& spec) {
+    auto it = codecCosts_.find(spec);
+    if (it == codecCosts_.end()) it = codecCosts_.emplace(spec, &profile_.codec(spec)).first;
+    return *it->second;
   }
-  int64_t bytesOf(const Action& a) const {
-    if (!tensorMessage(a)) return ctlBytes_;
-    return a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
+  int64_t frameBytes(const std::string& codec, int64_t values) {
+    auto key = std::pair{codec, values};
+    auto it = frameBytes_.find(key);
+    if (it == frameBytes_.end()) it = frameBytes_.emplace(key, steadyFrameBytes(codec, {values}, /*exampleIds=*/false)).first;
+    return it->second;
   }
-  double encodeCost(const Action& a) const {
-    return (tensorMessage(a) ? profile_.codec(codecOf(a)).encode.at(static_cast<double>(rawActBytes_)) : 0.0) +
-           0.5 * profile_.transport.at(static_cast<double>(bytesOf(a)));
+  // A DP message's chunk: its values (chunk c of the round's buffer, as runtime/dp.h splits it).
+  int64_t chunkValues(int i, int chunk) const {
+    const int64_t n = dpValues_[i / R_][ranks_[i].round];
+    return n * (chunk + 1) / R_ - n * chunk / R_;
   }
-  double decodeCost(const Action& a) const {
-    return (tensorMessage(a) ? profile_.codec(codecOf(a)).decode.at(static_cast<double>(rawActBytes_)) : 0.0) +
-           0.5 * profile_.transport.at(static_cast<double>(bytesOf(a)));
+
+  // Wire bytes of the send action `a` of rank i, and its host seconds (encode + transport share).
+  // DP: a ring all-gather relays the frame it received (no encode), and the owner of a chunk (a
+  // PS server of a shard) encodes it once per round and decodes its own frame too.
+  int64_t sendBytesAndCost(int i, const Action& a, double* seconds) {
+    RankState& st = ranks_[i];
+    int64_t bytes = ctlBytes_;
+    *seconds = 0;
+    if (tensorMessage(a)) {
+      const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
+      bytes = a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
+      *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
+    } else if (a.isDataParallel()) {
+      const std::string codec = runtime::dpRoundCodec(spec_, st.step);
+      const int64_t values = chunkValues(i, a.microBatch);
+      const double raw = 4.0 * static_cast<double>(values);
+      bytes = frameBytes(codec, values);
+      const CodecCost& c = codecCost(codec);
+      const bool owned = (a.message == Action::Message::kDpGather && a.microBatch == (i % R_ + 1) % R_) ||
+                         a.message == Action::Message::kDpPull;
+      if (a.message == Action::Message::kDpReduce || a.message == Action::Message::kDpPush) {
+        *seconds = c.encode.at(raw);
+      } else if (owned && !st.ownSent) {
+        *seconds = c.encode.at(raw) + c.decode.at(raw);
+        st.ownSent = true;
+      }
+      st.gradRaw += 4 * values;
+      st.gradWire += bytes;
+    }
+    *seconds += 0.5 * profile_.transport.at(static_cast<double>(bytes));
+    return bytes;
   }
-  static std::string key(int from, int to, const Action& a, int step) {
-    return std::to_string(from) + ">" + std::to_string(to) + ":" + std::to_string(static_cast<int>(a.message)) + ":" +
-           std::to_string(a.microBatch) + "@" + std::to_string(step);
+  double recvCost(int i, const Action& a, int64_t bytes) {
+    double seconds = 0.5 * profile_.transport.at(static_cast<double>(bytes));
+    if (tensorMessage(a)) {
+      const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
+      seconds += codecCost(codec).decode.at(static_cast<double>(rawActBytes_));
+    } else if (a.isDataParallel()) {
+      seconds += codecCost(runtime::dpRoundCodec(spec_, ranks_[i].step)).decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
+    }
+    return seconds;
+  }
+  static std::string key(int from, int to, const Action& a, int step, int round) {
+    std::string k = std::to_string(from) + ">" + std::to_string(to) + ":" + std::to_string(static_cast<int>(a.message)) + ":" +
+                    std::to_string(a.microBatch) + "@" + std::to_string(step);
+    if (a.isDataParallel()) k += "r" + std::to_string(round);
+    return k;
   }
 
   const runtime::RunSpec& spec_;
   const Profile& profile_;
-  int S_, steps_;
-  emulator::Topology topo_;
-  std::vector<std::vector<Action>> plans_;
-  std::vector<StageState> stages_;
+  int S_, R_, N_, steps_;
+  emulator::Topology topo_, dpTopo_;
+  runtime::DpShape dp_;
+  std::vector<RankState> ranks_;
+  std::vector<std::vector<int64_t>> dpValues_;  // [stage][round]: values of the round's buffer
+  std::vector<DpCost> dpCosts_;                 // [stage]
   std::map<int, std::vector<Event>> lastEvents_;
-  std::map<std::pair<int, int>, emulator::LinkClock> clocks_;
+  std::map<std::pair<int, int>, emulator::LinkClock> clocks_;  // by (from rank, to rank)
   std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
   std::map<std::string, Message> mail_;
-  std::vector<std::vector<json>> perStage_;
+  std::map<std::string, const CodecCost*> codecCosts_;
+  std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
+  std::vector<std::vector<json>> perRank_;
   double now_ = 0;
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
   bool serial_ = false;
@@ -332,9 +452,18 @@ class Replay {
 
 }  // namespace
 
+int defaultSteps(const runtime::RunSpec& spec) {
+  if (spec.pipeline.replicas == 1) return 4;
+  if (spec.training.maxSteps > 0) return static_cast<int>(std::min<int64_t>(spec.training.maxSteps, 100000));
+  const runtime::GradientCompressor g = runtime::parseGradientCompressor(spec.dp.codec);
+  const int64_t warmup = g.kind == runtime::GradientCompressor::Kind::kQadam ? g.warmupSteps : 0;
+  return static_cast<int>(std::min<int64_t>(warmup + 4 * spec.dp.localSteps, 100000));
+}
+
 json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt) {
-  if (opt.steps < 2) throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
-  return Replay(spec, profile, opt.steps).run();
+  const int steps = opt.steps > 0 ? opt.steps : defaultSteps(spec);
+  if (steps < 2) throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
+  return Replay(spec, profile, steps).run();
 }
 
 }  // namespace slowpipe::simulator

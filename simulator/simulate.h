@@ -13,6 +13,12 @@
 //                 in the receiver's retrieval order: start = max(previous arrival, sent);
 //                 arrival = start + 8B/R + latency (the Protocol NanoGPT meter, SimPipelineStage).
 // Stages run their steps back to back; a step's time is the longest stage's, as in emulated runs.
+// Data parallelism (pipeline.replicas R > 1): S x R workers, each replaying its own step's list
+// (makeSchedule with the DP rounds where the step has them), the replicas' messages over
+// network.dp_links (pipelined model) sized by the round's buffer (runtime/dp.h dpRoundValues) and
+// the round's codec; a ring all-gather relays frames without encoding, a chunk's owner (a shard's
+// server) encodes once and decodes its own frame; DpBegin/DpEnd/OuterStep cost what the profile
+// says (StageCost::dpBeginS...). Records carry bytes.gradient and breakdown_s.allreduce as runs do.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -23,12 +29,19 @@
 namespace slowpipe::simulator {
 
 struct SimOptions {
-  int steps = 4;  // steps replayed back to back; the summary is over steps 1.. (step 0 fills the pipe)
+  // Steps replayed back to back; the summary is over steps 1.. (step 0 fills the pipe). 0: 4; with
+  // data parallelism training.max_steps if set, else qadam's warm-up + 4 x dp.local_steps (so the
+  // steps that exchange weigh as in a run).
+  int steps = 0;
 };
+// The steps SimOptions{0} replays for `spec`.
+int defaultSteps(const runtime::RunSpec& spec);
 
 // Exact frame bytes of one message of `shape` through codec `spec` in steady state (for acsgd: a
 // delta, i.e. the example was seen before).
-int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape);
+// exampleIds: the header carries one example id per row (pipeline messages); data-parallel frames
+// (a 1-D chunk) carry none.
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds = true);
 
 // A result document in the result.json schema, with "simulated": true, per-step records, the
 // summary, and "timeline": per stage, the last step's events {what, mb, start_s, end_s}.

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <thread>
 
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "experiments/sweep.h"
+#include "runtime/grad_sync.h"
 #include "runtime/result.h"
 #include "runtime/stage_runner.h"
 #include "emulator/shaped_socket.h"
@@ -27,7 +29,51 @@ using nlohmann::json;
 
 // Forward/backward of one micro-batch and the optimizer step of every stage, timed with the code a
 // worker runs (StageRunner), one stage at a time with the worker's thread count. Median of `reps`.
-std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps) {
+// Data-parallel host work of one stage under `v`'s compressor (GradientSync, the worker's code) at a
+// step that exchanges (after qadam's warm-up): per round DpBegin (pack) and DpEnd (unpack), then
+// OuterStep where the spec has one. Median of `reps`.
+simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner& runner, int stage, int reps) {
+  runtime::GradientSync sync(v, runner, stage);
+  const runtime::DpShape dp = runtime::dpShape(v);
+  int64_t g = std::max<int64_t>(0, dp.afterStepFrom);
+  while (!dp.syncs(g)) ++g;
+  std::vector<std::vector<double>> begin(dp.rounds), end(dp.rounds);
+  std::vector<double> outer;
+  std::vector<float> buf;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
+    if (dp.afterStep(g) && sync.replacesStep(g)) sync.clipAndMomentum(1.0);  // qadam: the momentum to exchange
+    for (int round = 0; round < dp.rounds; ++round) {
+      const double t0 = nowSeconds();
+      sync.pack(round, g, buf);
+      const double t1 = nowSeconds();
+      sync.unpack(round, g, buf);
+      if (rep) {
+        begin[round].push_back(t1 - t0);
+        end[round].push_back(nowSeconds() - t1);
+      }
+    }
+    if (dp.afterStep(g)) {
+      const double t0 = nowSeconds();
+      sync.outerStep(g, buf);
+      if (rep) outer.push_back(nowSeconds() - t0);
+    }
+  }
+  auto med = [](std::vector<double> x) {
+    if (x.empty()) return 0.0;
+    std::nth_element(x.begin(), x.begin() + x.size() / 2, x.end());
+    return x[x.size() / 2];
+  };
+  simulator::DpCost c;
+  for (int round = 0; round < dp.rounds; ++round) {
+    c.beginS.push_back(med(begin[round]));
+    c.endS.push_back(med(end[round]));
+  }
+  c.outerStepS = med(outer);
+  return c;
+}
+
+std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps,
+                                                const std::vector<runtime::RunSpec>& dpVariants) {
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   torch::manual_seed(0);
   const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
@@ -57,7 +103,9 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
       std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
       return v[v.size() / 2];
     };
-    out.push_back({med(fwd), med(bwd), med(step)});
+    simulator::StageCost c{med(fwd), med(bwd), med(step), {}};
+    for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, s, reps);
+    out.push_back(c);
   }
   return out;
 }
@@ -117,7 +165,7 @@ UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
 // not: SMT siblings, shared caches and memory bandwidth, process switches. Each stage's rate alone
 // is measured the same way; speed(n) = mean over the n processes of rate / rate alone, median of
 // `reps` windows.
-std::vector<double> measureHostSpeed(const json& runJson, int stages, double windowS, int reps) {
+std::vector<double> measureHostSpeed(const json& runJson, int stages, int workers, double windowS, int reps) {
   const std::string specPath = (std::filesystem::temp_directory_path() /
                                 ("slowpipe-profile-" + std::to_string(getpid()) + ".json")).string();
   runtime::writeJsonAtomically(specPath, runJson);
@@ -157,7 +205,7 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, double win
       for (int k = 0; k < reps; ++k) r.push_back(rates(1, s)[0]);
       alone[s] = median(r);
     }
-    for (int n = 2; n <= stages; ++n) {
+    for (int n = 2; n <= workers; ++n) {
       std::vector<double> r;
       for (int k = 0; k < reps; ++k) {
         const std::vector<double> got = rates(n, k % stages);
@@ -271,7 +319,8 @@ struct HostSpeedOptions {
 };
 
 simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
-                                   const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host) {
+                                   const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
+                                   const std::vector<runtime::RunSpec>& dpVariants) {
   simulator::Profile p;
   p.source = "measured";
   p.device = {{"host", "this machine"}, {"threads_per_stage", spec.runtime.threadsPerWorker},
@@ -280,7 +329,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
                              "of one message at the run's shape (steady state), cost proportional to its bytes; host_speed: n "
                              "processes computing stages at once (median of --host-reps windows of --host-window s); transport: process CPU time per message over "
                              "ZeroMQ TCP loopback"}};
-  p.stages = measureStages(spec, reps);
+  p.stages = measureStages(spec, reps, dpVariants);
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
   // worker's threads), at the speeds measured with n stages busy at once.
@@ -288,7 +337,9 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
-  p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, host.windowS, host.reps);
+  // Every worker process (S x R with replicas) may be busy at once.
+  p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, spec.pipeline.stages * spec.pipeline.replicas, host.windowS,
+                                 host.reps);
   // Transport CPU cost, fitted through a small and an activation-sized message.
   const size_t small = 64, large = static_cast<size_t>(4 * compression::numelOf(shape));
   const double cSmall = transportCpuSeconds(small), cLarge = transportCpuSeconds(large);
@@ -297,6 +348,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   p.device["cpus"] = cpus;
   std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
   codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
+  for (const auto& v : dpVariants) codecs.push_back(runtime::parseGradientCompressor(v.dp.codec).messageCodec);
   for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = measureCodec(c, shape);
   return p;
 }
@@ -337,18 +389,35 @@ void addSimCommands(CLI::App& app) {
       const json j = runtime::readJsonFile(*spec, "spec file");
       // A sweep profiles its base run with every codec its compression axis names.
       std::vector<std::string> all = *codecs;
+      std::vector<json> dpSettings;
       json runJson = j;
       if (j.contains("axes")) {
         const auto sweep = experiments::sweepSpecFromJson(j, "sweep", !device->empty());
         runJson = sweep.base;
         for (const auto& [path, values] : sweep.axes)
           if (path == "compression")
-            for (const auto& v : values)
+            for (const auto& v : values) {
               for (const char* k : {"forward", "backward"})
                 if (v.contains(k)) all.push_back(v[k]);
+              if (v.contains("dp")) dpSettings.push_back(v["dp"]);
+            }
       }
       const runtime::RunSpec s = runtime::runSpecFromJson(runJson, "spec", /*simulation=*/!device->empty());
-      const simulator::Profile p = device->empty() ? measuredProfile(runJson, s, *reps, all, *host) : simulator::analyticProfile(s, *device, *dtype, *mfu);
+      // Data parallelism: the base's compressor and every other one the sweep's compression axis names.
+      std::vector<runtime::RunSpec> dpVariants;
+      std::set<std::string> keys;
+      auto addVariant = [&](const json& doc) {
+        const runtime::RunSpec v = runtime::runSpecFromJson(doc, "spec", !device->empty());
+        if (v.pipeline.replicas > 1 && keys.insert(simulator::dpCostKey(v)).second) dpVariants.push_back(v);
+      };
+      addVariant(runJson);
+      for (const auto& d : dpSettings) {
+        json doc = runJson;
+        runtime::setJsonPath(doc, "dp", d);
+        addVariant(doc);
+      }
+      const simulator::Profile p = device->empty() ? measuredProfile(runJson, s, *reps, all, *host, dpVariants)
+                                                   : simulator::analyticProfile(s, *device, *dtype, *mfu);
       runtime::writeJsonAtomically(*out, simulator::toJson(p));
       for (size_t i = 0; i < p.stages.size(); ++i)
         std::printf("stage %zu: forward %.6f s, backward %.6f s per micro-batch, step %.6f s\n", i, p.stages[i].forwardS,
@@ -369,12 +438,13 @@ void addSimCommands(CLI::App& app) {
   }
   {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), profile = std::make_shared<std::string>();
-    auto steps = std::make_shared<int>(4);
+    auto steps = std::make_shared<int>(0);
     auto* cmd = app.add_subcommand("simulate", "replay a run's schedules over its link model in virtual time");
     cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
     cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
     cmd->add_option("--out", *out, "output folder (result.json)")->required();
-    cmd->add_option("--steps", *steps, "steps replayed back to back")->check(CLI::Range(2, 10000));
+    cmd->add_option("--steps", *steps, "steps replayed back to back (default 4; with data parallelism training.max_steps, "
+                                       "else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
     cmd->callback([=] {
       const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
       const simulator::Profile p = simulator::profileFor(*profile, s);

@@ -2,6 +2,7 @@
 # Simulator validation against emulation on this machine (results/README.md section 7).
 #
 #   tools/validate_sim.sh [OUT]        (default results/simulator; needs build/slowpipe)
+#   GRIDS="sim_validation_dp" tools/validate_sim.sh results/simulator_dp   (one grid: data parallelism)
 #
 # This machine's compute speed drifts by up to +-20% over minutes, so the profile is measured the
 # way the emulation is: spread over the same time. For each grid, repeat round k (every point once,
@@ -17,7 +18,7 @@ PY=/usr/bin/python3
 REPEATS=${REPEATS:-3}
 mkdir -p "$OUT/profiles"
 pairs=()
-for grid in sim_validation sim_validation_4stages; do
+for grid in ${GRIDS:-sim_validation sim_validation_4stages}; do
   spec=experiments/$grid.json
   snaps=()
   for ((k = 0; k <= REPEATS; k++)); do

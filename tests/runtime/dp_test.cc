@@ -3,14 +3,20 @@
 //    global batch (1e-5 relative), for S=2,R=2 and S=1,R=3, GPipe and 1F1B, ring allreduce and
 //    sharded parameter server;
 //  - compressed exchanges: the run ends ok (every codec pair's digests agree), the loss falls, and
-//    the gradient bytes of every step equal the codec's frame sizes for the algorithm's messages.
+//    the gradient bytes of every step equal the codec's frame sizes for the algorithm's messages;
+//  - the simulator replays the same runs: every step's gradient (and activation) bytes equal the
+//    emulated run's, and its torch-free parameter shapes and round sizes are the model's.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "compression/codec.h"
 #include "runtime/data.h"
+#include "runtime/dp.h"
+#include "runtime/grad_sync.h"
 #include "runtime/model.h"
+#include "runtime/stage_runner.h"
+#include "simulator/simulate.h"
 #include "runtime/schedule.h"
 #include "runtime/worker.h"
 #include "tests/runtime/pipeline_fixture.h"
@@ -103,6 +109,20 @@ int64_t expectedGradientWire(const RunSpec& spec, const std::string& codec) {
   return total;
 }
 
+// The simulator replays the run's own schedules and codecs: every step's bytes by kind (raw and
+// wire) are the emulated run's.
+void expectSimulatedBytesEqual(const json& spec, const json& result) {
+  const RunSpec rs = runSpecFromJson(spec, "spec", true);
+  const json sim = simulator::simulateRun(rs, simulator::analyticProfile(rs, "A100", "fp32", 0.5),
+                                          {static_cast<int>(result["steps"].size())});
+  ASSERT_EQ(sim["steps"].size(), result["steps"].size());
+  for (size_t k = 0; k < sim["steps"].size(); ++k)
+    for (const char* kind : {"forward", "backward", "gradient"})
+      for (const char* what : {"raw", "wire"})
+        EXPECT_EQ(sim["steps"][k]["bytes"][kind][what], result["steps"][k]["bytes"][kind][what])
+            << "step " << k << " " << kind << " " << what;
+}
+
 class DpCodecTest : public PipelineTest, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
 
 TEST_P(DpCodecTest, RunEndsOkLossFallsAndBytesMatchTheCodec) {
@@ -122,6 +142,7 @@ TEST_P(DpCodecTest, RunEndsOkLossFallsAndBytesMatchTheCodec) {
   EXPECT_LT(last, first - 0.05) << "loss did not fall with dp.codec " << codec;
   const int64_t expect = expectedGradientWire(runSpecFromJson(spec), codec);
   for (const auto& st : steps) EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << "step " << st["step"];
+  expectSimulatedBytesEqual(spec, result);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -189,6 +210,7 @@ TEST_F(DpCompressorTest, PowerSgdSendsItsFactorsAndTrains) {
   const int64_t expect = roundWire(round0, 2, "none") + roundWire(round1, 2, "none");
   for (const auto& st : r["steps"]) ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << st["step"];
   EXPECT_LT(expect, expectedGradientWire(rs, "none") / 3);  // it compresses
+  expectSimulatedBytesEqual(spec, r);
   EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
 }
 
@@ -203,6 +225,7 @@ TEST_F(DpCompressorTest, QadamWarmsUpExactlyThenSendsQuantizedMomentum) {
   for (const auto& st : r["steps"])
     ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), st["step"].get<int>() < 8 ? exact : quantized) << st["step"];
   EXPECT_LT(quantized * 6, exact);
+  expectSimulatedBytesEqual(spec, r);
   EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
 }
 
@@ -213,7 +236,44 @@ TEST_F(DpCompressorTest, DilocoExchangesEveryHthStepOnly) {
   const int64_t sync = expectedGradientWire(runSpecFromJson(spec), "quant:bits=8,scale=group,group=512");
   for (const auto& st : r["steps"])
     ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), (st["step"].get<int>() + 1) % 4 == 0 ? sync : 0) << st["step"];
+  expectSimulatedBytesEqual(spec, r);
   EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
+}
+
+// The simulator's torch-free view of a stage: its parameters' shapes in the model's order, and the
+// values GradientSync packs into each round, for balanced and explicit partitions.
+TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
+  for (const json& partition : {json(), json::array({json::array({0, 1}), json::array({1, 3}), json::array({3, 4})})}) {
+    json spec = {{"name", "shapes"},
+                 {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 24}, {"heads", 2}, {"vocab", 256}}},
+                 {"pipeline", {{"stages", 3}, {"replicas", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+                 {"compression", {{"forward", "none"}, {"backward", "none"}}},
+                 {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+    if (!partition.is_null()) spec["pipeline"]["partition"] = partition;
+    for (const char* codec : {"none", "powersgd:rank=3", "qadam:bits=4,bucket=512,warmup_steps=1"}) {
+      for (int h : {1, 3}) {
+        if (h > 1 && std::string(codec) != "none") continue;  // local steps take a plain codec
+        spec["dp"] = {{"codec", codec}, {"local_steps", h}};
+        const RunSpec rs = runSpecFromJson(spec, "spec", true);
+        for (int s = 0; s < 3; ++s) {
+          StageRunner runner(rs, s, 100);
+          const auto shapes = stageParameterShapes(rs, s);
+          const auto ps = runner.model()->parameters();
+          ASSERT_EQ(shapes.size(), ps.size()) << "stage " << s;
+          for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(shapes[i], ps[i].sizes().vec()) << "stage " << s << " parameter " << i;
+          GradientSync sync(rs, runner, s);
+          const DpShape dp = dpShape(rs);
+          std::vector<float> buf;
+          const int64_t step = h - 1;  // a step that exchanges (qadam: still in its warm-up)
+          for (int round = 0; round < dp.rounds; ++round) {
+            sync.pack(round, step, buf);
+            EXPECT_EQ(static_cast<int64_t>(buf.size()), dpRoundValues(rs, s, round, step)) << codec << " stage " << s << " round " << round;
+            sync.unpack(round, step, buf);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(DpScheduleTest, RingAndServerRoundsPairEverySendWithAReceive) {

@@ -74,6 +74,9 @@ TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
   EXPECT_NE(errorOf(j).find("spec.dp.codec: powersgd: unknown parameter 'iters'"), std::string::npos) << errorOf(j);
   j["dp"] = {{"codec", "zip"}};
   EXPECT_NE(errorOf(j).find("spec.dp.codec: unknown codec 'zip'"), std::string::npos) << errorOf(j);
+  j["dp"] = {{"local_steps", 8}, {"codec", "powersgd:rank=2"}};
+  EXPECT_NE(errorOf(j).find("spec.dp.codec: 'powersgd:rank=2' compresses every step's gradient; with local_steps 8 (DiLoCo)"),
+            std::string::npos) << errorOf(j);
   j["dp"] = {{"local_steps", 0}};
   EXPECT_NE(errorOf(j).find("spec.dp.local_steps"), std::string::npos) << errorOf(j);
   j["dp"] = {{"outer_momentum", 1.0}};

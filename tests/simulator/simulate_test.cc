@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "compression/codec.h"
+#include "runtime/dp.h"
 #include "runtime/schedule.h"
 
 namespace slowpipe::simulator {
@@ -24,7 +25,7 @@ runtime::RunSpec tinySpec(int stages, int mbs, const std::string& schedule, cons
 
 Profile flatProfile(int stages, double fwd, double bwd, double step = 0) {
   Profile p;
-  for (int s = 0; s < stages; ++s) p.stages.push_back({fwd, bwd, step});
+  for (int s = 0; s < stages; ++s) p.stages.push_back({fwd, bwd, step, {}});
   p.codecs["default"] = {{0, 0}, {0, 0}};
   return p;
 }
@@ -202,6 +203,99 @@ TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   EXPECT_EQ(p.device["mfu"], 0.5);
   EXPECT_THROW(analyticProfile(spec, "K80", "fp16", 0.5), std::invalid_argument);
   EXPECT_THROW(profileFor("analytic:A100,mfu=x", spec), std::invalid_argument);
+}
+
+runtime::RunSpec dpSpec(int stages, int replicas, const json& dp, const std::string& dpBandwidth) {
+  json j = {{"name", "simdp"},
+            {"model", {{"seq_len", 4}, {"layers", 2}, {"width", 8}, {"heads", 2}}},
+            {"pipeline", {{"stages", stages}, {"replicas", replicas}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+            {"dp", dp},
+            {"network", {{"links", {{"bandwidth", "8Mbps"}, {"latency", "1ms"}}},
+                         {"dp_links", {{"bandwidth", dpBandwidth}, {"latency", "1ms"}}}}}};
+  return runtime::runSpecFromJson(j, "spec", true);
+}
+
+// Ring allreduce of two replicas, no compute, by hand. Replica r sends its chunk r (reduce-scatter)
+// and, once replica r-1's chunk is in, its reduced chunk r+1 (all-gather), each on its own link to
+// the other replica. 8 Mbps = 1 byte per microsecond.
+TEST(SimulatorTest, RingAllreduceOfTwoReplicasByHand) {
+  const auto spec = dpSpec(1, 2, {{"algorithm", "allreduce"}}, "8Mbps");
+  const int64_t n = runtime::dpRoundValues(spec, 0, 0, 0);
+  const int64_t len0 = n / 2, len1 = n - len0;
+  const double B0 = static_cast<double>(steadyFrameBytes("none", {len0}, false)) * 1e-6;
+  const double B1 = static_cast<double>(steadyFrameBytes("none", {len1}, false)) * 1e-6, L = 1e-3;
+  Profile p = flatProfile(1, 0, 0);
+  p.stages[0].dp["none"] = {{0}, {0}, 0};  // packing is free here
+  const json r = simulateRun(spec, p, {2});
+  const json& st = r["steps"][1];
+  // Replica 0: chunk 1 arrives at B1 + L, its all-gather frame of chunk 1 leaves then (its link
+  // has been free since B0) and reaches replica 1 at 2 (B1 + L); replica 1's frame of chunk 0
+  // reaches replica 0 at 2 (B0 + L).
+  EXPECT_NEAR(st["breakdown_s_per_stage"][0]["time_s"].get<double>(), 2 * (B0 + L), 1e-12);
+  EXPECT_NEAR(st["breakdown_s_per_stage"][1]["time_s"].get<double>(), 2 * (B1 + L), 1e-12);
+  EXPECT_NEAR(st["time_s"].get<double>(), 2 * (std::max(B0, B1) + L), 1e-12);
+  EXPECT_NEAR(st["breakdown_s"]["allreduce"].get<double>(), (B0 + B1) + 2 * L, 1e-12);
+  EXPECT_EQ(st["bytes"]["gradient"]["raw"].get<int64_t>(), 8 * n);
+  EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), 2 * (steadyFrameBytes("none", {len0}, false) + steadyFrameBytes("none", {len1}, false)));
+  EXPECT_EQ(st["tokens"].get<int64_t>(), 2 * 2 * 4 * 2);  // the global batch: R x micro-batches x size x seq
+  EXPECT_EQ(st["breakdown_s_per_stage"][1]["replica"], 1);
+}
+
+// DiLoCo over a sharded parameter server: only every H-th step exchanges (after Step, then
+// OuterStep); the other steps carry no gradient bytes. Every (stage, replica) has its timeline row.
+TEST(SimulatorTest, LocalStepsExchangeEveryHthStepOnly) {
+  const auto spec = dpSpec(2, 3, {{"algorithm", "sharded_ps"}, {"codec", "quant:bits=8,scale=group,group=64"}, {"local_steps", 2}},
+                           "8Mbps");
+  const json r = simulateRun(spec, analyticProfile(spec, "A100", "fp32", 0.5));
+  EXPECT_EQ(defaultSteps(spec), 8);
+  ASSERT_EQ(r["steps"].size(), 8u);
+  int64_t sync = 0;
+  for (int s = 0; s < 2; ++s)
+    for (int c = 0; c < 3; ++c) {
+      const int64_t n = runtime::dpRoundValues(spec, s, 0, 0), len = n * (c + 1) / 3 - n * c / 3;
+      sync += 2 * 2 * steadyFrameBytes("quant:bits=8,scale=group,group=64", {len}, false);  // pushes to and pulls from server c
+    }
+  for (const auto& st : r["steps"]) {
+    const bool exchanges = st["step"].get<int>() % 2 == 1;
+    EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), exchanges ? sync : 0) << st["step"];
+    EXPECT_EQ(st["breakdown_s"]["allreduce"].get<double>() > 0, exchanges) << st["step"];
+  }
+  // A push and a pull (1 ms latency each) at least on top of a step that does not exchange.
+  EXPECT_GT(r["steps"][3]["time_s"].get<double>(), r["steps"][2]["time_s"].get<double>() + 0.002);
+  ASSERT_EQ(r["timeline"].size(), 6u);
+  EXPECT_EQ(r["timeline"][5]["stage"], 1);
+  EXPECT_EQ(r["timeline"][5]["replica"], 2);
+  bool outer = false;
+  for (const auto& e : r["timeline"][0]["events"]) outer |= e["what"] == "outer_step";
+  EXPECT_TRUE(outer);  // the last step (7) exchanges and ends with the outer step
+}
+
+// A measured profile names the data-parallel costs it lacks; an analytic one derives them.
+TEST(SimulatorTest, DataParallelCostsComeFromTheProfile) {
+  const auto spec = dpSpec(1, 2, {{"codec", "powersgd:rank=2"}}, "1Gbps");
+  Profile p = flatProfile(1, 0.01, 0.01);
+  try {
+    simulateRun(spec, p);
+    FAIL() << "a measured profile without the DP costs was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no data-parallel costs of stage 0 for 'powersgd:rank=2'"), std::string::npos) << e.what();
+  }
+  p.stages[0].dp[dpCostKey(spec)] = {{0.5, 0.25}, {0.125, 0.0625}, 0};
+  const Profile q = profileFromJson(toJson(p), "p");
+  EXPECT_EQ(q.stages[0].dp.at("powersgd:rank=2").endS[1], 0.0625);
+  const json r = simulateRun(spec, q, {2});
+  // Two rounds: begin + end costs 0.5 + 0.125 + 0.25 + 0.0625 of host time per replica and step.
+  EXPECT_GT(r["steps"][1]["breakdown_s"]["allreduce"].get<double>(), 0.9375);
+  json bad = toJson(p);
+  bad["stages"][0]["dp"]["powersgd:rank=2"]["end_s"] = {0.1};
+  try {
+    profileFromJson(bad, "p.json");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json.stages[0].dp.powersgd:rank=2: begin_s has 2 rounds, end_s 1"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
