@@ -4,21 +4,44 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 namespace slowpipe::emulator {
 
-double monotonicNow() {
+namespace {
+
+// SLOWPIPE_TEST_CLOCK_SKEW_S: seconds added to this process's clock, standing in for another host's
+// clock in tests (read once). gOffset: the run's correction to the coordinator's clock.
+double testSkew() {
+  static const double skew = [] {
+    const char* v = std::getenv("SLOWPIPE_TEST_CLOCK_SKEW_S");
+    return v ? std::atof(v) : 0.0;
+  }();
+  return skew;
+}
+std::atomic<double> gOffset{0.0};
+
+}  // namespace
+
+double hostClockNow() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec) + testSkew();
 }
+
+void setClockOffset(double offsetS) { gOffset = offsetS; }
+double clockOffset() { return gOffset.load(); }
+
+double monotonicNow() { return hostClockNow() + gOffset.load(); }
 
 void sleepUntil(double t) {
   constexpr double kSpin = 100e-6;
-  const double coarse = t - kSpin;
-  if (coarse > monotonicNow()) {
+  const double coarse = t - kSpin - gOffset.load() - testSkew();  // on CLOCK_MONOTONIC
+  if (t - kSpin > monotonicNow()) {
     timespec ts;
     ts.tv_sec = static_cast<time_t>(coarse);
     ts.tv_nsec = static_cast<long>((coarse - static_cast<double>(ts.tv_sec)) * 1e9);
@@ -57,12 +80,20 @@ ShapedReceiver::ShapedReceiver(zmq::socket_t& socket, double latencyS, double ji
     : socket_(socket), latencyS_(latencyS), jitterS_(jitterS), rng_(seed) {}
 
 bool ShapedReceiver::pull(bool wait, int timeoutMs) {
-  if (wait) {
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeoutMs)) == 0) return false;
-  }
   zmq::message_t head;
-  if (!socket_.recv(head, zmq::recv_flags::dontwait)) return false;
+  if (wait) {
+    // zmq_poll may report POLLIN when only commands were pending (a peer's pipe attaching after
+    // its CURVE handshake, for one): poll again until a message comes or the time is up.
+    const double deadline = hostClockNow() + (timeoutMs < 0 ? 1e9 : timeoutMs * 1e-3);
+    while (!socket_.recv(head, zmq::recv_flags::dontwait)) {
+      const double left = deadline - hostClockNow();
+      if (left <= 0) return false;
+      zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<long>(std::ceil(left * 1000))));
+    }
+  } else if (!socket_.recv(head, zmq::recv_flags::dontwait)) {
+    return false;
+  }
   const double now = monotonicNow();
   if (head.size() != sizeof(Envelope) || !head.more())
     throw std::runtime_error("shaped socket: malformed envelope of " + std::to_string(head.size()) +

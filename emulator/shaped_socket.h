@@ -7,8 +7,9 @@
 // instead of added to it; a message that really arrives later than its stamp is delivered at once.
 // With the kernel backend the kernel paces the rate: the sender stamps arrival = 0 and the
 // receiver adds only latency/jitter to the real receipt time (DelayLine).
-// All times are CLOCK_MONOTONIC seconds, which every process on the host shares, also across
-// network namespaces.
+// All times are the run's clock (monotonicNow): CLOCK_MONOTONIC, which every process on a host
+// shares, also across network namespaces; across hosts corrected by the offset the rendezvous
+// estimated (runtime/rendezvous.h).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,15 @@
 
 namespace slowpipe::emulator {
 
+// The run's clock: this host's CLOCK_MONOTONIC plus the offset to the run's reference clock (0 on
+// one host; across hosts the offset to the coordinator's clock estimated at the rendezvous, so
+// envelope times mean the same thing on both ends of a link).
 double monotonicNow();
+// This host's clock alone (CLOCK_MONOTONIC; tests may skew it with SLOWPIPE_TEST_CLOCK_SKEW_S).
+double hostClockNow();
+// Set once, before any link is built.
+void setClockOffset(double offsetS);
+double clockOffset();
 // Sleeps until monotonic time t: clock_nanosleep to ~100 us before, then spins.
 void sleepUntil(double t);
 

@@ -1,10 +1,12 @@
 // Bootstraps from the environment (see bootstrap.h).
 #include "runtime/bootstrap.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace slowpipe::runtime {
 

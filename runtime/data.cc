@@ -1,6 +1,8 @@
 // Corpus preparation, example sets and epoch plans.
 #include "runtime/data.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -38,7 +40,8 @@ std::string cleanText(const std::string& raw) {
 }
 
 void writeAtomically(const fs::path& p, const std::string& bytes) {
-  const fs::path tmp = p.string() + ".tmp";
+  // A name of this process's own: workers on one host may prepare the same corpus at once.
+  const fs::path tmp = p.string() + ".tmp" + std::to_string(getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

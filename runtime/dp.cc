@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compression/frame.h"
+#include "runtime/security.h"
 
 namespace slowpipe::runtime {
 
@@ -158,6 +159,7 @@ DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)
     l.pull = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
     l.pull->set(zmq::sockopt::rcvhwm, 0);
     l.pull->set(zmq::sockopt::linger, 0);
+    if (opt_.security) opt_.security->server(*l.pull, opt_.stage * opt_.replicas + q);
     l.pull->bind("tcp://" + opt_.bindHost + ":*");
     l.receiver = std::make_unique<emulator::ShapedReceiver>(*l.pull, 0, 0, 300 + 1000 * opt_.rank + q);
   }
@@ -178,6 +180,7 @@ void DpExchange::connect(const json& peers) {
     l.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
     l.push->set(zmq::sockopt::sndhwm, 0);
     l.push->set(zmq::sockopt::linger, 30000);
+    if (opt_.security) opt_.security->client(*l.push, opt_.stage * opt_.replicas + q);
     l.push->connect(peers[key].get<std::string>());
     l.sender = std::make_unique<emulator::ShapedSender>(*l.push, opt_.topology.link(opt_.replica, q), true,
                                                          5000 + 1000 * opt_.rank + q);

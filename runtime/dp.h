@@ -40,6 +40,8 @@
 
 namespace slowpipe::runtime {
 
+struct SocketSecurity;  // runtime/security.h
+
 // dp.codec read: a plain codec spec, or a gradient compressor with optimizer-side state.
 struct GradientCompressor {
   enum class Kind { kCodec, kQadam, kPowerSgd };
@@ -78,6 +80,7 @@ struct DpOptions {
   emulator::Topology topology;  // DP links, by replica
   std::string bindHost = "127.0.0.1";
   double recvTimeoutS = 120;
+  const SocketSecurity* security = nullptr;  // across hosts: CURVE, see TransportOptions
 };
 
 struct DpStats {

@@ -24,7 +24,9 @@
 #include "runtime/data.h"
 #include "runtime/dp.h"
 #include "runtime/ranks.h"
+#include "runtime/rendezvous.h"
 #include "runtime/result.h"
+#include "runtime/security.h"
 
 namespace slowpipe::runtime {
 namespace fs = std::filesystem;
@@ -75,11 +77,12 @@ class Launcher {
                                     "' does not exist (make it with `slowpipe pretrain`)");
       writeJsonAtomically(resultPath_, finalDoc());
       setupNetwork();
-      rc = supervise();
+      rc = opt_.external.enabled ? superviseExternal() : supervise();
     } catch (const std::exception& e) {
       fail(std::string("launcher: ") + e.what());
+      if (opt_.external.enabled && !readySent_ && opt_.external.ready) opt_.external.ready(e.what());
     }
-    stopWorkers();
+    if (!opt_.external.enabled) stopWorkers();
     fabric_.reset();
     writeJsonAtomically(resultPath_, finalDoc());
     return rc;
@@ -99,6 +102,9 @@ class Launcher {
         doc_["network_cleanup"] = removed;
       }
     }
+    if (opt_.external.enabled && spec_.network.backend != "user")
+      throw std::invalid_argument("network.backend '" + spec_.network.backend + "': the namespaces of the tc backend live on "
+                                  "one host; a run started by an external launcher shapes in user space (backend user)");
     if (spec_.network.backend == "tc") {
       std::vector<emulator::FabricEdge> edges;
       for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
@@ -119,7 +125,9 @@ class Launcher {
       doc_["network"]["dp_links"] = dpTopology(spec_);
       doc_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
     }
-    if (opt_.calibrate && S_ > 1) calibrate(topo);
+    if (opt_.calibrate && S_ > 1 && !opt_.external.enabled) calibrate(topo);
+    if (opt_.external.enabled)
+      doc_["calibration_note"] = "not calibrated: the links run between the workers' hosts, not on this one";
   }
 
   // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
@@ -270,16 +278,7 @@ class Launcher {
         if (!handle(json::parse(m.to_string()))) return fail(error_);
       if (!sentPeers && static_cast<int>(hellos_.size()) == N_) {
         for (int r = 0; r < N_; ++r) {
-          const RankId id = layout_.id(r);
-          const int prev = id.stage > 0 ? layout_.rank({id.stage - 1, id.replica}) : -1;
-          const int next = id.stage + 1 < S_ ? layout_.rank({id.stage + 1, id.replica}) : -1;
-          json table = {{"prev_from_next", prev >= 0 ? hellos_[prev]["from_next"] : json("")},
-                        {"next_from_prev", next >= 0 ? hellos_[next]["from_prev"] : json("")},
-                        {"prev_rank", prev}, {"next_rank", next}, {"dp_peers", json::object()}};
-          // Replica q's endpoint for what this replica sends it.
-          for (int q = 0; q < layout_.replicas; ++q)
-            if (q != id.replica)
-              table["dp_peers"][std::to_string(q)] = hellos_[layout_.rank({id.stage, q})]["dp"][std::to_string(id.replica)];
+          const json table = peerTable(r);
           if (!peers[r]->send(zmq::buffer(table.dump()), zmq::send_flags::none))
             return fail("rank " + std::to_string(r) + " did not take its peer table within 5 s");
         }
@@ -313,8 +312,176 @@ class Launcher {
       }
       if (quiet > spec_.runtime.stepTimeoutS) return fail(diagnoseHang());
     }
-    // Sender and receiver codec states must be bit-identical across every link, both directions,
-    // and every data-parallel codec pair (runtime/dp.h) alike at all its ends.
+    return checkCodecStates();
+  }
+
+  // Where rank r's neighbours and replicas take its messages (from their hellos).
+  json peerTable(int r) {
+    const RankId id = layout_.id(r);
+    const int prev = id.stage > 0 ? layout_.rank({id.stage - 1, id.replica}) : -1;
+    const int next = id.stage + 1 < S_ ? layout_.rank({id.stage + 1, id.replica}) : -1;
+    json table = {{"prev_from_next", prev >= 0 ? hellos_[prev]["from_next"] : json("")},
+                  {"next_from_prev", next >= 0 ? hellos_[next]["from_prev"] : json("")},
+                  {"prev_rank", prev}, {"next_rank", next}, {"dp_peers", json::object()}};
+    // Replica q's endpoint for what this replica sends it.
+    for (int q = 0; q < layout_.replicas; ++q)
+      if (q != id.replica)
+        table["dp_peers"][std::to_string(q)] = hellos_[layout_.rank({id.stage, q})]["dp"][std::to_string(id.replica)];
+    return table;
+  }
+
+  // External bootstrap (LaunchOptions::External): the workers join at the rendezvous, send
+  // records and heartbeats to the control socket; the events socket carries the coordinator's
+  // heartbeat and, at the end, "end" or "abort" with the reason.
+  int superviseExternal() {
+    const LaunchOptions::External& ex = opt_.external;
+    zmq::context_t ctx(1);
+    CurveGate gate(ctx);
+    gate.allow("rendezvous", curveKeyPairFromSecret(ex.secret, "rendezvous/client").publicKey);
+    const CurveKeyPair me = newCurveKeyPair();
+    const std::string ip = resolveIPv4(ex.listenHost);
+    zmq::socket_t rv(ctx, zmq::socket_type::router), control(ctx, zmq::socket_type::pull), events(ctx, zmq::socket_type::pub);
+    for (auto* s : {&rv, &control, &events}) s->set(zmq::sockopt::linger, 1000);
+    makeCurveServer(rv, curveKeyPairFromSecret(ex.secret, "rendezvous/server"), "rendezvous");
+    makeCurveServer(control, me, "control");
+    makeCurveServer(events, me, "control");
+    const std::string rvEp = "tcp://" + ip + ":" + std::to_string(ex.listenPort);
+    try {
+      rv.bind(rvEp);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error("rendezvous: cannot listen on " + rvEp + ": " + e.what());
+    }
+    control.bind("tcp://" + ip + ":*");
+    events.bind("tcp://" + ip + ":*");
+    const std::string controlEp = control.get(zmq::sockopt::last_endpoint), eventsEp = events.get(zmq::sockopt::last_endpoint);
+    doc_["bootstrap"] = {{"kind", "external"}, {"rendezvous", rvEp}, {"security", "CURVE (keys per run; rendezvous keys from the shared secret)"}};
+    doc_["workers"] = json::array();
+    readySent_ = true;
+    if (ex.ready) ex.ready("");
+    struct sigaction sa {};
+    sa.sa_handler = onInterrupt;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    start_ = now();
+    lastProgress_ = now();
+    std::map<int, json> joins;
+    std::map<int, std::string> joinIds, tableIds;
+    std::vector<double> lastSeen(N_, 0);
+    bool joined = false, tablesSent = false;
+    double lastBeat = 0;
+    auto reply = [&](const std::string& id, const json& j) {
+      rv.send(zmq::buffer(id), zmq::send_flags::sndmore);
+      rv.send(zmq::message_t(), zmq::send_flags::sndmore);
+      rv.send(zmq::buffer(j.dump()), zmq::send_flags::none);
+    };
+    auto publish = [&](const json& j) { events.send(zmq::buffer(j.dump()), zmq::send_flags::dontwait); };
+    auto finish = [&](int rc) {
+      // The result first: a worker in this process exits as soon as it hears "abort".
+      if (rc == 0) doc_["status"] = "ok";
+      doc_["refused_connections"] = {{"count", gate.refused()}, {"first", gate.refusals()}};
+      writeJsonAtomically(resultPath_, finalDoc());
+      for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
+        publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", doc_.value("reason", "")}});
+        usleep(100000);
+      }
+      return rc;
+    };
+    while (doneCount_ < N_) {
+      zmq::pollitem_t items[] = {{static_cast<void*>(control), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      if (now() - lastBeat >= 0.5) {
+        publish({{"type", "beat"}});
+        lastBeat = now();
+      }
+      std::vector<zmq::message_t> parts;
+      while (true) {  // requests: [routing id][empty][json]
+        parts.clear();
+        zmq::message_t part;
+        if (!rv.recv(part, zmq::recv_flags::dontwait)) break;
+        parts.push_back(std::move(part));
+        while (parts.back().more() && rv.recv(part)) parts.push_back(std::move(part));
+        if (parts.size() != 3) continue;
+        const std::string id = parts[0].to_string();
+        json req;
+        try {
+          req = json::parse(parts[2].to_string());
+        } catch (const std::exception&) {
+          reply(id, {{"error", "not JSON"}});
+          continue;
+        }
+        const std::string type = req.value("type", "");
+        if (type == "time") {
+          reply(id, {{"t", now()}});
+        } else if (type == "join") {
+          const int r = req.value("rank", -1), size = req.value("size", -1);
+          if (size != N_) {
+            reply(id, {{"error", "rank " + std::to_string(r) + " was started with world size " + std::to_string(size) + "; this run has " +
+                                     std::to_string(N_) + " workers (pipeline.stages x pipeline.replicas = " + std::to_string(S_) +
+                                     " x " + std::to_string(layout_.replicas) + ")"}});
+          } else if (r < 0 || r >= N_ || joins.count(r) || joined) {
+            reply(id, {{"error", "rank " + std::to_string(r) + " is not a free rank of this run (0.." + std::to_string(N_ - 1) +
+                                     (joins.count(r) ? ", already joined" : "") + ")"}});
+          } else {
+            joins[r] = req;
+            joinIds[r] = id;
+            gate.allow("control", req.value("key", ""));
+          }
+          if (!joined && static_cast<int>(joins.size()) == N_) {
+            json keys = json::object();
+            for (const auto& [k, j] : joins) keys[std::to_string(k)] = j["key"];
+            for (const auto& [k, j] : joins) {
+              const RankId rid = layout_.id(k);
+              doc_["workers"].push_back({{"rank", k}, {"stage", rid.stage}, {"replica", rid.replica}, {"host", j.value("host", "")},
+                                         {"address", j.value("address", "")}, {"pid", j.value("pid", 0)}});
+              reply(joinIds[k], {{"spec", spec_.source.is_null() ? toJson(spec_) : spec_.source}, {"control", controlEp},
+                                 {"events", eventsEp}, {"coordinator_key", me.publicKey}, {"keys", keys}});
+              lastSeen[k] = now();
+            }
+            joined = true;
+            lastProgress_ = now();
+          }
+        } else if (type == "table") {
+          tableIds[req.value("rank", -1)] = id;
+        } else {
+          reply(id, {{"error", "unknown request '" + type + "'"}});
+        }
+      }
+      zmq::message_t m;
+      while (control.recv(m, zmq::recv_flags::dontwait)) {
+        const json rec = json::parse(m.to_string());
+        const int r = rec.value("rank", -1);
+        if (r >= 0 && r < N_) lastSeen[r] = now();
+        if (rec.value("type", "") == "beat") continue;
+        if (rec.value("type", "") == "hello" && rec.contains("clock")) doc_["clock"][std::to_string(r)] = rec["clock"];
+        if (!handle(rec)) return finish(fail(error_));
+      }
+      if (!tablesSent && static_cast<int>(hellos_.size()) == N_ && static_cast<int>(tableIds.size()) == N_) {
+        for (const auto& [r, id] : tableIds) reply(id, peerTable(r));
+        tablesSent = true;
+      }
+      if (!joined && now() - start_ > ex.joinTimeoutS) {
+        std::string missing;
+        for (int r = 0; r < N_; ++r)
+          if (!joins.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        return finish(fail(std::to_string(joins.size()) + " of " + std::to_string(N_) + " ranks joined the rendezvous at " + rvEp +
+                           " within " + std::to_string(static_cast<int>(ex.joinTimeoutS)) + " s; missing: " + missing));
+      }
+      if (joined)
+        for (int r = 0; r < N_; ++r)
+          if (!workers_[r].done && now() - lastSeen[r] > kSilentS)
+            return finish(fail("rank " + std::to_string(r) + " (host " + joins[r].value("host", "?") + ") sent nothing for " +
+                               std::to_string(static_cast<int>(kSilentS)) + " s: it died or its host is unreachable" +
+                               (workers_[r].lastStep >= 0 ? "; last step " + std::to_string(workers_[r].lastStep)
+                                                          : "; before its first step")));
+      if (gInterrupt) return finish(fail(std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load())));
+      if (joined && now() - lastProgress_ > spec_.runtime.stepTimeoutS) return finish(fail(diagnoseHang()));
+    }
+    return finish(checkCodecStates());
+  }
+
+  // Sender and receiver codec states must be bit-identical across every link, both directions,
+  // and every data-parallel codec pair (runtime/dp.h) alike at all its ends.
+  int checkCodecStates() {
     bool match = true;
     for (int q = 0; q < layout_.replicas; ++q)
       for (int s = 0; s + 1 < S_; ++s) {
@@ -598,6 +765,8 @@ class Launcher {
     return d;
   }
 
+  static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
+  bool readySent_ = false;
   const RunSpec& spec_;
   LaunchOptions opt_;
   int S_;

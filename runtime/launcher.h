@@ -2,9 +2,10 @@
 // namespaces + veths + tc for the kernel backend), starts one worker process per stage, collects
 // their records into DIR/result.json (rewritten atomically after every step), and stops every
 // worker within seconds when one dies, hangs past runtime.step_timeout_s, or the launcher is
-// interrupted. Ranks are (stage, replica) pairs; today replica is always 0.
+// interrupted. Ranks are (stage, replica) pairs (runtime/ranks.h).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "runtime/spec.h"
@@ -16,6 +17,20 @@ struct LaunchOptions {
   std::string exe = "/proc/self/exe";  // binary that has the `worker` subcommand
   bool progress = true;                // progress line on stderr
   bool calibrate = true;               // short link calibration recorded in the result
+  // External bootstrap (mpirun, srun, torchrun-style): the coordinator starts no process; the
+  // workers, started by that launcher wherever it runs them, join at the rendezvous
+  // (runtime/rendezvous.h) on listenHost:listenPort over CURVE keys from `secret`. Liveness comes
+  // from heartbeats: a rank silent for 3 s fails the run (naming it) and every worker is told to
+  // stop; result.json is written here as by the local launcher.
+  struct External {
+    bool enabled = false;
+    std::string listenHost;
+    int listenPort = 0;
+    std::string secret;
+    double joinTimeoutS = 120;
+    // Called once the rendezvous listens ("" ) or could not be set up (the reason).
+    std::function<void(const std::string&)> ready;
+  } external;
 };
 
 // Returns 0 when the run completed, 1 when it failed (the result says why).

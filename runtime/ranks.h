@@ -1,6 +1,5 @@
-// Rank layout: every worker is a (stage, replica) pair. Today each stage has one replica; the
-// layout already numbers ranks stage-major so data-parallel replicas of a stage can be added
-// without renumbering the pipeline: rank = stage * replicas + replica.
+// Rank layout: every worker is a (stage, replica) pair (pipeline.replicas data-parallel replicas
+// per stage), numbered stage-major: rank = stage * replicas + replica.
 #pragma once
 
 #include <stdexcept>

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compression/error.h"
+#include "runtime/security.h"
 
 namespace slowpipe::runtime {
 
@@ -33,6 +34,7 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     s->set(zmq::sockopt::linger, 0);
   }
   if (opt_.stage > 0) {
+    if (opt_.security) opt_.security->server(fromPrev_, opt_.prevRank);
     fromPrev_.bind("tcp://" + opt_.bindPrevHost + ":*");
     fromPrevEp_ = fromPrev_.get(zmq::sockopt::last_endpoint);
     rxPrev_ = std::make_unique<emulator::ShapedReceiver>(fromPrev_, opt_.prevLatencyS, opt_.prevJitterS, 100 + opt_.rank);
@@ -42,6 +44,7 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     }
   }
   if (opt_.stage + 1 < opt_.stages) {
+    if (opt_.security) opt_.security->server(fromNext_, opt_.nextRank);
     fromNext_.bind("tcp://" + opt_.bindNextHost + ":*");
     fromNextEp_ = fromNext_.get(zmq::sockopt::last_endpoint);
     rxNext_ = std::make_unique<emulator::ShapedReceiver>(fromNext_, opt_.nextLatencyS, opt_.nextJitterS, 200 + opt_.rank);
@@ -63,6 +66,7 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
     // Linger: a stage that finishes first must still deliver its last messages (the final
     // evaluation batches) before its process exits.
     p.push->set(zmq::sockopt::linger, 30000);
+    if (opt_.security) opt_.security->client(*p.push, peerStage < opt_.stage ? prevRank : nextRank);
     p.push->connect(ep);
     p.sender = std::make_unique<emulator::ShapedSender>(*p.push, opt_.topology.link(opt_.stage, peerStage),
                                                          !opt_.kernelPacesRate && !opt_.serialFifo, 1000 * opt_.rank + peerStage);

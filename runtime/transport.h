@@ -27,6 +27,8 @@
 
 namespace slowpipe::runtime {
 
+struct SocketSecurity;  // runtime/security.h
+
 struct Tensor32 {  // a float tensor as the transport sees it
   compression::Shape shape;
   std::vector<float> data;
@@ -66,6 +68,10 @@ struct TransportOptions {
   bool serialFifo = false;  // network.model serial_fifo (user backend): one inbound FIFO per stage
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
+  // Runs across hosts: CURVE on every socket, each PULL admitting only its neighbour's key
+  // (prevRank / nextRank: the neighbours' ranks). nullptr: plain sockets (one host).
+  const SocketSecurity* security = nullptr;
+  int prevRank = -1, nextRank = -1;
 };
 
 class StageTransport {

@@ -6,16 +6,24 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <future>
+#include <thread>
 #include <zmq.hpp>
 
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/dp.h"
+#include "runtime/bootstrap.h"
 #include "runtime/grad_sync.h"
+#include "runtime/launcher.h"
 #include "runtime/ranks.h"
+#include "runtime/rendezvous.h"
+#include "runtime/security.h"
 #include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
+#include "runtime/result.h"
 #include "runtime/transport.h"
 
 namespace slowpipe::runtime {
@@ -65,15 +73,30 @@ RankId checkedId(const RankLayout& layout, int rank) {
   return layout.id(rank);
 }
 
+// A worker of a run across hosts (runWorker's caller is runExternalWorker): its sockets' keys,
+// the coordinator's key, the rendezvous that hands out the peer table, what its hello adds.
+struct Remote {
+  const SocketSecurity* security = nullptr;
+  std::string coordinatorKey, bindHost;
+  RendezvousClient* rendezvous = nullptr;
+  json hello;  // host, address, clock estimate
+};
+
+// The control socket to the launcher / coordinator.
+void connectControl(zmq::socket_t& s, const std::string& endpoint, const Remote* remote) {
+  s.set(zmq::sockopt::linger, 2000);
+  s.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
+  if (remote) makeCurveClient(s, remote->security->own, remote->coordinatorKey);
+  s.connect(endpoint);
+}
+
 class PipelineWorker {
  public:
-  PipelineWorker(const RunSpec& spec, const WorkerArgs& args, zmq::context_t& ctx)
+  PipelineWorker(const RunSpec& spec, const WorkerArgs& args, zmq::context_t& ctx, const Remote* remote = nullptr)
       : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
         id_(checkedId(layout_, args.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
         dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
-    control_.set(zmq::sockopt::linger, 2000);
-    control_.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
-    control_.connect(args.control);
+    connectControl(control_, args.control, remote);
     TransportOptions o;
     o.rank = rank_;
     o.stage = id_.stage;
@@ -87,8 +110,13 @@ class PipelineWorker {
     o.prevJitterS = args.prevJitterS;
     o.nextLatencyS = args.nextLatencyS;
     o.nextJitterS = args.nextJitterS;
-    o.bindPrevHost = args.bindPrev;
-    o.bindNextHost = args.bindNext;
+    o.bindPrevHost = remote ? remote->bindHost : args.bindPrev;
+    o.bindNextHost = remote ? remote->bindHost : args.bindNext;
+    if (remote) {
+      o.security = remote->security;
+      o.prevRank = id_.stage > 0 ? layout_.rank({id_.stage - 1, id_.replica}) : -1;
+      o.nextRank = id_.stage + 1 < S_ ? layout_.rank({id_.stage + 1, id_.replica}) : -1;
+    }
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
@@ -103,21 +131,33 @@ class PipelineWorker {
       d.codec = gc_.messageCodec;
       d.topology = dpTopology(spec);
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
+      if (remote) {
+        d.security = remote->security;
+        d.bindHost = remote->bindHost;
+      }
       dp_ = std::make_unique<DpExchange>(ctx, d);
       sync_ = std::make_unique<GradientSync>(spec, runner_, id_.stage);
     }
-    // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
-    // send to this socket, which must already have its reader.
-    zmq::socket_t peers(ctx, zmq::socket_type::pull);
-    peers.set(zmq::sockopt::linger, 0);
-    peers.connect(args.peers);
-    report({{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
-            {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}});
-    zmq::message_t m;
-    zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
-      throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
-    const json table = json::parse(m.to_string());
+    json hello = {{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
+                  {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};
+    json table;
+    if (remote) {  // the coordinator answers once every rank said hello
+      hello.update(remote->hello);
+      report(hello);
+      table = remote->rendezvous->call({{"type", "table"}, {"rank", rank_}}, 2 * spec.runtime.stepTimeoutS);
+    } else {
+      // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
+      // send to this socket, which must already have its reader.
+      zmq::socket_t peers(ctx, zmq::socket_type::pull);
+      peers.set(zmq::sockopt::linger, 0);
+      peers.connect(args.peers);
+      report(hello);
+      zmq::message_t m;
+      zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
+        throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
+      table = json::parse(m.to_string());
+    }
     transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""), table.value("prev_rank", -1),
                         table.value("next_rank", -1));
     if (dp_) dp_->connect(table.value("dp_peers", json::object()));
@@ -395,6 +435,191 @@ int runWorker(const WorkerArgs& args) {
     return 3;
   }
   return 0;
+}
+
+namespace {
+
+// Runs across hosts: a heartbeat to the coordinator every 0.5 s, and the coordinator's events. On
+// "abort" (another rank failed, or the coordinator stopped the run) this process exits at once;
+// when the coordinator's own heartbeat stops for 5 s it exits too (the coordinator is gone).
+class Watchdog {
+ public:
+  Watchdog(zmq::context_t& ctx, int rank, const std::string& control, const std::string& events, const Remote& remote)
+      : thread_([this, &ctx, rank, control, events, own = remote.security->own, key = remote.coordinatorKey] {
+          zmq::socket_t beat(ctx, zmq::socket_type::push), sub(ctx, zmq::socket_type::sub);
+          beat.set(zmq::sockopt::linger, 0);
+          sub.set(zmq::sockopt::linger, 0);
+          makeCurveClient(beat, own, key);
+          makeCurveClient(sub, own, key);
+          sub.set(zmq::sockopt::subscribe, "");
+          beat.connect(control);
+          sub.connect(events);
+          const std::string beatText = json{{"type", "beat"}, {"rank", rank}}.dump();
+          double heard = emulator::hostClockNow(), sent = 0;
+          bool ended = false;
+          while (!stop_) {
+            const double t = emulator::hostClockNow();
+            if (!ended && t - sent >= 0.5) {
+              (void)beat.send(zmq::buffer(beatText), zmq::send_flags::dontwait);
+              sent = t;
+            }
+            zmq::pollitem_t item{static_cast<void*>(sub), 0, ZMQ_POLLIN, 0};
+            zmq::poll(&item, 1, std::chrono::milliseconds(100));
+            zmq::message_t m;
+            while (sub.recv(m, zmq::recv_flags::dontwait)) {
+              const json e = json::parse(m.to_string(), nullptr, false);
+              const std::string type = e.is_object() ? e.value("type", "") : "";
+              heard = emulator::hostClockNow();
+              if (type == "end") ended = true;
+              if (type == "abort") {
+                std::fprintf(stderr, "slowpipe worker %d: the coordinator stopped the run: %s\n", rank, e.value("reason", "").c_str());
+                std::fflush(stderr);
+                _exit(4);
+              }
+            }
+            if (!ended && emulator::hostClockNow() - heard > 5.0) {
+              std::fprintf(stderr, "slowpipe worker %d: no heartbeat from the coordinator for 5 s (%s): it is gone; exiting\n",
+                           rank, events.c_str());
+              std::fflush(stderr);
+              _exit(5);
+            }
+          }
+        }) {}
+  ~Watchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// The largest frame a worker of `spec` may legally receive (ZMQ_MAXMSGSIZE of its sockets): an
+// fp32 activation of a micro-batch with its example ids, or the largest DP chunk, plus headers.
+int64_t largestFrameBytes(const RunSpec& spec) {
+  const int64_t act = 4 * int64_t{spec.pipeline.microBatchSize} * spec.model.seqLen * spec.model.width +
+                      8 * int64_t{spec.pipeline.microBatchSize};
+  int64_t dp = 0;
+  if (spec.pipeline.replicas > 1)
+    for (int s = 0; s < spec.pipeline.stages; ++s)
+      for (int round = 0; round < dpShape(spec).rounds; ++round)
+        dp = std::max(dp, 4 * (dpRoundValues(spec, s, round, 0) / spec.pipeline.replicas + 1));
+  return std::max(act, dp) + (64 << 10);
+}
+
+// A one-line error record to the coordinator from a process whose worker could not be built.
+void reportError(zmq::context_t& ctx, const std::string& control, const Remote* remote, int rank, const std::string& what) {
+  zmq::socket_t s(ctx, zmq::socket_type::push);
+  connectControl(s, control, remote);
+  s.set(zmq::sockopt::sndtimeo, 2000);
+  const std::string text = json{{"type", "error"}, {"rank", rank}, {"message", what}}.dump();
+  (void)s.send(zmq::buffer(text), zmq::send_flags::none);
+}
+
+}  // namespace
+
+int runExternalWorker(const ExternalWorkerArgs& a) {
+  tuneAllocator();
+  int rank = a.rank, size = a.size;
+  std::string who = "slowpipe worker";
+  std::thread coordinator;
+  std::atomic<int> coordinatorRc{1};
+  RunSpec spec0;  // rank 0: the spec the coordinator runs (outlives its thread)
+  auto finish = [&](int rc) {
+    if (coordinator.joinable()) coordinator.join();
+    return rc != 0 ? rc : coordinatorRc.load();
+  };
+  std::string rvHost, secret, source = "flags";
+  int rvPort = 0;
+  try {
+    if (rank < 0) {
+      const auto b = bootstrapFromEnv(processEnv());
+      if (!b)
+        throw std::invalid_argument("no rank: start the workers with mpirun, srun or torchrun-style variables (RANK, WORLD_SIZE), "
+                                    "or give --rank and --size");
+      rank = b->rank;
+      size = b->size;
+      source = b->source;
+      if (!b->masterAddr.empty()) {
+        if (b->masterPort <= 0) throw std::invalid_argument("environment: MASTER_ADDR is set but MASTER_PORT is not");
+        rvHost = b->masterAddr;
+        rvPort = b->masterPort;
+      }
+    } else if (size <= rank) {
+      throw std::invalid_argument("--rank " + std::to_string(rank) + " needs --size above it");
+    }
+    who += " " + std::to_string(rank);
+    if (!a.rendezvous.empty()) std::tie(rvHost, rvPort) = parseHostPort(a.rendezvous, "--rendezvous");
+    if (rvHost.empty())
+      throw std::invalid_argument("no rendezvous: give --rendezvous HOST:PORT (rank 0's host and a free port) or set MASTER_ADDR "
+                                  "and MASTER_PORT");
+    secret = loadSecret(processEnv());
+    if (rank == 0) {  // the coordinator, in this process
+      if (a.specPath.empty() || a.outDir.empty()) throw std::invalid_argument("rank 0 runs the coordinator: give --spec and --out");
+      spec0 = loadRunSpec(a.specPath);
+      LaunchOptions o;
+      o.outDir = a.outDir;
+      o.progress = false;
+      o.external.enabled = true;
+      o.external.listenHost = rvHost;
+      o.external.listenPort = rvPort;
+      o.external.secret = secret;
+      o.external.joinTimeoutS = a.joinTimeoutS;
+      auto ready = std::make_shared<std::promise<std::string>>();
+      std::future<std::string> isReady = ready->get_future();
+      o.external.ready = [ready](const std::string& error) { ready->set_value(error); };
+      coordinator = std::thread([&coordinatorRc, &spec0, o] { coordinatorRc = launchRun(spec0, o); });
+      const std::string error = isReady.get();  // the corpus is prepared before the rendezvous listens
+      if (!error.empty()) throw std::runtime_error("the coordinator did not start: " + error);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return finish(2);
+  }
+  int rc = 0;
+  {
+    zmq::context_t ctx(1);
+    CurveGate gate(ctx);
+    const CurveKeyPair own = newCurveKeyPair();
+    SocketSecurity security;
+    security.own = own;
+    security.gate = &gate;
+    Remote remote;
+    remote.security = &security;
+    std::string control;
+    try {
+      remote.bindHost = a.bindHost.empty() ? localAddressToward(rvHost) : resolveIPv4(a.bindHost);
+      RendezvousClient rv(ctx, rvHost, rvPort, secret, a.joinTimeoutS);
+      remote.rendezvous = &rv;
+      const json join = rv.call({{"type", "join"}, {"rank", rank}, {"size", size}, {"key", own.publicKey}, {"host", hostName()},
+                                 {"address", remote.bindHost}, {"pid", getpid()}, {"bootstrap", source}},
+                                a.joinTimeoutS + 10);
+      control = join.at("control").get<std::string>();
+      remote.coordinatorKey = join.at("coordinator_key").get<std::string>();
+      for (const auto& [k, v] : join.at("keys").items()) security.rankKeys[std::stoi(k)] = v.get<std::string>();
+      // The coordinator's clock, NTP-style; rank 0 shares its process (and clock).
+      const ClockEstimate clock = rank == 0 ? ClockEstimate{} : rv.estimateClock();
+      emulator::setClockOffset(clock.offsetS);
+      remote.hello = {{"host", hostName()}, {"address", remote.bindHost}, {"bootstrap", source},
+                      {"clock", {{"offset_s", clock.offsetS}, {"rtt_s", clock.rttS}, {"error_bound_s", 0.5 * clock.rttS}}}};
+      const RunSpec spec = runSpecFromJson(join.at("spec"), "the run's spec (from the rendezvous)");
+      if (rank != 0) prepareCorpus(spec.data);  // rank 0's coordinator prepared it on its host
+      torch::set_num_threads(spec.runtime.threadsPerWorker);
+      security.maxMessageBytes = largestFrameBytes(spec);
+      Watchdog dog(ctx, rank, control, join.at("events").get<std::string>(), remote);
+      WorkerArgs wa;
+      wa.rank = rank;
+      wa.control = control;
+      PipelineWorker w(spec, wa, ctx, &remote);
+      w.run();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+      if (!control.empty()) reportError(ctx, control, &remote, rank, e.what());
+      rc = 3;
+    }
+  }
+  return finish(rc);
 }
 
 void runSingleProcess(const RunSpec& specIn, const std::string& split,

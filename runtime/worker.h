@@ -1,4 +1,4 @@
-// One OS process = one pipeline stage (rank = stage; replicas later): runs the per-stage schedule
+// One OS process = one (stage, replica) of the run (runtime/ranks.h): runs its step's schedule
 // with real tensors over the stage transport and reports one record per step to the launcher.
 // Also the single-process trainer (all layers in one process) used by `pretrain` and as the
 // reference the pipeline must match.
@@ -29,6 +29,22 @@ struct WorkerArgs {
 };
 
 int runWorker(const WorkerArgs& args);
+
+// A worker started by an external launcher: `mpirun -np N slowpipe worker --spec S --out DIR`,
+// `srun -n N ...`, or processes with torchrun-style RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT.
+// Its rank and the world size come from the environment (runtime/bootstrap.h) unless given; rank 0
+// also runs the coordinator (the rendezvous, record collection and DIR/result.json on its host);
+// every rank joins at the rendezvous with the shared secret (SLOWPIPE_SECRET_FILE), takes the run's
+// spec, keys and clock offset from it, then runs as a local worker over CURVE sockets bound on its
+// host's address toward the rendezvous. Returns the exit status (rank 0: the run's).
+struct ExternalWorkerArgs {
+  std::string specPath, outDir;  // read and written by rank 0
+  std::string rendezvous;        // HOST:PORT; empty: MASTER_ADDR:MASTER_PORT
+  std::string bindHost;          // empty: this host's address toward the rendezvous
+  int rank = -1, size = 0;       // -1: from the environment
+  double joinTimeoutS = 120;
+};
+int runExternalWorker(const ExternalWorkerArgs& args);
 
 // The glibc allocator settings every worker runs with (worker.cc says why): large per-message
 // buffers are reused instead of being mmap'ed and page-faulted afresh. Benchmarks that claim to

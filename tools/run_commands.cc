@@ -43,12 +43,18 @@ void addRunCommands(CLI::App& app) {
   }
   {
     auto a = std::make_shared<runtime::WorkerArgs>();
-    auto* cmd = app.add_subcommand("worker", "one pipeline stage (started by `slowpipe run`)");
-    cmd->group("");  // internal
-    cmd->add_option("--spec", a->specPath)->required();
-    cmd->add_option("--rank", a->rank)->required();
-    cmd->add_option("--control", a->control)->required();
-    cmd->add_option("--peers", a->peers)->required();
+    auto x = std::make_shared<runtime::ExternalWorkerArgs>();
+    auto* cmd = app.add_subcommand("worker", "one worker process: started by mpirun / srun / torchrun-style scripts "
+                                             "(README: Running on a cluster), or internally by `slowpipe run`");
+    cmd->add_option("--spec", a->specPath, "experiment spec (rank 0 reads it; the others take it from the rendezvous)");
+    cmd->add_option("--out", x->outDir, "output folder on rank 0's host (result.json)");
+    cmd->add_option("--rendezvous", x->rendezvous, "HOST:PORT where rank 0 listens (default: MASTER_ADDR:MASTER_PORT)");
+    cmd->add_option("--bind", x->bindHost, "address this worker's sockets bind (default: its address toward the rendezvous)");
+    cmd->add_option("--size", x->size, "world size (default: from the launcher's environment)");
+    cmd->add_option("--join-timeout", x->joinTimeoutS, "seconds to wait for every rank at the rendezvous")->check(CLI::Range(1.0, 3600.0));
+    cmd->add_option("--rank", a->rank, "this worker's rank (default: from the launcher's environment)");
+    cmd->add_option("--control", a->control)->group("");  // internal: started by `slowpipe run`
+    cmd->add_option("--peers", a->peers)->group("");
     cmd->add_option("--netns", a->netns);
     cmd->add_option("--bind-prev", a->bindPrev);
     cmd->add_option("--bind-next", a->bindNext);
@@ -58,7 +64,12 @@ void addRunCommands(CLI::App& app) {
     cmd->add_option("--next-jitter", a->nextJitterS);
     cmd->add_option("--launcher-pid", a->launcherPid);
     cmd->add_flag("--kernel-rate", a->kernelPacesRate);
-    cmd->callback([a] { std::exit(runtime::runWorker(*a)); });
+    cmd->callback([a, x, cmd] {
+      if (!a->control.empty()) std::exit(runtime::runWorker(*a));  // a child of `slowpipe run`
+      x->specPath = a->specPath;
+      x->rank = cmd->count("--rank") ? a->rank : -1;
+      std::exit(runtime::runExternalWorker(*x));
+    });
   }
   {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), log = std::make_shared<std::string>();

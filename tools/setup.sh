@@ -18,11 +18,14 @@ while [ $# -gt 0 ]; do
 done
 
 # libopenblas0-openmp: without it libtorch falls back to the reference BLAS (20x slower here).
+# libsodium-dev: CURVE keys derived from a run's shared secret (runtime/security.h); openmpi-bin:
+# mpirun, which the multi-host tests launch workers with.
 # python3-torch: writes TorchScript codecs (examples/codecs/torchscript, the torchscript codec tests).
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
-  libzmq3-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin
   iproute2 ethtool iperf3 procps
   python3 python3-matplotlib python3-torch
   fortunes
