@@ -524,7 +524,7 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
   int rank = a.rank, size = a.size;
   std::string who = "slowpipe worker";
   std::thread coordinator;
-  std::atomic<int> coordinatorRc{1};
+  std::atomic<int> coordinatorRc{0};  // rank 0: the run's status
   RunSpec spec0;  // rank 0: the spec the coordinator runs (outlives its thread)
   auto finish = [&](int rc) {
     if (coordinator.joinable()) coordinator.join();

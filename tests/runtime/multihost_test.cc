@@ -1,0 +1,290 @@
+// Runs started by external launchers (runtime/bootstrap.h, runtime/rendezvous.h): real worker
+// processes of the real binary, started the way mpirun, srun and torchrun-style scripts start them
+// (their environment variables; mpirun itself where it is installed), meeting at a rendezvous over
+// CURVE. Every run is compared with the local launcher's on the same spec.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cmath>
+#include <map>
+
+#include "emulator/shaped_socket.h"
+#include "runtime/rendezvous.h"
+#include "runtime/security.h"
+#include "tests/runtime/pipeline_fixture.h"
+
+extern char** environ;
+
+namespace slowpipe::runtime {
+namespace {
+
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+class MultiHostTest : public PipelineTest {
+ protected:
+  using Env = std::map<std::string, std::string>;
+
+  void SetUp() override {
+    secret_ = root_ / "secret";
+    std::ofstream(secret_) << "a shared secret of this test run\n";
+  }
+
+  // Starts `argv` with this process's environment plus `env`; output to `log`.
+  static pid_t spawn(const std::vector<std::string>& argv, const Env& env, const fs::path& log) {
+    std::vector<std::string> vars;
+    for (char** e = environ; *e; ++e) {
+      const std::string v = *e;
+      if (!env.count(v.substr(0, v.find('=')))) vars.push_back(v);
+    }
+    for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
+    std::vector<char*> av, ev;
+    for (auto& a : const_cast<std::vector<std::string>&>(argv)) av.push_back(a.data());
+    av.push_back(nullptr);
+    for (auto& v : vars) ev.push_back(v.data());
+    ev.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execve(av[0], av.data(), ev.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Exit status of pid, or -1 if it has not exited within timeoutS (it is killed then).
+  static int waitFor(pid_t pid, double timeoutS) {
+    const double until = emulator::hostClockNow() + timeoutS;
+    while (emulator::hostClockNow() < until) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+  }
+
+  fs::path writeSpec(const json& spec, const std::string& tag) const {
+    const fs::path p = root_ / (tag + ".json");
+    std::ofstream(p) << spec.dump();
+    return p;
+  }
+
+  // N workers started with per-rank environments (rank r gets env(r)) and common arguments.
+  std::vector<pid_t> startWorkers(int n, const std::function<Env(int)>& env, const std::vector<std::string>& args,
+                                  const std::string& tag) const {
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; ++r) {
+      std::vector<std::string> argv = {SLOWPIPE_BINARY, "worker"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      Env e = env(r);
+      e["SLOWPIPE_SECRET_FILE"] = secret_.string();
+      pids.push_back(spawn(argv, e, root_ / (tag + "-w" + std::to_string(r) + ".log")));
+    }
+    return pids;
+  }
+
+  static std::string readFile(const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  static void expectSameLosses(const json& got, const json& reference) {
+    ASSERT_EQ(got["steps"].size(), reference["steps"].size());
+    for (size_t i = 0; i < got["steps"].size(); ++i) {
+      const double a = got["steps"][i]["loss"].get<double>(), b = reference["steps"][i]["loss"].get<double>();
+      EXPECT_NEAR(a, b, 1e-6 * std::fabs(b)) << "step " << i;
+    }
+  }
+
+  fs::path secret_;
+};
+
+// torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): 3 ranks, 3 stages, the
+// local launcher's losses; every rank's clock estimate and host are recorded.
+TEST_F(MultiHostTest, TorchrunStyleEnvironmentGivesTheLocalLaunchersLosses) {
+  const json spec = baseSpec(3, "gpipe");
+  const json reference = launch(spec, "mh-ref3");
+  const int port = freePort();
+  const auto pids = startWorkers(3, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-torchrun").string(), "--out", (root_ / "mh-torchrun").string()}, "mh-torchrun");
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-torchrun" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["codec_states_match"], true);
+  expectSameLosses(r, reference);
+  EXPECT_EQ(r["bootstrap"]["kind"], "external");
+  ASSERT_EQ(r["clock"].size(), 3u);
+  for (const auto& [rank, c] : r["clock"].items()) EXPECT_LT(c["error_bound_s"].get<double>(), 0.01) << rank;
+  EXPECT_EQ(r["refused_connections"]["count"], 0);
+}
+
+// Slurm's variables, with data parallelism (S=2 x R=2: the replicas' sockets are CURVE too) and the
+// rendezvous given on the command line.
+TEST_F(MultiHostTest, SlurmEnvironmentWithReplicasGivesTheLocalLaunchersLosses) {
+  json spec = baseSpec(2, "1f1b");
+  spec["pipeline"]["replicas"] = 2;
+  spec["dp"] = {{"algorithm", "sharded_ps"}, {"codec", "ef(quant:bits=8,scale=group,group=512)"}};
+  const json reference = launch(spec, "mh-ref2x2");
+  const int port = freePort();
+  const auto pids = startWorkers(4, [](int r) { return Env{{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "4"}}; },
+                                 {"--spec", writeSpec(spec, "mh-slurm").string(), "--out", (root_ / "mh-slurm").string(),
+                                  "--rendezvous", "127.0.0.1:" + std::to_string(port)},
+                                 "mh-slurm");
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-slurm" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["codec_states_match"], true);
+  expectSameLosses(r, reference);
+  for (size_t i = 0; i < r["steps"].size(); ++i)
+    EXPECT_EQ(r["steps"][i]["bytes"]["gradient"]["wire"], reference["steps"][i]["bytes"]["gradient"]["wire"]);
+}
+
+// OpenMPI's mpirun starts the workers (OMPI_COMM_WORLD_RANK / SIZE).
+TEST_F(MultiHostTest, MpirunStartsTheRun) {
+  if (system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
+  const json spec = baseSpec(3, "1f1b");
+  const json reference = launch(spec, "mh-ref3-1f1b");
+  const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np 3 -x SLOWPIPE_SECRET_FILE " + std::string(SLOWPIPE_BINARY) +
+                          " worker --spec " + writeSpec(spec, "mh-mpi").string() + " --out " + (root_ / "mh-mpi").string() +
+                          " --rendezvous 127.0.0.1:" + std::to_string(freePort()) + " > " + (root_ / "mh-mpi.log").string() + " 2>&1";
+  const pid_t p = spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}}, root_ / "mh-mpi-sh.log");
+  ASSERT_EQ(waitFor(p, 180), 0) << readFile(root_ / "mh-mpi.log");
+  const json r = json::parse(std::ifstream(root_ / "mh-mpi" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  expectSameLosses(r, reference);
+  for (const auto& w : r["workers"]) EXPECT_EQ(w["address"], "127.0.0.1");
+}
+
+// Two "hosts" whose clocks differ by 1000 s and -500 s from rank 0's: the rendezvous estimates the
+// offsets, every envelope is on the coordinator's clock, so the shaped links behave as with one
+// clock (one-way delays the receivers observe are small and positive, the step time is the
+// unskewed run's) instead of holding each message for 1000 s.
+TEST_F(MultiHostTest, ClockOffsetsBetweenHostsAreEstimatedAndCorrected) {
+  json spec = baseSpec(3, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "2ms"}};
+  spec["training"]["max_steps"] = 8;
+  const json reference = launch(spec, "mh-ref-clock");
+  const int port = freePort();
+  const std::vector<std::string> skew = {"0", "1000", "-500"};
+  const auto pids = startWorkers(3, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"SLOWPIPE_TEST_CLOCK_SKEW_S", skew[r]}};
+  }, {"--spec", writeSpec(spec, "mh-clock").string(), "--out", (root_ / "mh-clock").string(), "--rendezvous",
+      "127.0.0.1:" + std::to_string(port)}, "mh-clock");
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-clock" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_NEAR(r["clock"]["1"]["offset_s"].get<double>(), -1000.0, 0.005);
+  EXPECT_NEAR(r["clock"]["2"]["offset_s"].get<double>(), 500.0, 0.005);
+  for (const auto& st : r["steps"])
+    for (const auto& stage : st["breakdown_s_per_stage"])
+      if (stage.contains("recv_delay_s"))
+        for (const auto& [from, d] : stage["recv_delay_s"].items()) {
+          EXPECT_GT(d["min"].get<double>(), 0.0) << from;
+          EXPECT_LT(d["max"].get<double>(), 1.0) << from;
+        }
+  const double got = r["summary"]["mean_step_time_s"].get<double>(), want = reference["summary"]["mean_step_time_s"].get<double>();
+  EXPECT_GT(got, 0.7 * want);
+  EXPECT_LT(got, 1.4 * want);
+}
+
+// A process that knows the rendezvous' public key but not the secret's client key is refused at
+// the handshake (counted in result.json); the run goes on to the end.
+TEST_F(MultiHostTest, RogueClientIsRefusedAndTheRunIsUnaffected) {
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "50Mbps"}, {"latency", "1ms"}};
+  const int port = freePort();
+  const auto pids = startWorkers(2, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-rogue").string(), "--out", (root_ / "mh-rogue").string()}, "mh-rogue");
+  {
+    zmq::context_t ctx(1);
+    zmq::socket_t rogue(ctx, zmq::socket_type::req);
+    rogue.set(zmq::sockopt::linger, 0);
+    // The strongest outsider: it has the server's public key (derived here from the secret), not the
+    // secret's client key.
+    makeCurveClient(rogue, newCurveKeyPair(), curveKeyPairFromSecret("a shared secret of this test run", "rendezvous/server").publicKey);
+    rogue.connect("tcp://127.0.0.1:" + std::to_string(port));
+    const std::string join = json{{"type", "join"}, {"rank", 1}, {"size", 2}, {"key", newCurveKeyPair().publicKey}}.dump();
+    rogue.send(zmq::buffer(join), zmq::send_flags::none);
+    zmq::pollitem_t item{static_cast<void*>(rogue), 0, ZMQ_POLLIN, 0};
+    EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(3000)), 0) << "the rendezvous answered a process without the secret";
+  }
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-rogue" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_GE(r["refused_connections"]["count"].get<int>(), 1);
+}
+
+// A rank with another secret cannot complete the handshake: it says so, and rank 0 fails the run
+// naming the rank that never joined.
+TEST_F(MultiHostTest, WrongSecretFailsTheRendezvousWithAClearMessage) {
+  const json spec = baseSpec(2, "gpipe");
+  const fs::path other = root_ / "other-secret";
+  std::ofstream(other) << "not the secret the others have\n";
+  const int port = freePort();
+  const auto rank0 = startWorkers(1, [&](int) {
+    return Env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-secret").string(), "--out", (root_ / "mh-secret").string(), "--join-timeout", "6"}, "mh-secret");
+  const pid_t wrong = spawn({SLOWPIPE_BINARY, "worker", "--join-timeout", "6"},
+                            {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+                             {"SLOWPIPE_SECRET_FILE", other.string()}},
+                            root_ / "mh-secret-wrong.log");
+  EXPECT_NE(waitFor(wrong, 30), 0);
+  EXPECT_NE(waitFor(rank0[0], 30), 0);
+  const std::string log = readFile(root_ / "mh-secret-wrong.log");
+  EXPECT_NE(log.find("secret (SLOWPIPE_SECRET_FILE) differs from the one rank 0 uses"), std::string::npos) << log;
+  const json r = json::parse(std::ifstream(root_ / "mh-secret" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r["reason"].get<std::string>().find("1 of 2 ranks joined the rendezvous"), std::string::npos) << r["reason"];
+  EXPECT_NE(r["reason"].get<std::string>().find("missing: 1"), std::string::npos) << r["reason"];
+}
+
+// A rank killed mid-run: the coordinator names it, every other rank stops within 5 s, the steps
+// done so far stay in result.json.
+TEST_F(MultiHostTest, KilledRankStopsEveryRankWithin5Seconds) {
+  json spec = baseSpec(3, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 0;
+  const int port = freePort();
+  const auto pids = startWorkers(3, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-kill").string(), "--out", (root_ / "mh-kill").string()}, "mh-kill");
+  json partial;
+  for (int i = 0; i < 600; ++i) {
+    usleep(100000);
+    try {
+      partial = json::parse(std::ifstream(root_ / "mh-kill" / "result.json"));
+      if (partial["steps"].size() >= 2) break;
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_GE(partial["steps"].size(), 2u) << "the run made no progress";
+  kill(pids[1], SIGKILL);
+  const double t0 = emulator::hostClockNow();
+  waitpid(pids[1], nullptr, 0);
+  for (int r : {0, 2}) EXPECT_NE(waitFor(pids[r], 10), -1) << "rank " << r << " did not stop";
+  EXPECT_LT(emulator::hostClockNow() - t0, 5.0);
+  const json r = json::parse(std::ifstream(root_ / "mh-kill" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
+  EXPECT_GE(r["steps"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace slowpipe::runtime
