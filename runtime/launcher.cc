@@ -102,9 +102,12 @@ class Launcher {
         doc_["network_cleanup"] = removed;
       }
     }
-    if (opt_.external.enabled && spec_.network.backend != "user")
-      throw std::invalid_argument("network.backend '" + spec_.network.backend + "': the namespaces of the tc backend live on "
-                                  "one host; a run started by an external launcher shapes in user space (backend user)");
+    if (opt_.external.enabled && spec_.network.backend == "tc")
+      throw std::invalid_argument("network.backend 'tc': its namespaces live on one host; a run started by an external "
+                                  "launcher shapes in user space (backend user) or on the hosts' interfaces (tc-dev)");
+    if (!opt_.external.enabled && spec_.network.backend == "tc-dev")
+      throw std::invalid_argument("network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
+                                  "mpirun or srun (README: Running on a cluster); on one host use backend tc");
     if (spec_.network.backend == "tc") {
       std::vector<emulator::FabricEdge> edges;
       for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
@@ -115,6 +118,9 @@ class Launcher {
           const emulator::LinkSpec& l = from == e ? edges[e].aToB : edges[e].bToA;
           if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
         }
+    } else if (spec_.network.backend == "tc-dev") {
+      doc_["network"] = {{"backend", "tc-dev"}, {"dev", spec_.network.dev},
+                         {"mechanism", "per worker: htb per destination on its interface (result.json workers[].shaping)"}};
     } else {
       json mech = {{"rate", "user-space"}, {"delay", "user-space"}, {"jitter", "user-space"}};
       mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
@@ -521,6 +527,8 @@ class Launcher {
       workers_[r].done = true;
       json state = rec;
       state.erase("timeline");
+      if (rec.contains("shaping") && !rec["shaping"].is_null()) doc_["shaping"][std::to_string(r)] = rec["shaping"];
+      state.erase("shaping");
       doc_["codec_state"][std::to_string(r)] = state;
       timelines_[r] = rec.value("timeline", json::array());
       if (doneCount_ == N_) recordTimeline();

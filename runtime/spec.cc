@@ -214,8 +214,9 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     Fields f(*n, where + ".network");
     f.get("backend", s.network.backend);
     f.get("model", s.network.model);
-    if (s.network.backend != "user" && s.network.backend != "tc")
-      fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user or tc");
+    f.get("dev", s.network.dev);
+    if (s.network.backend != "user" && s.network.backend != "tc" && s.network.backend != "tc-dev")
+      fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user, tc or tc-dev");
     if (s.network.model != "pipelined" && s.network.model != "serial_fifo")
       fail(f.field("model"), "'" + s.network.model + "' is not a link model; expected pipelined or serial_fifo");
     if (s.network.model == "serial_fifo" && !simulation && s.network.backend != "user")
@@ -361,7 +362,7 @@ json toJson(const RunSpec& s) {
                            {"label", s.compression.label}}},
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
-          {"network", {{"backend", s.network.backend}, {"model", s.network.model}, {"links", s.network.links},
+          {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},
                        {"dp_links", s.network.dpLinks}}},
           {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker},
                        {"pin_cores", s.runtime.pinCores}}}};

@@ -72,7 +72,10 @@ struct DpSpec {
 };
 
 struct NetworkSpec {
-  std::string backend = "user";  // user | tc
+  // user (user-space shaping) | tc (namespaces + veths + tc on one host) | tc-dev (tc on a real
+  // interface per destination, runs across hosts: see emulator/devshaper.h)
+  std::string backend = "user";
+  std::string dev = "auto";  // tc-dev: the interface to shape; auto: the one holding the worker's address
   // Link arrival model: "pipelined" (per directed link; latency overlaps back-to-back messages) or
   // "serial_fifo" (one inbound FIFO per receiving rank for both directions; see simulator/simulate.h).
   std::string model = "pipelined";

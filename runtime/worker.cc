@@ -12,6 +12,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/dp.h"
@@ -117,6 +118,21 @@ class PipelineWorker {
       o.prevRank = id_.stage > 0 ? layout_.rank({id_.stage - 1, id_.replica}) : -1;
       o.nextRank = id_.stage + 1 < S_ ? layout_.rank({id_.stage + 1, id_.replica}) : -1;
     }
+    if (remote && spec.network.backend == "tc-dev") {
+      // The kernel paces the rate on each host's interface; without netem this worker adds the
+      // latency and jitter of what it receives itself.
+      o.kernelPacesRate = true;
+      if (!emulator::kernelFeatures().netem) {
+        if (id_.stage > 0) {
+          o.prevLatencyS = o.topology.link(id_.stage - 1, id_.stage).latencyS;
+          o.prevJitterS = o.topology.link(id_.stage - 1, id_.stage).jitterS;
+        }
+        if (id_.stage + 1 < S_) {
+          o.nextLatencyS = o.topology.link(id_.stage + 1, id_.stage).latencyS;
+          o.nextJitterS = o.topology.link(id_.stage + 1, id_.stage).jitterS;
+        }
+      }
+    }
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
@@ -158,9 +174,34 @@ class PipelineWorker {
         throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
       table = json::parse(m.to_string());
     }
+    if (remote && spec.network.backend == "tc-dev") shapeInterface(spec, remote->bindHost, table);
     transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""), table.value("prev_rank", -1),
                         table.value("next_rank", -1));
     if (dp_) dp_->connect(table.value("dp_peers", json::object()));
+  }
+
+  // tc-dev: one HTB class per destination this worker sends to, on its host's interface, before
+  // any message leaves. Both ends of a link must be on different addresses (else the traffic
+  // takes the loopback interface, which nobody shapes).
+  void shapeInterface(const RunSpec& spec, const std::string& address, const json& table) {
+    const std::string dev = spec.network.dev == "auto" ? emulator::interfaceWithAddress(address) : spec.network.dev;
+    shaper_ = std::make_unique<emulator::DeviceShaper>(dev);
+    const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
+    shaping_ = {{"dev", dev}, {"address", address}, {"mechanism", shaper_->mechanism()}, {"destinations", json::array()}};
+    for (const auto& [key, peerStage] : {std::pair{"prev_from_next", id_.stage - 1}, std::pair{"next_from_prev", id_.stage + 1}}) {
+      const std::string ep = table.value(key, "");
+      if (ep.empty()) continue;
+      const size_t host = ep.find("://") + 3, colon = ep.rfind(':');
+      const std::string ip = ep.substr(host, colon - host);
+      const int port = std::stoi(ep.substr(colon + 1));
+      if (ip == address)
+        throw std::invalid_argument("network.backend tc-dev: rank " + std::to_string(rank_) + " and its peer of stage " +
+                                    std::to_string(peerStage) + " share address " + ip + ", so their traffic never crosses " + dev +
+                                    "; tc-dev needs one worker per address (or use backend user)");
+      const emulator::LinkSpec& link = topo.link(id_.stage, peerStage);
+      shaper_->addDestination(ip, port, link);
+      shaping_["destinations"].push_back({{"to", ip + ":" + std::to_string(port)}, {"stage", peerStage}, {"link", link.describe()}});
+    }
   }
 
   void run() {
@@ -181,7 +222,7 @@ class PipelineWorker {
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)},
-            {"dp_digests", dp_ ? dp_->digests() : json::object()}});
+            {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_}});
   }
 
   void sendTensor(bool toNext, MessageKind kind, int64_t g, int epoch, int mb, const torch::Tensor& t,
@@ -384,6 +425,8 @@ class PipelineWorker {
   StageRunner runner_;
   DpShape dpShape_;
   zmq::socket_t control_;
+  std::unique_ptr<emulator::DeviceShaper> shaper_;  // tc-dev: this host's interface, removed with the worker
+  json shaping_;                                     // what it installed
   std::unique_ptr<StageTransport> transport_;
   GradientCompressor gc_;
   std::unique_ptr<DpExchange> dp_;     // replicas > 1
@@ -474,6 +517,7 @@ class Watchdog {
               if (type == "abort") {
                 std::fprintf(stderr, "slowpipe worker %d: the coordinator stopped the run: %s\n", rank, e.value("reason", "").c_str());
                 std::fflush(stderr);
+                emulator::removeAllDeviceShaping();
                 _exit(4);
               }
             }
@@ -481,6 +525,7 @@ class Watchdog {
               std::fprintf(stderr, "slowpipe worker %d: no heartbeat from the coordinator for 5 s (%s): it is gone; exiting\n",
                            rank, events.c_str());
               std::fflush(stderr);
+              emulator::removeAllDeviceShaping();
               _exit(5);
             }
           }

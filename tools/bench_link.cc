@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "emulator/calibrate.h"
+#include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "tools/commands.h"
 
@@ -96,12 +97,15 @@ void addEmulatorCommands(CLI::App& app) {
   auto* emu = app.add_subcommand("emulator", "kernel backend housekeeping");
   emu->require_subcommand(1);
   auto all = std::make_shared<bool>(false);
-  auto* cleanup = emu->add_subcommand("cleanup", "remove slowpipe namespaces left by killed runs");
-  cleanup->add_flag("--all", *all, "also those of live processes");
+  auto* cleanup = emu->add_subcommand("cleanup", "remove slowpipe namespaces and tc-dev qdiscs left by killed runs");
+  cleanup->add_flag("--all", *all, "also namespaces of live processes");
   cleanup->callback([all] {
     const auto removed = emulator::cleanupNamespaces(*all);
     std::printf("removed %zu namespace(s)%s\n", removed.size(), removed.empty() ? "" : ":");
     for (const auto& n : removed) std::printf("  %s\n", n.c_str());
+    const auto shaped = emulator::cleanupDeviceShaping();
+    std::printf("removed the tc-dev shaping of %zu interface(s)%s\n", shaped.size(), shaped.empty() ? "" : ":");
+    for (const auto& n : shaped) std::printf("  %s\n", n.c_str());
   });
   emu->add_subcommand("probe", "show which qdiscs the kernel offers")->callback([] {
     const auto& f = emulator::kernelFeatures();
