@@ -357,6 +357,16 @@ class Launcher {
     } catch (const zmq::error_t& e) {
       throw std::runtime_error("rendezvous: cannot listen on " + rvEp + ": " + e.what());
     }
+    // Connections to the control socket, by the peer's address:port: a worker's hello names its
+    // end of the connection, so a connection that drops before its "done" names the rank at once.
+    if (zmq_socket_monitor(control.handle(), "inproc://coordinator-control", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+      throw std::runtime_error("cannot monitor the control socket");
+    zmq::socket_t monitor(ctx, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect("inproc://coordinator-control");
+    std::map<int, std::string> peerOfFd;
+    std::map<std::string, int> rankOfPeer;
+    std::map<int, double> droppedAt;  // rank -> when its control connection dropped
     control.bind("tcp://" + ip + ":*");
     events.bind("tcp://" + ip + ":*");
     const std::string controlEp = control.get(zmq::sockopt::last_endpoint), eventsEp = events.get(zmq::sockopt::last_endpoint);
@@ -393,8 +403,9 @@ class Launcher {
       return rc;
     };
     while (doneCount_ < N_) {
-      zmq::pollitem_t items[] = {{static_cast<void*>(control), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      zmq::pollitem_t items[] = {{static_cast<void*>(control), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv), 0, ZMQ_POLLIN, 0},
+                                 {static_cast<void*>(monitor), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 3, std::chrono::milliseconds(100));
       if (now() - lastBeat >= 0.5) {
         publish({{"type", "beat"}});
         lastBeat = now();
@@ -459,8 +470,34 @@ class Launcher {
         if (r >= 0 && r < N_) lastSeen[r] = now();
         if (rec.value("type", "") == "beat") continue;
         if (rec.value("type", "") == "hello" && rec.contains("clock")) doc_["clock"][std::to_string(r)] = rec["clock"];
+        if (rec.value("type", "") == "hello" && !rec.value("control_from", "").empty()) rankOfPeer[rec["control_from"]] = r;
         if (!handle(rec)) return finish(fail(error_));
       }
+      zmq::message_t ev;
+      while (monitor.recv(ev, zmq::recv_flags::dontwait)) {
+        zmq::message_t addr;
+        if (ev.more()) (void)monitor.recv(addr);
+        uint16_t id = 0;
+        int32_t fd = -1;
+        if (ev.size() >= 6) {
+          std::memcpy(&id, ev.data(), 2);
+          std::memcpy(&fd, static_cast<const uint8_t*>(ev.data()) + 2, 4);
+        }
+        if (id == ZMQ_EVENT_ACCEPTED) {
+          peerOfFd[fd] = peerOf(fd);
+        } else if (id == ZMQ_EVENT_DISCONNECTED) {
+          const auto it = rankOfPeer.find(peerOfFd[fd]);
+          if (it != rankOfPeer.end() && !workers_[it->second].done) droppedAt.emplace(it->second, now());
+          peerOfFd.erase(fd);
+        }
+      }
+      // A dropped connection whose "done" has not come within 0.5 s: the process is gone.
+      for (const auto& [r, at] : droppedAt)
+        if (!workers_[r].done && now() - at > 0.5)
+          return finish(fail("rank " + std::to_string(r) + " (host " + joins[r].value("host", "?") + ", " +
+                             joins[r].value("address", "?") + ") lost its connection to the coordinator: it died or its host is "
+                             "unreachable" + (workers_[r].lastStep >= 0 ? "; last step " + std::to_string(workers_[r].lastStep)
+                                                                         : "; before its first step")));
       if (!tablesSent && static_cast<int>(hellos_.size()) == N_ && static_cast<int>(tableIds.size()) == N_) {
         for (const auto& [r, id] : tableIds) reply(id, peerTable(r));
         tablesSent = true;
@@ -479,7 +516,15 @@ class Launcher {
                                std::to_string(static_cast<int>(kSilentS)) + " s: it died or its host is unreachable" +
                                (workers_[r].lastStep >= 0 ? "; last step " + std::to_string(workers_[r].lastStep)
                                                           : "; before its first step")));
-      if (gInterrupt) return finish(fail(std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load())));
+      if (gInterrupt) {
+        // Under mpirun/srun a SIGTERM usually follows a rank's death by milliseconds: say which
+        // rank's connection had dropped, if one had.
+        std::string why;
+        for (const auto& [r, at] : droppedAt)
+          if (!workers_[r].done) why += (why.empty() ? "" : ", ") + std::to_string(r);
+        return finish(fail(std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load()) +
+                           (why.empty() ? "" : "; the connection of rank(s) " + why + " had dropped before (died?)")));
+      }
       if (joined && now() - lastProgress_ > spec_.runtime.stepTimeoutS) return finish(fail(diagnoseHang()));
     }
     return finish(checkCodecStates());

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
@@ -46,6 +47,56 @@ std::string localAddressToward(const std::string& host) {
   char buf[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf);
   return buf;
+}
+
+namespace {
+
+std::string addressOf(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+}  // namespace
+
+std::string peerOf(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "";
+  return addressOf(a);
+}
+
+std::string connectedFrom(zmq::context_t& ctx, zmq::socket_t& s, const std::string& endpoint) {
+  static std::atomic<int> seq{0};
+  const std::string mon = "inproc://connected-from-" + std::to_string(seq++);
+  if (zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED) != 0)
+    throw std::runtime_error("cannot monitor a socket: " + std::string(zmq_strerror(zmq_errno())));
+  zmq::socket_t events(ctx, zmq::socket_type::pair);
+  events.set(zmq::sockopt::linger, 0);
+  events.connect(mon);
+  s.connect(endpoint);
+  std::string from;
+  zmq::pollitem_t item{static_cast<void*>(events), 0, ZMQ_POLLIN, 0};
+  const double until = emulator::hostClockNow() + 10;
+  while (from.empty() && emulator::hostClockNow() < until) {
+    zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    zmq::message_t ev, addr;
+    if (!events.recv(ev, zmq::recv_flags::dontwait)) continue;
+    if (ev.more()) (void)events.recv(addr);
+    uint16_t id = 0;
+    int32_t fd = -1;
+    if (ev.size() >= 6) {
+      std::memcpy(&id, ev.data(), 2);
+      std::memcpy(&fd, static_cast<const uint8_t*>(ev.data()) + 2, 4);
+    }
+    if (id != ZMQ_EVENT_CONNECTED) continue;
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) from = addressOf(a);
+  }
+  zmq_socket_monitor(s.handle(), nullptr, 0);
+  if (from.empty()) throw std::runtime_error("no TCP connection to " + endpoint + " within 10 s");
+  return from;
 }
 
 RendezvousClient::RendezvousClient(zmq::context_t& ctx, const std::string& host, int port, const std::string& secret,

@@ -51,6 +51,13 @@ class RendezvousClient {
   int handshakeFailures_ = 0;
 };
 
+// Connects `s` to `endpoint` and returns this end of the TCP connection, "address:port" (waits up
+// to 10 s for the connection; throws naming the endpoint). The coordinator sees the same pair as
+// the peer of the connection it accepted, so a dropped connection names its rank.
+std::string connectedFrom(zmq::context_t& ctx, zmq::socket_t& s, const std::string& endpoint);
+// "address:port" of the peer of a connected TCP socket (getpeername), "" if unknown.
+std::string peerOf(int fd);
+
 // This host's address on the route to `host` (a UDP socket connected there, nothing sent):
 // where this worker's sockets bind so that peers on other hosts reach them.
 std::string localAddressToward(const std::string& host);

@@ -84,11 +84,17 @@ struct Remote {
 };
 
 // The control socket to the launcher / coordinator.
-void connectControl(zmq::socket_t& s, const std::string& endpoint, const Remote* remote) {
+// Returns, across hosts, this end's "address:port" of the TCP connection (the coordinator maps a
+// dropped connection back to its rank with it); "" on one host.
+std::string connectControl(zmq::context_t& ctx, zmq::socket_t& s, const std::string& endpoint, const Remote* remote) {
   s.set(zmq::sockopt::linger, 2000);
   s.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
-  if (remote) makeCurveClient(s, remote->security->own, remote->coordinatorKey);
-  s.connect(endpoint);
+  if (!remote) {
+    s.connect(endpoint);
+    return "";
+  }
+  makeCurveClient(s, remote->security->own, remote->coordinatorKey);
+  return connectedFrom(ctx, s, endpoint);
 }
 
 class PipelineWorker {
@@ -97,7 +103,7 @@ class PipelineWorker {
       : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
         id_(checkedId(layout_, args.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
         dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
-    connectControl(control_, args.control, remote);
+    controlFrom_ = connectControl(ctx, control_, args.control, remote);
     TransportOptions o;
     o.rank = rank_;
     o.stage = id_.stage;
@@ -159,6 +165,7 @@ class PipelineWorker {
     json table;
     if (remote) {  // the coordinator answers once every rank said hello
       hello.update(remote->hello);
+      hello["control_from"] = controlFrom_;
       report(hello);
       table = remote->rendezvous->call({{"type", "table"}, {"rank", rank_}}, 2 * spec.runtime.stepTimeoutS);
     } else {
@@ -425,6 +432,7 @@ class PipelineWorker {
   StageRunner runner_;
   DpShape dpShape_;
   zmq::socket_t control_;
+  std::string controlFrom_;  // across hosts: this end of the control connection
   std::unique_ptr<emulator::DeviceShaper> shaper_;  // tc-dev: this host's interface, removed with the worker
   json shaping_;                                     // what it installed
   std::unique_ptr<StageTransport> transport_;
@@ -556,7 +564,7 @@ int64_t largestFrameBytes(const RunSpec& spec) {
 // A one-line error record to the coordinator from a process whose worker could not be built.
 void reportError(zmq::context_t& ctx, const std::string& control, const Remote* remote, int rank, const std::string& what) {
   zmq::socket_t s(ctx, zmq::socket_type::push);
-  connectControl(s, control, remote);
+  connectControl(ctx, s, control, remote);
   s.set(zmq::sockopt::sndtimeo, 2000);
   const std::string text = json{{"type", "error"}, {"rank", rank}, {"message", what}}.dump();
   (void)s.send(zmq::buffer(text), zmq::send_flags::none);

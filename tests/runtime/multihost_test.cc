@@ -330,8 +330,8 @@ class NamespaceHostsTest : public MultiHostTest {
   }
   static int sh(const std::string& cmd) { return system(("(" + cmd + ") > /dev/null 2>&1").c_str()); }
 
-  // mpirun over the three namespaces; returns result.json.
-  json mpirunRun(const json& spec, const std::string& tag) {
+  // mpirun over the three namespaces, started; its pid.
+  pid_t startMpirun(const json& spec, const std::string& tag) {
     const std::string agent = std::string(SLOWPIPE_SOURCE_DIR) + "/tools/netns_rsh_agent.sh";
     const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np 3 -H " + hosts_[0] + "," + hosts_[1] + "," + hosts_[2] +
                             " --mca plm_rsh_agent " + agent + " --mca oob_tcp_if_include 10.215.0.0/24 --mca btl self,tcp"
@@ -339,11 +339,14 @@ class NamespaceHostsTest : public MultiHostTest {
                             " worker --spec " + writeSpec(spec, tag).string() + " --out " + (root_ / tag).string() +
                             " --rendezvous " + addresses_[0] + ":" + std::to_string(freePort()) + " > " +
                             (root_ / (tag + ".log")).string() + " 2>&1";
-    const pid_t p = spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}}, root_ / (tag + "-sh.log"));
+    return spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}}, root_ / (tag + "-sh.log"));
+  }
+  // mpirun over the three namespaces; returns result.json.
+  json mpirunRun(const json& spec, const std::string& tag) {
+    const pid_t p = startMpirun(spec, tag);
     EXPECT_EQ(waitFor(p, 240), 0) << readFile(root_ / (tag + ".log"));
     return json::parse(std::ifstream(root_ / tag / "result.json"));
   }
-
   std::string bridge_;
   std::vector<std::string> hosts_, addresses_, devs_;
 };
@@ -358,6 +361,45 @@ TEST_F(NamespaceHostsTest, MpirunAcrossThreeHostsGivesTheLocalLaunchersLosses) {
   ASSERT_EQ(r["workers"].size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r["workers"][i]["address"], addresses_[i]);
   EXPECT_EQ(r["codec_states_match"], true);
+}
+
+// A worker killed on one "host": mpirun and every other worker are gone within 5 s, result.json
+// names the rank and keeps the steps done.
+TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
+  json spec = baseSpec(3, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 0;
+  const pid_t mpirun = startMpirun(spec, "ns-kill");
+  json partial;
+  for (int i = 0; i < 600; ++i) {
+    usleep(100000);
+    try {
+      partial = json::parse(std::ifstream(root_ / "ns-kill" / "result.json"));
+      if (partial["steps"].size() >= 2 && partial["workers"].size() == 3) break;
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_GE(partial["steps"].size(), 2u) << readFile(root_ / "ns-kill.log");
+  const pid_t victim = partial["workers"][1]["pid"].get<int>();
+  std::vector<pid_t> others = {partial["workers"][0]["pid"].get<int>(), partial["workers"][2]["pid"].get<int>()};
+  const double t0 = emulator::hostClockNow();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  EXPECT_NE(waitFor(mpirun, 10), -1) << "mpirun did not end";
+  EXPECT_LT(emulator::hostClockNow() - t0, 5.0);
+  // Gone, or a zombie waiting for whoever adopted it to reap it (its parent, orted, is gone).
+  auto running = [](pid_t p) {
+    const std::string stat = readFile("/proc/" + std::to_string(p) + "/stat");
+    const size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+  };
+  for (pid_t p : others) {
+    while (running(p) && emulator::hostClockNow() - t0 < 5.0) usleep(20000);
+    EXPECT_FALSE(running(p)) << "worker " << p << " is still running 5 s after rank 1 was killed";
+  }
+  const json r = json::parse(std::ifstream(root_ / "ns-kill" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
+  EXPECT_GE(r["steps"].size(), 2u);
 }
 
 // tc-dev on the hosts' veths: every worker shapes its own interface toward its peers (HTB class
