@@ -449,7 +449,8 @@ class Launcher {
             for (const auto& [k, j] : joins) {
               const RankId rid = layout_.id(k);
               doc_["workers"].push_back({{"rank", k}, {"stage", rid.stage}, {"replica", rid.replica}, {"host", j.value("host", "")},
-                                         {"address", j.value("address", "")}, {"pid", j.value("pid", 0)}});
+                                         {"address", j.value("address", "")}, {"pid", j.value("pid", 0)},
+                                         {"bootstrap", j.value("bootstrap", "")}});
               reply(joinIds[k], {{"spec", spec_.source.is_null() ? toJson(spec_) : spec_.source}, {"control", controlEp},
                                  {"events", eventsEp}, {"coordinator_key", me.publicKey}, {"keys", keys}});
               lastSeen[k] = now();

@@ -17,6 +17,7 @@
 #include "emulator/shaped_socket.h"
 #include "runtime/dp.h"
 #include "runtime/bootstrap.h"
+#include "runtime/context.h"
 #include "runtime/grad_sync.h"
 #include "runtime/launcher.h"
 #include "runtime/ranks.h"
@@ -74,36 +75,27 @@ RankId checkedId(const RankLayout& layout, int rank) {
   return layout.id(rank);
 }
 
-// A worker of a run across hosts (runWorker's caller is runExternalWorker): its sockets' keys,
-// the coordinator's key, the rendezvous that hands out the peer table, what its hello adds.
-struct Remote {
-  const SocketSecurity* security = nullptr;
-  std::string coordinatorKey, bindHost;
-  RendezvousClient* rendezvous = nullptr;
-  json hello;  // host, address, clock estimate
-};
-
-// The control socket to the launcher / coordinator.
-// Returns, across hosts, this end's "address:port" of the TCP connection (the coordinator maps a
-// dropped connection back to its rank with it); "" on one host.
-std::string connectControl(zmq::context_t& ctx, zmq::socket_t& s, const std::string& endpoint, const Remote* remote) {
+// The control socket to the launcher / coordinator. Returns, across hosts, this end's
+// "address:port" of the TCP connection (the coordinator maps a dropped connection back to its
+// rank with it); "" on one host.
+std::string connectControl(zmq::context_t& ctx, zmq::socket_t& s, const Context& c) {
   s.set(zmq::sockopt::linger, 2000);
   s.set(zmq::sockopt::sndtimeo, 10000);  // the launcher is gone if it takes records no more
-  if (!remote) {
-    s.connect(endpoint);
+  if (!c.security) {
+    s.connect(c.control);
     return "";
   }
-  makeCurveClient(s, remote->security->own, remote->coordinatorKey);
-  return connectedFrom(ctx, s, endpoint);
+  makeCurveClient(s, c.security->own, c.coordinatorKey);
+  return connectedFrom(ctx, s, c.control);
 }
 
 class PipelineWorker {
  public:
-  PipelineWorker(const RunSpec& spec, const WorkerArgs& args, zmq::context_t& ctx, const Remote* remote = nullptr)
-      : spec_(spec), rank_(args.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
-        id_(checkedId(layout_, args.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
+  PipelineWorker(const RunSpec& spec, const Context& c, zmq::context_t& ctx)
+      : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
+        id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
         dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
-    controlFrom_ = connectControl(ctx, control_, args.control, remote);
+    controlFrom_ = connectControl(ctx, control_, c);
     TransportOptions o;
     o.rank = rank_;
     o.stage = id_.stage;
@@ -111,34 +103,17 @@ class PipelineWorker {
     o.forwardCodec = spec.compression.forward;
     o.backwardCodec = spec.compression.backward;
     o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
-    o.kernelPacesRate = args.kernelPacesRate;
+    o.kernelPacesRate = c.kernelPacesRate;
     o.serialFifo = spec.network.model == "serial_fifo";
-    o.prevLatencyS = args.prevLatencyS;
-    o.prevJitterS = args.prevJitterS;
-    o.nextLatencyS = args.nextLatencyS;
-    o.nextJitterS = args.nextJitterS;
-    o.bindPrevHost = remote ? remote->bindHost : args.bindPrev;
-    o.bindNextHost = remote ? remote->bindHost : args.bindNext;
-    if (remote) {
-      o.security = remote->security;
-      o.prevRank = id_.stage > 0 ? layout_.rank({id_.stage - 1, id_.replica}) : -1;
-      o.nextRank = id_.stage + 1 < S_ ? layout_.rank({id_.stage + 1, id_.replica}) : -1;
-    }
-    if (remote && spec.network.backend == "tc-dev") {
-      // The kernel paces the rate on each host's interface; without netem this worker adds the
-      // latency and jitter of what it receives itself.
-      o.kernelPacesRate = true;
-      if (!emulator::kernelFeatures().netem) {
-        if (id_.stage > 0) {
-          o.prevLatencyS = o.topology.link(id_.stage - 1, id_.stage).latencyS;
-          o.prevJitterS = o.topology.link(id_.stage - 1, id_.stage).jitterS;
-        }
-        if (id_.stage + 1 < S_) {
-          o.nextLatencyS = o.topology.link(id_.stage + 1, id_.stage).latencyS;
-          o.nextJitterS = o.topology.link(id_.stage + 1, id_.stage).jitterS;
-        }
-      }
-    }
+    o.prevLatencyS = c.prevLatencyS;
+    o.prevJitterS = c.prevJitterS;
+    o.nextLatencyS = c.nextLatencyS;
+    o.nextJitterS = c.nextJitterS;
+    o.bindPrevHost = c.bindPrev;
+    o.bindNextHost = c.bindNext;
+    o.security = c.security;
+    o.prevRank = id_.stage > 0 ? layout_.rank({id_.stage - 1, id_.replica}) : -1;
+    o.nextRank = id_.stage + 1 < S_ ? layout_.rank({id_.stage + 1, id_.replica}) : -1;
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
@@ -153,35 +128,17 @@ class PipelineWorker {
       d.codec = gc_.messageCodec;
       d.topology = dpTopology(spec);
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
-      if (remote) {
-        d.security = remote->security;
-        d.bindHost = remote->bindHost;
-      }
+      d.security = c.security;
+      d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
       sync_ = std::make_unique<GradientSync>(spec, runner_, id_.stage);
     }
     json hello = {{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
                   {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};
-    json table;
-    if (remote) {  // the coordinator answers once every rank said hello
-      hello.update(remote->hello);
-      hello["control_from"] = controlFrom_;
-      report(hello);
-      table = remote->rendezvous->call({{"type", "table"}, {"rank", rank_}}, 2 * spec.runtime.stepTimeoutS);
-    } else {
-      // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
-      // send to this socket, which must already have its reader.
-      zmq::socket_t peers(ctx, zmq::socket_type::pull);
-      peers.set(zmq::sockopt::linger, 0);
-      peers.connect(args.peers);
-      report(hello);
-      zmq::message_t m;
-      zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
-        throw std::runtime_error("rank " + std::to_string(rank_) + ": no peer table from the launcher within 60 s");
-      table = json::parse(m.to_string());
-    }
-    if (remote && spec.network.backend == "tc-dev") shapeInterface(spec, remote->bindHost, table);
+    hello.update(c.hello);
+    if (!controlFrom_.empty()) hello["control_from"] = controlFrom_;
+    const json table = c.peerTable(ctx, [&] { report(hello); });
+    if (!c.shapeDevice.empty()) shapeInterface(spec, c.shapeDevice, c.bindNext, table);
     transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""), table.value("prev_rank", -1),
                         table.value("next_rank", -1));
     if (dp_) dp_->connect(table.value("dp_peers", json::object()));
@@ -190,8 +147,8 @@ class PipelineWorker {
   // tc-dev: one HTB class per destination this worker sends to, on its host's interface, before
   // any message leaves. Both ends of a link must be on different addresses (else the traffic
   // takes the loopback interface, which nobody shapes).
-  void shapeInterface(const RunSpec& spec, const std::string& address, const json& table) {
-    const std::string dev = spec.network.dev == "auto" ? emulator::interfaceWithAddress(address) : spec.network.dev;
+  void shapeInterface(const RunSpec& spec, const std::string& device, const std::string& address, const json& table) {
+    const std::string dev = device == "auto" ? emulator::interfaceWithAddress(address) : device;
     shaper_ = std::make_unique<emulator::DeviceShaper>(dev);
     const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
     shaping_ = {{"dev", dev}, {"address", address}, {"mechanism", shaper_->mechanism()}, {"destinations", json::array()}};
@@ -473,7 +430,34 @@ int runWorker(const WorkerArgs& args) {
     if (!args.netns.empty()) emulator::enterNamespace(args.netns);
     const RunSpec spec = loadRunSpec(args.specPath);
     torch::set_num_threads(spec.runtime.threadsPerWorker);
-    PipelineWorker w(spec, args, ctx);
+    // The local launcher's bootstrap: everything from its command line; the peer table comes on
+    // a socket of this rank's own.
+    Context c;
+    c.rank = args.rank;
+    c.size = spec.pipeline.stages * spec.pipeline.replicas;
+    c.id = RankLayout{spec.pipeline.stages, spec.pipeline.replicas}.id(args.rank);
+    c.control = args.control;
+    c.bindPrev = args.bindPrev;
+    c.bindNext = args.bindNext;
+    c.kernelPacesRate = args.kernelPacesRate;
+    c.prevLatencyS = args.prevLatencyS;
+    c.prevJitterS = args.prevJitterS;
+    c.nextLatencyS = args.nextLatencyS;
+    c.nextJitterS = args.nextJitterS;
+    c.peerTable = [&args](zmq::context_t& zctx, const std::function<void()>& sayHello) {
+      // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
+      // send to this socket, which must already have its reader.
+      zmq::socket_t peers(zctx, zmq::socket_type::pull);
+      peers.set(zmq::sockopt::linger, 0);
+      peers.connect(args.peers);
+      sayHello();
+      zmq::message_t m;
+      zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
+        throw std::runtime_error("rank " + std::to_string(args.rank) + ": no peer table from the launcher within 60 s");
+      return json::parse(m.to_string());
+    };
+    PipelineWorker w(spec, c, ctx);
     w.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slowpipe worker %d: %s\n", args.rank, e.what());
@@ -495,8 +479,8 @@ namespace {
 // when the coordinator's own heartbeat stops for 5 s it exits too (the coordinator is gone).
 class Watchdog {
  public:
-  Watchdog(zmq::context_t& ctx, int rank, const std::string& control, const std::string& events, const Remote& remote)
-      : thread_([this, &ctx, rank, control, events, own = remote.security->own, key = remote.coordinatorKey] {
+  Watchdog(zmq::context_t& ctx, const Context& c, const std::string& events)
+      : thread_([this, &ctx, rank = c.rank, control = c.control, events, own = c.security->own, key = c.coordinatorKey] {
           zmq::socket_t beat(ctx, zmq::socket_type::push), sub(ctx, zmq::socket_type::sub);
           beat.set(zmq::sockopt::linger, 0);
           sub.set(zmq::sockopt::linger, 0);
@@ -562,9 +546,10 @@ int64_t largestFrameBytes(const RunSpec& spec) {
 }
 
 // A one-line error record to the coordinator from a process whose worker could not be built.
-void reportError(zmq::context_t& ctx, const std::string& control, const Remote* remote, int rank, const std::string& what) {
+void reportError(zmq::context_t& ctx, const Context& c, const std::string& what) {
   zmq::socket_t s(ctx, zmq::socket_type::push);
-  connectControl(ctx, s, control, remote);
+  connectControl(ctx, s, c);
+  const int rank = c.rank;
   s.set(zmq::sockopt::sndtimeo, 2000);
   const std::string text = json{{"type", "error"}, {"rank", rank}, {"message", what}}.dump();
   (void)s.send(zmq::buffer(text), zmq::send_flags::none);
@@ -638,37 +623,60 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
     SocketSecurity security;
     security.own = own;
     security.gate = &gate;
-    Remote remote;
-    remote.security = &security;
-    std::string control;
+    // The rendezvous' bootstrap: rank and size from the launcher's environment, the rest from
+    // the coordinator.
+    Context c;
+    c.rank = rank;
+    c.size = size;
+    c.security = &security;
     try {
-      remote.bindHost = a.bindHost.empty() ? localAddressToward(rvHost) : resolveIPv4(a.bindHost);
+      const std::string address = a.bindHost.empty() ? localAddressToward(rvHost) : resolveIPv4(a.bindHost);
+      c.bindPrev = c.bindNext = c.bindDp = address;
       RendezvousClient rv(ctx, rvHost, rvPort, secret, a.joinTimeoutS);
-      remote.rendezvous = &rv;
       const json join = rv.call({{"type", "join"}, {"rank", rank}, {"size", size}, {"key", own.publicKey}, {"host", hostName()},
-                                 {"address", remote.bindHost}, {"pid", getpid()}, {"bootstrap", source}},
+                                 {"address", address}, {"pid", getpid()}, {"bootstrap", source}},
                                 a.joinTimeoutS + 10);
-      control = join.at("control").get<std::string>();
-      remote.coordinatorKey = join.at("coordinator_key").get<std::string>();
+      c.control = join.at("control").get<std::string>();
+      c.coordinatorKey = join.at("coordinator_key").get<std::string>();
       for (const auto& [k, v] : join.at("keys").items()) security.rankKeys[std::stoi(k)] = v.get<std::string>();
       // The coordinator's clock, NTP-style; rank 0 shares its process (and clock).
       const ClockEstimate clock = rank == 0 ? ClockEstimate{} : rv.estimateClock();
       emulator::setClockOffset(clock.offsetS);
-      remote.hello = {{"host", hostName()}, {"address", remote.bindHost}, {"bootstrap", source},
-                      {"clock", {{"offset_s", clock.offsetS}, {"rtt_s", clock.rttS}, {"error_bound_s", 0.5 * clock.rttS}}}};
+      c.hello = {{"host", hostName()}, {"address", address}, {"bootstrap", source},
+                 {"clock", {{"offset_s", clock.offsetS}, {"rtt_s", clock.rttS}, {"error_bound_s", 0.5 * clock.rttS}}}};
       const RunSpec spec = runSpecFromJson(join.at("spec"), "the run's spec (from the rendezvous)");
+      c.id = RankLayout{spec.pipeline.stages, spec.pipeline.replicas}.id(rank);
+      if (spec.network.backend == "tc-dev") {
+        // The kernel paces the rate on each host's interface; without netem this worker adds the
+        // delay and jitter of what it receives itself.
+        c.shapeDevice = spec.network.dev;
+        c.kernelPacesRate = true;
+        const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
+        const int st = c.id.stage;
+        if (!emulator::kernelFeatures().netem) {
+          if (st > 0) {
+            c.prevLatencyS = topo.link(st - 1, st).latencyS;
+            c.prevJitterS = topo.link(st - 1, st).jitterS;
+          }
+          if (st + 1 < spec.pipeline.stages) {
+            c.nextLatencyS = topo.link(st + 1, st).latencyS;
+            c.nextJitterS = topo.link(st + 1, st).jitterS;
+          }
+        }
+      }
+      c.peerTable = [&rv, rank, &spec](zmq::context_t&, const std::function<void()>& sayHello) {
+        sayHello();  // the coordinator answers once every rank said hello
+        return rv.call({{"type", "table"}, {"rank", rank}}, 2 * spec.runtime.stepTimeoutS);
+      };
       if (rank != 0) prepareCorpus(spec.data);  // rank 0's coordinator prepared it on its host
       torch::set_num_threads(spec.runtime.threadsPerWorker);
       security.maxMessageBytes = largestFrameBytes(spec);
-      Watchdog dog(ctx, rank, control, join.at("events").get<std::string>(), remote);
-      WorkerArgs wa;
-      wa.rank = rank;
-      wa.control = control;
-      PipelineWorker w(spec, wa, ctx, &remote);
+      Watchdog dog(ctx, c, join.at("events").get<std::string>());
+      PipelineWorker w(spec, c, ctx);
       w.run();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
-      if (!control.empty()) reportError(ctx, control, &remote, rank, e.what());
+      if (!c.control.empty()) reportError(ctx, c, e.what());
       rc = 3;
     }
   }

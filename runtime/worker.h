@@ -14,6 +14,8 @@
 
 namespace slowpipe::runtime {
 
+// The local launcher's bootstrap: what `slowpipe run` puts on a worker's command line (runWorker
+// turns it into the worker's Context, runtime/context.h).
 struct WorkerArgs {
   std::string specPath;  // resolved spec written by the launcher
   int rank = 0;

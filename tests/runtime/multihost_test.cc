@@ -363,11 +363,12 @@ TEST_F(NamespaceHostsTest, MpirunAcrossThreeHostsGivesTheLocalLaunchersLosses) {
   EXPECT_EQ(r["codec_states_match"], true);
 }
 
-// A worker killed on one "host": mpirun and every other worker are gone within 5 s, result.json
-// names the rank and keeps the steps done.
+// A worker killed on one "host" (tc-dev shaping its veth): mpirun and every other worker are gone
+// within 5 s, result.json names the rank and keeps the steps done; the others removed their
+// qdiscs, and `slowpipe emulator cleanup` removes the one the killed worker could not.
 TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
   json spec = baseSpec(3, "gpipe");
-  spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
+  spec["network"] = {{"backend", "tc-dev"}, {"links", {{"bandwidth", "5Mbps"}, {"latency", "1ms"}}}};
   spec["training"]["max_steps"] = 0;
   const pid_t mpirun = startMpirun(spec, "ns-kill");
   json partial;
@@ -400,6 +401,10 @@ TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
   EXPECT_GE(r["steps"].size(), 2u);
+  for (int i : {0, 2}) EXPECT_NE(sh("tc -n " + hosts_[i] + " qdisc show dev " + devs_[i] + " | grep -q htb"), 0) << devs_[i];
+  EXPECT_EQ(sh("tc -n " + hosts_[1] + " qdisc show dev " + devs_[1] + " | grep -q htb"), 0) << "kill -9 left nothing to clean?";
+  EXPECT_EQ(sh(std::string(SLOWPIPE_BINARY) + " emulator cleanup"), 0);
+  EXPECT_NE(sh("tc -n " + hosts_[1] + " qdisc show dev " + devs_[1] + " | grep -q htb"), 0) << "emulator cleanup left the qdisc";
 }
 
 // tc-dev on the hosts' veths: every worker shapes its own interface toward its peers (HTB class

@@ -1,0 +1,39 @@
+// A worker's place in the run, built once by a bootstrap and handed to the worker (DESIGN.md:
+// "Context, as in gloo"). Two bootstraps build it: the local launcher's command line
+// (runWorker: a child of `slowpipe run`) and the rendezvous of a run started by mpirun, srun or a
+// torchrun-style script (runExternalWorker). The worker does not know which made it. Torch-free.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <zmq.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ranks.h"
+
+namespace slowpipe::runtime {
+
+struct SocketSecurity;  // runtime/security.h
+
+struct Context {
+  int rank = 0, size = 1;
+  RankId id;                 // (stage, replica)
+  std::string control;       // where the worker's records go
+  // Where its sockets bind: toward the previous stage, the next stage, the other replicas.
+  std::string bindPrev = "127.0.0.1", bindNext = "127.0.0.1", bindDp = "127.0.0.1";
+  // Kernel-paced links (backends tc, tc-dev): the kernel shapes the rate; the receiver adds the
+  // delay and jitter the kernel does not (no netem), per direction.
+  bool kernelPacesRate = false;
+  double prevLatencyS = 0, prevJitterS = 0, nextLatencyS = 0, nextJitterS = 0;
+  // Across hosts: CURVE on every socket (nullptr: one host, plain sockets), the coordinator's key.
+  const SocketSecurity* security = nullptr;
+  std::string coordinatorKey;
+  // tc-dev: the worker shapes this interface ("auto": the one holding bindNext) toward its peers.
+  std::string shapeDevice;
+  nlohmann::json hello = nlohmann::json::object();  // what the bootstrap adds to the hello (host, clock)
+  // Says hello (sayHello() sends it to the coordinator) and returns the peer table in exchange.
+  std::function<nlohmann::json(zmq::context_t&, const std::function<void()>& sayHello)> peerTable;
+};
+
+}  // namespace slowpipe::runtime
