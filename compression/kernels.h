@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "compression/element.h"
+
 namespace slowpipe::compression {
 
 struct Kernels {
@@ -76,13 +78,6 @@ const Kernels* baselineKernels();
 const Kernels* avx2Kernels();
 
 // The stochastic-rounding hash (lowbias32 by Chris Wellons): public so callers derive run keys with it.
-inline uint32_t hash32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
+inline uint32_t hash32(uint32_t x) { return element::lowbias32(x); }
 
 }  // namespace slowpipe::compression

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "emulator/command.h"
+#include "emulator/live_names.h"
 #include "emulator/netns.h"
 
 namespace slowpipe::emulator {
@@ -26,11 +27,7 @@ namespace {
 
 const char* kRegistryDir = "/run/slowpipe/tc-dev";
 
-// Devices with a live shaper, in fixed storage the signal handler can read.
-constexpr int kMaxLive = 16;
-char gLive[kMaxLive][64];
-std::atomic<int> gLiveCount{0};
-std::mutex gLiveMutex;
+LiveNames<16> gLive;  // what the signal handler removes
 struct sigaction gPrevious[32];
 
 void deleteRootFromSignal(const char* dev) {
@@ -63,23 +60,8 @@ void installHandlers() {
   });
 }
 
-void registerLive(const std::string& dev) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  for (int i = 0; i < gLiveCount.load(); ++i)
-    if (!gLive[i][0]) {
-      std::snprintf(gLive[i], sizeof gLive[i], "%s", dev.c_str());
-      return;
-    }
-  if (gLiveCount.load() >= kMaxLive) throw std::runtime_error("tc-dev: more than 16 shaped interfaces");
-  std::snprintf(gLive[gLiveCount.load()], sizeof gLive[0], "%s", dev.c_str());
-  gLiveCount.fetch_add(1);
-}
-
-void unregisterLive(const std::string& dev) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  for (int i = 0; i < gLiveCount.load(); ++i)
-    if (dev == gLive[i]) gLive[i][0] = '\0';
-}
+void registerLive(const std::string& name) { gLive.add(name, "shaped interfaces"); }
+void unregisterLive(const std::string& name) { gLive.remove(name); }
 
 std::string bitRate(double bps) { return std::to_string(static_cast<uint64_t>(bps)) + "bit"; }
 
@@ -177,9 +159,7 @@ void DeviceShaper::remove() {
 }
 
 void removeAllDeviceShaping() {
-  const int n = gLiveCount.load();
-  for (int i = 0; i < n; ++i)
-    if (gLive[i][0]) deleteRootFromSignal(gLive[i]);
+  gLive.forEach(deleteRootFromSignal);
 }
 
 std::vector<std::string> cleanupDeviceShaping() {

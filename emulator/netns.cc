@@ -15,15 +15,12 @@
 #include <stdexcept>
 
 #include "emulator/command.h"
+#include "emulator/live_names.h"
 
 namespace slowpipe::emulator {
 namespace {
 
-// Names of live namespaces, kept in fixed storage so the signal handler can read them.
-constexpr int kMaxLive = 64;
-char gLive[kMaxLive][64];
-std::atomic<int> gLiveCount{0};
-std::mutex gLiveMutex;
+LiveNames<64> gLive;  // what the signal handler removes
 std::atomic<int> gFabricSeq{0};
 
 void deleteNamespaceFromSignal(const char* name) {
@@ -37,9 +34,7 @@ void deleteNamespaceFromSignal(const char* name) {
 }
 
 void onFatalSignal(int sig) {
-  const int n = gLiveCount.load();
-  for (int i = 0; i < n; ++i)
-    if (gLive[i][0]) deleteNamespaceFromSignal(gLive[i]);
+  gLive.forEach(deleteNamespaceFromSignal);
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -56,23 +51,8 @@ void installHandlers() {
   });
 }
 
-void registerLive(const std::string& name) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  for (int i = 0; i < gLiveCount.load(); ++i)
-    if (!gLive[i][0]) {
-      std::snprintf(gLive[i], sizeof gLive[i], "%s", name.c_str());
-      return;
-    }
-  if (gLiveCount.load() >= kMaxLive) throw std::runtime_error("netns: more than 64 live namespaces");
-  std::snprintf(gLive[gLiveCount.load()], sizeof gLive[0], "%s", name.c_str());
-  gLiveCount.fetch_add(1);
-}
-
-void unregisterLive(const std::string& name) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  for (int i = 0; i < gLiveCount.load(); ++i)
-    if (name == gLive[i]) gLive[i][0] = '\0';
-}
+void registerLive(const std::string& name) { gLive.add(name, "namespaces"); }
+void unregisterLive(const std::string& name) { gLive.remove(name); }
 
 bool qdiscWorks(const std::string& ns, const std::vector<std::string>& args) {
   std::vector<std::string> cmd = {"tc", "-n", ns, "qdisc", "add", "dev", "lo", "root"};

@@ -1,0 +1,48 @@
+// Names of live kernel objects (namespaces, shaped interfaces) kept in fixed storage, so that a
+// signal handler can walk them and remove each without allocating: the cleanup path of the
+// kernel backends (netns.cc, devshaper.cc).
+#pragma once
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace slowpipe::emulator {
+
+template <int N>
+class LiveNames {
+ public:
+  // Throws naming `what` when all N slots are taken.
+  void add(const std::string& name, const char* what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int i = 0; i < count_.load(); ++i)
+      if (!names_[i][0]) {
+        std::snprintf(names_[i], sizeof names_[i], "%s", name.c_str());
+        return;
+      }
+    if (count_.load() >= N) throw std::runtime_error(std::string("more than ") + std::to_string(N) + " live " + what);
+    std::snprintf(names_[count_.load()], sizeof names_[0], "%s", name.c_str());
+    count_.fetch_add(1);
+  }
+  void remove(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int i = 0; i < count_.load(); ++i)
+      if (name == names_[i]) names_[i][0] = '\0';
+  }
+  // For signal handlers: no lock, no allocation.
+  template <typename F>
+  void forEach(F f) const {
+    const int n = count_.load();
+    for (int i = 0; i < n; ++i)
+      if (names_[i][0]) f(names_[i]);
+  }
+
+ private:
+  char names_[N][64] = {};
+  std::atomic<int> count_{0};
+  std::mutex mu_;
+};
+
+}  // namespace slowpipe::emulator
