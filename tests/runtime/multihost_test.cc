@@ -366,7 +366,10 @@ TEST_F(NamespaceHostsTest, MpirunAcrossThreeHostsGivesTheLocalLaunchersLosses) {
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   expectSameLosses(r, reference);
   ASSERT_EQ(r["workers"].size(), 3u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(r["workers"][i]["address"], addresses_[i]);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r["workers"][i]["address"], addresses_[i]);
+    EXPECT_EQ(r["workers"][i]["host"], hosts_[i]);  // the agent names each "host" (UTS namespace)
+  }
   EXPECT_EQ(r["codec_states_match"], true);
 }
 
@@ -423,7 +426,7 @@ TEST_F(NamespaceHostsTest, TcDevShapesEachHostsInterfacePerDestination) {
   spec["network"] = {{"backend", "tc-dev"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "0ms"}}}};
   const json fast = mpirunRun(spec, "ns-tcdev-fast");
   ASSERT_EQ(fast["status"], "ok") << fast.value("reason", "");
-  spec["network"]["links"] = {{"bandwidth", "2Mbps"}, {"latency", "0ms"}};
+  spec["network"]["links"] = {{"bandwidth", "500Kbps"}, {"latency", "0ms"}};
   const json slow = mpirunRun(spec, "ns-tcdev-slow");
   ASSERT_EQ(slow["status"], "ok") << slow.value("reason", "");
   expectSameLosses(slow, fast);
@@ -432,9 +435,9 @@ TEST_F(NamespaceHostsTest, TcDevShapesEachHostsInterfacePerDestination) {
   EXPECT_EQ(slow["shaping"]["0"]["dev"], devs_[0]);
   EXPECT_EQ(slow["shaping"]["0"]["destinations"][0]["to"].get<std::string>().rfind(addresses_[1] + ":", 0), 0u);
   // Stage 0's activations alone: 4 micro-batches a step, each frame at least the fp32 tensor, at
-  // 2 Mbps of goodput.
+  // 500 Kbps of goodput (the network dominates the slow run even on a loaded machine).
   const double bytes = slow["steps"][3]["bytes"]["forward"]["wire"].get<double>() / 2;  // per link
-  const double floor = 8 * bytes / 2e6;
+  const double floor = 8 * bytes / 5e5;
   EXPECT_GT(slow["summary"]["mean_step_time_s"].get<double>(), floor);
   EXPECT_GT(slow["summary"]["mean_step_time_s"].get<double>(), 3 * fast["summary"]["mean_step_time_s"].get<double>());
   for (size_t i = 0; i < hosts_.size(); ++i)
