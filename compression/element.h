@@ -122,6 +122,33 @@ SLOWPIPE_HD uint8_t fixCode(float x, float d, float mult, float lo, float hi) {
 }
 SLOWPIPE_HD float fixValue(uint8_t code, float s, float lo, float inv) { return ((static_cast<float>(code) + lo) * inv) * s; }
 
+// AC-SGD's delta step (acsgd.h) on one value: the code of x - m, and m moved by its value, in the
+// order the CPU kernels compute them (deltaQuantUpdate / deltaFixUpdate); with an fp16 buffer the
+// moved m is rounded to fp16 (deltaFixUpdateH: m is read from and written back as fp16).
+SLOWPIPE_HD uint8_t deltaSymStep(float x, float& m, float mx, float inv, float step, float top) {
+  const uint8_t c = symCode(x - m, mx, inv, top);
+  m = m + symValue(c, mx, step);
+  return c;
+}
+SLOWPIPE_HD uint8_t deltaFixStep(float x, float& m, float d, float s, float mult, float lo, float hi, float inv) {
+  const uint8_t c = fixCode(x - m, d, mult, lo, hi);
+  m = m + fixValue(c, s, lo, inv);
+  return c;
+}
+// ef(quant)'s step: v = x + r, the code of v, r = v - its value.
+SLOWPIPE_HD uint8_t efSymStep(float x, float& r, float mx, float inv, float step, float top) {
+  const float v = x + r;
+  const uint8_t c = symCode(v, mx, inv, top);
+  r = v - symValue(c, mx, step);
+  return c;
+}
+SLOWPIPE_HD uint8_t efFixStep(float x, float& r, float d, float s, float mult, float lo, float hi, float inv) {
+  const float v = x + r;
+  const uint8_t c = fixCode(v, d, mult, lo, hi);
+  r = v - fixValue(c, s, lo, inv);
+  return c;
+}
+
 // Dense bit packing (bitpack.h): byte j of the stream of b-bit codes, from the codes it overlaps
 // (value i occupies bits [i*b, i*b + b), LSB first); what one GPU thread writes.
 SLOWPIPE_HD uint8_t packedByte(const uint8_t* codes, int64_t n, int bits, int64_t j) {

@@ -93,7 +93,88 @@ __global__ void unpackK(const uint8_t* packed, int64_t n, int bits, uint8_t* cod
   codes[i] = static_cast<uint8_t>((v >> (bit % 8)) & ((1u << bits) - 1u));
 }
 
+#define SP_INDEX const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; \
+  if (i >= n) return
+__global__ void deltaAbsMaxK(const float* x, const float* m, int64_t n, float* acc) {
+  SP_INDEX;
+  acc[i] = el::maxOf(acc[i], el::absOf(x[i] - m[i]));
+}
+__global__ void deltaQuantUpdateK(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n,
+                                  float top, uint8_t* codes) {
+  SP_INDEX;
+  float mi = m[i];
+  codes[i] = el::deltaSymStep(x[i], mi, mx[i], inv[i], step[i], top);
+  m[i] = mi;
+}
+__global__ void deltaFixUpdateK(const float* x, float* m, const float* d, const float* sc, int64_t n, float mult, float lo,
+                                float hi, float inv, uint8_t* codes) {
+  SP_INDEX;
+  float mi = m[i];
+  codes[i] = el::deltaFixStep(x[i], mi, d[i], sc[i], mult, lo, hi, inv);
+  m[i] = mi;
+}
+__global__ void deltaFixUpdateHK(const float* x, uint16_t* mh, const float* d, const float* sc, int64_t n, float mult,
+                                 float lo, float hi, float inv, uint8_t* codes) {
+  SP_INDEX;
+  float mi = el::floatFromHalf(mh[i]);
+  codes[i] = el::deltaFixStep(x[i], mi, d[i], sc[i], mult, lo, hi, inv);
+  mh[i] = el::halfFromFloat(mi);
+}
+__global__ void sumAbsMaxK(const float* x, const float* r, int64_t n, float* acc) {
+  SP_INDEX;
+  acc[i] = el::maxOf(acc[i], el::absOf(x[i] + r[i]));
+}
+__global__ void efQuantUpdateK(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n,
+                               float top, uint8_t* codes) {
+  SP_INDEX;
+  float ri = r[i];
+  codes[i] = el::efSymStep(x[i], ri, mx[i], inv[i], step[i], top);
+  r[i] = ri;
+}
+__global__ void efFixUpdateK(const float* x, float* r, const float* d, const float* sc, int64_t n, float mult, float lo,
+                             float hi, float inv, uint8_t* codes) {
+  SP_INDEX;
+  float ri = r[i];
+  codes[i] = el::efFixStep(x[i], ri, d[i], sc[i], mult, lo, hi, inv);
+  r[i] = ri;
+}
+#undef SP_INDEX
+
 }  // namespace
+
+void deltaAbsMax(const float* x, const float* m, int64_t n, float* acc, Stream s) {
+  if (n > 0) deltaAbsMaxK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, n, acc);
+  check("deltaAbsMax");
+}
+void deltaQuantUpdate(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n, float top,
+                      uint8_t* codes, Stream s) {
+  if (n > 0) deltaQuantUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, mx, inv, step, n, top, codes);
+  check("deltaQuantUpdate");
+}
+void deltaFixUpdate(const float* x, float* m, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
+                    float inv, uint8_t* codes, Stream s) {
+  if (n > 0) deltaFixUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, d, sc, n, mult, lo, hi, inv, codes);
+  check("deltaFixUpdate");
+}
+void deltaFixUpdateH(const float* x, uint16_t* mh, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
+                     float inv, uint8_t* codes, Stream s) {
+  if (n > 0) deltaFixUpdateHK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, mh, d, sc, n, mult, lo, hi, inv, codes);
+  check("deltaFixUpdateH");
+}
+void sumAbsMax(const float* x, const float* r, int64_t n, float* acc, Stream s) {
+  if (n > 0) sumAbsMaxK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, r, n, acc);
+  check("sumAbsMax");
+}
+void efQuantUpdate(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n, float top,
+                   uint8_t* codes, Stream s) {
+  if (n > 0) efQuantUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, r, mx, inv, step, n, top, codes);
+  check("efQuantUpdate");
+}
+void efFixUpdate(const float* x, float* r, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
+                 float inv, uint8_t* codes, Stream s) {
+  if (n > 0) efFixUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, r, d, sc, n, mult, lo, hi, inv, codes);
+  check("efFixUpdate");
+}
 
 bool deviceAvailable(std::string* why) {
   int count = 0;

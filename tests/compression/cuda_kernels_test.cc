@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -101,6 +103,63 @@ TEST_F(CudaKernelsTest, QuantizersEqualTheCpu) {
     ASSERT_EQ(toHost(dpacked, packed.size()), packed) << bits;
     cuda::unpackBits(dpacked, n, bits, dcodes);
     ASSERT_EQ(toHost(dcodes, n), want) << bits;
+  }
+}
+
+TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
+  const int64_t n = (1 << 20) + 5;
+  const std::vector<float> x = inputs(n, 3), m0 = inputs(n, 4);
+  std::vector<float> mx(n), inv(n), step(n), d(n), s(n);
+  for (int64_t i = 0; i < n; ++i) {
+    mx[i] = 1.0f + static_cast<float>(i % 7);
+    inv[i] = 3.0f / (2 * mx[i]);
+    step[i] = 1 / inv[i];
+    d[i] = mx[i] + 1e-6f;
+    s[i] = mx[i];
+  }
+  const Kernels& k = kernels();
+  const float *dx = toDevice(x), *dmx = toDevice(mx), *dinv = toDevice(inv), *dstep = toDevice(step), *dd = toDevice(d),
+              *ds = toDevice(s);
+  uint8_t* dcodes = deviceBuffer<uint8_t>(n);
+  std::vector<uint8_t> codes(n);
+  std::vector<float> m = m0;
+  float* dm = toDevice(m0);
+  k.deltaQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f, codes.data());
+  cuda::deltaQuantUpdate(dx, dm, dmx, dinv, dstep, n, 3.0f, dcodes);
+  ASSERT_EQ(toHost(dcodes, n), codes);
+  ASSERT_EQ(toHost(dm, n), m);
+  m = m0;
+  dm = toDevice(m0);
+  k.deltaFixUpdate(x.data(), m.data(), d.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
+  cuda::deltaFixUpdate(dx, dm, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
+  ASSERT_EQ(toHost(dcodes, n), codes);
+  ASSERT_EQ(toHost(dm, n), m);
+  m = m0;
+  dm = toDevice(m0);
+  k.efQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f, codes.data());
+  cuda::efQuantUpdate(dx, dm, dmx, dinv, dstep, n, 3.0f, dcodes);
+  ASSERT_EQ(toHost(dcodes, n), codes);
+  ASSERT_EQ(toHost(dm, n), m);
+  m = m0;
+  dm = toDevice(m0);
+  k.efFixUpdate(x.data(), m.data(), d.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
+  cuda::efFixUpdate(dx, dm, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
+  ASSERT_EQ(toHost(dcodes, n), codes);
+  ASSERT_EQ(toHost(dm, n), m);
+  // fp16 buffers: the CPU's scalar composition (the same bits as its AVX2 kernel, element_test).
+  std::vector<uint16_t> mh(n);
+  for (int64_t i = 0; i < n; ++i) mh[i] = floatToHalf(m0[i]);
+  uint16_t* dmh = toDevice(mh);
+  cuda::deltaFixUpdateH(dx, dmh, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
+  const std::vector<uint8_t> got = toHost(dcodes, n);
+  const std::vector<uint16_t> gotH = toHost(dmh, n);
+  for (int64_t i = 0; i < n; ++i) {
+    float mi = halfToFloat(mh[i]);
+    const float r = std::rint((x[i] - mi) / d[i] * 2.0f);
+    const float q = std::min(1.0f, std::max(-2.0f, r));
+    const uint8_t c = static_cast<uint8_t>(static_cast<int32_t>(q + 2.0f));
+    ASSERT_EQ(got[i], c) << i;
+    ASSERT_EQ(gotH[i], floatToHalf(mi + ((static_cast<float>(c) - 2.0f) * 0.5f) * s[i])) << i;
   }
 }
 

@@ -74,6 +74,63 @@ TEST(ElementTest, QuantizerCodesAndValuesAreTheCpuKernels) {
   EXPECT_EQ(element::fixCode(std::numeric_limits<float>::quiet_NaN(), 1.0f, 2.0f, -2.0f, 1.0f), 0);
 }
 
+// The fused steps of AC-SGD (fp32 and fp16 buffers) and of ef, value by value: codes and the
+// state they leave (m, r) are the CPU kernels', bit for bit.
+TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
+  const int64_t n = 3001;
+  const std::vector<float> x = inputs(n, 4), m0 = inputs(n, 5);
+  std::vector<float> mx(n), inv(n), step(n), d(n), s(n);
+  for (int64_t i = 0; i < n; ++i) {
+    mx[i] = 1.0f + static_cast<float>(i % 7);
+    inv[i] = 3.0f / (2 * mx[i]);
+    step[i] = 1 / inv[i];
+    d[i] = mx[i] + 1e-6f;
+    s[i] = mx[i];
+  }
+  const float mult = 2.0f, lo = -2.0f, hi = 1.0f, finv = 0.5f;
+  for (const Kernels* k : cpuPaths()) {
+    std::vector<uint8_t> codes(n);
+    std::vector<float> m = m0, mine = m0;
+    k->deltaQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f, codes.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(codes[i], element::deltaSymStep(x[i], mine[i], mx[i], inv[i], step[i], 3.0f)) << k->name << " " << i;
+      ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
+    }
+    m = mine = m0;
+    k->deltaFixUpdate(x.data(), m.data(), d.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
+      ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
+    }
+    m = mine = m0;
+    k->efQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f, codes.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(codes[i], element::efSymStep(x[i], mine[i], mx[i], inv[i], step[i], 3.0f)) << k->name << " " << i;
+      ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
+    }
+    m = mine = m0;
+    k->efFixUpdate(x.data(), m.data(), d.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(codes[i], element::efFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
+      ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
+    }
+    if (k->deltaFixUpdateH) {  // fp16 buffers (the AVX2 build; the baseline converts through a buffer)
+      std::vector<uint8_t> mh(2 * n);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = element::halfFromFloat(m0[i]);
+        mh[2 * i] = static_cast<uint8_t>(h & 0xff);
+        mh[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float mi = element::floatFromHalf(element::halfFromFloat(m0[i]));
+        ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mi, d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
+        ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi)) << k->name << " " << i;
+      }
+    }
+  }
+}
+
 // fp16 against each CPU path's bulk conversion (F16C hardware on the AVX2 path: an independent
 // implementation) over all 65536 halves and every 997th float bit pattern; bf16 at its ties.
 TEST(ElementTest, HalfAndBf16AreTheCpusConversions) {
