@@ -35,8 +35,6 @@ class DeviceShaper {
   void addDestination(const std::string& ip, int port, const LinkSpec& link);
   // {"rate": "htb", "delay": "netem" | "user-space", ...}
   nlohmann::json mechanism() const;
-  bool delayInKernel() const { return netem_; }
-  const std::string& dev() const { return dev_; }
   void remove();
 
  private:

@@ -34,14 +34,13 @@ double hostClockNow() {
 }
 
 void setClockOffset(double offsetS) { gOffset = offsetS; }
-double clockOffset() { return gOffset.load(); }
 
 double monotonicNow() { return hostClockNow() + gOffset.load(); }
 
 void sleepUntil(double t) {
   constexpr double kSpin = 100e-6;
-  const double coarse = t - kSpin - gOffset.load() - testSkew();  // on CLOCK_MONOTONIC
   if (t - kSpin > monotonicNow()) {
+    const double coarse = t - kSpin - gOffset.load() - testSkew();  // on CLOCK_MONOTONIC
     timespec ts;
     ts.tv_sec = static_cast<time_t>(coarse);
     ts.tv_nsec = static_cast<long>((coarse - static_cast<double>(ts.tv_sec)) * 1e9);

@@ -31,7 +31,6 @@ double monotonicNow();
 double hostClockNow();
 // Set once, before any link is built.
 void setClockOffset(double offsetS);
-double clockOffset();
 // Sleeps until monotonic time t: clock_nanosleep to ~100 us before, then spins.
 void sleepUntil(double t);
 

@@ -122,7 +122,7 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
   return out;
 }
 
-int64_t dpRoundValues(const RunSpec& spec, int stage, int round, int64_t /*step*/) {
+int64_t dpRoundValues(const RunSpec& spec, int stage, int round) {
   const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
   int64_t n = 0;
   for (const auto& p : stageParameterShapes(spec, stage)) {

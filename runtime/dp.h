@@ -61,10 +61,10 @@ DpShape dpShape(const RunSpec& spec);
 // fc w,b, out w,b; ln_f w,b and the head on the last), without torch: what the simulator sizes
 // data-parallel messages by. tests/runtime/dp_test.cc checks it against the torch model.
 std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage);
-// Values of the flat buffer of DP round `round` of global step `step` on stage `stage` (what
-// GradientSync::pack forms): the parameters' count, or for powersgd P = n x r of each matrix with
-// min(n, m) > r plus the other parameters (round 0) and Q = m x r (round 1).
-int64_t dpRoundValues(const RunSpec& spec, int stage, int round, int64_t step);
+// Values of the flat buffer of DP round `round` on stage `stage` (what GradientSync::pack forms,
+// the same at every step that exchanges): the parameters' count, or for powersgd P = n x r of
+// each matrix with min(n, m) > r plus the other parameters (round 0) and Q = m x r (round 1).
+int64_t dpRoundValues(const RunSpec& spec, int stage, int round);
 // The codec a round's messages travel with: "none" for exact rounds (qadam's warm-up), else the
 // compressor's message codec.
 std::string dpRoundCodec(const RunSpec& spec, int64_t step);

@@ -42,7 +42,6 @@ class RendezvousClient {
   // timeout (and saying when the handshake itself failed: a different secret).
   nlohmann::json call(const nlohmann::json& request, double timeoutS = -1);
   ClockEstimate estimateClock(int samples = 16);
-  std::string endpoint() const { return endpoint_; }
 
  private:
   zmq::socket_t req_, monitor_;

@@ -541,7 +541,7 @@ int64_t largestFrameBytes(const RunSpec& spec) {
   if (spec.pipeline.replicas > 1)
     for (int s = 0; s < spec.pipeline.stages; ++s)
       for (int round = 0; round < dpShape(spec).rounds; ++round)
-        dp = std::max(dp, 4 * (dpRoundValues(spec, s, round, 0) / spec.pipeline.replicas + 1));
+        dp = std::max(dp, 4 * (dpRoundValues(spec, s, round) / spec.pipeline.replicas + 1));
   return std::max(act, dp) + (64 << 10);
 }
 

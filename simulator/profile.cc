@@ -40,7 +40,7 @@ DpCost Profile::dpCost(const runtime::RunSpec& spec, int stage) const {
   const runtime::DpShape dp = runtime::dpShape(spec);
   DpCost c;
   for (int round = 0; round < dp.rounds; ++round) {
-    const double bytes = 8.0 * static_cast<double>(runtime::dpRoundValues(spec, stage, round, 0));
+    const double bytes = 8.0 * static_cast<double>(runtime::dpRoundValues(spec, stage, round));
     c.beginS.push_back(bytes / bw);
     c.endS.push_back(bytes / bw);
   }

@@ -111,7 +111,7 @@ class Replay {
                               emulator::LinkClock(dpTopo_.link(r, q), 0.0, 5000 + 1000 * rankOf(s, r) + q));
       for (int s = 0; s < S_; ++s) {
         dpValues_.emplace_back();
-        for (int k = 0; k < dp_.rounds; ++k) dpValues_.back().push_back(runtime::dpRoundValues(spec, s, k, 0));
+        for (int k = 0; k < dp_.rounds; ++k) dpValues_.back().push_back(runtime::dpRoundValues(spec, s, k));
         dpCosts_.push_back(profile.dpCost(spec, s));
       }
     }
@@ -376,6 +376,12 @@ class Replay {
     if (it == frameBytes_.end()) it = frameBytes_.emplace(key, steadyFrameBytes(codec, {values}, /*exampleIds=*/false)).first;
     return it->second;
   }
+  // The codec of a step's DP messages, parsed once per step (not per message).
+  const std::string& dpCodec(int step) {
+    auto it = dpCodecs_.find(step);
+    if (it == dpCodecs_.end()) it = dpCodecs_.emplace(step, runtime::dpRoundCodec(spec_, step)).first;
+    return it->second;
+  }
   // A DP message's chunk: its values (chunk c of the round's buffer, as runtime/dp.h splits it).
   int64_t chunkValues(int i, int chunk) const {
     const int64_t n = dpValues_[i / R_][ranks_[i].round];
@@ -394,7 +400,7 @@ class Replay {
       bytes = a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
     } else if (a.isDataParallel()) {
-      const std::string codec = runtime::dpRoundCodec(spec_, st.step);
+      const std::string& codec = dpCodec(st.step);
       const int64_t values = chunkValues(i, a.microBatch);
       const double raw = 4.0 * static_cast<double>(values);
       bytes = frameBytes(codec, values);
@@ -419,7 +425,7 @@ class Replay {
       const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
       seconds += codecCost(codec).decode.at(static_cast<double>(rawActBytes_));
     } else if (a.isDataParallel()) {
-      seconds += codecCost(runtime::dpRoundCodec(spec_, ranks_[i].step)).decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
+      seconds += codecCost(dpCodec(ranks_[i].step)).decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
     }
     return seconds;
   }
@@ -443,6 +449,7 @@ class Replay {
   std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
   std::map<std::string, Message> mail_;
   std::map<std::string, const CodecCost*> codecCosts_;
+  std::map<int, std::string> dpCodecs_;
   std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
   std::vector<std::vector<json>> perRank_;
   double now_ = 0;

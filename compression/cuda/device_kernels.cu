@@ -140,40 +140,40 @@ __global__ void efFixUpdateK(const float* x, float* r, const float* d, const flo
 }
 #undef SP_INDEX
 
+// One thread per item of `count` (nothing to do for 0), then the launch's error, named.
+template <typename... P, typename... A>
+void launch(const char* what, int64_t count, Stream s, void (*kernel)(P...), A... args) {
+  if (count > 0) kernel<<<blocksFor(count), kThreads, 0, asStream(s)>>>(args...);
+  check(what);
+}
+
 }  // namespace
 
 void deltaAbsMax(const float* x, const float* m, int64_t n, float* acc, Stream s) {
-  if (n > 0) deltaAbsMaxK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, n, acc);
-  check("deltaAbsMax");
+  launch("deltaAbsMax", n, s, deltaAbsMaxK, x, m, n, acc);
 }
 void deltaQuantUpdate(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n, float top,
                       uint8_t* codes, Stream s) {
-  if (n > 0) deltaQuantUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, mx, inv, step, n, top, codes);
-  check("deltaQuantUpdate");
+  launch("deltaQuantUpdate", n, s, deltaQuantUpdateK, x, m, mx, inv, step, n, top, codes);
 }
 void deltaFixUpdate(const float* x, float* m, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
                     float inv, uint8_t* codes, Stream s) {
-  if (n > 0) deltaFixUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, d, sc, n, mult, lo, hi, inv, codes);
-  check("deltaFixUpdate");
+  launch("deltaFixUpdate", n, s, deltaFixUpdateK, x, m, d, sc, n, mult, lo, hi, inv, codes);
 }
 void deltaFixUpdateH(const float* x, uint16_t* mh, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
                      float inv, uint8_t* codes, Stream s) {
-  if (n > 0) deltaFixUpdateHK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, mh, d, sc, n, mult, lo, hi, inv, codes);
-  check("deltaFixUpdateH");
+  launch("deltaFixUpdateH", n, s, deltaFixUpdateHK, x, mh, d, sc, n, mult, lo, hi, inv, codes);
 }
 void sumAbsMax(const float* x, const float* r, int64_t n, float* acc, Stream s) {
-  if (n > 0) sumAbsMaxK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, r, n, acc);
-  check("sumAbsMax");
+  launch("sumAbsMax", n, s, sumAbsMaxK, x, r, n, acc);
 }
 void efQuantUpdate(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n, float top,
                    uint8_t* codes, Stream s) {
-  if (n > 0) efQuantUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, r, mx, inv, step, n, top, codes);
-  check("efQuantUpdate");
+  launch("efQuantUpdate", n, s, efQuantUpdateK, x, r, mx, inv, step, n, top, codes);
 }
 void efFixUpdate(const float* x, float* r, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
                  float inv, uint8_t* codes, Stream s) {
-  if (n > 0) efFixUpdateK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, r, d, sc, n, mult, lo, hi, inv, codes);
-  check("efFixUpdate");
+  launch("efFixUpdate", n, s, efFixUpdateK, x, r, d, sc, n, mult, lo, hi, inv, codes);
 }
 
 bool deviceAvailable(std::string* why) {
@@ -187,62 +187,49 @@ bool deviceAvailable(std::string* why) {
 }
 
 void quantVec(const float* x, const float* m, const float* inv, int64_t n, float top, uint8_t* codes, Stream s) {
-  if (n > 0) quantVecK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, inv, n, top, codes);
-  check("quantVec");
+  launch("quantVec", n, s, quantVecK, x, m, inv, n, top, codes);
 }
 void stochVec(const float* x, const float* m, const float* inv, int64_t n, float top, uint32_t lo, uint32_t key, uint8_t* codes,
               Stream s) {
-  if (n > 0) stochVecK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, m, inv, n, top, lo, key, codes);
-  check("stochVec");
+  launch("stochVec", n, s, stochVecK, x, m, inv, n, top, lo, key, codes);
 }
 void dequantVec(const uint8_t* codes, const float* m, const float* step, int64_t n, float* out, Stream s) {
-  if (n > 0) dequantVecK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(codes, m, step, n, out);
-  check("dequantVec");
+  launch("dequantVec", n, s, dequantVecK, codes, m, step, n, out);
 }
 void fixVec(const float* x, const float* d, int64_t n, float mult, float lo, float hi, uint8_t* codes, Stream s) {
-  if (n > 0) fixVecK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, d, n, mult, lo, hi, codes);
-  check("fixVec");
+  launch("fixVec", n, s, fixVecK, x, d, n, mult, lo, hi, codes);
 }
 void fixDequantVec(const uint8_t* codes, const float* sc, int64_t n, float lo, float inv, float* out, Stream s) {
-  if (n > 0) fixDequantVecK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(codes, sc, n, lo, inv, out);
-  check("fixDequantVec");
+  launch("fixDequantVec", n, s, fixDequantVecK, codes, sc, n, lo, inv, out);
 }
 void toHalf(const float* x, int64_t n, uint16_t* out, Stream s) {
-  if (n > 0) toHalfK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, n, out);
-  check("toHalf");
+  launch("toHalf", n, s, toHalfK, x, n, out);
 }
 void fromHalf(const uint16_t* in, int64_t n, float* out, Stream s) {
-  if (n > 0) fromHalfK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(in, n, out);
-  check("fromHalf");
+  launch("fromHalf", n, s, fromHalfK, in, n, out);
 }
 void toBf16(const float* x, int64_t n, uint16_t* out, Stream s) {
-  if (n > 0) toBf16K<<<blocksFor(n), kThreads, 0, asStream(s)>>>(x, n, out);
-  check("toBf16");
+  launch("toBf16", n, s, toBf16K, x, n, out);
 }
 void fromBf16(const uint16_t* in, int64_t n, float* out, Stream s) {
-  if (n > 0) fromBf16K<<<blocksFor(n), kThreads, 0, asStream(s)>>>(in, n, out);
-  check("fromBf16");
+  launch("fromBf16", n, s, fromBf16K, in, n, out);
 }
 void channelAbsMax(const float* x, int64_t rows, int64_t channels, float* out, Stream s) {
-  if (channels > 0) channelAbsMaxK<<<blocksFor(channels), kThreads, 0, asStream(s)>>>(x, rows, channels, out);
-  check("channelAbsMax");
+  launch("channelAbsMax", channels, s, channelAbsMaxK, x, rows, channels, out);
 }
 void groupAbsMax(const float* x, int64_t n, int64_t group, float* out, Stream s) {
   if (group <= 0) throw std::invalid_argument("cuda groupAbsMax: group must be positive");
   const int64_t groups = (n + group - 1) / group;
-  if (groups > 0) groupAbsMaxK<<<blocksFor(groups), kThreads, 0, asStream(s)>>>(x, n, group, out);
-  check("groupAbsMax");
+  launch("groupAbsMax", groups, s, groupAbsMaxK, x, n, group, out);
 }
 void packBits(const uint8_t* codes, int64_t n, int bits, uint8_t* packed, Stream s) {
   if (bits < 1 || bits > 8) throw std::invalid_argument("cuda packBits: bits must be 1..8");
   const int64_t bytes = (n * bits + 7) / 8;
-  if (bytes > 0) packK<<<blocksFor(bytes), kThreads, 0, asStream(s)>>>(codes, n, bits, bytes, packed);
-  check("packBits");
+  launch("packBits", bytes, s, packK, codes, n, bits, bytes, packed);
 }
 void unpackBits(const uint8_t* packed, int64_t n, int bits, uint8_t* codes, Stream s) {
   if (bits < 1 || bits > 8) throw std::invalid_argument("cuda unpackBits: bits must be 1..8");
-  if (n > 0) unpackK<<<blocksFor(n), kThreads, 0, asStream(s)>>>(packed, n, bits, codes);
-  check("unpackBits");
+  launch("unpackBits", n, s, unpackK, packed, n, bits, codes);
 }
 
 }  // namespace slowpipe::compression::cuda

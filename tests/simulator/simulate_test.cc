@@ -221,7 +221,7 @@ runtime::RunSpec dpSpec(int stages, int replicas, const json& dp, const std::str
 // the other replica. 8 Mbps = 1 byte per microsecond.
 TEST(SimulatorTest, RingAllreduceOfTwoReplicasByHand) {
   const auto spec = dpSpec(1, 2, {{"algorithm", "allreduce"}}, "8Mbps");
-  const int64_t n = runtime::dpRoundValues(spec, 0, 0, 0);
+  const int64_t n = runtime::dpRoundValues(spec, 0, 0);
   const int64_t len0 = n / 2, len1 = n - len0;
   const double B0 = static_cast<double>(steadyFrameBytes("none", {len0}, false)) * 1e-6;
   const double B1 = static_cast<double>(steadyFrameBytes("none", {len1}, false)) * 1e-6, L = 1e-3;
@@ -253,7 +253,7 @@ TEST(SimulatorTest, LocalStepsExchangeEveryHthStepOnly) {
   int64_t sync = 0;
   for (int s = 0; s < 2; ++s)
     for (int c = 0; c < 3; ++c) {
-      const int64_t n = runtime::dpRoundValues(spec, s, 0, 0), len = n * (c + 1) / 3 - n * c / 3;
+      const int64_t n = runtime::dpRoundValues(spec, s, 0), len = n * (c + 1) / 3 - n * c / 3;
       sync += 2 * 2 * steadyFrameBytes("quant:bits=8,scale=group,group=64", {len}, false);  // pushes to and pulls from server c
     }
   for (const auto& st : r["steps"]) {
