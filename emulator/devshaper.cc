@@ -28,7 +28,6 @@ namespace {
 const char* kRegistryDir = "/run/slowpipe/tc-dev";
 
 LiveNames<16> gLive;  // what the signal handler removes
-struct sigaction gPrevious[32];
 
 void deleteRootFromSignal(const char* dev) {
   const pid_t pid = fork();
@@ -42,23 +41,7 @@ void deleteRootFromSignal(const char* dev) {
   if (pid > 0) waitpid(pid, nullptr, 0);
 }
 
-void onFatalSignal(int sig) {
-  removeAllDeviceShaping();
-  sigaction(sig, &gPrevious[sig], nullptr);  // then whatever was there before (the netns cleanup)
-  raise(sig);
-}
-
-void installHandlers() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-      struct sigaction sa {};
-      sa.sa_handler = onFatalSignal;
-      sigemptyset(&sa.sa_mask);
-      sigaction(sig, &sa, &gPrevious[sig]);
-    }
-  });
-}
+void installHandlers() { addSignalCleanup(removeAllDeviceShaping); }
 
 void registerLive(const std::string& name) { gLive.add(name, "shaped interfaces"); }
 void unregisterLive(const std::string& name) { gLive.remove(name); }

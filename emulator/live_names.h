@@ -1,6 +1,7 @@
 // Names of live kernel objects (namespaces, shaped interfaces) kept in fixed storage, so that a
-// signal handler can walk them and remove each without allocating: the cleanup path of the
-// kernel backends (netns.cc, devshaper.cc).
+// signal handler can walk them and remove each without allocating, and the one SIGINT / SIGTERM /
+// SIGHUP handler that runs every backend's cleanup: the exit path of the kernel backends
+// (netns.cc, devshaper.cc).
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,11 @@
 #include <string>
 
 namespace slowpipe::emulator {
+
+// Registers `cleanup` (idempotent per function) to run, with every other registered one, when the
+// process gets SIGINT, SIGTERM or SIGHUP; then the signal takes its default action. The handler is
+// installed on the first registration.
+void addSignalCleanup(void (*cleanup)());
 
 template <int N>
 class LiveNames {

@@ -33,23 +33,9 @@ void deleteNamespaceFromSignal(const char* name) {
   if (pid > 0) waitpid(pid, nullptr, 0);
 }
 
-void onFatalSignal(int sig) {
-  gLive.forEach(deleteNamespaceFromSignal);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
+void removeLiveNamespaces() { gLive.forEach(deleteNamespaceFromSignal); }
 
-void installHandlers() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-      struct sigaction sa {};
-      sa.sa_handler = onFatalSignal;
-      sigemptyset(&sa.sa_mask);
-      sigaction(sig, &sa, nullptr);
-    }
-  });
-}
+void installHandlers() { addSignalCleanup(removeLiveNamespaces); }
 
 void registerLive(const std::string& name) { gLive.add(name, "namespaces"); }
 void unregisterLive(const std::string& name) { gLive.remove(name); }
