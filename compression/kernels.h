@@ -40,25 +40,27 @@ struct Kernels {
   void (*add)(const float* a, const float* b, int64_t n, float* out);  // out = a + b
   // AC-SGD's delta step, fused (channel scales, nearest rounding): acc = max(acc, |x - m|); and
   // codes = Q(x - m), m = m + deQ(codes) for symmetric (mx, inv, step) or fixpoint (d, s) levels.
+  // Fixpoint steps also get rd = fl(1 / d): a kernel may multiply by it where the product provably
+  // rounds as the quotient does and divide elsewhere, so the codes stay those of x / d (kernels_avx2.cc).
   void (*deltaAbsMax)(const float* x, const float* m, int64_t n, float* acc);
   void (*deltaQuantUpdate)(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n,
                            float top, uint8_t* codes);
-  void (*deltaFixUpdate)(const float* x, float* m, const float* d, const float* s, int64_t n, float mult, float lo,
-                         float hi, float inv, uint8_t* codes);
+  void (*deltaFixUpdate)(const float* x, float* m, const float* d, const float* rd, const float* s, int64_t n,
+                         float mult, float lo, float hi, float inv, uint8_t* codes);
   // ef(quant)'s step, fused likewise: acc = max(acc, |x + r|); v = x + r, codes = Q(v), r = v - deQ(codes).
   void (*sumAbsMax)(const float* x, const float* r, int64_t n, float* acc);
   void (*efQuantUpdate)(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n,
                         float top, uint8_t* codes);
-  void (*efFixUpdate)(const float* x, float* r, const float* d, const float* s, int64_t n, float mult, float lo,
-                      float hi, float inv, uint8_t* codes);
+  void (*efFixUpdate)(const float* x, float* r, const float* d, const float* rd, const float* s, int64_t n,
+                      float mult, float lo, float hi, float inv, uint8_t* codes);
   // The delta step on an fp16 buffer (little-endian bytes mh, updated in place): AC-SGD with the
   // reference's fp16 buffers, converting in registers. AVX2 build only (null in the baseline build,
   // whose callers convert through a buffer instead: the same bits).
   void (*deltaAbsMaxH)(const float* x, const uint8_t* mh, int64_t n, float* acc);
   void (*deltaQuantUpdateH)(const float* x, uint8_t* mh, const float* mx, const float* inv, const float* step,
                             int64_t n, float top, uint8_t* codes);
-  void (*deltaFixUpdateH)(const float* x, uint8_t* mh, const float* d, const float* s, int64_t n, float mult,
-                          float lo, float hi, float inv, uint8_t* codes);
+  void (*deltaFixUpdateH)(const float* x, uint8_t* mh, const float* d, const float* rd, const float* s, int64_t n,
+                          float mult, float lo, float hi, float inv, uint8_t* codes);
   // The receiver's side: mh = fp16(m + dq), out = the value mh now holds.
   void (*deltaApplyH)(const float* dq, uint8_t* mh, int64_t n, float* out);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.

@@ -25,8 +25,8 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
 constexpr void (*deltaAbsMaxH)(const float*, const uint8_t*, int64_t, float*) = nullptr;
 constexpr void (*deltaQuantUpdateH)(const float*, uint8_t*, const float*, const float*, const float*, int64_t, float,
                                     uint8_t*) = nullptr;
-constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const float*, int64_t, float, float, float,
-                                  float, uint8_t*) = nullptr;
+constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const float*, const float*, int64_t, float,
+                                  float, float, float, uint8_t*) = nullptr;
 constexpr void (*deltaApplyH)(const float*, uint8_t*, int64_t, float*) = nullptr;
 
 #define KERNELS_NAME "baseline"

@@ -106,6 +106,7 @@ void QuantStream::finishScales() {
   if (fixpoint_) {
     half_.resize(groups_);
     div_.resize(groups_);
+    rdiv_.resize(groups_);
     s_.resize(groups_);
     for (int64_t g = 0; g < groups_; ++g) {
       half_[g] = floatToHalf(m_[g]);
@@ -114,6 +115,7 @@ void QuantStream::finishScales() {
                  "quant levels=fixpoint: max |x| = " + std::to_string(m_[g]) + " in scale group " +
                      std::to_string(g) + " overflows the fp16 scale (at most 65504)");
       div_[g] = fixpointDivisor(half_[g]);
+      rdiv_[g] = 1.0f / div_[g];
     }
   } else {
     inv_.resize(groups_);
@@ -213,15 +215,16 @@ void QuantStream::fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, fl
 }
 
 template <typename Y>
-void QuantStream::fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, int64_t, float, float, float,
-                                          float, uint8_t*),
+void QuantStream::fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
+                                          float, float, float, uint8_t*),
                               void (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
                                             uint8_t*),
                               const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes) {
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const int64_t o = j - i;
     Y* yo = y + kPerValue(y) * o;
-    if (fixpoint_) fix(x + o, yo, div_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
+    if (fixpoint_)
+      fix(x + o, yo, div_.data() + pos, rdiv_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
     else quant(x + o, yo, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
   });
 }

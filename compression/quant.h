@@ -95,7 +95,7 @@ class QuantStream {
   void fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x, const Y* y, int64_t i,
                        int64_t len);
   template <typename Y>
-  void fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, int64_t, float, float, float, float,
+  void fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t, float, float, float, float,
                                uint8_t*),
                    void (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float, uint8_t*),
                    const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes);
@@ -108,7 +108,7 @@ class QuantStream {
   std::vector<float> m_;              // max |x| per scale (symmetric: what the payload carries)
   std::vector<float> inv_, step_;     // symmetric: 1 / step and step per scale
   std::vector<uint16_t> half_;        // fixpoint: the scales as fp16 (the payload) ...
-  std::vector<float> div_, s_;        // ... their divisor (fixpointDivisor) and value
+  std::vector<float> div_, rdiv_, s_;  // ... their divisor (fixpointDivisor), its reciprocal, value
 };
 
 class QuantCodec : public Codec {

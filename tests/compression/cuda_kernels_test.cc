@@ -117,6 +117,8 @@ TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
     d[i] = mx[i] + 1e-6f;
     s[i] = mx[i];
   }
+  std::vector<float> rd(n);
+  for (int64_t i = 0; i < n; ++i) rd[i] = 1.0f / d[i];
   const Kernels& k = kernels();
   const float *dx = toDevice(x), *dmx = toDevice(mx), *dinv = toDevice(inv), *dstep = toDevice(step), *dd = toDevice(d),
               *ds = toDevice(s);
@@ -130,7 +132,7 @@ TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
   ASSERT_EQ(toHost(dm, n), m);
   m = m0;
   dm = toDevice(m0);
-  k.deltaFixUpdate(x.data(), m.data(), d.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
+  k.deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
   cuda::deltaFixUpdate(dx, dm, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
   ASSERT_EQ(toHost(dcodes, n), codes);
   ASSERT_EQ(toHost(dm, n), m);
@@ -142,7 +144,7 @@ TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
   ASSERT_EQ(toHost(dm, n), m);
   m = m0;
   dm = toDevice(m0);
-  k.efFixUpdate(x.data(), m.data(), d.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
+  k.efFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
   cuda::efFixUpdate(dx, dm, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
   ASSERT_EQ(toHost(dcodes, n), codes);
   ASSERT_EQ(toHost(dm, n), m);

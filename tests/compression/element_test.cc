@@ -79,12 +79,13 @@ TEST(ElementTest, QuantizerCodesAndValuesAreTheCpuKernels) {
 TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
   const int64_t n = 3001;
   const std::vector<float> x = inputs(n, 4), m0 = inputs(n, 5);
-  std::vector<float> mx(n), inv(n), step(n), d(n), s(n);
+  std::vector<float> mx(n), inv(n), step(n), d(n), rd(n), s(n);
   for (int64_t i = 0; i < n; ++i) {
     mx[i] = 1.0f + static_cast<float>(i % 7);
     inv[i] = 3.0f / (2 * mx[i]);
     step[i] = 1 / inv[i];
     d[i] = mx[i] + 1e-6f;
+    rd[i] = 1.0f / d[i];
     s[i] = mx[i];
   }
   const float mult = 2.0f, lo = -2.0f, hi = 1.0f, finv = 0.5f;
@@ -97,7 +98,7 @@ TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
     m = mine = m0;
-    k->deltaFixUpdate(x.data(), m.data(), d.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+    k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
@@ -109,7 +110,7 @@ TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
     m = mine = m0;
-    k->efFixUpdate(x.data(), m.data(), d.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+    k->efFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(codes[i], element::efFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
@@ -121,10 +122,62 @@ TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
         mh[2 * i] = static_cast<uint8_t>(h & 0xff);
         mh[2 * i + 1] = static_cast<uint8_t>(h >> 8);
       }
-      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
       for (int64_t i = 0; i < n; ++i) {
         float mi = element::floatFromHalf(element::halfFromFloat(m0[i]));
         ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mi, d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
+        ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi)) << k->name << " " << i;
+      }
+    }
+  }
+}
+
+// The fp16-buffer fixpoint step multiplies by rd = 1 / d instead of dividing wherever the product
+// provably rounds as the quotient does (kernels_avx2.cc). Inputs placed on and a few ulps around
+// every half-integer the codes can round at, for scales across the range the reference produces
+// (fp16 scale + its 1e-6): the codes and buffers are the division's, bit for bit.
+TEST(ElementTest, FixpointStepWithoutDivisionMatchesTheQuotientAtTies) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> logScale(-20.0f, 15.0f);
+  for (int bits : {2, 3, 4, 8}) {
+    const float mult = static_cast<float>(1 << (bits - 1)), lo = -mult, hi = mult - 1, finv = 1.0f / mult;
+    std::vector<float> x, d, rd, s, m0;
+    for (int scale = 0; scale < 400; ++scale) {
+      const uint16_t sh = element::halfFromFloat(std::exp2(logScale(rng)));
+      const float sv = element::floatFromHalf(sh);
+      const float dv = element::floatFromHalf(element::halfFromFloat(sv + element::floatFromHalf(element::halfFromFloat(1e-6f))));
+      const float mv = scale % 2 ? element::floatFromHalf(element::halfFromFloat(sv * 0.25f * static_cast<float>(scale % 5))) : 0.0f;
+      for (int k = static_cast<int>(lo) - 2; k <= static_cast<int>(hi) + 1; ++k) {
+        const float at = (static_cast<float>(k) + 0.5f) / mult * dv;  // (x - m) / d * mult ~ k + 0.5
+        for (int ulps = -6; ulps <= 6; ++ulps) {
+          float v = at;
+          for (int u = 0; u < std::abs(ulps); ++u) v = std::nextafter(v, ulps > 0 ? INFINITY : -INFINITY);
+          x.push_back(mv + v);
+          d.push_back(dv);
+          rd.push_back(1.0f / dv);
+          s.push_back(sv);
+          m0.push_back(mv);
+        }
+      }
+    }
+    const int64_t n = static_cast<int64_t>(x.size());
+    for (const Kernels* k : cpuPaths()) {
+      std::vector<uint8_t> codes(n), mh(2 * n);
+      std::vector<float> m = m0;
+      k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(codes[i], element::fixCode(x[i] - m0[i], d[i], mult, lo, hi)) << k->name << " bits " << bits << " " << i;
+      if (!k->deltaFixUpdateH) continue;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = element::halfFromFloat(m0[i]);
+        mh[2 * i] = static_cast<uint8_t>(h & 0xff);
+        mh[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float mi = m0[i];
+        ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mi, d[i], s[i], mult, lo, hi, finv))
+            << k->name << " bits " << bits << " " << i << " x " << x[i] << " d " << d[i];
         ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi)) << k->name << " " << i;
       }
     }
