@@ -39,6 +39,7 @@ class AcsgdCodec : public Codec {
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override;
   uint64_t stateDigest() const override { return store_.digest(); }
+  const AcsgdOptions& options() const { return opt_; }
   const ExampleStore& store() const { return store_; }
   ExampleStore& store() { return store_; }
   // Rows sent in full precision / as deltas by this codec so far (sender or receiver side).

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "compression/element.h"
 #include "compression/error.h"
 
 namespace slowpipe::compression {
@@ -25,12 +26,7 @@ inline void copyBytes(void* dst, const void* src, size_t n) {
 // of sweep identities (specs, checkpoints).
 // splitmix64's finaliser: a full-avalanche mix of 64 bits (seeded per-element hashes: randk's kept
 // set, hadamard's signs).
-inline uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+inline uint64_t mix64(uint64_t z) { return element::mix64(z); }
 
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {

@@ -91,6 +91,14 @@ SLOWPIPE_HD uint16_t bf16FromFloat(float f) {
 }
 SLOWPIPE_HD float floatFromBf16(uint16_t h) { return bitsFloat(static_cast<uint32_t>(h) << 16); }
 
+// splitmix64's finaliser (bytes.h's mix64): randk's kept set, hadamard's signs.
+SLOWPIPE_HD uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 // Stochastic rounding's uniform in [0, 1): 24 bits of lowbias32((lo + k) ^ key).
 SLOWPIPE_HD uint32_t lowbias32(uint32_t x) {
   x ^= x >> 16;

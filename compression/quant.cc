@@ -33,12 +33,12 @@ Layout layoutOf(const QuantOptions& opt, const Shape& shape) {
   return {n, opt.group, n == 0 ? 0 : (n - 1) / opt.group + 1, false};  // no overflow for huge groups
 }
 
+}  // namespace
+
 // The key of the stochastic-rounding stream for values hi * 2^32 .. hi * 2^32 + 2^32 - 1.
-uint32_t streamKey(uint64_t seed, uint32_t hi) {
+uint32_t quantStreamKey(uint64_t seed, uint32_t hi) {
   return hash32(static_cast<uint32_t>(seed) ^ hash32(static_cast<uint32_t>(seed >> 32) ^ hi ^ 0x9e3779b9u));
 }
-
-}  // namespace
 
 int64_t quantScaleCount(const QuantOptions& opt, const Shape& shape) {
   return layoutOf(opt, shape).groups;
@@ -175,7 +175,7 @@ void QuantStream::quantize(const float* v, int64_t i, int64_t len, uint8_t* code
         const uint64_t at = codec_.drawn_ + static_cast<uint64_t>(j + r0);
         const int64_t piece = static_cast<int64_t>(
             std::min<uint64_t>(static_cast<uint64_t>(run - r0), (uint64_t{1} << 32) - (at & 0xffffffffu)));
-        const uint32_t lo = static_cast<uint32_t>(at), key = streamKey(opt_.seed, static_cast<uint32_t>(at >> 32));
+        const uint32_t lo = static_cast<uint32_t>(at), key = quantStreamKey(opt_.seed, static_cast<uint32_t>(at >> 32));
         if (channel_) k.stochVec(x + r0, m_.data() + pos + r0, inv_.data() + pos + r0, piece, top_, lo, key, c + r0);
         else k.stochScalar(x + r0, m_[g], inv_[g], piece, top_, lo, key, c + r0);
         r0 += piece;
@@ -253,6 +253,17 @@ void QuantStream::sumAccumulate(const float* x, const float* r, int64_t i, int64
 
 void QuantStream::residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes) {
   fusedUpdate(kernels().efFixUpdate, kernels().efQuantUpdate, x, r, i, len, codes);
+}
+
+void QuantStream::setMaxima(const float* maxima) { copyBytes(m_.data(), maxima, 4 * static_cast<size_t>(groups_)); }
+
+QuantStream::Params QuantStream::params() const {
+  return {channel_,     fixpoint_,      opt_.round == QuantOptions::Round::kStochastic,
+          cols_,        groups_,        top_,
+          mult_,        lo_,            hi_,
+          finv_,        m_.data(),      inv_.data(),
+          step_.data(), div_.data(),    rdiv_.data(),
+          s_.data(),    codec_.drawn_,  opt_.seed};
 }
 
 void QuantStream::done() {

@@ -43,6 +43,9 @@ struct QuantOptions {
 // The fixpoint mapping's divisor for an fp16 scale: fp16(s + fp16(1e-6)), as float.
 float fixpointDivisor(uint16_t scaleHalf);
 
+// Stochastic rounding's key for values whose stream position has these high 32 bits (quant.h above).
+uint32_t quantStreamKey(uint64_t seed, uint32_t hi);
+
 // Number of scales for a tensor of this shape.
 int64_t quantScaleCount(const QuantOptions& opt, const Shape& shape);
 size_t quantPayloadBytes(const QuantOptions& opt, const Shape& shape);
@@ -84,6 +87,19 @@ class QuantStream {
   // codes, then r = (x + r) - dequantize(codes).
   void sumAccumulate(const float* x, const float* r, int64_t i, int64_t len);
   void residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes);
+  // For kernels elsewhere (compression/cuda/device_codec.cu): the per-scale max |x| computed there,
+  // in place of accumulate(); and, after finishScales() or readScales(), the scale arrays and
+  // constants the CPU kernels are given (scale g of value i: i % cols if channel, else i / cols).
+  void setMaxima(const float* maxima);
+  struct Params {
+    bool channel, fixpoint, stochastic;
+    int64_t cols, groups;
+    float top, mult, lo, hi, finv;
+    const float *m, *inv, *step;      // symmetric
+    const float *div, *rdiv, *s;      // fixpoint
+    uint64_t drawn, seed;             // stochastic: the stream position of value 0, the seed
+  };
+  Params params() const;
 
  private:
   template <typename Fn>

@@ -72,7 +72,6 @@ std::string TopkCodec::spec() const {
   return bits_ == 16 ? std::string(buf) : std::string(buf) + ",bits=" + std::to_string(bits_);
 }
 
-namespace {
 QuantCodec topkValueQuant(int bits, int64_t k) {
   QuantOptions q;
   q.bits = bits;
@@ -80,7 +79,6 @@ QuantCodec topkValueQuant(int bits, int64_t k) {
   q.group = std::max<int64_t>(k, 1);
   return QuantCodec(q);
 }
-}  // namespace
 
 int64_t TopkCodec::keepCount(int64_t n) const {
   if (n == 0) return 0;

@@ -32,11 +32,16 @@ class TopkCodec : public Codec {
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override;
   int64_t keepCount(int64_t n) const;
+  int bits() const { return bits_; }
 
  private:
   double ratio_;
   int bits_;  // 16: fp16 values
 };
+
+// The quantizer of topk's values with bits=B < 16: one group of the k values, symmetric levels.
+class QuantCodec;
+QuantCodec topkValueQuant(int bits, int64_t k);
 
 // randk: unbiased random sparsification with no indices on the wire. Element i of a message is
 // kept when a hash of (seed, step, micro-batch, first example id, i) falls below ratio x 2^64, so
@@ -50,9 +55,13 @@ class RandkCodec : public Codec {
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override;
+  // Value i of a message is kept when keepsAll() or mix64(messageSeed(ctx) ^ i) < threshold().
+  uint64_t messageSeed(const CodecContext& ctx) const;
+  uint64_t threshold() const { return threshold_; }
+  bool keepsAll() const { return all_; }
+  double ratio() const { return ratio_; }
 
  private:
-  uint64_t messageSeed(const CodecContext& ctx) const;
   double ratio_;
   uint64_t seed_, threshold_;
   bool all_ = false;
