@@ -277,7 +277,16 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     f.get("step_timeout_s", s.runtime.stepTimeoutS);
     f.get("threads_per_worker", s.runtime.threadsPerWorker);
     f.get("pin_cores", s.runtime.pinCores);
+    f.get("device", s.runtime.device);
     positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
+    const std::string& d = s.runtime.device;
+    const bool cudaN = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 9 &&
+                       d.find_first_not_of("0123456789", 5) == std::string::npos;
+    if (d != "cpu" && d != "cuda" && !cudaN)
+      fail(where + ".runtime.device", "'" + d + "' is not a device; expected \"cpu\", \"cuda\" or \"cuda:N\"");
+    if (d != "cpu" && s.pipeline.replicas > 1)
+      fail(where + ".runtime.device", "'" + d + "' with pipeline.replicas = " + std::to_string(s.pipeline.replicas) +
+                                          ": data parallelism runs on CPU stages only so far");
   }
   if (s.pipeline.stages > s.model.layers)
     fail(where + ".pipeline.stages", std::to_string(s.pipeline.stages) + " stages for " +
@@ -342,6 +351,15 @@ RunSpec loadRunSpec(const std::string& path) {
   }
 }
 
+namespace {
+// "device" only off the CPU: CPU specs keep the digests (sweep identities) they had before it.
+json runtimeJson(const RuntimeSpec& r) {
+  json j = {{"step_timeout_s", r.stepTimeoutS}, {"threads_per_worker", r.threadsPerWorker}, {"pin_cores", r.pinCores}};
+  if (r.device != "cpu") j["device"] = r.device;
+  return j;
+}
+}  // namespace
+
 json toJson(const RunSpec& s) {
   json part = json::array();
   for (const auto& [b, e] : s.pipeline.partition) part.push_back({b, e});
@@ -364,8 +382,7 @@ json toJson(const RunSpec& s) {
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
           {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},
                        {"dp_links", s.network.dpLinks}}},
-          {"runtime", {{"step_timeout_s", s.runtime.stepTimeoutS}, {"threads_per_worker", s.runtime.threadsPerWorker},
-                       {"pin_cores", s.runtime.pinCores}}}};
+          {"runtime", runtimeJson(s.runtime)}};
 }
 
 std::vector<std::pair<int, int>> stageLayers(const RunSpec& s) {

@@ -93,6 +93,10 @@ struct RuntimeSpec {
   // Pin worker r to the r-th CPU this process may use, when there are at least as many CPUs as
   // workers (otherwise the run is not pinned and says so). The placement is recorded in result.json.
   bool pinCores = false;
+  // Where the stages compute: "cpu", or "cuda" / "cuda:N" with a libtorch built with CUDA (Debian's
+  // is CPU-only; tools/gpu-build.sh builds against one). Messages leave and enter a stage in host
+  // memory, where the codecs run; the copies count as the stage's compute time.
+  std::string device = "cpu";
 };
 
 struct RunSpec {

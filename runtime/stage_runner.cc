@@ -1,34 +1,60 @@
 // StageRunner: forward/backward bookkeeping, optimizer, schedule of the learning rate.
 #include "runtime/stage_runner.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace slowpipe::runtime {
+namespace {
 
-StageRunner::StageRunner(const RunSpec& spec, int stage, int64_t totalSteps) : spec_(spec), totalSteps_(totalSteps) {
+torch::Device deviceOf(const RunSpec& spec) {
+  const std::string& d = spec.runtime.device;
+  if (d == "cpu") return torch::kCPU;
+  if (!torch::cuda::is_available())
+    throw std::runtime_error("runtime.device = '" + d +
+                             "': this libtorch sees no CUDA device (torch::cuda::is_available() is false; Debian's "
+                             "libtorch is CPU-only: build with tools/gpu-build.sh against a CUDA libtorch)");
+  const torch::Device dev(d);
+  if (dev.has_index() && dev.index() >= static_cast<int>(torch::cuda::device_count()))
+    throw std::runtime_error("runtime.device = '" + d + "': this machine has " +
+                             std::to_string(torch::cuda::device_count()) + " CUDA device(s)");
+  return dev;
+}
+
+}  // namespace
+
+StageRunner::StageRunner(const RunSpec& spec, int stage, int64_t totalSteps)
+    : spec_(spec), device_(deviceOf(spec)), totalSteps_(totalSteps) {
   const auto ranges = stageLayers(spec);
   const int S = spec.pipeline.stages;
   model_ = StageModel(spec.model, ranges.at(stage).first, ranges.at(stage).second, stage == 0, stage == S - 1);
   if (!spec.training.initCheckpoint.empty()) loadCheckpoint(model_, spec.training.initCheckpoint);
+  model_->to(device_);
   opt_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(spec.training.lr).weight_decay(spec.training.weightDecay));
 }
 
+void StageRunner::sync() const {
+  if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+}
+
 torch::Tensor StageRunner::forward(int mb, const torch::Tensor& input, const torch::Tensor& targets) {
-  torch::Tensor x = input;
+  torch::Tensor x = input.to(device_);
   if (!first()) {
     x = input.detach().requires_grad_(true);
     inputs_[mb] = x;
   }
   torch::Tensor y = model_->forward(x);
   if (last()) {
-    const torch::Tensor loss = lmLoss(y, targets);
+    const torch::Tensor loss = lmLoss(y, targets.to(device_));
     losses_[mb] = loss.item<double>();
     y = loss / static_cast<double>(spec_.pipeline.microBatches);
   }
   outputs_[mb] = y;
-  return last() ? y.detach() : y.detach().contiguous();
+  return last() ? y.detach().to(torch::kCPU) : y.detach().contiguous().to(torch::kCPU);
 }
 
 torch::Tensor StageRunner::backward(int mb, const torch::Tensor& gradOut) {
@@ -36,11 +62,14 @@ torch::Tensor StageRunner::backward(int mb, const torch::Tensor& gradOut) {
   if (last()) {
     y.backward();
   } else {
-    y.backward(gradOut);
+    y.backward(gradOut.to(device_));
   }
   outputs_.erase(mb);
-  if (first()) return {};
-  torch::Tensor g = inputs_.at(mb).grad().contiguous();
+  if (first()) {
+    sync();
+    return {};
+  }
+  torch::Tensor g = inputs_.at(mb).grad().contiguous().to(torch::kCPU);
   inputs_.erase(mb);
   return g;
 }
@@ -73,16 +102,17 @@ void StageRunner::step(int64_t step, double globalNorm) {
   opt_->step();
   opt_->zero_grad();
   losses_.clear();
+  sync();
 }
 
 torch::Tensor StageRunner::evalForward(const torch::Tensor& input, const torch::Tensor& targets, double* lossSum) {
   torch::NoGradGuard guard;
-  torch::Tensor y = model_->forward(input);
+  torch::Tensor y = model_->forward(input.to(device_));
   if (last()) {
-    const torch::Tensor loss = lmLoss(y, targets);
+    const torch::Tensor loss = lmLoss(y, targets.to(device_));
     *lossSum += loss.item<double>() * static_cast<double>(targets.numel());
   }
-  return y.contiguous();
+  return y.contiguous().to(torch::kCPU);
 }
 
 void makeBatch(const ExampleSet& set, const std::vector<int64_t>& indices, int seqLen, torch::Tensor* inputs,

@@ -39,10 +39,15 @@ class StageRunner {
   torch::Tensor evalForward(const torch::Tensor& input, const torch::Tensor& targets, double* lossSum);
 
   StageModel& model() { return model_; }
+
   torch::optim::AdamW& optimizer() { return *opt_; }
 
  private:
+  // runtime.device: inputs move there, outputs (activations, input gradients) come back to host
+  // memory; on CUDA each call returns when the device is done, so its time is the stage's.
+  void sync() const;  // waits for the device (CUDA); nothing on the CPU
   const RunSpec& spec_;
+  torch::Device device_;
   StageModel model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> opt_;
   int64_t totalSteps_;

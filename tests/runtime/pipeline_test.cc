@@ -16,6 +16,8 @@
 #include <fstream>
 #include <thread>
 
+#include <torch/cuda.h>
+
 #include "emulator/command.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
@@ -227,6 +229,17 @@ TEST_F(PipelineTest, FailedSetupLeavesAFailedResult) {
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("training.init_checkpoint"), std::string::npos) << r["reason"];
   EXPECT_TRUE(r["environment"].contains("git_commit"));  // captured once, before anything ran
+}
+
+// runtime.device = cuda where libtorch has no CUDA (Debian's): the run fails, saying what to do.
+TEST_F(PipelineTest, CudaStagesWithoutCudaLibtorchFailNamingTheField) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this libtorch has CUDA: the stages would run there";
+  json spec = baseSpec(2, "gpipe");
+  spec["runtime"]["device"] = "cuda";
+  const json r = launch(spec, "cuda-on-cpu", /*expectOk=*/false);
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r["reason"].get<std::string>().find("runtime.device = 'cuda': this libtorch sees no CUDA device"),
+            std::string::npos) << r["reason"];
 }
 
 // A worker whose launcher is gone exits at once: its parent is no longer the pid it was given.

@@ -57,6 +57,15 @@ TEST(SpecTest, MalformedSpecsNameTheProblem) {
   j = valid();
   j["pipeline"]["partition"] = json::parse("[[0, 1], [2, 4]]");
   EXPECT_NE(errorOf(j).find("must start at 1"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["runtime"]["device"] = "gpu";
+  EXPECT_NE(errorOf(j).find("spec.runtime.device: 'gpu' is not a device"), std::string::npos) << errorOf(j);
+  j["runtime"]["device"] = "cuda:x";
+  EXPECT_NE(errorOf(j).find("spec.runtime.device: 'cuda:x' is not a device"), std::string::npos) << errorOf(j);
+  j["runtime"]["device"] = "cuda:1";
+  EXPECT_EQ(errorOf(j), "") << errorOf(j);
+  j["pipeline"]["replicas"] = 2;
+  EXPECT_NE(errorOf(j).find("data parallelism runs on CPU stages only"), std::string::npos) << errorOf(j);
 }
 
 TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
