@@ -232,7 +232,7 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
 // `slowpipe profile-unit` (internal): build the stage's unit, warm it, print "ready", read the start
 // time (monotonic seconds) from stdin, then print the units per second it completed in the window.
 int runProfileUnit(const std::string& specPath, int stage, double windowS) {
-  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readJsonFile(specPath, "spec file"), "spec", false);
+  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readJsonFile(specPath, "spec file"), "spec", /*simulation=*/true);
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   StageUnit unit(spec, stage);
   unit.run();
@@ -316,6 +316,9 @@ simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int
 struct HostSpeedOptions {
   double windowS = 1.0;
   int reps = 3;
+  // Each worker has a processor of its own (a GPU per stage, as on the hardware being projected):
+  // host_speed is 1 for any number of busy workers, not measured with them sharing this host.
+  bool dedicated = false;
 };
 
 simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
@@ -336,10 +339,16 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int workers = spec.pipeline.stages * spec.pipeline.replicas;  // every one may be busy at once
   p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
-  // Every worker process (S x R with replicas) may be busy at once.
-  p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, spec.pipeline.stages * spec.pipeline.replicas, host.windowS,
-                                 host.reps);
+  if (host.dedicated) {
+    p.hostCores = workers;
+    p.hostSpeed.assign(static_cast<size_t>(workers), 1.0);
+    p.device["dedicated"] = "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
+  } else {
+    p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
+  }
+  p.device["runtime_device"] = spec.runtime.device;
   // Transport CPU cost, fitted through a small and an activation-sized message.
   const size_t small = 64, large = static_cast<size_t>(4 * compression::numelOf(shape));
   const double cSmall = transportCpuSeconds(small), cLarge = transportCpuSeconds(large);
@@ -364,6 +373,7 @@ void addSimCommands(CLI::App& app) {
     auto codecs = std::make_shared<std::vector<std::string>>();
     auto host = std::make_shared<HostSpeedOptions>();
     auto merge = std::make_shared<std::vector<std::string>>();
+    auto sets = std::make_shared<std::vector<std::string>>();
     auto* cmd = app.add_subcommand("profile", "cost profile for the simulator: measured here, or analytic for a GPU");
     cmd->add_option("spec", *spec, "experiment spec, or a sweep (its base, with every codec of its compression axis)");
     cmd->add_option("--out", *out, "profile JSON")->required();
@@ -374,6 +384,9 @@ void addSimCommands(CLI::App& app) {
     cmd->add_option("--codec", *codecs, "measured: also time this codec (repeatable; e.g. every codec of a sweep)");
     cmd->add_option("--host-window", host->windowS, "measured: seconds each host-speed window lasts")->check(CLI::Range(0.05, 60.0));
     cmd->add_option("--host-reps", host->reps, "measured: host-speed windows per setting (median)")->check(CLI::Range(1, 100));
+    cmd->add_flag("--dedicated", host->dedicated,
+                  "measured: each worker gets a processor of its own (a GPU per stage): host_speed 1, not measured");
+    cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the spec (a sweep's base; repeatable), e.g. runtime.device=cuda");
     cmd->add_option("--merge", *merge, "instead of measuring: the per-field median of these measured profiles of "
                                        "the same spec (taken at different times: this machine's speed drifts)");
     cmd->callback([=] {
@@ -392,7 +405,9 @@ void addSimCommands(CLI::App& app) {
       std::vector<json> dpSettings;
       json runJson = j;
       if (j.contains("axes")) {
-        const auto sweep = experiments::sweepSpecFromJson(j, "sweep", !device->empty());
+        // Parsed as for simulation: a profile runs no links and feeds its stages random bytes, so it
+        // measures what the simulator projects (any vocab: the LM head has its real size).
+        const auto sweep = experiments::sweepSpecFromJson(j, "sweep", /*simulation=*/true);
         runJson = sweep.base;
         for (const auto& [path, values] : sweep.axes)
           if (path == "compression")
@@ -402,12 +417,13 @@ void addSimCommands(CLI::App& app) {
               if (v.contains("dp")) dpSettings.push_back(v["dp"]);
             }
       }
-      const runtime::RunSpec s = runtime::runSpecFromJson(runJson, "spec", /*simulation=*/!device->empty());
+      for (const auto& a : *sets) runtime::applySet(runJson, a);
+      const runtime::RunSpec s = runtime::runSpecFromJson(runJson, "spec", /*simulation=*/true);
       // Data parallelism: the base's compressor and every other one the sweep's compression axis names.
       std::vector<runtime::RunSpec> dpVariants;
       std::set<std::string> keys;
       auto addVariant = [&](const json& doc) {
-        const runtime::RunSpec v = runtime::runSpecFromJson(doc, "spec", !device->empty());
+        const runtime::RunSpec v = runtime::runSpecFromJson(doc, "spec", /*simulation=*/true);
         if (v.pipeline.replicas > 1 && keys.insert(simulator::dpCostKey(v)).second) dpVariants.push_back(v);
       };
       addVariant(runJson);

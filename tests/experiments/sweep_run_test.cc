@@ -194,6 +194,14 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("bad.json"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("forward_s"), std::string::npos) << r.output;
+  // --dedicated (a processor per stage, as on a GPU per stage): host_speed is 1, not measured.
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out",
+                                      (root / "dedicated.json").string(), "--reps", "2", "--dedicated"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json d = json::parse(std::ifstream(root / "dedicated.json"));
+  EXPECT_EQ(d["host_speed"], json::array({1.0, 1.0})) << d.dump(2);
+  EXPECT_EQ(d["host_cores"], 2);
+  EXPECT_EQ(d["device"]["runtime_device"], "cpu");
   fs::remove_all(root);
 }
 
