@@ -13,8 +13,9 @@
 #                                      DIR/env.sh (LD_LIBRARY_PATH for the unpacked libraries)
 #
 # Environment: TORCH_PREFIX (a libtorch CMake prefix instead of python3's), CUDA_ARCHS (default 90),
-# NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc). .gpu-deps and build-gpu are git-ignored;
-# the device tool carries .gpu-deps (`carry: [".gpu-deps", "data"]`).
+# NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX_STD (default 17, or 20 for
+# PyTorch >= 2.12). .gpu-deps and build-gpu are git-ignored; the device tool carries the packages
+# (`carry: [".gpu-deps/debs"]`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=.gpu-deps
@@ -45,9 +46,11 @@ case "${1:-}" in
     torch_prefix=${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)}
     [ -n "$torch_prefix" ] || { echo "gpu-build.sh: python3 has no torch here; set TORCH_PREFIX to a libtorch CMake prefix" >&2; exit 2; }
     nvcc_bin=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    # ATen requires C++20 from PyTorch 2.12 on; 17 before (CXX_STD overrides).
+    cxx_std=${CXX_STD:-$(python3 -c 'import torch; v = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]); print(20 if v >= (2, 12) else 17)' 2>/dev/null || echo 17)}
     # No pkg-config lookups: libzmq's and libsodium's .pc files name /usr; CMake finds the unpacked
     # headers and libraries on the prefix path instead (CMakeLists.txt, slowpipe_pkg).
-    cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLOWPIPE_CUDA=ON \
+    cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLOWPIPE_CUDA=ON -DCMAKE_CXX_STANDARD="$cxx_std" \
       -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" \
       -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON -DCMAKE_PREFIX_PATH="$torch_prefix;$root/usr" \
       -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 13's device checks, as one script for the device tool (an H200, 10 minutes a call):
-#   run(command="bash tools/gpu_device_check.sh", carry=[".gpu-deps"], timeout_s=600)
+#   run(command="bash tools/gpu_device_check.sh", carry=[".gpu-deps/debs"], timeout_s=600)
 # after `tools/gpu-build.sh fetch` here. Writes under $OUT (at most 8 files come back):
 #   log.txt                    everything printed
 #   cuda_tests.json            1. GPU vs CPU, bit for bit: kernels and device codecs (gtest JSON)
