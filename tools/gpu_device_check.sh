@@ -6,7 +6,7 @@
 #   cuda_tests.json            1. GPU vs CPU, bit for bit: kernels and device codecs (gtest JSON)
 #   device_codecs.json         2. codec GB/s on 256 MiB against the device's copy bandwidth
 #   gpu_4stage_summary.json    3. 4 stages sharing the GPU (8 layers, width 1024, seq 512), user-space
-#                                 links at 100 Mbps / 1 / 10 Gbps, fp32 vs AC-SGD fw2/bw4, 2 repeats
+#   gpu_4stage_runs.tgz           links at 100 Mbps / 1 / 10 Gbps, fp32 vs AC-SGD fw2/bw4, 2 repeats
 #   profile_h200_gpt2xl.json   4. `slowpipe profile` of the paper-scale GPT2-XL stages on the GPU,
 #                                 a stage at a time, --dedicated (one GPU per stage)
 # Every step has its own time limit, so one that hangs leaves time for the rest.
@@ -31,6 +31,7 @@ step "3. 4-stage GPT on the GPU"
 timeout 170 build-gpu/slowpipe sweep experiments/gpu_4stage.json --out /tmp/gpu_4stage --quiet \
   --set data.source="$fortunes" || echo "SWEEP FAILED"
 cp /tmp/gpu_4stage/summary.json "$OUT/gpu_4stage_summary.json" 2>/dev/null
+tar czf "$OUT/gpu_4stage_runs.tgz" -C /tmp/gpu_4stage . 2>/dev/null  # every run's result.json, also if cut short
 step "4. profile: GPT2-XL-shaped stages on the GPU"
 timeout 100 build-gpu/slowpipe profile experiments/paper_scale.json --set runtime.device=cuda --dedicated --reps 3 \
   --out "$OUT/profile_h200_gpt2xl.json" || echo "PROFILE FAILED"
