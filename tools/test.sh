@@ -33,8 +33,10 @@ nvcc_bin=$(command -v nvcc || true)
 [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
 if [ -n "$nvcc_bin" ]; then
   cmake -S . -B build-cuda -G Ninja -DSLOWPIPE_CUDA=ON -DSLOWPIPE_WITH_TORCH=OFF -DCMAKE_CUDA_COMPILER="$nvcc_bin" > /dev/null
-  cmake --build build-cuda --target compression_cuda_test
+  cmake --build build-cuda --target compression_cuda_test bench_device_codecs
   build-cuda/tests/compression_cuda_test
+  # The device checks' script and build script parse (they run where a GPU is: tools/gpu_device_check.sh).
+  bash -n tools/gpu_device_check.sh && bash -n tools/gpu-build.sh
 else
   echo "test.sh: no nvcc here: the CUDA build (-DSLOWPIPE_CUDA=ON) was not compiled"
 fi
