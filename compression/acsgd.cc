@@ -49,7 +49,7 @@ std::string AcsgdCodec::spec() const {
   return s;
 }
 
-AcsgdCodec::Rows AcsgdCodec::checkRows(const Shape& shape, const CodecContext& ctx) const {
+AcsgdRows acsgdRows(const Shape& shape, const CodecContext& ctx) {
   SP_REQUIRE(!shape.empty(), "acsgd: needs a tensor with a leading example dimension, got a scalar");
   const int64_t rows = shape[0], n = numelOf(shape);
   SP_REQUIRE(static_cast<int64_t>(ctx.exampleIds.size()) == rows,
@@ -60,6 +60,31 @@ AcsgdCodec::Rows AcsgdCodec::checkRows(const Shape& shape, const CodecContext& c
     SP_REQUIRE(seen.insert(id).second, "acsgd: example id " + std::to_string(id) +
                                         " appears twice in one message");
   return {rows, rows ? n / rows : 0};
+}
+
+AcsgdPayload parseAcsgdPayload(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+                               const QuantOptions& quant, const std::function<bool(int64_t)>& holds) {
+  AcsgdPayload p;
+  p.rows = acsgdRows(shape, ctx);
+  const int64_t rows = p.rows.rows;
+  ByteReader rd(payload, size, "acsgd payload");
+  const uint32_t sentRows = rd.get<uint32_t>("row count");
+  SP_REQUIRE(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) +
+                                " rows, shape " + shapeString(shape) + " has " + std::to_string(rows));
+  const uint8_t* flags = rd.take((rows + 7) / 8, "row flags");
+  for (int64_t r = 0; r < rows; ++r) (flagOf(flags, r) ? p.fullRows : p.deltaRows).push_back(r);
+  for (int64_t r : p.deltaRows)
+    SP_REQUIRE(holds(ctx.exampleIds[r]),
+            "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
+                " but the receiver holds no buffer for it (sender and receiver diverged)");
+  p.full = rd.take(4 * p.rows.rowLen * p.fullRows.size(), "full-precision rows");
+  p.deltaShape = shape;
+  p.deltaShape[0] = static_cast<int64_t>(p.deltaRows.size());
+  p.deltaBytes = p.deltaRows.empty() ? 0 : quantPayloadBytes(quant, p.deltaShape);
+  SP_REQUIRE(rd.remaining() == p.deltaBytes, "acsgd: " + std::to_string(rd.remaining()) +
+                                                 " bytes of quantized deltas, expected " + std::to_string(p.deltaBytes));
+  p.deltas = rd.take(p.deltaBytes, "deltas");
+  return p;
 }
 
 void AcsgdCodec::applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq,
@@ -80,7 +105,7 @@ void AcsgdCodec::applyDeltas(const std::vector<int64_t>& ids, const std::vector<
 }
 
 void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
-  const auto [rows, rowLen] = checkRows(shape, ctx);
+  const auto [rows, rowLen] = acsgdRows(shape, ctx);
   store_.prefetch(ctx.exampleIds);
   std::vector<uint8_t> flags((rows + 7) / 8, 0);
   std::vector<int64_t> fullRows, deltaRows;
@@ -122,25 +147,13 @@ void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& 
 
 void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                         const CodecContext& ctx, float* out) {
-  const auto [rows, rowLen] = checkRows(shape, ctx);
-  ByteReader rd(payload, size, "acsgd payload");
-  const uint32_t sentRows = rd.get<uint32_t>("row count");
-  SP_REQUIRE(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) +
-                                " rows, shape " + shapeString(shape) + " has " + std::to_string(rows));
-  const uint8_t* flags = rd.take((rows + 7) / 8, "row flags");
-  std::vector<int64_t> fullRows, deltaRows;
-  for (int64_t r = 0; r < rows; ++r) (flagOf(flags, r) ? fullRows : deltaRows).push_back(r);
-  for (int64_t r : deltaRows)
-    SP_REQUIRE(store_.contains(ctx.exampleIds[r]),
-            "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
-                " but the receiver holds no buffer for it (sender and receiver diverged)");
-  const uint8_t* full = rd.take(4 * rowLen * fullRows.size(), "full-precision rows");
-  Shape dshape = shape;
-  dshape[0] = static_cast<int64_t>(deltaRows.size());
-  const size_t qbytes = deltaRows.empty() ? 0 : quantPayloadBytes(opt_.quant, dshape);
-  SP_REQUIRE(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
-                                        " bytes of quantized deltas, expected " + std::to_string(qbytes));
-  const uint8_t* q = rd.take(qbytes, "deltas");
+  const AcsgdPayload p =
+      parseAcsgdPayload(payload, size, shape, ctx, opt_.quant, [&](int64_t id) { return store_.contains(id); });
+  const int64_t rowLen = p.rows.rowLen;
+  const std::vector<int64_t>& fullRows = p.fullRows;
+  const std::vector<int64_t>& deltaRows = p.deltaRows;
+  const Shape& dshape = p.deltaShape;
+  const uint8_t* q = p.deltas;
   const bool fused = store_.elementwise();
   std::vector<float>& deq = scratch_;
   QuantStream qs(quant_, dshape);
@@ -148,12 +161,12 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     qs.readScales(q);  // validates the scales before any state changes
   } else {
     deq.resize(deltaRows.size() * rowLen);
-    if (!deltaRows.empty()) quant_.decode(q, qbytes, dshape, ctx, deq.data());
+    if (!deltaRows.empty()) quant_.decode(q, p.deltaBytes, dshape, ctx, deq.data());
   }
   // Everything validated: only now touch the state.
   for (size_t j = 0; j < fullRows.size(); ++j) {
     float* row = out + fullRows[j] * rowLen;
-    copyBytes(row, full + 4 * rowLen * j, 4 * rowLen);
+    copyBytes(row, p.full + 4 * rowLen * j, 4 * rowLen);
     store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
   }
   if (fused) {

@@ -14,6 +14,7 @@
 // DELTA row for an id the receiver has no buffer for means the two diverged and is an error.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "compression/codec.h"
@@ -29,6 +30,26 @@ struct AcsgdOptions {
   // map); store=fp32 keeps full precision at twice the memory and more memory traffic.
   StoreOptions store{StoreOptions::Dtype::kFp16};
 };
+
+// A message's rows: shape [rows, ...] with one distinct example id per row (CodecError otherwise).
+struct AcsgdRows {
+  int64_t rows, rowLen;
+};
+AcsgdRows acsgdRows(const Shape& shape, const CodecContext& ctx);
+
+// An acsgd payload taken apart and validated against the shape and what the receiver holds
+// (`holds(id)`: a buffer for that example), before any state changes: the rows sent in full
+// precision (fp32, in row order) and the quant payload of the delta rows (shape deltaShape).
+struct AcsgdPayload {
+  AcsgdRows rows;
+  std::vector<int64_t> fullRows, deltaRows;
+  const uint8_t* full = nullptr;
+  const uint8_t* deltas = nullptr;
+  size_t deltaBytes = 0;
+  Shape deltaShape;
+};
+AcsgdPayload parseAcsgdPayload(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+                               const QuantOptions& quant, const std::function<bool(int64_t)>& holds);
 
 class AcsgdCodec : public Codec {
  public:
@@ -47,10 +68,6 @@ class AcsgdCodec : public Codec {
   int64_t deltaRows() const { return deltaRows_; }
 
  private:
-  struct Rows {
-    int64_t rows, rowLen;
-  };
-  Rows checkRows(const Shape& shape, const CodecContext& ctx) const;
   // Folds the dequantized deltas into the buffers of the DELTA rows; writes updated m to out rows.
   // m: the rows' current buffers if the caller already loaded them (sender), else null.
   void applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq, int64_t rowLen,

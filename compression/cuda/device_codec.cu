@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <map>
 #include <stdexcept>
-#include <unordered_set>
 #include <vector>
 
 #include "compression/acsgd.h"
@@ -408,7 +407,8 @@ class AcsgdDevice : public DeviceCodec {
   }
 
   size_t encodeToDevice(const float* dx, const Shape& shape, const CodecContext& ctx, Stream s) override {
-    const auto [rows, rowLen] = checkRows(shape, ctx);
+    const AcsgdRows r = acsgdRows(shape, ctx);
+    const int64_t rows = r.rows, rowLen = checkRowLen(r);
     std::vector<uint8_t> flags((rows + 7) / 8, 0);
     std::vector<int64_t> fullRows, deltaRows;
     for (int64_t r = 0; r < rows; ++r) {
@@ -477,29 +477,18 @@ class AcsgdDevice : public DeviceCodec {
 
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* dout,
               Stream s) override {
-    const auto [rows, rowLen] = checkRows(shape, ctx);
-    ByteReader rd(payload, size, "acsgd payload");
-    const uint32_t sentRows = rd.get<uint32_t>("row count");
-    SP_REQUIRE(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) + " rows, shape " +
-                                     shapeString(shape) + " has " + std::to_string(rows));
-    const uint8_t* flags = rd.take((rows + 7) / 8, "row flags");
-    std::vector<int64_t> fullRows, deltaRows;
-    for (int64_t r = 0; r < rows; ++r) ((flags[r / 8] >> (r % 8)) & 1 ? fullRows : deltaRows).push_back(r);
-    for (int64_t r : deltaRows)
-      SP_REQUIRE(slots_.count(ctx.exampleIds[r]), "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
-                                                      " but the receiver holds no buffer for it (sender and receiver diverged)");
-    const uint8_t* full = rd.take(4 * rowLen * fullRows.size(), "full-precision rows");
-    Shape dshape = shape;
-    dshape[0] = static_cast<int64_t>(deltaRows.size());
-    const size_t qbytes = deltaRows.empty() ? 0 : quantPayloadBytes(opt_.quant, dshape);
-    SP_REQUIRE(rd.remaining() == qbytes, "acsgd: " + std::to_string(rd.remaining()) +
-                                             " bytes of quantized deltas, expected " + std::to_string(qbytes));
-    const uint8_t* q = rd.take(qbytes, "deltas");
-    QuantStream qs(quant_, dshape);
+    const AcsgdPayload p = parseAcsgdPayload(payload, size, shape, ctx, opt_.quant,
+                                             [&](int64_t id) { return slots_.count(id) != 0; });
+    const std::vector<int64_t>& fullRows = p.fullRows;
+    const std::vector<int64_t>& deltaRows = p.deltaRows;
+    const uint8_t* q = p.deltas;
+    const size_t qbytes = p.deltaBytes;
+    QuantStream qs(quant_, p.deltaShape);
     if (!deltaRows.empty()) qs.readScales(q);  // validates the scales before any state changes
+    const int64_t rowLen = checkRowLen(p.rows);
     // Validated: only now touch the state.
     for (size_t j = 0; j < fullRows.size(); ++j)
-      toDevice(dout + fullRows[j] * rowLen, full + 4 * static_cast<size_t>(rowLen) * j, 4 * static_cast<size_t>(rowLen), s);
+      toDevice(dout + fullRows[j] * rowLen, p.full + 4 * static_cast<size_t>(rowLen) * j, 4 * static_cast<size_t>(rowLen), s);
     if (!deltaRows.empty()) {
       const DeltaRows d = rowsOf(dout, deltaRows, ctx, rowLen, s);
       const QuantStream::Params par = qs.params();
@@ -528,23 +517,12 @@ class AcsgdDevice : public DeviceCodec {
   }
 
  private:
-  struct Rows {
-    int64_t rows, rowLen;
-  };
-  Rows checkRows(const Shape& shape, const CodecContext& ctx) {
-    SP_REQUIRE(!shape.empty(), "acsgd: needs a tensor with a leading example dimension, got a scalar");
-    const int64_t rows = shape[0], n = numelOf(shape);
-    SP_REQUIRE(static_cast<int64_t>(ctx.exampleIds.size()) == rows,
-               "acsgd: " + std::to_string(ctx.exampleIds.size()) + " example ids for " + std::to_string(rows) +
-                   " rows of shape " + shapeString(shape));
-    std::unordered_set<int64_t> seen;
-    for (int64_t id : ctx.exampleIds)
-      SP_REQUIRE(seen.insert(id).second, "acsgd: example id " + std::to_string(id) + " appears twice in one message");
-    const int64_t rowLen = rows ? n / rows : 0;
-    if (rowLen_ < 0) rowLen_ = rowLen;
-    SP_REQUIRE(rowLen == rowLen_ || rows == 0, "acsgd (device): rows of " + std::to_string(rowLen) +
-                                                   " values after rows of " + std::to_string(rowLen_));
-    return {rows, rowLen};
+  // Every message's rows hold as many values as the first one's (the buffers' row length).
+  int64_t checkRowLen(const AcsgdRows& r) {
+    if (rowLen_ < 0 && r.rows > 0) rowLen_ = r.rowLen;
+    SP_REQUIRE(r.rowLen == rowLen_ || r.rows == 0, "acsgd (device): rows of " + std::to_string(r.rowLen) +
+                                                       " values after rows of " + std::to_string(rowLen_));
+    return r.rowLen;
   }
   bool half() const { return opt_.store.dtype == StoreOptions::Dtype::kFp16; }
   size_t slotBytes() const { return std::max<size_t>(1, (half() ? 2 : 4) * static_cast<size_t>(std::max<int64_t>(rowLen_, 0))); }

@@ -29,6 +29,17 @@ std::vector<float> inputs(int64_t n, uint32_t seed) {
   return x;
 }
 
+// Little-endian fp16 bytes of the values (an fp16 buffer as the kernels address it).
+std::vector<uint8_t> halfBytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(2 * v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t h = element::halfFromFloat(v[i]);
+    b[2 * i] = static_cast<uint8_t>(h & 0xff);
+    b[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+  }
+  return b;
+}
+
 std::vector<const Kernels*> cpuPaths() {
   std::vector<const Kernels*> k;
   if (baselineKernels()) k.push_back(baselineKernels());
@@ -116,12 +127,7 @@ TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
     if (k->deltaFixUpdateH) {  // fp16 buffers (the AVX2 build; the baseline converts through a buffer)
-      std::vector<uint8_t> mh(2 * n);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = element::halfFromFloat(m0[i]);
-        mh[2 * i] = static_cast<uint8_t>(h & 0xff);
-        mh[2 * i + 1] = static_cast<uint8_t>(h >> 8);
-      }
+      std::vector<uint8_t> mh = halfBytes(m0);
       k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
       for (int64_t i = 0; i < n; ++i) {
         float mi = element::floatFromHalf(element::halfFromFloat(m0[i]));
@@ -162,17 +168,13 @@ TEST(ElementTest, FixpointStepWithoutDivisionMatchesTheQuotientAtTies) {
     }
     const int64_t n = static_cast<int64_t>(x.size());
     for (const Kernels* k : cpuPaths()) {
-      std::vector<uint8_t> codes(n), mh(2 * n);
+      std::vector<uint8_t> codes(n);
       std::vector<float> m = m0;
       k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(codes[i], element::fixCode(x[i] - m0[i], d[i], mult, lo, hi)) << k->name << " bits " << bits << " " << i;
       if (!k->deltaFixUpdateH) continue;
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = element::halfFromFloat(m0[i]);
-        mh[2 * i] = static_cast<uint8_t>(h & 0xff);
-        mh[2 * i + 1] = static_cast<uint8_t>(h >> 8);
-      }
+      std::vector<uint8_t> mh = halfBytes(m0);
       k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
       for (int64_t i = 0; i < n; ++i) {
         float mi = m0[i];
