@@ -5,12 +5,30 @@
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 namespace slowpipe::runtime {
 
 namespace {
 
 using Kind = GradientCompressor::Kind;
+
+// torch's optimizer state of a parameter: keyed by its TensorImpl printed as a string in libtorch
+// 1.x (c10::guts::to_string, an ostream of the pointer), by the pointer itself in 2.x.
+template <typename Map>
+auto findState(Map& state, const torch::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    return state.find(os.str());
+  } else {
+    return state.find(static_cast<Key>(p.unsafeGetTensorImpl()));
+  }
+}
 
 // Appends t's values to buf.
 void put(std::vector<float>& buf, const torch::Tensor& t) {
@@ -137,8 +155,10 @@ void GradientSync::clipAndMomentum(double globalNorm) {
   auto ps = params();
   if (expAvg_.empty()) {  // the end of the warm-up: take over torch's AdamW state, freeze v
     auto& state = runner_.optimizer().state();
+    size_t found = 0;
     for (auto& p : ps) {
-      const auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      const auto it = findState(state, p);
+      found += it != state.end();
       if (it == state.end()) {
         expAvg_.push_back(torch::zeros_like(p));
         expAvgSq_.push_back(torch::zeros_like(p));
@@ -152,6 +172,10 @@ void GradientSync::clipAndMomentum(double globalNorm) {
         expAvgSq_.push_back(s.exp_avg_sq() / (1 - std::pow(0.999, static_cast<double>(adamStep_))));
       }
     }
+    // AdamW has stepped these parameters: a lookup that finds none of them is a key mismatch.
+    if (!state.empty() && found == 0)
+      throw std::logic_error("qadam: none of the stage's " + std::to_string(ps.size()) +
+                             " parameters found in AdamW's state (its key format?)");
   }
   const double clip = spec_.training.clipNorm;
   const double coef = clip > 0 && clip / (globalNorm + 1e-6) < 1.0 ? clip / (globalNorm + 1e-6) : 1.0;
