@@ -40,7 +40,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto split = [&](const torch::Tensor& t) { return t.view({B, T, heads, D}).transpose(1, 2); };
   const auto q = split(parts[0]), k = split(parts[1]), v = split(parts[2]);
   auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
-  const auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+  const auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
   att = torch::softmax(att.masked_fill(mask, -INFINITY), -1);
   const auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   const auto h = x + proj(y);
@@ -70,7 +70,7 @@ StageModelImpl::StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd,
 torch::Tensor StageModelImpl::forward(const torch::Tensor& x) {
   torch::Tensor h = x;
   if (first) {
-    const auto pos = torch::arange(x.size(1), torch::kLong);
+    const auto pos = torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()));
     h = tokEmb(x) + posEmb(pos).unsqueeze(0);
   }
   for (auto& b : blocks) h = b(h);

@@ -44,7 +44,7 @@ void StageRunner::sync() const {
 torch::Tensor StageRunner::forward(int mb, const torch::Tensor& input, const torch::Tensor& targets) {
   torch::Tensor x = input.to(device_);
   if (!first()) {
-    x = input.detach().requires_grad_(true);
+    x = x.detach().requires_grad_(true);  // the leaf on the stage's device, whose grad goes back
     inputs_[mb] = x;
   }
   torch::Tensor y = model_->forward(x);
