@@ -84,7 +84,8 @@ torch::Tensor lmLoss(const torch::Tensor& logits, const torch::Tensor& targets) 
 
 void saveCheckpoint(StageModel& model, const std::string& path) {
   torch::serialize::OutputArchive archive;
-  for (const auto& p : model->named_parameters(true)) archive.write(p.key(), p.value().detach());
+  // Host tensors, whatever the stage's device: a checkpoint written on a GPU loads on a CPU.
+  for (const auto& p : model->named_parameters(true)) archive.write(p.key(), p.value().detach().to(torch::kCPU));
   const std::string tmp = path + ".tmp";
   archive.save_to(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write checkpoint '" + path + "'");
