@@ -157,19 +157,31 @@ SLOWPIPE_HD uint8_t efFixStep(float x, float& r, float d, float s, float mult, f
   return c;
 }
 
-// Dense bit packing (bitpack.h): byte j of the stream of b-bit codes, from the codes it overlaps
+// Dense bit packing (bitpack.h): byte j of the stream of n b-bit codes, code(i) giving value i's code
 // (value i occupies bits [i*b, i*b + b), LSB first); what one GPU thread writes.
-SLOWPIPE_HD uint8_t packedByte(const uint8_t* codes, int64_t n, int bits, int64_t j) {
+template <typename CodeOf>
+SLOWPIPE_HD uint8_t packedByteOf(int64_t n, int bits, int64_t j, const CodeOf& code) {
   const int64_t firstBit = 8 * j, lastBit = firstBit + 8;  // [firstBit, lastBit)
   int64_t i = firstBit / bits;
   uint32_t out = 0;
   const uint32_t mask = (1u << bits) - 1u;
   for (; i < n && i * bits < lastBit; ++i) {
     const int64_t at = i * bits - firstBit;  // may be negative: the code began in the byte before
-    const uint32_t c = codes[i] & mask;
+    const uint32_t c = static_cast<uint32_t>(code(i)) & mask;
     out |= at >= 0 ? (c << at) : (c >> -at);
   }
   return static_cast<uint8_t>(out & 0xffu);
+}
+SLOWPIPE_HD uint8_t packedByte(const uint8_t* codes, int64_t n, int bits, int64_t j) {
+  return packedByteOf(n, bits, j, [codes](int64_t i) { return codes[i]; });
+}
+// The inverse: code i of a packed stream.
+SLOWPIPE_HD uint8_t codeAt(const uint8_t* packed, int64_t i, int bits) {
+  const int64_t bit = i * bits, byte = bit / 8;
+  const int off = static_cast<int>(bit % 8);
+  uint32_t v = packed[byte];
+  if (off + bits > 8) v |= static_cast<uint32_t>(packed[byte + 1]) << 8;
+  return static_cast<uint8_t>((v >> off) & ((1u << bits) - 1u));
 }
 
 }  // namespace slowpipe::compression::element

@@ -262,8 +262,8 @@ QuantStream::Params QuantStream::params() const {
           cols_,        groups_,        top_,
           mult_,        lo_,            hi_,
           finv_,        m_.data(),      inv_.data(),
-          step_.data(), div_.data(),    rdiv_.data(),
-          s_.data(),    codec_.drawn_,  opt_.seed};
+          step_.data(), div_.data(),    s_.data(),
+          codec_.drawn_, opt_.seed};
 }
 
 void QuantStream::done() {

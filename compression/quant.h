@@ -96,7 +96,7 @@ class QuantStream {
     int64_t cols, groups;
     float top, mult, lo, hi, finv;
     const float *m, *inv, *step;      // symmetric
-    const float *div, *rdiv, *s;      // fixpoint
+    const float *div, *s;             // fixpoint
     uint64_t drawn, seed;             // stochastic: the stream position of value 0, the seed
   };
   Params params() const;

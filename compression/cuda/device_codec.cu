@@ -2,7 +2,6 @@
 // with --fmad=false); the host codec of the same spec supplies scales, headers and validation.
 #include "compression/cuda/device_codec.h"
 
-#include <cuda_runtime.h>
 #include <thrust/count.h>
 #include <thrust/copy.h>
 #include <thrust/execution_policy.h>
@@ -19,6 +18,7 @@
 
 #include "compression/acsgd.h"
 #include "compression/bytes.h"
+#include "compression/cuda/launch.cuh"
 #include "compression/element.h"
 #include "compression/error.h"
 #include "compression/quant.h"
@@ -29,15 +29,6 @@ namespace slowpipe::compression::cuda {
 namespace el = slowpipe::compression::element;
 
 namespace {
-
-constexpr int kThreads = 256;
-cudaStream_t asStream(Stream s) { return static_cast<cudaStream_t>(s); }
-
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e));
-}
-void launched(const char* what) { ok(cudaGetLastError(), what); }
-int blocks(int64_t n) { return static_cast<int>(std::max<int64_t>(1, (n + kThreads - 1) / kThreads)); }
 
 void toDevice(void* d, const void* h, size_t n, Stream s) {
   if (n) ok(cudaMemcpyAsync(d, h, n, cudaMemcpyDefault, asStream(s)), "copy to device");
@@ -77,27 +68,11 @@ struct QuantCode {
   }
 };
 
-// Byte j of the packed codes (bitpack.h: value i at bits [i*b, i*b + b), LSB first), each code
-// computed where it is needed: values spanning two bytes are computed by both threads (pure).
+// Byte j of the packed codes, each code computed where it is needed: values spanning two bytes are
+// computed by both threads (pure).
 __global__ void quantPackK(const float* x, int64_t n, int bits, QuantCode q, int64_t bytes, uint8_t* packed) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= bytes) return;
-  const int64_t firstBit = 8 * j;
-  uint32_t out = 0;
-  for (int64_t i = firstBit / bits; i < n && i * bits < firstBit + 8; ++i) {
-    const int64_t at = i * bits - firstBit;
-    const uint32_t c = q(x, i);
-    out |= at >= 0 ? (c << at) : (c >> -at);
-  }
-  packed[j] = static_cast<uint8_t>(out & 0xffu);
-}
-
-__device__ uint8_t codeAt(const uint8_t* packed, int64_t i, int bits) {
-  const int64_t bit = i * bits, byte = bit / 8;
-  const int off = static_cast<int>(bit % 8);
-  uint32_t v = packed[byte];
-  if (off + bits > 8) v |= static_cast<uint32_t>(packed[byte + 1]) << 8;
-  return static_cast<uint8_t>((v >> off) & ((1u << bits) - 1u));
+  if (j < bytes) packed[j] = el::packedByteOf(n, bits, j, [&](int64_t i) { return q(x, i); });
 }
 
 struct QuantValue {
@@ -113,7 +88,7 @@ struct QuantValue {
 
 __global__ void unpackDequantK(const uint8_t* packed, int64_t n, int bits, QuantValue v, float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = v(codeAt(packed, i, bits), i);
+  if (i < n) out[i] = v(el::codeAt(packed, i, bits), i);
 }
 
 // AC-SGD's delta rows: value i of the flattened deltas is row j = i / rowLen, offset o = i % rowLen;
@@ -187,7 +162,7 @@ __global__ void deltaApplyK(const uint8_t* packed, int64_t n, int bits, QuantVal
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const int64_t j = i / d.rowLen, o = i % d.rowLen;
-  float m = d.mAt(j, o) + v(codeAt(packed, i, bits), i);
+  float m = d.mAt(j, o) + v(el::codeAt(packed, i, bits), i);
   if (d.half) m = el::floatFromHalf(el::halfFromFloat(m));
   d.put(j, o, m);
   out[d.xRow[j] * d.rowLen + o] = m;
@@ -359,8 +334,7 @@ class QuantDevice : public DeviceCodec {
     const QuantStream::Params par = qs.params();
     a_.upload(par, true, s);
     const int64_t packed = static_cast<int64_t>(bytes - scaleBytes);
-    if (packed > 0) quantPackK<<<blocks(packed), kThreads, 0, asStream(s)>>>(dx, n, bits, a_.code(par), packed, p + scaleBytes);
-    launched("quantPack");
+    launch("quantPack", packed, s, quantPackK, dx, n, bits, a_.code(par), packed, p + scaleBytes);
     wait(s);  // the host scale vectors die with qs
     qs.done();
     return bytes;
@@ -378,8 +352,7 @@ class QuantDevice : public DeviceCodec {
     const size_t packedBytes = size - qs.scaleBytes();
     uint8_t* packed = static_cast<uint8_t*>(staging_.reserve(std::max<size_t>(1, packedBytes + 1)));
     toDevice(packed, payload + qs.scaleBytes(), packedBytes, s);
-    if (qs.size() > 0) unpackDequantK<<<blocks(qs.size()), kThreads, 0, asStream(s)>>>(packed, qs.size(), o.bits, a_.value(par), dout);
-    launched("unpackDequant");
+    launch("unpackDequant", qs.size(), s, unpackDequantK, packed, qs.size(), o.bits, a_.value(par), dout);
     wait(s);
   }
 
@@ -429,9 +402,8 @@ class AcsgdDevice : public DeviceCodec {
     if (!fullRows.empty()) {
       const int64_t* idx = upload(fullIdx_, fullRows, s);
       const int64_t count = static_cast<int64_t>(fullRows.size()) * rowLen;
-      gatherRowsK<<<blocks(count), kThreads, 0, asStream(s)>>>(dx, idx, static_cast<int64_t>(fullRows.size()), rowLen,
-                                                               reinterpret_cast<float*>(p + head));
-      launched("acsgd full rows");
+      launch("acsgd full rows", count, s, gatherRowsK, dx, idx, static_cast<int64_t>(fullRows.size()), rowLen,
+             reinterpret_cast<float*>(p + head));
     }
     if (!deltaRows.empty()) {
       QuantStream qs(quant_, dshape);
@@ -441,9 +413,9 @@ class AcsgdDevice : public DeviceCodec {
       unsigned* acc = static_cast<unsigned*>(a_.max.reserve(4 * static_cast<size_t>(channels)));
       ok(cudaMemsetAsync(acc, 0, 4 * static_cast<size_t>(channels), asStream(s)), "memset");
       const int64_t rowsPerBlock = std::max<int64_t>(64, (all + 65534) / 65535);  // grid.y <= 65535
-      const dim3 grid(static_cast<unsigned>(blocks(channels)), static_cast<unsigned>((all + rowsPerBlock - 1) / rowsPerBlock));
+      const dim3 grid(static_cast<unsigned>(blocksFor(channels)), static_cast<unsigned>((all + rowsPerBlock - 1) / rowsPerBlock));
       deltaMaxK<<<grid, kThreads, 0, asStream(s)>>>(d, static_cast<int64_t>(deltaRows.size()), channels, rowsPerBlock, acc);
-      launched("acsgd delta max");
+      ok(cudaGetLastError(), "acsgd delta max");
       std::vector<float> maxima(static_cast<size_t>(channels));
       toHost(maxima.data(), acc, 4 * maxima.size(), s);
       wait(s);
@@ -460,14 +432,12 @@ class AcsgdDevice : public DeviceCodec {
       const int bits = opt_.quant.bits;
       const int64_t n = qs.size(), packedBytes = static_cast<int64_t>(qbytes - scales.size());
       if (8 % bits == 0) {
-        deltaPackK<<<blocks(packedBytes), kThreads, 0, asStream(s)>>>(st, n, bits, packedBytes, q + scales.size());
+        launch("acsgd delta step", packedBytes, s, deltaPackK, st, n, bits, packedBytes, q + scales.size());
       } else {
         uint8_t* codes = static_cast<uint8_t*>(codes_.reserve(static_cast<size_t>(n)));
-        deltaCodesK<<<blocks(n), kThreads, 0, asStream(s)>>>(st, n, codes);
-        launched("acsgd delta codes");
+        launch("acsgd delta codes", n, s, deltaCodesK, st, n, codes);
         packBits(codes, n, bits, q + scales.size(), s);
       }
-      launched("acsgd delta step");
       wait(s);  // qs's host arrays are about to go
     }
     storeFull(dx, fullRows, ctx, rowLen, s);
@@ -496,8 +466,7 @@ class AcsgdDevice : public DeviceCodec {
       const size_t packedBytes = qbytes - qs.scaleBytes();
       uint8_t* packed = static_cast<uint8_t*>(codes_.reserve(packedBytes + 1));
       toDevice(packed, q + qs.scaleBytes(), packedBytes, s);
-      deltaApplyK<<<blocks(qs.size()), kThreads, 0, asStream(s)>>>(packed, qs.size(), opt_.quant.bits, a_.value(par), d, dout);
-      launched("acsgd delta apply");
+      launch("acsgd delta apply", qs.size(), s, deltaApplyK, packed, qs.size(), opt_.quant.bits, a_.value(par), d, dout);
     }
     storeFull(dout, fullRows, ctx, rowLen, s);
     wait(s);
@@ -562,8 +531,7 @@ class AcsgdDevice : public DeviceCodec {
     const int64_t* idx = upload(fullIdx_, fullRows, s);
     void* const* dst = upload(fullPtr_, ptrs, s);
     const int64_t count = static_cast<int64_t>(fullRows.size()) * rowLen;
-    storeRowsK<<<blocks(count), kThreads, 0, asStream(s)>>>(x, idx, dst, static_cast<int64_t>(fullRows.size()), rowLen, half());
-    launched("acsgd store rows");
+    launch("acsgd store rows", count, s, storeRowsK, x, idx, dst, static_cast<int64_t>(fullRows.size()), rowLen, half());
     wait(s);  // the uploaded tables are reused by the next call
   }
 
@@ -609,8 +577,7 @@ class TopkDevice : public DeviceCodec {
     Bytes tail;  // bits < 16: the values' quant payload, made by the host codec
     if (!halfValues && k > 0) {
       float* v = static_cast<float*>(values_.reserve(4 * static_cast<size_t>(k)));
-      gatherK<<<blocks(k), kThreads, 0, asStream(s)>>>(dx, idx, k, 1.0f, false, v);
-      launched("topk gather");
+      launch("topk gather", k, s, gatherK, dx, idx, k, 1.0f, false, v);
       std::vector<float> kept(static_cast<size_t>(k));
       toHost(kept.data(), v, 4 * kept.size(), s);
       wait(s);
@@ -622,8 +589,7 @@ class TopkDevice : public DeviceCodec {
     toDevice(p, &count, 4, s);
     onDevice(p + 4, idx, 4 * static_cast<size_t>(k), s);
     if (halfValues && k > 0) {
-      gatherHalfK<<<blocks(k), kThreads, 0, asStream(s)>>>(dx, idx, k, reinterpret_cast<uint16_t*>(p + 4 + 4 * k));
-      launched("topk values");
+      launch("topk values", k, s, gatherHalfK, dx, idx, k, reinterpret_cast<uint16_t*>(p + 4 + 4 * k));
     }
     toDevice(p + 4 + 4 * k, tail.data(), tail.size(), s);
     wait(s);
@@ -644,8 +610,7 @@ class TopkDevice : public DeviceCodec {
     if (k > 0) {
       const uint32_t* di = upload(idx_, idx, s);
       const float* dv = upload(values_, v, s);
-      scatterK<<<blocks(k), kThreads, 0, asStream(s)>>>(dv, di, k, dout);
-      launched("topk scatter");
+      launch("topk scatter", k, s, scatterK, dv, di, k, dout);
     }
     wait(s);
   }
@@ -666,9 +631,8 @@ class RandkDevice : public DeviceCodec {
     const uint32_t count = static_cast<uint32_t>(k);
     toDevice(p, &count, 4, s);
     if (k > 0) {
-      gatherK<<<blocks(k), kThreads, 0, asStream(s)>>>(dx, idx_.as<uint32_t>(), k, static_cast<float>(1.0 / host_.ratio()), true,
-                                                       reinterpret_cast<float*>(p + 4));
-      launched("randk gather");
+      launch("randk gather", k, s, gatherK, dx, idx_.as<uint32_t>(), k, static_cast<float>(1.0 / host_.ratio()), true,
+             reinterpret_cast<float*>(p + 4));
     }
     wait(s);
     return 4 + 4 * static_cast<size_t>(k);
@@ -686,8 +650,7 @@ class RandkDevice : public DeviceCodec {
     if (k > 0) {
       float* v = static_cast<float*>(values_.reserve(4 * static_cast<size_t>(k)));
       toDevice(v, payload + 4, 4 * static_cast<size_t>(k), s);
-      scatterK<<<blocks(k), kThreads, 0, asStream(s)>>>(v, idx_.as<uint32_t>(), k, dout);
-      launched("randk scatter");
+      launch("randk scatter", k, s, scatterK, v, idx_.as<uint32_t>(), k, dout);
     }
     wait(s);
   }

@@ -3,10 +3,9 @@
 // rounding step is the CPU's.
 #include "compression/cuda/device_kernels.h"
 
-#include <cuda_runtime.h>
-
 #include <stdexcept>
 
+#include "compression/cuda/launch.cuh"
 #include "compression/element.h"
 
 namespace slowpipe::compression::cuda {
@@ -14,16 +13,6 @@ namespace slowpipe::compression::cuda {
 namespace el = slowpipe::compression::element;
 
 namespace {
-
-constexpr int kThreads = 256;
-
-int blocksFor(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
-cudaStream_t asStream(Stream s) { return static_cast<cudaStream_t>(s); }
-
-void check(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e));
-}
 
 __global__ void quantVecK(const float* x, const float* m, const float* inv, int64_t n, float top, uint8_t* codes) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -86,11 +75,7 @@ __global__ void packK(const uint8_t* codes, int64_t n, int bits, int64_t bytes, 
 }
 __global__ void unpackK(const uint8_t* packed, int64_t n, int bits, uint8_t* codes) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const int64_t bit = i * bits;
-  uint32_t v = packed[bit / 8];
-  if ((bit % 8) + bits > 8) v |= static_cast<uint32_t>(packed[bit / 8 + 1]) << 8;
-  codes[i] = static_cast<uint8_t>((v >> (bit % 8)) & ((1u << bits) - 1u));
+  if (i < n) codes[i] = el::codeAt(packed, i, bits);
 }
 
 #define SP_INDEX const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; \
@@ -139,13 +124,6 @@ __global__ void efFixUpdateK(const float* x, float* r, const float* d, const flo
   r[i] = ri;
 }
 #undef SP_INDEX
-
-// One thread per item of `count` (nothing to do for 0), then the launch's error, named.
-template <typename... P, typename... A>
-void launch(const char* what, int64_t count, Stream s, void (*kernel)(P...), A... args) {
-  if (count > 0) kernel<<<blocksFor(count), kThreads, 0, asStream(s)>>>(args...);
-  check(what);
-}
 
 }  // namespace
 

@@ -237,6 +237,11 @@ TEST(ElementTest, PackedBytesAreBitpacks) {
       packBits(codes.data(), n, bits, packed.data());
       for (size_t j = 0; j < packed.size(); ++j)
         ASSERT_EQ(element::packedByte(codes.data(), n, bits, static_cast<int64_t>(j)), packed[j]) << bits << " bits, n " << n << ", byte " << j;
+      // and back: code i of the packed stream, as the GPU's unpack reads it.
+      std::vector<uint8_t> unpacked(n);
+      unpackBits(packed.data(), n, bits, unpacked.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(element::codeAt(packed.data(), i, bits), unpacked[i]) << bits << " bits, n " << n << ", value " << i;
     }
 }
 
