@@ -154,6 +154,22 @@ Profile profileFromJson(const json& j, const std::string& where) {
   return p;
 }
 
+Profile withStageCosts(Profile p, const json& snap, const std::string& where) {
+  if (!snap.is_object() || snap.value("schema", "") != "slowpipe.stage_costs/1")
+    throw std::invalid_argument(where + ": not a stage-cost snapshot (expected \"schema\": \"slowpipe.stage_costs/1\")");
+  if (!snap.contains("stages") || !snap["stages"].is_array() || snap["stages"].size() != p.stages.size())
+    throw std::invalid_argument(where + ".stages: expected " + std::to_string(p.stages.size()) + " stages (the profile's), got " +
+                                (snap.contains("stages") ? snap["stages"].dump().substr(0, 80) : std::string("none")));
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const std::string w = where + ".stages[" + std::to_string(s) + "]";
+    const json& st = snap["stages"][s];
+    p.stages[s].forwardS = positiveNumber(st, "forward_s", w);
+    p.stages[s].backwardS = positiveNumber(st, "backward_s", w);
+    p.stages[s].stepS = positiveNumber(st, "step_s", w);
+  }
+  return p;
+}
+
 Profile medianProfile(const std::vector<Profile>& ps) {
   if (ps.empty()) throw std::invalid_argument("profile --merge: no profiles");
   auto med = [](std::vector<double> v) {

@@ -81,6 +81,14 @@ Profile loadProfile(const std::string& path);
 // the field that does not match.
 Profile medianProfile(const std::vector<Profile>& ps);
 
+// Stage-cost snapshot ("schema": "slowpipe.stage_costs/1", written by `slowpipe sweep
+// --stage-snapshots` right before each real run): {"spec": the point's spec, "reps": N,
+// "stages": [{"forward_s", "backward_s", "step_s"}, ...]}. This machine's compute speed drifts by
+// tens of percent over minutes; a snapshot holds the stage costs at the time of one run.
+// `p` with its stages' forward/backward/step replaced by the snapshot's (everything else kept);
+// throws naming `where` and the field if the snapshot is not one or has another number of stages.
+Profile withStageCosts(Profile p, const nlohmann::json& snapshot, const std::string& where);
+
 // Named devices: peak dense FLOP/s per dtype and memory bandwidth (vendor datasheets, SXM parts).
 struct DeviceSpec {
   std::string name;

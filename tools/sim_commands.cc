@@ -364,6 +364,15 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
 
 }  // namespace
 
+json measureStageSnapshot(const json& runSpec, int reps) {
+  // Parsed as `slowpipe profile` parses: the stages are fed random inputs, any vocab.
+  const runtime::RunSpec s = runtime::runSpecFromJson(runSpec, "spec", /*simulation=*/true);
+  json stages = json::array();
+  for (const auto& c : measureStages(s, reps, {}))
+    stages.push_back({{"forward_s", c.forwardS}, {"backward_s", c.backwardS}, {"step_s", c.stepS}});
+  return {{"schema", "slowpipe.stage_costs/1"}, {"reps", reps}, {"taken_at_s", emulator::monotonicNow()}, {"stages", stages}};
+}
+
 void addSimCommands(CLI::App& app) {
   {
     auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();

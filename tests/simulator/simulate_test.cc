@@ -187,6 +187,47 @@ TEST(SimulatorTest, MedianOfProfilesIsPerField) {
   EXPECT_THROW(medianProfile(ps), std::invalid_argument);
 }
 
+// A stage-cost snapshot replaces exactly the stages' forward/backward/step of a profile; the
+// replay with it equals the replay of a profile built with those costs; bad snapshots are named.
+TEST(SimulatorTest, StageSnapshotReplacesTheStageCostsOnly) {
+  Profile p = flatProfile(2, 0.010, 0.020, 0.005);
+  p.hostCores = 2;
+  p.hostSpeed = {1.0, 0.9};
+  p.transport = {1e-5, 1e-9};
+  const json snap = {{"schema", "slowpipe.stage_costs/1"},
+                     {"stages", {{{"forward_s", 0.013}, {"backward_s", 0.027}, {"step_s", 0.002}},
+                                 {{"forward_s", 0.011}, {"backward_s", 0.019}, {"step_s", 0.004}}}}};
+  const Profile q = withStageCosts(p, snap, "s.json");
+  EXPECT_EQ(q.stages[0].forwardS, 0.013);
+  EXPECT_EQ(q.stages[1].backwardS, 0.019);
+  EXPECT_EQ(q.stages[1].stepS, 0.004);
+  EXPECT_EQ(q.hostSpeed, p.hostSpeed);
+  EXPECT_EQ(q.transport.aS, p.transport.aS);
+  Profile byHand = p;
+  byHand.stages = {{0.013, 0.027, 0.002, {}}, {0.011, 0.019, 0.004, {}}};
+  const auto spec = tinySpec(2, 3, "1f1b", "pipelined");
+  const json a = simulateRun(spec, q), b = simulateRun(spec, byHand), c = simulateRun(spec, p);
+  EXPECT_EQ(a["summary"]["mean_step_time_s"], b["summary"]["mean_step_time_s"]);
+  EXPECT_NE(a["summary"]["mean_step_time_s"], c["summary"]["mean_step_time_s"]);
+  auto fails = [&](json bad, const std::string& needle) {
+    try {
+      withStageCosts(p, bad, "s.json");
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  json bad = snap;
+  bad["schema"] = "slowpipe.profile/1";
+  fails(bad, "s.json: not a stage-cost snapshot");
+  bad = snap;
+  bad["stages"].erase(1);
+  fails(bad, "s.json.stages: expected 2 stages");
+  bad = snap;
+  bad["stages"][1]["backward_s"] = -1;
+  fails(bad, "s.json.stages[1].backward_s");
+}
+
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600), 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
   json j = {{"name", "xl"},
