@@ -2,10 +2,12 @@
 #include "compression/acsgd.h"
 #include "compression/bitpack.h"
 #include "compression/hadamard.h"
+#include "compression/half.h"
 #include "compression/kernels.h"
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <unordered_set>
 
 namespace slowpipe::compression {
@@ -303,7 +305,7 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   }
 }
 
-ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
+ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner, Store store) : inner_(std::move(inner)), store_(store) {
   const Codec* core = inner_.get();  // a rotation keeps the state of what it wraps
   while (core->id() == CodecId::kHadamard) core = &static_cast<const HadamardCodec*>(core)->inner();
   const CodecId id = core->id();
@@ -312,40 +314,81 @@ ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(st
               "' is stateful; expected one of none, fp16, bf16, quant, topk, randk, lowrank (or hadamard of one)");
 }
 
-void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,
-                                Bytes& out) {
+namespace {
+// A bf16 residual, widened to fp32 for the generic steps and narrowed back (round to nearest even).
+void widen(const uint16_t* r, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16ToFloat(r[i]);
+}
+void narrow(const float* v, int64_t n, uint16_t* r) {
+  for (int64_t i = 0; i < n; ++i) r[i] = floatToBf16(v[i]);
+}
+// Where the generic steps read and write the residual run [at, at + n): in place (fp32), or a widened
+// copy in `w` that `store` narrows back (bf16).
+float* residualRun(float* r, int64_t, std::vector<float>&) { return r; }
+float* residualRun(uint16_t* r, int64_t n, std::vector<float>& w) {
+  widen(r, n, w.data());
+  return w.data();
+}
+void store(float*, int64_t, const std::vector<float>&) {}
+void store(uint16_t* r, int64_t n, const std::vector<float>& w) { narrow(w.data(), n, r); }
+}  // namespace
+
+void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
   const auto n = static_cast<size_t>(numelOf(shape));
+  auto check = [&](size_t held) {
+    SP_REQUIRE(held == n, "ef: tensor '" + ctx.key + "' changed size from " + std::to_string(held) + " to " +
+                              std::to_string(n) + " values");
+  };
+  if (store_ == Store::kBf16) {
+    auto& r = residualBf16_[ctx.key];
+    if (r.empty()) r.assign(n, 0);  // bf16 +0
+    check(r.size());
+    return encodeWith(x, shape, ctx, r.data(), out);
+  }
   auto& r = residual_[ctx.key];
   if (r.empty()) r.assign(n, 0.0f);
-  SP_REQUIRE(r.size() == n, "ef: tensor '" + ctx.key + "' changed size from " +
-                             std::to_string(r.size()) + " to " + std::to_string(n) + " values");
+  check(r.size());
+  encodeWith(x, shape, ctx, r.data(), out);
+}
+
+template <typename R>
+void ErrorFeedbackCodec::encodeWith(const float* x, const Shape& shape, const CodecContext& ctx, R* r, Bytes& out) {
+  if (inner_->id() == CodecId::kQuant) return encodeQuantFused(x, shape, r, out);
   const Kernels& k = kernels();
-  if (inner_->id() == CodecId::kQuant) return encodeQuantFused(x, shape, r.data(), out);
+  const int64_t n = numelOf(shape);
   v_.resize(n);
   q_.resize(n);
-  k.add(x, r.data(), static_cast<int64_t>(n), v_.data());
+  if constexpr (std::is_same_v<R, uint16_t>) w_.resize(n);
+  float* rf = residualRun(r, n, w_);
+  k.add(x, rf, n, v_.data());
   const size_t at = out.size();
   inner_->encode(v_.data(), shape, ctx, out);
   inner_->decode(out.data() + at, out.size() - at, shape, ctx, q_.data());
-  k.sub(v_.data(), q_.data(), static_cast<int64_t>(n), r.data());
+  k.sub(v_.data(), q_.data(), n, rf);
+  store(r, n, w_);
 }
 
 // ef(quant): v = x + r chunk by chunk, twice (scales, then codes); r = v - Q(v) from the chunk's
-// codes. The same operations as the generic path, without materializing v or Q(v).
-void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, float* r, Bytes& out) {
+// codes. The same operations as the generic path, without materializing v or Q(v); channel scales
+// with nearest rounding run one kernel per pass, on the residual as stored.
+template <typename R>
+void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R* r, Bytes& out) {
+  constexpr bool kBf16 = std::is_same_v<R, uint16_t>;
   const Kernels& k = kernels();
   auto& quant = static_cast<QuantCodec&>(*inner_);
   QuantStream qs(quant, shape);
   v_.resize(kChunk);
   q_.resize(kChunk);
+  w_.resize(kChunk);
   const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
     const int64_t len = std::min(kChunk, qs.size() - i0);
     if (oneLoop) {
-      qs.sumAccumulate(x + i0, r + i0, i0, len);
+      if constexpr (kBf16) qs.sumAccumulateBf16(x + i0, r + i0, i0, len);
+      else qs.sumAccumulate(x + i0, r + i0, i0, len);
       continue;
     }
-    k.add(x + i0, r + i0, len, v_.data());
+    k.add(x + i0, residualRun(r + i0, len, w_), len, v_.data());
     qs.accumulate(v_.data(), i0, len);
   }
   qs.finishScales();
@@ -357,34 +400,46 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, fl
   for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
     const int64_t len = std::min(kChunk, qs.size() - i0);
     if (oneLoop) {
-      qs.residualUpdate(x + i0, r + i0, i0, len, codes);
+      if constexpr (kBf16) qs.residualUpdateBf16(x + i0, r + i0, i0, len, codes);
+      else qs.residualUpdate(x + i0, r + i0, i0, len, codes);
       packBits(codes, len, bits, packed + i0 * bits / 8);
       continue;
     }
-    k.add(x + i0, r + i0, len, v_.data());
+    float* rf = residualRun(r + i0, len, w_);
+    k.add(x + i0, rf, len, v_.data());
     qs.quantize(v_.data(), i0, len, codes);
     packBits(codes, len, bits, packed + i0 * bits / 8);
     qs.dequantize(codes, i0, len, q_.data());
-    k.sub(v_.data(), q_.data(), len, r + i0);
+    k.sub(v_.data(), q_.data(), len, rf);
+    store(r + i0, len, w_);
   }
   qs.done();
 }
 
 uint64_t ErrorFeedbackCodec::residualDigest() const {
   uint64_t h = kFnvOffset;
-  std::vector<std::string> keys;
-  for (const auto& kv : residual_) keys.push_back(kv.first);
-  std::sort(keys.begin(), keys.end());
-  for (const auto& k : keys) {
-    const auto& r = residual_.at(k);
-    h = fnv1a(r.data(), r.size() * 4, h);
-  }
+  auto digest = [&h](const auto& map) {
+    std::vector<std::string> keys;
+    for (const auto& kv : map) keys.push_back(kv.first);
+    std::sort(keys.begin(), keys.end());
+    for (const auto& k : keys) {
+      const auto& r = map.at(k);
+      h = fnv1a(r.data(), r.size() * sizeof(r[0]), h);
+    }
+  };
+  digest(residual_);
+  digest(residualBf16_);
   return h;
 }
 
-const std::vector<float>* ErrorFeedbackCodec::residual(const std::string& key) const {
-  const auto it = residual_.find(key);
-  return it == residual_.end() ? nullptr : &it->second;
+std::vector<float> ErrorFeedbackCodec::residual(const std::string& key) const {
+  std::vector<float> out;
+  if (const auto it = residual_.find(key); it != residual_.end()) return it->second;
+  if (const auto it = residualBf16_.find(key); it != residualBf16_.end()) {
+    out.resize(it->second.size());
+    widen(it->second.data(), static_cast<int64_t>(out.size()), out.data());
+  }
+  return out;
 }
 
 }  // namespace slowpipe::compression

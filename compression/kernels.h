@@ -53,6 +53,12 @@ struct Kernels {
                         float top, uint8_t* codes);
   void (*efFixUpdate)(const float* x, float* r, const float* d, const float* rd, const float* s, int64_t n,
                       float mult, float lo, float hi, float inv, uint8_t* codes);
+  // The same on a bf16 residual (ef's store=bf16): r read as bf16, written as bf16(v - deQ(codes)).
+  void (*sumAbsMaxB)(const float* x, const uint16_t* r, int64_t n, float* acc);
+  void (*efQuantUpdateB)(const float* x, uint16_t* r, const float* mx, const float* inv, const float* step, int64_t n,
+                         float top, uint8_t* codes);
+  void (*efFixUpdateB)(const float* x, uint16_t* r, const float* d, const float* rd, const float* s, int64_t n,
+                       float mult, float lo, float hi, float inv, uint8_t* codes);
   // The delta step on an fp16 buffer (little-endian bytes mh, updated in place): AC-SGD with the
   // reference's fp16 buffers, converting in registers. AVX2 build only (null in the baseline build,
   // whose callers convert through a buffer instead: the same bits).

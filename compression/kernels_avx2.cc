@@ -141,6 +141,91 @@ static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
   }
 }
 
+// ef's step on a bf16 residual, 8 values per step: the operations of kernels.inc's sumAbsMaxB /
+// efQuantUpdateB / efFixUpdateB in the same order, and the same bf16 rounding (to nearest even, NaN
+// kept quiet), so the bits are those of the baseline build (CpuPathTest).
+static inline __m256 loadBf16x8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+static inline void storeBf16x8(uint16_t* p, __m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);  // 8 x int32 in [0, 0xffff]
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+static inline float bf16At(const uint16_t* p) {
+  const uint32_t u = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+static inline void putBf16(uint16_t* p, float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  *p = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : (u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+static void sumAbsMaxB(const float* x, const uint16_t* r, int64_t n, float* acc) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_andnot_ps(sign, _mm256_add_ps(_mm256_loadu_ps(x + i), loadBf16x8(r + i)));
+    _mm256_storeu_ps(acc + i, _mm256_max_ps(a, _mm256_loadu_ps(acc + i)));  // = maxOf(acc, a)
+  }
+  for (; i < n; ++i) {
+    const float a = __builtin_fabsf(x[i] + bf16At(r + i));
+    acc[i] = acc[i] < a ? a : acc[i];
+  }
+}
+
+static void efQuantUpdateB(const float* x, uint16_t* r, const float* mx, const float* inv, const float* step, int64_t n,
+                           float top, uint8_t* codes) {
+  const __m256 vtop = _mm256_set1_ps(top), zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + i), loadBf16x8(r + i)), vmx = _mm256_loadu_ps(mx + i);
+    const __m256 u = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(v, vmx), _mm256_loadu_ps(inv + i)), half);
+    const __m256 t = _mm256_min_ps(_mm256_max_ps(u, zero), vtop);  // = minOf(top, maxOf(0, u))
+    const __m256i c = _mm256_cvttps_epi32(t);
+    storeCodes8(codes + i, c);
+    const __m256 dq = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(step + i)), vmx);
+    storeBf16x8(r + i, _mm256_sub_ps(v, dq));
+  }
+  for (; i < n; ++i) {
+    const float v = x[i] + bf16At(r + i), u = (v + mx[i]) * inv[i] + 0.5f;
+    const float w = 0.0f < u ? u : 0.0f, t = w < top ? w : top;
+    const uint8_t c = static_cast<uint8_t>(static_cast<int32_t>(t));
+    codes[i] = c;
+    putBf16(r + i, v - (static_cast<float>(c) * step[i] - mx[i]));
+  }
+}
+
+static void efFixUpdateB(const float* x, uint16_t* r, const float* d, const float* rd, const float* s, int64_t n,
+                         float mult, float lo, float hi, float inv, uint8_t* codes) {
+  const __m256 vmult = _mm256_set1_ps(mult), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi),
+               vinv = _mm256_set1_ps(inv), below = _mm256_set1_ps(lo - 1.0f), above = _mm256_set1_ps(hi + 1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + i), loadBf16x8(r + i));
+    const __m256 q = _mm256_min_ps(_mm256_max_ps(fixRound8(v, d + i, rd + i, vmult, below, above), vlo), vhi);
+    const __m256i c = _mm256_cvttps_epi32(_mm256_sub_ps(q, vlo));
+    storeCodes8(codes + i, c);
+    const __m256 dq = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(c), vlo), vinv), _mm256_loadu_ps(s + i));
+    storeBf16x8(r + i, _mm256_sub_ps(v, dq));
+  }
+  for (; i < n; ++i) {
+    const float v = x[i] + bf16At(r + i), q0 = __builtin_rintf(v / d[i] * mult);
+    const float w = lo < q0 ? q0 : lo, q = w < hi ? w : hi;
+    const uint8_t c = static_cast<uint8_t>(static_cast<int32_t>(q - lo));
+    codes[i] = c;
+    putBf16(r + i, v - ((static_cast<float>(c) + lo) * inv) * s[i]);
+  }
+}
+#define KERNELS_HAVE_BF16_RESIDUAL
+
 #define KERNELS_NAME "avx2"
 #include "compression/kernels.inc"  // the shared kernels and this build's table, kTable
 #undef KERNELS_NAME

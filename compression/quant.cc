@@ -203,6 +203,7 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
 namespace {
 // Values per buffer element: an fp16 buffer is addressed in bytes, two per value.
 constexpr int64_t kPerValue(const float*) { return 1; }
+constexpr int64_t kPerValue(const uint16_t*) { return 1; }
 constexpr int64_t kPerValue(const uint8_t*) { return 2; }
 }  // namespace
 
@@ -253,6 +254,14 @@ void QuantStream::sumAccumulate(const float* x, const float* r, int64_t i, int64
 
 void QuantStream::residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes) {
   fusedUpdate(kernels().efFixUpdate, kernels().efQuantUpdate, x, r, i, len, codes);
+}
+
+void QuantStream::sumAccumulateBf16(const float* x, const uint16_t* r, int64_t i, int64_t len) {
+  fusedAccumulate(kernels().sumAbsMaxB, x, r, i, len);
+}
+
+void QuantStream::residualUpdateBf16(const float* x, uint16_t* r, int64_t i, int64_t len, uint8_t* codes) {
+  fusedUpdate(kernels().efFixUpdateB, kernels().efQuantUpdateB, x, r, i, len, codes);
 }
 
 void QuantStream::setMaxima(const float* maxima) { copyBytes(m_.data(), maxima, 4 * static_cast<size_t>(groups_)); }

@@ -87,6 +87,9 @@ class QuantStream {
   // codes, then r = (x + r) - dequantize(codes).
   void sumAccumulate(const float* x, const float* r, int64_t i, int64_t len);
   void residualUpdate(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes);
+  // The same on a bf16 residual (r read as bf16, written as bf16 of the new residual).
+  void sumAccumulateBf16(const float* x, const uint16_t* r, int64_t i, int64_t len);
+  void residualUpdateBf16(const float* x, uint16_t* r, int64_t i, int64_t len, uint8_t* codes);
   // For kernels elsewhere (compression/cuda/device_codec.cu): the per-scale max |x| computed there,
   // in place of accumulate(); and, after finishScales() or readScales(), the scale arrays and
   // constants the CPU kernels are given (scale g of value i: i % cols if channel, else i / cols).
@@ -105,8 +108,8 @@ class QuantStream {
   template <typename Fn>
   void forEachRun(int64_t i, int64_t len, Fn&& fn) const;
   // The fused steps share one shape: an accumulation kernel (x, y -> max per channel) and an update
-  // kernel per level mapping (x, y in/out -> codes). Y is the buffer's element: float, or the two
-  // bytes of an fp16 value (uint8_t, two per value).
+  // kernel per level mapping (x, y in/out -> codes). Y is the buffer's element: float, a bf16
+  // value (uint16_t), or the two bytes of an fp16 value (uint8_t, two per value).
   template <typename Y>
   void fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x, const Y* y, int64_t i,
                        int64_t len);

@@ -163,7 +163,7 @@ std::map<std::string, CodecFactory>& factories() {
 void registerCodecFactory(const std::string& name, CodecFactory factory) { factories()[name] = std::move(factory); }
 
 std::vector<std::string> codecNames() {
-  return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>)", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"};
+  return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>[;store=fp32|bf16])", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"};
 }
 
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) { return makeCodec(rawSpec, ""); }
@@ -172,7 +172,25 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
   const std::string spec = trim(rawSpec);
   if (spec.rfind("ef(", 0) == 0) {
     SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
-    return std::make_unique<ErrorFeedbackCodec>(makeCodec(spec.substr(3, spec.size() - 4), instance));
+    // ef(INNER[;store=fp32|bf16]): the option after the inner spec, at the outer level (a nested
+    // hadamard(...;seed=S) keeps its own).
+    const std::string body = spec.substr(3, spec.size() - 4);
+    size_t semi = std::string::npos;
+    for (size_t i = 0, depth = 0; i < body.size(); ++i) {
+      if (body[i] == '(') ++depth;
+      else if (body[i] == ')' && depth > 0) --depth;
+      else if (body[i] == ';' && depth == 0 && semi == std::string::npos) semi = i;
+    }
+    auto store = ErrorFeedbackCodec::Store::kFp32;
+    if (semi != std::string::npos) {
+      std::string opts = body.substr(semi + 1);
+      for (char& ch : opts)
+        if (ch == ';') ch = ',';
+      const Params p = parseParams("ef", opts, {"store"});
+      if (p.count("store") && pick("ef", "store", p.at("store"), {"fp32", "bf16"}) == "bf16")
+        store = ErrorFeedbackCodec::Store::kBf16;
+    }
+    return std::make_unique<ErrorFeedbackCodec>(makeCodec(body.substr(0, semi), instance), store);
   }
   if (spec.rfind("hadamard(", 0) == 0) {
     SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': hadamard( is not closed by ')'");

@@ -26,7 +26,7 @@ using nlohmann::json;
 const std::vector<std::string> kDefaultCodecs = {
     "none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
     "quant:bits=4,group=128", "quant:bits=2,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
-    "acsgd:bits=4", "ef(quant:bits=4)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
+    "acsgd:bits=4", "ef(quant:bits=4)", "ef(quant:bits=4;store=bf16)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
     "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint", "acsgd:bits=2,levels=fixpoint,store=fp32",
     "randk:ratio=0.1", "hadamard(quant:bits=3,scale=group,group=64)", "lowrank:rank=16", "lowrank:rank=16,basis=pca"};
 

@@ -28,7 +28,7 @@ std::vector<std::string> failed(const json& r) {
 TEST(ConformanceTest, EveryBuiltInCodecPasses) {
   for (const char* spec : {"none", "fp16", "bf16", "quant:bits=2", "quant:bits=4,levels=fixpoint", "quant:bits=8,scale=group,group=64",
                            "quant:bits=3,round=stochastic,seed=5", "topk:ratio=0.1", "acsgd:bits=2", "acsgd:bits=4,levels=fixpoint,store=fp16",
-                           "acsgd:bits=2,store=q8,warmup_epochs=1", "ef(quant:bits=4)", "ef(topk:ratio=0.05)", "ef(topk:ratio=0.05,bits=2)", "randk:ratio=0.1", "ef(randk:ratio=0.25,seed=3)",
+                           "acsgd:bits=2,store=q8,warmup_epochs=1", "ef(quant:bits=4)", "ef(quant:bits=4;store=bf16)", "ef(topk:ratio=0.05)", "ef(topk:ratio=0.05,bits=2)", "randk:ratio=0.1", "ef(randk:ratio=0.25,seed=3)",
                            "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2;seed=3)", "ef(hadamard(quant:bits=4))",
                            "lowrank:rank=8", "lowrank:rank=4,basis=pca,refresh=2", "ef(lowrank:rank=16,refresh=3)"}) {
     const json r = checkCodec([&] { return makeCodec(spec); }, quick());

@@ -127,28 +127,53 @@ INSTANTIATE_TEST_SUITE_P(
                                          FusedCase{"bits=8", {1, 1, 1}}),
                        ::testing::Values("fp32", "fp16")));
 
+// ef's fused steps against the definition, v = x + r, send Q(v), r = v - deQ(Q(v)), with the
+// residual in fp32 or (store=bf16) rounded to bf16 after every step; also through hadamard and topk
+// (the generic path).
 TEST(FusedEfTest, BytesAndResidualEqualTheDefinition) {
-  for (const std::string q : {"quant:bits=4", "quant:bits=2,scale=group,group=5", "quant:bits=3,round=stochastic,seed=2",
-                              "quant:bits=4,levels=fixpoint"}) {
-    auto ef = makeCodec("ef(" + q + ")");
-    auto inner = makeCodec(q);
-    const Shape shape{3, 7, 4100};
-    const int64_t n = numelOf(shape);
-    std::vector<float> r(n, 0.0f);
-    CodecContext ctx;
-    ctx.key = "fwd/mb0";
-    for (int step = 0; step < 3; ++step) {
-      const auto x = randomTensor(n, 7 + step);
-      std::vector<float> v(n), deq(n);
-      for (int64_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
-      Bytes want, mine;
-      inner->encode(v.data(), shape, ctx, want);
-      inner->decode(want.data(), want.size(), shape, ctx, deq.data());
-      for (int64_t i = 0; i < n; ++i) r[i] = v[i] - deq[i];
-      ef->encode(x.data(), shape, ctx, mine);
-      ASSERT_EQ(mine, want) << q << " step " << step;
-      const auto* held = static_cast<ErrorFeedbackCodec&>(*ef).residual(ctx.key);
-      ASSERT_EQ(0, std::memcmp(held->data(), r.data(), 4 * n)) << q << " step " << step;
+  for (const std::string store : {"", ";store=bf16"})
+    for (const std::string q : {"quant:bits=4", "quant:bits=2,scale=group,group=5", "quant:bits=3,round=stochastic,seed=2",
+                                "quant:bits=4,levels=fixpoint", "topk:ratio=0.1", "hadamard(quant:bits=3;seed=4)"}) {
+      auto ef = makeCodec("ef(" + q + store + ")");
+      EXPECT_EQ(ef->spec(), "ef(" + makeCodec(q)->spec() + store + ")");
+      auto inner = makeCodec(q);
+      const Shape shape{3, 7, 4100};
+      const int64_t n = numelOf(shape);
+      std::vector<float> r(n, 0.0f);
+      CodecContext ctx;
+      ctx.key = "fwd/mb0";
+      for (int step = 0; step < 3; ++step) {
+        const auto x = randomTensor(n, 7 + step);
+        std::vector<float> v(n), deq(n);
+        for (int64_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
+        Bytes want, mine;
+        inner->encode(v.data(), shape, ctx, want);
+        inner->decode(want.data(), want.size(), shape, ctx, deq.data());
+        for (int64_t i = 0; i < n; ++i) {
+          r[i] = v[i] - deq[i];
+          if (!store.empty()) r[i] = bf16ToFloat(floatToBf16(r[i]));
+        }
+        ef->encode(x.data(), shape, ctx, mine);
+        ASSERT_EQ(mine, want) << q << store << " step " << step;
+        const std::vector<float> held = static_cast<ErrorFeedbackCodec&>(*ef).residual(ctx.key);
+        ASSERT_EQ(held.size(), r.size());
+        ASSERT_EQ(0, std::memcmp(held.data(), r.data(), 4 * n)) << q << store << " step " << step;
+      }
+    }
+}
+
+// The option's spelling: at ef's own level (a nested hadamard keeps its ';' options), named errors.
+TEST(FusedEfTest, StoreOptionIsParsedAtItsOwnLevel) {
+  EXPECT_EQ(makeCodec("ef(hadamard(quant:bits=3;seed=4;block=64);store=bf16)")->spec(),
+            "ef(hadamard(quant:bits=3,scale=channel,round=nearest;seed=4;block=64);store=bf16)");
+  EXPECT_EQ(makeCodec("ef(quant:bits=2;store=fp32)")->spec(), "ef(quant:bits=2,scale=channel,round=nearest)");
+  for (const auto& [bad, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"ef(quant:bits=2;store=fp8)", "fp8"}, {"ef(quant:bits=2;stroe=bf16)", "stroe"}}) {
+    try {
+      makeCodec(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   }
 }
@@ -217,6 +242,8 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
                          "quant:bits=8,levels=fixpoint,scale=group,group=100", "topk:ratio=0.05", "randk:ratio=0.2",
                          "acsgd:bits=2", "acsgd:bits=4,store=fp16", "acsgd:bits=2,levels=fixpoint,store=fp16",
                          "acsgd:bits=2,store=q8", "ef(quant:bits=4)", "ef(topk:ratio=0.1)", "topk:ratio=0.05,bits=2",
+                         "ef(quant:bits=4;store=bf16)", "ef(quant:bits=2,levels=fixpoint;store=bf16)",
+                         "ef(quant:bits=3,scale=group,group=64;store=bf16)",
                          "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2)"};
   const char* before = cpuPathName();
   for (const char* spec : specs) {
