@@ -57,14 +57,6 @@ fs::path copyPath(const fs::path& out, const std::string& point, int k) {
   return out / "runs" / (point + ".r" + std::to_string(k) + ".json");
 }
 
-}  // namespace
-
-std::string snapshotPath(const std::string& outDir, const std::string& point, int repeat) {
-  return (fs::path(outDir) / "runs" / (point + ".r" + std::to_string(repeat) + ".stages.json")).string();
-}
-
-namespace {
-
 std::string pretrain(const SweepSpec& spec, const fs::path& out) {
   const json& p = spec.pretrain;
   fs::path ckpt = p.value("checkpoint", "base.pt");
@@ -183,41 +175,17 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   spec.repeats = 1;
   spec.simulation = true;
   const fs::path out = opt.outDir;
-  const json build = runtime::environmentInfo("");
-  if (!opt.pairedWith.empty()) {
-    // As many replays per point as the real sweep has repeats, each with its run's snapshot.
-    const std::string sweepFile = (fs::path(opt.pairedWith) / "sweep.json").string();
-    const json real = runtime::readJsonFile(sweepFile, "sweep --paired");
-    if (!real.contains("repeats") || !real["repeats"].is_number_integer() || real["repeats"].get<int>() < 1)
-      throw std::invalid_argument(sweepFile + ": repeats: expected an integer >= 1 (a real sweep's folder)");
-    spec.repeats = real["repeats"].get<int>();
-  }
   fs::create_directories(out / "runs");
   runtime::writeJsonAtomically((out / "sweep.json").string(), {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline},
-                                                               {"repeats", spec.repeats}, {"simulated", true}, {"profile", opt.profile},
-                                                               {"paired_with", opt.pairedWith.empty() ? json() : json(opt.pairedWith)}});
+                                                               {"repeats", 1}, {"simulated", true}, {"profile", opt.profile}});
+  const json build = runtime::environmentInfo("");
   for (const auto& p : expandSweep(spec)) {
     const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, true);
-    const simulator::Profile profile = simulator::profileFor(opt.profile, rs);
-    for (int k = 0; k < spec.repeats; ++k) {
-      json doc;
-      if (opt.pairedWith.empty()) {
-        doc = simulator::simulateRun(rs, profile);
-      } else {
-        const std::string path = snapshotPath(opt.pairedWith, p.name, k);
-        if (!fs::exists(path))
-          throw std::invalid_argument("sweep --paired: " + path + " does not exist (run the real sweep with --stage-snapshots)");
-        const json snap = runtime::readJsonFile(path, "stage snapshot");
-        if (snap.value("spec", json()) != p.spec)
-          throw std::invalid_argument(path + ": spec: the snapshot was taken for another spec than this sweep's point " + p.name);
-        doc = simulator::simulateRun(rs, simulator::withStageCosts(profile, snap, path));
-        doc["paired_with"] = path;
-      }
-      doc["environment"] = build;
-      doc["sweep_identity"] = runIdentity(p.spec, build);
-      doc["sweep_repeat"] = k;
-      runtime::writeJsonAtomically(copyPath(out, p.name, k).string(), doc);
-    }
+    json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs));
+    doc["environment"] = build;
+    doc["sweep_identity"] = runIdentity(p.spec, build);
+    doc["sweep_repeat"] = 0;
+    runtime::writeJsonAtomically(copyPath(out, p.name, 0).string(), doc);
   }
   writeSummaries(spec, opt.outDir);
   return 0;
@@ -272,11 +240,6 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       const double per = ran ? (emulator::monotonicNow() - t0) / ran : 0;
       std::fprintf(stderr, "[%zu/%zu] %s%s%s\n", i + 1, jobs.size(), tag.c_str(), why[i].empty() ? "" : (": " + why[i]).c_str(),
                    ran ? (" (ETA " + std::to_string(static_cast<int>(per * (toRun - ran))) + " s)").c_str() : "");
-    }
-    if (opt.snapshot) {
-      json snap = opt.snapshot(j.point->spec);
-      snap["spec"] = j.point->spec;
-      runtime::writeJsonAtomically(snapshotPath(out.string(), j.point->name, j.repeat), snap);
     }
     runtime::LaunchOptions lo;
     lo.outDir = (out / "runs" / j.point->name / ("r" + std::to_string(j.repeat))).string();

@@ -10,7 +10,6 @@
 // with status "running" by a launcher that no longer exists counts as failed.
 #pragma once
 
-#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -27,16 +26,7 @@ struct SweepOptions {
   int repeats = 0;        // > 0: overrides the spec's repeats
   bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
   std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
-  // Real runs: called right before each run with the point's spec; what it returns (a stage-cost
-  // snapshot, simulator/profile.h) is written to DIR/runs/<point>.r<k>.stages.json.
-  std::function<nlohmann::json(const nlohmann::json& pointSpec)> snapshot;
-  // simulate: replay each point once per repeat of the real sweep in this folder, with the
-  // profile's stage costs replaced by that run's snapshot (paired with the machine's speed then).
-  std::string pairedWith;
 };
-
-// DIR/runs/<point>.r<k>.stages.json: the stage-cost snapshot taken before that run.
-std::string snapshotPath(const std::string& outDir, const std::string& point, int repeat);
 
 // Returns the number of runs that failed.
 int runSweep(const SweepSpec& spec, const SweepOptions& opt);

@@ -585,7 +585,7 @@ class Launcher {
     return true;
   }
 
-  // The last step's events of every stage, on one time axis (all workers share the host's
+  // The last step's (runtime.timeline "all": every step's) events of every stage, on one time axis (all workers share the host's
   // monotonic clock), in the simulator's timeline schema.
   void recordTimeline() {
     double t0 = 1e300;
@@ -594,9 +594,11 @@ class Launcher {
     json tl = json::array();
     for (const auto& [r, ev] : timelines_) {
       json out = json::array();
-      for (const auto& e : ev)
+      for (const auto& e : ev) {
         out.push_back({{"what", e["what"]}, {"mb", e["mb"]}, {"start_s", e["start_s"].get<double>() - t0},
                        {"end_s", e["end_s"].get<double>() - t0}});
+        if (e.contains("step")) out.back()["step"] = e["step"];
+      }
       const RankId id = layout_.id(r);
       tl.push_back({{"stage", id.stage}, {"replica", id.replica}, {"rank", r}, {"events", out}});
     }

@@ -278,6 +278,9 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     f.get("threads_per_worker", s.runtime.threadsPerWorker);
     f.get("pin_cores", s.runtime.pinCores);
     f.get("device", s.runtime.device);
+    f.get("timeline", s.runtime.timeline);
+    if (s.runtime.timeline != "last" && s.runtime.timeline != "all")
+      fail(where + ".runtime.timeline", "'" + s.runtime.timeline + "'; expected \"last\" or \"all\"");
     positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
     const std::string& d = s.runtime.device;
     const bool cudaN = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 9 &&
@@ -352,10 +355,12 @@ RunSpec loadRunSpec(const std::string& path) {
 }
 
 namespace {
-// "device" only off the CPU: CPU specs keep the digests (sweep identities) they had before it.
+// "device" only off the CPU and "timeline" only when not "last": other specs keep the digests (sweep
+// identities) they had before these fields.
 json runtimeJson(const RuntimeSpec& r) {
   json j = {{"step_timeout_s", r.stepTimeoutS}, {"threads_per_worker", r.threadsPerWorker}, {"pin_cores", r.pinCores}};
   if (r.device != "cpu") j["device"] = r.device;
+  if (r.timeline != "last") j["timeline"] = r.timeline;
   return j;
 }
 }  // namespace

@@ -97,6 +97,9 @@ struct RuntimeSpec {
   // is CPU-only; tools/gpu-build.sh builds against one). Messages leave and enter a stage in host
   // memory, where the codecs run; the copies count as the stage's compute time.
   std::string device = "cpu";
+  // What result.json's "timeline" holds: "last", the last step's events of every rank; "all", every
+  // step's (each event with its "step"): what `slowpipe profile --host-from-run` fits speeds to.
+  std::string timeline = "last";
 };
 
 struct RunSpec {

@@ -180,8 +180,11 @@ class PipelineWorker {
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
     json timeline = json::array();
-    for (const auto& e : events_)
+    const bool all = spec_.runtime.timeline == "all";
+    for (const auto& e : events_) {
       timeline.push_back({{"what", eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
+      if (all) timeline.back()["step"] = e.step;
+    }
     report({{"type", "done"}, {"timeline", timeline}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
@@ -217,7 +220,8 @@ class PipelineWorker {
     std::map<int, std::vector<int64_t>> ids;
     // Per micro-batch: received activations and gradients, and outputs waiting to be sent.
     std::map<int, torch::Tensor> activationIn, gradientIn, outbox;
-    events_.clear();  // this step's timeline; the last step's goes out with "done"
+    // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
+    if (spec_.runtime.timeline != "all") events_.clear();
     for (const Action& a : schedule) {
       const bool toNext = a.peer == Action::Peer::kNext;
       const double ta = now();
@@ -302,7 +306,7 @@ class PipelineWorker {
           break;
         }
       }
-      events_.push_back({a, ta, now()});
+      events_.push_back({a, ta, now(), g});
     }
     const TransportStats st = transport_->takeStats();
     const DpStats dst = dp_ ? dp_->takeStats() : DpStats{};
@@ -401,8 +405,9 @@ class PipelineWorker {
   struct Event {
     Action action;
     double start, end;  // host monotonic clock
+    int64_t step;
   };
-  std::vector<Event> events_;  // of the current step
+  std::vector<Event> events_;  // of the current step (runtime.timeline "all": of every step)
 };
 
 }  // namespace

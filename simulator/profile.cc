@@ -2,6 +2,7 @@
 #include "simulator/profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "compression/codec.h"
@@ -154,20 +155,84 @@ Profile profileFromJson(const json& j, const std::string& where) {
   return p;
 }
 
-Profile withStageCosts(Profile p, const json& snap, const std::string& where) {
-  if (!snap.is_object() || snap.value("schema", "") != "slowpipe.stage_costs/1")
-    throw std::invalid_argument(where + ": not a stage-cost snapshot (expected \"schema\": \"slowpipe.stage_costs/1\")");
-  if (!snap.contains("stages") || !snap["stages"].is_array() || snap["stages"].size() != p.stages.size())
-    throw std::invalid_argument(where + ".stages: expected " + std::to_string(p.stages.size()) + " stages (the profile's), got " +
-                                (snap.contains("stages") ? snap["stages"].dump().substr(0, 80) : std::string("none")));
-  for (size_t s = 0; s < p.stages.size(); ++s) {
-    const std::string w = where + ".stages[" + std::to_string(s) + "]";
-    const json& st = snap["stages"][s];
-    p.stages[s].forwardS = positiveNumber(st, "forward_s", w);
-    p.stages[s].backwardS = positiveNumber(st, "backward_s", w);
-    p.stages[s].stepS = positiveNumber(st, "step_s", w);
+HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
+                          const std::vector<double>& fallback) {
+  struct Ev {
+    double start, end, cost;
+  };
+  std::vector<Ev> evs;
+  for (const auto& row : timeline) {
+    const size_t s = row.at("stage").get<size_t>();
+    if (s >= stages.size()) throw std::invalid_argument("host-speed fit: the run has stage " + std::to_string(s) + ", the profile " +
+                                                        std::to_string(stages.size()) + " stages");
+    for (const auto& e : row.at("events")) {
+      const std::string what = e.at("what");
+      if (what != "forward" && what != "backward" && what != "step") continue;
+      if (e.value("step", 0) < firstStep) continue;
+      const double cost = what == "forward" ? stages[s].forwardS : what == "backward" ? stages[s].backwardS : stages[s].stepS;
+      evs.push_back({e.at("start_s").get<double>(), e.at("end_s").get<double>(), cost});
+    }
   }
-  return p;
+  const int N = workers;
+  // Per event, its wall time with n ranks computing: sweep the sorted interval end points.
+  std::vector<double> cuts;
+  for (const auto& e : evs) cuts.insert(cuts.end(), {e.start, e.end});
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<int> busy(cuts.size(), 0);  // ranks computing in [cuts[i], cuts[i + 1])
+  for (const auto& e : evs) {
+    const size_t a = std::lower_bound(cuts.begin(), cuts.end(), e.start) - cuts.begin();
+    const size_t b = std::lower_bound(cuts.begin(), cuts.end(), e.end) - cuts.begin();
+    for (size_t i = a; i < b; ++i) ++busy[i];
+  }
+  std::vector<std::vector<double>> A;
+  std::vector<double> y;
+  HostSpeedFit fit;
+  fit.coverageS.assign(N, 0.0);
+  for (const auto& e : evs) {
+    std::vector<double> row(N, 0.0);
+    const size_t a = std::lower_bound(cuts.begin(), cuts.end(), e.start) - cuts.begin();
+    const size_t b = std::lower_bound(cuts.begin(), cuts.end(), e.end) - cuts.begin();
+    for (size_t i = a; i < b; ++i) row[std::min(N, std::max(1, busy[i])) - 1] += cuts[i + 1] - cuts[i];
+    for (int n = 0; n < N; ++n) fit.coverageS[n] += row[n];
+    A.push_back(row);
+    y.push_back(e.cost);
+  }
+  fit.events = static_cast<int>(evs.size());
+  double total = 0;
+  for (double c : fit.coverageS) total += c;
+  // Unknowns: the n with enough coverage; the others fixed at their fallback (moved to the right).
+  std::vector<int> free;
+  fit.speed.assign(N, 1.0);
+  for (int n = 0; n < N; ++n) {
+    fit.speed[n] = n < static_cast<int>(fallback.size()) ? fallback[n] : 1.0;
+    if (total > 0 && fit.coverageS[n] >= 0.02 * total) free.push_back(n);
+  }
+  const size_t F = free.size();
+  std::vector<std::vector<double>> M(F, std::vector<double>(F + 1, 0.0));  // normal equations | rhs
+  for (size_t k = 0; k < A.size(); ++k) {
+    double r = y[k];
+    for (int n = 0; n < N; ++n)
+      if (std::find(free.begin(), free.end(), n) == free.end()) r -= fit.speed[n] * A[k][n];
+    for (size_t i = 0; i < F; ++i) {
+      for (size_t j = 0; j < F; ++j) M[i][j] += A[k][free[i]] * A[k][free[j]];
+      M[i][F] += A[k][free[i]] * r;
+    }
+  }
+  for (size_t c = 0; c < F; ++c) {  // Gaussian elimination, partial pivoting
+    size_t p = c;
+    for (size_t r = c + 1; r < F; ++r)
+      if (std::abs(M[r][c]) > std::abs(M[p][c])) p = r;
+    std::swap(M[c], M[p]);
+    if (M[c][c] == 0) throw std::runtime_error("host-speed fit: singular system (the run's events do not separate the speeds)");
+    for (size_t r = 0; r < F; ++r) {
+      if (r == c) continue;
+      const double f = M[r][c] / M[c][c];
+      for (size_t j = c; j <= F; ++j) M[r][j] -= f * M[c][j];
+    }
+  }
+  for (size_t i = 0; i < F; ++i) fit.speed[free[i]] = std::min(1.0, std::max(0.05, M[i][F] / M[i][i]));
+  return fit;
 }
 
 Profile medianProfile(const std::vector<Profile>& ps) {

@@ -81,13 +81,19 @@ Profile loadProfile(const std::string& path);
 // the field that does not match.
 Profile medianProfile(const std::vector<Profile>& ps);
 
-// Stage-cost snapshot ("schema": "slowpipe.stage_costs/1", written by `slowpipe sweep
-// --stage-snapshots` right before each real run): {"spec": the point's spec, "reps": N,
-// "stages": [{"forward_s", "backward_s", "step_s"}, ...]}. This machine's compute speed drifts by
-// tens of percent over minutes; a snapshot holds the stage costs at the time of one run.
-// `p` with its stages' forward/backward/step replaced by the snapshot's (everything else kept);
-// throws naming `where` and the field if the snapshot is not one or has another number of stages.
-Profile withStageCosts(Profile p, const nlohmann::json& snapshot, const std::string& where);
+// host_speed fitted to a real pipelined run on this host (`slowpipe profile --host-from-run`): its
+// timeline of every step (runtime.timeline "all"). While a compute event (forward, backward or
+// step of stage s, at steps >= firstStep) ran, n(t) ranks computed; at speeds v_n its work is
+// sum_n v_n T_n, where T_n is the event's wall time with n ranks computing, and should equal the
+// profiled cost of that event. v = the least-squares solution over all events, each v_n clamped to
+// [0.05, 1]; an n computing for less than 2% of the events' time keeps fallback[n - 1].
+struct HostSpeedFit {
+  std::vector<double> speed;      // v_1 .. v_workers
+  std::vector<double> coverageS;  // wall seconds the events spent with n = 1 .. workers computing
+  int events = 0;
+};
+HostSpeedFit fitHostSpeed(const nlohmann::json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
+                          const std::vector<double>& fallback);
 
 // Named devices: peak dense FLOP/s per dtype and memory bandwidth (vendor datasheets, SXM parts).
 struct DeviceSpec {

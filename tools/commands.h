@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 namespace slowpipe::tools {
 
@@ -14,11 +13,5 @@ void addRunCommands(CLI::App& app);
 void addSweepCommands(CLI::App& app);
 void addSimCommands(CLI::App& app);
 void addCodecCommands(CLI::App& app);
-
-// A stage-cost snapshot of a run spec (simulator/profile.h withStageCosts): forward, backward and
-// step of every stage, timed as `slowpipe profile` times them (the worker's StageRunner, one stage
-// at a time, median of `reps` steps after a warm-up). What `sweep --stage-snapshots` takes before
-// each real run.
-nlohmann::json measureStageSnapshot(const nlohmann::json& runSpec, int reps);
 
 }  // namespace slowpipe::tools

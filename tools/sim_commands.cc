@@ -15,6 +15,7 @@
 #include "compression/frame.h"
 #include "experiments/sweep.h"
 #include "runtime/grad_sync.h"
+#include "runtime/launcher.h"
 #include "runtime/result.h"
 #include "runtime/stage_runner.h"
 #include "emulator/shaped_socket.h"
@@ -319,7 +320,41 @@ struct HostSpeedOptions {
   // Each worker has a processor of its own (a GPU per stage, as on the hardware being projected):
   // host_speed is 1 for any number of busy workers, not measured with them sharing this host.
   bool dedicated = false;
+  // Fit host_speed to a real pipelined run of the spec here (simulator::fitHostSpeed) instead of
+  // taking the speeds of n stage processes computing side by side.
+  bool fromRun = false;
 };
+
+// A real run of `runJson` on this host for the host-speed fit: the spec's pipeline, its codecs and
+// data, over user-space links so fast that compute dominates (the stages overlap as much as they
+// can), 12 steps with every step's timeline. Returns the run's timeline.
+json calibrationTimeline(const json& runJson) {
+  json doc = runJson;
+  doc["name"] = "host-speed-calibration";
+  doc["network"] = {{"backend", "user"}, {"links", {{"bandwidth", "100Gbps"}, {"latency", "0ms"}}}};
+  doc["training"]["epochs"] = 1000;
+  doc["training"]["max_steps"] = 12;
+  doc["training"]["eval_each_epoch"] = false;
+  doc["runtime"]["timeline"] = "all";
+  const std::string dir = (std::filesystem::temp_directory_path() / ("slowpipe-calibration-" + std::to_string(getpid()))).string();
+  runtime::LaunchOptions lo;
+  lo.outDir = dir;
+  lo.progress = false;
+  lo.calibrate = false;  // links are not what is measured here
+  const int rc = runtime::launchRun(runtime::runSpecFromJson(doc, "profile --host-from-run: the calibration run"), lo);
+  json result;
+  try {
+    result = runtime::readJsonFile(dir + "/result.json", "calibration run result");
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
+  }
+  std::filesystem::remove_all(dir);
+  if (rc != 0 || result.value("status", "") != "ok")
+    throw std::runtime_error("profile --host-from-run: the calibration run failed (" + result.value("reason", std::string("status ")) +
+                             result.value("status", std::string("?")) + ")");
+  return result["timeline"];
+}
 
 simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
                                    const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
@@ -333,6 +368,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
                              "processes computing stages at once (median of --host-reps windows of --host-window s); transport: process CPU time per message over "
                              "ZeroMQ TCP loopback"}};
   p.stages = measureStages(spec, reps, dpVariants);
+  const json calibration = host.fromRun && !host.dedicated ? calibrationTimeline(runJson) : json();
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
   // worker's threads), at the speeds measured with n stages busy at once.
@@ -347,6 +383,14 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
     p.device["dedicated"] = "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
   } else {
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
+    if (!calibration.is_null()) {
+      const simulator::HostSpeedFit fit = simulator::fitHostSpeed(calibration, p.stages, workers, /*firstStep=*/2, p.hostSpeed);
+      p.device["host_speed_side_by_side"] = p.hostSpeed;
+      p.device["host_speed_fit"] = {{"method", "least squares over the compute events of a real 12-step pipelined run of the "
+                                               "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above"},
+                                    {"events", fit.events}, {"coverage_s", fit.coverageS}};
+      p.hostSpeed = fit.speed;
+    }
   }
   p.device["runtime_device"] = spec.runtime.device;
   // Transport CPU cost, fitted through a small and an activation-sized message.
@@ -363,15 +407,6 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
 }
 
 }  // namespace
-
-json measureStageSnapshot(const json& runSpec, int reps) {
-  // Parsed as `slowpipe profile` parses: the stages are fed random inputs, any vocab.
-  const runtime::RunSpec s = runtime::runSpecFromJson(runSpec, "spec", /*simulation=*/true);
-  json stages = json::array();
-  for (const auto& c : measureStages(s, reps, {}))
-    stages.push_back({{"forward_s", c.forwardS}, {"backward_s", c.backwardS}, {"step_s", c.stepS}});
-  return {{"schema", "slowpipe.stage_costs/1"}, {"reps", reps}, {"taken_at_s", emulator::monotonicNow()}, {"stages", stages}};
-}
 
 void addSimCommands(CLI::App& app) {
   {
@@ -393,6 +428,9 @@ void addSimCommands(CLI::App& app) {
     cmd->add_option("--codec", *codecs, "measured: also time this codec (repeatable; e.g. every codec of a sweep)");
     cmd->add_option("--host-window", host->windowS, "measured: seconds each host-speed window lasts")->check(CLI::Range(0.05, 60.0));
     cmd->add_option("--host-reps", host->reps, "measured: host-speed windows per setting (median)")->check(CLI::Range(1, 100));
+    cmd->add_flag("--host-from-run", host->fromRun,
+                  "measured: fit host_speed to a real pipelined run of the spec here (every step's timeline) instead of "
+                  "n stage processes computing side by side");
     cmd->add_flag("--dedicated", host->dedicated,
                   "measured: each worker gets a processor of its own (a GPU per stage): host_speed 1, not measured");
     cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the spec (a sweep's base; repeatable), e.g. runtime.device=cuda");

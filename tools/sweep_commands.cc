@@ -19,8 +19,6 @@ void addSweepCommands(CLI::App& app) {
     auto simulate = std::make_shared<bool>(false);
     auto profile = std::make_shared<std::string>();
     auto sets = std::make_shared<std::vector<std::string>>();
-    auto snapshots = std::make_shared<bool>(false);
-    auto paired = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
     cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
     cmd->add_option("--out", *out, "output folder")->required();
@@ -31,16 +29,8 @@ void addSweepCommands(CLI::App& app) {
     cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
     cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
     cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
-    cmd->add_flag("--stage-snapshots", *snapshots,
-                  "real runs: time every stage's forward/backward/step (as `profile` does) right before each run, "
-                  "into runs/<point>.r<k>.stages.json");
-    cmd->add_option("--paired", *paired,
-                    "with --simulate: replay each point once per repeat of the real sweep in this folder, with its "
-                    "stage costs taken from that run's snapshot (--stage-snapshots)");
     cmd->callback([=] {
       if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
-      if (*simulate && *snapshots) throw std::invalid_argument("sweep --stage-snapshots is for real runs, not with --simulate");
-      if (!paired->empty() && !*simulate) throw std::invalid_argument("sweep --paired DIR needs --simulate");
       const auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
       experiments::expandSweep(s);  // every point validated before anything runs
       experiments::SweepOptions o;
@@ -50,8 +40,6 @@ void addSweepCommands(CLI::App& app) {
       o.repeats = *repeats;
       o.simulate = *simulate;
       o.profile = *profile;
-      o.pairedWith = *paired;
-      if (*snapshots) o.snapshot = [](const nlohmann::json& pointSpec) { return measureStageSnapshot(pointSpec, 3); };
       const int failed = experiments::runSweep(s, o);
       std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
       if (failed) std::exit(1);

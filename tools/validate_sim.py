@@ -4,8 +4,7 @@
 Usage: validate_sim.py OUT_DIR EMULATED_DIR SIMULATED_DIR [EMULATED_DIR SIMULATED_DIR ...]
 
 Each pair is one sweep (e.g. the 2-stage and the 4-stage grid), emulated here with repeats and
-simulated with a profile measured here (or, with `sweep --simulate --paired`, each real run replayed
-with the stage costs measured right before it: "paired" in the output). Writes OUT_DIR/validation.json and
+simulated with a profile measured here. Writes OUT_DIR/validation.json and
 OUT_DIR/sim_vs_emulated.png/.svg (y = x line). Every number is read from the summary.json files.
 
 Per point: emulated median step time with its 95% interval, simulated step time, relative error;
@@ -112,10 +111,9 @@ def plot(points, doc, out):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("emulated step time (s), median with 95% CI")
-    ax.set_ylabel("simulated step time (s)" + (", stage costs of each run" if doc["paired"] else ""))
+    ax.set_ylabel("simulated step time (s)")
     s = doc["all"]
-    ax.set_title(f"simulator vs emulation{' (paired)' if doc['paired'] else ''}, {s['points']} points: "
-                 f"median |err| {100 * s['median_abs_step_error']:.1f}%, "
+    ax.set_title(f"simulator vs emulation, {s['points']} points: median |err| {100 * s['median_abs_step_error']:.1f}%, "
                  f"max {100 * s['max_abs_step_error']:.1f}%", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
@@ -135,17 +133,14 @@ def main():
     if not points:
         sys.exit("validate_sim: no point is ok in both an emulated and a simulated sweep")
     ranking = rankings(points)
-    # Paired: every simulated sweep replayed each real run with the stage costs measured right before
-    # it (sweep --simulate --paired), so the machine's speed drift is the same on both sides.
-    paired = all(json.load(open(os.path.join(d, "sweep.json"))).get("paired_with") for d in args[2::2])
-    doc = {"paired": paired, "all": summary(points),
+    doc = {"all": summary(points),
            "by_grid": {g: summary([p for p in points if p["grid"] == g]) for g in sorted({p["grid"] for p in points})},
            "same_ranking_everywhere": all(r["same"] for r in ranking),
            "resolved_ranking_everywhere": all(not r["resolved_pairs_disagreeing"] for r in ranking),
            "ranking": ranking, "points": points}
     json.dump(doc, open(os.path.join(out, "validation.json"), "w"), indent=2)
     plot(points, doc, out)
-    print(json.dumps({k: doc[k] for k in ("paired", "all", "by_grid", "same_ranking_everywhere", "resolved_ranking_everywhere")}, indent=2))
+    print(json.dumps({k: doc[k] for k in ("all", "by_grid", "same_ranking_everywhere", "resolved_ranking_everywhere")}, indent=2))
     for r in ranking:
         flag = "same" if r["same"] else ("resolved pairs agree" if not r["resolved_pairs_disagreeing"] else "DIFFERS")
         print(f"{r['grid']} {r['setting']}: emulated {r['emulated_order']}, simulated {r['simulated_order']} -> {flag}"

@@ -3,15 +3,16 @@
 #
 #   tools/validate_sim.sh [OUT]        (default results/simulator; needs build/slowpipe)
 #   GRIDS="sim_validation_dp" tools/validate_sim.sh results/simulator_dp   (one grid: data parallelism)
+#   EMULATE=0 tools/validate_sim.sh    (keep the emulated sweeps in OUT: re-measure the profiles only,
+#                                      REPEATS + 1 snapshots back to back, and compare again)
 #
 # This machine's compute speed drifts by up to +-20% over minutes, so the profile is measured the
 # way the emulation is: spread over the same time. For each grid, repeat round k (every point once,
 # resumable) alternates with a profile snapshot; the profile used is the per-field median of the
-# snapshots (`slowpipe profile --merge`). Then every point is simulated and tools/validate_sim.py
-# compares the two: OUT/validation.json. Second comparison, paired with the drift: every real run is
-# preceded by a snapshot of its stage costs (`sweep --stage-snapshots`), and each run is replayed with
-# its own (`sweep --simulate --paired`; host speeds, codecs and transport from the merged profile):
-# OUT/paired/validation.json.
+# snapshots (`slowpipe profile --merge`). Each snapshot fits host_speed to a real pipelined run of
+# the grid's base spec (`--host-from-run`): how fast a stage computes while n stages do, as the
+# workers of a pipeline feel it. Then every point is simulated and tools/validate_sim.py compares
+# the two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/simulator}
@@ -21,25 +22,19 @@ PY=/usr/bin/python3
 REPEATS=${REPEATS:-3}
 mkdir -p "$OUT/profiles"
 pairs=()
-paired=()
 for grid in ${GRIDS:-sim_validation sim_validation_4stages}; do
   spec=experiments/$grid.json
   snaps=()
   for ((k = 0; k <= REPEATS; k++)); do
-    "$BIN" profile "$spec" --out "$OUT/profiles/$grid.s$k.json" > /dev/null
+    "$BIN" profile "$spec" --host-from-run --out "$OUT/profiles/$grid.s$k.json" > /dev/null
     snaps+=("$OUT/profiles/$grid.s$k.json")
-    if ((k < REPEATS)); then
-      "$BIN" sweep "$spec" --out "$OUT/emulated_$grid" --repeats $((k + 1)) --stage-snapshots --quiet
+    if [ "${EMULATE:-1}" = 1 ] && ((k < REPEATS)); then
+      "$BIN" sweep "$spec" --out "$OUT/emulated_$grid" --repeats $((k + 1)) --quiet
     fi
   done
   "$BIN" profile --merge "${snaps[@]}" --out "$OUT/profile_$grid.json"
   rm -rf "$OUT/simulated_$grid"
   "$BIN" sweep "$spec" --simulate --profile "$OUT/profile_$grid.json" --out "$OUT/simulated_$grid" --quiet
   pairs+=("$OUT/emulated_$grid" "$OUT/simulated_$grid")
-  rm -rf "$OUT/simulated_paired_$grid"
-  "$BIN" sweep "$spec" --simulate --profile "$OUT/profile_$grid.json" --paired "$OUT/emulated_$grid" \
-    --out "$OUT/simulated_paired_$grid" --quiet
-  paired+=("$OUT/emulated_$grid" "$OUT/simulated_paired_$grid")
 done
 "$PY" tools/validate_sim.py "$OUT" "${pairs[@]}"
-"$PY" tools/validate_sim.py "$OUT/paired" "${paired[@]}"

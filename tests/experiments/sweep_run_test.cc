@@ -144,15 +144,22 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path prof = root / "profile.json", out = root / "sim";
   auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out", prof.string(),
-                                           "--reps", "2", "--host-window", "0.2", "--host-reps", "1"});
+                                           "--reps", "2", "--host-window", "0.2", "--host-reps", "1", "--host-from-run"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json p = json::parse(std::ifstream(prof));
   EXPECT_EQ(p["source"], "measured");
   ASSERT_EQ(p["stages"].size(), 2u);
   ASSERT_EQ(p["host_speed"].size(), 2u) << p.dump(2);
-  EXPECT_EQ(p["host_speed"][0], 1.0);
-  EXPECT_GT(p["host_speed"][1].get<double>(), 0.0);
+  for (const auto& v : p["host_speed"]) {
+    EXPECT_GT(v.get<double>(), 0.0);
+    EXPECT_LE(v.get<double>(), 1.0);
+  }
   EXPECT_GE(p["host_cores"].get<int>(), 1);
+  // --host-from-run: the speeds come from a real 12-step pipelined run's every-step timeline.
+  ASSERT_TRUE(p["device"].contains("host_speed_fit")) << p["device"].dump(2);
+  EXPECT_EQ(p["device"]["host_speed_fit"]["events"], 2 * 10 * (2 + 2 + 1)) << p["device"].dump(2);  // steps 2-11
+  ASSERT_EQ(p["device"]["host_speed_side_by_side"].size(), 2u);
+  EXPECT_EQ(p["device"]["host_speed_side_by_side"][0], 1.0);  // relative to running alone
   EXPECT_GT(p["transport"]["b_s_per_byte"].get<double>() + p["transport"]["a_s"].get<double>(), 0.0);
   // Every codec the sweep's compression axis names is profiled, by its canonical spec.
   bool acsgd = false;
@@ -202,80 +209,6 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   EXPECT_EQ(d["host_speed"], json::array({1.0, 1.0})) << d.dump(2);
   EXPECT_EQ(d["host_cores"], 2);
   EXPECT_EQ(d["device"]["runtime_device"], "cpu");
-  fs::remove_all(root);
-}
-
-// Validation paired with the machine's speed at each run: `sweep --stage-snapshots` times every
-// stage right before each real run; `sweep --simulate --paired` replays each run with its own
-// snapshot, one replay per repeat, summarised like the real repeats.
-TEST(SweepRunTest, StageSnapshotsPairEachRunWithItsReplay) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-paired-test-" + std::to_string(getpid()));
-  json sweep = tinySweep(root);
-  sweep.erase("pretrain");
-  sweep["axes"][0]["values"] = {"1Gbps"};
-  std::ofstream(root / "sweep.json") << sweep.dump(2);
-  const fs::path real = root / "real", prof = root / "profile.json", sim = root / "sim";
-  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", real.string(),
-                                           "--repeats", "2", "--stage-snapshots", "--quiet"});
-  ASSERT_EQ(r.status, 0) << r.output;
-  const json summary = json::parse(std::ifstream(real / "summary.json"));
-  ASSERT_EQ(summary["rows"].size(), 2u);
-  for (const auto& row : summary["rows"])
-    for (int k = 0; k < 2; ++k) {
-      const std::string base = row["point"].get<std::string>() + ".r" + std::to_string(k);
-      const json snap = json::parse(std::ifstream(real / "runs" / (base + ".stages.json")));
-      const json run = json::parse(std::ifstream(real / "runs" / (base + ".json")));
-      EXPECT_EQ(snap["schema"], "slowpipe.stage_costs/1");
-      EXPECT_EQ(snap["spec"]["compression"], run["spec"]["compression"]);
-      ASSERT_EQ(snap["stages"].size(), 2u);
-      for (const auto& st : snap["stages"])
-        for (const char* f : {"forward_s", "backward_s", "step_s"}) EXPECT_GT(st[f].get<double>(), 0.0) << snap.dump();
-    }
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out", prof.string(),
-                                      "--reps", "2", "--host-window", "0.2", "--host-reps", "1"});
-  ASSERT_EQ(r.status, 0) << r.output;
-  // Repeat 1 of the first point: stage costs 5x those of repeat 0, so its replay must be slower.
-  const std::string point = summary["rows"][0]["point"];
-  json s0 = json::parse(std::ifstream(real / "runs" / (point + ".r0.stages.json"))), s1 = s0;
-  for (auto& st : s1["stages"])
-    for (const char* f : {"forward_s", "backward_s", "step_s"}) st[f] = 5 * st[f].get<double>();
-  std::ofstream(real / "runs" / (point + ".r1.stages.json")) << s1.dump();
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      prof.string(), "--paired", real.string(), "--out", sim.string(), "--quiet"});
-  ASSERT_EQ(r.status, 0) << r.output;
-  const json simSummary = json::parse(std::ifstream(sim / "summary.json"));
-  for (const auto& row : simSummary["rows"]) EXPECT_EQ(row["repeats"], 2) << row.dump();
-  const json r0 = json::parse(std::ifstream(sim / "runs" / (point + ".r0.json")));
-  const json r1 = json::parse(std::ifstream(sim / "runs" / (point + ".r1.json")));
-  EXPECT_EQ(r0["paired_with"], (real / "runs" / (point + ".r0.stages.json")).string());
-  EXPECT_GT(r1["summary"]["mean_step_time_s"].get<double>(), 3 * r0["summary"]["mean_step_time_s"].get<double>());
-  // Repeat 0's replay is `slowpipe simulate` of its point with the profile's stage costs replaced.
-  json p = json::parse(std::ifstream(prof));
-  for (size_t i = 0; i < 2; ++i)
-    for (const char* f : {"forward_s", "backward_s", "step_s"}) p["stages"][i][f] = s0["stages"][i][f];
-  std::ofstream(root / "p0.json") << p.dump();
-  std::ofstream(root / "point.json") << s0["spec"].dump();
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / "point.json").string(), "--profile",
-                                      (root / "p0.json").string(), "--out", (root / "one").string()});
-  ASSERT_EQ(r.status, 0) << r.output;
-  const json one = json::parse(std::ifstream(root / "one" / "result.json"));
-  EXPECT_DOUBLE_EQ(one["summary"]["mean_step_time_s"].get<double>(), r0["summary"]["mean_step_time_s"].get<double>());
-  // A snapshot of another spec, a missing one, and the flags in the wrong mode are named.
-  s1["spec"]["pipeline"]["micro_batches"] = 3;
-  std::ofstream(real / "runs" / (point + ".r1.stages.json")) << s1.dump();
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      prof.string(), "--paired", real.string(), "--out", (root / "sim2").string(), "--quiet"});
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find(point + ".r1.stages.json: spec: the snapshot was taken for another spec"), std::string::npos) << r.output;
-  fs::remove(real / "runs" / (point + ".r1.stages.json"));
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      prof.string(), "--paired", real.string(), "--out", (root / "sim3").string(), "--quiet"});
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find(point + ".r1.stages.json does not exist"), std::string::npos) << r.output;
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--paired", real.string(),
-                                      "--out", (root / "sim4").string()});
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("--paired DIR needs --simulate"), std::string::npos) << r.output;
   fs::remove_all(root);
 }
 

@@ -66,6 +66,14 @@ TEST(SpecTest, MalformedSpecsNameTheProblem) {
   EXPECT_EQ(errorOf(j), "") << errorOf(j);
   j["pipeline"]["replicas"] = 2;
   EXPECT_NE(errorOf(j).find("data parallelism runs on CPU stages only"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["runtime"]["timeline"] = "every";
+  EXPECT_NE(errorOf(j).find("spec.runtime.timeline: 'every'; expected \"last\" or \"all\""), std::string::npos) << errorOf(j);
+  // Only a non-default timeline appears in the spec's JSON (the digests of other specs stay).
+  j["runtime"]["timeline"] = "last";
+  EXPECT_FALSE(toJson(runSpecFromJson(j, "spec"))["runtime"].contains("timeline"));
+  j["runtime"]["timeline"] = "all";
+  EXPECT_EQ(toJson(runSpecFromJson(j, "spec"))["runtime"]["timeline"], "all");
 }
 
 TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {

@@ -187,45 +187,28 @@ TEST(SimulatorTest, MedianOfProfilesIsPerField) {
   EXPECT_THROW(medianProfile(ps), std::invalid_argument);
 }
 
-// A stage-cost snapshot replaces exactly the stages' forward/backward/step of a profile; the
-// replay with it equals the replay of a profile built with those costs; bad snapshots are named.
-TEST(SimulatorTest, StageSnapshotReplacesTheStageCostsOnly) {
-  Profile p = flatProfile(2, 0.010, 0.020, 0.005);
-  p.hostCores = 2;
-  p.hostSpeed = {1.0, 0.9};
-  p.transport = {1e-5, 1e-9};
-  const json snap = {{"schema", "slowpipe.stage_costs/1"},
-                     {"stages", {{{"forward_s", 0.013}, {"backward_s", 0.027}, {"step_s", 0.002}},
-                                 {{"forward_s", 0.011}, {"backward_s", 0.019}, {"step_s", 0.004}}}}};
-  const Profile q = withStageCosts(p, snap, "s.json");
-  EXPECT_EQ(q.stages[0].forwardS, 0.013);
-  EXPECT_EQ(q.stages[1].backwardS, 0.019);
-  EXPECT_EQ(q.stages[1].stepS, 0.004);
-  EXPECT_EQ(q.hostSpeed, p.hostSpeed);
-  EXPECT_EQ(q.transport.aS, p.transport.aS);
-  Profile byHand = p;
-  byHand.stages = {{0.013, 0.027, 0.002, {}}, {0.011, 0.019, 0.004, {}}};
-  const auto spec = tinySpec(2, 3, "1f1b", "pipelined");
-  const json a = simulateRun(spec, q), b = simulateRun(spec, byHand), c = simulateRun(spec, p);
-  EXPECT_EQ(a["summary"]["mean_step_time_s"], b["summary"]["mean_step_time_s"]);
-  EXPECT_NE(a["summary"]["mean_step_time_s"], c["summary"]["mean_step_time_s"]);
-  auto fails = [&](json bad, const std::string& needle) {
-    try {
-      withStageCosts(p, bad, "s.json");
-      ADD_FAILURE() << "accepted " << bad.dump();
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+// host_speed fitted to a run's timeline recovers the speeds the events ran at: stage 0's forward
+// alone at v1 = 0.8, then both stages' backwards side by side at v2 = 0.5, stage 1's forward alone;
+// a warm-up step's events (step < firstStep) are left out; n = 3 never happened: its fallback.
+TEST(SimulatorTest, HostSpeedFitRecoversTheSpeedsOfATimeline) {
+  const std::vector<StageCost> stages = {{1.0, 2.0, 0.1, {}}, {1.0, 2.0, 0.1, {}}};
+  auto ev = [](const char* what, double start, double end, int step) {
+    return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", step}};
   };
-  json bad = snap;
-  bad["schema"] = "slowpipe.profile/1";
-  fails(bad, "s.json: not a stage-cost snapshot");
-  bad = snap;
-  bad["stages"].erase(1);
-  fails(bad, "s.json.stages: expected 2 stages");
-  bad = snap;
-  bad["stages"][1]["backward_s"] = -1;
-  fails(bad, "s.json.stages[1].backward_s");
+  const json timeline = {
+      {{"stage", 0}, {"events", {ev("forward", -9, -1, 0), ev("forward", 0, 1.25, 2), ev("recv", 1.25, 2, 2),
+                                 ev("backward", 2, 6, 2), ev("step", 9, 9.125, 2)}}},
+      {{"stage", 1}, {"events", {ev("backward", 2, 6, 2), ev("forward", 7, 8.25, 3)}}}};
+  const HostSpeedFit fit = fitHostSpeed(timeline, stages, 3, 2, {1.0, 0.9, 0.7});
+  EXPECT_EQ(fit.events, 5);
+  ASSERT_EQ(fit.speed.size(), 3u);
+  EXPECT_NEAR(fit.speed[0], 0.8, 1e-12);
+  EXPECT_NEAR(fit.speed[1], 0.5, 1e-12);
+  EXPECT_EQ(fit.speed[2], 0.7);
+  EXPECT_NEAR(fit.coverageS[0], 1.25 + 1.25 + 0.125, 1e-12);
+  EXPECT_NEAR(fit.coverageS[1], 8.0, 1e-12);
+  // A timeline of another partition is named.
+  EXPECT_THROW(fitHostSpeed(timeline, {stages[0]}, 3, 2, {}), std::invalid_argument);
 }
 
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
