@@ -351,8 +351,8 @@ json calibrationTimeline(const json& runJson) {
   }
   std::filesystem::remove_all(dir);
   if (rc != 0 || result.value("status", "") != "ok")
-    throw std::runtime_error("profile --host-from-run: the calibration run failed (" + result.value("reason", std::string("status ")) +
-                             result.value("status", std::string("?")) + ")");
+    throw std::runtime_error("profile --host-from-run: the calibration run ended with status '" +
+                             result.value("status", std::string("?")) + "' (" + result.value("reason", std::string("no reason given")) + ")");
   return result["timeline"];
 }
 
