@@ -433,12 +433,11 @@ uint64_t ErrorFeedbackCodec::residualDigest() const {
 }
 
 std::vector<float> ErrorFeedbackCodec::residual(const std::string& key) const {
-  std::vector<float> out;
   if (const auto it = residual_.find(key); it != residual_.end()) return it->second;
-  if (const auto it = residualBf16_.find(key); it != residualBf16_.end()) {
-    out.resize(it->second.size());
-    widen(it->second.data(), static_cast<int64_t>(out.size()), out.data());
-  }
+  const auto it = residualBf16_.find(key);
+  if (it == residualBf16_.end()) return {};
+  std::vector<float> out(it->second.size());
+  widen(it->second.data(), static_cast<int64_t>(out.size()), out.data());
   return out;
 }
 
