@@ -87,8 +87,14 @@ Profile medianProfile(const std::vector<Profile>& ps);
 // sum_n v_n T_n, where T_n is the event's wall time with n ranks computing, and should equal the
 // profiled cost of that event. v = the least-squares solution over all events, each v_n clamped to
 // [0.05, 1]; an n computing for less than 2% of the events' time keeps fallback[n - 1].
+// The run's lone-stage speed sets the scale: where n = 1 is fitted, every fitted v_n is divided by
+// v_1 (then clamped). A stage computing alone runs at its profiled cost by the profile's definition;
+// a lone speed below 1 is this machine drifting between the stage costs' measurement and the run
+// (minutes apart, up to 15% here), which would otherwise slow every simulated compute event alike.
 struct HostSpeedFit {
-  std::vector<double> speed;      // v_1 .. v_workers
+  std::vector<double> speed;      // v_1 .. v_workers, relative to the lone stage's speed
+  std::vector<double> rawSpeed;   // the least-squares solution before that division
+  double loneSpeed = 1.0;         // raw v_1 (1 where n = 1 kept its fallback)
   std::vector<double> coverageS;  // wall seconds the events spent with n = 1 .. workers computing
   int events = 0;
 };
