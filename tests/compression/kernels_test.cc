@@ -243,6 +243,7 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
                          "acsgd:bits=2", "acsgd:bits=4,store=fp16", "acsgd:bits=2,levels=fixpoint,store=fp16",
                          "acsgd:bits=2,store=q8", "ef(quant:bits=4)", "ef(topk:ratio=0.1)", "topk:ratio=0.05,bits=2",
                          "ef(quant:bits=4;store=bf16)", "ef(quant:bits=2,levels=fixpoint;store=bf16)",
+                         "ef(quant:bits=2,levels=fixpoint)", "ef(quant:bits=3,scale=group,group=64)",
                          "ef(quant:bits=3,scale=group,group=64;store=bf16)",
                          "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2)"};
   const char* before = cpuPathName();
