@@ -216,11 +216,11 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   // fp16 buffers converted in registers where the kernels can (AVX2 + F16C), else through mbuf.
   const bool inRegisters = oneLoop && !inPlace && qs.halfFused();
   // The next chunk's x and m requested while this one is worked on: the conversion and kernel
-  // loops each touch one stream at a time, which alone leaves the memory system half idle. The
-  // fp16 kernels in registers prefetch as they go (kernels_avx2.cc), a steadier stream than this.
+  // loops each touch one stream at a time, which alone leaves the memory system half idle. Fused
+  // steps that prefetch as they go (kernels.h) need none of this.
   const int64_t mBytes = inPlace ? 4 : 2;
   auto prefetch = [&](int64_t i0) {
-    if (inRegisters || i0 >= qs.size()) return;
+    if (k.fusedStepsPrefetch || i0 >= qs.size()) return;
     forEachPiece(i0, std::min(kChunk, qs.size() - i0), rowLen, [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
       const char* xp = reinterpret_cast<const char*>(x + deltaRows[j] * rowLen + off);
       const char* mp = reinterpret_cast<const char*>(rows[j] + off * mBytes);

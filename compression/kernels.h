@@ -72,6 +72,8 @@ struct Kernels {
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);
+  // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
+  bool fusedStepsPrefetch;
 };
 
 enum class CpuPath : uint8_t { kBaseline, kAvx2 };

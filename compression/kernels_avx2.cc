@@ -118,8 +118,9 @@ template <Step S>
 static inline float next1(float b, float v, float dq) { return S == Step::kDelta ? b + dq : v - dq; }
 
 // Software prefetch distance, in values: 1 KiB of x ahead (and the same values of the buffer). The
-// hardware prefetcher alone leaves these two-pass loops below memcpy's bandwidth; 1-4 KiB measured
-// alike (bench codecs, 64 MiB: acsgd encode 0.55-0.68x memcpy against 0.47-0.51x without).
+// hardware prefetcher, with acsgd.cc requesting each next chunk at once, left these two-pass loops
+// further below memcpy's bandwidth; 1-4 KiB measured alike (bench codecs, 64 MiB, three alternating
+// runs: acsgd 2-bit encode 0.60-0.68x memcpy against 0.50-0.57x, ef fp32 0.48-0.51x against 0.39-0.43x).
 // Prefetches past an array's end are harmless (they never fault).
 constexpr int64_t kPrefetch = 256;
 template <class B>

@@ -166,50 +166,50 @@ std::vector<std::string> codecNames() {
   return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>[;store=fp32|bf16])", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"};
 }
 
+namespace {
+// A wrapper codec's spec, NAME(INNER[;key=value]...): the options follow the inner spec, each after
+// a ';' at the wrapper's own level (the inner spec uses ',' for its parameters, and a nested wrapper
+// keeps its own ';' options: ef(hadamard(quant:bits=3;seed=4);store=bf16)).
+struct Wrapper {
+  std::string inner;
+  Params opts;
+};
+Wrapper splitWrapper(const std::string& spec, const std::string& name, const std::vector<std::string>& keys) {
+  SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': " + name + "( is not closed by ')'");
+  const std::string body = spec.substr(name.size() + 1, spec.size() - name.size() - 2);
+  size_t semi = std::string::npos;
+  for (size_t i = 0, depth = 0; i < body.size() && semi == std::string::npos; ++i) {
+    if (body[i] == '(') ++depth;
+    else if (body[i] == ')' && depth > 0) --depth;
+    else if (body[i] == ';' && depth == 0) semi = i;
+  }
+  Wrapper w{body.substr(0, semi), {}};
+  if (semi != std::string::npos) {
+    std::string opts = body.substr(semi + 1);
+    for (char& ch : opts)
+      if (ch == ';') ch = ',';
+    w.opts = parseParams(name, opts, keys);
+  }
+  return w;
+}
+}  // namespace
+
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec) { return makeCodec(rawSpec, ""); }
 
 std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& instance) {
   const std::string spec = trim(rawSpec);
   if (spec.rfind("ef(", 0) == 0) {
-    SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': ef( is not closed by ')'");
-    // ef(INNER[;store=fp32|bf16]): the option after the inner spec, at the outer level (a nested
-    // hadamard(...;seed=S) keeps its own).
-    const std::string body = spec.substr(3, spec.size() - 4);
-    size_t semi = std::string::npos;
-    for (size_t i = 0, depth = 0; i < body.size(); ++i) {
-      if (body[i] == '(') ++depth;
-      else if (body[i] == ')' && depth > 0) --depth;
-      else if (body[i] == ';' && depth == 0 && semi == std::string::npos) semi = i;
-    }
+    const Wrapper w = splitWrapper(spec, "ef", {"store"});
     auto store = ErrorFeedbackCodec::Store::kFp32;
-    if (semi != std::string::npos) {
-      std::string opts = body.substr(semi + 1);
-      for (char& ch : opts)
-        if (ch == ';') ch = ',';
-      const Params p = parseParams("ef", opts, {"store"});
-      if (p.count("store") && pick("ef", "store", p.at("store"), {"fp32", "bf16"}) == "bf16")
-        store = ErrorFeedbackCodec::Store::kBf16;
-    }
-    return std::make_unique<ErrorFeedbackCodec>(makeCodec(body.substr(0, semi), instance), store);
+    if (w.opts.count("store") && pick("ef", "store", w.opts.at("store"), {"fp32", "bf16"}) == "bf16")
+      store = ErrorFeedbackCodec::Store::kBf16;
+    return std::make_unique<ErrorFeedbackCodec>(makeCodec(w.inner, instance), store);
   }
   if (spec.rfind("hadamard(", 0) == 0) {
-    SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': hadamard( is not closed by ')'");
-    // hadamard(INNER[;seed=S][;block=B]): options after the inner spec, separated by ';' (the
-    // inner spec uses ',' for its own).
-    std::string body = spec.substr(9, spec.size() - 10), innerSpec = body;
-    uint64_t seed = 1;
-    int64_t block = 256;
-    const size_t semi = body.find(';');
-    if (semi != std::string::npos) {
-      innerSpec = body.substr(0, semi);
-      std::string opts = body.substr(semi + 1);
-      for (char& ch : opts)
-        if (ch == ';') ch = ',';
-      const Params p = parseParams("hadamard", opts, {"seed", "block"});
-      if (p.count("seed")) seed = static_cast<uint64_t>(parseInt("hadamard", "seed", p.at("seed")));
-      if (p.count("block")) block = parseInt("hadamard", "block", p.at("block"));
-    }
-    return std::make_unique<HadamardCodec>(makeCodec(innerSpec, instance), seed, block);
+    const Wrapper w = splitWrapper(spec, "hadamard", {"seed", "block"});
+    const uint64_t seed = w.opts.count("seed") ? static_cast<uint64_t>(parseInt("hadamard", "seed", w.opts.at("seed"))) : 1;
+    const int64_t block = w.opts.count("block") ? parseInt("hadamard", "block", w.opts.at("block")) : 256;
+    return std::make_unique<HadamardCodec>(makeCodec(w.inner, instance), seed, block);
   }
   const size_t colon = spec.find(':');
   const std::string name = trim(spec.substr(0, colon));

@@ -88,9 +88,10 @@ Profile medianProfile(const std::vector<Profile>& ps);
 // profiled cost of that event. v = the least-squares solution over all events, each v_n clamped to
 // [0.05, 1]; an n computing for less than 2% of the events' time keeps fallback[n - 1].
 // The run's lone-stage speed sets the scale: where n = 1 is fitted, every fitted v_n is divided by
-// v_1 (then clamped). A stage computing alone runs at its profiled cost by the profile's definition;
-// a lone speed below 1 is this machine drifting between the stage costs' measurement and the run
-// (minutes apart, up to 15% here), which would otherwise slow every simulated compute event alike.
+// v_1 (then clamped), taking a lone speed below 1 for this machine's drift between the stage costs'
+// measurement and the run (minutes apart), not for an effect of pipelining. A hypothesis: on the
+// validation grids it helped the 4-stage grid in two full runs and the 2-stage grid in one of two
+// (results/README.md section 7).
 struct HostSpeedFit {
   std::vector<double> speed;      // v_1 .. v_workers, relative to the lone stage's speed
   std::vector<double> rawSpeed;   // the least-squares solution before that division

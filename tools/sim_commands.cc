@@ -336,20 +336,19 @@ json calibrationTimeline(const json& runJson) {
   doc["training"]["max_steps"] = 12;
   doc["training"]["eval_each_epoch"] = false;
   doc["runtime"]["timeline"] = "all";
-  const std::string dir = (std::filesystem::temp_directory_path() / ("slowpipe-calibration-" + std::to_string(getpid()))).string();
+  struct TempDir {  // removed on every way out, a throwing launch included
+    std::string path;
+    ~TempDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } dir{(std::filesystem::temp_directory_path() / ("slowpipe-calibration-" + std::to_string(getpid()))).string()};
   runtime::LaunchOptions lo;
-  lo.outDir = dir;
+  lo.outDir = dir.path;
   lo.progress = false;
   lo.calibrate = false;  // links are not what is measured here
   const int rc = runtime::launchRun(runtime::runSpecFromJson(doc, "profile --host-from-run: the calibration run"), lo);
-  json result;
-  try {
-    result = runtime::readJsonFile(dir + "/result.json", "calibration run result");
-  } catch (...) {
-    std::filesystem::remove_all(dir);
-    throw;
-  }
-  std::filesystem::remove_all(dir);
+  const json result = runtime::readJsonFile(dir.path + "/result.json", "calibration run result");
   if (rc != 0 || result.value("status", "") != "ok")
     throw std::runtime_error("profile --host-from-run: the calibration run ended with status '" +
                              result.value("status", std::string("?")) + "' (" + result.value("reason", std::string("no reason given")) + ")");

@@ -167,6 +167,10 @@ TEST(FusedEfTest, StoreOptionIsParsedAtItsOwnLevel) {
   EXPECT_EQ(makeCodec("ef(hadamard(quant:bits=3;seed=4;block=64);store=bf16)")->spec(),
             "ef(hadamard(quant:bits=3,scale=channel,round=nearest;seed=4;block=64);store=bf16)");
   EXPECT_EQ(makeCodec("ef(quant:bits=2;store=fp32)")->spec(), "ef(quant:bits=2,scale=channel,round=nearest)");
+  // The same rule for hadamard's options: an inner ef keeps its own, and the canonical spec parses back.
+  const std::string rotatedEf = makeCodec("hadamard(ef(quant:bits=3;store=bf16);seed=4)")->spec();
+  EXPECT_EQ(rotatedEf, "hadamard(ef(quant:bits=3,scale=channel,round=nearest;store=bf16);seed=4;block=256)");
+  EXPECT_EQ(makeCodec(rotatedEf)->spec(), rotatedEf);
   for (const auto& [bad, needle] : std::vector<std::pair<std::string, std::string>>{
            {"ef(quant:bits=2;store=fp8)", "fp8"}, {"ef(quant:bits=2;stroe=bf16)", "stroe"}}) {
     try {
