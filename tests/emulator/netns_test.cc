@@ -7,6 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
 
@@ -72,19 +76,32 @@ TEST_F(KernelBackendTest, WithoutRootTheErrorSaysSo) {
 class KernelRateTest : public KernelBackendTest, public ::testing::WithParamInterface<double> {};
 
 TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
+  // Three runs of ~1.2 s each, judged by their medians: on 2 shared cores one scheduler stall of
+  // 50 ms in a run costs it 4% of its goodput, which says nothing about the shaper. No run may
+  // exceed the rate, though: a stall can slow a run down but never speed it up.
   CalibrationOptions o;
   o.backend = "tc";
   o.link.bandwidthBps = GetParam();
   o.link.latencyS = 0.002;
   o.messageBytes = 256 * 1024;
-  o.messages = static_cast<int>(std::max(8.0, 0.7 * o.link.bandwidthBps / (8.0 * o.messageBytes)));
+  o.messages = static_cast<int>(std::max(8.0, 1.2 * o.link.bandwidthBps / (8.0 * o.messageBytes)));
   o.probes = 50;
-  const auto r = calibrateLink(o);
-  EXPECT_NEAR(r["achieved_bps"].get<double>() / o.link.bandwidthBps, 1.0, 0.05) << r.dump(2);
+  std::vector<double> rates, latencies;
+  std::string runs;
+  for (int run = 0; run < 3; ++run) {
+    const auto r = calibrateLink(o);
+    rates.push_back(r["achieved_bps"].get<double>() / o.link.bandwidthBps);
+    latencies.push_back(r["latency_median_s"].get<double>());
+    runs += r.dump() + "\n";
+    EXPECT_LT(rates.back(), 1.05) << "run " << run << " beat the configured rate:\n" << r.dump(2);
+    EXPECT_EQ(r["mechanism"]["rate"].get<std::string>().rfind("htb", 0), 0u);
+    EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
+  }
+  std::sort(rates.begin(), rates.end());
+  std::sort(latencies.begin(), latencies.end());
+  EXPECT_NEAR(rates[1], 1.0, 0.05) << runs;
   // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
-  EXPECT_NEAR(r["latency_median_s"].get<double>(), 0.002, 0.5e-3) << r.dump(2);
-  EXPECT_EQ(r["mechanism"]["rate"].get<std::string>().rfind("htb", 0), 0u);
-  EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
+  EXPECT_NEAR(latencies[1], 0.002, 0.5e-3) << runs;
 }
 
 INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9),
