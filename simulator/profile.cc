@@ -231,12 +231,12 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
       for (size_t j = c; j <= F; ++j) M[r][j] -= f * M[c][j];
     }
   }
-  for (size_t i = 0; i < F; ++i) fit.speed[free[i]] = std::min(1.0, std::max(0.05, M[i][F] / M[i][i]));
   fit.rawSpeed = fit.speed;
-  if (!free.empty() && free[0] == 0) {  // n = 1 fitted: the scale of the others (profile.h)
-    fit.loneSpeed = fit.rawSpeed[0];
-    for (int n : free) fit.speed[n] = std::min(1.0, std::max(0.05, fit.rawSpeed[n] / fit.loneSpeed));
+  for (size_t i = 0; i < F; ++i) {
+    fit.rawSpeed[free[i]] = M[i][F] / M[i][i];
+    fit.speed[free[i]] = std::min(1.5, std::max(0.05, fit.rawSpeed[free[i]]));
   }
+  if (!free.empty() && free[0] == 0) fit.loneSpeed = fit.rawSpeed[0];
   return fit;
 }
 

@@ -386,8 +386,8 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
       const simulator::HostSpeedFit fit = simulator::fitHostSpeed(calibration, p.stages, workers, /*firstStep=*/2, p.hostSpeed);
       p.device["host_speed_side_by_side"] = p.hostSpeed;
       p.device["host_speed_fit"] = {{"method", "least squares over the compute events of a real 12-step pipelined run of the "
-                                               "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above; "
-                                               "host_speed = each fitted speed over the lone stage's (lone_speed)"},
+                                               "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
+                                               "clamped to [0.05, 1.5]"},
                                     {"events", fit.events}, {"coverage_s", fit.coverageS},
                                     {"raw_speed", fit.rawSpeed}, {"lone_speed", fit.loneSpeed}};
       p.hostSpeed = fit.speed;

@@ -12,7 +12,9 @@
 # snapshots (`slowpipe profile --merge`). Each snapshot fits host_speed to a real pipelined run of
 # the grid's base spec (`--host-from-run`): how fast a stage computes while n stages do, as the
 # workers of a pipeline feel it. Then every point is simulated and tools/validate_sim.py compares
-# the two.
+# the two (validation.json: the profile as measured). tools/validate_sim_cv.py then compares them
+# again with the machine's CPU speed during the grid calibrated out, leave one point out
+# (validation_cv.json: one factor on every CPU cost, chosen on the grid's other points).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/simulator}
@@ -22,6 +24,7 @@ PY=/usr/bin/python3
 REPEATS=${REPEATS:-3}
 mkdir -p "$OUT/profiles"
 pairs=()
+triples=()
 for grid in ${GRIDS:-sim_validation sim_validation_4stages}; do
   spec=experiments/$grid.json
   snaps=()
@@ -36,5 +39,7 @@ for grid in ${GRIDS:-sim_validation sim_validation_4stages}; do
   rm -rf "$OUT/simulated_$grid"
   "$BIN" sweep "$spec" --simulate --profile "$OUT/profile_$grid.json" --out "$OUT/simulated_$grid" --quiet
   pairs+=("$OUT/emulated_$grid" "$OUT/simulated_$grid")
+  triples+=("$spec" "$OUT/profile_$grid.json" "$OUT/emulated_$grid")
 done
 "$PY" tools/validate_sim.py "$OUT" "${pairs[@]}"
+SLOWPIPE_BIN="$BIN" "$PY" tools/validate_sim_cv.py "$OUT" "${triples[@]}"

@@ -202,17 +202,18 @@ TEST(SimulatorTest, HostSpeedFitRecoversTheSpeedsOfATimeline) {
   const HostSpeedFit fit = fitHostSpeed(timeline, stages, 3, 2, {1.0, 0.9, 0.7});
   EXPECT_EQ(fit.events, 5);
   ASSERT_EQ(fit.speed.size(), 3u);
-  // The least-squares speeds are 0.8 and 0.5; the lone stage's 0.8 sets the scale, the fallback stays.
+  // The least-squares speeds are 0.8 and 0.5, kept as they are (a lone stage below 1 included);
+  // the fallback stays.
   ASSERT_EQ(fit.rawSpeed.size(), 3u);
   EXPECT_NEAR(fit.rawSpeed[0], 0.8, 1e-12);
   EXPECT_NEAR(fit.rawSpeed[1], 0.5, 1e-12);
   EXPECT_NEAR(fit.loneSpeed, 0.8, 1e-12);
-  EXPECT_NEAR(fit.speed[0], 1.0, 1e-12);
-  EXPECT_NEAR(fit.speed[1], 0.625, 1e-12);
+  EXPECT_NEAR(fit.speed[0], 0.8, 1e-12);
+  EXPECT_NEAR(fit.speed[1], 0.5, 1e-12);
   EXPECT_EQ(fit.speed[2], 0.7);
   EXPECT_NEAR(fit.coverageS[0], 1.25 + 1.25 + 0.125, 1e-12);
   EXPECT_NEAR(fit.coverageS[1], 8.0, 1e-12);
-  // Without a lone stage in the run nothing sets the scale: the fitted speeds stay as solved.
+  // Without a lone stage in the run v_1 keeps its fallback.
   const json together = {{{"stage", 0}, {"events", {ev("backward", 2, 6, 2)}}},
                          {{"stage", 1}, {"events", {ev("backward", 2, 6, 2)}}}};
   const HostSpeedFit both = fitHostSpeed(together, stages, 3, 2, {0.9, 0.8, 0.7});
