@@ -208,6 +208,8 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
     fit.speed[n] = n < static_cast<int>(fallback.size()) ? fallback[n] : 1.0;
     if (total > 0 && fit.coverageS[n] >= 0.02 * total) free.push_back(n);
   }
+  fit.fitted.assign(N, false);
+  for (int n : free) fit.fitted[n] = true;
   const size_t F = free.size();
   std::vector<std::vector<double>> M(F, std::vector<double>(F + 1, 0.0));  // normal equations | rhs
   for (size_t k = 0; k < A.size(); ++k) {

@@ -96,6 +96,7 @@ struct HostSpeedFit {
   std::vector<double> rawSpeed;   // the least-squares solution before clamping
   double loneSpeed = 1.0;         // raw v_1 (1 where n = 1 kept its fallback)
   std::vector<double> coverageS;  // wall seconds the events spent with n = 1 .. workers computing
+  std::vector<bool> fitted;       // per n: solved from the events (else its fallback)
   int events = 0;
 };
 HostSpeedFit fitHostSpeed(const nlohmann::json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,

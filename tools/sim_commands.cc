@@ -521,6 +521,39 @@ void addSimCommands(CLI::App& app) {
                   sum["wait_share"].get<double>(), out->c_str());
     });
   }
+  {
+    auto profile = std::make_shared<std::string>();
+    auto runs = std::make_shared<std::vector<std::string>>();
+    auto firstStep = std::make_shared<int>(0);
+    auto* cmd = app.add_subcommand("fit-host-speed",
+                                   "the host speeds a finished run's timeline shows against a profile's stage costs "
+                                   "(simulator::fitHostSpeed, as profile --host-from-run fits its calibration run)");
+    cmd->add_option("--profile", *profile, "measured profile (its stage costs; its host_speed's length = workers)")->required();
+    cmd->add_option("--first-step", *firstStep, "leave out events of earlier steps (events without a step count as step 0)")
+        ->check(CLI::Range(0, 1000000));
+    cmd->add_option("runs", *runs, "result.json files of runs of that profile's spec")->required();
+    cmd->callback([=] {
+      const simulator::Profile p = simulator::loadProfile(*profile);
+      const int workers = static_cast<int>(p.hostSpeed.empty() ? p.stages.size() : p.hostSpeed.size());
+      // One JSON line per run: raw_speed[n - 1] is null where n stages computed too briefly to fit.
+      for (const auto& path : *runs) {
+        const json r = runtime::readJsonFile(path, "run result");
+        json line = {{"run", path}, {"status", r.value("status", "")}};
+        if (line["status"] == "ok" && r.contains("timeline") && !r["timeline"].empty()) {
+          try {
+            const simulator::HostSpeedFit fit = simulator::fitHostSpeed(r["timeline"], p.stages, workers, *firstStep, {});
+            json raw = json::array();
+            for (int n = 0; n < workers; ++n) raw.push_back(fit.fitted[n] ? json(fit.rawSpeed[n]) : json());
+            line["raw_speed"] = raw;
+            line["events"] = fit.events;
+          } catch (const std::exception& e) {  // e.g. a singular system: said for this run, the others go on
+            line["error"] = e.what();
+          }
+        }
+        std::printf("%s\n", line.dump().c_str());
+      }
+    });
+  }
 }
 
 }  // namespace slowpipe::tools

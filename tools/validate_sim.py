@@ -40,26 +40,25 @@ def beyond(x, lo, hi):
     return lo - x if x < lo else (x - hi if x > hi else 0.0)
 
 
+def point_row(grid, name, e, s):
+    """One point's comparison: emulated summary row e against simulated summary row s."""
+    axes = e.get("axes", [])
+    te, ts = e["mean_step_time_s"], s["mean_step_time_s"]
+    lo, hi = e.get("step_time_lo", te), e.get("step_time_hi", te)
+    return {"grid": grid, "point": name, "label": e["label"],
+            "setting": " / ".join(a for a in axes if a != e["label"]) or "-",
+            "emulated_step_s": te, "emulated_lo": lo, "emulated_hi": hi,
+            "repeats": e.get("repeats"), "link_ok": e.get("link_ok", True),
+            "simulated_step_s": ts, "step_error": ts / te - 1, "error_beyond_interval": beyond(ts, lo, hi) / te,
+            "emulated_wait_share": e["wait_share"], "simulated_wait_share": s["wait_share"],
+            "wait_share_error": s["wait_share"] - e["wait_share"],
+            "emulated_speedup": e.get("speedup"), "simulated_speedup": s.get("speedup")}
+
+
 def compare(emu_dir, sim_dir):
     emu, sim = rows(emu_dir), rows(sim_dir)
     grid = sweep_name(emu_dir)
-    points = []
-    for name, e in sorted(emu.items()):
-        s = sim.get(name)
-        if not s:
-            continue
-        axes = e.get("axes", [])
-        setting = " / ".join(a for a in axes if a != e["label"]) or "-"
-        te, ts = e["mean_step_time_s"], s["mean_step_time_s"]
-        points.append({"grid": grid, "point": name, "label": e["label"], "setting": setting,
-                       "emulated_step_s": te, "emulated_lo": e.get("step_time_lo", te), "emulated_hi": e.get("step_time_hi", te),
-                       "repeats": e.get("repeats"), "link_ok": e.get("link_ok", True),
-                       "simulated_step_s": ts, "step_error": ts / te - 1,
-                       "error_beyond_interval": beyond(ts, e.get("step_time_lo", te), e.get("step_time_hi", te)) / te,
-                       "emulated_wait_share": e["wait_share"], "simulated_wait_share": s["wait_share"],
-                       "wait_share_error": s["wait_share"] - e["wait_share"],
-                       "emulated_speedup": e.get("speedup"), "simulated_speedup": s.get("speedup")})
-    return points
+    return [point_row(grid, name, e, sim[name]) for name, e in sorted(emu.items()) if name in sim]
 
 
 def rankings(points):
