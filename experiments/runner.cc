@@ -169,6 +169,35 @@ void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   fs::rename(tmp, fs::path(outDir) / "summary.csv");
 }
 
+namespace {
+
+// DIR/sweep.json: the sweep as run (the base with its checkpoint resolved), which `summarize` reads back.
+json sweepRecord(const SweepSpec& spec) {
+  json axes = json::array();
+  for (const auto& [path, values] : spec.axes) axes.push_back({{"path", path}, {"values", values}});
+  return {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats}, {"axes", axes}};
+}
+
+}  // namespace
+
+json resummarize(const std::string& dir) {
+  const fs::path file = fs::path(dir) / "sweep.json";
+  json j = runtime::readJsonFile(file.string(), "sweep folder's record");
+  if (!j.is_object()) throw std::invalid_argument("'" + file.string() + "': expected an object");
+  const bool simulated = j.value("simulated", false);
+  j.erase("simulated");  // what simulateSweep adds to the record of a sweep
+  j.erase("profile");
+  SweepSpec spec;
+  try {
+    spec = sweepSpecFromJson(j, "sweep", simulated);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + file.string() + "': " + e.what());
+  }
+  if (!fs::is_directory(fs::path(dir) / "runs")) throw std::invalid_argument("'" + dir + "': no runs/ folder; not a sweep's output");
+  writeSummaries(spec, dir);
+  return readJson(fs::path(dir) / "summary.json");
+}
+
 // Every point replayed in virtual time: deterministic, so one repeat; no pretraining (no losses).
 int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   SweepSpec spec = specIn;
@@ -176,8 +205,10 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   spec.simulation = true;
   const fs::path out = opt.outDir;
   fs::create_directories(out / "runs");
-  runtime::writeJsonAtomically((out / "sweep.json").string(), {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline},
-                                                               {"repeats", 1}, {"simulated", true}, {"profile", opt.profile}});
+  json record = sweepRecord(spec);
+  record["simulated"] = true;
+  record["profile"] = opt.profile;
+  runtime::writeJsonAtomically((out / "sweep.json").string(), record);
   const json build = runtime::environmentInfo("");
   for (const auto& p : expandSweep(spec)) {
     const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, true);
@@ -201,13 +232,7 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     const std::string ckpt = pretrain(spec, out);
     spec.base["training"]["init_checkpoint"] = fs::absolute(ckpt).string();
   }
-  runtime::writeJsonAtomically((out / "sweep.json").string(),
-                               {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats},
-                                {"axes", [&] {
-                                  json a = json::array();
-                                  for (const auto& [path, values] : spec.axes) a.push_back({{"path", path}, {"values", values}});
-                                  return a;
-                                }()}});
+  runtime::writeJsonAtomically((out / "sweep.json").string(), sweepRecord(spec));
   const auto points = expandSweep(spec);
   const json build = runtime::environmentInfo("");  // git runs once per sweep, before any timing
   // Interleaved: repeat k of every point before repeat k+1, so slow drift of the machine spreads

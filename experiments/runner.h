@@ -32,6 +32,10 @@ struct SweepOptions {
 int runSweep(const SweepSpec& spec, const SweepOptions& opt);
 // Recomputes DIR/summary.json and summary.csv from DIR/runs/<point>.r<k>.json.
 void writeSummaries(const SweepSpec& spec, const std::string& outDir);
+// `slowpipe summarize DIR`: the same, for a sweep folder as `sweep` left it (DIR/sweep.json names
+// the points), running nothing; e.g. after a change to the summary's definitions. Returns the
+// summary written.
+nlohmann::json resummarize(const std::string& dir);
 
 // The status a result.json stands for: "running" whose launcher (pid on this host) is gone is
 // "failed"; anything unreadable is "missing".

@@ -6,7 +6,8 @@
 // Intervals: percentile bootstrap of the median over the repeats (kBootstrapResamples resamples,
 // fixed seed, so a summary is reproducible). With one repeat the interval is the value itself.
 // Speed-up, ideal and efficiency are paired by repeat index: repeat k of a codec is compared with
-// repeat k of the baseline (and of itself at the fastest link), which ran in the same round.
+// repeat k of the baseline (and of itself at every link, for the ideal), which ran in the same round.
+// The ideal is the codec's fastest step over the sweep's links, so efficiency <= 1 in every round.
 #pragma once
 
 #include <map>

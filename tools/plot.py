@@ -55,7 +55,7 @@ def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
         line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
-        # The codec's ideal (its speed-up bound), dotted in its colour; the baseline's is 1 by definition.
+        # The codec's ideal (its speed-up bound), dotted in its colour; not drawn for the baseline.
         if label in ideals and any(abs(p[1] - 1.0) > 1e-9 for p in pts):
             ip = ideals[label]
             ax.plot([p[0] for p in ip], [p[1] for p in ip], linestyle=":", color=line[0].get_color(), alpha=0.8)

@@ -6,8 +6,9 @@ Usage: report.py DIR [--baseline fp32] [--acsgd "AC-SGD fw2/bw4"] [--directq "Di
 Every number printed is read from DIR/summary.json (made by `slowpipe sweep`).
 
 A claim passes only if it holds for the whole interval: "speed-up >= 2" needs speedup_lo >= 2,
-"efficiency <= 1" needs efficiency_lo <= 1 (the ideal bounds the achieved within the noise), "A is
-faster than B" needs A's lower bound above B's upper bound.
+"A is faster than B" needs A's lower bound above B's upper bound. The ideal speed-up bounds the
+achieved one by construction; what is checked is that no codec ran faster on a slower link than on
+the fastest one, within the spread of the two step times.
 """
 import argparse
 import json
@@ -65,24 +66,31 @@ def claims(rows, a):
                        f"upper bound {fast['speedup_hi']:.2f})", slow["speedup_lo"] > fast["speedup_hi"]))
         checks.append((f"speed @ {bw(bl)}: AC-SGD no slower than fp32 beyond 3% at the interval's upper bound "
                        f"({ci(fast, 'speedup', 'speedup_lo', 'speedup_hi')})", fast["speedup_hi"] >= 0.97))
-    # The ideal bounds the achieved speed-up: efficiency = T_codec(fastest) / T_codec(here) <= 1, up
-    # to the noise of the two step times it divides. Tolerance = the relative widths of their own 95%
-    # intervals (how much each moved over the repeats). Strict (lower bound <= 1) is counted too.
+    # The ideal (the codec's fastest step over the links) bounds the achieved speed-up in every
+    # round by construction. What is checked instead is the physics behind it: no codec runs faster
+    # on a slower link, i.e. T_codec(fastest link) <= T_codec(here) up to the noise of the two step
+    # times (tolerance: the relative widths of their own 95% intervals).
     fastest = {}
     for r in rows:
         if r.get("mean_step_time_s") and (r["label"] not in fastest or r["bandwidth_bps"] > fastest[r["label"]]["bandwidth_bps"]):
             fastest[r["label"]] = r
-    strict_over = 0
+    strict_over, elsewhere = 0, 0
     for r in sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"])):
-        if r.get("efficiency_lo") is None:
+        top = fastest.get(r["label"])
+        if not r.get("mean_step_time_s") or top is None or top is r:
             continue
         width = lambda x: (x.get("step_time_hi", x["mean_step_time_s"]) - x.get("step_time_lo", x["mean_step_time_s"])) / x["mean_step_time_s"]
-        tol = width(r) + width(fastest[r["label"]])
-        strict_over += r["efficiency_lo"] > 1.0
-        checks.append((f"ideal bounds achieved @ {bw(r['bandwidth_bps'])}, {r['label']}: efficiency "
-                       f"{ci(r, 'efficiency', 'efficiency_lo', 'efficiency_hi')} <= 1 + step-time spread {tol:.3f}",
-                       r["efficiency_lo"] <= 1.0 + tol))
-    checks.append((f"strictly, {strict_over} row(s) have an efficiency interval entirely above 1", None))
+        tol = width(r) + width(top)
+        ratio = top["mean_step_time_s"] / r["mean_step_time_s"]
+        strict_over += top.get("step_time_lo", top["mean_step_time_s"]) > r.get("step_time_hi", r["mean_step_time_s"])
+        checks.append((f"no faster on a slower link @ {bw(r['bandwidth_bps'])}, {r['label']}: step time at "
+                       f"{bw(top['bandwidth_bps'])} / here = {ratio:.2f} <= 1 + step-time spread {tol:.3f}",
+                       ratio <= 1.0 + tol))
+    for r in rows:
+        top = fastest.get(r["label"])
+        elsewhere += top is not None and r.get("ideal_link_bps") not in (None, top["bandwidth_bps"])
+    checks.append((f"strictly, {strict_over} row(s) have a step-time interval entirely below the fastest link's; "
+                   f"{elsewhere} row(s) take their ideal from a slower link (where the codec's step was fastest)", None))
     not_ok = [r for r in rows if r.get("link_ok") is False]
     checks.append((f"every link reached its configured rate within 3% ({len(not_ok)} point(s) flagged)", not not_ok))
     return checks

@@ -1,5 +1,8 @@
-// `slowpipe sweep SPEC --out DIR` and `slowpipe plot DIR`.
+// `slowpipe sweep SPEC --out DIR`, `slowpipe summarize DIR` and `slowpipe plot DIR`.
+#include <cstdio>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "emulator/command.h"
 #include "experiments/runner.h"
@@ -43,6 +46,19 @@ void addSweepCommands(CLI::App& app) {
       const int failed = experiments::runSweep(s, o);
       std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
       if (failed) std::exit(1);
+    });
+  }
+  {
+    auto dir = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("summarize", "rewrite a sweep folder's summary.json/.csv from the runs in it; runs nothing");
+    cmd->add_option("dir", *dir, "sweep output folder")->required();
+    cmd->callback([dir] {
+      const auto s = experiments::resummarize(*dir);
+      std::map<std::string, int> byStatus;
+      for (const auto& r : s["rows"]) ++byStatus[r.value("status", "?")];
+      std::string counts;
+      for (const auto& [status, n] : byStatus) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + status;
+      std::printf("summarize: %s/summary.json, %zu point(s): %s\n", dir->c_str(), s["rows"].size(), counts.c_str());
     });
   }
   {
