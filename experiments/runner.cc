@@ -155,7 +155,7 @@ std::string identityDifference(const json& previous, const json& current) {
   return "";
 }
 
-void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
+json writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   const auto points = expandSweep(spec);
   std::map<std::string, std::vector<json>> results;
   for (const auto& p : points)
@@ -167,6 +167,7 @@ void writeSummaries(const SweepSpec& spec, const std::string& outDir) {
   const std::string tmp = (fs::path(outDir) / "summary.csv.tmp").string();
   std::ofstream(tmp) << summaryCsv(summary);
   fs::rename(tmp, fs::path(outDir) / "summary.csv");
+  return summary;
 }
 
 namespace {
@@ -187,6 +188,9 @@ json resummarize(const std::string& dir) {
   const bool simulated = j.value("simulated", false);
   j.erase("simulated");  // what simulateSweep adds to the record of a sweep
   j.erase("profile");
+  if (!j.contains("axes"))
+    throw std::invalid_argument("'" + file.string() + "' records no axes: written by a slowpipe before simulated sweeps recorded "
+                                "them; rerun the sweep to summarize it");
   SweepSpec spec;
   try {
     spec = sweepSpecFromJson(j, "sweep", simulated);
@@ -194,8 +198,7 @@ json resummarize(const std::string& dir) {
     throw std::invalid_argument("'" + file.string() + "': " + e.what());
   }
   if (!fs::is_directory(fs::path(dir) / "runs")) throw std::invalid_argument("'" + dir + "': no runs/ folder; not a sweep's output");
-  writeSummaries(spec, dir);
-  return readJson(fs::path(dir) / "summary.json");
+  return writeSummaries(spec, dir);
 }
 
 // Every point replayed in virtual time: deterministic, so one repeat; no pretraining (no losses).

@@ -30,8 +30,8 @@ struct SweepOptions {
 
 // Returns the number of runs that failed.
 int runSweep(const SweepSpec& spec, const SweepOptions& opt);
-// Recomputes DIR/summary.json and summary.csv from DIR/runs/<point>.r<k>.json.
-void writeSummaries(const SweepSpec& spec, const std::string& outDir);
+// Recomputes DIR/summary.json and summary.csv from DIR/runs/<point>.r<k>.json; returns the summary.
+nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir);
 // `slowpipe summarize DIR`: the same, for a sweep folder as `sweep` left it (DIR/sweep.json names
 // the points), running nothing; e.g. after a change to the summary's definitions. Returns the
 // summary written.

@@ -186,9 +186,10 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
       speedup[k] = tp[k] / base.stat(k, "throughput_tokens_per_s");
       baseLoss[k] = base.stat(k, "final_val_loss");
       // Ideal: the baseline's step time here over this codec's step time with the least network
-      // cost measured, i.e. its fastest step over the sweep's links in this round (nearly always
-      // at the fastest link). It bounds the speed-up by construction: the codec ran here no faster
-      // than its fastest. Taking the fastest link instead was a bound only up to noise.
+      // cost measured, i.e. its fastest step over the sweep's links in this round. Where the faster
+      // links all cost the codec nothing, that is whichever of them noise favoured. It bounds the
+      // speed-up by construction: the codec ran here no faster than its fastest. Taking the fastest
+      // link instead was a bound only up to noise.
       double best = NAN, bestBw = NAN;
       for (const auto& [bw, r] : peers) {
         const double t = r.stat(k, "mean_step_time_s");

@@ -201,10 +201,17 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
     EXPECT_EQ(run["profile"]["host_speed"], p["host_speed"]) << run["profile"].dump();
     ASSERT_EQ(run["timeline"].size(), 2u);
   }
-  // A simulated folder is summarized again alike.
+  // A simulated folder is summarized again alike; one whose record predates the axes in it says so.
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", out.string()});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(json::parse(std::ifstream(out / "summary.json")), summary);
+  fs::create_directories(root / "old" / "runs");
+  json old = json::parse(std::ifstream(out / "sweep.json"));
+  old.erase("axes");
+  std::ofstream(root / "old" / "sweep.json") << old.dump();
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", (root / "old").string()});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("records no axes"), std::string::npos) << r.output;
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "plot", out.string()});
   ASSERT_EQ(r.status, 0) << r.output;
   // --set on the command line changes every point's base (here: 4 micro-batches); a field an axis
