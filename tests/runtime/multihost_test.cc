@@ -284,8 +284,10 @@ TEST_F(MultiHostTest, KilledRankStopsEveryRankWithin5Seconds) {
   const double t0 = emulator::hostClockNow();
   waitpid(pids[1], nullptr, 0);
   for (int r : {0, 2}) EXPECT_NE(waitFor(pids[r], 10), -1) << "rank " << r << " did not stop";
-  EXPECT_LT(emulator::hostClockNow() - t0, 5.0);
+  const double stopped = emulator::hostClockNow() - t0;
   const json r = json::parse(std::ifstream(root_ / "mh-kill" / "result.json"));
+  std::printf("every rank stopped %.2f s after the kill: %s\n", stopped, r.value("reason", "").c_str());
+  EXPECT_LT(stopped, 5.0);
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
   EXPECT_GE(r["steps"].size(), 2u);
