@@ -60,6 +60,16 @@ double Profile::speedWithBusy(int n) const {
   return 1.0;
 }
 
+Profile Profile::forSchedule(const std::string& schedule) const {
+  Profile p = *this;
+  const auto it = hostSpeedBySchedule.find(schedule);
+  if (it != hostSpeedBySchedule.end()) {
+    p.hostSpeed = it->second;
+    p.device["host_speed_schedule"] = schedule;
+  }
+  return p;
+}
+
 namespace {
 
 json affine(const AffineCost& c) { return {{"a_s", c.aS}, {"b_s_per_byte", c.bSPerByte}}; }
@@ -77,6 +87,17 @@ double positiveNumber(const json& j, const char* key, const std::string& where) 
   return j[key].get<double>();
 }
 
+std::vector<double> speedsFrom(const json& v, const std::string& where) {
+  if (!v.is_array()) throw std::invalid_argument(where + ": expected an array of speeds in (0, 1.5]");
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number() || v[i].get<double>() <= 0 || v[i].get<double>() > 1.5)
+      throw std::invalid_argument(where + "[" + std::to_string(i) + "]: expected a speed in (0, 1.5], got " + v[i].dump());
+    out.push_back(v[i].get<double>());
+  }
+  return out;
+}
+
 }  // namespace
 
 json toJson(const Profile& p) {
@@ -87,9 +108,11 @@ json toJson(const Profile& p) {
     stages.push_back(st);
   }
   for (const auto& [k, c] : p.codecs) codecs[k] = {{"encode", affine(c.encode)}, {"decode", affine(c.decode)}};
-  return {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"host_cores", p.hostCores}, {"host_speed", p.hostSpeed},
-          {"transport", affine(p.transport)},
-          {"stages", stages}, {"codecs", codecs}};
+  json out = {{"schema", "slowpipe.profile/1"}, {"source", p.source}, {"device", p.device}, {"host_cores", p.hostCores}, {"host_speed", p.hostSpeed},
+              {"transport", affine(p.transport)},
+              {"stages", stages}, {"codecs", codecs}};
+  if (!p.hostSpeedBySchedule.empty()) out["host_speed_by_schedule"] = p.hostSpeedBySchedule;
+  return out;
 }
 
 Profile profileFromJson(const json& j, const std::string& where) {
@@ -104,13 +127,18 @@ Profile profileFromJson(const json& j, const std::string& where) {
       throw std::invalid_argument(where + ".host_cores: expected an integer 0..4096 (0: one device per stage), got " + c.dump());
     p.hostCores = c.get<int>();
   }
-  if (j.contains("host_speed")) {
-    const json& v = j["host_speed"];
-    if (!v.is_array()) throw std::invalid_argument(where + ".host_speed: expected an array of speeds in (0, 1.5]");
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number() || v[i].get<double>() <= 0 || v[i].get<double>() > 1.5)
-        throw std::invalid_argument(where + ".host_speed[" + std::to_string(i) + "]: expected a speed in (0, 1.5], got " + v[i].dump());
-      p.hostSpeed.push_back(v[i].get<double>());
+  if (j.contains("host_speed")) p.hostSpeed = speedsFrom(j["host_speed"], where + ".host_speed");
+  if (j.contains("host_speed_by_schedule")) {
+    const json& m = j["host_speed_by_schedule"];
+    const std::string w = where + ".host_speed_by_schedule";
+    if (!m.is_object()) throw std::invalid_argument(w + ": expected {\"<schedule>\": [speeds], ...}");
+    for (const auto& [name, v] : m.items()) {
+      if (name != "gpipe" && name != "1f1b")
+        throw std::invalid_argument(w + ": unknown schedule '" + name + "' (expected gpipe or 1f1b)");
+      p.hostSpeedBySchedule[name] = speedsFrom(v, w + "." + name);
+      if (p.hostSpeedBySchedule[name].size() != p.hostSpeed.size())
+        throw std::invalid_argument(w + "." + name + ": " + std::to_string(p.hostSpeedBySchedule[name].size()) +
+                                    " speeds, host_speed has " + std::to_string(p.hostSpeed.size()));
     }
   }
   if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
@@ -259,6 +287,10 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     const std::string w = "profile --merge: profile " + std::to_string(k + 1);
     if (ps[k].stages.size() != out.stages.size()) throw std::invalid_argument(w + " has another number of stages");
     if (ps[k].hostSpeed.size() != out.hostSpeed.size()) throw std::invalid_argument(w + ": host_speed of another length");
+    for (const auto& [name, v] : out.hostSpeedBySchedule)
+      if (!ps[k].hostSpeedBySchedule.count(name)) throw std::invalid_argument(w + " has no host_speed_by_schedule." + name);
+    if (ps[k].hostSpeedBySchedule.size() != out.hostSpeedBySchedule.size())
+      throw std::invalid_argument(w + ": host_speed_by_schedule names other schedules");
     for (size_t s = 0; s < out.stages.size(); ++s)
       for (const auto& [key, d] : out.stages[s].dp) {
         const auto it = ps[k].stages[s].dp.find(key);
@@ -285,6 +317,10 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     }
   }
   for (size_t n = 0; n < out.hostSpeed.size(); ++n) out.hostSpeed[n] = of([&](const Profile& p) { return p.hostSpeed[n]; });
+  for (auto& [name, v] : out.hostSpeedBySchedule) {
+    const std::string key = name;
+    for (size_t n = 0; n < v.size(); ++n) v[n] = of([&](const Profile& p) { return p.hostSpeedBySchedule.at(key)[n]; });
+  }
   out.transport.aS = of([](const Profile& p) { return p.transport.aS; });
   out.transport.bSPerByte = of([](const Profile& p) { return p.transport.bSPerByte; });
   for (auto& [name, c] : out.codecs) {

@@ -14,6 +14,11 @@
 // 0 or absent: every stage has a device of its own (GPU profiles).
 // host_speed (measured profiles): [v1, v2, ...], the speed of each busy stage, relative to running
 // alone, while n stages are busy at once; it replaces min(1, C/n) for the n it covers.
+// host_speed_by_schedule (measured profiles, optional): {"gpipe": [v1, ...], "1f1b": [...]}, the
+// same speeds fitted to a real run of each schedule (`profile --host-from-run` on a sweep whose
+// points use several): on 2 shared cores the order of the work changes what it costs (1F1B's
+// backward right after its forward ran 5-10% cheaper per step than GPipe's). A run uses its
+// schedule's speeds; a schedule not named uses host_speed.
 // transport (measured profiles): {"a_s", "b_s_per_byte"}, host CPU time of moving one message of B
 // wire bytes over the workers' transport; the simulator bills half to the sender after its encode
 // and half to the receiver before its decode, as host work.
@@ -59,9 +64,12 @@ struct Profile {
   nlohmann::json device;            // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...
   int hostCores = 0;                // > 0: the cores all stages share; 0: one device per stage
   std::vector<double> hostSpeed;    // measured speed of each busy stage with n = 1, 2, ... busy
+  std::map<std::string, std::vector<double>> hostSpeedBySchedule;  // the same, fitted per schedule
   AffineCost transport;             // host CPU time per message of B wire bytes (0 on GPU profiles)
   // Speed of each of n busy stages (1 without a shared host).
   double speedWithBusy(int n) const;
+  // This profile as a run of `schedule` uses it: host_speed replaced by the schedule's own, if any.
+  Profile forSchedule(const std::string& schedule) const;
   std::vector<StageCost> stages;
   std::map<std::string, CodecCost> codecs;  // by canonical codec spec; "default" for the rest
   // Cost of `spec` (looked up by the canonical spec, then the codec name, then "default").

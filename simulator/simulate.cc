@@ -470,7 +470,8 @@ int defaultSteps(const runtime::RunSpec& spec) {
 json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt) {
   const int steps = opt.steps > 0 ? opt.steps : defaultSteps(spec);
   if (steps < 2) throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
-  return Replay(spec, profile, steps).run();
+  const Profile mine = profile.forSchedule(spec.pipeline.schedule);  // the speeds fitted to this schedule, if any
+  return Replay(spec, mine, steps).run();
 }
 
 }  // namespace slowpipe::simulator

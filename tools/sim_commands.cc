@@ -355,9 +355,11 @@ json calibrationTimeline(const json& runJson) {
   return result["timeline"];
 }
 
+// `schedules`: every schedule the profiled points use (a sweep may vary it); with --host-from-run
+// each gets its own calibration run and fit (host_speed_by_schedule), host_speed is the spec's.
 simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
                                    const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
-                                   const std::vector<runtime::RunSpec>& dpVariants) {
+                                   const std::vector<runtime::RunSpec>& dpVariants, const std::set<std::string>& schedules) {
   simulator::Profile p;
   p.source = "measured";
   p.device = {{"host", "this machine"}, {"threads_per_stage", spec.runtime.threadsPerWorker},
@@ -383,14 +385,31 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   } else {
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
     if (!calibration.is_null()) {
-      const simulator::HostSpeedFit fit = simulator::fitHostSpeed(calibration, p.stages, workers, /*firstStep=*/2, p.hostSpeed);
-      p.device["host_speed_side_by_side"] = p.hostSpeed;
-      p.device["host_speed_fit"] = {{"method", "least squares over the compute events of a real 12-step pipelined run of the "
-                                               "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
-                                               "clamped to [0.05, 1.5]"},
-                                    {"events", fit.events}, {"coverage_s", fit.coverageS},
-                                    {"raw_speed", fit.rawSpeed}, {"lone_speed", fit.loneSpeed}};
+      const std::vector<double> sideBySide = p.hostSpeed;
+      auto fitted = [&](const json& timeline, simulator::HostSpeedFit* fit) {
+        *fit = simulator::fitHostSpeed(timeline, p.stages, workers, /*firstStep=*/2, sideBySide);
+        return json{{"events", fit->events}, {"coverage_s", fit->coverageS}, {"raw_speed", fit->rawSpeed}, {"lone_speed", fit->loneSpeed}};
+      };
+      simulator::HostSpeedFit fit;
+      p.device["host_speed_side_by_side"] = sideBySide;
+      p.device["host_speed_fit"] = fitted(calibration, &fit);
+      p.device["host_speed_fit"]["method"] = "least squares over the compute events of a real 12-step pipelined run of the "
+                                             "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
+                                             "clamped to [0.05, 1.5]";
+      p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
       p.hostSpeed = fit.speed;
+      // The other schedules the points use: the same calibration run in each one's order.
+      if (schedules.size() > 1 || (schedules.size() == 1 && !schedules.count(spec.pipeline.schedule))) {
+        p.hostSpeedBySchedule[spec.pipeline.schedule] = fit.speed;
+        for (const auto& name : schedules) {
+          if (name == spec.pipeline.schedule) continue;
+          json doc = runJson;
+          doc["pipeline"]["schedule"] = name;
+          simulator::HostSpeedFit other;
+          p.device["host_speed_fit_by_schedule"][name] = fitted(calibrationTimeline(doc), &other);
+          p.hostSpeedBySchedule[name] = other.speed;
+        }
+      }
     }
   }
   p.device["runtime_device"] = spec.runtime.device;
@@ -480,7 +499,16 @@ void addSimCommands(CLI::App& app) {
         runtime::setJsonPath(doc, "dp", d);
         addVariant(doc);
       }
-      const simulator::Profile p = device->empty() ? measuredProfile(runJson, s, *reps, all, *host, dpVariants)
+      // Every schedule the points use: each gets its own host-speed fit (--host-from-run).
+      std::set<std::string> schedules = {s.pipeline.schedule};
+      if (j.contains("axes")) {
+        json withSets = j;  // the points as the sweep runs them with the same --set
+        for (const auto& a : *sets) runtime::applySet(withSets["base"], a);
+        for (const auto& pt : experiments::expandSweep(experiments::sweepSpecFromJson(withSets, "sweep", /*simulation=*/true)))
+          if (pt.spec.contains("pipeline") && pt.spec["pipeline"].contains("schedule"))
+            schedules.insert(pt.spec["pipeline"]["schedule"].get<std::string>());
+      }
+      const simulator::Profile p = device->empty() ? measuredProfile(runJson, s, *reps, all, *host, dpVariants, schedules)
                                                    : simulator::analyticProfile(s, *device, *dtype, *mfu);
       runtime::writeJsonAtomically(*out, simulator::toJson(p));
       for (size_t i = 0; i < p.stages.size(); ++i)
@@ -539,6 +567,7 @@ void addSimCommands(CLI::App& app) {
       for (const auto& path : *runs) {
         const json r = runtime::readJsonFile(path, "run result");
         json line = {{"run", path}, {"status", r.value("status", "")}};
+        if (r.contains("spec") && r["spec"].contains("pipeline")) line["schedule"] = r["spec"]["pipeline"].value("schedule", "");
         if (line["status"] == "ok" && r.contains("timeline") && !r["timeline"].empty()) {
           try {
             const simulator::HostSpeedFit fit = simulator::fitHostSpeed(r["timeline"], p.stages, workers, *firstStep, {});

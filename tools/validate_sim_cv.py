@@ -65,20 +65,35 @@ def scaled(profile, c):
 
 
 def emulated_speeds(emu_dir, profile_path, profile):
-    """Per n, the median over the grid's emulated runs of the speed their recorded step shows
-    (`slowpipe fit-host-speed`, simulator::fitHostSpeed on each run's timeline)."""
+    """Per schedule and n, the median over the grid's emulated runs of that schedule of the speed
+    their recorded step shows (`slowpipe fit-host-speed`, simulator::fitHostSpeed on each run's
+    timeline), next to the profile's speed for that schedule (host_speed_by_schedule, else host_speed)."""
     runs = os.path.join(emu_dir, "runs")
     files = [os.path.join(runs, f) for f in sorted(os.listdir(runs)) if f.endswith(".json")]
     out = subprocess.run([BIN, "fit-host-speed", "--profile", profile_path] + files, check=True, capture_output=True,
                          text=True).stdout
     hs = profile.get("host_speed", [])
-    per_n = [[] for _ in range(len(hs) or len(profile["stages"]))]
+    workers = len(hs) or len(profile["stages"])
+    per = {}  # schedule -> per n: speeds
     for line in out.splitlines():
-        for k, v in enumerate(json.loads(line).get("raw_speed") or []):
+        row = json.loads(line)
+        speeds = per.setdefault(row.get("schedule") or "?", [[] for _ in range(workers)])
+        for k, v in enumerate(row.get("raw_speed") or []):
             if v is not None:
-                per_n[k].append(v)
-    return [{"n": k + 1, "median": statistics.median(v) if v else None, "runs": len(v),
-             "profile_host_speed": hs[k] if k < len(hs) else None} for k, v in enumerate(per_n)]
+                speeds[k].append(v)
+    rows = []
+    for schedule in sorted(per):
+        prof = profile.get("host_speed_by_schedule", {}).get(schedule, hs)
+        rows += [{"schedule": schedule, "n": k + 1, "median": statistics.median(v) if v else None, "runs": len(v),
+                  "profile_host_speed": prof[k] if k < len(prof) else None} for k, v in enumerate(per[schedule])]
+    return rows
+
+
+def by_schedule(rows):
+    out = {}
+    for h in rows:
+        out.setdefault(h.get("schedule", "?"), []).append(h)
+    return out
 
 
 def simulate_at(spec, profile, c, work):
@@ -180,10 +195,10 @@ def main():
         print(f"{g}: held out median {100 * s['median_abs_step_error']:.1f}% max {100 * s['max_abs_step_error']:.1f}% "
               f"within 10% {s['points_within_10pct']}/{s['points']} (c {s['cpu_scale_min']:.2f}-{s['cpu_scale_max']:.2f}); "
               f"ex ante median {100 * e['median_abs_step_error']:.1f}% max {100 * e['max_abs_step_error']:.1f}%; "
-              "emulated host speed " + " ".join(f"v{h['n']}={h['median']:.3f}" if h["median"] else f"v{h['n']}=-"
-                                                for h in s["emulated_host_speed"]) +
-              " (profile " + " ".join(f"{h['profile_host_speed']:.3f}" for h in s["emulated_host_speed"]
-                                      if h["profile_host_speed"] is not None) + ")")
+              "emulated host speed " + "; ".join(
+                  sch + " " + " ".join(f"v{h['n']}={h['median']:.3f}" if h["median"] else f"v{h['n']}=-" for h in hs) +
+                  " (profile " + " ".join(f"{h['profile_host_speed']:.3f}" for h in hs if h["profile_host_speed"] is not None) + ")"
+                  for sch, hs in by_schedule(s["emulated_host_speed"]).items()))
     a = doc["all"]
     pairs = sum(r["resolved_pairs"] for r in rank)
     bad = sum(len(r["resolved_pairs_disagreeing"]) for r in rank)

@@ -244,6 +244,37 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   EXPECT_EQ(d["host_speed"], json::array({1.0, 1.0})) << d.dump(2);
   EXPECT_EQ(d["host_cores"], 2);
   EXPECT_EQ(d["device"]["runtime_device"], "cpu");
+  // A sweep that varies the schedule: --host-from-run fits a calibration run of each schedule
+  // (host_speed_by_schedule; host_speed is the base's), and each simulated point uses its own.
+  json bySchedule = sweep;
+  bySchedule["axes"] = {{{"path", "pipeline.schedule"}, {"values", {"gpipe", "1f1b"}}},
+                        {{"path", "compression"}, {"values", {{{"label", "fp32"}, {"forward", "none"}, {"backward", "none"}}}}}};
+  std::ofstream(root / "schedules.json") << bySchedule.dump(2);
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "schedules.json").string(), "--out",
+                                      (root / "schedules_profile.json").string(), "--reps", "2", "--host-window", "0.2",
+                                      "--host-reps", "1", "--host-from-run"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json ps = json::parse(std::ifstream(root / "schedules_profile.json"));
+  ASSERT_EQ(ps["host_speed_by_schedule"].size(), 2u) << ps.dump(2);
+  EXPECT_EQ(ps["host_speed_by_schedule"]["gpipe"], ps["host_speed"]);
+  EXPECT_EQ(ps["device"]["host_speed_fit"]["schedule"], "gpipe");
+  const json fit1f1b = ps["device"]["host_speed_fit_by_schedule"]["1f1b"];
+  EXPECT_EQ(fit1f1b["events"], 2 * 10 * (2 + 2 + 1)) << ps["device"].dump(2);
+  for (size_t n = 0; n < 2; ++n)
+    EXPECT_DOUBLE_EQ(ps["host_speed_by_schedule"]["1f1b"][n].get<double>(),
+                     std::min(1.5, std::max(0.05, fit1f1b["raw_speed"][n].get<double>())));
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "schedules.json").string(), "--simulate", "--profile",
+                                      (root / "schedules_profile.json").string(), "--out", (root / "sim_sched").string(), "--quiet"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  int seen = 0;
+  for (const auto& e : fs::directory_iterator(root / "sim_sched" / "runs")) {
+    if (e.path().extension() != ".json") continue;
+    const json run = json::parse(std::ifstream(e.path()));
+    const std::string schedule = run["spec"]["pipeline"]["schedule"];
+    EXPECT_EQ(run["profile"]["host_speed"], ps["host_speed_by_schedule"][schedule]) << e.path();
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2);
   fs::remove_all(root);
 }
 

@@ -187,6 +187,56 @@ TEST(SimulatorTest, MedianOfProfilesIsPerField) {
   EXPECT_THROW(medianProfile(ps), std::invalid_argument);
 }
 
+// host_speed_by_schedule: a run uses the speeds fitted to its own schedule; a schedule the map does
+// not name uses host_speed. The map survives JSON and a merge (per-field median); bad entries are
+// named.
+TEST(SimulatorTest, EachScheduleUsesItsOwnHostSpeed) {
+  Profile base = flatProfile(2, 0.010, 0.020, 0.0);
+  base.hostCores = 2;
+  base.hostSpeed = {1.0, 0.5};
+  Profile fast = base;
+  fast.hostSpeed = {1.0, 0.8};
+  Profile both = base;
+  both.hostSpeedBySchedule = {{"1f1b", {1.0, 0.8}}};
+  auto step = [](const runtime::RunSpec& spec, const Profile& p) {
+    return simulateRun(spec, p, {3})["summary"]["mean_step_time_s"].get<double>();
+  };
+  const auto gpipe = tinySpec(2, 4, "gpipe", "pipelined"), ofob = tinySpec(2, 4, "1f1b", "pipelined");
+  EXPECT_EQ(step(ofob, both), step(ofob, fast));
+  EXPECT_EQ(step(gpipe, both), step(gpipe, base));
+  EXPECT_LT(step(ofob, both), step(ofob, base));  // the speeds matter at all: stages overlap here
+  const json r = simulateRun(ofob, both, {3});
+  EXPECT_EQ(r["profile"]["host_speed"], json::array({1.0, 0.8})) << r["profile"].dump();
+  EXPECT_EQ(r["profile"]["device"]["host_speed_schedule"], "1f1b") << r["profile"].dump();
+
+  const Profile q = profileFromJson(toJson(both), "p");
+  ASSERT_EQ(q.hostSpeedBySchedule.size(), 1u);
+  EXPECT_EQ(q.hostSpeedBySchedule.at("1f1b"), std::vector<double>({1.0, 0.8}));
+  EXPECT_FALSE(toJson(base).contains("host_speed_by_schedule"));
+  auto error = [](json j) {
+    try {
+      profileFromJson(j, "p.json");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  json bad = toJson(both);
+  bad["host_speed_by_schedule"]["zigzag"] = {1.0, 1.0};
+  EXPECT_NE(error(bad).find("unknown schedule 'zigzag'"), std::string::npos) << error(bad);
+  bad = toJson(both);
+  bad["host_speed_by_schedule"]["1f1b"] = {1.0};
+  EXPECT_NE(error(bad).find("p.json.host_speed_by_schedule.1f1b: 1 speeds, host_speed has 2"), std::string::npos) << error(bad);
+  bad["host_speed_by_schedule"]["1f1b"] = {1.0, 2.0};
+  EXPECT_NE(error(bad).find("p.json.host_speed_by_schedule.1f1b[1]"), std::string::npos) << error(bad);
+
+  std::vector<Profile> ps(3, both);
+  for (int k = 0; k < 3; ++k) ps[k].hostSpeedBySchedule["1f1b"][1] = 0.6 + 0.1 * k;
+  EXPECT_DOUBLE_EQ(medianProfile(ps).hostSpeedBySchedule.at("1f1b")[1], 0.7);
+  ps[2].hostSpeedBySchedule.clear();
+  EXPECT_THROW(medianProfile(ps), std::invalid_argument);
+}
+
 // host_speed fitted to a run's timeline recovers the speeds the events ran at: stage 0's forward
 // alone at v1 = 0.8, then both stages' backwards side by side at v2 = 0.5, stage 1's forward alone;
 // a warm-up step's events (step < firstStep) are left out; n = 3 never happened: its fallback.
