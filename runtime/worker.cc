@@ -482,10 +482,15 @@ namespace {
 // Runs across hosts: a heartbeat to the coordinator every 0.5 s, and the coordinator's events. On
 // "abort" (another rank failed, or the coordinator stopped the run) this process exits at once;
 // when the coordinator's own heartbeat stops for 5 s it exits too (the coordinator is gone).
+// `coordinatorDone` (rank 0, whose process hosts the coordinator): on "abort" wait until the
+// coordinator has returned (at most 5 s), so that its abort reaches the other ranks before this
+// process ends. Exiting at once killed the coordinator before its I/O thread had sent the abort
+// to every rank; one then waited out the 5 s heartbeat instead (seen: 1 of 30 runs under load).
 class Watchdog {
  public:
-  Watchdog(zmq::context_t& ctx, const Context& c, const std::string& events)
-      : thread_([this, &ctx, rank = c.rank, control = c.control, events, own = c.security->own, key = c.coordinatorKey] {
+  Watchdog(zmq::context_t& ctx, const Context& c, const std::string& events, const std::atomic<bool>* coordinatorDone)
+      : thread_([this, &ctx, rank = c.rank, control = c.control, events, own = c.security->own, key = c.coordinatorKey,
+                 coordinatorDone] {
           zmq::socket_t beat(ctx, zmq::socket_type::push), sub(ctx, zmq::socket_type::sub);
           beat.set(zmq::sockopt::linger, 0);
           sub.set(zmq::sockopt::linger, 0);
@@ -515,6 +520,9 @@ class Watchdog {
                 std::fprintf(stderr, "slowpipe worker %d: the coordinator stopped the run: %s\n", rank, e.value("reason", "").c_str());
                 std::fflush(stderr);
                 emulator::removeAllDeviceShaping();
+                for (const double until = emulator::hostClockNow() + 5.0; coordinatorDone && !*coordinatorDone &&
+                                                                        emulator::hostClockNow() < until;)
+                  usleep(10000);
                 _exit(4);
               }
             }
@@ -568,6 +576,7 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
   std::string who = "slowpipe worker";
   std::thread coordinator;
   std::atomic<int> coordinatorRc{0};  // rank 0: the run's status
+  std::atomic<bool> coordinatorDone{false};  // rank 0: launchRun returned (its sockets flushed and closed)
   RunSpec spec0;  // rank 0: the spec the coordinator runs (outlives its thread)
   auto finish = [&](int rc) {
     if (coordinator.joinable()) coordinator.join();
@@ -612,7 +621,10 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
       auto ready = std::make_shared<std::promise<std::string>>();
       std::future<std::string> isReady = ready->get_future();
       o.external.ready = [ready](const std::string& error) { ready->set_value(error); };
-      coordinator = std::thread([&coordinatorRc, &spec0, o] { coordinatorRc = launchRun(spec0, o); });
+      coordinator = std::thread([&coordinatorRc, &coordinatorDone, &spec0, o] {
+        coordinatorRc = launchRun(spec0, o);
+        coordinatorDone = true;
+      });
       const std::string error = isReady.get();  // the corpus is prepared before the rendezvous listens
       if (!error.empty()) throw std::runtime_error("the coordinator did not start: " + error);
     }
@@ -676,7 +688,7 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
       if (rank != 0) prepareCorpus(spec.data);  // rank 0's coordinator prepared it on its host
       torch::set_num_threads(spec.runtime.threadsPerWorker);
       security.maxMessageBytes = largestFrameBytes(spec);
-      Watchdog dog(ctx, c, join.at("events").get<std::string>());
+      Watchdog dog(ctx, c, join.at("events").get<std::string>(), rank == 0 ? &coordinatorDone : nullptr);
       PipelineWorker w(spec, c, ctx);
       w.run();
     } catch (const std::exception& e) {
