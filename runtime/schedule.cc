@@ -62,6 +62,8 @@ std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage) {
   return a;
 }
 
+bool isScheduleName(const std::string& name) { return name == "gpipe" || name == "1f1b"; }
+
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage) {
   if (name == "gpipe") return gpipeSchedule(stages, microBatches, stage);
   if (name == "1f1b") return oneFOneBSchedule(stages, microBatches, stage);

@@ -78,6 +78,8 @@ void appendDpRound(std::vector<Action>& a, const DpShape& dp, int replica, int r
 std::vector<Action> gpipeSchedule(int stages, int microBatches, int stage);
 // 1F1B (PipeDream-flush): S-1-s warm-up forwards, then alternate one forward / one backward.
 std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage);
+// The schedules makeSchedule knows, by name.
+bool isScheduleName(const std::string& name);
 // By name: "gpipe" or "1f1b". Throws std::invalid_argument naming the valid ones.
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage);
 // The step's list for (stage, replica) with the data-parallel rounds where dp says (step: global

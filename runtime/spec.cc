@@ -10,6 +10,7 @@
 #include "emulator/link.h"
 #include "runtime/dp.h"
 #include "runtime/result.h"
+#include "runtime/schedule.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -142,7 +143,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     if (s.pipeline.replicas > 256) fail(f.field("replicas"), std::to_string(s.pipeline.replicas) + " is beyond 256");
     positive(f.field("micro_batches"), s.pipeline.microBatches);
     positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
-    if (s.pipeline.schedule != "gpipe" && s.pipeline.schedule != "1f1b")
+    if (!isScheduleName(s.pipeline.schedule))
       fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected gpipe or 1f1b");
     if (const json* part = f.raw("partition")) {
       if (!part->is_array()) fail(f.field("partition"), "expected [[begin, end], ...] layer ranges");

@@ -8,6 +8,7 @@
 #include "compression/codec.h"
 #include "runtime/dp.h"
 #include "runtime/result.h"
+#include "runtime/schedule.h"
 
 namespace slowpipe::simulator {
 
@@ -133,7 +134,7 @@ Profile profileFromJson(const json& j, const std::string& where) {
     const std::string w = where + ".host_speed_by_schedule";
     if (!m.is_object()) throw std::invalid_argument(w + ": expected {\"<schedule>\": [speeds], ...}");
     for (const auto& [name, v] : m.items()) {
-      if (name != "gpipe" && name != "1f1b")
+      if (!runtime::isScheduleName(name))
         throw std::invalid_argument(w + ": unknown schedule '" + name + "' (expected gpipe or 1f1b)");
       p.hostSpeedBySchedule[name] = speedsFrom(v, w + "." + name);
       if (p.hostSpeedBySchedule[name].size() != p.hostSpeed.size())
@@ -287,10 +288,13 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     const std::string w = "profile --merge: profile " + std::to_string(k + 1);
     if (ps[k].stages.size() != out.stages.size()) throw std::invalid_argument(w + " has another number of stages");
     if (ps[k].hostSpeed.size() != out.hostSpeed.size()) throw std::invalid_argument(w + ": host_speed of another length");
-    for (const auto& [name, v] : out.hostSpeedBySchedule)
-      if (!ps[k].hostSpeedBySchedule.count(name)) throw std::invalid_argument(w + " has no host_speed_by_schedule." + name);
-    if (ps[k].hostSpeedBySchedule.size() != out.hostSpeedBySchedule.size())
-      throw std::invalid_argument(w + ": host_speed_by_schedule names other schedules");
+    auto schedules = [](const Profile& p) {
+      std::string names;
+      for (const auto& [name, v] : p.hostSpeedBySchedule) names += (names.empty() ? "" : ", ") + name;
+      return "[" + names + "]";
+    };
+    if (schedules(ps[k]) != schedules(out))
+      throw std::invalid_argument(w + ": host_speed_by_schedule names " + schedules(ps[k]) + ", profile 1's " + schedules(out));
     for (size_t s = 0; s < out.stages.size(); ++s)
       for (const auto& [key, d] : out.stages[s].dp) {
         const auto it = ps[k].stages[s].dp.find(key);

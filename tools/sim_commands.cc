@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <fstream>
 #include <thread>
@@ -386,27 +387,28 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
     if (!calibration.is_null()) {
       const std::vector<double> sideBySide = p.hostSpeed;
-      auto fitted = [&](const json& timeline, simulator::HostSpeedFit* fit) {
-        *fit = simulator::fitHostSpeed(timeline, p.stages, workers, /*firstStep=*/2, sideBySide);
-        return json{{"events", fit->events}, {"coverage_s", fit->coverageS}, {"raw_speed", fit->rawSpeed}, {"lone_speed", fit->loneSpeed}};
+      auto fitOf = [&](const json& timeline) { return simulator::fitHostSpeed(timeline, p.stages, workers, /*firstStep=*/2, sideBySide); };
+      auto describe = [](const simulator::HostSpeedFit& f) {
+        return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed}};
       };
-      simulator::HostSpeedFit fit;
+      const simulator::HostSpeedFit fit = fitOf(calibration);
       p.device["host_speed_side_by_side"] = sideBySide;
-      p.device["host_speed_fit"] = fitted(calibration, &fit);
+      p.device["host_speed_fit"] = describe(fit);
       p.device["host_speed_fit"]["method"] = "least squares over the compute events of a real 12-step pipelined run of the "
                                              "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
                                              "clamped to [0.05, 1.5]";
       p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
       p.hostSpeed = fit.speed;
-      // The other schedules the points use: the same calibration run in each one's order.
-      if (schedules.size() > 1 || (schedules.size() == 1 && !schedules.count(spec.pipeline.schedule))) {
+      // The other schedules the points use (`schedules` holds the spec's too): the same
+      // calibration run in each one's order.
+      if (schedules.size() > 1) {
         p.hostSpeedBySchedule[spec.pipeline.schedule] = fit.speed;
         for (const auto& name : schedules) {
           if (name == spec.pipeline.schedule) continue;
           json doc = runJson;
           doc["pipeline"]["schedule"] = name;
-          simulator::HostSpeedFit other;
-          p.device["host_speed_fit_by_schedule"][name] = fitted(calibrationTimeline(doc), &other);
+          const simulator::HostSpeedFit other = fitOf(calibrationTimeline(doc));
+          p.device["host_speed_fit_by_schedule"][name] = describe(other);
           p.hostSpeedBySchedule[name] = other.speed;
         }
       }
@@ -471,12 +473,13 @@ void addSimCommands(CLI::App& app) {
       std::vector<std::string> all = *codecs;
       std::vector<json> dpSettings;
       json runJson = j;
+      std::optional<experiments::SweepSpec> sweep;
       if (j.contains("axes")) {
         // Parsed as for simulation: a profile runs no links and feeds its stages random bytes, so it
         // measures what the simulator projects (any vocab: the LM head has its real size).
-        const auto sweep = experiments::sweepSpecFromJson(j, "sweep", /*simulation=*/true);
-        runJson = sweep.base;
-        for (const auto& [path, values] : sweep.axes)
+        sweep = experiments::sweepSpecFromJson(j, "sweep", /*simulation=*/true);
+        runJson = sweep->base;
+        for (const auto& [path, values] : sweep->axes)
           if (path == "compression")
             for (const auto& v : values) {
               for (const char* k : {"forward", "backward"})
@@ -501,10 +504,9 @@ void addSimCommands(CLI::App& app) {
       }
       // Every schedule the points use: each gets its own host-speed fit (--host-from-run).
       std::set<std::string> schedules = {s.pipeline.schedule};
-      if (j.contains("axes")) {
-        json withSets = j;  // the points as the sweep runs them with the same --set
-        for (const auto& a : *sets) runtime::applySet(withSets["base"], a);
-        for (const auto& pt : experiments::expandSweep(experiments::sweepSpecFromJson(withSets, "sweep", /*simulation=*/true)))
+      if (sweep) {
+        sweep->base = runJson;  // the points as the sweep runs them with the same --set
+        for (const auto& pt : experiments::expandSweep(*sweep))
           if (pt.spec.contains("pipeline") && pt.spec["pipeline"].contains("schedule"))
             schedules.insert(pt.spec["pipeline"]["schedule"].get<std::string>());
       }

@@ -12,8 +12,8 @@
 # snapshots (`slowpipe profile --merge`). Each snapshot fits host_speed to a real pipelined run of
 # the grid's base spec (`--host-from-run`): how fast a stage computes while n stages do, as the
 # workers of a pipeline feel it; one calibration run and fit per schedule the grid uses
-# (host_speed_by_schedule: on 2 shared cores 1F1B's order computes faster than GPipe's). Then every point is simulated and tools/validate_sim.py compares
-# the two (validation.json: the profile as measured). tools/validate_sim_cv.py then compares them
+# (host_speed_by_schedule: on 2 shared cores 1F1B's order computes faster than GPipe's). Then
+# every point is simulated and tools/validate_sim.py compares the two (validation.json: the profile as measured). tools/validate_sim_cv.py then compares them
 # again with the machine's CPU speed during the grid calibrated out, leave one point out
 # (validation_cv.json: one factor on every CPU cost, chosen on the grid's other points).
 set -euo pipefail
