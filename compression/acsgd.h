@@ -108,6 +108,7 @@ class ErrorFeedbackCodec : public Codec {
   }
   // Only the inner codec's mirrored state: the residual lives on the sender alone.
   uint64_t stateDigest() const override { return inner_->stateDigest(); }
+  uint64_t maxPayloadBytes(const Shape& shape) const override { return inner_->maxPayloadBytes(shape); }
   // Digest of the sender's residuals as stored (tests; the receiver's is always the empty digest).
   uint64_t residualDigest() const;
   // The residual of `key` as fp32 values (the bf16 ones widened); empty if `key` has none.

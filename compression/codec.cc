@@ -5,6 +5,8 @@
 
 namespace slowpipe::compression {
 
+uint64_t Codec::maxPayloadBytes(const Shape& shape) const { return 4 * static_cast<uint64_t>(numelOf(shape)) + 4096; }
+
 int64_t numelOf(const Shape& shape) {
   constexpr int64_t kMax = int64_t{1} << 40;  // 4 TiB of fp32: anything larger is a corrupt shape
   // Every dimension is bounded on its own, and so is the product of the non-zero ones: a zero

@@ -58,6 +58,11 @@ class Codec {
   // 0 for codecs without mirrored state. It must be equal on both ends after any sequence of
   // messages. State only one end has (ef's residual, kept by the sender) is not part of it.
   virtual uint64_t stateDigest() const { return 0; }
+  // An upper bound on the payload encode() writes for a message of `shape`: a receiver's message
+  // limit (ZMQ_MAXMSGSIZE) is taken from it, and the conformance check fails a codec that writes
+  // more. The default, 4 bytes per value + 4 KiB, holds for codecs that never expand fp32; codecs
+  // that may (topk's indices, lowrank's basis, plug-ins) override it.
+  virtual uint64_t maxPayloadBytes(const Shape& shape) const;
 };
 
 // Builds a codec from a spec string such as "quant:bits=4,scale=channel", "acsgd:bits=2",

@@ -105,8 +105,11 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   const auto nIds = r.get<uint32_t>("example id count");
   SP_REQUIRE(nIds == 0 || (ndim > 0 && nIds == h.shape[0]),
           "frame: " + std::to_string(nIds) + " example ids for shape " + shapeString(h.shape));
+  // The ids' bytes are taken (bounds-checked against the frame) before anything is allocated:
+  // a header may not make the receiver reserve memory its frame does not hold.
+  const uint8_t* ids = r.take(8 * static_cast<size_t>(nIds), "example ids");
   h.exampleIds.resize(nIds);
-  copyBytes(h.exampleIds.data(), r.take(8 * static_cast<size_t>(nIds), "example ids"), 8 * nIds);
+  copyBytes(h.exampleIds.data(), ids, 8 * static_cast<size_t>(nIds));
   h.payloadBytes = r.get<uint64_t>("payload length");
   const size_t crcAt = r.position();
   const auto crc = r.get<uint32_t>("checksum");

@@ -22,6 +22,7 @@ class HadamardCodec : public Codec {
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override;
   uint64_t stateDigest() const override { return inner_->stateDigest(); }
+  uint64_t maxPayloadBytes(const Shape& shape) const override { return inner_->maxPayloadBytes(shape); }
   const Codec& inner() const { return *inner_; }
   // Block size used for a last dimension of `d` values.
   int64_t blockFor(int64_t d) const;

@@ -42,6 +42,7 @@ class LowrankCodec : public Codec {
   uint64_t stateDigest() const override;
   // Payload bytes for this shape, with or without a basis.
   size_t payloadBytes(const Shape& shape, bool withBasis) const;
+  uint64_t maxPayloadBytes(const Shape& shape) const override { return payloadBytes(shape, opt_.pca) + 16; }
 
  private:
   struct Basis {

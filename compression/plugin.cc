@@ -60,6 +60,9 @@ class PluginCodec : public Codec {
 
   CodecId id() const override { return CodecId::kPlugin; }
   std::string spec() const override { return spec_; }
+  uint64_t maxPayloadBytes(const Shape& shape) const override {
+    return api_->max_payload(c_, shape.data(), static_cast<int>(shape.size()));
+  }
 
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override {
     const size_t cap = api_->max_payload(c_, shape.data(), static_cast<int>(shape.size()));

@@ -12,6 +12,7 @@
 #include "compression/plugin.h"
 #include "compression/quant.h"
 #include "compression/simple_codecs.h"
+#include "compression/strict_int.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -51,16 +52,9 @@ Params parseParams(const std::string& name, const std::string& text,
 }
 
 int64_t parseInt(const std::string& name, const std::string& key, const std::string& v) {
-  size_t used = 0;
-  int64_t out = 0;
-  try {
-    out = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  SP_REQUIRE(used == v.size() && !v.empty(),
-          "codec '" + name + "': " + key + "='" + v + "' is not an integer");
-  return out;
+  const std::optional<int64_t> n = parseStrictInt(v);
+  SP_REQUIRE(n.has_value(), "codec '" + name + "': " + key + "='" + v + "' is not an integer");
+  return *n;
 }
 
 uint64_t parseBytes(const std::string& name, const std::string& key, const std::string& v) {

@@ -32,6 +32,10 @@ class TopkCodec : public Codec {
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override;
   int64_t keepCount(int64_t n) const;
+  // k, k u32 indices and k values (fp16, or the quantizer's payload: at most 4 bytes a value).
+  uint64_t maxPayloadBytes(const Shape& shape) const override {
+    return 4096 + 8 * static_cast<uint64_t>(keepCount(numelOf(shape)));
+  }
   int bits() const { return bits_; }
 
  private:

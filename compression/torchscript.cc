@@ -44,8 +44,15 @@ class TorchScriptCodec : public Codec {
     const auto p = r.toTensor().contiguous();
     SP_REQUIRE(p.scalar_type() == torch::kUInt8, "torchscript '" + path_ + "': encode returned a tensor of " +
                                                      std::string(c10::toString(p.scalar_type())) + ", expected uint8");
+    SP_REQUIRE(static_cast<uint64_t>(p.numel()) <= maxPayloadBytes(shape),
+               "torchscript '" + path_ + "': encode returned " + std::to_string(p.numel()) + " bytes, more than the " +
+                   std::to_string(maxPayloadBytes(shape)) + " a message of shape " + shapeString(shape) +
+                   " may carry (8 bytes a value + 64 KiB)");
     ByteWriter(out).append(p.data_ptr<uint8_t>(), static_cast<size_t>(p.numel()));
   }
+
+  // A module may encode as it likes, up to twice fp32 (+ 64 KiB): the receivers' message limit.
+  uint64_t maxPayloadBytes(const Shape& shape) const override { return 8 * static_cast<uint64_t>(numelOf(shape)) + (64 << 10); }
 
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override {
     const auto p = torch::from_blob(const_cast<uint8_t*>(payload), {static_cast<int64_t>(size)}, torch::kUInt8).clone();

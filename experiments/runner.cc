@@ -120,23 +120,14 @@ std::string effectiveStatus(const json& r) {
   return "running";
 }
 
-std::string fileDigest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  uint64_t h = compression::kFnvOffset;
-  char buf[1 << 16];
-  while (in) {
-    in.read(buf, sizeof buf);
-    h = compression::fnv1a(buf, static_cast<size_t>(in.gcount()), h);
-  }
-  return hex(h);
-}
+std::string fileDigest(const std::string& path) { return runtime::fileDigest(path); }
 
 json runIdentity(const json& pointSpec, const json& build) {
   const std::string dump = pointSpec.dump();
   const std::string ckpt = pointSpec["training"].value("init_checkpoint", "");
   return {{"spec_digest", hex(compression::fnv1a(dump.data(), dump.size()))},
           {"checkpoint_digest", ckpt.empty() ? "" : fileDigest(ckpt)},
+          {"inputs", runtime::specInputs(pointSpec)},
           {"commit", build.value("git_commit", "unknown")},
           {"dirty", build.value("git_dirty", true)}};
 }
@@ -147,6 +138,7 @@ std::string identityDifference(const json& previous, const json& current) {
   static const std::vector<std::pair<const char*, const char*>> kFields = {
       {"spec_digest", "the point's resolved spec changed"},
       {"checkpoint_digest", "the base checkpoint changed"},
+      {"inputs", "a file the spec loads (plug-in, TorchScript module, trace) changed"},
       {"commit", "the slowpipe build (git commit) changed"},
       {"dirty", "the slowpipe build's dirty flag changed"}};
   for (const auto& [key, what] : kFields)
@@ -273,7 +265,15 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     lo.outDir = (out / "runs" / j.point->name / ("r" + std::to_string(j.repeat))).string();
     lo.exe = opt.exe;
     lo.progress = opt.progress;
-    const int rc = runtime::launchRun(runtime::runSpecFromJson(j.point->spec, "sweep point " + j.point->name), lo);
+    int rc = 1;
+    try {
+      rc = runtime::launchRun(runtime::runSpecFromJson(j.point->spec, "sweep point " + j.point->name), lo);
+    } catch (const std::exception& e) {  // this point fails with its reason; the sweep goes on
+      fs::create_directories(lo.outDir);
+      runtime::writeFinalResult((fs::path(lo.outDir) / "result.json").string(),
+                                {{"schema", runtime::kResultSchema}, {"status", "failed"}, {"reason", e.what()},
+                                 {"launcher", {{"pid", getpid()}, {"host", runtime::hostName()}}}});
+    }
     ++ran;
     failed += rc != 0;
     json doc = readJson(fs::path(lo.outDir) / "result.json");

@@ -1,7 +1,16 @@
 // Bootstraps from the environment (see bootstrap.h).
 #include "runtime/bootstrap.h"
 
+#include "compression/strict_int.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -14,20 +23,7 @@ namespace {
 
 int64_t integerVar(const EnvLookup& env, const char* name, int64_t lo, int64_t hi) {
   const char* v = env(name);
-  const std::string text = v ? v : "";
-  size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size())
-    throw std::invalid_argument(std::string("environment: ") + name + "='" + text + "' is not an integer");
-  if (n < lo || n > hi)
-    throw std::invalid_argument(std::string("environment: ") + name + "=" + text + " is out of range; expected " +
-                                std::to_string(lo) + ".." + std::to_string(hi));
-  return n;
+  return compression::parseStrictIntIn<std::invalid_argument>(std::string("environment: ") + name, v ? v : "", lo, hi);
 }
 
 }  // namespace
@@ -98,16 +94,49 @@ std::pair<std::string, int> parseHostPort(const std::string& text, const std::st
   return {host, static_cast<int>(p)};
 }
 
+namespace {
+
+// The secret file's bytes: a regular file only (a FIFO would block for ever, a directory is no
+// secret), at most 64 KiB, opened without blocking; a file others may read draws a warning (ssh
+// refuses such keys).
+std::string readSecretFile(const std::string& path, const std::string& from) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw std::invalid_argument(from + " cannot be opened: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode), fifo = S_ISFIFO(st.st_mode);
+    ::close(fd);
+    throw std::invalid_argument(from + " is " + (dir ? "a directory" : fifo ? "a FIFO" : "not a regular file") +
+                                "; expected a regular file holding the secret");
+  }
+  if (st.st_size > (64 << 10)) {
+    ::close(fd);
+    throw std::invalid_argument(from + " holds " + std::to_string(st.st_size) + " bytes; a secret file holds at most 64 KiB");
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO))
+    std::fprintf(stderr, "slowpipe: warning: %s is accessible to others (mode %03o): anyone who can read it can join "
+                 "or disturb the run; chmod 600 it\n", from.c_str(), static_cast<unsigned>(st.st_mode & 0777));
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
+}  // namespace
+
 std::string loadSecret(const EnvLookup& env) {
   constexpr size_t kMinBytes = 16;
   std::string secret, from;
   if (const char* path = env("SLOWPIPE_SECRET_FILE")) {
     from = std::string("SLOWPIPE_SECRET_FILE '") + path + "'";
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::invalid_argument(from + " cannot be read");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    secret = ss.str();
+    secret = readSecretFile(path, from);
     while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
   } else if (const char* v = env("SLOWPIPE_SECRET")) {
     from = "SLOWPIPE_SECRET";

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compression/frame.h"
+#include "compression/strict_int.h"
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -16,17 +17,7 @@ using nlohmann::json;
 namespace {
 
 int64_t parseCount(const std::string& where, const std::string& v, int64_t lo, int64_t hi) {
-  size_t used = 0;
-  int64_t n = 0;
-  try {
-    n = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty()) throw std::invalid_argument(where + "='" + v + "' is not an integer");
-  if (n < lo || n > hi)
-    throw std::invalid_argument(where + "=" + v + " is out of range; expected " + std::to_string(lo) + ".." + std::to_string(hi));
-  return n;
+  return compression::parseStrictIntIn<std::invalid_argument>(where, v, lo, hi);
 }
 
 // "name:k=v,k=v" -> {k: v}; keys must be among `known`.

@@ -38,6 +38,9 @@ std::atomic<int> gInterrupt{0};
 void onInterrupt(int sig) { gInterrupt = sig; }
 
 double now() { return emulator::monotonicNow(); }
+double unixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 struct Worker {
   pid_t pid = -1;
@@ -46,6 +49,57 @@ struct Worker {
   int64_t lastStep = -1;
   long cpuAtProgress = 0;  // CPU ticks when a hang was first suspected (no record for half the timeout)
 };
+
+// zmq::poll that returns 0 when a signal interrupts it (EINTR), so that the caller's signal check
+// names the signal; other errors throw as before.
+int pollOrInterrupted(zmq::pollitem_t* items, int n, int ms) {
+  try {
+    return zmq::poll(items, n, std::chrono::milliseconds(ms));
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return 0;
+    throw;
+  }
+}
+
+int pollControl(zmq::socket_t& control, int ms) {
+  zmq::pollitem_t item{static_cast<void*>(control), 0, ZMQ_POLLIN, 0};
+  return pollOrInterrupted(&item, 1, ms);
+}
+
+// What is wrong with a rendezvous request, or "" (its shape: {"type": "time"}, {"type": "join",
+// "rank": int, "size": int, "key": 40-character Z85, optional "host"/"address"/"bootstrap"
+// strings and "pid" int}, {"type": "table", "rank": int}). Anyone holding the secret can send
+// anything: nothing after this check may throw on a field's type.
+std::string requestProblem(const json& req) {
+  if (req.is_discarded()) return "not JSON";
+  if (!req.is_object()) return std::string("a JSON ") + req.type_name() + ", expected an object";
+  if (!req.contains("type") || !req["type"].is_string()) return "no string field 'type'";
+  const std::string type = req["type"];
+  auto needInt = [&](const char* k) -> std::string {
+    return req.contains(k) && req[k].is_number_integer() ? "" : std::string("'") + type + "' without an integer '" + k + "'";
+  };
+  if (type == "time") return "";
+  if (type == "table") return needInt("rank");
+  if (type != "join") return "unknown request type '" + type.substr(0, 40) + "'";
+  for (const char* k : {"rank", "size"})
+    if (const std::string p = needInt(k); !p.empty()) return p;
+  if (!req.contains("key") || !req["key"].is_string() || req["key"].get<std::string>().size() != 40)
+    return "'join' without a 40-character Z85 'key'";
+  for (const char* k : {"host", "address", "bootstrap"})
+    if (req.contains(k) && !req[k].is_string()) return std::string("'join' with a non-string '") + k + "'";
+  if (req.contains("pid") && !req["pid"].is_number_integer()) return "'join' with a non-integer 'pid'";
+  return "";
+}
+
+// What is wrong with a worker's record on the control socket, or "": an object with a string
+// "type" and an integer "rank" (the rest is checked where it is read; see handle()).
+std::string recordProblem(const json& rec) {
+  if (rec.is_discarded()) return "not JSON";
+  if (!rec.is_object()) return std::string("a JSON ") + rec.type_name() + ", expected an object";
+  if (!rec.contains("type") || !rec["type"].is_string()) return "no string field 'type'";
+  if (!rec.contains("rank") || !rec["rank"].is_number_integer()) return "no integer field 'rank'";
+  return "";
+}
 
 std::string describeExit(int status) {
   if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
@@ -58,18 +112,21 @@ class Launcher {
       : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
         N_(layout_.size()), workers_(layout_.size()) {}
 
+  // Never throws: every failure, setup included, ends in a result.json with status "failed" and
+  // the reason (an exception escaping here would terminate a coordinator thread or a sweep).
   int run() {
-    fs::create_directories(opt_.outDir);
     resultPath_ = (fs::path(opt_.outDir) / "result.json").string();
     specPath_ = (fs::path(opt_.outDir) / "spec.json").string();
-    writeJsonAtomically(specPath_, spec_.source.is_null() ? toJson(spec_) : spec_.source);
-    // Environment (git commit and dirty flag, host) is captured once, here, before any worker
-    // starts: nothing forks or reads /proc while steps are being timed.
-    doc_ = {{"schema", kResultSchema}, {"status", "running"}, {"spec", toJson(spec_)}, {"steps", json::array()},
-            {"evals", json::array()}, {"launcher", {{"pid", getpid()}, {"host", hostName()}}},
-            {"environment", environmentInfo("")}};
+    doc_ = {{"schema", kResultSchema}, {"status", "running"}, {"steps", json::array()}, {"evals", json::array()},
+            {"launcher", launcherInfo()}};
     int rc = 1;
     try {
+      fs::create_directories(opt_.outDir);
+      doc_["spec"] = toJson(spec_);
+      doc_["inputs"] = specInputs(doc_["spec"]);  // content digests of the files the spec loads
+      // Environment (build provenance, host) is captured once, here, before any worker starts.
+      doc_["environment"] = environmentInfo("");
+      writeJsonAtomically(specPath_, spec_.source.is_null() ? toJson(spec_) : spec_.source);
       const CorpusInfo corpus = prepareCorpus(spec_.data);
       doc_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
       if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
@@ -79,13 +136,34 @@ class Launcher {
       setupNetwork();
       rc = opt_.external.enabled ? superviseExternal() : supervise();
     } catch (const std::exception& e) {
-      fail(std::string("launcher: ") + e.what());
+      rc = fail(std::string("launcher: ") + e.what());
       if (opt_.external.enabled && !readySent_ && opt_.external.ready) opt_.external.ready(e.what());
     }
-    if (!opt_.external.enabled) stopWorkers();
-    fabric_.reset();
-    writeJsonAtomically(resultPath_, finalDoc());
+    try {
+      if (!opt_.external.enabled) stopWorkers();
+      fabric_.reset();
+    } catch (const std::exception& e) {
+      rc = fail(std::string("launcher: cleanup: ") + e.what());
+    }
+    return writeResult(rc);
+  }
+
+ private:
+  // The last write of result.json (short form on a full disk); 1 when even that failed.
+  int writeResult(int rc) {
+    try {
+      writeFinalResult(resultPath_, finalDoc());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "slowpipe: %s\n", e.what());
+      return 1;
+    }
     return rc;
+  }
+
+  // Who writes this result (a reader on the same host tells a dead writer by its pid) and when it
+  // last did (a reader elsewhere tells a dead writer by a stale heartbeat): see effectiveStatus.
+  json launcherInfo() const {
+    return {{"pid", getpid()}, {"host", hostName()}, {"heartbeat_unix_s", unixNow()}};
   }
 
  private:
@@ -276,8 +354,7 @@ class Launcher {
     lastProgress_ = now();
     bool sentPeers = false;
     while (doneCount_ < N_) {
-      zmq::pollitem_t item{static_cast<void*>(control), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(pollMs()));
+      pollControl(control, pollMs());
       applyTraces();
       zmq::message_t m;
       while (control.recv(m, zmq::recv_flags::dontwait))
@@ -299,10 +376,14 @@ class Launcher {
           w.exited = true;
           w.status = status;
           const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-          if (!clean || !w.done) {
-            // Records sent just before the death (its error message above all) come first.
+          // Records sent just before the exit (its "done", or its error message) may still be on
+          // their way through the socket: a clean exit waits up to 2 s for its "done".
+          for (const double until = now() + (clean ? 2.0 : 0.2); !w.done && now() < until;) {
+            pollControl(control, 20);
             while (control.recv(m, zmq::recv_flags::dontwait))
               if (!handle(json::parse(m.to_string()))) return fail(error_);
+          }
+          if (!clean || !w.done) {
             return fail("rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
                         (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step"));
           }
@@ -348,9 +429,15 @@ class Launcher {
     const std::string ip = resolveIPv4(ex.listenHost);
     zmq::socket_t rv(ctx, zmq::socket_type::router), control(ctx, zmq::socket_type::pull), events(ctx, zmq::socket_type::pub);
     for (auto* s : {&rv, &control, &events}) s->set(zmq::sockopt::linger, 1000);
-    makeCurveServer(rv, curveKeyPairFromSecret(ex.secret, "rendezvous/server"), "rendezvous");
-    makeCurveServer(control, me, "control");
-    makeCurveServer(events, me, "control");
+    // Message limits: rendezvous requests are a few hundred bytes; a worker's records are small
+    // but its "done" carries its timeline (runtime.timeline "all": every step's events); the
+    // events socket only takes subscriptions.
+    makeCurveServer(rv, curveKeyPairFromSecret(ex.secret, "rendezvous/server"), "rendezvous", kRendezvousMaxBytes);
+    makeCurveServer(control, me, "control", kControlMaxBytes);
+    makeCurveServer(events, me, "control", 4096);
+    HandshakeMonitor refusals(ctx);
+    refusals.watch(rv, "rendezvous");
+    refusals.watch(events, "events");
     const std::string rvEp = "tcp://" + ip + ":" + std::to_string(ex.listenPort);
     try {
       rv.bind(rvEp);
@@ -359,11 +446,7 @@ class Launcher {
     }
     // Connections to the control socket, by the peer's address:port: a worker's hello names its
     // end of the connection, so a connection that drops before its "done" names the rank at once.
-    if (zmq_socket_monitor(control.handle(), "inproc://coordinator-control", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
-      throw std::runtime_error("cannot monitor the control socket");
-    zmq::socket_t monitor(ctx, zmq::socket_type::pair);
-    monitor.set(zmq::sockopt::linger, 0);
-    monitor.connect("inproc://coordinator-control");
+    refusals.watch(control, "control", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     std::map<int, std::string> peerOfFd;
     std::map<std::string, int> rankOfPeer;
     std::map<int, double> droppedAt;  // rank -> when its control connection dropped
@@ -394,7 +477,10 @@ class Launcher {
     auto finish = [&](int rc) {
       // The result first: a worker in this process exits as soon as it hears "abort".
       if (rc == 0) doc_["status"] = "ok";
-      doc_["refused_connections"] = {{"count", gate.refused()}, {"first", gate.refusals()}};
+      refusals.poll();
+      doc_["refused_connections"] = refusals.report();
+      doc_["refused_connections"]["zap"] = gate.refusals();
+      doc_["bad_messages"] = {{"count", badMessages_}, {"first", badFirst_}};
       writeJsonAtomically(resultPath_, finalDoc());
       for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
         publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", doc_.value("reason", "")}});
@@ -402,10 +488,22 @@ class Launcher {
       }
       return rc;
     };
+    std::map<int, std::string> refusedJoins;  // rank -> why its join was refused
+    double lastLoop = now();
     while (doneCount_ < N_) {
-      zmq::pollitem_t items[] = {{static_cast<void*>(control), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv), 0, ZMQ_POLLIN, 0},
-                                 {static_cast<void*>(monitor), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 3, std::chrono::milliseconds(100));
+      zmq::pollitem_t items[] = {{static_cast<void*>(control), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv), 0, ZMQ_POLLIN, 0}};
+      pollOrInterrupted(items, 2, 100);
+      // The loop runs every 100 ms; a long gap means this process did not run (SIGSTOP, a
+      // debugger, swap): every rank has given up on its heartbeat meanwhile, so say so first.
+      if (now() - lastLoop > kStallS)
+        return finish(fail("the coordinator (in rank 0's process, pid " + std::to_string(getpid()) + ") did not run for " +
+                           std::to_string(now() - lastLoop).substr(0, 5) + " s (process stopped or starved); the ranks "
+                           "stop after 5 s without its heartbeat"));
+      lastLoop = now();
+      if (now() - lastWrite_ >= kHeartbeatWriteS) {  // the heartbeat readers elsewhere judge by
+        writeJsonAtomically(resultPath_, finalDoc());
+        lastWrite_ = now();
+      }
       if (now() - lastBeat >= 0.5) {
         publish({{"type", "beat"}});
         lastBeat = now();
@@ -417,27 +515,32 @@ class Launcher {
         if (!rv.recv(part, zmq::recv_flags::dontwait)) break;
         parts.push_back(std::move(part));
         while (parts.back().more() && rv.recv(part)) parts.push_back(std::move(part));
-        if (parts.size() != 3) continue;
         const std::string id = parts[0].to_string();
-        json req;
-        try {
-          req = json::parse(parts[2].to_string());
-        } catch (const std::exception&) {
-          reply(id, {{"error", "not JSON"}});
+        const json req = parts.size() == 3 ? json::parse(parts[2].to_string(), nullptr, false) : json();
+        const std::string problem = parts.size() != 3 ? "expected [empty][json] after the routing id, got " +
+                                                            std::to_string(parts.size() - 1) + " part(s)"
+                                                      : requestProblem(req);
+        if (!problem.empty()) {  // refused, counted; the run goes on
+          badMessage("rendezvous", problem);
+          reply(id, {{"error", "bad request: " + problem}});
           continue;
         }
-        const std::string type = req.value("type", "");
+        const std::string type = req["type"];
         if (type == "time") {
           reply(id, {{"t", now()}});
         } else if (type == "join") {
           const int r = req.value("rank", -1), size = req.value("size", -1);
           if (size != N_) {
-            reply(id, {{"error", "rank " + std::to_string(r) + " was started with world size " + std::to_string(size) + "; this run has " +
-                                     std::to_string(N_) + " workers (pipeline.stages x pipeline.replicas = " + std::to_string(S_) +
-                                     " x " + std::to_string(layout_.replicas) + ")"}});
+            const std::string why = "rank " + std::to_string(r) + " was started with world size " + std::to_string(size) +
+                                    "; this run has " + std::to_string(N_) + " workers (pipeline.stages x pipeline.replicas = " +
+                                    std::to_string(S_) + " x " + std::to_string(layout_.replicas) + ")";
+            refusedJoins[r] = why;
+            reply(id, {{"error", why}});
           } else if (r < 0 || r >= N_ || joins.count(r) || joined) {
-            reply(id, {{"error", "rank " + std::to_string(r) + " is not a free rank of this run (0.." + std::to_string(N_ - 1) +
-                                     (joins.count(r) ? ", already joined" : "") + ")"}});
+            const std::string why = "rank " + std::to_string(r) + " is not a free rank of this run (0.." + std::to_string(N_ - 1) +
+                                    (joins.count(r) ? ", already joined" : "") + ")";
+            refusedJoins[r] = why;
+            reply(id, {{"error", why}});
           } else {
             joins[r] = req;
             joinIds[r] = id;
@@ -459,31 +562,33 @@ class Launcher {
             lastProgress_ = now();
           }
         } else if (type == "table") {
-          tableIds[req.value("rank", -1)] = id;
+          tableIds[req["rank"].get<int>()] = id;
         } else {
           reply(id, {{"error", "unknown request '" + type + "'"}});
         }
       }
       zmq::message_t m;
       while (control.recv(m, zmq::recv_flags::dontwait)) {
-        const json rec = json::parse(m.to_string());
-        const int r = rec.value("rank", -1);
-        if (r >= 0 && r < N_) lastSeen[r] = now();
-        if (rec.value("type", "") == "beat") continue;
-        if (rec.value("type", "") == "hello" && rec.contains("clock")) doc_["clock"][std::to_string(r)] = rec["clock"];
-        if (rec.value("type", "") == "hello" && !rec.value("control_from", "").empty()) rankOfPeer[rec["control_from"]] = r;
-        if (!handle(rec)) return finish(fail(error_));
-      }
-      zmq::message_t ev;
-      while (monitor.recv(ev, zmq::recv_flags::dontwait)) {
-        zmq::message_t addr;
-        if (ev.more()) (void)monitor.recv(addr);
-        uint16_t id = 0;
-        int32_t fd = -1;
-        if (ev.size() >= 6) {
-          std::memcpy(&id, ev.data(), 2);
-          std::memcpy(&fd, static_cast<const uint8_t*>(ev.data()) + 2, 4);
+        const json rec = json::parse(m.to_string(), nullptr, false);
+        if (const std::string problem = recordProblem(rec); !problem.empty()) {
+          badMessage("control", problem);
+          continue;
         }
+        const int r = rec["rank"];
+        if (r >= 0 && r < N_) lastSeen[r] = now();
+        if (rec["type"] == "beat") continue;
+        bool ok = true;
+        try {
+          if (rec["type"] == "hello" && rec.contains("clock")) doc_["clock"][std::to_string(r)] = rec["clock"];
+          if (rec["type"] == "hello" && !rec.value("control_from", "").empty()) rankOfPeer[rec["control_from"]] = r;
+          ok = handle(rec);
+        } catch (const json::exception& e) {  // a field of the wrong type: refused, counted
+          badMessage("control", rec.value("type", "?") + " record: " + e.what());
+          continue;
+        }
+        if (!ok) return finish(fail(error_));
+      }
+      refusals.poll([&](const std::string& socket, int id, int fd) {
         if (id == ZMQ_EVENT_ACCEPTED) {
           peerOfFd[fd] = peerOf(fd);
         } else if (id == ZMQ_EVENT_DISCONNECTED) {
@@ -491,7 +596,7 @@ class Launcher {
           if (it != rankOfPeer.end() && !workers_[it->second].done) droppedAt.emplace(it->second, now());
           peerOfFd.erase(fd);
         }
-      }
+      });
       // A dropped connection whose "done" has not come within 0.5 s: the process is gone.
       for (const auto& [r, at] : droppedAt)
         if (!workers_[r].done && now() - at > 0.5)
@@ -506,7 +611,9 @@ class Launcher {
       if (!joined && now() - start_ > ex.joinTimeoutS) {
         std::string missing;
         for (int r = 0; r < N_; ++r)
-          if (!joins.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          if (!joins.count(r))
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r) +
+                       (refusedJoins.count(r) ? " (refused: " + refusedJoins[r] + ")" : " (never asked to join)");
         return finish(fail(std::to_string(joins.size()) + " of " + std::to_string(N_) + " ranks joined the rendezvous at " + rvEp +
                            " within " + std::to_string(static_cast<int>(ex.joinTimeoutS)) + " s; missing: " + missing));
       }
@@ -816,12 +923,26 @@ class Launcher {
   }
 
   json finalDoc() {
+    doc_["launcher"]["heartbeat_unix_s"] = unixNow();
     json d = doc_;
     d["summary"] = summarizeSteps(d["steps"], d["evals"]);
     return d;
   }
 
+  // One malformed message from a holder of the secret: refused, counted, the first 20 kept.
+  void badMessage(const std::string& socket, const std::string& problem) {
+    ++badMessages_;
+    std::fprintf(stderr, "slowpipe: coordinator: refused a malformed %s message: %s\n", socket.c_str(), problem.c_str());
+    if (badFirst_.size() < 20) badFirst_.push_back({{"socket", socket}, {"problem", problem}});
+  }
+
   static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
+  static constexpr double kStallS = 2.5;   // external: a coordinator loop gap this long means it did not run
+  static constexpr double kHeartbeatWriteS = 5.0;  // result.json's heartbeat, at least this often
+  static constexpr int64_t kRendezvousMaxBytes = 64 << 10;
+  static constexpr int64_t kControlMaxBytes = int64_t{256} << 20;
+  int64_t badMessages_ = 0;
+  json badFirst_ = json::array();
   bool readySent_ = false;
   const RunSpec& spec_;
   LaunchOptions opt_;

@@ -1,18 +1,20 @@
 // Result summary, environment capture, atomic JSON writes.
 #include "runtime/result.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
-#include "emulator/command.h"
+#include "compression/bytes.h"
 
-#ifndef SLOWPIPE_SOURCE_DIR
-#define SLOWPIPE_SOURCE_DIR "."
-#endif
+#include "slowpipe_provenance.h"  // generated at build time (tools/provenance.cmake)
 
 namespace slowpipe::runtime {
 
@@ -76,6 +78,62 @@ json summarizeSteps(const json& steps, const json& evals) {
   return s;
 }
 
+std::string fileDigest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  uint64_t h = compression::kFnvOffset;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    h = compression::fnv1a(buf, static_cast<size_t>(in.gcount()), h);
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+namespace {
+
+// "plugin:path=F" and "torchscript:path=F" anywhere in a codec spec (also inside ef(...),
+// hadamard(...)). acsgd's path= names a file it writes, not one it loads.
+void codecInputs(const std::string& codec, const std::string& field, json& out) {
+  for (const std::string kind : {"plugin:path=", "torchscript:path="}) {
+    for (size_t at = codec.find(kind); at != std::string::npos; at = codec.find(kind, at + 1)) {
+      const size_t from = at + kind.size();
+      const size_t end = codec.find_first_of(",;)", from);
+      const std::string path = codec.substr(from, end == std::string::npos ? std::string::npos : end - from);
+      out.push_back({{"path", path}, {"role", field + " (" + kind.substr(0, kind.find(':')) + ")"}, {"digest", fileDigest(path)}});
+    }
+  }
+}
+
+// Every "trace" string in a topology's JSON (the default link and its overrides).
+void traceInputs(const json& j, const std::string& field, json& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) {
+      if (k == "trace" && v.is_string()) out.push_back({{"path", v}, {"role", field + ".trace"}, {"digest", fileDigest(v)}});
+      else traceInputs(v, field + "." + k, out);
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) traceInputs(j[i], field + "[" + std::to_string(i) + "]", out);
+  }
+}
+
+}  // namespace
+
+json specInputs(const json& spec) {
+  json out = json::array();
+  const json comp = spec.value("compression", json::object());
+  for (const char* k : {"forward", "backward"})
+    if (comp.contains(k) && comp[k].is_string()) codecInputs(comp[k], std::string("compression.") + k, out);
+  const json dp = spec.value("dp", json::object());
+  if (dp.contains("codec") && dp["codec"].is_string()) codecInputs(dp["codec"], "dp.codec", out);
+  const json net = spec.value("network", json::object());
+  for (const char* k : {"links", "dp_links"})
+    if (net.contains(k)) traceInputs(net[k], std::string("network.") + k, out);
+  return out;
+}
+
 json readJsonFile(const std::string& path, const std::string& what) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(what + " '" + path + "' cannot be read");
@@ -95,23 +153,80 @@ std::string hostName() {
 json environmentInfo(const std::string& torchVersion) {
   json env = {{"host", hostName()}, {"cores", std::thread::hardware_concurrency()}, {"compiler", "g++ " __VERSION__},
               {"libtorch", torchVersion}};
-  const auto commit = emulator::runCommand({"git", "-C", SLOWPIPE_SOURCE_DIR, "rev-parse", "HEAD"});
-  env["git_commit"] = commit.status == 0 ? commit.output.substr(0, 40) : "unknown";
-  // Dirty = tracked source changed; results/ is where runs write, so it does not count.
-  const auto dirty = emulator::runCommand({"git", "-C", SLOWPIPE_SOURCE_DIR, "status", "--porcelain", "--untracked-files=no",
-                                           "--", ".", ":(exclude)results"});
-  env["git_dirty"] = dirty.status == 0 && !dirty.output.empty();
+  // Stamped at build time: the commit and dirty flag of the tree this binary was built from.
+  env["git_commit"] = SLOWPIPE_GIT_COMMIT;
+  env["git_dirty"] = SLOWPIPE_GIT_DIRTY != 0;
   return env;
 }
 
+namespace {
+
+std::string errnoText(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+
+// Writes all of `text` to fd; false with errno set on the first failing write.
+bool writeAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
 void writeJsonAtomically(const std::string& path, const json& doc) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
+  const std::string text = doc.dump(2) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create '" + tmp + "': " + errnoText(errno));
+  // Every step that can fail is checked; on a failure the temporary file goes and `path` keeps
+  // its last complete version.
+  const bool wrote = writeAll(fd, text);
+  const int writeErr = errno;
+  const bool closed = ::close(fd) == 0;
+  const int err = !wrote ? writeErr : errno;
+  if (!wrote || !closed) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write '" + tmp + "' (" + std::to_string(text.size()) + " bytes): " + errnoText(err) +
+                             "; '" + path + "' keeps its previous contents");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + errnoText(e));
+  }
+}
+
+void writeFinalResult(const std::string& path, json doc) {
+  try {
+    writeJsonAtomically(path, doc);
+    return;
+  } catch (const std::exception& e) {
+    // The full document does not fit (a full disk): the status and the reason matter most. A
+    // small document in its place, through a temporary file, then in place as the last resort
+    // (a reader must never find "running" for a run that ended).
+    const std::string why = std::string("the result could not be written in full: ") + e.what();
+    json small = {{"schema", doc.value("schema", kResultSchema)}, {"status", "failed"},
+                  {"reason", doc.value("status", "") == "failed" ? doc.value("reason", "") + "; " + why : why},
+                  {"launcher", doc.value("launcher", json::object())}, {"truncated", true}};
+    std::fprintf(stderr, "slowpipe: %s\n", why.c_str());
+    try {
+      writeJsonAtomically(path, small);
+      return;
+    } catch (const std::exception&) {
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const bool ok = fd >= 0 && writeAll(fd, small.dump() + "\n");
+    const int err = errno;
+    if (fd >= 0 && ::close(fd) != 0 && ok) throw std::runtime_error("cannot write '" + path + "': " + errnoText(errno));
+    if (!ok) throw std::runtime_error("cannot write '" + path + "' even in short form: " + errnoText(err));
+  }
 }
 
 }  // namespace slowpipe::runtime

@@ -18,9 +18,21 @@ nlohmann::json environmentInfo(const std::string& torchVersion);
 // Reads a JSON file; a missing or malformed file is std::invalid_argument "<what> '<path>' cannot
 // be read" / "... is not valid JSON: <parser message>".
 nlohmann::json readJsonFile(const std::string& path, const std::string& what);
+// FNV-1a of a file's bytes as 16 hex digits; "" when it cannot be read.
+std::string fileDigest(const std::string& path);
+// Every file a run spec loads (a plug-in codec's library, a TorchScript codec's module, a link's
+// bandwidth trace), each {"path", "role", "digest"}: rebuilding a plug-in at the same path changes
+// a digest, so a sweep's resume sees another experiment. `spec` is the resolved spec's JSON.
+nlohmann::json specInputs(const nlohmann::json& spec);
 // This machine's host name (recorded with a launcher's pid: a pid means something on its host only).
 std::string hostName();
 // Writes `doc` to path via a temporary file and rename, so readers never see a partial file.
+// Every write and the close are checked; a failure throws std::runtime_error naming the file and
+// the errno, removes the temporary file and leaves `path` as it was.
 void writeJsonAtomically(const std::string& path, const nlohmann::json& doc);
+// A run's last write: writeJsonAtomically, and when that fails (a full disk) a short document with
+// status "failed", the reason and "truncated": true, in place if need be, so that no reader finds
+// "running" for a run that ended. Throws only when even that cannot be written.
+void writeFinalResult(const std::string& path, nlohmann::json doc);
 
 }  // namespace slowpipe::runtime

@@ -106,7 +106,8 @@ std::vector<std::string> CurveGate::refusals() const {
   return refusals_;
 }
 
-void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain) {
+void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain, int64_t maxMessageBytes) {
+  s.set(zmq::sockopt::maxmsgsize, maxMessageBytes);
   s.set(zmq::sockopt::curve_server, true);
   s.set(zmq::sockopt::curve_secretkey, own.secretKey);
   s.set(zmq::sockopt::zap_domain, domain);
@@ -123,14 +124,46 @@ void SocketSecurity::server(zmq::socket_t& s, int fromRank) const {
   if (it == rankKeys.end() || !gate) throw std::logic_error("security: no key of rank " + std::to_string(fromRank));
   const std::string domain = "from-rank-" + std::to_string(fromRank);
   gate->allow(domain, it->second);
-  makeCurveServer(s, own, domain);
-  if (maxMessageBytes > 0) s.set(zmq::sockopt::maxmsgsize, maxMessageBytes);
+  makeCurveServer(s, own, domain, maxMessageBytes);
 }
 
 void SocketSecurity::client(zmq::socket_t& s, int toRank) const {
   const auto it = rankKeys.find(toRank);
   if (it == rankKeys.end()) throw std::logic_error("security: no key of rank " + std::to_string(toRank));
   makeCurveClient(s, own, it->second);
+}
+
+void HandshakeMonitor::watch(zmq::socket_t& s, const std::string& name, int extraEvents) {
+  const std::string ep = "inproc://slowpipe-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
+                         std::to_string(monitors_.size());
+  if (zmq_socket_monitor(s.handle(), ep.c_str(), kRefusedEvents | extraEvents) != 0)
+    throw std::runtime_error("cannot monitor the " + name + " socket: " + zmq_strerror(zmq_errno()));
+  Monitor m{name, std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair)};
+  m.pair->set(zmq::sockopt::linger, 0);
+  m.pair->connect(ep);
+  monitors_.push_back(std::move(m));
+}
+
+std::string HandshakeMonitor::kindOf(int event, int value) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return "key not admitted (ZAP status " + std::to_string(value) + ")";
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) return "not CURVE (mechanism mismatch, e.g. a NULL client)";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) return "CURVE handshake failed (wrong server key: another secret?)";
+    return "protocol error " + std::to_string(value);
+  }
+  return "handshake failed (no detail)";
+}
+
+void HandshakeMonitor::record(const std::string& socket, const std::string& kind, const std::string& address) {
+  ++refused_;
+  ++byKind_[kind];
+  std::fprintf(stderr, "slowpipe: refused a connection on the %s socket from %s: %s\n", socket.c_str(), address.c_str(),
+               kind.c_str());
+  if (first_.size() < 100) first_.push_back({{"socket", socket}, {"kind", kind}, {"address", address}});
+}
+
+nlohmann::json HandshakeMonitor::report() const {
+  return {{"count", refused_}, {"by_kind", byKind_}, {"first", first_}};
 }
 
 }  // namespace slowpipe::runtime

@@ -531,6 +531,11 @@ class Watchdog {
                            rank, events.c_str());
               std::fflush(stderr);
               emulator::removeAllDeviceShaping();
+              // The coordinator in this process (rank 0) stalled with it (SIGSTOP, starvation):
+              // it notices its own stall and writes the failed result; wait for that (5 s at most).
+              for (const double until = emulator::hostClockNow() + 5.0; coordinatorDone && !*coordinatorDone &&
+                                                                      emulator::hostClockNow() < until;)
+                usleep(10000);
               _exit(5);
             }
           }
@@ -545,18 +550,29 @@ class Watchdog {
   std::thread thread_;
 };
 
-// The largest frame a worker of `spec` may legally receive (ZMQ_MAXMSGSIZE of its sockets): an
-// fp32 activation of a micro-batch with its example ids, or the largest DP chunk, plus headers.
+}  // namespace
+
 int64_t largestFrameBytes(const RunSpec& spec) {
-  const int64_t act = 4 * int64_t{spec.pipeline.microBatchSize} * spec.model.seqLen * spec.model.width +
-                      8 * int64_t{spec.pipeline.microBatchSize};
-  int64_t dp = 0;
-  if (spec.pipeline.replicas > 1)
+  const int64_t mb = spec.pipeline.microBatchSize;
+  const compression::Shape act = {mb, spec.model.seqLen, spec.model.width};
+  // Each codec's own bound on its payload (topk's indices, lowrank's basis and plug-ins may
+  // exceed fp32), with the frame header and one example id per row.
+  uint64_t payload = 4 * static_cast<uint64_t>(compression::numelOf(act));
+  for (const std::string& c : {spec.compression.forward, spec.compression.backward})
+    payload = std::max(payload, compression::makeCodec(c, "frame-bound")->maxPayloadBytes(act) + 8 * static_cast<uint64_t>(mb));
+  if (spec.pipeline.replicas > 1) {
+    const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
+    const auto none = compression::makeCodec("none"), message = compression::makeCodec(g.messageCodec, "frame-bound");
     for (int s = 0; s < spec.pipeline.stages; ++s)
-      for (int round = 0; round < dpShape(spec).rounds; ++round)
-        dp = std::max(dp, 4 * (dpRoundValues(spec, s, round) / spec.pipeline.replicas + 1));
-  return std::max(act, dp) + (64 << 10);
+      for (int round = 0; round < dpShape(spec).rounds; ++round) {
+        const compression::Shape chunk = {dpRoundValues(spec, s, round) / spec.pipeline.replicas + 1};
+        payload = std::max({payload, none->maxPayloadBytes(chunk), message->maxPayloadBytes(chunk)});
+      }
+  }
+  return static_cast<int64_t>(payload) + (64 << 10);
 }
+
+namespace {
 
 // A one-line error record to the coordinator from a process whose worker could not be built.
 void reportError(zmq::context_t& ctx, const Context& c, const std::string& what) {

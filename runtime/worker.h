@@ -30,6 +30,11 @@ struct WorkerArgs {
   int launcherPid = 0;   // the parent this worker must not outlive (0: not checked)
 };
 
+// The largest frame a worker of `spec` may legally receive (ZMQ_MAXMSGSIZE of its sockets): the
+// largest payload bound (Codec::maxPayloadBytes) of the run's pipeline codecs on a micro-batch's
+// activation and of its DP codecs on the largest chunk, plus the frame header.
+int64_t largestFrameBytes(const RunSpec& spec);
+
 int runWorker(const WorkerArgs& args);
 
 // A worker started by an external launcher: `mpirun -np N slowpipe worker --spec S --out DIR`,

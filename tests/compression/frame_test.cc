@@ -8,6 +8,11 @@
 #include <cstring>
 #include <random>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "compression/bytes.h"
 #include "compression/crc32c.h"
 #include "compression/error.h"
 
@@ -213,6 +218,51 @@ TEST(FrameErrors, ParsedFrameDecodesLikeDecodeFrame) {
   const FrameHeader h = parseFrame(good.data(), good.size(), &at);
   decodeParsedFrame(*b, h, good.data(), at, {}, yb);
   EXPECT_EQ(ya, yb);
+}
+
+// A 60-byte header that claims 2^30 example ids (8 GiB) must be refused by the bounds check, not
+// allocated first: parsed in a child limited to 1 GiB of address space, where the old
+// resize-then-read died of bad_alloc.
+TEST(FrameErrors, HeaderCannotMakeTheReceiverAllocateWhatTheFrameDoesNotHold) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot bound it";
+#else
+  Bytes b;
+  ByteWriter w(b);
+  w.put<uint32_t>(kFrameMagic);
+  w.put<uint16_t>(kFrameVersion);
+  w.put<uint8_t>(static_cast<uint8_t>(MessageKind::kActivation));
+  w.put<uint8_t>(0);
+  w.put<int64_t>(1);
+  w.put<int32_t>(0);
+  w.put<int32_t>(0);
+  w.put<int32_t>(1);
+  w.put<uint16_t>(static_cast<uint16_t>(CodecId::kNone));
+  w.put<uint8_t>(1);
+  w.put<uint8_t>(0);
+  w.put<int64_t>(int64_t{1} << 30);  // shape {2^30}
+  w.put<uint32_t>(uint32_t{1} << 30);  // as many ids, none of them in the frame
+  ASSERT_LE(b.size(), 60u);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit lim{1ull << 30, 1ull << 30};
+    setrlimit(RLIMIT_AS, &lim);
+    try {
+      size_t at = 0;
+      parseFrame(b.data(), b.size(), &at);
+      _exit(3);
+    } catch (const CodecError& e) {
+      _exit(std::string(e.what()).find("example ids") != std::string::npos ? 0 : 2);
+    } catch (const std::bad_alloc&) {
+      _exit(1);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the parser crashed";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: allocated before validating (bad_alloc); 2: another error; 3: accepted";
+#endif
 }
 
 }  // namespace

@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <map>
 
@@ -85,6 +91,45 @@ TEST(BootstrapTest, HostPortAndSecret) {
   EXPECT_EQ(loadSecret(envOf({{"SLOWPIPE_SECRET_FILE", file.string()}})), "0123456789abcdef0123");
   std::filesystem::remove(file);
   EXPECT_THROW(loadSecret(envOf({{"SLOWPIPE_SECRET_FILE", file.string()}})), std::invalid_argument);
+}
+
+std::string secretError(const std::string& path) {
+  try {
+    loadSecret(envOf({{"SLOWPIPE_SECRET_FILE", path}}));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A FIFO must not block for ever (it did: the reader waited for a writer), a directory is not
+// "0 bytes", and a file others can read draws a warning.
+TEST(BootstrapTest, SecretFileMustBeAPrivateRegularFile) {
+  const auto dir = std::filesystem::temp_directory_path() / ("slowpipe-secret-kinds-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto pending = std::async(std::launch::async, [&] { return secretError(fifo); });
+  if (pending.wait_for(std::chrono::seconds(3)) != std::future_status::ready) {
+    const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // unblock the reader, then fail
+    if (fd >= 0) close(fd);
+    pending.wait();
+    FAIL() << "reading a FIFO as the secret file blocked";
+  }
+  EXPECT_NE(pending.get().find("is a FIFO; expected a regular file"), std::string::npos);
+  EXPECT_NE(secretError(dir.string()).find("is a directory; expected a regular file"), std::string::npos);
+  const auto file = dir / "secret";
+  std::ofstream(file) << "0123456789abcdef0123\n";
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                         std::filesystem::perms::others_read);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(loadSecret(envOf({{"SLOWPIPE_SECRET_FILE", file.string()}})), "0123456789abcdef0123");
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("is accessible to others (mode 604)"), std::string::npos);
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  testing::internal::CaptureStderr();
+  loadSecret(envOf({{"SLOWPIPE_SECRET_FILE", file.string()}}));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
