@@ -153,7 +153,7 @@ bool GradientSync::replacesStep(int64_t step) const {
 void GradientSync::clipAndMomentum(double globalNorm) {
   torch::NoGradGuard guard;
   auto ps = params();
-  if (expAvg_.empty()) {  // the end of the warm-up: take over torch's AdamW state, freeze v
+  if (expAvg_.empty()) {  // the end of the warm-up (or step 0): take over torch's AdamW state
     auto& state = runner_.optimizer().state();
     size_t found = 0;
     for (auto& p : ps) {
@@ -166,10 +166,7 @@ void GradientSync::clipAndMomentum(double globalNorm) {
         auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
         adamStep_ = s.step();
         expAvg_.push_back(s.exp_avg().clone());
-        // Frozen as torch last used it, bias-corrected: v / (1 - b2^t) of the warm-up's last step.
-        // (Freezing v itself and letting its correction run on would grow the steps by
-        // sqrt((1 - b2^t') / (1 - b2^t)) as t' goes on.)
-        expAvgSq_.push_back(s.exp_avg_sq() / (1 - std::pow(0.999, static_cast<double>(adamStep_))));
+        expAvgSq_.push_back(s.exp_avg_sq().clone());
       }
     }
     // AdamW has stepped these parameters: a lookup that finds none of them is a key mismatch.
@@ -188,15 +185,24 @@ void GradientSync::outerStep(int64_t step, const std::vector<float>& buf) {
   torch::NoGradGuard guard;
   auto ps = params();
   if (gc_.kind == Kind::kQadam && replacesStep(step)) {
-    // AdamW (torch 1.13's arithmetic) with the replicas' mean momentum and the frozen v.
+    // AdamW (torch 1.13's arithmetic) with the replicas' mean momentum m_t; v follows the mean
+    // gradient that m_t implies, g_t = (m_t - b1 m_{t-1}) / (1 - b1), which every replica
+    // computes from the same decoded bytes. (A v frozen at the end of the warm-up diverged: with a
+    // warm-up of 0 or 1 step v is 0 or one gradient's square, and the quantization error of a
+    // small momentum entry divided by its tiny sqrt(v) + 1e-8 overflowed to inf at step 4.) With
+    // an exact codec this is torch's AdamW on the mean clipped gradient.
     ++adamStep_;
-    const double lr = runner_.learningRate(step), wd = spec_.training.weightDecay, b1 = 0.9, eps = 1e-8;
+    const double lr = runner_.learningRate(step), wd = spec_.training.weightDecay, b1 = 0.9, b2 = 0.999, eps = 1e-8;
     const double bc1 = 1 - std::pow(b1, static_cast<double>(adamStep_));
+    const double bc2Sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(adamStep_)));
     size_t at = 0;
     for (size_t i = 0; i < ps.size(); ++i) {
+      const torch::Tensor previous = expAvg_[i].clone();
       take(buf, at, expAvg_[i]);
+      const torch::Tensor g = (expAvg_[i] - previous * b1) / (1 - b1);
+      expAvgSq_[i].mul_(b2).addcmul_(g, g, 1 - b2);
       ps[i].mul_(1 - lr * wd);
-      const torch::Tensor denom = expAvgSq_[i].sqrt().add_(eps);  // the frozen, corrected second moment
+      const torch::Tensor denom = (expAvgSq_[i].sqrt() / bc2Sqrt).add_(eps);
       ps[i].addcdiv_(expAvg_[i], denom, -lr / bc1);
       if (ps[i].grad().defined()) ps[i].mutable_grad().zero_();
     }

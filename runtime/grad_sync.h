@@ -8,12 +8,13 @@
 //                        and E = (G+E) - P Q^T. Q starts from a seeded Gaussian equal on all
 //                        replicas and is kept from step to step.
 //   qadam:bits,bucket,warmup_steps   (the AC-SGD reference's QuantizedAdam) before warmup_steps:
-//                        exact gradients, torch's AdamW. Then Adam's second moment v is frozen and
-//                        after each step's clipping every replica forms its momentum
-//                        m_r = b1 m + (1-b1) g_r, which round 0 averages through the message codec
-//                        (ef(quant ... levels=fixpoint): error feedback at workers and servers); the
-//                        update is AdamW with the mean m (bias-corrected as torch) and v frozen as
-//                        torch last used it (v / (1 - b2^t) at the end of the warm-up).
+//                        exact gradients, torch's AdamW. Then after each step's clipping every
+//                        replica forms its momentum m_r = b1 m + (1-b1) g_r, which round 0 averages
+//                        through the message codec (ef(quant ... levels=fixpoint): error feedback
+//                        at workers and servers); the update is AdamW with the mean m (bias-
+//                        corrected as torch) and v updated with the mean gradient the mean m
+//                        implies, (m_t - b1 m_{t-1}) / (1 - b1): the same on every replica, and
+//                        torch's AdamW exactly when the codec is exact. Any warm-up works (0 too).
 //   dp.local_steps H > 1 (DiLoCo) every H-th step after Step: round 0 carries outer - local; the
 //                        replicas' mean d drives Nesterov momentum v = mu v + d,
 //                        outer -= lr_outer (d + mu v); every replica continues from outer.

@@ -639,24 +639,11 @@ class Launcher {
   }
 
   // Sender and receiver codec states must be bit-identical across every link, both directions,
-  // and every data-parallel codec pair (runtime/dp.h) alike at all its ends.
+  // and every data-parallel codec pair, each reported by both of its ends (codecStatesProblem).
   int checkCodecStates() {
-    bool match = true;
-    for (int q = 0; q < layout_.replicas; ++q)
-      for (int s = 0; s + 1 < S_; ++s) {
-        const json& a = doc_["codec_state"][std::to_string(layout_.rank({s, q}))];
-        const json& b = doc_["codec_state"][std::to_string(layout_.rank({s + 1, q}))];
-        match = match && a["fwd_sender_digest"] == b["fwd_receiver_digest"] && b["bwd_sender_digest"] == a["bwd_receiver_digest"];
-      }
-    for (int s = 0; s < S_; ++s) {
-      std::map<std::string, std::set<std::string>> seen;  // pair key -> digests at its ends
-      for (int q = 0; q < layout_.replicas; ++q)
-        for (const auto& [key, ends] : doc_["codec_state"][std::to_string(layout_.rank({s, q}))].value("dp_digests", json::object()).items())
-          for (const auto& [role, d] : ends.items()) seen[key].insert(d.get<std::string>());
-      for (const auto& [key, ds] : seen) match = match && ds.size() == 1;
-    }
-    doc_["codec_states_match"] = match;
-    if (!match) return fail("codec state of a sender and its receiver differ after the run (see codec_state)");
+    const std::string problem = codecStatesProblem(doc_.value("codec_state", json::object()), S_, layout_.replicas);
+    doc_["codec_states_match"] = problem.empty();
+    if (!problem.empty()) return fail("codec state of a sender and its receiver differ after the run: " + problem);
     doc_["status"] = "ok";
     return 0;
   }

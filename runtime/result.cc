@@ -9,6 +9,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
 #include <stdexcept>
 #include <thread>
 
@@ -76,6 +79,44 @@ json summarizeSteps(const json& steps, const json& evals) {
   s["wall_time_s"] = steps.back().value("wall_s", 0.0);
   if (!evals.empty()) s["final_val_loss"] = evals.back()["val_loss"];
   return s;
+}
+
+std::string codecStatesProblem(const json& codecState, int stages, int replicas) {
+  auto of = [&](int stage, int replica) -> json {
+    const std::string key = std::to_string(stage * replicas + replica);  // runtime/ranks.h's layout
+    return codecState.contains(key) ? codecState[key] : json::object();
+  };
+  auto field = [](const json& j, const char* k) -> std::string {
+    return j.contains(k) && !j[k].is_null() ? j[k].dump() : std::string();
+  };
+  for (int q = 0; q < replicas; ++q)
+    for (int s = 0; s + 1 < stages; ++s) {
+      const json a = of(s, q), b = of(s + 1, q);
+      const std::string link = "stage " + std::to_string(s) + " <-> " + std::to_string(s + 1) + " of replica " + std::to_string(q);
+      for (const auto& [send, recv, what] : {std::tuple{field(a, "fwd_sender_digest"), field(b, "fwd_receiver_digest"), "forward"},
+                                             std::tuple{field(b, "bwd_sender_digest"), field(a, "bwd_receiver_digest"), "backward"}}) {
+        if (send.empty() || recv.empty()) return link + ": the " + what + " codec state was not reported by both ends";
+        if (send != recv) return link + ": " + what + " sender digest " + send + " != receiver digest " + recv;
+      }
+    }
+  for (int s = 0; s < stages; ++s) {
+    std::map<std::string, std::map<std::string, std::set<std::string>>> seen;  // key -> role -> digests
+    for (int q = 0; q < replicas; ++q) {
+      const json st = of(s, q);
+      if (!st.contains("dp_digests") || !st["dp_digests"].is_object()) continue;
+      for (const auto& [key, ends] : st["dp_digests"].items())
+        for (const auto& [role, d] : ends.items()) seen[key][role].insert(d.is_string() ? d.get<std::string>() : d.dump());
+    }
+    if (replicas > 1 && seen.empty()) return "stage " + std::to_string(s) + ": no data-parallel codec state was reported";
+    for (const auto& [key, roles] : seen) {
+      const std::string where = "stage " + std::to_string(s) + " DP pair '" + key + "'";
+      if (!roles.count("send") || !roles.count("recv")) return where + ": reported by its " + (roles.count("send") ? "sender" : "receiver") + " only";
+      std::set<std::string> all = roles.at("send");
+      all.insert(roles.at("recv").begin(), roles.at("recv").end());
+      if (all.size() != 1) return where + ": the ends' digests differ";
+    }
+  }
+  return "";
 }
 
 std::string fileDigest(const std::string& path) {

@@ -15,6 +15,12 @@ constexpr const char* kResultSchema = "slowpipe.result/1";
 nlohmann::json summarizeSteps(const nlohmann::json& steps, const nlohmann::json& evals);
 // Host, cores, compiler, libtorch version, git commit of the source tree.
 nlohmann::json environmentInfo(const std::string& torchVersion);
+// Sender and receiver codec states after a run, from every rank's "done" record (codec_state[rank]:
+// fwd/bwd sender/receiver digests, dp_digests {pair key: {"send"|"recv": digest}}): "" when every
+// pipeline link (both directions) and every DP codec pair was reported by both of its ends with
+// equal digests, else what differs or is missing. A key reported by one end only is a failure: a
+// check that passes when an end is silent cannot fail.
+std::string codecStatesProblem(const nlohmann::json& codecState, int stages, int replicas);
 // Reads a JSON file; a missing or malformed file is std::invalid_argument "<what> '<path>' cannot
 // be read" / "... is not valid JSON: <parser message>".
 nlohmann::json readJsonFile(const std::string& path, const std::string& what);

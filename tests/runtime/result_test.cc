@@ -1,0 +1,145 @@
+// result.json's writer on a full disk, the codec-state check, the inputs a spec loads and the
+// build's provenance (runtime/result.h). Torch-free.
+#include "runtime/result.h"
+
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "compression/strict_int.h"
+#include "runtime/dp.h"
+#include "slowpipe_provenance.h"
+
+namespace slowpipe::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A 16 KiB tmpfs of this test's own (root only; skipped elsewhere), unmounted at the end.
+class SmallDisk : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("slowpipe-small-disk-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=16k") != 0) GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
+    mounted_ = true;
+  }
+  void TearDown() override {
+    if (mounted_) umount(dir_.c_str());
+    fs::remove_all(dir_);
+  }
+  static json big(size_t kib) { return {{"status", "running"}, {"blob", std::string(kib << 10, 'x')}}; }
+  fs::path dir_;
+  bool mounted_ = false;
+};
+
+TEST_F(SmallDisk, FailedWriteSaysTheErrnoKeepsTheLastGoodFileAndLeavesNoTmp) {
+  const std::string path = (dir_ / "result.json").string();
+  writeJsonAtomically(path, big(2));
+  try {
+    writeJsonAtomically(path, big(40));
+    FAIL() << "a 40 KiB write to a 16 KiB disk succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("No space left on device (errno 28)"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(json::parse(std::ifstream(path))["blob"].get<std::string>().size(), 2u << 10);
+}
+
+TEST_F(SmallDisk, FinalResultOnAFullDiskIsAShortFailedDocumentNotRunning) {
+  const std::string path = (dir_ / "result.json").string();
+  writeJsonAtomically(path, big(6));
+  std::ofstream(dir_ / "filler") << std::string(7 << 10, 'f');  // the disk is nearly full now
+  json doc = big(40);
+  doc["status"] = "ok";
+  doc["launcher"] = {{"pid", 1}, {"host", "h"}};
+  writeFinalResult(path, doc);
+  const json r = json::parse(std::ifstream(path));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_EQ(r["truncated"], true);
+  EXPECT_NE(r["reason"].get<std::string>().find("No space left on device"), std::string::npos) << r["reason"];
+  EXPECT_EQ(r["launcher"]["pid"], 1);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+json pipelineState(int ranks) {
+  json s = json::object();
+  for (int r = 0; r < ranks; ++r)
+    s[std::to_string(r)] = {{"fwd_sender_digest", 7}, {"fwd_receiver_digest", 7}, {"bwd_sender_digest", 9},
+                            {"bwd_receiver_digest", 9}, {"dp_digests", json::object()}};
+  return s;
+}
+
+// The old check compared digests of whichever end reported one: a pair reported by one end only,
+// or nothing at all, passed.
+TEST(CodecStatesTest, EveryPairMustBeReportedByBothEndsWithEqualDigests) {
+  json s = pipelineState(2);
+  EXPECT_EQ(codecStatesProblem(s, 2, 1), "");
+  s["1"].erase("fwd_receiver_digest");
+  EXPECT_NE(codecStatesProblem(s, 2, 1).find("forward codec state was not reported by both ends"), std::string::npos);
+  s = pipelineState(2);
+  s["0"]["bwd_receiver_digest"] = 10;
+  EXPECT_NE(codecStatesProblem(s, 2, 1).find("backward sender digest 9 != receiver digest 10"), std::string::npos);
+  // Two replicas of one stage: ring all-gather pair ag/c0 sent by replica 0, decoded by both.
+  s = json::object();
+  s["0"] = {{"dp_digests", {{"ag/c0", {{"send", "5"}, {"recv", "5"}}}}}};
+  s["1"] = {{"dp_digests", {{"ag/c0", {{"recv", "5"}}}}}};
+  EXPECT_EQ(codecStatesProblem(s, 1, 2), "");
+  s["1"]["dp_digests"]["ag/c0"]["recv"] = "6";
+  EXPECT_NE(codecStatesProblem(s, 1, 2).find("the ends' digests differ"), std::string::npos);
+  s["1"]["dp_digests"] = {{"rs/1->0", {{"send", "0"}}}};
+  s["0"]["dp_digests"]["ag/c0"]["recv"] = "5";
+  EXPECT_NE(codecStatesProblem(s, 1, 2).find("'rs/1->0': reported by its sender only"), std::string::npos);
+  EXPECT_NE(codecStatesProblem(json::object(), 1, 2).find("no data-parallel codec state was reported"), std::string::npos);
+}
+
+TEST(SpecInputsTest, EveryLoadedFileIsListedWithItsContentDigest) {
+  const fs::path dir = fs::temp_directory_path() / ("slowpipe-inputs-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "lib.so") << "one";
+  std::ofstream(dir / "trace.txt") << "0 1Gbps\n";
+  const json spec = {{"compression", {{"forward", "ef(plugin:path=" + (dir / "lib.so").string() + ",bits=4)"},
+                                      {"backward", "acsgd:bits=2,backing=mmap,path=/tmp/not-an-input"}}},
+                     {"network", {{"links", {{"bandwidth", "1Gbps"},
+                                             {"overrides", {{{"src", 0}, {"dst", 1}, {"trace", (dir / "trace.txt").string()}}}}}}}}};
+  const json a = specInputs(spec);
+  ASSERT_EQ(a.size(), 2u) << a.dump();
+  EXPECT_EQ(a[0]["path"], (dir / "lib.so").string());
+  EXPECT_EQ(a[0]["role"], "compression.forward (plugin)");
+  EXPECT_EQ(a[1]["role"], "network.links.overrides[0].trace");
+  std::ofstream(dir / "lib.so") << "two";  // rebuilt at the same path
+  EXPECT_NE(specInputs(spec)[0]["digest"], a[0]["digest"]);
+  EXPECT_EQ(specInputs(spec)[1]["digest"], a[1]["digest"]);
+  fs::remove_all(dir);
+}
+
+// The commit and dirty flag are the build's, stamped at build time: nothing is read from the
+// source tree (or run: no git on PATH) when a result is written.
+TEST(ProvenanceTest, TheBinaryCarriesItsBuildsCommit) {
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  setenv("PATH", "/nonexistent", 1);
+  const json env = environmentInfo("");
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(env["git_commit"], SLOWPIPE_GIT_COMMIT);
+  EXPECT_EQ(env["git_dirty"], SLOWPIPE_GIT_DIRTY != 0);
+  if (std::string(SLOWPIPE_GIT_COMMIT) != "unknown") EXPECT_EQ(env["git_commit"].get<std::string>().size(), 40u);
+}
+
+TEST(StrictIntTest, OneParserRefusesWhatAnyOfTheThreeRefused) {
+  using compression::parseStrictInt;
+  EXPECT_EQ(parseStrictInt("42"), 42);
+  EXPECT_EQ(parseStrictInt("-7"), -7);
+  for (const char* bad : {"", " 4", "4 ", "4x", "+", "-", "0x10", "1e3", "99999999999999999999"})
+    EXPECT_FALSE(parseStrictInt(bad).has_value()) << "'" << bad << "'";
+  // std::stoll skipped leading spaces: all three copies took "qadam:bits= 4".
+  EXPECT_THROW(parseGradientCompressor("qadam:bits= 4"), std::invalid_argument);
+  EXPECT_THROW(parseGradientCompressor("powersgd:rank=\t2"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace slowpipe::runtime
