@@ -5,6 +5,15 @@
 
 namespace slowpipe::compression {
 
+const char* directionName(Direction d) {
+  switch (d) {
+    case Direction::kForward: return "forward";
+    case Direction::kBackward: return "backward";
+    case Direction::kGradient: return "gradient";
+  }
+  return "?";
+}
+
 uint64_t Codec::maxPayloadBytes(const Shape& shape) const { return 4 * static_cast<uint64_t>(numelOf(shape)) + 4096; }
 
 int64_t numelOf(const Shape& shape) {

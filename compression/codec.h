@@ -31,6 +31,8 @@ enum class CodecId : uint16_t {
   kLowrank = 11, kTorchScript = 12  // the last one: frame.cc accepts ids 1..kTorchScript
 };
 const char* codecName(CodecId id);
+// "forward", "backward", "gradient".
+const char* directionName(Direction d);
 
 // What a codec may know about a message besides its values.
 struct CodecContext {

@@ -1,8 +1,12 @@
 // Codec conformance checks (see conformance.h).
 #include "compression/conformance.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cmath>
@@ -41,7 +45,8 @@ struct Message {
 };
 
 // Message k of a sequence: epoch e, micro-batch m, rows with example ids m*rows .. (m+1)*rows-1.
-Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outliers = false) {
+Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outliers = false,
+                Direction direction = Direction::kForward) {
   Message m;
   m.x = activations(numelOf(shape), seed + 7919 * epoch + 104729 * mb, outliers);
   m.header.shape = shape;
@@ -49,14 +54,21 @@ Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outli
   m.header.microBatch = mb;
   const int64_t rows = shape.empty() ? 1 : shape[0];
   for (int64_t r = 0; r < rows; ++r) m.header.exampleIds.push_back(mb * rows + r);
-  m.ctx.direction = Direction::kForward;
+  m.ctx.direction = direction;
   m.ctx.step = m.header.step;
   m.ctx.epoch = epoch;
   m.ctx.microBatch = mb;
   m.ctx.exampleIds = m.header.exampleIds;
-  m.ctx.key = "fwd/mb" + std::to_string(mb);
+  m.ctx.key = std::string(direction == Direction::kForward ? "fwd" : direction == Direction::kBackward ? "bwd" : "dp") + "/mb" +
+              std::to_string(mb);
+  if (direction == Direction::kGradient) {  // DP chunks carry no example ids
+    m.header.exampleIds.clear();
+    m.ctx.exampleIds.clear();
+  }
   return m;
 }
+
+constexpr Direction kDirections[] = {Direction::kForward, Direction::kBackward, Direction::kGradient};
 
 struct Checks {
   json list = json::array();
@@ -73,41 +85,98 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-// Runs fn in a forked child (or here): "rejected" if it threw, "accepted" if it returned, or the
-// signal that ended it.
+// Runs fn in a forked child (or here): "rejected: <the codec's message>" if it threw, "accepted"
+// if it returned, or the signal that ended it.
 std::string outcome(const std::function<void()>& fn, bool isolate) {
   if (!isolate) {
     try {
       fn();
       return "accepted";
-    } catch (const std::exception&) {
-      return "rejected";
+    } catch (const std::exception& e) {
+      return std::string("rejected: ") + e.what();
     }
   }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("codec check: pipe2() failed: ") + std::strerror(errno));
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("codec check: fork() failed");
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw std::runtime_error(std::string("codec check: fork() failed: ") + std::strerror(errno));
+  }
   // Exit codes of our own, so a child ended by anything else (a sanitizer's report, abort) is not
   // mistaken for an answer.
   constexpr int kRejected = 10, kAccepted = 11;
   if (pid == 0) {
+    close(fds[0]);
     int code = kRejected;
     try {
       fn();
       code = kAccepted;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      const std::string what = std::string(e.what()).substr(0, 400);
+      if (write(fds[1], what.data(), what.size()) < 0) code = kRejected;
     }
     _exit(code);
   }
+  close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    message.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
   int status = 0;
-  waitpid(pid, &status, 0);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (WIFSIGNALED(status)) return "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
   if (!WIFEXITED(status)) return "ended oddly";
-  if (WEXITSTATUS(status) == kRejected) return "rejected";
+  if (WEXITSTATUS(status) == kRejected) return "rejected: " + message;
   if (WEXITSTATUS(status) == kAccepted) return "accepted";
   return "ended with exit status " + std::to_string(WEXITSTATUS(status));
 }
+
+bool rejected(const std::string& outcome) { return outcome.rfind("rejected", 0) == 0; }
+
+// Bytes placed so that they end where a protected page begins: a decoder that reads one byte past
+// its payload touches the page and dies (SIGSEGV), which outcome() reports as a crash. Without
+// isolation (no child to die) the bytes are an ordinary copy.
+class GuardedBytes {
+ public:
+  GuardedBytes(const Bytes& b, bool guard) {
+    if (!guard) {
+      copy_ = b;
+      data_ = copy_.data();
+      return;
+    }
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t dataPages = (b.size() + page - 1) / page;
+    len_ = (dataPages + 1) * page;
+    void* p = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error(std::string("codec check: mmap failed: ") + std::strerror(errno));
+    base_ = static_cast<uint8_t*>(p);
+    if (mprotect(base_ + dataPages * page, page, PROT_NONE) != 0)
+      throw std::runtime_error(std::string("codec check: mprotect failed: ") + std::strerror(errno));
+    data_ = base_ + dataPages * page - b.size();
+    if (!b.empty()) std::memcpy(data_, b.data(), b.size());
+  }
+  ~GuardedBytes() {
+    if (base_) munmap(base_, len_);
+  }
+  GuardedBytes(const GuardedBytes&) = delete;
+  GuardedBytes& operator=(const GuardedBytes&) = delete;
+  const uint8_t* data() const { return data_; }
+
+ private:
+  Bytes copy_;
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t len_ = 0;
+};
 
 double seconds(const std::function<void()>& fn, double minSeconds) {
   using clock = std::chrono::steady_clock;
@@ -141,6 +210,10 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
       Message m = message(shape, epoch, 0, 11);
       try {
         const Bytes f = encodeFrame(*tx, m.x.data(), m.header, m.ctx);
+        size_t at = 0;
+        const uint64_t payload = parseFrame(f.data(), f.size(), &at).payloadBytes, bound = tx->maxPayloadBytes(shape);
+        if (payload > bound)
+          problem = "payload of " + std::to_string(payload) + " bytes exceeds the codec's maxPayloadBytes " + std::to_string(bound);
         std::vector<float> y;
         const FrameHeader h = decodeFrame(*rx, f.data(), f.size(), m.ctx, y);
         if (h.shape != shape || static_cast<int64_t>(y.size()) != numelOf(shape))
@@ -156,15 +229,29 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
     c.add("round_trip " + shapeString(shape), problem.empty(), problem.empty() ? "2 epochs" : problem);
   }
 
-  // Determinism and mirrored state over 3 epochs x 3 micro-batches.
-  {
-    const Shape shape = {4, 9, 33};
+  // Determinism and mirrored state over 3 epochs x 3 micro-batches, in every direction a codec
+  // may serve (forward activations, backward gradients, data-parallel chunks: 1-D, no ids).
+  for (const Direction direction : kDirections) {
+    const Shape shape = direction == Direction::kGradient ? Shape{1188} : Shape{4, 9, 33};
+    const std::string suffix = std::string(" (") + directionName(direction) + ")";
     auto a = make(), b = make(), rx = make();
+    if (direction == Direction::kGradient) {
+      // A codec that needs what DP chunks do not carry (acsgd: example ids) refuses them; it is
+      // then not a dp.codec, which a run says at its start the same way.
+      try {
+        Message m = message(shape, 0, 0, 23, false, direction);
+        auto probe = make();
+        encodeFrame(*probe, m.x.data(), m.header, m.ctx);
+      } catch (const CodecError& e) {
+        c.add("state" + suffix, true, std::string("not a data-parallel codec: ") + e.what());
+        continue;
+      }
+    }
     std::string diverged, digest;
     int messages = 0;
     for (int epoch = 0; epoch < 3; ++epoch)
       for (int mb = 0; mb < 3; ++mb) {
-        Message m = message(shape, epoch, mb, 23);
+        Message m = message(shape, epoch, mb, 23, false, direction);
         const Bytes fa = encodeFrame(*a, m.x.data(), m.header, m.ctx), fb = encodeFrame(*b, m.x.data(), m.header, m.ctx);
         if (fa != fb && diverged.empty())
           diverged = "payloads differ at epoch " + std::to_string(epoch) + ", micro-batch " + std::to_string(mb);
@@ -178,8 +265,8 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
           digest = "sender and receiver digests differ after epoch " + std::to_string(epoch) + ", micro-batch " + std::to_string(mb);
         ++messages;
       }
-    c.add("determinism", diverged.empty(), diverged.empty() ? std::to_string(messages) + " messages, equal payloads" : diverged);
-    c.add("state", digest.empty(),
+    c.add("determinism" + suffix, diverged.empty(), diverged.empty() ? std::to_string(messages) + " messages, equal payloads" : diverged);
+    c.add("state" + suffix, digest.empty(),
           digest.empty() ? std::to_string(messages) + " messages, digests equal (" + (a->stateDigest() ? "stateful" : "stateless") + ")"
                          : digest);
   }
@@ -197,11 +284,12 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
     const FrameHeader h = parseFrame(frame.data(), frame.size(), &at);
     const Bytes payload(frame.begin() + static_cast<std::ptrdiff_t>(at), frame.end());
     auto frameCase = [&](const std::string& name, Bytes damaged) {
+      const GuardedBytes g(damaged, opt.isolate);
       const std::string r = outcome([&] {
         std::vector<float> out;
-        decodeFrame(*rx, damaged.data(), damaged.size(), m1.ctx, out);
+        decodeFrame(*rx, g.data(), damaged.size(), m1.ctx, out);
       }, opt.isolate);
-      c.add("damage " + name, r == "rejected", r);
+      c.add("damage " + name, rejected(r), r);
     };
     frameCase("frame truncated by 1 byte", Bytes(frame.begin(), frame.end() - 1));
     frameCase("frame truncated to half", Bytes(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(frame.size() / 2)));
@@ -214,13 +302,15 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
       flipped[pos] ^= 0x10;
       frameCase("frame bit flip at byte " + std::to_string(pos), flipped);
     }
+    // Each damaged payload ends where a protected page begins: reading past it is a crash, FAIL.
     auto payloadCase = [&](const std::string& name, Bytes damaged, bool mustReject) {
+      const GuardedBytes g(damaged, opt.isolate);
       const std::string r = outcome([&] {
         std::vector<float> out(static_cast<size_t>(numelOf(shape)));
         CodecContext ctx = m1.ctx;
-        rx->decode(damaged.data(), damaged.size(), h.shape, ctx, out.data());
+        rx->decode(g.data(), damaged.size(), h.shape, ctx, out.data());
       }, opt.isolate);
-      c.add("damage " + name, mustReject ? r == "rejected" : r == "rejected" || r == "accepted", r);
+      c.add("damage " + name, mustReject ? rejected(r) : rejected(r) || r == "accepted", r);
     };
     payloadCase("payload truncated by 1 byte", Bytes(payload.begin(), payload.end() - 1), true);
     Bytes longerPayload = payload;

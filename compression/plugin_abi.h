@@ -35,16 +35,17 @@ extern "C" {
 
 #define SLOWPIPE_CODEC_ABI_VERSION 1u
 
-/* What a codec may know about a message besides its values (equal on both ends). */
+/* What a codec may know about a message besides its values: equal on both ends (the encoder's
+ * and the decoder's calls for one message get the same values, the key included). */
 typedef struct slowpipe_codec_context {
-  int32_t direction;           /* 0 forward activations, 1 backward gradients */
+  int32_t direction;           /* 0 forward activations, 1 backward gradients, 2 data-parallel exchange */
   int32_t epoch;
   int64_t step;
   int32_t micro_batch;
   int32_t reserved;
   const int64_t* example_ids;  /* one per index of dim 0 */
   size_t n_example_ids;
-  const char* key;             /* stable tensor name, e.g. "fwd/mb3" (sender side; "" on the receiver) */
+  const char* key;             /* stable tensor name, e.g. "fwd/mb3", "dp/round0/c1" */
 } slowpipe_codec_context;
 
 typedef struct slowpipe_codec slowpipe_codec; /* the plug-in's own state */

@@ -208,6 +208,17 @@ void DpExchange::begin(float* buf, int64_t n, int64_t step, int round, bool exac
   pushed_.clear();
 }
 
+// A DP message's context, the same at its encoder and its decoders: gradients, this step, the
+// message's tag, a key per round and chunk (ef keeps one residual per chunk).
+compression::CodecContext DpExchange::context(int chunk, int tag) const {
+  compression::CodecContext ctx;
+  ctx.direction = compression::Direction::kGradient;
+  ctx.step = step_;
+  ctx.microBatch = tag;
+  ctx.key = "dp/round" + std::to_string(round_) + "/c" + std::to_string(chunk);
+  return ctx;
+}
+
 zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x, int peer) {
   compression::FrameHeader h;
   h.kind = MessageKind::kParamGradient;
@@ -216,11 +227,7 @@ zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const
   h.src = opt_.rank;
   h.dst = peer;
   h.shape = {chunkLen(chunk)};
-  compression::CodecContext ctx;
-  ctx.direction = compression::Direction::kForward;
-  ctx.step = step_;
-  ctx.microBatch = h.microBatch;
-  ctx.key = "dp/round" + std::to_string(round_) + "/c" + std::to_string(chunk);
+  const compression::CodecContext ctx = context(chunk, h.microBatch);
   const double t0 = emulator::monotonicNow();
   auto* frame = new Bytes(compression::encodeFrame(c, x, h, ctx));
   stats_.encodeS += emulator::monotonicNow() - t0;
@@ -265,8 +272,10 @@ zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
 
 void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add) {
   const double t0 = emulator::monotonicNow();
-  compression::CodecContext ctx;
-  compression::decodeFrame(c, static_cast<const uint8_t*>(frame.data()), frame.size(), ctx, tmp_);
+  size_t at = 0;
+  const auto* bytes = static_cast<const uint8_t*>(frame.data());
+  const compression::FrameHeader h = compression::parseFrame(bytes, frame.size(), &at);
+  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), tmp_);
   float* dst = buf_ + chunkBegin(chunk);
   const int64_t len = chunkLen(chunk);
   if (add)

@@ -79,6 +79,17 @@ void StageTransport::connect(const std::string& prevFromNext, const std::string&
   if (opt_.stage + 1 < opt_.stages) make(next_, nextFromPrev, opt_.stage + 1, opt_.forwardCodec, opt_.backwardCodec, "fwd", "bwd");
 }
 
+// The context of one pipeline message, built alike by its sender and its receiver.
+compression::CodecContext messageContext(bool forward, int64_t step, int epoch, int mb) {
+  compression::CodecContext ctx;
+  ctx.direction = forward ? compression::Direction::kForward : compression::Direction::kBackward;
+  ctx.step = step;
+  ctx.epoch = epoch;
+  ctx.microBatch = mb;
+  ctx.key = std::string(forward ? "fwd" : "bwd") + "/mb" + std::to_string(mb);
+  return ctx;
+}
+
 void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch, int mb, const float* data,
                           const compression::Shape& shape, const std::vector<int64_t>& exampleIds) {
   Peer& p = toNext ? next_ : prev_;
@@ -91,13 +102,8 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
   h.dst = toNext ? nextRank_ : prevRank_;
   h.shape = shape;
   h.exampleIds = exampleIds;
-  compression::CodecContext ctx;
-  ctx.direction = toNext ? compression::Direction::kForward : compression::Direction::kBackward;
-  ctx.step = step;
-  ctx.epoch = epoch;
-  ctx.microBatch = mb;
+  compression::CodecContext ctx = messageContext(toNext, step, epoch, mb);
   ctx.exampleIds = exampleIds;
-  ctx.key = std::string(toNext ? "fwd" : "bwd") + "/mb" + std::to_string(mb);
   const double t0 = emulator::monotonicNow();
   compression::Bytes* frame = nullptr;
   try {
@@ -144,8 +150,9 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
                              " micro-batch " + std::to_string(mb) + ", got " + kindName(h.kind) + " step " +
                              std::to_string(h.step) + " micro-batch " + std::to_string(h.microBatch));
   Tensor32 t;
-  compression::CodecContext ctx;
-  ctx.epoch = epoch;
+  // What arrives from the previous stage travelled forward: the sender's context, field by field
+  // (decodeParsedFrame adds the header's example ids).
+  const compression::CodecContext ctx = messageContext(fromPrev, step, epoch, mb);
   compression::decodeParsedFrame(isPlain(kind) ? *p.plainDecoder : *p.decoder, h, bytes, at, ctx, t.data);
   t.shape = h.shape;
   t.exampleIds = h.exampleIds;

@@ -74,6 +74,10 @@ struct TransportOptions {
   int prevRank = -1, nextRank = -1;
 };
 
+// The codec context of one pipeline message (direction, step, epoch, micro-batch, key): its sender
+// and its receiver both build it here, so a codec sees the same context at both ends.
+compression::CodecContext messageContext(bool forward, int64_t step, int epoch, int mb);
+
 class StageTransport {
  public:
   StageTransport(zmq::context_t& ctx, TransportOptions opt);

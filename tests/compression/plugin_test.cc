@@ -62,6 +62,21 @@ TEST(PluginTest, CodecCheckSurvivesACrashingPluginAndNamesIt) {
   // The second codec was still checked, and passed.
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 }
+
+// A decoder that reads past a truncated payload passed while the payload sat in a heap buffer (the
+// bytes after it were readable): placed against a protected page it crashes, and the check fails
+// naming the case. Rejected rows show the codec's own message.
+TEST(PluginTest, CodecCheckFailsADecoderThatReadsPastItsPayload) {
+  const auto r = emulator::runCommand({SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + OOB_PLUGIN});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL damage payload truncated by 1 byte"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("crashed (signal 11)"), std::string::npos) << r.output;
+  const auto good = emulator::runCommand({SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + GOOD_PLUGIN});
+  EXPECT_EQ(good.status, 0) << good.output;
+  EXPECT_NE(good.output.find("rejected: codec plugin"), std::string::npos) << good.output;
+  EXPECT_NE(good.output.find("(int8): payload of 1191 bytes, expected 1192"), std::string::npos) << good.output;
+  EXPECT_NE(good.output.find("state (gradient)"), std::string::npos) << good.output;
+}
 #endif
 
 }  // namespace

@@ -3,6 +3,9 @@
  *                    state (messages seen and the sum of their example ids) in state_digest
  *   PLUGIN_BAD_ABI   the same table claiming ABI version 99
  *   PLUGIN_CRASH     decode dereferences NULL (a plug-in with a bug: the check must survive it)
+ *   PLUGIN_OOB       the scale travels after the values and decode checks only for payloads
+ *                    that are too long: a truncated payload makes it read past its end (a bug
+ *                    the check must catch: the payload ends at a protected page there)
  * Parameters: "clip=C" (values beyond +-C are clipped before scaling; default: no clip). */
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +16,7 @@
 
 struct slowpipe_codec {
   double clip;
-  uint64_t messages, idSum;
+  uint64_t messages, idSum, ctxSum;
 };
 
 static int64_t numel(const int64_t* shape, int ndim) {
@@ -56,9 +59,15 @@ static size_t maxPayload(const slowpipe_codec* c, const int64_t* shape, int ndim
   return 4 + (size_t)numel(shape, ndim);
 }
 
+/* The mirrored state folds in the whole context, so a context that differs between the ends
+ * (direction, epoch, step, micro-batch, key) makes the digests differ. */
 static void see(slowpipe_codec* c, const slowpipe_codec_context* ctx) {
   c->messages++;
   for (size_t i = 0; i < ctx->n_example_ids; ++i) c->idSum += (uint64_t)ctx->example_ids[i];
+  uint64_t h = (uint64_t)ctx->direction * 7u + (uint64_t)(uint32_t)ctx->epoch * 131u + (uint64_t)ctx->step * 1009u +
+               (uint64_t)(uint32_t)ctx->micro_batch * 17u;
+  for (const char* k = ctx->key ? ctx->key : ""; *k; ++k) h = h * 31u + (uint8_t)*k;
+  c->ctxSum = c->ctxSum * 1000003u + h;
 }
 
 static int64_t encode(slowpipe_codec* c, const float* x, const int64_t* shape, int ndim, const slowpipe_codec_context* ctx,
@@ -75,12 +84,18 @@ static int64_t encode(slowpipe_codec* c, const float* x, const int64_t* shape, i
     if (v > m) m = v;
   }
   const float scale = m > 0 ? m / 127.0f : 1.0f;
+#ifdef PLUGIN_OOB
+  uint8_t* values = out;
+  memcpy(out + n, &scale, 4);
+#else
+  uint8_t* values = out + 4;
   memcpy(out, &scale, 4);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     if (c->clip > 0) v = v > c->clip ? (float)c->clip : (v < -c->clip ? (float)-c->clip : v);
     long q = lrintf(v / scale);
-    out[4 + i] = (uint8_t)(int8_t)(q > 127 ? 127 : (q < -127 ? -127 : q));
+    values[i] = (uint8_t)(int8_t)(q > 127 ? 127 : (q < -127 ? -127 : q));
   }
   see(c, ctx);
   return 4 + n;
@@ -93,22 +108,33 @@ static int decode(slowpipe_codec* c, const uint8_t* payload, size_t size, const 
   *null = (int)size;
 #endif
   const int64_t n = numel(shape, ndim);
+#ifdef PLUGIN_OOB
+  if (size > (size_t)(4 + n)) {  /* the bug: a short payload is not refused */
+    snprintf(err, errLen, "payload of %zu bytes, more than %lld", size, (long long)(4 + n));
+    return 1;
+  }
+  float scale;
+  memcpy(&scale, payload + n, 4);
+  const uint8_t* values = payload;
+#else
   if (size != (size_t)(4 + n)) {
     snprintf(err, errLen, "payload of %zu bytes, expected %lld", size, (long long)(4 + n));
     return 1;
   }
   float scale;
   memcpy(&scale, payload, 4);
+  const uint8_t* values = payload + 4;
+#endif
   if (!isfinite(scale) || scale <= 0) {
     snprintf(err, errLen, "scale %g is not a positive number", (double)scale);
     return 1;
   }
-  for (int64_t i = 0; i < n; ++i) out[i] = scale * (float)(int8_t)payload[4 + i];
+  for (int64_t i = 0; i < n; ++i) out[i] = scale * (float)(int8_t)values[i];
   see(c, ctx);
   return 0;
 }
 
-static uint64_t stateDigest(const slowpipe_codec* c) { return c->messages * 1000003u + c->idSum; }
+static uint64_t stateDigest(const slowpipe_codec* c) { return c->messages * 1000003u + c->idSum + c->ctxSum * 7919u; }
 
 static const slowpipe_codec_api kApi = {
 #ifdef PLUGIN_BAD_ABI
