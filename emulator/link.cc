@@ -159,6 +159,13 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   auto num = [&](const char* key, bool bandwidth) {
     const auto& v = j.at(key);
     const std::string field = where + "." + key;
+    // "bandwidth": 50 (what `--set network.links.bandwidth=50` makes) has no unit: 50 bit/s was
+    // taken and the run sat silent. A bare number is accepted only where the key names its unit.
+    const std::string k = key;
+    if (v.is_number() && (k == "bandwidth" || k == "latency" || k == "jitter"))
+      throw std::invalid_argument(field + ": " + v.dump() + " has no unit; write it with one, e.g. \"" + v.dump() +
+                                  (bandwidth ? "Mbps\" (or bandwidth_bps: " : "ms\" (or " + k + "_s: ") + v.dump() +
+                                  (bandwidth ? " for bit/s)" : " for seconds)"));
     if (v.is_number()) {
       if (v.get<double>() < 0 || (bandwidth && v.get<double>() == 0))
         throw std::invalid_argument(field + ": " + v.dump() + " must be " + (bandwidth ? "> 0" : ">= 0"));

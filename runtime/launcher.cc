@@ -241,7 +241,19 @@ class Launcher {
           c.messageBytes = std::max<uint64_t>(c.messageBytes, 64 << 10);
           c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
           c.probes = 30;
-          seen[key] = emulator::calibrateLink(c);
+          const std::string name = "link " + std::to_string(src) + "->" + std::to_string(dst) + " (" + l.describe() + ")";
+          // A time limit up front: at a mistyped rate (50 bit/s) the bulk alone would take days.
+          const double expectS = 8.0 * static_cast<double>(c.messageBytes) * c.messages / l.bandwidthBps + 2 * l.latencyS;
+          if (expectS > kCalibrationLimitS)
+            throw std::invalid_argument("calibrating " + name + ": " + std::to_string(c.messages) + " messages of " +
+                                        std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
+                                        " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
+                                        " s limit; is the bandwidth's unit right?");
+          try {
+            seen[key] = emulator::calibrateLink(c);
+          } catch (const std::exception& e) {
+            throw std::runtime_error("calibrating " + name + ": " + e.what());
+          }
         }
         entry["calibration"] = seen[key];
         const double err = seen[key].value("rate_error", 0.0);
@@ -923,6 +935,7 @@ class Launcher {
     if (badFirst_.size() < 20) badFirst_.push_back({{"socket", socket}, {"problem", problem}});
   }
 
+  static constexpr double kCalibrationLimitS = 120;  // the longest a link's calibration may take
   static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
   static constexpr double kStallS = 2.5;   // external: a coordinator loop gap this long means it did not run
   static constexpr double kHeartbeatWriteS = 5.0;  // result.json's heartbeat, at least this often

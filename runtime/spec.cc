@@ -1,6 +1,9 @@
 // RunSpec JSON reading and validation.
 #include "runtime/spec.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <set>
@@ -89,6 +92,53 @@ class Fields {
 
 void positive(const std::string& field, double v) {
   if (!(v > 0)) fail(field, std::to_string(v) + " must be > 0");
+}
+
+}  // namespace
+
+namespace {
+
+// serial_fifo models rate and latency (one inbound FIFO per rank): a jitter, loss or trace it would
+// silently ignore is refused, naming the field.
+void refuseForSerialFifo(const json& links, const std::string& where) {
+  auto check = [](const json& link, const std::string& at) {
+    if (!link.is_object()) return;
+    for (const char* k : {"jitter", "jitter_s", "loss", "trace"}) {
+      if (!link.contains(k)) continue;
+      const json& v = link[k];
+      const bool zero = (v.is_number() && v.get<double>() == 0) || (v.is_string() && (v == "0ms" || v == "0s" || v == "0us"));
+      if (!zero)
+        throw std::invalid_argument(at + "." + k + ": " + v.dump() + " with network.model serial_fifo, which models rate and "
+                                    "latency only; jitter, loss and traces need network.model pipelined");
+    }
+  };
+  check(links, where);
+  if (links.is_object() && links.contains("links") && links["links"].is_array())
+    for (size_t i = 0; i < links["links"].size(); ++i) check(links["links"][i], where + ".links[" + std::to_string(i) + "]");
+}
+
+// Layers are bounded, and a run's model with its gradients and AdamW state (16 bytes a parameter)
+// must fit in this machine's memory: out-of-range sizes are refused before any process starts
+// (model.layers = 100000000 made the workers allocate without bound). The simulator runs any
+// size: it allocates nothing per parameter.
+void checkModelFits(const RunSpec& s, const std::string& where, bool simulation) {
+  constexpr int kMaxLayers = 4096;
+  if (s.model.layers > kMaxLayers)
+    throw std::invalid_argument(where + ".model.layers: " + std::to_string(s.model.layers) + " is beyond " +
+                                std::to_string(kMaxLayers) + ", the most layers accepted");
+  if (simulation) return;
+  const double C = s.model.width;
+  const double params = 2.0 * s.model.vocab * C + s.model.seqLen * C + s.model.layers * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  const double need = 16.0 * params * s.pipeline.replicas;
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > have) {
+    char text[256];
+    std::snprintf(text, sizeof text, "%.4g parameters x %d replica(s) need %.3g GiB for weights, gradients and AdamW state "
+                  "(16 bytes a parameter); this machine has %.3g GiB", params, s.pipeline.replicas, need / (1 << 30),
+                  have / (1 << 30));
+    throw std::invalid_argument(where + ".model: layers " + std::to_string(s.model.layers) + " x width " +
+                                std::to_string(s.model.width) + ": " + text);
+  }
 }
 
 }  // namespace
@@ -225,6 +275,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
                                  "' shapes with the kernel");
     if (const json* l = f.raw("links")) s.network.links = *l;
     emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
+    if (s.network.model == "serial_fifo") refuseForSerialFifo(s.network.links, where + ".network.links");
     if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
       s.network.dpLinks = *l;
       emulator::topologyFromJson(s.network.dpLinks, where + ".network.dp_links");
@@ -292,6 +343,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
       fail(where + ".runtime.device", "'" + d + "' with pipeline.replicas = " + std::to_string(s.pipeline.replicas) +
                                           ": data parallelism runs on CPU stages only so far");
   }
+  checkModelFits(s, where, simulation);
   if (s.pipeline.stages > s.model.layers)
     fail(where + ".pipeline.stages", std::to_string(s.pipeline.stages) + " stages for " +
                                          std::to_string(s.model.layers) + " layers; expected stages <= model.layers");

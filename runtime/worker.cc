@@ -31,6 +31,22 @@
 namespace slowpipe::runtime {
 namespace {
 
+// The validation set in micro-batches of at most `b` examples, the last one partial: a set
+// smaller than one micro-batch is still evaluated (it was skipped, and 0/0 reported).
+std::vector<std::vector<int64_t>> evalBatches(int64_t n, int b) {
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t at = 0; at < n; at += b) {
+    out.emplace_back();
+    for (int64_t i = at; i < std::min<int64_t>(n, at + b); ++i) out.back().push_back(i);
+  }
+  return out;
+}
+
+// Mean loss per token; null when nothing was evaluated (no validation examples), never NaN.
+nlohmann::json meanLoss(double lossSum, int64_t tokens) {
+  return tokens > 0 ? nlohmann::json(lossSum / static_cast<double>(tokens)) : nlohmann::json(nullptr);
+}
+
 using compression::MessageKind;
 using nlohmann::json;
 
@@ -355,14 +371,12 @@ class PipelineWorker {
   static int normTag(Action::Message m) { return m == Action::Message::kNormPartial ? -1 : -2; }
 
   void evaluate(int epoch, int64_t g) {
-    const int b = spec_.pipeline.microBatchSize;
-    const int64_t batches = plan_.val.size() / b;
+    const auto batches = evalBatches(plan_.val.size(), spec_.pipeline.microBatchSize);
     double lossSum = 0;
     int64_t tokens = 0;
     const double t0 = now();
-    for (int64_t k = 0; k < batches; ++k) {
-      std::vector<int64_t> idx(b);
-      for (int i = 0; i < b; ++i) idx[i] = k * b + i;
+    for (int64_t k = 0; k < static_cast<int64_t>(batches.size()); ++k) {
+      const std::vector<int64_t>& idx = batches[k];
       torch::Tensor inputs, tgt;
       std::vector<int64_t> mbIds;
       makeBatch(plan_.val, idx, spec_.model.seqLen, &inputs, &tgt, &mbIds);
@@ -381,7 +395,7 @@ class PipelineWorker {
     if (!runner_.first()) sendScalar(false, g, epoch, -3, 0.0);
     transport_->takeStats();  // evaluation traffic is not training traffic
     json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
-    if (runner_.last()) r["val_loss"] = lossSum / static_cast<double>(tokens);
+    if (runner_.last()) r["val_loss"] = meanLoss(lossSum, tokens);
     report(r);
   }
 
@@ -754,16 +768,14 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
     if (spec.training.evalEachEpoch) {
       double lossSum = 0;
       int64_t tokens = 0;
-      const int b = spec.pipeline.microBatchSize;
-      for (int64_t k = 0; k < plan.val.size() / b; ++k) {
-        std::vector<int64_t> idx(b), ids;
-        for (int i = 0; i < b; ++i) idx[i] = k * b + i;
+      for (const std::vector<int64_t>& idx : evalBatches(plan.val.size(), spec.pipeline.microBatchSize)) {
+        std::vector<int64_t> ids;
         torch::Tensor in, tgt;
         makeBatch(plan.val, idx, spec.model.seqLen, &in, &tgt, &ids);
         runner.evalForward(in, tgt, &lossSum);
         tokens += tgt.numel();
       }
-      onRecord({{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"val_loss", lossSum / static_cast<double>(tokens)}});
+      onRecord({{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"val_loss", meanLoss(lossSum, tokens)}});
     }
   }
   if (!checkpoint.empty()) saveCheckpoint(runner.model(), checkpoint);
