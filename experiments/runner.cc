@@ -14,6 +14,7 @@
 #include "experiments/summary.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
+#include "runtime/progress.h"
 #include "runtime/result.h"
 #include "runtime/worker.h"
 #include "simulator/simulate.h"
@@ -75,14 +76,18 @@ std::string pretrain(const SweepSpec& spec, const fs::path& out) {
   json log = json::array();
   const double t0 = emulator::monotonicNow();
   const std::string tmp = ckpt.string() + ".tmp";  // a pretraining cut short leaves no base.pt
+  runtime::ProgressLine line;
   runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
     log.push_back(r);
-    if (r["type"] == "step" && r["step"].get<int64_t>() % 10 == 0)
-      std::fprintf(stderr, "\rpretrain step %lld loss %.4f (%.0fs)   ", static_cast<long long>(r["step"].get<int64_t>()),
-                   r["loss"].get<double>(), emulator::monotonicNow() - t0);
+    if (r["type"] == "step" && r["step"].get<int64_t>() % 10 == 0) {
+      char text[128];
+      std::snprintf(text, sizeof text, "pretrain step %lld loss %.4f (%.0fs)", static_cast<long long>(r["step"].get<int64_t>()),
+                    r["loss"].get<double>(), emulator::monotonicNow() - t0);
+      line.update(text);
+    }
   }, tmp);
   fs::rename(tmp, ckpt);
-  std::fprintf(stderr, "\n");
+  line.finish();
   runtime::writeJsonAtomically((out / "pretrain_log.json").string(), log);
   return ckpt.string();
 }

@@ -23,6 +23,7 @@
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
 #include "runtime/dp.h"
+#include "runtime/progress.h"
 #include "runtime/ranks.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
@@ -101,9 +102,17 @@ std::string recordProblem(const json& rec) {
   return "";
 }
 
+// Exit statuses of a worker's child side before exec (spawn()).
+constexpr int kExitNoPin = 124, kExitNoLog = 125, kExitNoExec = 127;
+
 std::string describeExit(int status) {
   if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
-  return "exited with status " + std::to_string(WEXITSTATUS(status));
+  const int code = WEXITSTATUS(status);
+  const char* why = code == kExitNoPin    ? " (could not be pinned to its CPU: sched_setaffinity failed, see its log)"
+                    : code == kExitNoLog  ? " (could not redirect its output to its log: dup2 failed)"
+                    : code == kExitNoExec ? " (the slowpipe binary could not be executed, see its log)"
+                                          : "";
+  return "exited with status " + std::to_string(code) + why;
 }
 
 class Launcher {
@@ -300,16 +309,20 @@ class Launcher {
     }
     const int cpu = r < static_cast<int>(cpus_.size()) ? cpus_[r] : -1;
     if (pid == 0) {
-      dup2(fd, 1);  // dup2 clears O_CLOEXEC on the copies
-      dup2(fd, 2);
+      // Only async-signal-safe calls here; a failure exits with a status describeExit names.
+      if (dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(kExitNoLog);  // dup2 clears O_CLOEXEC on the copies
       if (cpu >= 0) {  // inherited by everything the worker starts (torch's threads too)
         cpu_set_t set;
         CPU_ZERO(&set);
         CPU_SET(cpu, &set);
-        sched_setaffinity(0, sizeof set, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) {
+          dprintf(2, "slowpipe: sched_setaffinity(CPU %d) failed: %s\n", cpu, strerror(errno));
+          _exit(kExitNoPin);
+        }
       }
       execv(opt_.exe.c_str(), argv.data());
-      _exit(127);
+      dprintf(2, "slowpipe: cannot execute '%s': %s\n", opt_.exe.c_str(), strerror(errno));
+      _exit(kExitNoExec);
     }
     close(fd);
     workers_[r].pid = pid;
@@ -865,10 +878,11 @@ class Launcher {
     const int64_t total = totalSteps();
     const double elapsed = now() - start_;
     const double eta = elapsed / (st["step"].get<int64_t>() + 1) * (total - st["step"].get<int64_t>() - 1);
-    std::fprintf(stderr, "\r[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ETA %.0fs   ", spec_.name.c_str(),
-                 static_cast<long long>(st["step"].get<int64_t>() + 1), static_cast<long long>(total),
-                 st["loss"].is_number() ? st["loss"].get<double>() : NAN, st["tokens_per_s"].get<double>(), eta);
-    std::fflush(stderr);
+    char text[256];
+    std::snprintf(text, sizeof text, "[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ETA %.0fs", spec_.name.c_str(),
+                  static_cast<long long>(st["step"].get<int64_t>() + 1), static_cast<long long>(total),
+                  st["loss"].is_number() ? st["loss"].get<double>() : NAN, st["tokens_per_s"].get<double>(), eta);
+    progressLine_.update(text, st["step"].get<int64_t>() + 1 >= total);
   }
 
   int64_t totalSteps() {  // computed once: it reads the token file
@@ -918,7 +932,7 @@ class Launcher {
       for (int r = 0; r < N_; ++r) unlink((peerEp(r).substr(6)).c_str());
       unlink(controlEp_.substr(6).c_str());
     }
-    if (opt_.progress) std::fprintf(stderr, "\n");
+    if (opt_.progress) progressLine_.finish();
   }
 
   json finalDoc() {
@@ -941,6 +955,7 @@ class Launcher {
   static constexpr double kHeartbeatWriteS = 5.0;  // result.json's heartbeat, at least this often
   static constexpr int64_t kRendezvousMaxBytes = 64 << 10;
   static constexpr int64_t kControlMaxBytes = int64_t{256} << 20;
+  ProgressLine progressLine_;
   int64_t badMessages_ = 0;
   json badFirst_ = json::array();
   bool readySent_ = false;

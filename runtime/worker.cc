@@ -438,7 +438,11 @@ void tuneAllocator() {
 }
 
 int runWorker(const WorkerArgs& args) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {  // never outlive the launcher
+    std::fprintf(stderr, "slowpipe worker: prctl(PR_SET_PDEATHSIG) failed: %s; refusing to run a worker that could "
+                 "outlive its launcher\n", std::strerror(errno));
+    return 3;
+  }
   tuneAllocator();
   // The launcher died before prctl took effect: our parent is no longer the pid it told us. (Not
   // getppid() == 1: in a container the launcher itself may be pid 1.)

@@ -4,6 +4,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "runtime/progress.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
 #include "runtime/result.h"
@@ -83,11 +84,19 @@ void addRunCommands(CLI::App& app) {
       runtime::prepareCorpus(s.data);
       s.runtime.threadsPerWorker = static_cast<int>(std::thread::hardware_concurrency());
       json records = json::array();
+      runtime::ProgressLine line;
       runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
         records.push_back(r);
-        if (r["type"] == "eval") std::fprintf(stderr, "\nepoch %d val loss %.4f\n", r["epoch"].get<int>(), r["val_loss"].get<double>());
-        else std::fprintf(stderr, "\rstep %lld loss %.4f   ", static_cast<long long>(r["step"].get<int64_t>()), r["loss"].get<double>());
+        char text[128];
+        if (r["type"] == "eval") {
+          line.finish();
+          std::fprintf(stderr, "epoch %d val loss %s\n", r["epoch"].get<int>(), r["val_loss"].dump().c_str());
+        } else {
+          std::snprintf(text, sizeof text, "step %lld loss %.4f", static_cast<long long>(r["step"].get<int64_t>()), r["loss"].get<double>());
+          line.update(text);
+        }
       }, *out);
+      line.finish();
       if (!log->empty()) runtime::writeJsonAtomically(*log, records);
       std::printf("\nsaved %s\n", out->c_str());
     });

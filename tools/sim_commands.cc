@@ -2,10 +2,14 @@
 // named GPU) and `slowpipe simulate SPEC --profile P --out DIR`.
 #include <torch/torch.h>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -137,8 +141,16 @@ struct UnitProcess {
 };
 
 UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
+  // Close-on-exec: a child must not inherit the pipes of its siblings (a sibling's stdin kept
+  // open by another child never sees EOF).
   int toChild[2], fromChild[2];
-  if (pipe(toChild) != 0 || pipe(fromChild) != 0) throw std::runtime_error("profile: pipe() failed");
+  if (pipe2(toChild, O_CLOEXEC) != 0) throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(errno));
+  if (pipe2(fromChild, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(toChild[0]);
+    close(toChild[1]);
+    throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(e));
+  }
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<std::string> args = {exe, "profile-unit", "--spec", specPath, "--stage", std::to_string(stage),
                                    "--window", std::to_string(windowS)};
@@ -146,18 +158,59 @@ UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("profile: fork() failed");
-  if (pid == 0) {
-    dup2(toChild[0], 0);
-    dup2(fromChild[1], 1);
+  if (pid < 0) {
+    const int e = errno;
     for (int fd : {toChild[0], toChild[1], fromChild[0], fromChild[1]}) close(fd);
+    throw std::runtime_error(std::string("profile: fork() failed: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    // dup2 clears close-on-exec on the copies; a failure leaves the child nothing to talk over.
+    if (dup2(toChild[0], 0) < 0 || dup2(fromChild[1], 1) < 0) _exit(126);
     execv(exe.c_str(), argv.data());
     _exit(127);
   }
   close(toChild[0]);
   close(fromChild[1]);
-  return {pid, fdopen(toChild[1], "w"), fdopen(fromChild[0], "r")};
+  UnitProcess p{pid, fdopen(toChild[1], "w"), fdopen(fromChild[0], "r")};
+  if (!p.in || !p.out) {
+    const int e = errno;
+    if (p.in) fclose(p.in); else close(toChild[1]);
+    if (p.out) fclose(p.out); else close(fromChild[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    throw std::runtime_error(std::string("profile: fdopen() failed: ") + std::strerror(e));
+  }
+  return p;
 }
+
+// The host-speed children of one measurement: killed and reaped however it ends, and SIGPIPE
+// ignored meanwhile, so a child that died makes a write fail with EPIPE (an error naming its
+// stage) instead of killing the CLI.
+class UnitGroup {
+ public:
+  UnitGroup() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &saved_);
+  }
+  ~UnitGroup() {
+    for (auto& p : ps) {
+      if (p.in) fclose(p.in);
+      if (p.out) fclose(p.out);
+      if (p.pid > 0) {
+        kill(p.pid, SIGKILL);
+        waitpid(p.pid, nullptr, 0);
+      }
+    }
+    sigaction(SIGPIPE, &saved_, nullptr);
+  }
+  UnitGroup(const UnitGroup&) = delete;
+  UnitGroup& operator=(const UnitGroup&) = delete;
+  std::vector<UnitProcess> ps;
+
+ private:
+  struct sigaction saved_ {};
+};
 
 // Speed of a stage while n stages compute at once on this host (n = 1..stages), relative to
 // computing alone. The workers of an emulated run are processes, so this is measured with
@@ -172,26 +225,30 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
                                 ("slowpipe-profile-" + std::to_string(getpid()) + ".json")).string();
   runtime::writeJsonAtomically(specPath, runJson);
   auto rates = [&](int n, int first) {
-    std::vector<UnitProcess> ps;
+    UnitGroup g;
+    auto& ps = g.ps;
+    auto failed = [&](int i, const std::string& what) {
+      return std::runtime_error("profile: the host-speed process for stage " + std::to_string((first + i) % stages) + " " + what);
+    };
     for (int i = 0; i < n; ++i) ps.push_back(spawnUnit(specPath, (first + i) % stages, windowS));
     std::vector<double> out(n, -1);
     char line[128];
-    for (auto& p : ps)  // each says "ready" once its runner is built and warm
-      if (!fgets(line, sizeof line, p.out)) p.pid = -p.pid;
+    for (int i = 0; i < n; ++i)  // each says "ready" once its runner is built and warm
+      if (!fgets(line, sizeof line, ps[i].out)) throw failed(i, "exited before it was ready");
     const double start = emulator::monotonicNow() + 0.05;
-    for (auto& p : ps) {
-      std::fprintf(p.in, "%.9f\n", start);
-      std::fflush(p.in);
-    }
+    for (int i = 0; i < n; ++i)
+      if (std::fprintf(ps[i].in, "%.9f\n", start) < 0 || std::fflush(ps[i].in) != 0)
+        throw failed(i, std::string("could not be released: ") + std::strerror(errno));
     for (int i = 0; i < n; ++i) {
-      if (ps[i].pid > 0 && fgets(line, sizeof line, ps[i].out)) out[i] = std::atof(line);
+      if (fgets(line, sizeof line, ps[i].out)) out[i] = std::atof(line);
       fclose(ps[i].in);
       fclose(ps[i].out);
+      ps[i].in = ps[i].out = nullptr;
       int status = 0;
-      waitpid(ps[i].pid > 0 ? ps[i].pid : -ps[i].pid, &status, 0);
+      waitpid(ps[i].pid, &status, 0);
+      ps[i].pid = -1;
       if (out[i] <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        throw std::runtime_error("profile: the host-speed process for stage " + std::to_string((first + i) % stages) +
-                                 " failed (exit status " + std::to_string(status) + ")");
+        throw failed(i, "failed (exit status " + std::to_string(status) + ")");
     }
     return out;
   };

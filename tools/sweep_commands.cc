@@ -8,11 +8,22 @@
 #include "experiments/runner.h"
 #include "tools/commands.h"
 
-#ifndef SLOWPIPE_SOURCE_DIR
-#define SLOWPIPE_SOURCE_DIR "."
-#endif
 
 namespace slowpipe::tools {
+
+namespace {
+
+// A script the CLI runs, found relative to this binary: <bin>/share/slowpipe/NAME in the build
+// tree, <prefix>/share/slowpipe/NAME once installed (<prefix>/bin/slowpipe).
+std::string installedScript(const std::string& name) {
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  for (const auto& dir : {exe / "share" / "slowpipe", exe.parent_path() / "share" / "slowpipe"})
+    if (std::filesystem::exists(dir / name)) return (dir / name).string();
+  throw std::runtime_error(name + " is not installed beside " + exe.string() + " (looked in " + (exe / "share/slowpipe").string() +
+                           " and " + (exe.parent_path() / "share/slowpipe").string() + "): reinstall slowpipe");
+}
+
+}  // namespace
 
 void addSweepCommands(CLI::App& app) {
   {
@@ -66,7 +77,7 @@ void addSweepCommands(CLI::App& app) {
     auto* cmd = app.add_subcommand("plot", "figures (PNG + SVG) of a sweep folder, with matplotlib");
     cmd->add_option("dir", *dir, "sweep output folder")->required();
     cmd->callback([dir] {
-      const std::string script = std::string(SLOWPIPE_SOURCE_DIR) + "/tools/plot.py";
+      const std::string script = installedScript("plot.py");
       // Debian's interpreter, which has python3-matplotlib (a python3 earlier on PATH may not).
       const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
       const auto r = emulator::runCommand({python, script, *dir});
