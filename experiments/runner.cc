@@ -47,9 +47,10 @@ std::string hex(uint64_t v) {
 
 // A result as it stands: one left "running" by a launcher that is gone (pid on this host) is failed.
 json settled(json r) {
-  if (r.is_object() && r.value("status", "") == "running" && effectiveStatus(r) == "failed") {
+  std::string why;
+  if (r.is_object() && r.value("status", "") == "running" && runtime::resultStatus(r, &why) == "failed") {
     r["status"] = "failed";
-    r["reason"] = "launcher (pid " + std::to_string(r["launcher"].value("pid", 0)) + ") is gone";
+    r["reason"] = why;
   }
   return r;
 }
@@ -114,16 +115,7 @@ std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& ide
 
 }  // namespace
 
-std::string effectiveStatus(const json& r) {
-  if (!r.is_object()) return "missing";
-  const std::string st = r.value("status", "unknown");
-  if (st != "running") return st;
-  const json l = r.value("launcher", json::object());
-  const int pid = l.value("pid", 0);
-  if (l.value("host", "") != runtime::hostName()) return "running";  // cannot tell from here
-  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return "failed";
-  return "running";
-}
+std::string effectiveStatus(const json& r) { return runtime::resultStatus(r); }
 
 std::string fileDigest(const std::string& path) { return runtime::fileDigest(path); }
 

@@ -2,9 +2,11 @@
 #include "runtime/result.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <cstdio>
@@ -183,6 +185,32 @@ json readJsonFile(const std::string& path, const std::string& what) {
   } catch (const json::parse_error& e) {
     throw std::invalid_argument(what + " '" + path + "' is not valid JSON: " + e.what());
   }
+}
+
+std::string resultStatus(const json& r, std::string* why) {
+  if (!r.is_object()) return "missing";
+  const std::string st = r.value("status", "unknown");
+  if (st != "running") return st;
+  const json l = r.contains("launcher") && r["launcher"].is_object() ? r["launcher"] : json::object();
+  const int pid = l.contains("pid") && l["pid"].is_number_integer() ? l["pid"].get<int>() : 0;
+  const std::string host = l.contains("host") && l["host"].is_string() ? l["host"].get<std::string>() : "";
+  if (host == hostName()) {
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      if (why) *why = "its writer (pid " + std::to_string(pid) + " on this host) is gone";
+      return "failed";
+    }
+    return "running";
+  }
+  if (l.contains("heartbeat_unix_s") && l["heartbeat_unix_s"].is_number()) {
+    const double age = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                       l["heartbeat_unix_s"].get<double>();
+    if (age > kStaleHeartbeatS) {
+      if (why) *why = "its writer (pid " + std::to_string(pid) + " on " + host + ") wrote no heartbeat for " +
+                      std::to_string(static_cast<int64_t>(age)) + " s";
+      return "failed";
+    }
+  }
+  return "running";  // cannot tell from here
 }
 
 std::string hostName() {

@@ -30,6 +30,13 @@ std::string fileDigest(const std::string& path);
 // bandwidth trace), each {"path", "role", "digest"}: rebuilding a plug-in at the same path changes
 // a digest, so a sweep's resume sees another experiment. `spec` is the resolved spec's JSON.
 nlohmann::json specInputs(const nlohmann::json& spec);
+// The status a result document stands for, and why when it differs from its "status": a
+// "running" result whose writer is gone is "failed" (nothing can write after a kill -9): on the
+// writer's host when its pid no longer exists, elsewhere when its heartbeat (launcher.heartbeat_unix_s,
+// rewritten at least every 5 s while a run is alive) is older than kStaleHeartbeatS. Anything
+// unreadable is "missing".
+constexpr double kStaleHeartbeatS = 60;
+std::string resultStatus(const nlohmann::json& result, std::string* why = nullptr);
 // This machine's host name (recorded with a launcher's pid: a pid means something on its host only).
 std::string hostName();
 // Writes `doc` to path via a temporary file and rename, so readers never see a partial file.
