@@ -11,7 +11,9 @@
 #include <map>
 
 #include "emulator/shaped_socket.h"
+#include "compression/codec.h"
 #include "runtime/rendezvous.h"
+#include "runtime/result.h"
 #include "runtime/security.h"
 #include "tests/runtime/pipeline_fixture.h"
 
@@ -258,6 +260,169 @@ TEST_F(MultiHostTest, WrongSecretFailsTheRendezvousWithAClearMessage) {
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("1 of 2 ranks joined the rendezvous"), std::string::npos) << r["reason"];
   EXPECT_NE(r["reason"].get<std::string>().find("missing: 1"), std::string::npos) << r["reason"];
+  // Its handshakes were refused before ZAP (another server key): counted now, by kind.
+  EXPECT_GE(r["refused_connections"]["count"].get<int>(), 1) << r["refused_connections"].dump();
+  EXPECT_TRUE(r["refused_connections"]["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)"))
+      << r["refused_connections"].dump();
+}
+
+// Waits until rank 0's result.json has `steps` steps (true) or 60 s passed (false).
+bool waitForSteps(const fs::path& result, size_t steps) {
+  for (int i = 0; i < 600; ++i) {
+    usleep(100000);
+    try {
+      if (json::parse(std::ifstream(result))["steps"].size() >= steps) return true;
+    } catch (const std::exception&) {
+    }
+  }
+  return false;
+}
+
+// One request on the rendezvous by a holder of the secret; the reply, or null when none came in 3 s.
+json askRendezvous(int port, const std::string& secret, const std::string& text) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::req);
+  s.set(zmq::sockopt::linger, 0);
+  makeCurveClient(s, curveKeyPairFromSecret(secret, "rendezvous/client"), curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
+  s.connect("tcp://127.0.0.1:" + std::to_string(port));
+  s.send(zmq::buffer(text), zmq::send_flags::none);
+  zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, std::chrono::milliseconds(3000)) == 0) return nullptr;
+  zmq::message_t m;
+  (void)s.recv(m);
+  return json::parse(m.to_string());
+}
+
+// Attacks on a live run's rendezvous: JSON of unexpected shapes from a holder of the secret (they
+// crashed the coordinator: "type_error.306"), a 400 MiB request (it killed a run), a client
+// without CURVE and one with another server key (refused, but counted 0). Each bad request gets
+// an error reply and is counted, every refused handshake is counted by kind, the run ends ok.
+TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndTheRunGoesOn) {
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 200;  // ~10 s: the run is alive through the attacks
+  const std::string secret = "a shared secret of this test run";
+  const int port = freePort();
+  const auto pids = startWorkers(2, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-attack").string(), "--out", (root_ / "mh-attack").string()}, "mh-attack");
+  ASSERT_TRUE(waitForSteps(root_ / "mh-attack" / "result.json", 1)) << "the run made no progress";
+  for (const std::string bad : {"[1,2,3]", "{\"type\": 5}", "{\"type\": \"join\", \"rank\": \"x\", \"size\": 2}", "not json"}) {
+    const json reply = askRendezvous(port, secret, bad);
+    ASSERT_TRUE(reply.is_object()) << "no reply to " << bad;
+    EXPECT_NE(reply.value("error", "").find("bad request"), std::string::npos) << bad << " -> " << reply.dump();
+  }
+  {
+    zmq::context_t ctx(1);
+    zmq::socket_t big(ctx, zmq::socket_type::req), plain(ctx, zmq::socket_type::req), other(ctx, zmq::socket_type::req);
+    for (auto* s : {&big, &plain, &other}) s->set(zmq::sockopt::linger, 0);
+    makeCurveClient(big, curveKeyPairFromSecret(secret, "rendezvous/client"), curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
+    makeCurveClient(other, newCurveKeyPair(), newCurveKeyPair().publicKey);  // random keys, another server key
+    for (auto* s : {&big, &plain, &other}) s->connect("tcp://127.0.0.1:" + std::to_string(port));
+    big.send(zmq::message_t(std::string(400u << 20, 'x')), zmq::send_flags::none);
+    plain.send(zmq::buffer(std::string("{\"type\": \"time\"}")), zmq::send_flags::none);
+    other.send(zmq::buffer(std::string("{\"type\": \"time\"}")), zmq::send_flags::none);
+    zmq::pollitem_t items[] = {{static_cast<void*>(plain), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(other), 0, ZMQ_POLLIN, 0}};
+    EXPECT_EQ(zmq::poll(items, 2, std::chrono::milliseconds(3000)), 0) << "a client without the secret got an answer";
+  }
+  EXPECT_EQ(waitpid(pids[0], nullptr, WNOHANG), 0) << "the run ended before the attacks did";
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-attack" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["bad_messages"]["count"], 4) << r["bad_messages"].dump();
+  const json& refused = r["refused_connections"];
+  EXPECT_GE(refused["count"].get<int>(), 2) << refused.dump();
+  EXPECT_TRUE(refused["by_kind"].contains("not CURVE (mechanism mismatch, e.g. a NULL client)")) << refused.dump();
+  EXPECT_TRUE(refused["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)")) << refused.dump();
+}
+
+// kill -STOP of rank 0 (the coordinator's process) for 10 s: the other rank gives up after 5 s,
+// and rank 0, once continued, notices its own stall and writes a failed result saying so (it was
+// left "running" for ever: the watchdog exited first).
+TEST_F(MultiHostTest, StoppedCoordinatorWritesAFailedResultWithTheReason) {
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 0;
+  const int port = freePort();
+  const auto pids = startWorkers(2, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-stop").string(), "--out", (root_ / "mh-stop").string()}, "mh-stop");
+  ASSERT_TRUE(waitForSteps(root_ / "mh-stop" / "result.json", 2)) << "the run made no progress";
+  kill(pids[0], SIGSTOP);
+  sleep(10);
+  kill(pids[0], SIGCONT);
+  for (pid_t p : pids) EXPECT_NE(waitFor(p, 30), -1);
+  const json r = json::parse(std::ifstream(root_ / "mh-stop" / "result.json"));
+  EXPECT_EQ(r["status"], "failed") << r.dump().substr(0, 300);
+  EXPECT_NE(r.value("reason", "").find("did not run for"), std::string::npos) << r.value("reason", "");
+}
+
+// kill -9 of rank 0: nothing can write a final status, so the next reader (on this host: the pid
+// is gone) sees the run as failed; the result carries the writer's pid, host and heartbeat.
+TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 0;
+  const int port = freePort();
+  const auto pids = startWorkers(2, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-kill0").string(), "--out", (root_ / "mh-kill0").string()}, "mh-kill0");
+  ASSERT_TRUE(waitForSteps(root_ / "mh-kill0" / "result.json", 2)) << "the run made no progress";
+  kill(pids[0], SIGKILL);
+  waitpid(pids[0], nullptr, 0);
+  EXPECT_NE(waitFor(pids[1], 15), -1);
+  const json r = json::parse(std::ifstream(root_ / "mh-kill0" / "result.json"));
+  ASSERT_EQ(r["status"], "running");
+  EXPECT_EQ(r["launcher"]["pid"], pids[0]);
+  EXPECT_TRUE(r["launcher"]["heartbeat_unix_s"].is_number());
+  std::string why;
+  EXPECT_EQ(resultStatus(r, &why), "failed");
+  EXPECT_NE(why.find("is gone"), std::string::npos) << why;
+  json elsewhere = r;  // read on another host: the heartbeat decides
+  elsewhere["launcher"]["host"] = "another-host";
+  EXPECT_EQ(resultStatus(elsewhere), "running");
+  elsewhere["launcher"]["heartbeat_unix_s"] = r["launcher"]["heartbeat_unix_s"].get<double>() - 2 * kStaleHeartbeatS;
+  EXPECT_EQ(resultStatus(elsewhere, &why), "failed");
+  EXPECT_NE(why.find("wrote no heartbeat"), std::string::npos) << why;
+}
+
+// Ranks started with different world sizes: the coordinator says why the odd one was refused.
+TEST_F(MultiHostTest, WorldSizeMismatchSaysWhyTheRankWasRefused) {
+  const json spec = baseSpec(2, "gpipe");
+  const int port = freePort();
+  const auto pids = startWorkers(2, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", r == 0 ? "2" : "3"}, {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-size").string(), "--out", (root_ / "mh-size").string(), "--join-timeout", "6"}, "mh-size");
+  for (pid_t p : pids) EXPECT_NE(waitFor(p, 40), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-size" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r.value("reason", "").find("missing: 1 (refused: rank 1 was started with world size 3; this run has 2 workers"),
+            std::string::npos) << r.value("reason", "");
+}
+
+// Codecs whose payload exceeds fp32 (topk keeping 90%: index + value per kept entry; lowrank with
+// a PCA basis on a DP chunk: the basis travels) under the CURVE sockets' ZMQ_MAXMSGSIZE, which
+// came from "fp32 + 64 KiB" and dropped their connections (the run died by timeout, no reason).
+TEST_F(MultiHostTest, CodecsLargerThanFp32PassTheMessageLimit) {
+  json spec = baseSpec(2, "gpipe");
+  spec["model"] = {{"seq_len", 32}, {"layers", 2}, {"width", 256}, {"heads", 4}, {"seed", 3}};
+  spec["pipeline"]["micro_batch_size"] = 4;
+  spec["pipeline"]["replicas"] = 2;
+  spec["training"]["max_steps"] = 3;
+  spec["compression"] = {{"forward", "topk:ratio=0.9"}, {"backward", "none"}};
+  spec["dp"] = {{"codec", "lowrank:rank=4,basis=pca"}};
+  const RunSpec rs = runSpecFromJson(spec);
+  ASSERT_GT(compression::makeCodec("topk:ratio=0.9")->maxPayloadBytes({4, 32, 256}), 4u * 4 * 32 * 256 + (64u << 10));
+  const int port = freePort();
+  const auto pids = startWorkers(4, [&](int r) {
+    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  }, {"--spec", writeSpec(spec, "mh-big").string(), "--out", (root_ / "mh-big").string()}, "mh-big");
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-big" / "result.json"));
+  EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["steps"].size(), 3u);
+  EXPECT_EQ(r["codec_states_match"], true);
 }
 
 // A rank killed mid-run: the coordinator names it, every other rank stops within 5 s, the steps
