@@ -161,7 +161,7 @@ class Launcher {
   // The last write of result.json (short form on a full disk); 1 when even that failed.
   int writeResult(int rc) {
     try {
-      writeFinalResult(resultPath_, finalDoc());
+      if (!writeFinalResult(resultPath_, finalDoc())) return 1;  // the short form: status "failed"
     } catch (const std::exception& e) {
       std::fprintf(stderr, "slowpipe: %s\n", e.what());
       return 1;

@@ -272,10 +272,10 @@ void writeJsonAtomically(const std::string& path, const json& doc) {
   }
 }
 
-void writeFinalResult(const std::string& path, json doc) {
+bool writeFinalResult(const std::string& path, json doc) {
   try {
     writeJsonAtomically(path, doc);
-    return;
+    return true;
   } catch (const std::exception& e) {
     // The full document does not fit (a full disk): the status and the reason matter most. A
     // small document in its place, through a temporary file, then in place as the last resort
@@ -287,7 +287,7 @@ void writeFinalResult(const std::string& path, json doc) {
     std::fprintf(stderr, "slowpipe: %s\n", why.c_str());
     try {
       writeJsonAtomically(path, small);
-      return;
+      return false;
     } catch (const std::exception&) {
     }
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -295,6 +295,7 @@ void writeFinalResult(const std::string& path, json doc) {
     const int err = errno;
     if (fd >= 0 && ::close(fd) != 0 && ok) throw std::runtime_error("cannot write '" + path + "': " + errnoText(errno));
     if (!ok) throw std::runtime_error("cannot write '" + path + "' even in short form: " + errnoText(err));
+    return false;
   }
 }
 

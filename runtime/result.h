@@ -45,7 +45,8 @@ std::string hostName();
 void writeJsonAtomically(const std::string& path, const nlohmann::json& doc);
 // A run's last write: writeJsonAtomically, and when that fails (a full disk) a short document with
 // status "failed", the reason and "truncated": true, in place if need be, so that no reader finds
-// "running" for a run that ended. Throws only when even that cannot be written.
-void writeFinalResult(const std::string& path, nlohmann::json doc);
+// "running" for a run that ended. Returns false when it wrote the short form; throws only when
+// even that cannot be written.
+bool writeFinalResult(const std::string& path, nlohmann::json doc);
 
 }  // namespace slowpipe::runtime

@@ -7,6 +7,7 @@
 //  - malformed specs fail before any process starts.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 #include "runtime/launcher.h"
 #include "runtime/worker.h"
 #include "tests/runtime/pipeline_fixture.h"
+
+#include <sys/mount.h>
 
 namespace slowpipe::runtime {
 namespace {
@@ -254,7 +257,7 @@ TEST_F(PipelineTest, WorkerWithoutItsLauncherExits) {
 // The environment (git commit and dirty flag) is captured once per run, before any step: the first
 // version ran `git rev-parse` and `git status` after every step, forking inside the timed part.
 // A `git` earlier on PATH counts the calls.
-TEST_F(PipelineTest, GitRunsOncePerRunNotPerStep) {
+TEST_F(PipelineTest, GitNeverRunsDuringARun) {
   const fs::path bin = root_ / "fake-bin", log = root_ / "git-calls.log";
   fs::create_directories(bin);
   {
@@ -272,7 +275,7 @@ TEST_F(PipelineTest, GitRunsOncePerRunNotPerStep) {
   std::ifstream in(log);
   int calls = 0;
   for (std::string line; std::getline(in, line);) ++calls;
-  EXPECT_EQ(calls, 2) << "rev-parse and status, once each";
+  EXPECT_EQ(calls, 0) << "the commit and dirty flag are stamped into the binary at build time";
   EXPECT_TRUE(r["environment"].contains("git_commit"));
 }
 
@@ -296,6 +299,130 @@ TEST_F(PipelineTest, PinCoresRecordsThePlacement) {
   const json r4 = launch(spec, "pinned4");
   ASSERT_EQ(r4["status"], "ok");
   EXPECT_EQ(r4["placement"]["pinned"].get<bool>(), r4["placement"]["cpus_available"].size() >= 4u);
+}
+
+// A launcher that did not read its workers' records before they exited (kill -STOP while they
+// finish): a worker that sent "done" and exited 0 was reported failed before its "done" was read.
+TEST_F(PipelineTest, WorkersThatFinishedWhileTheLauncherWasStoppedEndOk) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 40;
+  json partial;
+  const pid_t launcher = startRun(spec, "stopped-launcher", &partial);
+  ASSERT_GE(partial["steps"].size(), 3u);
+  kill(launcher, SIGSTOP);
+  sleep(4);  // the workers finish, send "done" and exit meanwhile
+  kill(launcher, SIGCONT);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  const json r = json::parse(std::ifstream(root_ / "stopped-launcher" / "result.json"));
+  EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// SIGTERM / SIGINT to `slowpipe run`: the reason names the signal (it said "launcher:
+// Interrupted system call": zmq::poll threw on EINTR before the signal was checked).
+TEST_F(PipelineTest, SignalToTheLauncherIsTheReason) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    json spec = baseSpec(2, "gpipe");
+    spec["training"]["max_steps"] = 0;
+    json partial;
+    const std::string tag = "signal-" + std::to_string(sig);
+    const pid_t launcher = startRun(spec, tag, &partial);
+    ASSERT_GE(partial["steps"].size(), 3u);
+    kill(launcher, sig);
+    waitpid(launcher, nullptr, 0);
+    const json r = json::parse(std::ifstream(root_ / tag / "result.json"));
+    EXPECT_EQ(r["status"], "failed");
+    EXPECT_EQ(r.value("reason", ""), "launcher interrupted by signal " + std::to_string(sig)) << r.value("reason", "");
+  }
+}
+
+// --out on a 16 KiB tmpfs: the run fails with the errno, result.json says failed (not "running"),
+// no .tmp is left, no worker outlives it.
+TEST_F(PipelineTest, FullDiskFailsTheRunWithTheErrnoAndLeavesNothingBehind) {
+  const fs::path disk = root_ / "small-disk";
+  fs::create_directories(disk);
+  if (mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=16k") != 0) GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
+  json spec = baseSpec(2, "gpipe");
+  spec["runtime"]["timeline"] = "all";  // a result that outgrows the disk
+  const RunSpec rs = runSpecFromJson(spec);
+  LaunchOptions o;
+  o.outDir = (disk / "run").string();
+  o.exe = SLOWPIPE_BINARY;
+  o.progress = false;
+  o.calibrate = false;
+  EXPECT_NE(launchRun(rs, o), 0);
+  const json r = json::parse(std::ifstream(disk / "run" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r.value("reason", "").find("No space left on device"), std::string::npos) << r.value("reason", "");
+  for (const auto& e : fs::directory_iterator(disk / "run"))
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  for (const auto& w : r.value("workers", json::array())) EXPECT_NE(kill(w["pid"].get<int>(), 0), 0) << "worker left running";
+  umount(disk.c_str());
+}
+
+// A failure before the workers start (spec.json cannot be written: a folder is in its place)
+// leaves a failed result.json with the reason; it threw out of launchRun before.
+TEST_F(PipelineTest, SetupFailureBeforeAnyProcessIsAFailedResult) {
+  const fs::path out = root_ / "setup-fails";
+  fs::create_directories(out / "spec.json" / "in-the-way");
+  const RunSpec rs = runSpecFromJson(baseSpec(2, "gpipe"));
+  LaunchOptions o;
+  o.outDir = out.string();
+  o.exe = SLOWPIPE_BINARY;
+  o.progress = false;
+  int rc = 0;
+  EXPECT_NO_THROW(rc = launchRun(rs, o));
+  EXPECT_NE(rc, 0);
+  const json r = json::parse(std::ifstream(out / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r.value("reason", "").find("spec.json"), std::string::npos) << r.value("reason", "");
+}
+
+// Fewer validation examples than micro_batch_size: evaluated as one partial batch (it was 0/0).
+TEST_F(PipelineTest, ValidationSetSmallerThanAMicroBatchIsEvaluated) {
+  json spec = baseSpec(2, "gpipe");
+  spec["data"]["max_val_examples"] = 1;
+  spec["training"]["eval_each_epoch"] = true;
+  spec["training"]["max_steps"] = 4;
+  const json r = launch(spec, "tiny-val");
+  ASSERT_FALSE(r["evals"].empty());
+  for (const auto& e : r["evals"]) EXPECT_TRUE(e["val_loss"].is_number()) << e.dump();
+}
+
+// A link whose calibration would take days (50 bit/s) fails at once, naming the link.
+TEST_F(PipelineTest, CalibrationHasATimeLimitAndNamesTheLink) {
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "50bps"}, {"latency", "1ms"}};
+  const json r = launch(spec, "slow-calibration", false, true);
+  EXPECT_EQ(r["status"], "failed");
+  EXPECT_NE(r.value("reason", "").find("calibrating link 0->1 (50bps, 1ms)"), std::string::npos) << r.value("reason", "");
+  EXPECT_NE(r.value("reason", "").find("is the bandwidth's unit right?"), std::string::npos) << r.value("reason", "");
+}
+
+// A plug-in whose mirrored state folds in its whole context, on both pipeline directions: the
+// receiver saw direction 0 and no key where the sender saw 1 and "bwd/mbN", so the digests differ.
+TEST_F(PipelineTest, PluginSeesTheSameContextAtBothEnds) {
+  json spec = baseSpec(3, "1f1b");
+  spec["training"]["max_steps"] = 4;
+  spec["compression"] = {{"forward", std::string("plugin:path=") + GOOD_PLUGIN}, {"backward", std::string("plugin:path=") + GOOD_PLUGIN}};
+  const json r = launch(spec, "plugin-context");
+  EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["codec_states_match"], true);
+  EXPECT_NE(r["codec_state"]["1"]["bwd_sender_digest"], 0);
+}
+
+// When stderr is a log, progress comes as whole lines (it was one '\r'-separated giant line).
+TEST_F(PipelineTest, ProgressInALogIsWholeLines) {
+  const fs::path specFile = root_ / "progress.json", log = root_ / "progress.log";
+  std::ofstream(specFile) << baseSpec(2, "gpipe").dump();
+  const std::string cmd = std::string(SLOWPIPE_BINARY) + " run " + specFile.string() + " --out " + (root_ / "progress").string() +
+                          " > " + log.string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_NE(text.find("[t] step 20/20"), std::string::npos) << text;
 }
 
 }  // namespace
