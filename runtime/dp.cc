@@ -270,12 +270,18 @@ zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
   return frame;
 }
 
-void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add) {
-  const double t0 = emulator::monotonicNow();
+// Every DP decode goes through here, with the encoder's context (a push decoded with an empty
+// one made a plug-in's mirrored state differ between the ends).
+void DpExchange::decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk, std::vector<float>& out) {
   size_t at = 0;
   const auto* bytes = static_cast<const uint8_t*>(frame.data());
   const compression::FrameHeader h = compression::parseFrame(bytes, frame.size(), &at);
-  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), tmp_);
+  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), out);
+}
+
+void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add) {
+  const double t0 = emulator::monotonicNow();
+  decodeMessage(c, frame, chunk, tmp_);
   float* dst = buf_ + chunkBegin(chunk);
   const int64_t len = chunkLen(chunk);
   if (add)
@@ -335,8 +341,7 @@ void DpExchange::execute(const Action& a) {
       } else {
         const zmq::message_t f = recvFrame(q, a.message, c);
         const double t0 = emulator::monotonicNow();
-        compression::decodeFrame(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"),
-                                 static_cast<const uint8_t*>(f.data()), f.size(), {}, pushed_[q]);
+        decodeMessage(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f, c, pushed_[q]);
         stats_.decodeS += emulator::monotonicNow() - t0;
         if (++pushes_ == R - 1) aggregateShard();
       }

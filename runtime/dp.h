@@ -122,6 +122,7 @@ class DpExchange {
   // a frame's bytes are never copied on this side (a frame sent to several replicas is shared).
   zmq::message_t encode(compression::Codec& c, Action::Message m, int chunk, const float* x, int peer);
   compression::CodecContext context(int chunk, int tag) const;
+  void decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk, std::vector<float>& out);
   void sendFrame(int peer, zmq::message_t frame);
   void sendShared(int peer, zmq::message_t& frame);  // a reference-counted copy of frame
   zmq::message_t recvFrame(int peer, Action::Message m, int chunk);

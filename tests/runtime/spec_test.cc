@@ -179,5 +179,48 @@ TEST(EpochPlanTest, EachEpochIsAPermutationAndSeedStable) {
   EXPECT_NE(p.microBatch(0, 0, 0), p.microBatch(1, 0, 0));  // reshuffled per epoch
 }
 
+// Out-of-range sizes are refused before any process starts (model.layers = 100000000 passed and
+// the workers allocated without bound); the simulator still takes any size it can replay.
+TEST(SpecTest, ModelSizeIsBoundedByLayersAndThisMachinesMemory) {
+  json j = valid();
+  j["model"]["layers"] = 100000000;
+  EXPECT_NE(errorOf(j).find("spec.model.layers: 100000000 is beyond 4096"), std::string::npos) << errorOf(j);
+  j = valid();
+  j["model"]["layers"] = 4000;
+  j["model"]["width"] = 16384;
+  j["model"]["heads"] = 128;
+  EXPECT_NE(errorOf(j).find("for weights, gradients and AdamW state"), std::string::npos) << errorOf(j);
+  EXPECT_NO_THROW(runSpecFromJson(j, "spec", true));
+}
+
+// serial_fifo ignored jitter, loss and traces without a word: refused now, naming the field.
+TEST(SpecTest, SerialFifoRefusesWhatItDoesNotModel) {
+  json j = valid();
+  j["network"]["model"] = "serial_fifo";
+  EXPECT_EQ(errorOf(j), "");
+  j["network"]["links"]["jitter"] = "2ms";
+  EXPECT_NE(errorOf(j).find("spec.network.links.jitter: \"2ms\" with network.model serial_fifo"), std::string::npos) << errorOf(j);
+  j["network"]["links"].erase("jitter");
+  j["network"]["links"]["links"] = json::parse(R"([{"src": 0, "dst": 1, "loss": 0.01}])");
+  EXPECT_NE(errorOf(j).find("spec.network.links.links[0].loss: 0.01 with network.model serial_fifo"), std::string::npos)
+      << errorOf(j);
+  j["network"]["links"]["links"][0]["loss"] = 0;
+  EXPECT_EQ(errorOf(j), "");
+}
+
+// A bandwidth, latency or jitter without a unit (what `--set network.links.bandwidth=50` makes)
+// was taken as bit/s or seconds: the run sat silent for 10 minutes. Refused as the strings are.
+TEST(SpecTest, UnitlessLinkNumbersAreRefused) {
+  for (const char* key : {"bandwidth", "latency", "jitter"}) {
+    json j = valid();
+    j["network"]["links"][key] = 50;
+    EXPECT_NE(errorOf(j).find(std::string("spec.network.links.") + key + ": 50 has no unit"), std::string::npos) << errorOf(j);
+  }
+  json j = valid();
+  j["network"]["links"].erase("bandwidth");
+  j["network"]["links"]["bandwidth_bps"] = 5e7;  // a number where the key names its unit
+  EXPECT_EQ(errorOf(j), "");
+}
+
 }  // namespace
 }  // namespace slowpipe::runtime
