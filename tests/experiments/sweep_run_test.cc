@@ -127,7 +127,8 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(countOf(r.output, "same experiment complete, skipped"), 5u) << r.output;
   EXPECT_NE(r.output.find(victim + " r1: previous attempt failed: test"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(p0 + " r1: previous attempt failed: launcher"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(p0 + " r1: previous attempt failed: its writer (pid 999999999 on this host) is gone"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find(p2 + " r0: rerun: the point's resolved spec changed"), std::string::npos) << r.output;
   EXPECT_EQ(json::parse(std::ifstream(failedFile))["status"], "ok");
   EXPECT_EQ(json::parse(std::ifstream(staleFile))["status"], "ok");
@@ -300,6 +301,47 @@ TEST(SweepRunTest, PluginCodecSweptWithSet) {
     EXPECT_EQ(run["codec_states_match"], true) << run["codec_state"].dump();
     EXPECT_GT(run["summary"]["compression_ratio"].get<double>(), 3.0) << run["summary"].dump();
   }
+  fs::remove_all(root);
+}
+
+// A plug-in rebuilt at the same path is another experiment: resume printed "same experiment
+// complete, skipped" (the identity held the spec, checkpoint and commit only). The content digest
+// of every file a spec loads is in the identity and in result.json. A point whose spec cannot be
+// built fails alone, with its reason; the sweep goes on (it aborted the sweep).
+TEST(SweepRunTest, RebuiltPluginRerunsAndABadPointFailsAlone) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-plugin-resume-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  sweep.erase("pretrain");
+  sweep["axes"] = json::array({{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}}});
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const fs::path lib = root / "libmine.so";
+  fs::copy_file(GOOD_PLUGIN, lib);
+  const std::string plugin = "compression.forward=plugin:path=" + lib.string();
+  auto sweepOnce = [&] {
+    return slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", (root / "out").string(),
+                                           "--set", plugin});
+  };
+  auto r = sweepOnce();
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json first = json::parse(std::ifstream(root / "out" / "runs" / "bandwidth-1Gbps.r0.json"));
+  ASSERT_EQ(first["inputs"].size(), 1u) << first["inputs"].dump();
+  EXPECT_EQ(first["inputs"][0]["path"], lib.string());
+  r = sweepOnce();
+  EXPECT_NE(r.output.find("same experiment complete, skipped"), std::string::npos) << r.output;
+  std::ofstream(lib, std::ios::app) << "rebuilt";  // the same path, other bytes
+  r = sweepOnce();
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("same experiment complete, skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rerun: a file the spec loads (plug-in, TorchScript module, trace) changed"), std::string::npos) << r.output;
+
+  // One point's setup fails (its run folder's spec.json cannot be written: a folder is there).
+  fs::create_directories(root / "bad" / "runs" / "bandwidth-200Mbps" / "r0" / "spec.json" / "in-the-way");
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", (root / "bad").string()});
+  EXPECT_NE(r.status, 0);
+  const json bad = json::parse(std::ifstream(root / "bad" / "runs" / "bandwidth-200Mbps.r0.json"));
+  EXPECT_EQ(bad["status"], "failed");
+  EXPECT_NE(bad.value("reason", "").find("spec.json"), std::string::npos) << bad.dump();
+  EXPECT_EQ(json::parse(std::ifstream(root / "bad" / "runs" / "bandwidth-1Gbps.r0.json"))["status"], "ok");
   fs::remove_all(root);
 }
 
