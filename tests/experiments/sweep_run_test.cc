@@ -1,6 +1,9 @@
 // Real sweeps through the CLI on a tiny corpus: outputs, resume (complete points skipped, failed
 // ones re-run), and `slowpipe plot` producing non-empty PNG and SVG files.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,6 +345,56 @@ TEST(SweepRunTest, RebuiltPluginRerunsAndABadPointFailsAlone) {
   EXPECT_EQ(bad["status"], "failed");
   EXPECT_NE(bad.value("reason", "").find("spec.json"), std::string::npos) << bad.dump();
   EXPECT_EQ(json::parse(std::ifstream(root / "bad" / "runs" / "bandwidth-1Gbps.r0.json"))["status"], "ok");
+  fs::remove_all(root);
+}
+
+// The pids of `parent`'s children whose command line contains `what`.
+std::vector<pid_t> childrenRunning(pid_t parent, const std::string& what) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(e.path() / "status"), cmd(e.path() / "cmdline");
+    std::string line, cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    pid_t ppid = -1;
+    while (std::getline(status, line))
+      if (line.rfind("PPid:", 0) == 0) ppid = std::stoi(line.substr(5));
+    if (ppid == parent && cmdline.find(what) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// `slowpipe profile` measures host speed with child processes it writes to: one that died made
+// the write raise SIGPIPE, which killed the CLI with no message. Now it is an error naming the
+// stage, and the other children are reaped.
+TEST(SweepRunTest, ProfileSurvivesAHostSpeedChildThatDies) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-profile-child-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  std::ofstream(root / "spec.json") << sweep["base"].dump(2);
+  const fs::path log = root / "profile.log";
+  const pid_t cli = fork();
+  if (cli == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SLOWPIPE_BINARY, "slowpipe", "profile", (root / "spec.json").c_str(), "--out", (root / "p.json").c_str(), "--reps", "1",
+          "--host-window", "2", "--host-reps", "1", nullptr);
+    _exit(127);
+  }
+  bool killed = false;
+  for (int i = 0; i < 3000 && !killed; ++i) {
+    for (pid_t c : childrenRunning(cli, "profile-unit")) killed = kill(c, SIGKILL) == 0 || killed;
+    usleep(5000);
+  }
+  ASSERT_TRUE(killed) << "no profile-unit child appeared";
+  int status = 0;
+  ASSERT_EQ(waitpid(cli, &status, 0), cli);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the CLI was killed by signal " << WTERMSIG(status) << "\n" << text;
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(text.find("the host-speed process for stage"), std::string::npos) << text;
+  EXPECT_TRUE(childrenRunning(cli, "profile-unit").empty());
   fs::remove_all(root);
 }
 
