@@ -21,6 +21,13 @@ build/sdk/bin/slowpipe codec check --quick "plugin:path=$PWD/build/example-rowqu
 # The TorchScript example: written by its Python script, checked by the installed CLI.
 /usr/bin/python3 examples/codecs/torchscript/make_codec.py build/example-rowint8.pt  # Debian's, with python3-torch
 build/sdk/bin/slowpipe codec check --quick "torchscript:path=$PWD/build/example-rowint8.pt,bits=6"
+# The installed package without the source tree: `slowpipe plot` runs the plot.py installed beside
+# the binary (a copy of the package elsewhere, on a copy of a committed sweep folder).
+rm -rf build/sdk-moved build/plot-check
+cp -r build/sdk build/sdk-moved
+mkdir -p build/plot-check && cp -r results/quickstart/summary.json results/quickstart/sweep.json results/quickstart/runs build/plot-check/
+build/sdk-moved/bin/slowpipe plot build/plot-check > /dev/null
+ls build/plot-check/figures/*.png > /dev/null
 # ... and in a real run, as a user sets it: every worker loads the module.
 rm -rf build/example-rowint8-run
 build/sdk/bin/slowpipe run experiments/smoke.json --out build/example-rowint8-run \
