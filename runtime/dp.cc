@@ -150,6 +150,7 @@ DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)
     l.pull = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
     l.pull->set(zmq::sockopt::rcvhwm, 0);
     l.pull->set(zmq::sockopt::linger, 0);
+    l.pull->set(zmq::sockopt::maxmsgsize, opt_.maxMessageBytes);
     if (opt_.security) opt_.security->server(*l.pull, opt_.stage * opt_.replicas + q);
     l.pull->bind("tcp://" + opt_.bindHost + ":*");
     l.receiver = std::make_unique<emulator::ShapedReceiver>(*l.pull, 0, 0, 300 + 1000 * opt_.rank + q);

@@ -81,6 +81,7 @@ struct DpOptions {
   std::string bindHost = "127.0.0.1";
   double recvTimeoutS = 120;
   const SocketSecurity* security = nullptr;  // across hosts: CURVE, see TransportOptions
+  int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the sockets it binds
 };
 
 struct DpStats {

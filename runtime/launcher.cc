@@ -359,12 +359,14 @@ class Launcher {
     zmq::context_t ctx(1);
     controlEp_ = "ipc:///tmp/slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(static_cast<long>(now() * 1000) % 1000000);
     zmq::socket_t control(ctx, zmq::socket_type::pull);
+    control.set(zmq::sockopt::maxmsgsize, kControlMaxBytes);
     control.bind(controlEp_);
     std::vector<std::unique_ptr<zmq::socket_t>> peers;
     for (int r = 0; r < N_; ++r) {
       peers.push_back(std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push));
       peers.back()->set(zmq::sockopt::linger, 0);
       peers.back()->set(zmq::sockopt::sndtimeo, 5000);  // a worker connects before its hello
+      peers.back()->set(zmq::sockopt::maxmsgsize, int64_t{4096});  // a PUSH takes nothing in
       peers.back()->bind(peerEp(r));
     }
     struct sigaction sa {};

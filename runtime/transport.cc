@@ -34,6 +34,7 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     s->set(zmq::sockopt::linger, 0);
   }
   if (opt_.stage > 0) {
+    fromPrev_.set(zmq::sockopt::maxmsgsize, opt_.maxMessageBytes);
     if (opt_.security) opt_.security->server(fromPrev_, opt_.prevRank);
     fromPrev_.bind("tcp://" + opt_.bindPrevHost + ":*");
     fromPrevEp_ = fromPrev_.get(zmq::sockopt::last_endpoint);
@@ -44,6 +45,7 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     }
   }
   if (opt_.stage + 1 < opt_.stages) {
+    fromNext_.set(zmq::sockopt::maxmsgsize, opt_.maxMessageBytes);
     if (opt_.security) opt_.security->server(fromNext_, opt_.nextRank);
     fromNext_.bind("tcp://" + opt_.bindNextHost + ":*");
     fromNextEp_ = fromNext_.get(zmq::sockopt::last_endpoint);

@@ -71,6 +71,8 @@ struct TransportOptions {
   // Runs across hosts: CURVE on every socket, each PULL admitting only its neighbour's key
   // (prevRank / nextRank: the neighbours' ranks). nullptr: plain sockets (one host).
   const SocketSecurity* security = nullptr;
+  // ZMQ_MAXMSGSIZE of the sockets this rank binds (largestFrameBytes; -1: no limit).
+  int64_t maxMessageBytes = -1;
   int prevRank = -1, nextRank = -1;
 };
 

@@ -128,6 +128,7 @@ class PipelineWorker {
     o.bindPrevHost = c.bindPrev;
     o.bindNextHost = c.bindNext;
     o.security = c.security;
+    o.maxMessageBytes = largestFrameBytes(spec);
     o.prevRank = id_.stage > 0 ? layout_.rank({id_.stage - 1, id_.replica}) : -1;
     o.nextRank = id_.stage + 1 < S_ ? layout_.rank({id_.stage + 1, id_.replica}) : -1;
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
@@ -145,6 +146,7 @@ class PipelineWorker {
       d.topology = dpTopology(spec);
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
       d.security = c.security;
+      d.maxMessageBytes = o.maxMessageBytes;
       d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
       sync_ = std::make_unique<GradientSync>(spec, runner_, id_.stage);

@@ -100,6 +100,17 @@ class MultiHostTest : public PipelineTest {
     return pids;
   }
 
+  // n ranks of `spec` started torchrun-style on 127.0.0.1:port, rank 0 writing under root_/tag.
+  std::vector<pid_t> startRun(int n, const json& spec, const std::string& tag, int port,
+                              const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> args = {"--spec", writeSpec(spec, tag).string(), "--out", (root_ / tag).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return startWorkers(n, [&](int r) {
+      return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(n)}, {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", std::to_string(port)}};
+    }, args, tag);
+  }
+
   static std::string readFile(const fs::path& p) {
     std::ifstream in(p);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -122,9 +133,7 @@ TEST_F(MultiHostTest, TorchrunStyleEnvironmentGivesTheLocalLaunchersLosses) {
   const json spec = baseSpec(3, "gpipe");
   const json reference = launch(spec, "mh-ref3");
   const int port = freePort();
-  const auto pids = startWorkers(3, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-torchrun").string(), "--out", (root_ / "mh-torchrun").string()}, "mh-torchrun");
+  const auto pids = startRun(3, spec, "mh-torchrun", port);
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-torchrun" / "result.json"));
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
@@ -216,9 +225,7 @@ TEST_F(MultiHostTest, RogueClientIsRefusedAndTheRunIsUnaffected) {
   json spec = baseSpec(2, "gpipe");
   spec["network"]["links"] = {{"bandwidth", "50Mbps"}, {"latency", "1ms"}};
   const int port = freePort();
-  const auto pids = startWorkers(2, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-rogue").string(), "--out", (root_ / "mh-rogue").string()}, "mh-rogue");
+  const auto pids = startRun(2, spec, "mh-rogue", port);
   {
     zmq::context_t ctx(1);
     zmq::socket_t rogue(ctx, zmq::socket_type::req);
@@ -303,9 +310,7 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
   spec["training"]["max_steps"] = 200;  // ~10 s: the run is alive through the attacks
   const std::string secret = "a shared secret of this test run";
   const int port = freePort();
-  const auto pids = startWorkers(2, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-attack").string(), "--out", (root_ / "mh-attack").string()}, "mh-attack");
+  const auto pids = startRun(2, spec, "mh-attack", port);
   ASSERT_TRUE(waitForSteps(root_ / "mh-attack" / "result.json", 1)) << "the run made no progress";
   for (const std::string bad : {"[1,2,3]", "{\"type\": 5}", "{\"type\": \"join\", \"rank\": \"x\", \"size\": 2}", "not json"}) {
     const json reply = askRendezvous(port, secret, bad);
@@ -344,9 +349,7 @@ TEST_F(MultiHostTest, StoppedCoordinatorWritesAFailedResultWithTheReason) {
   spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
   spec["training"]["max_steps"] = 0;
   const int port = freePort();
-  const auto pids = startWorkers(2, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-stop").string(), "--out", (root_ / "mh-stop").string()}, "mh-stop");
+  const auto pids = startRun(2, spec, "mh-stop", port);
   ASSERT_TRUE(waitForSteps(root_ / "mh-stop" / "result.json", 2)) << "the run made no progress";
   kill(pids[0], SIGSTOP);
   sleep(10);
@@ -364,9 +367,7 @@ TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
   spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
   spec["training"]["max_steps"] = 0;
   const int port = freePort();
-  const auto pids = startWorkers(2, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-kill0").string(), "--out", (root_ / "mh-kill0").string()}, "mh-kill0");
+  const auto pids = startRun(2, spec, "mh-kill0", port);
   ASSERT_TRUE(waitForSteps(root_ / "mh-kill0" / "result.json", 2)) << "the run made no progress";
   kill(pids[0], SIGKILL);
   waitpid(pids[0], nullptr, 0);
@@ -415,9 +416,7 @@ TEST_F(MultiHostTest, CodecsLargerThanFp32PassTheMessageLimit) {
   const RunSpec rs = runSpecFromJson(spec);
   ASSERT_GT(compression::makeCodec("topk:ratio=0.9")->maxPayloadBytes({4, 32, 256}), 4u * 4 * 32 * 256 + (64u << 10));
   const int port = freePort();
-  const auto pids = startWorkers(4, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-big").string(), "--out", (root_ / "mh-big").string()}, "mh-big");
+  const auto pids = startRun(4, spec, "mh-big", port);
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-big" / "result.json"));
   EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
@@ -432,9 +431,7 @@ TEST_F(MultiHostTest, KilledRankStopsEveryRankWithin5Seconds) {
   spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
   spec["training"]["max_steps"] = 0;
   const int port = freePort();
-  const auto pids = startWorkers(3, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-kill").string(), "--out", (root_ / "mh-kill").string()}, "mh-kill");
+  const auto pids = startRun(3, spec, "mh-kill", port);
   json partial;
   for (int i = 0; i < 600; ++i) {
     usleep(100000);
