@@ -203,6 +203,10 @@ class PipelineWorker {
       timeline.push_back({{"what", eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
       if (all) timeline.back()["step"] = e.step;
     }
+    // The run's last record: the worker may exit only once it is on its way (it exited 0 with a
+    // multi-megabyte "done" dropped after the 2 s linger when the launcher did not read for a
+    // while). A launcher that died kills this process (PR_SET_PDEATHSIG; across hosts: the watchdog).
+    control_.set(zmq::sockopt::linger, -1);
     report({{"type", "done"}, {"timeline", timeline}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},

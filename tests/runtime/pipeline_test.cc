@@ -305,12 +305,13 @@ TEST_F(PipelineTest, PinCoresRecordsThePlacement) {
 // finish): a worker that sent "done" and exited 0 was reported failed before its "done" was read.
 TEST_F(PipelineTest, WorkersThatFinishedWhileTheLauncherWasStoppedEndOk) {
   json spec = baseSpec(2, "gpipe");
-  spec["training"]["max_steps"] = 40;
+  spec["training"]["max_steps"] = 300;
+  spec["runtime"]["timeline"] = "all";  // a "done" record of megabytes: still arriving when the exit is seen
   json partial;
   const pid_t launcher = startRun(spec, "stopped-launcher", &partial);
   ASSERT_GE(partial["steps"].size(), 3u);
   kill(launcher, SIGSTOP);
-  sleep(4);  // the workers finish, send "done" and exit meanwhile
+  sleep(8);  // the workers finish, send "done" and exit meanwhile
   kill(launcher, SIGCONT);
   int status = 0;
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
