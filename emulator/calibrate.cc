@@ -48,11 +48,15 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-void configure(zmq::socket_t& s) {
+// maxBytes: ZMQ_MAXMSGSIZE of a socket that binds (the calibration's own messages and envelope).
+void configure(zmq::socket_t& s, int64_t maxBytes = -1) {
   s.set(zmq::sockopt::sndhwm, 0);
   s.set(zmq::sockopt::rcvhwm, 0);
   s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::maxmsgsize, maxBytes);
 }
+
+int64_t messageLimit(uint64_t messageBytes) { return static_cast<int64_t>(messageBytes) + (64 << 10); }
 
 // Receives `count` messages; after the first `bulk` ones, tells the sender (via `done`) to start probes.
 std::vector<Sample> receiveAll(zmq::socket_t& pull, ShapedReceiver& rx, int count, int bulk,
@@ -123,7 +127,7 @@ json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bu
 json calibrateUser(const CalibrationOptions& o) {
   zmq::context_t ctx(2);
   zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
-  configure(pull);
+  configure(pull, messageLimit(o.messageBytes));
   configure(push);
   pull.bind("tcp://127.0.0.1:*");
   push.connect(pull.get(zmq::sockopt::last_endpoint));
@@ -228,7 +232,7 @@ json calibrateKernel(const CalibrationOptions& o) {
   const pid_t rxPid = spawnIn(fabric.nsName(1), [&] {
     zmq::context_t ctx(1);
     zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
-    configure(pull);
+    configure(pull, messageLimit(o.messageBytes));
     configure(done);
     pull.bind(dataEp);
     done.connect(doneEp);
@@ -243,7 +247,7 @@ json calibrateKernel(const CalibrationOptions& o) {
     zmq::context_t ctx(1);
     zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
     configure(push);
-    configure(done);
+    configure(done, 64);
     done.bind(doneEp);
     push.connect(dataEp);
     ShapedSender tx(push, o.link, /*paceRate=*/false);
@@ -296,7 +300,7 @@ json calibrateKernel(const CalibrationOptions& o) {
 double loopbackCeilingBps(uint64_t messageBytes, int messages) {
   zmq::context_t ctx(2);
   zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
-  configure(pull);
+  configure(pull, messageLimit(messageBytes));
   configure(push);
   pull.bind("tcp://127.0.0.1:*");
   push.connect(pull.get(zmq::sockopt::last_endpoint));

@@ -318,7 +318,7 @@ void DpExchange::execute(const Action& a) {
       break;
     case Msg::kDpGather:
       if (send) {
-        if (c == (r + 1) % R) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
+        if (protocol::dpSendsOwnFrame(a, r, R)) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
           if (!own_) {
             float* x = buf_ + chunkBegin(c);
             const float inv = 1.0f / static_cast<float>(R);

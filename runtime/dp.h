@@ -35,6 +35,7 @@
 #include "compression/codec.h"
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/protocol.h"
 #include "runtime/schedule.h"
 #include "runtime/spec.h"
 
@@ -114,8 +115,8 @@ class DpExchange {
     std::unique_ptr<emulator::ShapedSender> sender;
     std::unique_ptr<emulator::ShapedReceiver> receiver;
   };
-  int64_t chunkBegin(int c) const { return n_ * c / opt_.replicas; }
-  int64_t chunkLen(int c) const { return chunkBegin(c + 1) - chunkBegin(c); }
+  int64_t chunkBegin(int c) const { return protocol::dpChunkBegin(n_, c, opt_.replicas); }
+  int64_t chunkLen(int c) const { return protocol::dpChunkValues(n_, c, opt_.replicas); }
   int32_t tag(Action::Message m, int chunk) const;
   compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
                             const std::string& role);

@@ -444,17 +444,17 @@ void tuneAllocator() {
 }
 
 int runWorker(const WorkerArgs& args) {
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {  // never outlive the launcher
-    std::fprintf(stderr, "slowpipe worker: prctl(PR_SET_PDEATHSIG) failed: %s; refusing to run a worker that could "
-                 "outlive its launcher\n", std::strerror(errno));
-    return 3;
-  }
+  const bool orphanGuard = prctl(PR_SET_PDEATHSIG, SIGKILL) == 0;  // never outlive the launcher
+  const int prctlErrno = errno;
   tuneAllocator();
   // The launcher died before prctl took effect: our parent is no longer the pid it told us. (Not
   // getppid() == 1: in a container the launcher itself may be pid 1.)
   if (args.launcherPid > 0 && getppid() != args.launcherPid) return 4;
   zmq::context_t ctx(1);
   try {
+    if (!orphanGuard)  // reported to the launcher like any error (the catch below)
+      throw std::runtime_error(std::string("prctl(PR_SET_PDEATHSIG) failed: ") + std::strerror(prctlErrno) +
+                               "; refusing to run a worker that could outlive its launcher");
     // Everything, setup included, runs inside the try: a failed setup is reported like any error.
     if (!args.netns.empty()) emulator::enterNamespace(args.netns);
     const RunSpec spec = loadRunSpec(args.specPath);

@@ -384,8 +384,7 @@ class Replay {
   }
   // A DP message's chunk: its values (chunk c of the round's buffer, as runtime/dp.h splits it).
   int64_t chunkValues(int i, int chunk) const {
-    const int64_t n = dpValues_[i / R_][ranks_[i].round];
-    return n * (chunk + 1) / R_ - n * chunk / R_;
+    return runtime::protocol::dpChunkValues(dpValues_[i / R_][ranks_[i].round], chunk, R_);
   }
 
   // Wire bytes of the send action `a` of rank i, and its host seconds (encode + transport share).
@@ -405,8 +404,7 @@ class Replay {
       const double raw = 4.0 * static_cast<double>(values);
       bytes = frameBytes(codec, values);
       const CodecCost& c = codecCost(codec);
-      const bool owned = (a.message == Action::Message::kDpGather && a.microBatch == (i % R_ + 1) % R_) ||
-                         a.message == Action::Message::kDpPull;
+      const bool owned = runtime::protocol::dpSendsOwnFrame(a, i % R_, R_);
       if (a.message == Action::Message::kDpReduce || a.message == Action::Message::kDpPush) {
         *seconds = c.encode.at(raw);
       } else if (owned && !st.ownSent) {

@@ -6,6 +6,7 @@
 //  - fault: kill -9 of a worker stops the run within 5 s with status failed and no orphans;
 //  - malformed specs fail before any process starts.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <fcntl.h>
@@ -424,6 +425,29 @@ TEST_F(PipelineTest, ProgressInALogIsWholeLines) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text.find('\r'), std::string::npos);
   EXPECT_NE(text.find("[t] step 20/20"), std::string::npos) << text;
+}
+
+// System calls whose failures went unchecked: made to fail (LD_PRELOAD), each ends the run with
+// a reason that names it. sched_setaffinity in the launcher's child before exec (pin_cores),
+// prctl(PR_SET_PDEATHSIG) in the worker.
+TEST_F(PipelineTest, FailedSystemCallsAreNamedInTheReason) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2) GTEST_SKIP() << "pin_cores needs 2 CPUs";
+  for (const auto& [var, expect] : {std::pair{"SLOWPIPE_FAIL_SETAFFINITY", "could not be pinned to its CPU"},
+                                    std::pair{"SLOWPIPE_FAIL_PRCTL", "prctl(PR_SET_PDEATHSIG) failed: Invalid argument"}}) {
+    json spec = baseSpec(2, "gpipe");
+    spec["runtime"]["pin_cores"] = true;
+    const std::string tag = std::string("syscall-") + var;
+    const fs::path specFile = root_ / (tag + ".json");
+    std::ofstream(specFile) << spec.dump();
+    const std::string cmd = std::string("LD_PRELOAD=") + FAIL_SYSCALLS + " " + var + "=1 " + SLOWPIPE_BINARY + " run " +
+                            specFile.string() + " --out " + (root_ / tag).string() + " > /dev/null 2>&1";
+    EXPECT_NE(std::system(cmd.c_str()), 0);
+    const json r = json::parse(std::ifstream(root_ / tag / "result.json"));
+    EXPECT_EQ(r["status"], "failed");
+    EXPECT_NE(r.value("reason", "").find(expect), std::string::npos) << var << ": " << r.value("reason", "");
+  }
 }
 
 }  // namespace
