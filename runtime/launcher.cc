@@ -433,8 +433,8 @@ class Launcher {
   // Where rank r's neighbours and replicas take its messages (from their hellos).
   json peerTable(int r) {
     const RankId id = layout_.id(r);
-    const int prev = id.stage > 0 ? layout_.rank({id.stage - 1, id.replica}) : -1;
-    const int next = id.stage + 1 < S_ ? layout_.rank({id.stage + 1, id.replica}) : -1;
+    const int prev = protocol::pipelinePeer(layout_, r, Action::Peer::kPrev);
+    const int next = protocol::pipelinePeer(layout_, r, Action::Peer::kNext);
     json table = {{"prev_from_next", prev >= 0 ? hellos_[prev]["from_next"] : json("")},
                   {"next_from_prev", next >= 0 ? hellos_[next]["from_prev"] : json("")},
                   {"prev_rank", prev}, {"next_rank", next}, {"dp_peers", json::object()}};

@@ -6,9 +6,26 @@
 
 #include <cstdint>
 
+#include "runtime/ranks.h"
 #include "runtime/schedule.h"
 
 namespace slowpipe::runtime::protocol {
+
+// The rank a pipeline or DP action of `rank` talks to: the previous / next stage of the same
+// replica, or replica a.replica of the same stage; -1 when that stage does not exist.
+inline int peerRank(const RankLayout& layout, int rank, const Action& a) {
+  const RankId me = layout.id(rank);
+  if (a.isDataParallel()) return layout.rank({me.stage, a.replica});
+  const int stage = a.peer == Action::Peer::kPrev ? me.stage - 1 : me.stage + 1;
+  return stage >= 0 && stage < layout.stages ? layout.rank({stage, me.replica}) : -1;
+}
+
+// The previous / next stage's rank of `rank` (same replica), -1 at the ends of the pipeline.
+inline int pipelinePeer(const RankLayout& layout, int rank, Action::Peer side) {
+  Action a{};
+  a.peer = side;
+  return peerRank(layout, rank, a);
+}
 
 // Chunk c of an n-value round buffer split among R replicas: [c n / R, (c + 1) n / R).
 inline int64_t dpChunkBegin(int64_t n, int c, int replicas) { return n * c / replicas; }

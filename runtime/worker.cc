@@ -129,8 +129,8 @@ class PipelineWorker {
     o.bindNextHost = c.bindNext;
     o.security = c.security;
     o.maxMessageBytes = largestFrameBytes(spec);
-    o.prevRank = id_.stage > 0 ? layout_.rank({id_.stage - 1, id_.replica}) : -1;
-    o.nextRank = id_.stage + 1 < S_ ? layout_.rank({id_.stage + 1, id_.replica}) : -1;
+    o.prevRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kPrev);
+    o.nextRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kNext);
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;

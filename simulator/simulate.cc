@@ -269,10 +269,7 @@ class Replay {
     return true;
   }
 
-  int peerOf(int i, const Action& a) const {
-    if (a.isDataParallel()) return rankOf(i / R_, a.replica);
-    return a.peer == Action::Peer::kPrev ? i - R_ : i + R_;
-  }
+  int peerOf(int i, const Action& a) const { return runtime::protocol::peerRank({S_, R_}, i, a); }
 
   // A waiting rank looks for its message; once it is there its arrival is known (serial_fifo, on
   // pipeline links: billed now, in this receiver's retrieval order, on its one inbound FIFO).

@@ -7,6 +7,9 @@
 #include <deque>
 #include <map>
 
+#include "runtime/protocol.h"
+#include "runtime/ranks.h"
+
 namespace slowpipe::runtime {
 namespace {
 
@@ -87,6 +90,32 @@ TEST(ScheduleTest, EveryShapeCompletesWithFifoOrder) {
         ASSERT_EQ(f, M);
         ASSERT_EQ(b, M);
       }
+}
+
+// The protocol answers who an action talks to and which values a DP chunk holds, for every
+// executor alike (stage-major ranks: rank = stage * replicas + replica).
+TEST(ProtocolTest, PeersAndChunksOfEveryRank) {
+  const RankLayout layout{3, 2};
+  Action prev{}, next{}, dp{};
+  prev.peer = Action::Peer::kPrev;
+  next.peer = Action::Peer::kNext;
+  dp.peer = Action::Peer::kReplica;
+  dp.replica = 0;
+  for (int r = 0; r < layout.size(); ++r) {
+    const RankId id = layout.id(r);
+    EXPECT_EQ(protocol::peerRank(layout, r, prev), id.stage > 0 ? r - 2 : -1) << r;
+    EXPECT_EQ(protocol::peerRank(layout, r, next), id.stage < 2 ? r + 2 : -1) << r;
+    EXPECT_EQ(protocol::peerRank(layout, r, dp), id.stage * 2) << r;
+  }
+  int64_t total = 0;
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(protocol::dpChunkBegin(10, c, 3), total);
+    total += protocol::dpChunkValues(10, c, 3);
+  }
+  EXPECT_EQ(total, 10);
+  EXPECT_EQ(protocol::dpChunkValues(10, 0, 3), 3);
+  EXPECT_EQ(protocol::dpChunkValues(10, 2, 3), 4);
+  EXPECT_EQ(protocol::dpOwnedChunk(2, 3), 0);
 }
 
 }  // namespace
