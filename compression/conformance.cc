@@ -68,6 +68,8 @@ Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outli
   return m;
 }
 
+using MakeCodec = std::function<std::unique_ptr<Codec>()>;
+
 constexpr Direction kDirections[] = {Direction::kForward, Direction::kBackward, Direction::kGradient};
 
 struct Checks {
@@ -117,7 +119,7 @@ std::string outcome(const std::function<void()>& fn, bool isolate) {
       code = kAccepted;
     } catch (const std::exception& e) {
       const std::string what = std::string(e.what()).substr(0, 400);
-      if (write(fds[1], what.data(), what.size()) < 0) code = kRejected;
+      (void)!write(fds[1], what.data(), what.size());  // best effort: the exit code is the answer
     }
     _exit(code);
   }
@@ -194,15 +196,9 @@ double seconds(const std::function<void()>& fn, double minSeconds) {
   return t[t.size() / 2];
 }
 
-}  // namespace
-
-json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const ConformanceOptions& opt) {
-  Checks c;
-  json figures = json::object();
-  const std::string spec = make()->spec();
+// Round trip: shapes of rank 1-4 with odd sizes, first sighting then a second epoch.
+void roundTrips(const MakeCodec& make, Checks& c) {
   const bool lossless = make()->id() == CodecId::kNone;
-
-  // Round trip: shapes of rank 1-4 with odd sizes, first sighting then a second epoch.
   for (const Shape& shape : std::vector<Shape>{{7}, {3, 5}, {3, 5, 7}, {3, 5, 7, 9}, {1, 1, 1, 1}, {5, 33, 129}}) {
     auto tx = make(), rx = make();
     std::string problem;
@@ -228,9 +224,11 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
     }
     c.add("round_trip " + shapeString(shape), problem.empty(), problem.empty() ? "2 epochs" : problem);
   }
+}
 
-  // Determinism and mirrored state over 3 epochs x 3 micro-batches, in every direction a codec
-  // may serve (forward activations, backward gradients, data-parallel chunks: 1-D, no ids).
+// Determinism and mirrored state over 3 epochs x 3 micro-batches, in every direction a codec
+// may serve (forward activations, backward gradients, data-parallel chunks: 1-D, no ids).
+void stateInEveryDirection(const MakeCodec& make, Checks& c) {
   for (const Direction direction : kDirections) {
     const Shape shape = direction == Direction::kGradient ? Shape{1188} : Shape{4, 9, 33};
     const std::string suffix = std::string(" (") + directionName(direction) + ")";
@@ -270,139 +268,151 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
           digest.empty() ? std::to_string(messages) + " messages, digests equal (" + (a->stateDigest() ? "stateful" : "stateless") + ")"
                          : digest);
   }
+}
 
-  // Damage: frames and payloads of an epoch-1 message, decoded by a receiver that saw epoch 0.
-  {
-    const Shape shape = {4, 9, 33};
-    auto tx = make(), rx = make();
-    Message m0 = message(shape, 0, 0, 31), m1 = message(shape, 1, 0, 37);
-    const Bytes f0 = encodeFrame(*tx, m0.x.data(), m0.header, m0.ctx);
-    std::vector<float> y;
-    decodeFrame(*rx, f0.data(), f0.size(), m0.ctx, y);
-    const Bytes frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx);
-    size_t at = 0;
-    const FrameHeader h = parseFrame(frame.data(), frame.size(), &at);
-    const Bytes payload(frame.begin() + static_cast<std::ptrdiff_t>(at), frame.end());
-    auto frameCase = [&](const std::string& name, Bytes damaged) {
-      const GuardedBytes g(damaged, opt.isolate);
-      const std::string r = outcome([&] {
-        std::vector<float> out;
-        decodeFrame(*rx, g.data(), damaged.size(), m1.ctx, out);
-      }, opt.isolate);
-      c.add("damage " + name, rejected(r), r);
-    };
-    frameCase("frame truncated by 1 byte", Bytes(frame.begin(), frame.end() - 1));
-    frameCase("frame truncated to half", Bytes(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(frame.size() / 2)));
-    frameCase("frame truncated to its header", Bytes(frame.begin(), frame.begin() + 32));
-    Bytes longer = frame;
-    longer.push_back(0);
-    frameCase("frame extended by 1 byte", longer);
-    for (size_t pos : {size_t{30}, size_t{33}, at + payload.size() / 2, frame.size() - 1}) {
-      Bytes flipped = frame;
-      flipped[pos] ^= 0x10;
-      frameCase("frame bit flip at byte " + std::to_string(pos), flipped);
-    }
-    // Each damaged payload ends where a protected page begins: reading past it is a crash, FAIL.
-    auto payloadCase = [&](const std::string& name, Bytes damaged, bool mustReject) {
-      const GuardedBytes g(damaged, opt.isolate);
-      const std::string r = outcome([&] {
-        std::vector<float> out(static_cast<size_t>(numelOf(shape)));
-        CodecContext ctx = m1.ctx;
-        rx->decode(g.data(), damaged.size(), h.shape, ctx, out.data());
-      }, opt.isolate);
-      c.add("damage " + name, mustReject ? rejected(r) : rejected(r) || r == "accepted", r);
-    };
-    payloadCase("payload truncated by 1 byte", Bytes(payload.begin(), payload.end() - 1), true);
-    Bytes longerPayload = payload;
-    longerPayload.push_back(0);
-    payloadCase("payload extended by 1 byte", longerPayload, true);
-    payloadCase("empty payload", Bytes(), payload.size() > 0);
-    for (size_t pos : {size_t{0}, payload.size() / 2, payload.size() - 1}) {
-      if (payload.empty()) break;
-      Bytes flipped = payload;
-      flipped[pos] ^= 0xFF;
-      payloadCase("payload bit flips at byte " + std::to_string(pos) + " (must not crash)", flipped, false);
-    }
+// Damage: frames and payloads of an epoch-1 message, decoded by a receiver that saw epoch 0.
+void damagedFramesAndPayloads(const MakeCodec& make, const ConformanceOptions& opt, Checks& c) {
+  const Shape shape = {4, 9, 33};
+  auto tx = make(), rx = make();
+  Message m0 = message(shape, 0, 0, 31), m1 = message(shape, 1, 0, 37);
+  const Bytes f0 = encodeFrame(*tx, m0.x.data(), m0.header, m0.ctx);
+  std::vector<float> y;
+  decodeFrame(*rx, f0.data(), f0.size(), m0.ctx, y);
+  const Bytes frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx);
+  size_t at = 0;
+  const FrameHeader h = parseFrame(frame.data(), frame.size(), &at);
+  const Bytes payload(frame.begin() + static_cast<std::ptrdiff_t>(at), frame.end());
+  auto frameCase = [&](const std::string& name, Bytes damaged) {
+    const GuardedBytes g(damaged, opt.isolate);
+    const std::string r = outcome([&] {
+      std::vector<float> out;
+      decodeFrame(*rx, g.data(), damaged.size(), m1.ctx, out);
+    }, opt.isolate);
+    c.add("damage " + name, rejected(r), r);
+  };
+  frameCase("frame truncated by 1 byte", Bytes(frame.begin(), frame.end() - 1));
+  frameCase("frame truncated to half", Bytes(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(frame.size() / 2)));
+  frameCase("frame truncated to its header", Bytes(frame.begin(), frame.begin() + 32));
+  Bytes longer = frame;
+  longer.push_back(0);
+  frameCase("frame extended by 1 byte", longer);
+  for (size_t pos : {size_t{30}, size_t{33}, at + payload.size() / 2, frame.size() - 1}) {
+    Bytes flipped = frame;
+    flipped[pos] ^= 0x10;
+    frameCase("frame bit flip at byte " + std::to_string(pos), flipped);
   }
+  // Each damaged payload ends where a protected page begins: reading past it is a crash, FAIL.
+  auto payloadCase = [&](const std::string& name, Bytes damaged, bool mustReject) {
+    const GuardedBytes g(damaged, opt.isolate);
+    const std::string r = outcome([&] {
+      std::vector<float> out(static_cast<size_t>(numelOf(shape)));
+      CodecContext ctx = m1.ctx;
+      rx->decode(g.data(), damaged.size(), h.shape, ctx, out.data());
+    }, opt.isolate);
+    c.add("damage " + name, mustReject ? rejected(r) : rejected(r) || r == "accepted", r);
+  };
+  payloadCase("payload truncated by 1 byte", Bytes(payload.begin(), payload.end() - 1), true);
+  Bytes longerPayload = payload;
+  longerPayload.push_back(0);
+  payloadCase("payload extended by 1 byte", longerPayload, true);
+  payloadCase("empty payload", Bytes(), payload.size() > 0);
+  for (size_t pos : {size_t{0}, payload.size() / 2, payload.size() - 1}) {
+    if (payload.empty()) break;
+    Bytes flipped = payload;
+    flipped[pos] ^= 0xFF;
+    payloadCase("payload bit flips at byte " + std::to_string(pos) + " (must not crash)", flipped, false);
+  }
+}
 
-  // Error on activations with outliers, in the steady state (second epoch).
-  {
-    const Shape shape = {8, 64, 256};
-    auto tx = make(), rx = make();
-    double maxAbs = 0, num = 0, den = 0;
-    int64_t wire = 0;
-    // The same examples seen again one epoch later: the activations have drifted a little
-    // (x1 = x0 + 0.1 n), as fine-tuning moves them; the figures are of that second message.
-    const Message first = message(shape, 0, 0, 41, true);
-    const std::vector<float> drift = activations(numelOf(shape), 43, false);
-    for (int epoch = 0; epoch < 2; ++epoch) {
-      Message m = message(shape, epoch, 0, 41, true);
-      m.x = first.x;
-      if (epoch == 1)
-        for (size_t i = 0; i < m.x.size(); ++i) m.x[i] += 0.1f * drift[i];
-      const Bytes f = encodeFrame(*tx, m.x.data(), m.header, m.ctx);
-      std::vector<float> y;
-      decodeFrame(*rx, f.data(), f.size(), m.ctx, y);
-      if (epoch == 1) {
-        wire = static_cast<int64_t>(f.size());
-        for (size_t i = 0; i < y.size(); ++i) {
-          const double d = static_cast<double>(y[i]) - m.x[i];
-          maxAbs = std::max(maxAbs, std::abs(d));
-          num += d * d;
-          den += static_cast<double>(m.x[i]) * m.x[i];
-        }
+// Error on activations with outliers, in the steady state (second epoch).
+void errorOnOutliers(const MakeCodec& make, Checks& c, json& figures) {
+  const Shape shape = {8, 64, 256};
+  auto tx = make(), rx = make();
+  double maxAbs = 0, num = 0, den = 0;
+  int64_t wire = 0;
+  // The same examples seen again one epoch later: the activations have drifted a little
+  // (x1 = x0 + 0.1 n), as fine-tuning moves them; the figures are of that second message.
+  const Message first = message(shape, 0, 0, 41, true);
+  const std::vector<float> drift = activations(numelOf(shape), 43, false);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    Message m = message(shape, epoch, 0, 41, true);
+    m.x = first.x;
+    if (epoch == 1)
+      for (size_t i = 0; i < m.x.size(); ++i) m.x[i] += 0.1f * drift[i];
+    const Bytes f = encodeFrame(*tx, m.x.data(), m.header, m.ctx);
+    std::vector<float> y;
+    decodeFrame(*rx, f.data(), f.size(), m.ctx, y);
+    if (epoch == 1) {
+      wire = static_cast<int64_t>(f.size());
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double d = static_cast<double>(y[i]) - m.x[i];
+        maxAbs = std::max(maxAbs, std::abs(d));
+        num += d * d;
+        den += static_cast<double>(m.x[i]) * m.x[i];
       }
     }
-    const double rel = std::sqrt(num / den);
-    figures["error"] = {{"shape", shape}, {"max_abs", maxAbs}, {"rel_l2", rel}, {"frame_bytes", wire},
-                        {"compression_ratio", 4.0 * numelOf(shape) / static_cast<double>(wire)}};
-    const CodecId id = make()->id();
-    const double bound = id == CodecId::kNone ? 0.0 : id == CodecId::kFp16 ? 1e-3 : id == CodecId::kBf16 ? 1e-2 : -1;
-    if (bound >= 0) c.add("error bound", rel <= bound, "relative L2 " + fmt("%.3g", rel) + " (bound " + fmt("%.3g", bound) + ")");
-    else c.add("error finite", std::isfinite(rel), "relative L2 " + fmt("%.3g", rel) + ", max |error| " + fmt("%.3g", maxAbs));
   }
+  const double rel = std::sqrt(num / den);
+  figures["error"] = {{"shape", shape}, {"max_abs", maxAbs}, {"rel_l2", rel}, {"frame_bytes", wire},
+                      {"compression_ratio", 4.0 * numelOf(shape) / static_cast<double>(wire)}};
+  const CodecId id = make()->id();
+  const double bound = id == CodecId::kNone ? 0.0 : id == CodecId::kFp16 ? 1e-3 : id == CodecId::kBf16 ? 1e-2 : -1;
+  if (bound >= 0) c.add("error bound", rel <= bound, "relative L2 " + fmt("%.3g", rel) + " (bound " + fmt("%.3g", bound) + ")");
+  else c.add("error finite", std::isfinite(rel), "relative L2 " + fmt("%.3g", rel) + ", max |error| " + fmt("%.3g", maxAbs));
+}
 
-  // Speed: one thread, steady state, against memcpy of the same bytes in this run.
-  {
-    const int64_t rows = 8, width = 1024, n = std::max<int64_t>(rows * width, opt.speedElements / (rows * width) * rows * width);
-    const Shape shape = {rows, n / (rows * width), width};
-    auto tx = make(), rx = make();
-    Message m0 = message(shape, 0, 0, 53), m1 = message(shape, 1, 0, 59);
-    const Bytes f0 = encodeFrame(*tx, m0.x.data(), m0.header, m0.ctx);
-    std::vector<float> y;
-    decodeFrame(*rx, f0.data(), f0.size(), m0.ctx, y);
-    // Encode and decode in lockstep, each frame decoded once, in order: what a link does, and the
-    // only order in which codecs whose frames depend on the ones before (lowrank:basis=pca) decode.
-    Bytes frame;
-    std::vector<double> encT, decT;
-    double total = 0;
-    for (int i = 0; encT.size() < 3 || total < opt.speedSeconds; ++i) {
-      const auto a = std::chrono::steady_clock::now();
-      frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx);
-      const auto b = std::chrono::steady_clock::now();
-      decodeFrame(*rx, frame.data(), frame.size(), m1.ctx, y);
-      const auto e = std::chrono::steady_clock::now();
-      if (i == 0) continue;  // warm-up
-      encT.push_back(std::chrono::duration<double>(b - a).count());
-      decT.push_back(std::chrono::duration<double>(e - b).count());
-      total += encT.back() + decT.back();
-    }
-    auto median = [](std::vector<double> t) {
-      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-      return t[t.size() / 2];
-    };
-    const double enc = median(encT), dec = median(decT);
-    std::vector<float> dst(m1.x.size());
-    const double cpy = seconds([&] { std::memcpy(dst.data(), m1.x.data(), 4 * m1.x.size()); }, opt.speedSeconds);
-    const double bytes = 4.0 * static_cast<double>(n);
-    figures["speed"] = {{"bytes", bytes}, {"encode_gbps", bytes / enc / 1e9}, {"decode_gbps", bytes / dec / 1e9},
-                        {"memcpy_gbps", bytes / cpy / 1e9}, {"encode_vs_memcpy", cpy / enc}, {"decode_vs_memcpy", cpy / dec}};
-    // A link is sustained when the codec turns activations into frames, and frames back, at least
-    // as fast as the link could carry the activations uncompressed.
-    for (auto [name, bps] : {std::pair{"100Mbps", 1e8}, std::pair{"1Gbps", 1e9}, std::pair{"10Gbps", 1e10}})
-      figures["speed"]["sustains_" + std::string(name)] = bytes / enc >= bps / 8 && bytes / dec >= bps / 8;
+// Speed: one thread, steady state, against memcpy of the same bytes in this run.
+void speedAgainstMemcpy(const MakeCodec& make, const ConformanceOptions& opt, json& figures) {
+  const int64_t rows = 8, width = 1024, n = std::max<int64_t>(rows * width, opt.speedElements / (rows * width) * rows * width);
+  const Shape shape = {rows, n / (rows * width), width};
+  auto tx = make(), rx = make();
+  Message m0 = message(shape, 0, 0, 53), m1 = message(shape, 1, 0, 59);
+  const Bytes f0 = encodeFrame(*tx, m0.x.data(), m0.header, m0.ctx);
+  std::vector<float> y;
+  decodeFrame(*rx, f0.data(), f0.size(), m0.ctx, y);
+  // Encode and decode in lockstep, each frame decoded once, in order: what a link does, and the
+  // only order in which codecs whose frames depend on the ones before (lowrank:basis=pca) decode.
+  Bytes frame;
+  std::vector<double> encT, decT;
+  double total = 0;
+  for (int i = 0; encT.size() < 3 || total < opt.speedSeconds; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx);
+    const auto b = std::chrono::steady_clock::now();
+    decodeFrame(*rx, frame.data(), frame.size(), m1.ctx, y);
+    const auto e = std::chrono::steady_clock::now();
+    if (i == 0) continue;  // warm-up
+    encT.push_back(std::chrono::duration<double>(b - a).count());
+    decT.push_back(std::chrono::duration<double>(e - b).count());
+    total += encT.back() + decT.back();
   }
-  return {{"codec", spec}, {"checks", c.list}, {"figures", figures}, {"ok", c.ok}};
+  auto median = [](std::vector<double> t) {
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    return t[t.size() / 2];
+  };
+  const double enc = median(encT), dec = median(decT);
+  std::vector<float> dst(m1.x.size());
+  const double cpy = seconds([&] { std::memcpy(dst.data(), m1.x.data(), 4 * m1.x.size()); }, opt.speedSeconds);
+  const double bytes = 4.0 * static_cast<double>(n);
+  figures["speed"] = {{"bytes", bytes}, {"encode_gbps", bytes / enc / 1e9}, {"decode_gbps", bytes / dec / 1e9},
+                      {"memcpy_gbps", bytes / cpy / 1e9}, {"encode_vs_memcpy", cpy / enc}, {"decode_vs_memcpy", cpy / dec}};
+  // A link is sustained when the codec turns activations into frames, and frames back, at least
+  // as fast as the link could carry the activations uncompressed.
+  for (auto [name, bps] : {std::pair{"100Mbps", 1e8}, std::pair{"1Gbps", 1e9}, std::pair{"10Gbps", 1e10}})
+    figures["speed"]["sustains_" + std::string(name)] = bytes / enc >= bps / 8 && bytes / dec >= bps / 8;
+}
+
+}  // namespace
+
+json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const ConformanceOptions& opt) {
+  Checks c;
+  json figures = json::object();
+  roundTrips(make, c);
+  stateInEveryDirection(make, c);
+  damagedFramesAndPayloads(make, opt, c);
+  errorOnOutliers(make, c, figures);
+  speedAgainstMemcpy(make, opt, figures);
+  return {{"codec", make()->spec()}, {"checks", c.list}, {"figures", figures}, {"ok", c.ok}};
 }
 
 }  // namespace slowpipe::compression

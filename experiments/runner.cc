@@ -1,10 +1,8 @@
 // runSweep: pretraining, interleaved repeats, resume by experiment identity, summaries.
 #include "experiments/runner.h"
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -97,7 +95,7 @@ std::string pretrain(const SweepSpec& spec, const fs::path& out) {
 std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& identity) {
   const json prev = settled(readOrNull(copy));
   const json live = readOrNull(runDir / "result.json");
-  if (effectiveStatus(live) == "running")
+  if (runtime::resultStatus(live) == "running")
     throw std::runtime_error(runDir.string() + " is being written by a live launcher (pid " +
                              std::to_string(live["launcher"].value("pid", 0)) + "); is another sweep running on this folder?");
   if (!prev.is_object()) {
@@ -115,15 +113,13 @@ std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& ide
 
 }  // namespace
 
-std::string effectiveStatus(const json& r) { return runtime::resultStatus(r); }
 
-std::string fileDigest(const std::string& path) { return runtime::fileDigest(path); }
 
 json runIdentity(const json& pointSpec, const json& build) {
   const std::string dump = pointSpec.dump();
   const std::string ckpt = pointSpec["training"].value("init_checkpoint", "");
   return {{"spec_digest", hex(compression::fnv1a(dump.data(), dump.size()))},
-          {"checkpoint_digest", ckpt.empty() ? "" : fileDigest(ckpt)},
+          {"checkpoint_digest", ckpt.empty() ? "" : runtime::fileDigest(ckpt)},
           {"inputs", runtime::specInputs(pointSpec)},
           {"commit", build.value("git_commit", "unknown")},
           {"dirty", build.value("git_dirty", true)}};

@@ -37,11 +37,6 @@ nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir);
 // summary written.
 nlohmann::json resummarize(const std::string& dir);
 
-// The status a result.json stands for: "running" whose launcher (pid on this host) is gone is
-// "failed"; anything unreadable is "missing".
-std::string effectiveStatus(const nlohmann::json& result);
-// 64-bit FNV-1a of a file's bytes, hex ("" if it cannot be read).
-std::string fileDigest(const std::string& path);
 // What makes two runs the same experiment (see above).
 nlohmann::json runIdentity(const nlohmann::json& pointSpec, const nlohmann::json& build);
 // Why `previous` (a finished copy) does not stand for the experiment `current`; "" if it does.

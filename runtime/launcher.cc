@@ -15,7 +15,6 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <zmq.hpp>
 
 #include "emulator/calibrate.h"
@@ -170,12 +169,11 @@ class Launcher {
   }
 
   // Who writes this result (a reader on the same host tells a dead writer by its pid) and when it
-  // last did (a reader elsewhere tells a dead writer by a stale heartbeat): see effectiveStatus.
+  // last did (a reader elsewhere tells a dead writer by a stale heartbeat): see resultStatus.
   json launcherInfo() const {
     return {{"pid", getpid()}, {"host", hostName()}, {"heartbeat_unix_s", unixNow()}};
   }
 
- private:
   void setupNetwork() {
     const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
     if (geteuid() == 0 && spec_.network.backend == "tc") {
@@ -517,17 +515,19 @@ class Launcher {
       return rc;
     };
     std::map<int, std::string> refusedJoins;  // rank -> why its join was refused
-    double lastLoop = now();
     while (doneCount_ < N_) {
       zmq::pollitem_t items[] = {{static_cast<void*>(control), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv), 0, ZMQ_POLLIN, 0}};
+      const double polled = now();
       pollOrInterrupted(items, 2, 100);
-      // The loop runs every 100 ms; a long gap means this process did not run (SIGSTOP, a
-      // debugger, swap): every rank has given up on its heartbeat meanwhile, so say so first.
-      if (now() - lastLoop > kStallS)
-        return finish(fail("the coordinator (in rank 0's process, pid " + std::to_string(getpid()) + ") did not run for " +
-                           std::to_string(now() - lastLoop).substr(0, 5) + " s (process stopped or starved); the ranks "
-                           "stop after 5 s without its heartbeat"));
-      lastLoop = now();
+      // A 100 ms poll that returned seconds later: this process did not run (SIGSTOP, a debugger,
+      // swap; handling records is not counted), and every rank has given up on its heartbeat
+      // meanwhile, so say so first.
+      if (const double gap = now() - polled; gap > kStallS) {
+        char text[200];
+        std::snprintf(text, sizeof text, "the coordinator (in rank 0's process, pid %d) did not run for %.1f s (process "
+                      "stopped or starved); the ranks stop after 5 s without its heartbeat", static_cast<int>(getpid()), gap);
+        return finish(fail(text));
+      }
       writeHeartbeat();
       if (now() - lastBeat >= 0.5) {
         publish({{"type", "beat"}});
@@ -586,10 +586,8 @@ class Launcher {
             joined = true;
             lastProgress_ = now();
           }
-        } else if (type == "table") {
+        } else {  // "table": requestProblem admits no other type
           tableIds[req["rank"].get<int>()] = id;
-        } else {
-          reply(id, {{"error", "unknown request '" + type + "'"}});
         }
       }
       zmq::message_t m;
@@ -959,7 +957,7 @@ class Launcher {
 
   static constexpr double kCalibrationLimitS = 120;  // the longest a link's calibration may take
   static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
-  static constexpr double kStallS = 2.5;   // external: a coordinator loop gap this long means it did not run
+  static constexpr double kStallS = 2.5;   // external: a 100 ms poll returning this late means it did not run
   static constexpr double kHeartbeatWriteS = 5.0;  // result.json's heartbeat, at least this often
   static constexpr int64_t kRendezvousMaxBytes = 64 << 10;
   static constexpr int64_t kControlMaxBytes = int64_t{256} << 20;

@@ -101,16 +101,14 @@ namespace {
 // serial_fifo models rate and latency (one inbound FIFO per rank): a jitter, loss or trace it would
 // silently ignore is refused, naming the field.
 void refuseForSerialFifo(const json& links, const std::string& where) {
-  auto check = [](const json& link, const std::string& at) {
+  auto check = [](json link, const std::string& at) {  // one link's JSON, read by the link parser itself
     if (!link.is_object()) return;
-    for (const char* k : {"jitter", "jitter_s", "loss", "trace"}) {
-      if (!link.contains(k)) continue;
-      const json& v = link[k];
-      const bool zero = (v.is_number() && v.get<double>() == 0) || (v.is_string() && (v == "0ms" || v == "0s" || v == "0us"));
-      if (!zero)
-        throw std::invalid_argument(at + "." + k + ": " + v.dump() + " with network.model serial_fifo, which models rate and "
-                                    "latency only; jitter, loss and traces need network.model pipelined");
-    }
+    for (const char* k : {"links", "src", "dst"}) link.erase(k);
+    const emulator::LinkSpec l = emulator::linkSpecFromJson(link, at);
+    const char* key = l.jitterS > 0 ? (link.contains("jitter") ? "jitter" : "jitter_s") : l.loss > 0 ? "loss" : !l.trace.empty() ? "trace" : nullptr;
+    if (key)
+      throw std::invalid_argument(at + "." + key + ": " + link[key].dump() + " with network.model serial_fifo, which models "
+                                  "rate and latency only; jitter, loss and traces need network.model pipelined");
   };
   check(links, where);
   if (links.is_object() && links.contains("links") && links["links"].is_array())

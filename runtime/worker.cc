@@ -128,7 +128,8 @@ class PipelineWorker {
     o.bindPrevHost = c.bindPrev;
     o.bindNextHost = c.bindNext;
     o.security = c.security;
-    o.maxMessageBytes = largestFrameBytes(spec);
+    // Computed once (it builds the run's codecs): across hosts SocketSecurity already holds it.
+    o.maxMessageBytes = c.security && c.security->maxMessageBytes > 0 ? c.security->maxMessageBytes : largestFrameBytes(spec);
     o.prevRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kPrev);
     o.nextRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kNext);
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
