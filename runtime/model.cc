@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "runtime/weight_grad.h"
+
 namespace slowpipe::runtime {
 namespace {
 
@@ -36,15 +38,15 @@ BlockImpl::BlockImpl(int width, int heads_) : heads(heads_) {
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads;
-  auto parts = qkv(ln1(x)).chunk(3, -1);
+  auto parts = splitLinear(qkv, ln1(x), store).chunk(3, -1);
   auto split = [&](const torch::Tensor& t) { return t.view({B, T, heads, D}).transpose(1, 2); };
   const auto q = split(parts[0]), k = split(parts[1]), v = split(parts[2]);
   auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
   const auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
   att = torch::softmax(att.masked_fill(mask, -INFINITY), -1);
   const auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
-  const auto h = x + proj(y);
-  return h + out(torch::gelu(fc(ln2(h))));
+  const auto h = x + splitLinear(proj, y, store);
+  return h + splitLinear(out, torch::gelu(splitLinear(fc, ln2(h), store)), store);
 }
 
 StageModelImpl::StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd, bool first_, bool last_)
@@ -74,8 +76,13 @@ torch::Tensor StageModelImpl::forward(const torch::Tensor& x) {
     h = tokEmb(x) + posEmb(pos).unsqueeze(0);
   }
   for (auto& b : blocks) h = b(h);
-  if (last) h = lmHead(lnF(h));
+  if (last) h = splitLinear(lmHead, lnF(h), store);
   return h;
+}
+
+void StageModelImpl::deferWeightGradients(WeightGradStore* s) {
+  store = s;
+  for (auto& b : blocks) b->store = s;
 }
 
 torch::Tensor lmLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

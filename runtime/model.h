@@ -13,12 +13,15 @@
 
 namespace slowpipe::runtime {
 
+class WeightGradStore;  // runtime/weight_grad.h
+
 struct BlockImpl : torch::nn::Module {
   BlockImpl(int width, int heads);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
   int heads;
+  WeightGradStore* store = nullptr;  // set: the linears' weight gradients are deferred to it
 };
 TORCH_MODULE(Block);
 
@@ -26,7 +29,11 @@ struct StageModelImpl : torch::nn::Module {
   StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd, bool first, bool last);
   // first stage: int64 tokens [B, T] -> hidden [B, T, C]; middle: hidden -> hidden; last: -> logits [B, T, V].
   torch::Tensor forward(const torch::Tensor& x);
+  // Split backward (zero-bubble schedules): every linear layer's weight gradient is deferred to
+  // `store` (runtime/weight_grad.h); nullptr: ordinary backward.
+  void deferWeightGradients(WeightGradStore* store);
   bool first, last;
+  WeightGradStore* store = nullptr;
   torch::nn::Embedding tokEmb{nullptr}, posEmb{nullptr};
   std::vector<Block> blocks;
   torch::nn::LayerNorm lnF{nullptr};

@@ -45,4 +45,23 @@ inline bool dpSendsOwnFrame(const Action& a, int replica, int replicas) {
          a.message == Action::Message::kDpPull;
 }
 
+// The timeline's name of an action's event (runtime and simulator alike for compute; a
+// send is its encode + hand-off, a receive its wait + decode).
+inline const char* eventName(const Action& a) {
+  switch (a.kind) {
+    case Action::Kind::kRecv: return a.isDataParallel() ? "dp_recv" : "recv";
+    case Action::Kind::kSend: return a.isDataParallel() ? "dp_send" : "send";
+    case Action::Kind::kForward: return "forward";
+    case Action::Kind::kBackward: return "backward";
+    case Action::Kind::kBackwardInput: return "backward_input";
+    case Action::Kind::kBackwardWeight: return "backward_weight";
+    case Action::Kind::kGradNorm: return "gradnorm";
+    case Action::Kind::kStep: return "step";
+    case Action::Kind::kDpBegin:
+    case Action::Kind::kDpEnd: return "dp";  // packing / unpacking what is synchronised
+    case Action::Kind::kOuterStep: return "outer_step";
+  }
+  return "?";
+}
+
 }  // namespace slowpipe::runtime::protocol

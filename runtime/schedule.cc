@@ -1,4 +1,5 @@
-// GPipe and 1F1B action lists with explicit communication (see schedule.h).
+// Schedule building blocks, the registry lookup, DP rounds and describe() (see schedule.h); the
+// schedules themselves are in runtime/schedules/.
 #include "runtime/schedule.h"
 
 #include <algorithm>
@@ -11,22 +12,30 @@ using K = Action::Kind;
 using P = Action::Peer;
 using Msg = Action::Message;
 
-// Appends the forward or backward of mb with the receive before it and the send after it.
-void addCompute(std::vector<Action>& a, bool forward, int mb, int stages, int stage) {
-  const bool first = stage == 0, last = stage == stages - 1;
-  if (forward) {
-    if (!first) a.push_back({K::kRecv, mb, P::kPrev, Msg::kActivation});
-    a.push_back({K::kForward, mb});
-    if (!last) a.push_back({K::kSend, mb, P::kNext, Msg::kActivation});
-  } else {
-    if (!last) a.push_back({K::kRecv, mb, P::kNext, Msg::kGradient});
-    a.push_back({K::kBackward, mb});
-    if (!first) a.push_back({K::kSend, mb, P::kPrev, Msg::kGradient});
-  }
+}  // namespace
+
+void appendForward(std::vector<Action>& a, int mb, int stages, int stage) {
+  if (stage > 0) a.push_back({K::kRecv, mb, P::kPrev, Msg::kActivation});
+  a.push_back({K::kForward, mb});
+  if (stage + 1 < stages) a.push_back({K::kSend, mb, P::kNext, Msg::kActivation});
 }
 
+namespace {
+void appendBackwardOf(std::vector<Action>& a, K kind, int mb, int stages, int stage) {
+  if (stage + 1 < stages) a.push_back({K::kRecv, mb, P::kNext, Msg::kGradient});
+  a.push_back({kind, mb});
+  if (stage > 0) a.push_back({K::kSend, mb, P::kPrev, Msg::kGradient});
+}
+}  // namespace
+
+void appendBackward(std::vector<Action>& a, int mb, int stages, int stage) { appendBackwardOf(a, K::kBackward, mb, stages, stage); }
+void appendBackwardInput(std::vector<Action>& a, int mb, int stages, int stage) {
+  appendBackwardOf(a, K::kBackwardInput, mb, stages, stage);
+}
+void appendBackwardWeight(std::vector<Action>& a, int mb) { a.push_back({K::kBackwardWeight, mb}); }
+
 // Global gradient norm: partial sums flow back to stage 0, the total flows forward again.
-void finish(std::vector<Action>& a, int stages, int stage) {
+void appendStepEnd(std::vector<Action>& a, int stages, int stage) {
   const bool first = stage == 0, last = stage == stages - 1;
   a.push_back({K::kGradNorm});
   if (!last) a.push_back({K::kRecv, -1, P::kNext, Msg::kNormPartial});
@@ -38,36 +47,26 @@ void finish(std::vector<Action>& a, int stages, int stage) {
   a.push_back({K::kStep});
 }
 
-}  // namespace
-
-std::vector<Action> gpipeSchedule(int stages, int microBatches, int stage) {
-  std::vector<Action> a;
-  for (int m = 0; m < microBatches; ++m) addCompute(a, true, m, stages, stage);
-  for (int m = microBatches - 1; m >= 0; --m) addCompute(a, false, m, stages, stage);
-  finish(a, stages, stage);
-  return a;
+std::string scheduleNames() {
+  std::string s;
+  for (const auto& info : schedules()) s += (s.empty() ? "" : ", ") + std::string(info.name);
+  return s;
 }
 
-std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage) {
-  std::vector<Action> a;
-  const int warmup = std::min(stages - 1 - stage, microBatches);
-  int f = 0, b = 0;
-  for (; f < warmup; ++f) addCompute(a, true, f, stages, stage);
-  while (f < microBatches) {
-    addCompute(a, true, f++, stages, stage);
-    addCompute(a, false, b++, stages, stage);
-  }
-  while (b < microBatches) addCompute(a, false, b++, stages, stage);
-  finish(a, stages, stage);
-  return a;
+const ScheduleInfo& scheduleInfo(const std::string& name) {
+  for (const auto& info : schedules())
+    if (name == info.name) return info;
+  throw std::invalid_argument("pipeline.schedule: '" + name + "' is not a schedule; expected one of " + scheduleNames());
 }
 
-bool isScheduleName(const std::string& name) { return name == "gpipe" || name == "1f1b"; }
+bool isScheduleName(const std::string& name) {
+  for (const auto& info : schedules())
+    if (name == info.name) return true;
+  return false;
+}
 
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage) {
-  if (name == "gpipe") return gpipeSchedule(stages, microBatches, stage);
-  if (name == "1f1b") return oneFOneBSchedule(stages, microBatches, stage);
-  throw std::invalid_argument("pipeline.schedule: '" + name + "' is not a schedule; expected gpipe or 1f1b");
+  return scheduleInfo(name).build(stages, microBatches, stage);
 }
 
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) {
@@ -128,9 +127,12 @@ std::string describe(const std::vector<Action>& actions) {
   std::string s;
   for (const auto& x : actions) {
     if (!s.empty()) s += ' ';
+    const std::string chunk = x.chunk > 0 ? "." + std::to_string(x.chunk) : "";
     switch (x.kind) {
-      case K::kForward: s += "F" + std::to_string(x.microBatch); break;
-      case K::kBackward: s += "B" + std::to_string(x.microBatch); break;
+      case K::kForward: s += "F" + std::to_string(x.microBatch) + chunk; break;
+      case K::kBackward: s += "B" + std::to_string(x.microBatch) + chunk; break;
+      case K::kBackwardInput: s += "I" + std::to_string(x.microBatch) + chunk; break;
+      case K::kBackwardWeight: s += "W" + std::to_string(x.microBatch) + chunk; break;
       case K::kGradNorm: s += "N"; break;
       case K::kStep: s += "S"; break;
       case K::kDpBegin: s += "D<" + std::to_string(x.microBatch); break;
@@ -147,7 +149,7 @@ std::string describe(const std::vector<Action>& actions) {
         const char* m = x.message == Msg::kActivation ? "A" : x.message == Msg::kGradient ? "G"
                         : x.message == Msg::kNormPartial ? "P" : "T";
         s += m;
-        if (x.microBatch >= 0) s += std::to_string(x.microBatch);
+        if (x.microBatch >= 0) s += std::to_string(x.microBatch) + chunk;
         break;
       }
     }

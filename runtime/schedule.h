@@ -10,6 +10,11 @@
 //   Send(next, norm total); Step: clip with the global norm, optimizer step.
 // Every stage runs the forwards in micro-batch order and the backwards in one common order, so
 // each link's FIFO order matches what the receiver expects.
+// A schedule may split a backward (zero-bubble schedules): BackwardInput(mb) computes the input
+// gradient (and the cheap parameter gradients: LayerNorms, embeddings) and sends it on, the
+// critical path; BackwardWeight(mb) computes the weight gradients of the stage's linear layers
+// later, to fill a bubble. The pair computes exactly what one Backward(mb) computes.
+// Schedules live in runtime/schedules/, one file each, listed in runtime/schedules/registry.cc.
 //
 // Data parallelism (pipeline.replicas R > 1): replica r of stage s exchanges with the other
 // replicas of s (Peer kReplica, Action::replica names which) in rounds, each framed by
@@ -34,7 +39,10 @@
 namespace slowpipe::runtime {
 
 struct Action {
-  enum class Kind { kRecv, kSend, kForward, kBackward, kGradNorm, kStep, kDpBegin, kDpEnd, kOuterStep };
+  enum class Kind {
+    kRecv, kSend, kForward, kBackward, kGradNorm, kStep, kDpBegin, kDpEnd, kOuterStep,
+    kBackwardInput, kBackwardWeight  // a Backward split in two (see above)
+  };
   enum class Peer { kNone, kPrev, kNext, kReplica };
   // What a Recv/Send moves: activations go forward, their gradients backward, the two norm
   // messages are the partial sums flowing back and the total flowing forward again.
@@ -46,8 +54,15 @@ struct Action {
   Peer peer = Peer::kNone;
   Message message = Message::kNone;
   int replica = -1;  // Peer kReplica: the replica of this stage at the other end
+  int chunk = 0;     // the model chunk (virtual stage) of this rank the action belongs to
   bool operator==(const Action& o) const {
-    return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message && replica == o.replica;
+    return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message && replica == o.replica &&
+           chunk == o.chunk;
+  }
+  // Compute that takes a profile cost (forward, any part of a backward, the step).
+  bool isCompute() const {
+    return kind == Kind::kForward || kind == Kind::kBackward || kind == Kind::kBackwardInput || kind == Kind::kBackwardWeight ||
+           kind == Kind::kStep;
   }
   bool isCommunication() const { return kind == Kind::kRecv || kind == Kind::kSend; }
   bool isDataParallel() const { return peer == Peer::kReplica; }  // a message between replicas
@@ -74,21 +89,48 @@ struct DpShape {
 // std::invalid_argument for an unknown algorithm (naming the valid ones).
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int replica, int round);
 
+// Building blocks of a schedule file (runtime/schedules/): each appends one unit of work of stage
+// `stage` (of `stages`) with the receive before it and the send after it.
+// Recv(prev, activation) Forward Send(next, activation)
+void appendForward(std::vector<Action>& a, int mb, int stages, int stage);
+// Recv(next, gradient) Backward Send(prev, gradient)
+void appendBackward(std::vector<Action>& a, int mb, int stages, int stage);
+// Recv(next, gradient) BackwardInput Send(prev, gradient); the BackwardWeight of mb follows later.
+void appendBackwardInput(std::vector<Action>& a, int mb, int stages, int stage);
+void appendBackwardWeight(std::vector<Action>& a, int mb);
+// The end of every step: GradNorm with its two norm messages, then Step.
+void appendStepEnd(std::vector<Action>& a, int stages, int stage);
+
+// A schedule, as registered in runtime/schedules/registry.cc.
+struct ScheduleInfo {
+  const char* name;
+  const char* summary;                                         // one line, for --help and errors
+  std::vector<Action> (*build)(int stages, int microBatches, int stage);
+  bool splitsBackward;                                         // uses BackwardInput / BackwardWeight
+};
+// Every registered schedule, in registration order.
+const std::vector<ScheduleInfo>& schedules();
+// "gpipe, 1f1b, ...": the registered names.
+std::string scheduleNames();
+// Throws std::invalid_argument naming the registered ones.
+const ScheduleInfo& scheduleInfo(const std::string& name);
+
 // GPipe as in the AC-SGD paper: all M forwards, then all M backwards (reverse order).
 std::vector<Action> gpipeSchedule(int stages, int microBatches, int stage);
 // 1F1B (PipeDream-flush): S-1-s warm-up forwards, then alternate one forward / one backward.
 std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage);
 // The schedules makeSchedule knows, by name.
 bool isScheduleName(const std::string& name);
-// By name: "gpipe" or "1f1b". Throws std::invalid_argument naming the valid ones.
+// By name (a registered schedule). Throws std::invalid_argument naming the valid ones.
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage);
 // The step's list for (stage, replica) with the data-parallel rounds where dp says (step: global
 // step number; with local steps only every H-th step synchronises).
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
                                  int replica, int64_t step);
-// The compute actions only (Forward, Backward, GradNorm, Step): the order of the work.
+// The compute actions only (Forward, Backward(Input|Weight), GradNorm, Step): the order of the work.
 std::vector<Action> computeOnly(const std::vector<Action>& actions);
-// "F0 B0 N S" for compute; communication as r/s + A(ctivation)|G(radient)|P(artial)|T(otal) +
+// "F0 B0 N S" for compute (I0 / W0: BackwardInput / BackwardWeight; ".c" after the micro-batch:
+// model chunk c > 0); communication as r/s + A(ctivation)|G(radient)|P(artial)|T(otal) +
 // micro-batch, e.g. "rA0 F0 sA0"; DP: r/s + RS|AG|PU|PL + chunk + "@" + replica, e.g. "sRS1@2",
 // and "D<round" / "D>round" for DpBegin / DpEnd, "O" for OuterStep.
 std::string describe(const std::vector<Action>& actions);

@@ -192,7 +192,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     positive(f.field("micro_batches"), s.pipeline.microBatches);
     positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
     if (!isScheduleName(s.pipeline.schedule))
-      fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected gpipe or 1f1b");
+      fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected one of " + scheduleNames());
     if (const json* part = f.raw("partition")) {
       if (!part->is_array()) fail(f.field("partition"), "expected [[begin, end], ...] layer ranges");
       for (const auto& r : *part) {

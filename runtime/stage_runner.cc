@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "runtime/schedule.h"
+
 namespace slowpipe::runtime {
 namespace {
 
@@ -33,8 +35,15 @@ StageRunner::StageRunner(const RunSpec& spec, int stage, int64_t totalSteps)
   model_ = StageModel(spec.model, ranges.at(stage).first, ranges.at(stage).second, stage == 0, stage == S - 1);
   if (!spec.training.initCheckpoint.empty()) loadCheckpoint(model_, spec.training.initCheckpoint);
   model_->to(device_);
+  if (scheduleInfo(spec.pipeline.schedule).splitsBackward) enableSplitBackward();
   opt_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(spec.training.lr).weight_decay(spec.training.weightDecay));
+}
+
+void StageRunner::enableSplitBackward() {
+  if (!outputs_.empty()) throw std::logic_error("enableSplitBackward after a forward");
+  weightGrads_ = std::make_unique<WeightGradStore>();
+  model_->deferWeightGradients(weightGrads_.get());
 }
 
 void StageRunner::sync() const {
@@ -47,6 +56,7 @@ torch::Tensor StageRunner::forward(int mb, const torch::Tensor& input, const tor
     x = x.detach().requires_grad_(true);  // the leaf on the stage's device, whose grad goes back
     inputs_[mb] = x;
   }
+  if (weightGrads_) weightGrads_->setMicroBatch(mb);
   torch::Tensor y = model_->forward(x);
   if (last()) {
     const torch::Tensor loss = lmLoss(y, targets.to(device_));
@@ -58,6 +68,21 @@ torch::Tensor StageRunner::forward(int mb, const torch::Tensor& input, const tor
 }
 
 torch::Tensor StageRunner::backward(int mb, const torch::Tensor& gradOut) {
+  if (weightGrads_) {  // a schedule that splits backwards, run whole (the single-process trainer)
+    torch::Tensor g = backwardInput(mb, gradOut);
+    backwardWeight(mb);
+    return g;
+  }
+  return backwardInput(mb, gradOut);
+}
+
+void StageRunner::backwardWeight(int mb) {
+  if (!weightGrads_) throw std::logic_error("BackwardWeight on a stage whose schedule does not split backwards");
+  weightGrads_->runWeightGradients(mb);
+  sync();
+}
+
+torch::Tensor StageRunner::backwardInput(int mb, const torch::Tensor& gradOut) {
   const torch::Tensor y = outputs_.at(mb);
   if (last()) {
     y.backward();

@@ -12,6 +12,7 @@
 #include "runtime/data.h"
 #include "runtime/model.h"
 #include "runtime/spec.h"
+#include "runtime/weight_grad.h"
 
 namespace slowpipe::runtime {
 
@@ -28,6 +29,15 @@ class StageRunner {
   // Backward of mb; gradOut is ignored on the last stage. Returns d loss / d input (undefined on
   // the first stage).
   torch::Tensor backward(int mb, const torch::Tensor& gradOut);
+  // The same backward in two parts (schedules that split it; the runner must have been built for
+  // one, splitBackward()): backwardInput returns what backward returns and leaves the linear
+  // layers' weight gradients to backwardWeight(mb) (runtime/weight_grad.h).
+  torch::Tensor backwardInput(int mb, const torch::Tensor& gradOut);
+  void backwardWeight(int mb);
+  bool splitBackward() const { return weightGrads_ != nullptr; }
+  // Splits this runner's backwards from now on (the constructor does so for a schedule that
+  // splits them; the profiler for measuring the parts). Before the first forward.
+  void enableSplitBackward();
   double lossValue(int mb) const { return losses_.at(mb); }
 
   double localGradSquaredNorm() const;
@@ -53,6 +63,7 @@ class StageRunner {
   int64_t totalSteps_;
   std::map<int, torch::Tensor> inputs_, outputs_;
   std::map<int, double> losses_;
+  std::unique_ptr<WeightGradStore> weightGrads_;  // the schedule splits backwards
 };
 
 // Builds the [B, T] input and target tensors and the example ids of one micro-batch.

@@ -20,6 +20,7 @@
 #include "runtime/context.h"
 #include "runtime/grad_sync.h"
 #include "runtime/launcher.h"
+#include "runtime/protocol.h"
 #include "runtime/ranks.h"
 #include "runtime/rendezvous.h"
 #include "runtime/security.h"
@@ -201,7 +202,7 @@ class PipelineWorker {
     json timeline = json::array();
     const bool all = spec_.runtime.timeline == "all";
     for (const auto& e : events_) {
-      timeline.push_back({{"what", eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
+      timeline.push_back({{"what", protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
       if (all) timeline.back()["step"] = e.step;
     }
     // The run's last record: the worker may exit only once it is on its way (it exited 0 with a
@@ -302,16 +303,23 @@ class PipelineWorker {
           if (!runner_.last()) outbox[a.microBatch] = out;
           break;
         }
-        case K::kBackward: {
+        case K::kBackward:
+        case K::kBackwardInput: {
           torch::Tensor grad;
           if (!runner_.last()) {
             grad = gradientIn.at(a.microBatch);
             gradientIn.erase(a.microBatch);
           }
           const double tc = now();
-          torch::Tensor gin = runner_.backward(a.microBatch, grad);
+          torch::Tensor gin = a.kind == K::kBackward ? runner_.backward(a.microBatch, grad) : runner_.backwardInput(a.microBatch, grad);
           compute += now() - tc;
           if (!runner_.first()) outbox[a.microBatch] = gin;
+          break;
+        }
+        case K::kBackwardWeight: {
+          const double tc = now();
+          runner_.backwardWeight(a.microBatch);
+          compute += now() - tc;
           break;
         }
         case K::kGradNorm:
@@ -358,21 +366,6 @@ class PipelineWorker {
     return out;
   }
   int globalMb(int mb) const { return id_.replica * spec_.pipeline.microBatches + mb; }
-
-  static const char* eventName(const Action& a) {
-    switch (a.kind) {
-      case Action::Kind::kRecv: return a.isDataParallel() ? "dp_recv" : "recv";  // waiting + decoding (+ adding)
-      case Action::Kind::kSend: return a.isDataParallel() ? "dp_send" : "send";  // encoding + handing to the link
-      case Action::Kind::kForward: return "forward";
-      case Action::Kind::kBackward: return "backward";
-      case Action::Kind::kGradNorm: return "gradnorm";
-      case Action::Kind::kStep: return "step";
-      case Action::Kind::kDpBegin:
-      case Action::Kind::kDpEnd: return "dp";  // packing / unpacking what is synchronised
-      case Action::Kind::kOuterStep: return "outer_step";
-    }
-    return "?";
-  }
 
   // Control frame tags of the two norm messages (micro-batch field; negative, never a micro-batch).
   static int normTag(Action::Message m) { return m == Action::Message::kNormPartial ? -1 : -2; }
@@ -769,6 +762,10 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
           loss += runner.lossValue(a.microBatch) / M;
         } else if (a.kind == Action::Kind::kBackward) {
           runner.backward(a.microBatch, {});
+        } else if (a.kind == Action::Kind::kBackwardInput) {
+          runner.backwardInput(a.microBatch, {});
+        } else if (a.kind == Action::Kind::kBackwardWeight) {
+          runner.backwardWeight(a.microBatch);
         } else if (a.kind == Action::Kind::kStep) {
           runner.step(g, std::sqrt(runner.localGradSquaredNorm()));
         }

@@ -101,10 +101,39 @@ std::vector<double> speedsFrom(const json& v, const std::string& where) {
 
 }  // namespace
 
+double StageCost::of(const runtime::Action& a) const {
+  using K = runtime::Action::Kind;
+  switch (a.kind) {
+    case K::kForward: return forwardS;
+    case K::kBackward: return backwardS;
+    case K::kStep: return stepS;
+    case K::kBackwardInput:
+    case K::kBackwardWeight:
+      if (backwardInputS <= 0 || backwardWeightS <= 0)
+        throw std::invalid_argument("the profile has no backward_input_s / backward_weight_s (the parts of a split backward): "
+                                    "profile a spec whose schedule splits backwards (zb_h1), or use an analytic profile");
+      return a.kind == K::kBackwardInput ? backwardInputS : backwardWeightS;
+    default: throw std::logic_error("StageCost::of: not a compute action");
+  }
+}
+
+double StageCost::ofEvent(const std::string& what) const {
+  if (what == "forward") return forwardS;
+  if (what == "backward") return backwardS;
+  if (what == "backward_input") return backwardInputS;
+  if (what == "backward_weight") return backwardWeightS;
+  if (what == "step") return stepS;
+  return -1;
+}
+
 json toJson(const Profile& p) {
   json stages = json::array(), codecs = json::object();
   for (const auto& s : p.stages) {
     json st = {{"forward_s", s.forwardS}, {"backward_s", s.backwardS}, {"step_s", s.stepS}};
+    if (s.backwardInputS > 0) {
+      st["backward_input_s"] = s.backwardInputS;
+      st["backward_weight_s"] = s.backwardWeightS;
+    }
     for (const auto& [key, d] : s.dp) st["dp"][key] = {{"begin_s", d.beginS}, {"end_s", d.endS}, {"outer_step_s", d.outerStepS}};
     stages.push_back(st);
   }
@@ -135,7 +164,7 @@ Profile profileFromJson(const json& j, const std::string& where) {
     if (!m.is_object()) throw std::invalid_argument(w + ": expected {\"<schedule>\": [speeds], ...}");
     for (const auto& [name, v] : m.items()) {
       if (!runtime::isScheduleName(name))
-        throw std::invalid_argument(w + ": unknown schedule '" + name + "' (expected gpipe or 1f1b)");
+        throw std::invalid_argument(w + ": unknown schedule '" + name + "' (expected one of " + runtime::scheduleNames() + ")");
       p.hostSpeedBySchedule[name] = speedsFrom(v, w + "." + name);
       if (p.hostSpeedBySchedule[name].size() != p.hostSpeed.size())
         throw std::invalid_argument(w + "." + name + ": " + std::to_string(p.hostSpeedBySchedule[name].size()) +
@@ -151,6 +180,10 @@ Profile profileFromJson(const json& j, const std::string& where) {
     c.forwardS = positiveNumber(s, "forward_s", w);
     c.backwardS = positiveNumber(s, "backward_s", w);
     c.stepS = positiveNumber(s, "step_s", w);
+    if (s.contains("backward_input_s") || s.contains("backward_weight_s")) {
+      c.backwardInputS = positiveNumber(s, "backward_input_s", w);
+      c.backwardWeightS = positiveNumber(s, "backward_weight_s", w);
+    }
     if (s.contains("dp")) {
       if (!s["dp"].is_object())
         throw std::invalid_argument(w + ".dp: expected {\"<dp.codec>\": {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}}");
@@ -196,9 +229,9 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
                                                         std::to_string(stages.size()) + " stages");
     for (const auto& e : row.at("events")) {
       const std::string what = e.at("what");
-      if (what != "forward" && what != "backward" && what != "step") continue;
+      const double cost = stages[s].ofEvent(what);
+      if (cost <= 0) continue;  // not compute, or a part the profile did not measure
       if (e.value("step", 0) < firstStep) continue;
-      const double cost = what == "forward" ? stages[s].forwardS : what == "backward" ? stages[s].backwardS : stages[s].stepS;
       evs.push_back({e.at("start_s").get<double>(), e.at("end_s").get<double>(), cost});
     }
   }
@@ -310,6 +343,8 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     out.stages[s].forwardS = of([&](const Profile& p) { return p.stages[s].forwardS; });
     out.stages[s].backwardS = of([&](const Profile& p) { return p.stages[s].backwardS; });
     out.stages[s].stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
+    out.stages[s].backwardInputS = of([&](const Profile& p) { return p.stages[s].backwardInputS; });
+    out.stages[s].backwardWeightS = of([&](const Profile& p) { return p.stages[s].backwardWeightS; });
     for (auto& [key, d] : out.stages[s].dp) {
       const std::string k = key;
       auto at = [&](const Profile& p) -> const DpCost& { return p.stages[s].dp.at(k); };
@@ -366,16 +401,23 @@ Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceN
   p.source = "analytic";
   p.device = {{"name", dev.name}, {"dtype", dtype}, {"peak_flops", dev.peakFlops.at(dtype)}, {"mfu", mfu},
               {"memory_bytes_per_s", dev.memoryBytesPerS},
-              {"assumptions", "forward = layers x (24 b s d^2 + 4 b s^2 d) + last stage head 2 b s d V; backward = 2 x forward; "
+              {"assumptions", "forward = layers x (24 b s d^2 + 4 b s^2 d) + last stage head 2 b s d V; backward = 2 x forward, split (zero-bubble) into weight gradients = the linear layers' forward FLOPs "
+                              "and input gradients = the rest; "
                               "time = FLOPs / (peak x mfu); optimizer step = 16 bytes of memory traffic per parameter "
                               "(AdamW: weight, gradient, two moments) / memory bandwidth; codecs: 20 us + 3 passes over "
                               "the fp32 message at memory bandwidth"}};
   for (const auto& [begin, end] : runtime::stageLayers(spec)) {
     const bool last = end == spec.model.layers;
-    double fwd = (end - begin) * blockForwardFlops(b, s, d);
-    if (last) fwd += 2 * b * s * d * V;  // LM head
+    double fwd = (end - begin) * blockForwardFlops(b, s, d), linear = (end - begin) * 24 * b * s * d * d;
+    if (last) {
+      fwd += 2 * b * s * d * V;  // LM head
+      linear += 2 * b * s * d * V;
+    }
     double params = (end - begin) * 12.0 * d * d + (last || begin == 0 ? V * d : 0);
-    p.stages.push_back({fwd / flops, 2 * fwd / flops, 16.0 * params / dev.memoryBytesPerS, {}});
+    StageCost c{fwd / flops, 2 * fwd / flops, 16.0 * params / dev.memoryBytesPerS, {}};
+    c.backwardWeightS = linear / flops;  // dW of every linear layer: its forward's FLOPs again
+    c.backwardInputS = c.backwardS - c.backwardWeightS;
+    p.stages.push_back(c);
   }
   p.codecs["default"] = {{20e-6, 3.0 / dev.memoryBytesPerS}, {20e-6, 3.0 / dev.memoryBytesPerS}};
   p.codecs["none"] = {{0, 0}, {0, 0}};

@@ -5,7 +5,7 @@
 //               its memory bandwidth. Every assumed number is written into the profile.
 // File format (JSON, "schema": "slowpipe.profile/1"):
 //   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s", "backward_s",
-//    "step_s", "dp": {"<dpCostKey>": {"begin_s": [per round], "end_s": [per round], "outer_step_s"}}}, ...],
+//    "step_s", ["backward_input_s", "backward_weight_s"] (split backwards), "dp": {"<dpCostKey>": {"begin_s": [per round], "end_s": [per round], "outer_step_s"}}}, ...],
 //    "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
 //    "decode": {...}}}}
 // A codec's cost for a message of B raw (fp32) bytes is a_s + b_s_per_byte * B.
@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/schedule.h"
 #include "runtime/spec.h"
 
 namespace slowpipe::simulator {
@@ -57,6 +58,15 @@ struct StageCost {
   double forwardS = 0, backwardS = 0;  // one micro-batch
   double stepS = 0;                    // optimizer step (and gradient-norm work), once per step
   std::map<std::string, DpCost> dp;    // by dpCostKey (measured profiles)
+  // A backward split in two (zero-bubble schedules): the input-gradient part and the deferred
+  // weight-gradient part of one micro-batch, measured as the worker runs them (0: not measured;
+  // profiles of a schedule that splits backwards have both).
+  double backwardInputS = 0, backwardWeightS = 0;
+  // The cost of a compute action (Forward, Backward, BackwardInput, BackwardWeight, Step), by kind;
+  // throws naming what to profile when a split backward's parts were not measured.
+  double of(const runtime::Action& a) const;
+  // The same by the timeline's event name ("forward", "backward_input", ...); < 0: not compute.
+  double ofEvent(const std::string& what) const;
 };
 
 struct Profile {

@@ -11,6 +11,7 @@
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/dp.h"
+#include "runtime/protocol.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
 
@@ -239,9 +240,13 @@ class Replay {
     const DpCost* dpc = R_ > 1 ? &dpCosts_[i / R_] : nullptr;
     auto perRound = [&](const std::vector<double>& v) { return st.round < static_cast<int>(v.size()) ? v[st.round] : 0.0; };
     switch (a.kind) {
-      case Action::Kind::kForward: startTask(i, "forward", a.microBatch, cost.forwardS, &st.compute); break;
-      case Action::Kind::kBackward: startTask(i, "backward", a.microBatch, cost.backwardS, &st.compute); break;
-      case Action::Kind::kStep: startTask(i, "step", -1, cost.stepS, &st.compute); break;
+      case Action::Kind::kForward:
+      case Action::Kind::kBackward:
+      case Action::Kind::kBackwardInput:
+      case Action::Kind::kBackwardWeight:
+      case Action::Kind::kStep:
+        startTask(i, runtime::protocol::eventName(a), a.microBatch, cost.of(a), &st.compute);
+        break;
       case Action::Kind::kGradNorm: advancePc(i); break;
       case Action::Kind::kDpBegin:
         st.round = a.microBatch;

@@ -78,8 +78,42 @@ simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner&
   return c;
 }
 
+auto median = [](std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+};
+
+// The two parts of a split backward (zero-bubble schedules) of one stage, timed as the worker
+// runs them: M forwards, then BackwardInput and BackwardWeight of each micro-batch. Median of `reps`.
+std::pair<double, double> measureSplitBackward(const runtime::RunSpec& spec, int stage, int reps) {
+  runtime::StageRunner runner(spec, stage, 1000);
+  if (!runner.splitBackward()) runner.enableSplitBackward();
+  const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+  std::vector<double> input, weight;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
+    for (int m = 0; m < M; ++m)
+      runner.forward(m, runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C}),
+                     torch::randint(0, 256, {b, T}, torch::kLong));
+    for (int m = 0; m < M; ++m) {
+      const torch::Tensor g = runner.last() ? torch::Tensor() : torch::randn({b, T, C});
+      const double t0 = nowSeconds();
+      runner.backwardInput(m, g);
+      const double t1 = nowSeconds();
+      runner.backwardWeight(m);
+      if (rep) {
+        input.push_back(t1 - t0);
+        weight.push_back(nowSeconds() - t1);
+      }
+    }
+    runner.step(rep, std::sqrt(runner.localGradSquaredNorm()));
+  }
+  return {median(input), median(weight)};
+}
+
+// split: also measure the parts of a split backward (a profiled schedule splits them).
 std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps,
-                                                const std::vector<runtime::RunSpec>& dpVariants) {
+                                                const std::vector<runtime::RunSpec>& dpVariants, bool split) {
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   torch::manual_seed(0);
   const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
@@ -105,11 +139,8 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
       runner.step(rep, std::sqrt(runner.localGradSquaredNorm()));
       if (rep) step.push_back(nowSeconds() - t0);
     }
-    auto med = [](std::vector<double> v) {
-      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-      return v[v.size() / 2];
-    };
-    simulator::StageCost c{med(fwd), med(bwd), med(step), {}};
+    simulator::StageCost c{median(fwd), median(bwd), median(step), {}};
+    if (split || runner.splitBackward()) std::tie(c.backwardInputS, c.backwardWeightS) = measureSplitBackward(spec, s, reps);
     for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, s, reps);
     out.push_back(c);
   }
@@ -426,7 +457,9 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
                              "of one message at the run's shape (steady state), cost proportional to its bytes; host_speed: n "
                              "processes computing stages at once (median of --host-reps windows of --host-window s); transport: process CPU time per message over "
                              "ZeroMQ TCP loopback"}};
-  p.stages = measureStages(spec, reps, dpVariants);
+  const bool split = std::any_of(schedules.begin(), schedules.end(),
+                                 [](const std::string& n) { return runtime::scheduleInfo(n).splitsBackward; });
+  p.stages = measureStages(spec, reps, dpVariants, split);
   const json calibration = host.fromRun && !host.dedicated ? calibrationTimeline(runJson) : json();
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one

@@ -36,7 +36,7 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
     makeSchedule("zigzag", 2, 2, 0);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("gpipe or 1f1b"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("gpipe, 1f1b"), std::string::npos);
   }
 }
 

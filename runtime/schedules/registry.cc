@@ -1,0 +1,16 @@
+// The schedules slowpipe knows: one line each. A schedule is one file in runtime/schedules/ that
+// builds a stage's action list from the building blocks in runtime/schedule.h; the worker, the
+// single-process trainer, the profiler and the simulator run every schedule listed here alike.
+#include "runtime/schedule.h"
+
+namespace slowpipe::runtime {
+
+const std::vector<ScheduleInfo>& schedules() {
+  static const std::vector<ScheduleInfo> all = {
+      {"gpipe", "all forwards, then all backwards (AC-SGD's schedule)", gpipeSchedule, false},
+      {"1f1b", "PipeDream-flush: S-1-s warm-up forwards, then one forward / one backward", oneFOneBSchedule, false},
+  };
+  return all;
+}
+
+}  // namespace slowpipe::runtime
