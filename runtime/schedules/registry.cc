@@ -1,6 +1,7 @@
-// The schedules slowpipe knows: one line each. A schedule is one file in runtime/schedules/ that
-// builds a stage's action list from the building blocks in runtime/schedule.h; the worker, the
-// single-process trainer, the profiler and the simulator run every schedule listed here alike.
+// The schedules slowpipe knows: one line each. A schedule is one file in runtime/schedules/ (built
+// by a glob) that builds a stage's action list from the building blocks in runtime/schedule.h; the
+// worker, the single-process trainer, the profiler and the simulator run every schedule listed
+// here alike. Adding one: its file, its builder's declaration and its line below.
 #include "runtime/schedule.h"
 
 namespace slowpipe::runtime {
