@@ -15,7 +15,7 @@ struct SplitLinearFunction : torch::autograd::Function<SplitLinearFunction> {
     ctx->save_for_backward({x, weight, bias});
     ctx->saved_data["store"] = store;
     ctx->saved_data["mb"] = mb;
-    return torch::nn::functional::linear(x, weight, bias);
+    return torch::nn::functional::linear(x, weight, bias.numel() > 0 ? bias : torch::Tensor());
   }
   static variable_list backward(AutogradContext* ctx, variable_list gradOutputs) {
     const auto saved = ctx->get_saved_variables();
@@ -24,7 +24,7 @@ struct SplitLinearFunction : torch::autograd::Function<SplitLinearFunction> {
     const torch::Tensor& bias = saved[2];
     const torch::Tensor dy = gradOutputs[0];
     auto* store = reinterpret_cast<WeightGradStore*>(ctx->saved_data["store"].toInt());
-    store->defer(static_cast<int>(ctx->saved_data["mb"].toInt()), x, dy, weight, bias);
+    store->defer(static_cast<int>(ctx->saved_data["mb"].toInt()), x, dy, weight, bias.numel() > 0 ? bias : torch::Tensor());
     // dX = dY W; the weight and bias get theirs in BackwardWeight (undefined here: nothing accumulates).
     return {dy.matmul(weight), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -73,7 +73,9 @@ void WeightGradStore::runWeightGradients(int mb) {
 
 torch::Tensor splitLinear(torch::nn::Linear& layer, const torch::Tensor& x, WeightGradStore* store) {
   if (!store) return layer->forward(x);
-  return SplitLinearFunction::apply(x, layer->weight, layer->bias, reinterpret_cast<int64_t>(store), store->microBatch());
+  // No bias (the LM head): an empty stand-in (autograd's bookkeeping needs a defined tensor).
+  const torch::Tensor bias = layer->bias.defined() ? layer->bias : torch::empty({0}, layer->weight.options());
+  return SplitLinearFunction::apply(x, layer->weight, bias, reinterpret_cast<int64_t>(store), store->microBatch());
 }
 
 }  // namespace slowpipe::runtime

@@ -6,10 +6,14 @@
 
 namespace slowpipe::runtime {
 
+// Builders defined in their own files (gpipe's and 1f1b's are declared in schedule.h).
+std::vector<Action> zbH1Schedule(int stages, int microBatches, int stage);
+
 const std::vector<ScheduleInfo>& schedules() {
   static const std::vector<ScheduleInfo> all = {
       {"gpipe", "all forwards, then all backwards (AC-SGD's schedule)", gpipeSchedule, false},
       {"1f1b", "PipeDream-flush: S-1-s warm-up forwards, then one forward / one backward", oneFOneBSchedule, false},
+      {"zb_h1", "zero-bubble H1: 1F1B with backwards split, weight gradients deferred into the bubbles", zbH1Schedule, true},
   };
   return all;
 }

@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 
 #include "runtime/protocol.h"
 #include "runtime/ranks.h"
@@ -78,18 +79,63 @@ bool replay(const std::string& name, int S, int M) {
 }
 
 TEST(ScheduleTest, EveryShapeCompletesWithFifoOrder) {
-  for (const char* name : {"gpipe", "1f1b"})
+  for (const auto& info : schedules())
     for (int S = 1; S <= 6; ++S)
       for (int M = 1; M <= 8; ++M) {
-        ASSERT_TRUE(replay(name, S, M)) << name << " S=" << S << " M=" << M;
-        int f = 0, b = 0;
-        for (const auto& a : makeSchedule(name, S, M, S / 2)) {
+        ASSERT_TRUE(replay(info.name, S, M)) << info.name << " S=" << S << " M=" << M;
+        int f = 0, b = 0, in = 0, w = 0;
+        for (const auto& a : makeSchedule(info.name, S, M, S / 2)) {
           f += a.kind == Action::Kind::kForward;
           b += a.kind == Action::Kind::kBackward;
+          in += a.kind == Action::Kind::kBackwardInput;
+          w += a.kind == Action::Kind::kBackwardWeight;
         }
         ASSERT_EQ(f, M);
-        ASSERT_EQ(b, M);
+        ASSERT_EQ(b, info.splitsBackward ? 0 : M) << info.name;
+        ASSERT_EQ(in, info.splitsBackward ? M : 0) << info.name;
+        ASSERT_EQ(w, in) << info.name;
       }
+}
+
+// Zero-bubble H1: 1F1B's order of forwards and input-gradient passes; stage s defers up to s
+// weight-gradient passes and runs the rest at the end (Qi et al. 2023, the handcrafted H1).
+TEST(ScheduleTest, ZbH1DefersWeightGradientsByStage) {
+  EXPECT_EQ(describe(computeOnly(makeSchedule("zb_h1", 4, 6, 0))), "F0 F1 F2 F3 I0 W0 F4 I1 W1 F5 I2 W2 I3 W3 I4 W4 I5 W5 N S");
+  EXPECT_EQ(describe(computeOnly(makeSchedule("zb_h1", 4, 6, 3))), "F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1 F5 I5 W2 W3 W4 W5 N S");
+  EXPECT_EQ(describe(makeSchedule("zb_h1", 2, 2, 1)), "rA0 F0 I0 sG0 rA1 F1 I1 sG1 W0 W1 N sP rT S");
+  // The messages and their order on every link are 1F1B's: only local compute moved.
+  for (int S = 1; S <= 6; ++S)
+    for (int M = 1; M <= 8; ++M)
+      for (int s = 0; s < S; ++s) {
+        std::vector<Action> zb, ref;
+        for (const auto& a : makeSchedule("zb_h1", S, M, s))
+          if (a.isCommunication()) zb.push_back(a);
+        for (const auto& a : makeSchedule("1f1b", S, M, s))
+          if (a.isCommunication()) ref.push_back(a);
+        ASSERT_EQ(describe(zb), describe(ref)) << "S=" << S << " M=" << M << " s=" << s;
+      }
+}
+
+// Memory: a micro-batch's activations live from its forward until its backward ends (for a split
+// one: its W). 1F1B holds at most S-s on stage s; zb_h1 at most S on every stage, 1F1B's peak; and
+// every W follows its own BackwardInput.
+TEST(ScheduleTest, InFlightMicroBatchesStayWithinOneFOneBsPeak) {
+  for (int S = 1; S <= 6; ++S)
+    for (int M = 1; M <= 8; ++M)
+      for (int s = 0; s < S; ++s)
+        for (const char* name : {"1f1b", "zb_h1"}) {
+          std::set<int> live, inputDone;
+          size_t peak = 0;
+          for (const auto& a : makeSchedule(name, S, M, s)) {
+            if (a.kind == Action::Kind::kForward) live.insert(a.microBatch);
+            if (a.kind == Action::Kind::kBackwardInput) inputDone.insert(a.microBatch);
+            if (a.kind == Action::Kind::kBackwardWeight) ASSERT_TRUE(inputDone.count(a.microBatch)) << name;
+            peak = std::max(peak, live.size());
+            if (a.kind == Action::Kind::kBackward || a.kind == Action::Kind::kBackwardWeight) live.erase(a.microBatch);
+          }
+          const int bound = std::string(name) == "1f1b" ? S - s : S;
+          ASSERT_LE(peak, static_cast<size_t>(std::min(bound, M))) << name << " S=" << S << " M=" << M << " s=" << s;
+        }
 }
 
 // The protocol answers who an action talks to and which values a DP chunk holds, for every

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "compression/codec.h"
 #include "runtime/dp.h"
@@ -53,6 +54,40 @@ TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
   EXPECT_EQ(r["message_bytes"]["forward"].get<int64_t>(), steadyFrameBytes("none", {2, 4, 8}));
 }
 
+// Zero-bubble H1 over two stages, two micro-batches, by hand: stage 1 sends each input gradient
+// right after its BackwardInput and runs both Ws at the end (stage 1 defers one W), stage 0 runs
+// each W right after its BackwardInput.
+TEST(SimulatorTest, ZbH1TwoStagesByHand) {
+  const auto spec = tinySpec(2, 2, "zb_h1", "pipelined");
+  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
+  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  Profile p = flatProfile(2, 0.010, 0.020, 0.005);
+  for (auto& st : p.stages) {
+    st.backwardInputS = 0.008;
+    st.backwardWeightS = 0.012;
+  }
+  const json r = simulateRun(spec, p, {2});
+  // Stage 1: rA0 F0 I0 sG0 rA1 F1 I1 sG1 W0 W1 N sP rT S, activation 0 arriving at a0.
+  const double a0 = 0.010 + act + L;
+  // Its norm partial leaves after F0 I0 F1 I1 W0 W1 (activation 1 arrived at a0 + .01, before F1).
+  const double partialAt = a0 + 0.060 + ctl + L;
+  // Stage 0: F0 F1, then I0 W0 I1 W1 from gradient 0's arrival (a0 + .018 + act + L): done at
+  // a0 + .058 + act + L, before the partial arrives; it sends the total at once and steps.
+  ASSERT_LT(a0 + 0.058 + act + L, partialAt);
+  const double s0End = partialAt + 0.005, s1End = partialAt + ctl + L + 0.005;
+  const json& st0 = r["steps"][0];
+  EXPECT_NEAR(st0["breakdown_s_per_stage"][0]["time_s"].get<double>(), s0End, 1e-12);
+  EXPECT_NEAR(st0["breakdown_s_per_stage"][1]["time_s"].get<double>(), s1End, 1e-12);
+  EXPECT_NEAR(st0["time_s"].get<double>(), 0.075 + act + 2 * ctl + 3 * L, 1e-12);
+  // A profile without the split parts names what to measure.
+  try {
+    simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("backward_input_s"), std::string::npos) << e.what();
+  }
+}
+
 // The two link models differ exactly where they should: pipelined overlaps the latency of
 // back-to-back messages; serial_fifo bills every message's latency in turn on one inbound wire.
 TEST(SimulatorTest, SerialFifoBillsLatencyPerMessage) {
@@ -73,20 +108,23 @@ TEST(SimulatorTest, SerialFifoBillsLatencyPerMessage) {
 // The worker and the simulator consume the same action lists: the simulated timeline of every
 // stage is that stage's schedule, action for action.
 TEST(SimulatorTest, TimelineFollowsTheRuntimeSchedule) {
-  for (const char* schedule : {"gpipe", "1f1b"}) {
+  for (const auto& info : runtime::schedules()) {
+    const std::string schedule = info.name;
     const auto spec = tinySpec(4, 6, schedule, "pipelined");
-    const json r = simulateRun(spec, flatProfile(4, 0.01, 0.02, 0.001), {3});
+    Profile p = flatProfile(4, 0.01, 0.02, 0.001);
+    for (auto& st : p.stages) st.backwardInputS = st.backwardWeightS = 0.01;
+    const json r = simulateRun(spec, p, {3});
     for (int s = 0; s < 4; ++s) {
       std::string got;
       for (const auto& e : r["timeline"][s]["events"]) {
         const std::string w = e["what"];
-        if (w == "forward") got += "F" + std::to_string(e["mb"].get<int>()) + " ";
-        if (w == "backward") got += "B" + std::to_string(e["mb"].get<int>()) + " ";
+        const std::map<std::string, std::string> letter = {
+            {"forward", "F"}, {"backward", "B"}, {"backward_input", "I"}, {"backward_weight", "W"}};
+        if (letter.count(w)) got += letter.at(w) + std::to_string(e["mb"].get<int>()) + " ";
       }
       std::string want;
       for (const auto& a : runtime::computeOnly(runtime::makeSchedule(schedule, 4, 6, s)))
-        if (a.kind == runtime::Action::Kind::kForward || a.kind == runtime::Action::Kind::kBackward)
-          want += runtime::describe({a}) + " ";
+        if (a.isCompute() && a.kind != runtime::Action::Kind::kStep) want += runtime::describe({a}) + " ";
       EXPECT_EQ(got, want) << schedule << " stage " << s;
     }
     // Steady state: every step after the first takes the same time.
