@@ -55,7 +55,7 @@ Bytes encodeFrame(Codec& codec, const float* x, FrameHeader h, const CodecContex
   w.put<int32_t>(h.dst);
   w.put<uint16_t>(static_cast<uint16_t>(codec.id()));
   w.put<uint8_t>(static_cast<uint8_t>(h.shape.size()));
-  w.put<uint8_t>(0);
+  w.put<uint8_t>(h.chunk);
   w.append(h.shape.data(), 8 * h.shape.size());
   w.put<uint32_t>(static_cast<uint32_t>(h.exampleIds.size()));
   w.append(h.exampleIds.data(), 8 * h.exampleIds.size());
@@ -98,7 +98,7 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   h.codec = static_cast<CodecId>(codec);
   const auto ndim = r.get<uint8_t>("ndim");
   SP_REQUIRE(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
-  SP_REQUIRE(r.get<uint8_t>("reserved") == 0, "frame: reserved byte is not zero");
+  h.chunk = r.get<uint8_t>("chunk");
   h.shape.resize(ndim);
   copyBytes(h.shape.data(), r.take(8 * ndim, "shape"), 8 * ndim);
   numelOf(h.shape);  // throws on negative or absurd dimensions

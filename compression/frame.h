@@ -3,7 +3,7 @@
 // Layout (little-endian; offsets in bytes):
 //   0  u32 magic "SPF1"      4  u16 version (1)     6  u8 kind          7  u8 dtype (0 = fp32)
 //   8  i64 step             16  i32 micro-batch    20  i32 src rank    24  i32 dst rank
-//  28  u16 codec id         30  u8 ndim (<= 8)     31  u8 reserved (0)
+//  28  u16 codec id         30  u8 ndim (<= 8)     31  u8 chunk (boundary)
 //  32  i64 shape[ndim] | u32 id count | i64 example ids[count] | u64 payload length
 //      | u32 CRC-32C of every byte before it and of the payload | payload
 // decodeFrame validates every field before reading the payload, and the codec validates the
@@ -25,6 +25,9 @@ struct FrameHeader {
   int64_t step = 0;
   int32_t microBatch = 0;
   int32_t src = 0, dst = 0;
+  // The pipeline boundary a message crosses with interleaved model chunks (0 otherwise): where
+  // frame version 1 had a reserved zero byte, so every frame before it reads as chunk 0.
+  uint8_t chunk = 0;
   CodecId codec = CodecId::kNone;
   Shape shape;
   std::vector<int64_t> exampleIds;

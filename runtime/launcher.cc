@@ -117,7 +117,7 @@ std::string describeExit(int status) {
 class Launcher {
  public:
   Launcher(const RunSpec& spec, const LaunchOptions& opt)
-      : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
+      : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
         N_(layout_.size()), workers_(layout_.size()) {}
 
   // Never throws: every failure, setup included, ends in a result.json with status "failed" and
@@ -431,11 +431,12 @@ class Launcher {
   // Where rank r's neighbours and replicas take its messages (from their hellos).
   json peerTable(int r) {
     const RankId id = layout_.id(r);
-    const int prev = protocol::pipelinePeer(layout_, r, Action::Peer::kPrev);
-    const int next = protocol::pipelinePeer(layout_, r, Action::Peer::kNext);
-    json table = {{"prev_from_next", prev >= 0 ? hellos_[prev]["from_next"] : json("")},
-                  {"next_from_prev", next >= 0 ? hellos_[next]["from_prev"] : json("")},
-                  {"prev_rank", prev}, {"next_rank", next}, {"dp_peers", json::object()}};
+    json table = {{"pipeline", json::object()}, {"dp_peers", json::object()}};
+    // Each pipeline peer's endpoint for what this rank sends it (one per peer: with two stages in
+    // a ring the previous and the next stage are one peer).
+    for (const auto side : {Action::Peer::kPrev, Action::Peer::kNext})
+      if (const int p = protocol::pipelinePeer(layout_, r, side); p >= 0)
+        table["pipeline"][std::to_string(p)] = hellos_[p]["pipeline"].value(std::to_string(r), "");
     // Replica q's endpoint for what this replica sends it.
     for (int q = 0; q < layout_.replicas; ++q)
       if (q != id.replica)
@@ -664,7 +665,7 @@ class Launcher {
   // Sender and receiver codec states must be bit-identical across every link, both directions,
   // and every data-parallel codec pair, each reported by both of its ends (codecStatesProblem).
   int checkCodecStates() {
-    const std::string problem = codecStatesProblem(doc_.value("codec_state", json::object()), S_, layout_.replicas);
+    const std::string problem = codecStatesProblem(doc_.value("codec_state", json::object()), S_, layout_.replicas, layout_.chunks > 1);
     doc_["codec_states_match"] = problem.empty();
     if (!problem.empty()) return fail("codec state of a sender and its receiver differ after the run: " + problem);
     doc_["status"] = "ok";

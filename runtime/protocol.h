@@ -11,14 +11,34 @@
 
 namespace slowpipe::runtime::protocol {
 
+// The stage before / after `stage`: with several model chunks per rank the pipeline is a ring
+// (stage S-1 feeds stage 0's next chunk); -1 past an end of a chain.
+inline int neighbourStage(const RankLayout& layout, int stage, Action::Peer side) {
+  const int s = side == Action::Peer::kPrev ? stage - 1 : stage + 1;
+  if (layout.chunks > 1) return (s + layout.stages) % layout.stages;
+  return s >= 0 && s < layout.stages ? s : -1;
+}
+
 // The rank a pipeline or DP action of `rank` talks to: the previous / next stage of the same
 // replica, or replica a.replica of the same stage; -1 when that stage does not exist.
 inline int peerRank(const RankLayout& layout, int rank, const Action& a) {
   const RankId me = layout.id(rank);
   if (a.isDataParallel()) return layout.rank({me.stage, a.replica});
-  const int stage = a.peer == Action::Peer::kPrev ? me.stage - 1 : me.stage + 1;
-  return stage >= 0 && stage < layout.stages ? layout.rank({stage, me.replica}) : -1;
+  const int stage = neighbourStage(layout, me.stage, a.peer);
+  return stage >= 0 ? layout.rank({stage, me.replica}) : -1;
 }
+
+// The key of a pipeline message's boundary: the model chunk of its lower virtual stage (virtual
+// stage k = chunk * S + stage; a message of chunk v's compute at `stage` crosses boundary
+// v S + stage - 1 (from / to the previous stage) or v S + stage (next)). Sender and receiver
+// compute the same value; 0 throughout with one chunk per rank.
+inline int boundaryChunk(const RankLayout& layout, int stage, const Action& a) {
+  const int b = a.chunk * layout.stages + stage - (a.peer == Action::Peer::kPrev ? 1 : 0);
+  return b < 0 ? 0 : b / layout.stages;
+}
+
+// The virtual stage of a compute action of `stage` (the index of its layers in stageLayers).
+inline int virtualStage(const RankLayout& layout, int stage, const Action& a) { return a.chunk * layout.stages + stage; }
 
 // The previous / next stage's rank of `rank` (same replica), -1 at the ends of the pipeline.
 inline int pipelinePeer(const RankLayout& layout, int rank, Action::Peer side) {

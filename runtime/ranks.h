@@ -15,6 +15,9 @@ struct RankId {
 struct RankLayout {
   int stages = 1;
   int replicas = 1;
+  // Model chunks per rank (pipeline.virtual_stages): above 1 the pipeline is a ring (the last
+  // stage's chunk v feeds the first stage's chunk v + 1).
+  int chunks = 1;
   int size() const { return stages * replicas; }
   int rank(RankId id) const {
     if (id.stage < 0 || id.stage >= stages || id.replica < 0 || id.replica >= replicas)

@@ -83,7 +83,7 @@ json summarizeSteps(const json& steps, const json& evals) {
   return s;
 }
 
-std::string codecStatesProblem(const json& codecState, int stages, int replicas) {
+std::string codecStatesProblem(const json& codecState, int stages, int replicas, bool ring) {
   auto of = [&](int stage, int replica) -> json {
     const std::string key = std::to_string(stage * replicas + replica);  // runtime/ranks.h's layout
     return codecState.contains(key) ? codecState[key] : json::object();
@@ -92,9 +92,10 @@ std::string codecStatesProblem(const json& codecState, int stages, int replicas)
     return j.contains(k) && !j[k].is_null() ? j[k].dump() : std::string();
   };
   for (int q = 0; q < replicas; ++q)
-    for (int s = 0; s + 1 < stages; ++s) {
-      const json a = of(s, q), b = of(s + 1, q);
-      const std::string link = "stage " + std::to_string(s) + " <-> " + std::to_string(s + 1) + " of replica " + std::to_string(q);
+    for (int s = 0; s + 1 < stages || (ring && s < stages && stages > 1); ++s) {
+      const int t = (s + 1) % stages;  // a ring (model chunks) closes stage S-1 -> 0
+      const json a = of(s, q), b = of(t, q);
+      const std::string link = "stage " + std::to_string(s) + " <-> " + std::to_string(t) + " of replica " + std::to_string(q);
       for (const auto& [send, recv, what] : {std::tuple{field(a, "fwd_sender_digest"), field(b, "fwd_receiver_digest"), "forward"},
                                              std::tuple{field(b, "bwd_sender_digest"), field(a, "bwd_receiver_digest"), "backward"}}) {
         if (send.empty() || recv.empty()) return link + ": the " + what + " codec state was not reported by both ends";

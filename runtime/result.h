@@ -20,7 +20,8 @@ nlohmann::json environmentInfo(const std::string& torchVersion);
 // pipeline link (both directions) and every DP codec pair was reported by both of its ends with
 // equal digests, else what differs or is missing. A key reported by one end only is a failure: a
 // check that passes when an end is silent cannot fail.
-std::string codecStatesProblem(const nlohmann::json& codecState, int stages, int replicas);
+// ring: the pipeline closes (interleaved model chunks), stage S-1 -> 0 is a link too.
+std::string codecStatesProblem(const nlohmann::json& codecState, int stages, int replicas, bool ring = false);
 // Reads a JSON file; a missing or malformed file is std::invalid_argument "<what> '<path>' cannot
 // be read" / "... is not valid JSON: <parser message>".
 nlohmann::json readJsonFile(const std::string& path, const std::string& what);

@@ -14,23 +14,35 @@ using Msg = Action::Message;
 
 }  // namespace
 
-void appendForward(std::vector<Action>& a, int mb, int stages, int stage) {
-  if (stage > 0) a.push_back({K::kRecv, mb, P::kPrev, Msg::kActivation});
-  a.push_back({K::kForward, mb});
-  if (stage + 1 < stages) a.push_back({K::kSend, mb, P::kNext, Msg::kActivation});
+namespace {
+
+Action of(K kind, int mb, P peer, Msg m, int chunk) {
+  Action x{kind, mb, peer, m};
+  x.chunk = chunk;
+  return x;
 }
 
-namespace {
-void appendBackwardOf(std::vector<Action>& a, K kind, int mb, int stages, int stage) {
-  if (stage + 1 < stages) a.push_back({K::kRecv, mb, P::kNext, Msg::kGradient});
-  a.push_back({kind, mb});
-  if (stage > 0) a.push_back({K::kSend, mb, P::kPrev, Msg::kGradient});
+void appendBackwardOf(std::vector<Action>& a, K kind, int mb, int stages, int stage, int chunk, int chunks) {
+  const bool first = stage == 0 && chunk == 0, last = stage == stages - 1 && chunk == chunks - 1;
+  if (!last) a.push_back(of(K::kRecv, mb, P::kNext, Msg::kGradient, chunk));
+  a.push_back(of(kind, mb, P::kNone, Msg::kNone, chunk));
+  if (!first) a.push_back(of(K::kSend, mb, P::kPrev, Msg::kGradient, chunk));
 }
+
 }  // namespace
 
-void appendBackward(std::vector<Action>& a, int mb, int stages, int stage) { appendBackwardOf(a, K::kBackward, mb, stages, stage); }
+void appendForward(std::vector<Action>& a, int mb, int stages, int stage, int chunk, int chunks) {
+  const bool first = stage == 0 && chunk == 0, last = stage == stages - 1 && chunk == chunks - 1;
+  if (!first) a.push_back(of(K::kRecv, mb, P::kPrev, Msg::kActivation, chunk));
+  a.push_back(of(K::kForward, mb, P::kNone, Msg::kNone, chunk));
+  if (!last) a.push_back(of(K::kSend, mb, P::kNext, Msg::kActivation, chunk));
+}
+
+void appendBackward(std::vector<Action>& a, int mb, int stages, int stage, int chunk, int chunks) {
+  appendBackwardOf(a, K::kBackward, mb, stages, stage, chunk, chunks);
+}
 void appendBackwardInput(std::vector<Action>& a, int mb, int stages, int stage) {
-  appendBackwardOf(a, K::kBackwardInput, mb, stages, stage);
+  appendBackwardOf(a, K::kBackwardInput, mb, stages, stage, 0, 1);
 }
 void appendBackwardWeight(std::vector<Action>& a, int mb) { a.push_back({K::kBackwardWeight, mb}); }
 
@@ -65,8 +77,11 @@ bool isScheduleName(const std::string& name) {
   return false;
 }
 
-std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage) {
-  return scheduleInfo(name).build(stages, microBatches, stage);
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, int chunks) {
+  const ScheduleInfo& info = scheduleInfo(name);
+  if (chunks != 1 && !info.interleaves)
+    throw std::invalid_argument("pipeline.schedule '" + name + "' runs one model chunk per stage, not " + std::to_string(chunks));
+  return info.build(stages, microBatches, stage, chunks);
 }
 
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) {
@@ -101,8 +116,8 @@ void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) 
 }
 
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
-                                 int replica, int64_t step) {
-  std::vector<Action> a = makeSchedule(name, stages, microBatches, stage);
+                                 int replica, int64_t step, int chunks) {
+  std::vector<Action> a = makeSchedule(name, stages, microBatches, stage, chunks);
   if (!dp.syncs(step)) return a;
   std::vector<Action> rounds;
   for (int k = 0; k < dp.rounds; ++k) appendDpRound(rounds, dp, replica, k);

@@ -91,10 +91,12 @@ void appendDpRound(std::vector<Action>& a, const DpShape& dp, int replica, int r
 
 // Building blocks of a schedule file (runtime/schedules/): each appends one unit of work of stage
 // `stage` (of `stages`) with the receive before it and the send after it.
+// With model chunks (interleaved schedules) the ends are those of the whole virtual pipeline
+// (chunk 0 of stage 0, chunk chunks-1 of stage S-1) and every action carries its chunk.
 // Recv(prev, activation) Forward Send(next, activation)
-void appendForward(std::vector<Action>& a, int mb, int stages, int stage);
+void appendForward(std::vector<Action>& a, int mb, int stages, int stage, int chunk = 0, int chunks = 1);
 // Recv(next, gradient) Backward Send(prev, gradient)
-void appendBackward(std::vector<Action>& a, int mb, int stages, int stage);
+void appendBackward(std::vector<Action>& a, int mb, int stages, int stage, int chunk = 0, int chunks = 1);
 // Recv(next, gradient) BackwardInput Send(prev, gradient); the BackwardWeight of mb follows later.
 void appendBackwardInput(std::vector<Action>& a, int mb, int stages, int stage);
 void appendBackwardWeight(std::vector<Action>& a, int mb);
@@ -104,9 +106,12 @@ void appendStepEnd(std::vector<Action>& a, int stages, int stage);
 // A schedule, as registered in runtime/schedules/registry.cc.
 struct ScheduleInfo {
   const char* name;
-  const char* summary;                                         // one line, for --help and errors
-  std::vector<Action> (*build)(int stages, int microBatches, int stage);
-  bool splitsBackward;                                         // uses BackwardInput / BackwardWeight
+  const char* summary;  // one line, for --help and errors
+  // The list of `stage` with `chunks` model chunks per stage (pipeline.virtual_stages; 1 unless
+  // the schedule interleaves).
+  std::vector<Action> (*build)(int stages, int microBatches, int stage, int chunks);
+  bool splitsBackward = false;  // uses BackwardInput / BackwardWeight
+  bool interleaves = false;     // runs pipeline.virtual_stages model chunks per stage
 };
 // Every registered schedule, in registration order.
 const std::vector<ScheduleInfo>& schedules();
@@ -122,11 +127,11 @@ std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage);
 // The schedules makeSchedule knows, by name.
 bool isScheduleName(const std::string& name);
 // By name (a registered schedule). Throws std::invalid_argument naming the valid ones.
-std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage);
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, int chunks = 1);
 // The step's list for (stage, replica) with the data-parallel rounds where dp says (step: global
 // step number; with local steps only every H-th step synchronises).
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
-                                 int replica, int64_t step);
+                                 int replica, int64_t step, int chunks = 1);
 // The compute actions only (Forward, Backward(Input|Weight), GradNorm, Step): the order of the work.
 std::vector<Action> computeOnly(const std::vector<Action>& actions);
 // "F0 B0 N S" for compute (I0 / W0: BackwardInput / BackwardWeight; ".c" after the micro-batch:

@@ -141,6 +141,29 @@ void checkModelFits(const RunSpec& s, const std::string& where, bool simulation)
 
 }  // namespace
 
+namespace {
+
+// pipeline.virtual_stages > 1: an interleaving schedule, a ring of at least two stages, whole
+// rounds of micro-batches (Megatron-LM's interleaved schedule takes them S at a time), one
+// replica and the user-space links (what is built so far; each named when refused).
+void checkVirtualStages(const RunSpec& s, const std::string& field) {
+  const int V = s.pipeline.virtualStages, S = s.pipeline.stages;
+  if (V > 64) fail(field, std::to_string(V) + " is beyond 64");
+  const bool interleaves = scheduleInfo(s.pipeline.schedule).interleaves;
+  if (V == 1) return;
+  if (!interleaves)
+    fail(field, std::to_string(V) + " model chunks per stage need a schedule that interleaves them (interleaved_1f1b); '" +
+                    s.pipeline.schedule + "' runs one");
+  if (S < 2) fail(field, std::to_string(V) + " model chunks on 1 stage: interleaving needs pipeline.stages >= 2");
+  if (S * V > 256) fail(field, std::to_string(S * V) + " virtual stages; at most 256");
+  if (s.pipeline.microBatches % S != 0)
+    fail(field, "interleaving takes micro-batches in rounds of pipeline.stages: micro_batches = " +
+                    std::to_string(s.pipeline.microBatches) + " is not a multiple of " + std::to_string(S));
+  if (s.pipeline.replicas > 1) fail(field, std::to_string(V) + " model chunks with pipeline.replicas > 1 is not supported yet");
+}
+
+}  // namespace
+
 RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation) {
   RunSpec s;
   s.source = j;
@@ -186,6 +209,8 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     f.get("schedule", s.pipeline.schedule);
     f.get("micro_batches", s.pipeline.microBatches);
     f.get("micro_batch_size", s.pipeline.microBatchSize);
+    f.get("virtual_stages", s.pipeline.virtualStages);
+    positive(f.field("virtual_stages"), s.pipeline.virtualStages);
     positive(f.field("stages"), s.pipeline.stages);
     positive(f.field("replicas"), s.pipeline.replicas);
     if (s.pipeline.replicas > 256) fail(f.field("replicas"), std::to_string(s.pipeline.replicas) + " is beyond 256");
@@ -193,6 +218,7 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
     if (!isScheduleName(s.pipeline.schedule))
       fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected one of " + scheduleNames());
+    checkVirtualStages(s, f.field("virtual_stages"));
     if (const json* part = f.raw("partition")) {
       if (!part->is_array()) fail(f.field("partition"), "expected [[begin, end], ...] layer ranges");
       for (const auto& r : *part) {
@@ -285,6 +311,9 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
   if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.replicas", std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
                                            s.network.backend + "' backend builds one namespace chain per pipeline");
+  if (s.pipeline.virtualStages > 1 && s.network.backend != "user" && !simulation)
+    fail(where + ".pipeline.virtual_stages", "interleaved model chunks make the pipeline a ring; backend '" + s.network.backend +
+                                                 "' builds a namespace chain (use backend user)");
   // DP overrides name replicas that exist.
   if (s.network.dpLinks.is_object() && s.network.dpLinks.contains("links")) {
     const json& links = s.network.dpLinks["links"];
@@ -342,9 +371,11 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
                                           ": data parallelism runs on CPU stages only so far");
   }
   checkModelFits(s, where, simulation);
-  if (s.pipeline.stages > s.model.layers)
-    fail(where + ".pipeline.stages", std::to_string(s.pipeline.stages) + " stages for " +
-                                         std::to_string(s.model.layers) + " layers; expected stages <= model.layers");
+  if (s.pipeline.stages * s.pipeline.virtualStages > s.model.layers)
+    fail(where + ".pipeline.stages", std::to_string(s.pipeline.stages * s.pipeline.virtualStages) +
+                                         (s.pipeline.virtualStages > 1 ? " virtual stages for " : " stages for ") +
+                                         std::to_string(s.model.layers) + " layers; expected stages" +
+                                         (s.pipeline.virtualStages > 1 ? " x virtual_stages" : "") + " <= model.layers");
   stageLayers(s);  // validates an explicit partition
   return s;
 }
@@ -427,7 +458,7 @@ json toJson(const RunSpec& s) {
                     {"max_val_examples", s.data.maxValExamples}}},
           {"pipeline", {{"stages", s.pipeline.stages}, {"replicas", s.pipeline.replicas}, {"schedule", s.pipeline.schedule},
                         {"micro_batches", s.pipeline.microBatches}, {"micro_batch_size", s.pipeline.microBatchSize},
-                        {"partition", part}}},
+                        {"virtual_stages", s.pipeline.virtualStages}, {"partition", part}}},
           {"training", {{"epochs", s.training.epochs}, {"max_steps", s.training.maxSteps}, {"lr", s.training.lr},
                         {"weight_decay", s.training.weightDecay}, {"warmup_steps", s.training.warmupSteps},
                         {"clip_norm", s.training.clipNorm}, {"seed", s.training.seed},
@@ -441,12 +472,15 @@ json toJson(const RunSpec& s) {
           {"runtime", runtimeJson(s.runtime)}};
 }
 
+RankLayout rankLayout(const RunSpec& s) { return {s.pipeline.stages, s.pipeline.replicas, s.pipeline.virtualStages}; }
+
 std::vector<std::pair<int, int>> stageLayers(const RunSpec& s) {
-  const int S = s.pipeline.stages, L = s.model.layers;
+  const int S = s.pipeline.stages * s.pipeline.virtualStages, L = s.model.layers;
   if (!s.pipeline.partition.empty()) {
     const auto& p = s.pipeline.partition;
     if (static_cast<int>(p.size()) != S)
-      fail("pipeline.partition", std::to_string(p.size()) + " ranges for " + std::to_string(S) + " stages");
+      fail("pipeline.partition", std::to_string(p.size()) + " ranges for " + std::to_string(S) +
+                                     (s.pipeline.virtualStages > 1 ? " virtual stages (stages x virtual_stages)" : " stages"));
     int next = 0;
     for (size_t i = 0; i < p.size(); ++i) {
       if (p[i].first != next || p[i].second <= p[i].first)

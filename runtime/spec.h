@@ -2,6 +2,8 @@
 // starts. Errors name the field ("pipeline.stages"), the value and what was expected.
 #pragma once
 
+#include "runtime/ranks.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -39,7 +41,12 @@ struct PipelineSpec {
   std::string schedule = "gpipe";
   int microBatches = 4;
   int microBatchSize = 4;
-  std::vector<std::pair<int, int>> partition;  // explicit [begin, end) layer ranges; empty: balanced
+  // Model chunks per stage (interleaved schedules): the model is cut into stages x virtual_stages
+  // virtual stages, and stage s holds virtual stages s, s + S, s + 2S, ... (Megatron-LM's
+  // round-robin assignment). 1: one contiguous slice per stage.
+  int virtualStages = 1;
+  // Explicit [begin, end) layer ranges, one per virtual stage; empty: balanced.
+  std::vector<std::pair<int, int>> partition;
 };
 
 struct TrainingSpec {
@@ -132,5 +139,7 @@ nlohmann::json toJson(const RunSpec& s);
 // Layer ranges per stage: the explicit partition or a balanced one (stage 0 also holds the
 // embeddings, the last stage the head, so they get fewer blocks when layers do not divide).
 std::vector<std::pair<int, int>> stageLayers(const RunSpec& s);
+// The run's ranks: stages x replicas, with pipeline.virtual_stages model chunks each.
+RankLayout rankLayout(const RunSpec& s);
 
 }  // namespace slowpipe::runtime

@@ -31,8 +31,8 @@ torch::Device deviceOf(const RunSpec& spec) {
 StageRunner::StageRunner(const RunSpec& spec, int stage, int64_t totalSteps)
     : spec_(spec), device_(deviceOf(spec)), totalSteps_(totalSteps) {
   const auto ranges = stageLayers(spec);
-  const int S = spec.pipeline.stages;
-  model_ = StageModel(spec.model, ranges.at(stage).first, ranges.at(stage).second, stage == 0, stage == S - 1);
+  const int last = static_cast<int>(ranges.size()) - 1;  // virtual stages (stages x virtual_stages)
+  model_ = StageModel(spec.model, ranges.at(stage).first, ranges.at(stage).second, stage == 0, stage == last);
   if (!spec.training.initCheckpoint.empty()) loadCheckpoint(model_, spec.training.initCheckpoint);
   model_->to(device_);
   if (scheduleInfo(spec.pipeline.schedule).splitsBackward) enableSplitBackward();

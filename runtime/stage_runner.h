@@ -18,6 +18,8 @@ namespace slowpipe::runtime {
 
 class StageRunner {
  public:
+  // `stage`: the virtual stage (its layers are stageLayers(spec)[stage]; with one model chunk per
+  // stage, the stage).
   StageRunner(const RunSpec& spec, int stage, int64_t totalSteps);
   bool first() const { return model_->first; }
   bool last() const { return model_->last; }

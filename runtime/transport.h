@@ -1,23 +1,32 @@
-// Stage transport: framed, codec-compressed, shaped channels between neighbouring stages.
+// Stage transport: framed, codec-compressed, shaped channels between a stage and its pipeline peers.
 //
-// Protocol. Each stage binds two PULL sockets, one for messages from the previous stage and one
-// for messages from the next, and connects one PUSH socket to each neighbour's matching PULL.
-// Every message is an emulator Envelope + a compression Frame. Per direction and per link there is
-// one codec pair (sender encodes, receiver decodes): the forward codec carries activations to the
-// next stage, the backward codec carries activation gradients to the previous one. Evaluation
-// activations (kEval) and control scalars (kControl) travel uncompressed. Receivers parse each frame
-// once, check its kind, step and micro-batch against what the schedule expects (a protocol slip
-// is an error), then decode. Codec instances are named "r<rank>-<fwd|bwd>-<send|recv>" (files of
-// file-backed codecs derive from it); ef's residual key is "<fwd|bwd>/mb<micro-batch>".
+// Protocol. One Channel per directed rank -> rank link: this rank binds one PULL socket per peer
+// that sends to it and connects one PUSH socket to each peer's PULL for it; the previous and the
+// next stage are routes to a channel (with interleaved model chunks the pipeline is a ring, and
+// with two stages both routes lead to the one channel of that pair, which so carries, and is shaped
+// as, one link). Every message is an emulator Envelope + a compression Frame. Per channel there is
+// one codec pair (sender encodes, receiver decodes) per (direction, chunk): the forward codec
+// carries activations across a virtual-stage boundary b -> b + 1, the backward codec their
+// gradients b + 1 -> b, and `chunk` is the model chunk of b's side (protocol::boundaryChunk; 0
+// with one chunk per stage, which is one pair per direction). Evaluation activations (kEval) and
+// control scalars (kControl) travel uncompressed. A receiver takes the message it expects by key
+// (kind, step, micro-batch, chunk; the frame carries the chunk): one that arrives ahead of its
+// turn on a shared channel waits in that channel's stash (an older step's message is a protocol
+// slip, an error), then decodes. Codec instances are named "r<rank>-<fwd|bwd>-<send|recv>" (chunk
+// c > 0 adds "-c<c>"; files of file-backed codecs derive from it); ef's residual key is
+// "<fwd|bwd>/mb<micro-batch>" within its codec instance.
 // A non-finite value in a tensor to send stops the run with a message naming step, stage and
 // micro-batch (NonFiniteError from the frame encoder).
 #pragma once
 
 #include <algorithm>
+#include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "compression/codec.h"
@@ -56,7 +65,7 @@ struct TransportStats {
 
 struct TransportOptions {
   // rank: the process (names codec instances and frames); stage: its place in the pipeline (which
-  // neighbours it has, which links of the topology its messages take).
+  // links of the topology its messages take).
   int rank = 0, stage = 0, stages = 1;
   std::string forwardCodec = "none", backwardCodec = "none";
   emulator::Topology topology;
@@ -68,55 +77,68 @@ struct TransportOptions {
   bool serialFifo = false;  // network.model serial_fifo (user backend): one inbound FIFO per stage
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
-  // Runs across hosts: CURVE on every socket, each PULL admitting only its neighbour's key
-  // (prevRank / nextRank: the neighbours' ranks). nullptr: plain sockets (one host).
+  // Runs across hosts: CURVE on every socket, each PULL admitting only its peer's key.
+  // nullptr: plain sockets (one host).
   const SocketSecurity* security = nullptr;
   // ZMQ_MAXMSGSIZE of the sockets this rank binds (largestFrameBytes; -1: no limit).
   int64_t maxMessageBytes = -1;
+  // The ranks of the previous and the next stage (runtime/protocol.h pipelinePeer; -1: none).
   int prevRank = -1, nextRank = -1;
+  int prevStage = -1, nextStage = -1;  // their stages (with a ring: S-1 before 0, 0 after S-1)
 };
 
-// The codec context of one pipeline message (direction, step, epoch, micro-batch, key): its sender
-// and its receiver both build it here, so a codec sees the same context at both ends.
+// The codec context of one pipeline message (direction, step, epoch, micro-batch, key):
+// its sender and its receiver both build it here, so a codec sees the same context at both ends.
 compression::CodecContext messageContext(bool forward, int64_t step, int epoch, int mb);
 
 class StageTransport {
  public:
   StageTransport(zmq::context_t& ctx, TransportOptions opt);
-  // Endpoints the neighbours must connect to: {"from_prev": ..., "from_next": ...} (empty if none).
-  std::string fromPrevEndpoint() const { return fromPrevEp_; }
-  std::string fromNextEndpoint() const { return fromNextEp_; }
-  // Connects to the neighbours' PULL endpoints (prevFromNext = previous stage's from_next; its
-  // rank prevRank, likewise the next stage's).
-  void connect(const std::string& prevFromNext, const std::string& nextFromPrev, int prevRank, int nextRank);
+  // Where each peer that sends to this rank must connect: {"<peer rank>": "tcp://..."}.
+  nlohmann::json endpoints() const;
+  // Connects to the peers' PULL endpoints for this rank: {"<peer rank>": "tcp://..."}.
+  void connect(const nlohmann::json& to);
 
-  // Sends numelOf(shape) floats at data to the next (toNext=true) or previous stage. The values
-  // are encoded straight from the caller's memory and the frame is handed to ZeroMQ without a copy.
+  // Sends numelOf(shape) floats at data to the next (toNext=true) or previous stage (`chunk`: the
+  // model chunk of the boundary's lower side). The values are encoded straight from the caller's
+  // memory and the frame is handed to ZeroMQ without a copy.
   void send(bool toNext, compression::MessageKind kind, int64_t step, int epoch, int mb, const float* data,
-            const compression::Shape& shape, const std::vector<int64_t>& exampleIds);
-  // Receives the next message from the previous (fromPrev=true) or next stage, checks it is `kind`
-  // for (step, mb), decodes it.
-  Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb);
+            const compression::Shape& shape, const std::vector<int64_t>& exampleIds, int chunk = 0);
+  // Receives the message `kind` for (step, mb, chunk) from the previous (fromPrev=true) or next
+  // stage (taking it from the channel's stash if it came ahead of its turn) and decodes it.
+  Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb, int chunk = 0);
 
   TransportStats takeStats();
+  // Digest of every forward (activation) or backward (gradient) codec's state, senders' or
+  // receivers', over all channels in (peer, chunk) order.
   uint64_t codecDigest(bool forward, bool sender) const;
 
  private:
-  struct Peer {
+  struct Received {
+    emulator::ShapedMessage message;
+    compression::FrameHeader header;
+    size_t payloadAt = 0;
+  };
+  struct Channel {
+    int peer = -1, peerStage = -1;
+    // Outbound: this rank -> peer.
     std::unique_ptr<zmq::socket_t> push;
     std::unique_ptr<emulator::ShapedSender> sender;
-    std::unique_ptr<compression::Codec> encoder;  // codec for what we send to this peer
-    std::unique_ptr<compression::Codec> decoder;  // codec for what we receive from this peer
+    // Inbound: peer -> this rank.
+    std::unique_ptr<zmq::socket_t> pull;
+    std::unique_ptr<emulator::ShapedReceiver> receiver;
+    std::string endpoint;
+    std::deque<Received> stash;  // arrived ahead of their turn
+    // Codecs by (forward?, chunk): what this rank sends to / receives from the peer.
+    std::map<std::pair<bool, int>, std::unique_ptr<compression::Codec>> encoders, decoders;
     std::unique_ptr<compression::Codec> plainEncoder, plainDecoder;  // kEval / kControl
   };
+  Channel& route(bool next);
+  compression::Codec& codec(Channel& c, bool encoder, bool forward, int chunk);
   TransportOptions opt_;
   zmq::context_t& ctx_;
-  zmq::socket_t fromPrev_, fromNext_;
-  std::unique_ptr<emulator::ShapedReceiver> rxPrev_, rxNext_;
-  emulator::SerialFifo fifo_;  // serial_fifo: this stage's one inbound wire
-  std::string fromPrevEp_, fromNextEp_;
-  Peer prev_, next_;
-  int prevRank_ = -1, nextRank_ = -1;
+  std::map<int, Channel> channels_;  // by peer rank
+  emulator::SerialFifo fifo_;        // serial_fifo: this stage's one inbound wire
   TransportStats stats_;
 };
 

@@ -109,9 +109,12 @@ std::string connectControl(zmq::context_t& ctx, zmq::socket_t& s, const Context&
 class PipelineWorker {
  public:
   PipelineWorker(const RunSpec& spec, const Context& c, zmq::context_t& ctx)
-      : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_{spec.pipeline.stages, spec.pipeline.replicas},
-        id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"), runner_(spec, id_.stage, plan_.totalSteps),
+      : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
+        id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"),
         dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
+    // One runner per model chunk: chunk v of stage s is virtual stage v S + s.
+    for (int v = 0; v < layout_.chunks; ++v)
+      runners_.push_back(std::make_unique<StageRunner>(spec, v * S_ + id_.stage, plan_.totalSteps));
     controlFrom_ = connectControl(ctx, control_, c);
     TransportOptions o;
     o.rank = rank_;
@@ -133,6 +136,8 @@ class PipelineWorker {
     o.maxMessageBytes = c.security && c.security->maxMessageBytes > 0 ? c.security->maxMessageBytes : largestFrameBytes(spec);
     o.prevRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kPrev);
     o.nextRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kNext);
+    o.prevStage = protocol::neighbourStage(layout_, id_.stage, Action::Peer::kPrev);
+    o.nextStage = protocol::neighbourStage(layout_, id_.stage, Action::Peer::kNext);
     // Twice the launcher's step timeout: a hung peer is diagnosed by the launcher (which names
     // the rank that stopped), not by its neighbours' receive timeouts.
     o.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
@@ -151,16 +156,15 @@ class PipelineWorker {
       d.maxMessageBytes = o.maxMessageBytes;
       d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
-      sync_ = std::make_unique<GradientSync>(spec, runner_, id_.stage);
+      sync_ = std::make_unique<GradientSync>(spec, *runners_[0], id_.stage);
     }
-    json hello = {{"type", "hello"}, {"from_prev", transport_->fromPrevEndpoint()}, {"from_next", transport_->fromNextEndpoint()},
+    json hello = {{"type", "hello"}, {"pipeline", transport_->endpoints()},
                   {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};
     hello.update(c.hello);
     if (!controlFrom_.empty()) hello["control_from"] = controlFrom_;
     const json table = c.peerTable(ctx, [&] { report(hello); });
     if (!c.shapeDevice.empty()) shapeInterface(spec, c.shapeDevice, c.bindNext, table);
-    transport_->connect(table.value("prev_from_next", ""), table.value("next_from_prev", ""), table.value("prev_rank", -1),
-                        table.value("next_rank", -1));
+    transport_->connect(table.value("pipeline", json::object()));
     if (dp_) dp_->connect(table.value("dp_peers", json::object()));
   }
 
@@ -172,9 +176,10 @@ class PipelineWorker {
     shaper_ = std::make_unique<emulator::DeviceShaper>(dev);
     const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
     shaping_ = {{"dev", dev}, {"address", address}, {"mechanism", shaper_->mechanism()}, {"destinations", json::array()}};
-    for (const auto& [key, peerStage] : {std::pair{"prev_from_next", id_.stage - 1}, std::pair{"next_from_prev", id_.stage + 1}}) {
-      const std::string ep = table.value(key, "");
-      if (ep.empty()) continue;
+    const json peers = table.value("pipeline", json::object());  // (items() of a temporary would dangle)
+    for (const auto& [peer, endpoint] : peers.items()) {
+      const std::string ep = endpoint.get<std::string>();
+      const int peerStage = layout_.id(std::stoi(peer)).stage;
       const size_t host = ep.find("://") + 3, colon = ep.rfind(':');
       const std::string ip = ep.substr(host, colon - host);
       const int port = std::stoi(ep.substr(colon + 1));
@@ -192,7 +197,8 @@ class PipelineWorker {
     int64_t g = 0;
     for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
       for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g)
-        runStep(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g),
+        runStep(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g,
+                             layout_.chunks),
                 epoch, s, g);
       // Replica 0 evaluates (with local steps: its own parameters, as they are at the epoch's end).
       if (spec_.training.evalEachEpoch && id_.replica == 0) evaluate(epoch, g);
@@ -217,9 +223,10 @@ class PipelineWorker {
   }
 
   void sendTensor(bool toNext, MessageKind kind, int64_t g, int epoch, int mb, const torch::Tensor& t,
-                  const std::vector<int64_t>& ids) {
+                  const std::vector<int64_t>& ids, int chunk = 0) {
     const torch::Tensor c = t.contiguous();
-    transport_->send(toNext, kind, g, epoch, mb, c.data_ptr<float>(), compression::Shape(c.sizes().begin(), c.sizes().end()), ids);
+    transport_->send(toNext, kind, g, epoch, mb, c.data_ptr<float>(), compression::Shape(c.sizes().begin(), c.sizes().end()), ids,
+                     chunk);
   }
 
   void sendScalar(bool toNext, int64_t g, int epoch, int tag, double v) {
@@ -242,12 +249,15 @@ class PipelineWorker {
     const double t0 = now();
     double compute = 0, sq = 0;
     std::map<int, std::vector<int64_t>> ids;
-    // Per micro-batch: received activations and gradients, and outputs waiting to be sent.
-    std::map<int, torch::Tensor> activationIn, gradientIn, outbox;
+    // Per (model chunk, micro-batch): received activations and gradients, outputs waiting to be sent.
+    std::map<std::pair<int, int>, torch::Tensor> activationIn, gradientIn, outbox;
     // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
     if (spec_.runtime.timeline != "all") events_.clear();
     for (const Action& a : schedule) {
       const bool toNext = a.peer == Action::Peer::kNext;
+      const std::pair<int, int> at{a.chunk, a.microBatch};
+      const int chunk = protocol::boundaryChunk(layout_, id_.stage, a);  // the message's key
+      StageRunner& runner = *runners_.at(a.chunk);
       const double ta = now();
       switch (a.kind) {
         case K::kDpBegin:
@@ -265,15 +275,15 @@ class PipelineWorker {
           if (a.isDataParallel()) {
             dp_->execute(a);
           } else if (a.message == Msg::kActivation) {
-            Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch);
+            Tensor32 t = transport_->recv(true, MessageKind::kActivation, g, epoch, a.microBatch, chunk);
             ids[a.microBatch] = batchIds(epoch, s, a.microBatch);
             if (t.exampleIds != ids[a.microBatch])
               throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " +
                                        std::to_string(a.microBatch) + " differ from the data plan");
-            activationIn[a.microBatch] = fromTransport(t);
+            activationIn[at] = fromTransport(t);
           } else if (a.message == Msg::kGradient) {
-            Tensor32 t = transport_->recv(false, MessageKind::kGradient, g, epoch, a.microBatch);
-            gradientIn[a.microBatch] = fromTransport(t);
+            Tensor32 t = transport_->recv(false, MessageKind::kGradient, g, epoch, a.microBatch, chunk);
+            gradientIn[at] = fromTransport(t);
           } else {
             const double v = scalarOf(transport_->recv(!toNext, MessageKind::kControl, g, epoch, normTag(a.message)));
             sq = a.message == Msg::kNormPartial ? sq + v : v;
@@ -284,8 +294,8 @@ class PipelineWorker {
             dp_->execute(a);
           } else if (a.message == Msg::kActivation || a.message == Msg::kGradient) {
             const MessageKind kind = a.message == Msg::kActivation ? MessageKind::kActivation : MessageKind::kGradient;
-            sendTensor(toNext, kind, g, epoch, a.microBatch, outbox.at(a.microBatch), ids[a.microBatch]);
-            outbox.erase(a.microBatch);
+            sendTensor(toNext, kind, g, epoch, a.microBatch, outbox.at(at), ids[a.microBatch], chunk);
+            outbox.erase(at);
           } else {
             sendScalar(toNext, g, epoch, normTag(a.message), sq);
           }
@@ -295,44 +305,49 @@ class PipelineWorker {
           std::vector<int64_t> mbIds;
           makeBatch(plan_.train, plan_.epochs.microBatch(epoch, s, globalMb(a.microBatch)), spec_.model.seqLen, &inputs, &tgt, &mbIds);
           ids[a.microBatch] = mbIds;
-          const torch::Tensor in = runner_.first() ? inputs : activationIn.at(a.microBatch);
-          activationIn.erase(a.microBatch);
+          const torch::Tensor in = runner.first() ? inputs : activationIn.at(at);
+          activationIn.erase(at);
           const double tc = now();
-          torch::Tensor out = runner_.forward(a.microBatch, in, tgt);
+          torch::Tensor out = runner.forward(a.microBatch, in, tgt);
           compute += now() - tc;
-          if (!runner_.last()) outbox[a.microBatch] = out;
+          if (!runner.last()) outbox[at] = out;
           break;
         }
         case K::kBackward:
         case K::kBackwardInput: {
           torch::Tensor grad;
-          if (!runner_.last()) {
-            grad = gradientIn.at(a.microBatch);
-            gradientIn.erase(a.microBatch);
+          if (!runner.last()) {
+            grad = gradientIn.at(at);
+            gradientIn.erase(at);
           }
           const double tc = now();
-          torch::Tensor gin = a.kind == K::kBackward ? runner_.backward(a.microBatch, grad) : runner_.backwardInput(a.microBatch, grad);
+          torch::Tensor gin = a.kind == K::kBackward ? runner.backward(a.microBatch, grad) : runner.backwardInput(a.microBatch, grad);
           compute += now() - tc;
-          if (!runner_.first()) outbox[a.microBatch] = gin;
+          if (!runner.first()) outbox[at] = gin;
           break;
         }
         case K::kBackwardWeight: {
           const double tc = now();
-          runner_.backwardWeight(a.microBatch);
+          runner.backwardWeight(a.microBatch);
           compute += now() - tc;
           break;
         }
         case K::kGradNorm:
-          sq = runner_.localGradSquaredNorm();
+          sq = 0;
+          for (const auto& r : runners_) sq += r->localGradSquaredNorm();
           break;
         case K::kStep: {
           const double tc = now();
           lastLoss_ = 0;
-          if (runner_.last())
-            for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += runner_.lossValue(m) / spec_.pipeline.microBatches;
+          if (lastRunner().last())
+            for (int m = 0; m < spec_.pipeline.microBatches; ++m)
+              lastLoss_ += lastRunner().lossValue(m) / spec_.pipeline.microBatches;
           norm_ = std::sqrt(sq);
-          if (sync_ && sync_->replacesStep(g)) sync_->clipAndMomentum(norm_);  // qadam: OuterStep updates
-          else runner_.step(g, norm_);
+          if (sync_ && sync_->replacesStep(g)) {
+            sync_->clipAndMomentum(norm_);  // qadam: OuterStep updates
+          } else {
+            for (auto& r : runners_) r->step(g, norm_);
+          }
           compute += now() - tc;
           break;
         }
@@ -345,7 +360,7 @@ class PipelineWorker {
               {"encode_s", st.encodeS + dst.encodeS}, {"decode_s", st.decodeS + dst.decodeS},
               {"wait_s", st.waitS + dst.waitS}, {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire},
               {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire}, {"grad_raw", dst.raw}, {"grad_wire", dst.wire},
-              {"grad_norm", norm_}, {"lr", runner_.learningRate(g)}};
+              {"grad_norm", norm_}, {"lr", runners_[0]->learningRate(g)}};
     if (dp_) {  // what the data-parallel exchange alone took (its share of the breakdown)
       double dpS = 0;
       for (const auto& e : events_)
@@ -355,7 +370,7 @@ class PipelineWorker {
     // One-way times this stage observed on its inbound links (delivery - send stamp).
     for (const auto& [name, d] : {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
       if (d.messages > 0) r["recv_delay_s"][name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
-    if (runner_.last()) r["loss"] = lastLoss_;
+    if (lastRunner().last()) r["loss"] = lastLoss_;
     report(r);
   }
 
@@ -370,6 +385,8 @@ class PipelineWorker {
   // Control frame tags of the two norm messages (micro-batch field; negative, never a micro-batch).
   static int normTag(Action::Message m) { return m == Action::Message::kNormPartial ? -1 : -2; }
 
+  // The validation set through every model chunk in turn: batch k crosses the virtual stages in
+  // order (with model chunks, around the ring V times), as evaluation messages keyed by chunk.
   void evaluate(int epoch, int64_t g) {
     const auto batches = evalBatches(plan_.val.size(), spec_.pipeline.microBatchSize);
     double lossSum = 0;
@@ -380,31 +397,39 @@ class PipelineWorker {
       torch::Tensor inputs, tgt;
       std::vector<int64_t> mbIds;
       makeBatch(plan_.val, idx, spec_.model.seqLen, &inputs, &tgt, &mbIds);
-      torch::Tensor in = inputs;
-      if (!runner_.first()) {
-        Tensor32 t = transport_->recv(true, MessageKind::kEval, g, epoch, static_cast<int>(k));
-        in = fromTransport(t);
+      for (int v = 0; v < layout_.chunks; ++v) {
+        StageRunner& runner = *runners_[v];
+        Action in{Action::Kind::kRecv, static_cast<int>(k), Action::Peer::kPrev}, out{Action::Kind::kSend, static_cast<int>(k), Action::Peer::kNext};
+        in.chunk = out.chunk = v;
+        torch::Tensor x = inputs;
+        if (!runner.first()) {
+          Tensor32 t = transport_->recv(true, MessageKind::kEval, g, epoch, in.microBatch, protocol::boundaryChunk(layout_, id_.stage, in));
+          x = fromTransport(t);
+        }
+        torch::Tensor y = runner.evalForward(x, tgt, &lossSum);
+        if (runner.last()) tokens += tgt.numel();
+        else sendTensor(true, MessageKind::kEval, g, epoch, out.microBatch, y, mbIds, protocol::boundaryChunk(layout_, id_.stage, out));
       }
-      torch::Tensor out = runner_.evalForward(in, tgt, &lossSum);
-      tokens += tgt.numel();
-      if (!runner_.last()) sendTensor(true, MessageKind::kEval, g, epoch, static_cast<int>(k), out, mbIds);
     }
     // Barrier: the last stage finishes evaluating last. Every stage waits for it, so the next
     // step's timer starts on all stages together instead of charging the evaluation to that step.
-    if (!runner_.last()) transport_->recv(false, MessageKind::kControl, g, epoch, -3);
-    if (!runner_.first()) sendScalar(false, g, epoch, -3, 0.0);
+    const bool firstStage = id_.stage == 0, lastStage = id_.stage == S_ - 1;
+    if (!lastStage) transport_->recv(false, MessageKind::kControl, g, epoch, -3);
+    if (!firstStage) sendScalar(false, g, epoch, -3, 0.0);
     transport_->takeStats();  // evaluation traffic is not training traffic
     json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
-    if (runner_.last()) r["val_loss"] = meanLoss(lossSum, tokens);
+    if (lastRunner().last()) r["val_loss"] = meanLoss(lossSum, tokens);
     report(r);
   }
+
+  StageRunner& lastRunner() { return *runners_.back(); }
 
   const RunSpec& spec_;
   int rank_, S_;
   RankLayout layout_;
   RankId id_;
   Plan plan_;
-  StageRunner runner_;
+  std::vector<std::unique_ptr<StageRunner>> runners_;  // by model chunk
   DpShape dpShape_;
   zmq::socket_t control_;
   std::string controlFrom_;  // across hosts: this end of the control connection
@@ -458,7 +483,7 @@ int runWorker(const WorkerArgs& args) {
     Context c;
     c.rank = args.rank;
     c.size = spec.pipeline.stages * spec.pipeline.replicas;
-    c.id = RankLayout{spec.pipeline.stages, spec.pipeline.replicas}.id(args.rank);
+    c.id = rankLayout(spec).id(args.rank);
     c.control = args.control;
     c.bindPrev = args.bindPrev;
     c.bindNext = args.bindNext;
@@ -696,7 +721,7 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
       c.hello = {{"host", hostName()}, {"address", address}, {"bootstrap", source},
                  {"clock", {{"offset_s", clock.offsetS}, {"rtt_s", clock.rttS}, {"error_bound_s", 0.5 * clock.rttS}}}};
       const RunSpec spec = runSpecFromJson(join.at("spec"), "the run's spec (from the rendezvous)");
-      c.id = RankLayout{spec.pipeline.stages, spec.pipeline.replicas}.id(rank);
+      c.id = rankLayout(spec).id(rank);
       if (spec.network.backend == "tc-dev") {
         // The kernel paces the rate on each host's interface; without netem this worker adds the
         // delay and jitter of what it receives itself.
@@ -738,6 +763,7 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
                       const std::function<void(const json&)>& onRecord, const std::string& checkpoint) {
   RunSpec spec = specIn;
   spec.pipeline.stages = 1;
+  spec.pipeline.virtualStages = 1;  // every layer in one model chunk
   spec.pipeline.partition.clear();
   // The same global batch in one process: every replica's micro-batches, in replica order.
   spec.pipeline.microBatches *= spec.pipeline.replicas;

@@ -85,10 +85,12 @@ class Replay {
  public:
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
       : spec_(spec), profile_(profile), S_(spec.pipeline.stages), R_(spec.pipeline.replicas), N_(S_ * R_), steps_(steps),
+        layout_(runtime::rankLayout(spec)),
         topo_(emulator::topologyFromJson(spec.network.links, "network.links")), dp_(runtime::dpShape(spec)), ranks_(N_) {
-    if (static_cast<int>(profile.stages.size()) != S_)
+    const int virtualStages = S_ * layout_.chunks;  // the profile has one entry per virtual stage
+    if (static_cast<int>(profile.stages.size()) != virtualStages)
       throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) + " stages, the spec " +
-                                  std::to_string(S_) + " (profile the same partition)");
+                                  std::to_string(virtualStages) + " (profile the same partition)");
     for (int i = 0; i < N_; ++i) ranks_[i].plan = planOf(i, 0);
     const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
     rawActBytes_ = 4 * compression::numelOf(act);
@@ -96,11 +98,16 @@ class Replay {
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
     ctlBytes_ = steadyFrameBytes("none", {2});
     serial_ = spec.network.model == "serial_fifo";
+    // One clock per directed pipeline link (a ring with model chunks: S-1 -> 0 too; with two
+    // stages the previous and the next stage are one peer, one link).
     for (int r = 0; r < R_; ++r)
-      for (int s = 0; s + 1 < S_; ++s)
-        for (auto [a, b] : {std::pair{s, s + 1}, std::pair{s + 1, s}})
+      for (int s = 0; s < S_; ++s) {
+        const int t = runtime::protocol::neighbourStage(layout_, s, Action::Peer::kNext);
+        if (t < 0 || t == s) continue;
+        for (auto [a, b] : {std::pair{s, t}, std::pair{t, s}})
           clocks_.emplace(std::pair{rankOf(a, r), rankOf(b, r)},
                           emulator::LinkClock(topo_.link(a, b), 0.0, 1000 * rankOf(a, r) + rankOf(b, r)));
+      }
     if (R_ > 1) {
       // The replicas' links: their own topology, always the pipelined model (as in the emulator).
       dpTopo_ = runtime::dpTopology(spec);
@@ -147,7 +154,7 @@ class Replay {
         }
         per.push_back(st);
       }
-      const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ - 1} * R_;
+      const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ * layout_.chunks - 1} * R_;
       json bytes = {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
                     {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}};
       if (R_ > 1) bytes["gradient"] = {{"raw", gradRaw}, {"wire", gradWire}};
@@ -186,7 +193,8 @@ class Replay {
 
   int rankOf(int stage, int replica) const { return stage * R_ + replica; }
   std::vector<Action> planOf(int i, int step) const {
-    return runtime::makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, i / R_, dp_, i % R_, step);
+    return runtime::makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, i / R_, dp_, i % R_, step,
+                                 layout_.chunks);
   }
 
   void loop() {
@@ -236,7 +244,7 @@ class Replay {
     if (st.mode == Mode::kWaiting) return st.arrival < 0 && collect(i);
     if (st.mode != Mode::kReady) return false;
     const Action& a = st.plan[st.pc];
-    const StageCost& cost = profile_.stages[i / R_];
+    const StageCost& cost = profile_.stages[runtime::protocol::virtualStage(layout_, i / R_, a)];
     const DpCost* dpc = R_ > 1 ? &dpCosts_[i / R_] : nullptr;
     auto perRound = [&](const std::vector<double>& v) { return st.round < static_cast<int>(v.size()) ? v[st.round] : 0.0; };
     switch (a.kind) {
@@ -244,9 +252,14 @@ class Replay {
       case Action::Kind::kBackward:
       case Action::Kind::kBackwardInput:
       case Action::Kind::kBackwardWeight:
-      case Action::Kind::kStep:
         startTask(i, runtime::protocol::eventName(a), a.microBatch, cost.of(a), &st.compute);
         break;
+      case Action::Kind::kStep: {  // the optimizer step of every model chunk the rank holds
+        double seconds = 0;
+        for (int v = 0; v < layout_.chunks; ++v) seconds += profile_.stages[v * S_ + i / R_].stepS;
+        startTask(i, runtime::protocol::eventName(a), a.microBatch, seconds, &st.compute);
+        break;
+      }
       case Action::Kind::kGradNorm: advancePc(i); break;
       case Action::Kind::kDpBegin:
         st.round = a.microBatch;
@@ -258,7 +271,7 @@ class Replay {
       case Action::Kind::kSend: {
         st.postAfter = true;
         st.postPeer = peerOf(i, a);
-        st.postKey = key(i, st.postPeer, a, st.step, st.round);
+        st.postKey = key(i, st.postPeer, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a));
         double seconds = 0;
         st.postBytes = sendBytesAndCost(i, a, &seconds);
         startTask(i, a.isDataParallel() ? "dp_send" : "encode", a.microBatch, seconds, &st.encode);
@@ -274,7 +287,7 @@ class Replay {
     return true;
   }
 
-  int peerOf(int i, const Action& a) const { return runtime::protocol::peerRank({S_, R_}, i, a); }
+  int peerOf(int i, const Action& a) const { return runtime::protocol::peerRank(layout_, i, a); }
 
   // A waiting rank looks for its message; once it is there its arrival is known (serial_fifo, on
   // pipeline links: billed now, in this receiver's retrieval order, on its one inbound FIFO).
@@ -282,7 +295,7 @@ class Replay {
     RankState& st = ranks_[i];
     const Action& a = st.plan[st.pc];
     const int peer = peerOf(i, a);
-    const auto it = mail_.find(key(peer, i, a, st.step, st.round));
+    const auto it = mail_.find(key(peer, i, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a)));
     if (it == mail_.end()) return false;
     Message m = it->second;
     mail_.erase(it);
@@ -429,9 +442,10 @@ class Replay {
     }
     return seconds;
   }
-  static std::string key(int from, int to, const Action& a, int step, int round) {
+  // The message key (runtime/protocol.h: kind, step, micro-batch, boundary chunk) on a link.
+  static std::string key(int from, int to, const Action& a, int step, int round, int chunk) {
     std::string k = std::to_string(from) + ">" + std::to_string(to) + ":" + std::to_string(static_cast<int>(a.message)) + ":" +
-                    std::to_string(a.microBatch) + "@" + std::to_string(step);
+                    std::to_string(a.microBatch) + "c" + std::to_string(chunk) + "@" + std::to_string(step);
     if (a.isDataParallel()) k += "r" + std::to_string(round);
     return k;
   }
@@ -439,6 +453,7 @@ class Replay {
   const runtime::RunSpec& spec_;
   const Profile& profile_;
   int S_, R_, N_, steps_;
+  runtime::RankLayout layout_;
   emulator::Topology topo_, dpTopo_;
   runtime::DpShape dp_;
   std::vector<RankState> ranks_;

@@ -118,7 +118,8 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
   torch::manual_seed(0);
   const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
   std::vector<simulator::StageCost> out;
-  for (int s = 0; s < spec.pipeline.stages; ++s) {
+  // One entry per virtual stage (with model chunks, stages x virtual_stages of them).
+  for (int s = 0; s < static_cast<int>(runtime::stageLayers(spec).size()); ++s) {
     runtime::StageRunner runner(spec, s, 1000);
     std::vector<double> fwd, bwd, step;
     for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up

@@ -11,9 +11,12 @@ std::vector<Action> zbH1Schedule(int stages, int microBatches, int stage);
 
 const std::vector<ScheduleInfo>& schedules() {
   static const std::vector<ScheduleInfo> all = {
-      {"gpipe", "all forwards, then all backwards (AC-SGD's schedule)", gpipeSchedule, false},
-      {"1f1b", "PipeDream-flush: S-1-s warm-up forwards, then one forward / one backward", oneFOneBSchedule, false},
-      {"zb_h1", "zero-bubble H1: 1F1B with backwards split, weight gradients deferred into the bubbles", zbH1Schedule, true},
+      {"gpipe", "all forwards, then all backwards (AC-SGD's schedule)",
+       [](int S, int M, int s, int) { return gpipeSchedule(S, M, s); }},
+      {"1f1b", "PipeDream-flush: S-1-s warm-up forwards, then one forward / one backward",
+       [](int S, int M, int s, int) { return oneFOneBSchedule(S, M, s); }},
+      {"zb_h1", "zero-bubble H1: 1F1B with backwards split, weight gradients deferred into the bubbles",
+       [](int S, int M, int s, int) { return zbH1Schedule(S, M, s); }, true},
   };
   return all;
 }

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
+#include <tuple>
 #include <map>
 #include <set>
 
@@ -42,12 +44,16 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
 }
 
 // Replays the schedules: sends are asynchronous, receives block until the message is queued.
-// Returns true if every stage finishes and every receive found the message it expected, in the
-// FIFO order of its link (one queue per directed link, shared by every message kind).
-bool replay(const std::string& name, int S, int M) {
+// Returns true if every stage finishes and every receive found the message it expected. Peers
+// and message keys are the protocol's (runtime/protocol.h). With one model chunk per stage every
+// receive must be the head of its link's FIFO (one queue per directed link, shared by every
+// message kind); with chunks the transport takes messages by key, so any queued one will do.
+bool replay(const std::string& name, int S, int M, int chunks = 1) {
+  const RankLayout layout{S, 1, chunks};
   std::vector<std::vector<Action>> plans;
-  for (int s = 0; s < S; ++s) plans.push_back(makeSchedule(name, S, M, s));
-  std::map<std::pair<int, int>, std::deque<std::pair<Action::Message, int>>> links;  // (from, to) -> in flight
+  for (int s = 0; s < S; ++s) plans.push_back(makeSchedule(name, S, M, s, chunks));
+  using Key = std::tuple<Action::Message, int, int>;  // message, micro-batch, boundary chunk
+  std::map<std::pair<int, int>, std::deque<Key>> links;  // (from, to) -> in flight
   std::vector<size_t> pc(S, 0);
   bool progress = true;
   while (progress) {
@@ -55,16 +61,19 @@ bool replay(const std::string& name, int S, int M) {
     for (int s = 0; s < S; ++s) {
       while (pc[s] < plans[s].size()) {
         const Action& a = plans[s][pc[s]];
-        const int peer = a.peer == Action::Peer::kPrev ? s - 1 : s + 1;
-        if (a.kind == Action::Kind::kSend) {
-          if (peer < 0 || peer >= S) return false;
-          links[{s, peer}].push_back({a.message, a.microBatch});
-        } else if (a.kind == Action::Kind::kRecv) {
-          if (peer < 0 || peer >= S) return false;
-          auto& q = links[{peer, s}];
-          if (q.empty()) break;
-          if (q.front() != std::make_pair(a.message, a.microBatch)) return false;
-          q.pop_front();
+        if (a.isCommunication()) {
+          const int peer = protocol::peerRank(layout, s, a);
+          if (peer < 0 || peer >= S || peer == s) return false;
+          const Key key{a.message, a.microBatch, protocol::boundaryChunk(layout, s, a)};
+          if (a.kind == Action::Kind::kSend) {
+            links[{s, peer}].push_back(key);
+          } else {
+            auto& q = links[{peer, s}];
+            const auto it = chunks == 1 ? (q.empty() ? q.end() : q.begin()) : std::find(q.begin(), q.end(), key);
+            if (it == q.end()) break;  // not there yet
+            if (*it != key) return false;
+            q.erase(it);
+          }
         }
         ++pc[s];
         progress = true;
