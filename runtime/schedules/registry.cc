@@ -8,6 +8,7 @@ namespace slowpipe::runtime {
 
 // Builders defined in their own files (gpipe's and 1f1b's are declared in schedule.h).
 std::vector<Action> zbH1Schedule(int stages, int microBatches, int stage);
+std::vector<Action> interleavedOneFOneBSchedule(int stages, int microBatches, int stage, int chunks);
 
 const std::vector<ScheduleInfo>& schedules() {
   static const std::vector<ScheduleInfo> all = {
@@ -17,6 +18,8 @@ const std::vector<ScheduleInfo>& schedules() {
        [](int S, int M, int s, int) { return oneFOneBSchedule(S, M, s); }},
       {"zb_h1", "zero-bubble H1: 1F1B with backwards split, weight gradients deferred into the bubbles",
        [](int S, int M, int s, int) { return zbH1Schedule(S, M, s); }, true},
+      {"interleaved_1f1b", "Megatron-LM's interleaved 1F1B over pipeline.virtual_stages model chunks per stage",
+       interleavedOneFOneBSchedule, false, true},
   };
   return all;
 }

@@ -122,6 +122,69 @@ TEST_F(PipelineTest, ZbH1LossesEqualOneFOneB) {
   }
 }
 
+// Interleaved 1F1B with two model chunks per stage, uneven virtual stages: per-step losses equal
+// 1F1B's over the same S x V virtual stages (the same boundaries, so the same fp16 roundings)
+// within 1e-6, and with codec none a single process's too. The ring closes through stage S-1 -> 0
+// (with two stages both directions of the pair share one channel); codec states match per link.
+TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
+  for (const int S : {2, 4})
+    for (const char* codec : {"none", "fp16"}) {
+      json j = baseSpec(S * 2, "1f1b");
+      j["model"]["layers"] = S == 2 ? 6 : 10;
+      j["pipeline"]["partition"] = S == 2 ? json{{0, 2}, {2, 3}, {3, 5}, {5, 6}}
+                                          : json{{0, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 8}, {8, 9}, {9, 10}};
+      j["training"]["max_steps"] = 8;
+      j["compression"] = {{"forward", codec}, {"backward", codec}};
+      const std::string tag = std::to_string(S) + codec;
+      const json ref = launch(j, "ilref-" + tag);
+      j["pipeline"]["stages"] = S;
+      j["pipeline"]["virtual_stages"] = 2;
+      j["pipeline"]["schedule"] = "interleaved_1f1b";
+      const json il = launch(j, "il-" + tag);
+      ASSERT_EQ(il["status"], "ok") << il.value("reason", "");
+      EXPECT_TRUE(il["codec_states_match"].get<bool>()) << tag;
+      ASSERT_EQ(il["steps"].size(), ref["steps"].size());
+      for (size_t i = 0; i < ref["steps"].size(); ++i)
+        EXPECT_NEAR(il["steps"][i]["loss"].get<double>(), ref["steps"][i]["loss"].get<double>(), 1e-6) << tag << " step " << i;
+      // Every virtual boundary carries each micro-batch once per direction: as many activation
+      // bytes as the S x V-stage 1F1B run.
+      EXPECT_EQ(il["steps"][2]["bytes"]["forward"]["raw"], ref["steps"][2]["bytes"]["forward"]["raw"]) << tag;
+      if (std::string(codec) != "none") continue;
+      std::vector<double> single;
+      runSingleProcess(runSpecFromJson(j), "finetune", [&](const json& r) {
+        if (r["type"] == "step") single.push_back(r["loss"].get<double>());
+      });
+      ASSERT_EQ(single.size(), il["steps"].size());
+      for (size_t i = 0; i < single.size(); ++i)
+        EXPECT_NEAR(il["steps"][i]["loss"].get<double>(), single[i], 1e-6) << tag << " step " << i;
+    }
+}
+
+// Interleaving needs what it needs, each refused by name before a process starts.
+TEST_F(PipelineTest, VirtualStagesAreCheckedByName) {
+  auto errorOf = [&](json j) {
+    try {
+      runSpecFromJson(j);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  json j = baseSpec(2, "1f1b");
+  j["pipeline"]["virtual_stages"] = 2;
+  EXPECT_NE(errorOf(j).find("need a schedule that interleaves them"), std::string::npos) << errorOf(j);
+  j["pipeline"]["schedule"] = "interleaved_1f1b";
+  EXPECT_EQ(errorOf(j), "");
+  j["pipeline"]["micro_batches"] = 3;
+  EXPECT_NE(errorOf(j).find("not a multiple of 2"), std::string::npos) << errorOf(j);
+  j["pipeline"]["micro_batches"] = 4;
+  j["pipeline"]["virtual_stages"] = 3;
+  EXPECT_NE(errorOf(j).find("stages x virtual_stages <= model.layers"), std::string::npos) << errorOf(j);
+  j["pipeline"]["virtual_stages"] = 2;
+  j["pipeline"]["replicas"] = 2;
+  EXPECT_NE(errorOf(j).find("replicas > 1 is not supported yet"), std::string::npos) << errorOf(j);
+}
+
 TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
   json spec = baseSpec(2, "gpipe");
   spec["training"]["epochs"] = 4;

@@ -125,6 +125,41 @@ TEST(ScheduleTest, ZbH1DefersWeightGradientsByStage) {
       }
 }
 
+// Interleaved 1F1B (Megatron-LM): micro-batches in rounds of S, chunk by chunk; stage s warms up
+// with 2 (S - 1 - s) + (V - 1) S forwards.
+TEST(ScheduleTest, InterleavedOneFOneBRunsChunksRoundRobin) {
+  EXPECT_EQ(describe(computeOnly(makeSchedule("interleaved_1f1b", 2, 4, 0, 2))),
+            "F0 F1 F0.1 F1.1 F2 B0.1 F3 B1.1 F2.1 B0 F3.1 B1 B2.1 B3.1 B2 B3 N S");
+  EXPECT_EQ(describe(computeOnly(makeSchedule("interleaved_1f1b", 2, 4, 1, 2))),
+            "F0 F1 F0.1 B0.1 F1.1 B1.1 F2 B0 F3 B1 F2.1 B2.1 F3.1 B3.1 B2 B3 N S");
+  // Chunk 1 of stage 0 takes its input from the last stage (the ring) and chunk 0 of stage 0
+  // sends no gradient: it is the first virtual stage.
+  EXPECT_EQ(describe(makeSchedule("interleaved_1f1b", 2, 2, 0, 2)),
+            "F0 sA0 F1 sA1 rA0.1 F0.1 sA0.1 rA1.1 F1.1 sA1.1 rG0.1 B0.1 sG0.1 rG1.1 B1.1 sG1.1 rG0 B0 rG1 B1 N rP sT S");
+  const RankLayout ring{2, 1, 2};
+  Action wrap{Action::Kind::kRecv, 0, Action::Peer::kPrev, Action::Message::kActivation};
+  wrap.chunk = 1;
+  EXPECT_EQ(protocol::peerRank(ring, 0, wrap), 1);
+  EXPECT_EQ(protocol::boundaryChunk(ring, 0, wrap), 0);  // boundary 1 (virtual stage 1 -> 2)
+  for (int S = 2; S <= 6; ++S)
+    for (int V = 2; V <= 4; ++V)
+      for (int M = S; M <= 3 * S; M += S) {
+        ASSERT_TRUE(replay("interleaved_1f1b", S, M, V)) << "S=" << S << " V=" << V << " M=" << M;
+        for (int s = 0; s < S; ++s) {
+          std::set<std::pair<int, int>> f, b;
+          for (const auto& a : makeSchedule("interleaved_1f1b", S, M, s, V)) {
+            if (a.kind == Action::Kind::kForward) ASSERT_TRUE(f.insert({a.chunk, a.microBatch}).second);
+            if (a.kind == Action::Kind::kBackward) ASSERT_TRUE(b.insert({a.chunk, a.microBatch}).second);
+          }
+          ASSERT_EQ(f.size(), static_cast<size_t>(M * V));
+          ASSERT_EQ(b, f);
+        }
+      }
+  // One chunk per stage is a schedule of its own (and completes in FIFO order).
+  for (int S = 1; S <= 4; ++S) ASSERT_TRUE(replay("interleaved_1f1b", S, 5, 1)) << S;
+  EXPECT_THROW(makeSchedule("1f1b", 2, 4, 0, 2), std::invalid_argument);  // 1f1b runs one chunk
+}
+
 // Memory: a micro-batch's activations live from its forward until its backward ends (for a split
 // one: its W). 1F1B holds at most S-s on stage s; zb_h1 at most S on every stage, 1F1B's peak; and
 // every W follows its own BackwardInput.

@@ -88,6 +88,29 @@ TEST(SimulatorTest, ZbH1TwoStagesByHand) {
   }
 }
 
+// Interleaved 1F1B over two stages with two chunks each and two micro-batches, by hand (M = S:
+// every forward first). Virtual stages 0, 2 on stage 0 and 1, 3 on stage 1; the activation of
+// chunk 0 at stage 1 goes back to stage 0's chunk 1 over the one 1 -> 0 link, which also carries
+// the gradients. Every compute costs the same on every virtual stage; a rank's step steps both chunks.
+TEST(SimulatorTest, InterleavedTwoStagesByHand) {
+  auto spec = tinySpec(2, 2, "interleaved_1f1b", "pipelined");
+  spec.pipeline.virtualStages = 2;
+  const double a = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
+  const double c = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const json r = simulateRun(spec, flatProfile(4, 0.010, 0.020, 0.005), {2});
+  // Each hop of the ring costs a + L; the compute on the critical path: F0 F1 (stage 0), F0 F1
+  // (1), F0.1 F1.1 (0), F0.1 F1.1 B0.1 B1.1 (1), B0.1 B1.1 (0), B0 B1 (1), B0 B1 (0) with six
+  // hops, then the total's hop (c + L) and the steps of two chunks.
+  const double t0 = 0.150 + 6 * a + 6 * L;  // stage 0 sends the norm total
+  const json& st = r["steps"][0];
+  EXPECT_NEAR(st["breakdown_s_per_stage"][0]["time_s"].get<double>(), t0 + 0.010, 1e-12);
+  EXPECT_NEAR(st["breakdown_s_per_stage"][1]["time_s"].get<double>(), t0 + c + L + 0.010, 1e-12);
+  EXPECT_NEAR(st["time_s"].get<double>(), 0.160 + 6 * a + c + 7 * L, 1e-12);
+  // Three activation boundaries per micro-batch (4 virtual stages), both ways.
+  EXPECT_EQ(st["bytes"]["forward"]["wire"].get<int64_t>(), 2 * 3 * steadyFrameBytes("none", {2, 4, 8}));
+  EXPECT_THROW(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2}), std::invalid_argument);  // 2 of 4 stages
+}
+
 // The two link models differ exactly where they should: pipelined overlaps the latency of
 // back-to-back messages; serial_fifo bills every message's latency in turn on one inbound wire.
 TEST(SimulatorTest, SerialFifoBillsLatencyPerMessage) {
