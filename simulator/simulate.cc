@@ -3,7 +3,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <chrono>
+#include <deque>
 #include <map>
+#include <queue>
+#include <tuple>
+#include <unordered_map>
 #include <stdexcept>
 
 #include "compression/codec.h"
@@ -44,9 +49,25 @@ struct Message {
 };
 
 struct Event {
-  std::string what;
+  const char* what;  // a protocol event name or "wait" / "encode" / "decode" (static strings)
   int mb;
   double start, end;
+};
+
+// A message's key on its link (runtime/protocol.h: kind, step, micro-batch, boundary chunk; DP
+// messages add their round), packed: (from, to) and (step, micro-batch + 1, kind, chunk, round).
+struct MailKey {
+  uint64_t link, what;
+  bool operator==(const MailKey& o) const { return link == o.link && what == o.what; }
+};
+struct MailKeyHash {
+  size_t operator()(const MailKey& k) const { return std::hash<uint64_t>()(k.link * 0x9E3779B97F4A7C15ull ^ k.what); }
+};
+
+// What one rank did in one step (the step record's per-stage row).
+struct RankStep {
+  double time = 0, compute = 0, encode = 0, decode = 0, wait = 0, dp = 0;
+  int64_t gradRaw = 0, gradWire = 0;
 };
 
 // A worker (rank = stage x R + replica) is ready for its next action, busy on the host (compute or
@@ -68,13 +89,15 @@ struct RankState {
   int taskMb = -1;
   double* bucket = nullptr;
   bool postAfter = false;  // the action is a send: post the message when its encode ends
-  std::string postKey;
+  MailKey postKey{};
   int64_t postBytes = 0;
   int postPeer = 0;
   // waiting
   double waitStart = 0, arrival = -1;
   int64_t recvBytes = 0;
-  std::vector<Event> events;  // of the current step
+  std::vector<Event> events;  // of the current step (ranks on the timeline only)
+  bool onTimeline = false;
+  uint64_t generation = 0;    // of its pending event in the queue (older ones are stale)
 };
 
 // Global discrete-event loop. Host work (forward, backward, step, encode, decode, DP packing) is
@@ -98,25 +121,9 @@ class Replay {
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
     ctlBytes_ = steadyFrameBytes("none", {2});
     serial_ = spec.network.model == "serial_fifo";
-    // One clock per directed pipeline link (a ring with model chunks: S-1 -> 0 too; with two
-    // stages the previous and the next stage are one peer, one link).
-    for (int r = 0; r < R_; ++r)
-      for (int s = 0; s < S_; ++s) {
-        const int t = runtime::protocol::neighbourStage(layout_, s, Action::Peer::kNext);
-        if (t < 0 || t == s) continue;
-        for (auto [a, b] : {std::pair{s, t}, std::pair{t, s}})
-          clocks_.emplace(std::pair{rankOf(a, r), rankOf(b, r)},
-                          emulator::LinkClock(topo_.link(a, b), 0.0, 1000 * rankOf(a, r) + rankOf(b, r)));
-      }
     if (R_ > 1) {
       // The replicas' links: their own topology, always the pipelined model (as in the emulator).
       dpTopo_ = runtime::dpTopology(spec);
-      for (int s = 0; s < S_; ++s)
-        for (int r = 0; r < R_; ++r)
-          for (int q = 0; q < R_; ++q)
-            if (q != r)
-              clocks_.emplace(std::pair{rankOf(s, r), rankOf(s, q)},
-                              emulator::LinkClock(dpTopo_.link(r, q), 0.0, 5000 + 1000 * rankOf(s, r) + q));
       for (int s = 0; s < S_; ++s) {
         dpValues_.emplace_back();
         for (int k = 0; k < dp_.rounds; ++k) dpValues_.back().push_back(runtime::dpRoundValues(spec, s, k));
@@ -124,46 +131,55 @@ class Replay {
       }
     }
     fifo_.resize(N_);
+    // The timeline: every rank up to 64 workers, else replica 0 of every stage (a 2048-worker
+    // timeline would be millions of events nobody plots).
+    for (int i = 0; i < N_; ++i) ranks_[i].onTimeline = N_ <= kTimelineRanks || i % R_ == 0;
+    sharedHost_ = !profile.hostSpeed.empty() || (profile.hostCores > 0 && profile.hostCores < N_);
   }
 
+  static constexpr int kTimelineRanks = 64;
+
   json run() {
-    perRank_.assign(steps_, std::vector<json>(N_));
-    loop();
+    perRank_.assign(steps_, std::vector<RankStep>(N_));
+    if (sharedHost_) loopShared();
+    else loopDedicated();
     json steps = json::array();
     const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen * R_;
     for (int k = 0; k < steps_; ++k) {
-      double time = 0;
+      double time = 0, compute = 0, encode = 0, decode = 0, wait = 0, dp = 0;
       int64_t gradRaw = 0, gradWire = 0;
-      json breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}}, per = json::array();
-      if (R_ > 1) breakdown["allreduce"] = 0.0;
+      json per = json::array();
       for (int i = 0; i < N_; ++i) {
-        json st = perRank_[k][i];
-        time = std::max(time, st["time_s"].get<double>());
-        for (const char* key : {"compute", "encode", "decode", "wait"})
-          breakdown[key] = breakdown[key].get<double>() + st[key].get<double>() / N_;
-        gradRaw += st["grad_raw"].get<int64_t>();
-        gradWire += st["grad_wire"].get<int64_t>();
-        st.erase("grad_raw");
-        st.erase("grad_wire");
+        const RankStep& st = perRank_[k][i];
+        time = std::max(time, st.time);
+        compute += st.compute / N_;
+        encode += st.encode / N_;
+        decode += st.decode / N_;
+        wait += st.wait / N_;
+        dp += st.dp / N_;
+        gradRaw += st.gradRaw;
+        gradWire += st.gradWire;
+        json row = {{"time_s", st.time}, {"compute", st.compute}, {"encode", st.encode}, {"decode", st.decode}, {"wait", st.wait}};
         if (R_ > 1) {
-          breakdown["allreduce"] = breakdown["allreduce"].get<double>() + st["allreduce"].get<double>() / N_;
-          st["stage"] = i / R_;
-          st["replica"] = i % R_;
-        } else {
-          st.erase("allreduce");
+          row["allreduce"] = st.dp;
+          row["stage"] = i / R_;
+          row["replica"] = i % R_;
         }
-        per.push_back(st);
+        per.push_back(std::move(row));
       }
+      json breakdown = {{"compute", compute}, {"encode", encode}, {"decode", decode}, {"wait", wait}};
+      if (R_ > 1) breakdown["allreduce"] = dp;
       const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ * layout_.chunks - 1} * R_;
       json bytes = {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
                     {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}};
       if (R_ > 1) bytes["gradient"] = {{"raw", gradRaw}, {"wire", gradWire}};
       steps.push_back({{"step", k}, {"epoch", k == 0 ? 0 : 1}, {"time_s", time}, {"tokens", tokens},
                        {"tokens_per_s", tokens / time}, {"loss", nullptr}, {"bytes", bytes},
-                       {"breakdown_s", breakdown}, {"breakdown_s_per_stage", per}});
+                       {"breakdown_s", breakdown}, {"breakdown_s_per_stage", std::move(per)}});
     }
     json timeline = json::array();
     for (int i = 0; i < N_; ++i) {
+      if (!ranks_[i].onTimeline) continue;
       json ev = json::array();
       for (const auto& e : lastEvents_[i]) ev.push_back({{"what", e.what}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
       json row = {{"stage", i / R_}, {"events", ev}};
@@ -185,6 +201,10 @@ class Replay {
                                                                                {"b_s_per_byte", profile_.transport.bSPerByte}}}}},
                 {"message_bytes", {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}}}};
     doc["summary"] = runtime::summarizeSteps(doc["steps"], doc["evals"]);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
+                        {"loop", sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
+                        {"timeline_ranks", N_ <= kTimelineRanks ? "all" : "replica 0 of every stage"}};
     return doc;
   }
 
@@ -197,7 +217,57 @@ class Replay {
                                  layout_.chunks);
   }
 
-  void loop() {
+  // Every rank has a device of its own (speed 1 whatever the others do): an event queue, each
+  // rank's next event (a task's end, a known arrival) in it; a rank waiting for a message not yet
+  // sent is woken when it is posted. The same replay as loopShared at a cost per event of
+  // O(log N) instead of O(N).
+  void loopDedicated() {
+    std::deque<int> ready;
+    for (int i = 0; i < N_; ++i) ready.push_back(i);
+    wake_ = &ready;
+    while (true) {
+      while (!ready.empty()) {
+        const int i = ready.front();
+        ready.pop_front();
+        while (act(i)) {
+        }
+        schedule(i);
+      }
+      if (queue_.empty()) break;
+      const auto [t, i, generation] = queue_.top();
+      queue_.pop();
+      RankState& st = ranks_[i];
+      if (generation != st.generation) continue;  // superseded
+      now_ = t;
+      if (st.mode == Mode::kBusy) {
+        st.remaining = 0;
+        finishTask(i);
+      } else if (st.mode == Mode::kWaiting) {
+        finishWait(i);
+      }
+      ready.push_back(i);
+    }
+    wake_ = nullptr;
+    for (int i = 0; i < N_; ++i)
+      if (ranks_[i].mode != Mode::kDone) throw deadlock(i);
+  }
+
+  // Rank i's next event, if it has one: the end of its task, or its message's arrival.
+  void schedule(int i) {
+    RankState& st = ranks_[i];
+    if (st.mode == Mode::kBusy) queue_.push({now_ + st.remaining, i, ++st.generation});
+    if (st.mode == Mode::kWaiting && st.arrival >= 0) queue_.push({st.arrival, i, ++st.generation});
+  }
+
+  std::runtime_error deadlock(int i) const {
+    return std::runtime_error("simulator: stage " + std::to_string(i / R_) + " replica " + std::to_string(i % R_) +
+                              " is blocked at action " + std::to_string(ranks_[i].pc) + " of step " +
+                              std::to_string(ranks_[i].step) + " (the schedules deadlock)");
+  }
+
+  // Workers share the host's cores: every busy worker's speed depends on how many are busy, so
+  // each event re-times all of them (O(N) per event; shared hosts have a few workers).
+  void loopShared() {
     constexpr double kInf = std::numeric_limits<double>::infinity();
     while (true) {
       // Every worker that can act at now_ does so until it is busy, waiting, or done.
@@ -220,10 +290,7 @@ class Replay {
       }
       if (next == kInf)
         for (int i = 0; i < N_; ++i)
-          if (ranks_[i].mode == Mode::kWaiting)
-            throw std::runtime_error("simulator: stage " + std::to_string(i / R_) + " replica " + std::to_string(i % R_) +
-                                     " is blocked at action " + std::to_string(ranks_[i].pc) + " of step " +
-                                     std::to_string(ranks_[i].step) + " (the schedules deadlock)");
+          if (ranks_[i].mode == Mode::kWaiting) throw deadlock(i);
       const double dt = next - now_;
       now_ = next;
       for (int i = 0; i < N_; ++i) {
@@ -295,8 +362,12 @@ class Replay {
     RankState& st = ranks_[i];
     const Action& a = st.plan[st.pc];
     const int peer = peerOf(i, a);
-    const auto it = mail_.find(key(peer, i, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a)));
-    if (it == mail_.end()) return false;
+    const MailKey k = key(peer, i, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a));
+    const auto it = mail_.find(k);
+    if (it == mail_.end()) {
+      if (wake_) waiting_[k] = i;  // woken when it is posted
+      return false;
+    }
     Message m = it->second;
     mail_.erase(it);
     if (serial_ && !a.isDataParallel()) {
@@ -314,7 +385,7 @@ class Replay {
     RankState& st = ranks_[i];
     const Action& a = st.plan[st.pc];
     if (now_ > st.waitStart) {
-      st.events.push_back({"wait", a.microBatch, st.waitStart, now_});
+      if (st.onTimeline) st.events.push_back({"wait", a.microBatch, st.waitStart, now_});
       st.wait += now_ - st.waitStart;
     }
     st.mode = Mode::kReady;
@@ -335,7 +406,7 @@ class Replay {
 
   void finishTask(int i) {
     RankState& st = ranks_[i];
-    st.events.push_back({st.taskWhat, st.taskMb, st.taskStart, now_});
+    if (st.onTimeline) st.events.push_back({st.taskWhat, st.taskMb, st.taskStart, now_});
     *st.bucket += now_ - st.taskStart;
     st.mode = Mode::kReady;
     complete(i);
@@ -347,8 +418,15 @@ class Replay {
     if (st.postAfter) {
       Message m{now_, -1, st.postBytes};
       const bool dp = st.plan[st.pc].isDataParallel();
-      if (!serial_ || dp) m.arrival = clocks_.at({i, st.postPeer}).send(now_, static_cast<uint64_t>(st.postBytes));
+      if (!serial_ || dp) m.arrival = clock(i, st.postPeer, dp).send(now_, static_cast<uint64_t>(st.postBytes));
       mail_[st.postKey] = m;
+      if (wake_) {
+        const auto w = waiting_.find(st.postKey);
+        if (w != waiting_.end()) {
+          wake_->push_back(w->second);
+          waiting_.erase(w);
+        }
+      }
       st.postAfter = false;
     }
     advancePc(i);
@@ -356,15 +434,14 @@ class Replay {
 
   void advancePc(int i) {
     RankState& st = ranks_[i];
+    ++actions_;
     // What the data-parallel exchange took, as the workers count it: the wall time of its actions.
     if (st.plan[st.pc].partOfDataParallelism()) st.dp += now_ - st.actionStart;
     st.actionStart = now_;
     if (++st.pc < st.plan.size()) return;
     // Step done: record it, start the next one right away.
-    perRank_[st.step][i] = {{"time_s", now_ - st.stepStart}, {"compute", st.compute}, {"encode", st.encode},
-                            {"decode", st.decode}, {"wait", st.wait}, {"allreduce", st.dp},
-                            {"grad_raw", st.gradRaw}, {"grad_wire", st.gradWire}};
-    if (st.step == steps_ - 1) lastEvents_[i] = st.events;
+    perRank_[st.step][i] = {now_ - st.stepStart, st.compute, st.encode, st.decode, st.wait, st.dp, st.gradRaw, st.gradWire};
+    if (st.step == steps_ - 1 && st.onTimeline) lastEvents_[i] = st.events;
     st.events.clear();
     st.compute = st.encode = st.decode = st.wait = st.dp = st.other = 0;
     st.gradRaw = st.gradWire = 0;
@@ -443,11 +520,26 @@ class Replay {
     return seconds;
   }
   // The message key (runtime/protocol.h: kind, step, micro-batch, boundary chunk) on a link.
-  static std::string key(int from, int to, const Action& a, int step, int round, int chunk) {
-    std::string k = std::to_string(from) + ">" + std::to_string(to) + ":" + std::to_string(static_cast<int>(a.message)) + ":" +
-                    std::to_string(a.microBatch) + "c" + std::to_string(chunk) + "@" + std::to_string(step);
-    if (a.isDataParallel()) k += "r" + std::to_string(round);
-    return k;
+  static MailKey key(int from, int to, const Action& a, int step, int round, int chunk) {
+    const uint64_t link = static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32 | static_cast<uint32_t>(to);
+    uint64_t what = static_cast<uint64_t>(static_cast<uint32_t>(step)) << 32;
+    what |= (static_cast<uint64_t>(a.microBatch + 1) & 0xFFFFF) << 12;
+    what |= (static_cast<uint64_t>(a.message) & 0xF) << 8;
+    what |= static_cast<uint64_t>(chunk) & 0xFF;
+    if (a.isDataParallel()) what ^= (static_cast<uint64_t>(round) & 0xFF) << 24 | uint64_t{1} << 31;
+    return {link, what};
+  }
+
+  // The clock of the directed link from -> to, made at its first message (seeded per link).
+  emulator::LinkClock& clock(int from, int to, bool dp) {
+    const uint64_t k = static_cast<uint64_t>(from) << 32 | static_cast<uint32_t>(to);
+    auto it = clocks_.find(k);
+    if (it == clocks_.end()) {
+      emulator::LinkClock c = dp ? emulator::LinkClock(dpTopo_.link(from % R_, to % R_), 0.0, 5000 + 1000 * from + to % R_)
+                                 : emulator::LinkClock(topo_.link(from / R_, to / R_), 0.0, 1000 * from + to);
+      it = clocks_.emplace(k, std::move(c)).first;
+    }
+    return it->second;
   }
 
   const runtime::RunSpec& spec_;
@@ -460,14 +552,21 @@ class Replay {
   std::vector<std::vector<int64_t>> dpValues_;  // [stage][round]: values of the round's buffer
   std::vector<DpCost> dpCosts_;                 // [stage]
   std::map<int, std::vector<Event>> lastEvents_;
-  std::map<std::pair<int, int>, emulator::LinkClock> clocks_;  // by (from rank, to rank)
+  std::unordered_map<uint64_t, emulator::LinkClock> clocks_;  // by (from rank, to rank)
   std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
-  std::map<std::string, Message> mail_;
+  std::unordered_map<MailKey, Message, MailKeyHash> mail_;
+  std::unordered_map<MailKey, int, MailKeyHash> waiting_;  // loopDedicated: who waits for a message not yet sent
+  std::deque<int>* wake_ = nullptr;                        // loopDedicated: ranks to act on
+  std::priority_queue<std::tuple<double, int, uint64_t>, std::vector<std::tuple<double, int, uint64_t>>,
+                      std::greater<>> queue_;               // loopDedicated: (time, rank, generation)
+  bool sharedHost_ = false;
+  int64_t actions_ = 0;  // actions replayed (the simulator's events)
   std::map<std::string, const CodecCost*> codecCosts_;
   std::map<int, std::string> dpCodecs_;
   std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
-  std::vector<std::vector<json>> perRank_;
+  std::vector<std::vector<RankStep>> perRank_;
   double now_ = 0;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
   bool serial_ = false;
 };

@@ -448,3 +448,62 @@ TEST(SimulatorTest, DataParallelCostsComeFromTheProfile) {
 
 }  // namespace
 }  // namespace slowpipe::simulator
+
+namespace slowpipe::simulator {
+namespace {
+
+// The event queue (every worker has its own device) replays exactly what the shared-host loop
+// replays when the shared host runs every worker at full speed: the same step times and
+// breakdowns, for pipelines with split backwards, model chunks and data-parallel rings.
+TEST(SimulatorTest, EventQueueReplaysAsTheSharedHostLoop) {
+  std::vector<std::pair<runtime::RunSpec, int>> cases;  // spec, virtual stages of its profile
+  cases.push_back({dpSpec(2, 3, {{"algorithm", "allreduce"}, {"codec", "quant:bits=4"}}, "4Mbps"), 2});
+  cases.push_back({dpSpec(2, 2, {{"algorithm", "sharded_ps"}}, "16Mbps"), 2});
+  cases.push_back({tinySpec(4, 6, "zb_h1", "pipelined"), 4});
+  cases.push_back({tinySpec(3, 6, "1f1b", "serial_fifo"), 3});
+  auto il = tinySpec(2, 4, "interleaved_1f1b", "pipelined");
+  il.pipeline.virtualStages = 2;
+  cases.push_back({il, 4});
+  for (const auto& [spec, stages] : cases) {
+    Profile p = flatProfile(stages, 0.003, 0.005, 0.001);
+    for (auto& st : p.stages) {
+      st.backwardInputS = 0.002;
+      st.backwardWeightS = 0.003;
+      st.dp[dpCostKey(spec)] = {{0.0005, 0.0005}, {0.0004, 0.0004}, 0.0002};
+    }
+    p.codecs["default"] = {{1e-5, 1e-9}, {2e-5, 1e-9}};
+    Profile shared = p;
+    shared.hostSpeed.assign(spec.pipeline.stages * spec.pipeline.replicas, 1.0);
+    const json a = simulateRun(spec, p, {3}), b = simulateRun(spec, shared, {3});
+    EXPECT_EQ(a["simulator"]["loop"], "event queue");
+    EXPECT_NE(b["simulator"]["loop"], "event queue");
+    EXPECT_GT(a["simulator"]["events"].get<int64_t>(), 0);
+    EXPECT_EQ(a["simulator"]["events"], b["simulator"]["events"]);
+    for (int k = 0; k < 3; ++k) {
+      const json &x = a["steps"][k], &y = b["steps"][k];
+      EXPECT_NEAR(x["time_s"].get<double>(), y["time_s"].get<double>(), 1e-12 * y["time_s"].get<double>()) << spec.pipeline.schedule;
+      for (size_t i = 0; i < x["breakdown_s_per_stage"].size(); ++i)
+        for (const char* f : {"time_s", "compute", "encode", "decode", "wait"})
+          EXPECT_NEAR(x["breakdown_s_per_stage"][i][f].get<double>(), y["breakdown_s_per_stage"][i][f].get<double>(), 1e-12)
+              << spec.pipeline.schedule << " rank " << i << " " << f;
+      EXPECT_EQ(x["bytes"], y["bytes"]);
+    }
+    EXPECT_EQ(a["timeline"], b["timeline"]);
+  }
+}
+
+// Past 64 workers the timeline holds replica 0 of every stage; every rank's breakdown is kept.
+TEST(SimulatorTest, LargeRunsKeepATimelineOfReplicaZero) {
+  const auto spec = dpSpec(2, 40, {{"algorithm", "allreduce"}}, "1Gbps");
+  Profile p = flatProfile(2, 0.003, 0.005, 0.001);
+  for (auto& st : p.stages) st.dp["none"] = {{0}, {0}, 0};
+  const json r = simulateRun(spec, p, {2});
+  ASSERT_EQ(r["timeline"].size(), 2u);
+  EXPECT_EQ(r["timeline"][1]["stage"], 1);
+  EXPECT_EQ(r["timeline"][1]["replica"], 0);
+  EXPECT_EQ(r["steps"][1]["breakdown_s_per_stage"].size(), 80u);
+  EXPECT_EQ(r["simulator"]["timeline_ranks"], "replica 0 of every stage");
+}
+
+}  // namespace
+}  // namespace slowpipe::simulator
