@@ -200,7 +200,9 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   const json build = runtime::environmentInfo("");
   for (const auto& p : expandSweep(spec)) {
     const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, true);
-    json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs));
+    simulator::SimOptions so;  // the run's epochs and evaluations, when its corpus is at hand
+    simulator::dataPlanOf(rs, &so);
+    json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs), so);
     doc["environment"] = build;
     doc["sweep_identity"] = runIdentity(p.spec, build);
     doc["sweep_repeat"] = 0;

@@ -75,6 +75,7 @@ inline const char* eventName(const Action& a) {
     case Action::Kind::kBackward: return "backward";
     case Action::Kind::kBackwardInput: return "backward_input";
     case Action::Kind::kBackwardWeight: return "backward_weight";
+    case Action::Kind::kEvalForward: return "eval_forward";
     case Action::Kind::kGradNorm: return "gradnorm";
     case Action::Kind::kStep: return "step";
     case Action::Kind::kDpBegin:

@@ -59,6 +59,20 @@ void appendStepEnd(std::vector<Action>& a, int stages, int stage) {
   a.push_back({K::kStep});
 }
 
+std::vector<Action> evalSchedule(int stages, int batches, int stage, int chunks) {
+  std::vector<Action> a;
+  for (int k = 0; k < batches; ++k)
+    for (int v = 0; v < chunks; ++v) {
+      const bool first = stage == 0 && v == 0, last = stage == stages - 1 && v == chunks - 1;
+      if (!first) a.push_back(of(K::kRecv, k, P::kPrev, Msg::kEval, v));
+      a.push_back(of(K::kEvalForward, k, P::kNone, Msg::kNone, v));
+      if (!last) a.push_back(of(K::kSend, k, P::kNext, Msg::kEval, v));
+    }
+  if (stage < stages - 1) a.push_back({K::kRecv, -1, P::kNext, Msg::kBarrier});
+  if (stage > 0) a.push_back({K::kSend, -1, P::kPrev, Msg::kBarrier});
+  return a;
+}
+
 std::string scheduleNames() {
   std::string s;
   for (const auto& info : schedules()) s += (s.empty() ? "" : ", ") + std::string(info.name);
@@ -148,6 +162,7 @@ std::string describe(const std::vector<Action>& actions) {
       case K::kBackward: s += "B" + std::to_string(x.microBatch) + chunk; break;
       case K::kBackwardInput: s += "I" + std::to_string(x.microBatch) + chunk; break;
       case K::kBackwardWeight: s += "W" + std::to_string(x.microBatch) + chunk; break;
+      case K::kEvalForward: s += "E" + std::to_string(x.microBatch) + chunk; break;
       case K::kGradNorm: s += "N"; break;
       case K::kStep: s += "S"; break;
       case K::kDpBegin: s += "D<" + std::to_string(x.microBatch); break;
@@ -161,8 +176,12 @@ std::string describe(const std::vector<Action>& actions) {
           s += std::to_string(x.microBatch) + "@" + std::to_string(x.replica);
           break;
         }
-        const char* m = x.message == Msg::kActivation ? "A" : x.message == Msg::kGradient ? "G"
-                        : x.message == Msg::kNormPartial ? "P" : "T";
+        const char* m = x.message == Msg::kActivation    ? "A"
+                        : x.message == Msg::kGradient    ? "G"
+                        : x.message == Msg::kNormPartial ? "P"
+                        : x.message == Msg::kNormTotal   ? "T"
+                        : x.message == Msg::kEval        ? "E"
+                                                         : "X";
         s += m;
         if (x.microBatch >= 0) s += std::to_string(x.microBatch) + chunk;
         break;

@@ -41,14 +41,17 @@ namespace slowpipe::runtime {
 struct Action {
   enum class Kind {
     kRecv, kSend, kForward, kBackward, kGradNorm, kStep, kDpBegin, kDpEnd, kOuterStep,
-    kBackwardInput, kBackwardWeight  // a Backward split in two (see above)
+    kBackwardInput, kBackwardWeight,  // a Backward split in two (see above)
+    kEvalForward                      // evaluation: a forward without autograd (evalSchedule)
   };
   enum class Peer { kNone, kPrev, kNext, kReplica };
   // What a Recv/Send moves: activations go forward, their gradients backward, the two norm
   // messages are the partial sums flowing back and the total flowing forward again.
   // The data-parallel messages: ring reduce-scatter partial sums and all-gather relays, parameter
   // server pushes (a replica's shard to its server) and pulls (the server's average).
-  enum class Message { kNone, kActivation, kGradient, kNormPartial, kNormTotal, kDpReduce, kDpGather, kDpPush, kDpPull };
+  // Evaluation: its activations, and the barrier that ends it (from the last stage back).
+  enum class Message { kNone, kActivation, kGradient, kNormPartial, kNormTotal, kDpReduce, kDpGather, kDpPush, kDpPull,
+                       kEval, kBarrier };
   Kind kind;
   int microBatch = -1;  // DP messages: the chunk (shard); DpBegin / DpEnd: the round
   Peer peer = Peer::kNone;
@@ -132,12 +135,19 @@ std::vector<Action> makeSchedule(const std::string& name, int stages, int microB
 // step number; with local steps only every H-th step synchronises).
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
                                  int replica, int64_t step, int chunks = 1);
+// Evaluation of `batches` validation batches as an action list (the worker runs it after an
+// epoch's last step, the simulator replays it): batch k crosses every virtual stage in order,
+// Recv(prev, eval, k) EvalForward(k) Send(next, eval, k) per model chunk; then a barrier from the
+// last stage back to the first (Recv(next, barrier) / Send(prev, barrier)), so that every stage
+// starts the next step together.
+std::vector<Action> evalSchedule(int stages, int batches, int stage, int chunks = 1);
 // The compute actions only (Forward, Backward(Input|Weight), GradNorm, Step): the order of the work.
 std::vector<Action> computeOnly(const std::vector<Action>& actions);
 // "F0 B0 N S" for compute (I0 / W0: BackwardInput / BackwardWeight; ".c" after the micro-batch:
 // model chunk c > 0); communication as r/s + A(ctivation)|G(radient)|P(artial)|T(otal) +
 // micro-batch, e.g. "rA0 F0 sA0"; DP: r/s + RS|AG|PU|PL + chunk + "@" + replica, e.g. "sRS1@2",
-// and "D<round" / "D>round" for DpBegin / DpEnd, "O" for OuterStep.
+// and "D<round" / "D>round" for DpBegin / DpEnd, "O" for OuterStep; evaluation: "E" + batch for
+// EvalForward, r/s + E + batch for its messages, rX / sX for the barrier.
 std::string describe(const std::vector<Action>& actions);
 
 }  // namespace slowpipe::runtime

@@ -209,6 +209,7 @@ class PipelineWorker {
     const bool all = spec_.runtime.timeline == "all";
     for (const auto& e : events_) {
       timeline.push_back({{"what", protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
+      if (layout_.chunks > 1) timeline.back()["chunk"] = e.action.chunk;
       if (all) timeline.back()["step"] = e.step;
     }
     // The run's last record: the worker may exit only once it is on its way (it exited 0 with a
@@ -332,6 +333,8 @@ class PipelineWorker {
           compute += now() - tc;
           break;
         }
+        case K::kEvalForward:
+          throw std::logic_error("an evaluation action in a training step's list");
         case K::kGradNorm:
           sq = 0;
           for (const auto& r : runners_) sq += r->localGradSquaredNorm();
@@ -385,42 +388,52 @@ class PipelineWorker {
   // Control frame tags of the two norm messages (micro-batch field; negative, never a micro-batch).
   static int normTag(Action::Message m) { return m == Action::Message::kNormPartial ? -1 : -2; }
 
-  // The validation set through every model chunk in turn: batch k crosses the virtual stages in
-  // order (with model chunks, around the ring V times), as evaluation messages keyed by chunk.
+  // Evaluation, as its action list (runtime/schedule.h evalSchedule): batch k crosses the virtual
+  // stages in order (with model chunks, around the ring V times), then the barrier: the last stage
+  // finishes evaluating last, every stage waits for it, so the next step's timer starts on all
+  // stages together instead of charging the evaluation to that step.
   void evaluate(int epoch, int64_t g) {
+    using K = Action::Kind;
     const auto batches = evalBatches(plan_.val.size(), spec_.pipeline.microBatchSize);
     double lossSum = 0;
     int64_t tokens = 0;
     const double t0 = now();
-    for (int64_t k = 0; k < static_cast<int64_t>(batches.size()); ++k) {
-      const std::vector<int64_t>& idx = batches[k];
-      torch::Tensor inputs, tgt;
-      std::vector<int64_t> mbIds;
-      makeBatch(plan_.val, idx, spec_.model.seqLen, &inputs, &tgt, &mbIds);
-      for (int v = 0; v < layout_.chunks; ++v) {
-        StageRunner& runner = *runners_[v];
-        Action in{Action::Kind::kRecv, static_cast<int>(k), Action::Peer::kPrev}, out{Action::Kind::kSend, static_cast<int>(k), Action::Peer::kNext};
-        in.chunk = out.chunk = v;
-        torch::Tensor x = inputs;
+    std::map<std::pair<int, int>, torch::Tensor> in, out;  // by (chunk, batch)
+    std::map<int, std::pair<torch::Tensor, std::vector<int64_t>>> targets;  // by batch: targets, ids
+    for (const Action& a : evalSchedule(S_, static_cast<int>(batches.size()), id_.stage, layout_.chunks)) {
+      const std::pair<int, int> at{a.chunk, a.microBatch};
+      const int chunk = protocol::boundaryChunk(layout_, id_.stage, a);
+      if (a.kind == K::kRecv && a.message == Action::Message::kEval) {
+        Tensor32 t = transport_->recv(true, MessageKind::kEval, g, epoch, a.microBatch, chunk);
+        in[at] = fromTransport(t);
+      } else if (a.kind == K::kEvalForward) {
+        StageRunner& runner = *runners_.at(a.chunk);
+        torch::Tensor x, tgt;
+        std::vector<int64_t> ids;
+        makeBatch(plan_.val, batches.at(a.microBatch), spec_.model.seqLen, &x, &tgt, &ids);
         if (!runner.first()) {
-          Tensor32 t = transport_->recv(true, MessageKind::kEval, g, epoch, in.microBatch, protocol::boundaryChunk(layout_, id_.stage, in));
-          x = fromTransport(t);
+          x = in.at(at);
+          in.erase(at);
         }
         torch::Tensor y = runner.evalForward(x, tgt, &lossSum);
         if (runner.last()) tokens += tgt.numel();
-        else sendTensor(true, MessageKind::kEval, g, epoch, out.microBatch, y, mbIds, protocol::boundaryChunk(layout_, id_.stage, out));
+        else out[at] = y;
+        targets[a.microBatch] = {tgt, ids};
+      } else if (a.kind == K::kSend && a.message == Action::Message::kEval) {
+        sendTensor(true, MessageKind::kEval, g, epoch, a.microBatch, out.at(at), targets.at(a.microBatch).second, chunk);
+        out.erase(at);
+      } else if (a.kind == K::kRecv) {  // the barrier
+        transport_->recv(false, MessageKind::kControl, g, epoch, kBarrierTag);
+      } else if (a.kind == K::kSend) {
+        sendScalar(false, g, epoch, kBarrierTag, 0.0);
       }
     }
-    // Barrier: the last stage finishes evaluating last. Every stage waits for it, so the next
-    // step's timer starts on all stages together instead of charging the evaluation to that step.
-    const bool firstStage = id_.stage == 0, lastStage = id_.stage == S_ - 1;
-    if (!lastStage) transport_->recv(false, MessageKind::kControl, g, epoch, -3);
-    if (!firstStage) sendScalar(false, g, epoch, -3, 0.0);
     transport_->takeStats();  // evaluation traffic is not training traffic
     json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
     if (lastRunner().last()) r["val_loss"] = meanLoss(lossSum, tokens);
     report(r);
   }
+  static constexpr int kBarrierTag = -3;  // the barrier's control frame (micro-batch field)
 
   StageRunner& lastRunner() { return *runners_.back(); }
 

@@ -229,7 +229,13 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
                                                         std::to_string(stages.size()) + " stages");
     for (const auto& e : row.at("events")) {
       const std::string what = e.at("what");
-      const double cost = stages[s].ofEvent(what);
+      // With model chunks the event's virtual stage (chunk x S + stage) has the cost.
+      const size_t v = s + e.value("chunk", 0) * timeline.size();
+      if (v >= stages.size()) throw std::invalid_argument("host-speed fit: an event of chunk " + std::to_string(e.value("chunk", 0)) +
+                                                          " outside the profile's " + std::to_string(stages.size()) + " stages");
+      double cost = stages[v].ofEvent(what);
+      if (what == "step")  // the step of every model chunk of the stage
+        for (size_t c = s + timeline.size(); c < stages.size(); c += timeline.size()) cost += stages[c].stepS;
       if (cost <= 0) continue;  // not compute, or a part the profile did not measure
       if (e.value("step", 0) < firstStep) continue;
       evs.push_back({e.at("start_s").get<double>(), e.at("end_s").get<double>(), cost});
@@ -383,10 +389,12 @@ const DeviceSpec& deviceSpec(const std::string& name) {
       {"V100", {{"fp32", 15.7e12}, {"fp16", 125e12}, {"bf16", 125e12}}, 900e9},
       {"A100", {{"fp32", 19.5e12}, {"fp16", 312e12}, {"bf16", 312e12}}, 2039e9},
       {"H100", {{"fp32", 67e12}, {"fp16", 989e12}, {"bf16", 989e12}}, 3350e9},
-      {"H200", {{"fp32", 67e12}, {"fp16", 989e12}, {"bf16", 989e12}}, 4800e9}};
+      {"H200", {{"fp32", 67e12}, {"fp16", 989e12}, {"bf16", 989e12}}, 4800e9},
+      // The export H100 (SXM5): H100's compute and memory; only its NVLink is narrower (400 GB/s).
+      {"H800", {{"fp32", 67e12}, {"fp16", 989e12}, {"bf16", 989e12}}, 3350e9}};
   for (const auto& d : kDevices)
     if (d.name == name) return d;
-  throw std::invalid_argument("device '" + name + "' is not known; expected V100, A100, H100 or H200");
+  throw std::invalid_argument("device '" + name + "' is not known; expected V100, A100, H100, H200 or H800");
 }
 
 double blockForwardFlops(double b, double s, double d) { return 24 * b * s * d * d + 4 * b * s * s * d; }

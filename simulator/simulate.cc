@@ -15,6 +15,7 @@
 #include "compression/frame.h"
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/data.h"
 #include "runtime/dp.h"
 #include "runtime/protocol.h"
 #include "runtime/result.h"
@@ -97,6 +98,8 @@ struct RankState {
   int64_t recvBytes = 0;
   std::vector<Event> events;  // of the current step (ranks on the timeline only)
   bool onTimeline = false;
+  bool evaluating = false;  // replaying the evaluation after its step (plan: evalSchedule)
+  double evalStart = 0;
   uint64_t generation = 0;    // of its pending event in the queue (older ones are stale)
 };
 
@@ -106,8 +109,8 @@ struct RankState {
 // sharing); without either, every worker has its own device and runs at full speed.
 class Replay {
  public:
-  Replay(const runtime::RunSpec& spec, const Profile& profile, int steps)
-      : spec_(spec), profile_(profile), S_(spec.pipeline.stages), R_(spec.pipeline.replicas), N_(S_ * R_), steps_(steps),
+  Replay(const runtime::RunSpec& spec, const Profile& profile, int steps, const SimOptions& opt)
+      : spec_(spec), profile_(profile), opt_(opt), S_(spec.pipeline.stages), R_(spec.pipeline.replicas), N_(S_ * R_), steps_(steps),
         layout_(runtime::rankLayout(spec)),
         topo_(emulator::topologyFromJson(spec.network.links, "network.links")), dp_(runtime::dpShape(spec)), ranks_(N_) {
     const int virtualStages = S_ * layout_.chunks;  // the profile has one entry per virtual stage
@@ -141,6 +144,7 @@ class Replay {
 
   json run() {
     perRank_.assign(steps_, std::vector<RankStep>(N_));
+    evalTimes_.assign(steps_, 0.0);
     if (sharedHost_) loopShared();
     else loopDedicated();
     json steps = json::array();
@@ -173,7 +177,9 @@ class Replay {
       json bytes = {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
                     {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}};
       if (R_ > 1) bytes["gradient"] = {{"raw", gradRaw}, {"wire", gradWire}};
-      steps.push_back({{"step", k}, {"epoch", k == 0 ? 0 : 1}, {"time_s", time}, {"tokens", tokens},
+      // The step's epoch from the data plan (unknown: all 0, and the summary skips step 0).
+      const int64_t epoch = opt_.stepsPerEpoch > 0 ? k / opt_.stepsPerEpoch : 0;
+      steps.push_back({{"step", k}, {"epoch", epoch}, {"time_s", time}, {"tokens", tokens},
                        {"tokens_per_s", tokens / time}, {"loss", nullptr}, {"bytes", bytes},
                        {"breakdown_s", breakdown}, {"breakdown_s_per_stage", std::move(per)}});
     }
@@ -195,7 +201,7 @@ class Replay {
       network["dp_model"] = "pipelined";
     }
     json doc = {{"schema", runtime::kResultSchema}, {"simulated", true}, {"status", "ok"}, {"spec", runtime::toJson(spec_)},
-                {"steps", steps}, {"evals", json::array()}, {"timeline", timeline}, {"network", network},
+                {"steps", steps}, {"evals", evals()}, {"timeline", timeline}, {"network", network},
                 {"profile", {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
                              {"host_speed", profile_.hostSpeed}, {"transport", {{"a_s", profile_.transport.aS},
                                                                                {"b_s_per_byte", profile_.transport.bSPerByte}}}}},
@@ -212,6 +218,20 @@ class Replay {
   using Mode = RankState::Mode;
 
   int rankOf(int stage, int replica) const { return stage * R_ + replica; }
+
+  // Whether the run evaluates after step k (the end of an epoch; the run's last step when the
+  // whole run is replayed); replica 0 of every stage evaluates, as in the runtime.
+  bool evaluatesAfter(int k) const {
+    if (!spec_.training.evalEachEpoch || opt_.evalRows.empty() || opt_.stepsPerEpoch <= 0) return false;
+    return (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps);
+  }
+  json evals() const {
+    json out = json::array();
+    for (int k = 0; k < steps_; ++k)
+      if (evaluatesAfter(k))
+        out.push_back({{"epoch", k / opt_.stepsPerEpoch}, {"step", k + 1}, {"time_s", evalTimes_[k]}, {"val_loss", nullptr}});
+    return out;
+  }
   std::vector<Action> planOf(int i, int step) const {
     return runtime::makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, i / R_, dp_, i % R_, step,
                                  layout_.chunks);
@@ -321,6 +341,12 @@ class Replay {
       case Action::Kind::kBackwardWeight:
         startTask(i, runtime::protocol::eventName(a), a.microBatch, cost.of(a), &st.compute);
         break;
+      case Action::Kind::kEvalForward: {  // a forward of the batch's rows (no autograd: billed as one)
+        const double rows = opt_.evalRows.at(a.microBatch);
+        startTask(i, runtime::protocol::eventName(a), a.microBatch, cost.forwardS * rows / spec_.pipeline.microBatchSize,
+                  &st.compute);
+        break;
+      }
       case Action::Kind::kStep: {  // the optimizer step of every model chunk the rank holds
         double seconds = 0;
         for (int v = 0; v < layout_.chunks; ++v) seconds += profile_.stages[v * S_ + i / R_].stepS;
@@ -439,7 +465,16 @@ class Replay {
     if (st.plan[st.pc].partOfDataParallelism()) st.dp += now_ - st.actionStart;
     st.actionStart = now_;
     if (++st.pc < st.plan.size()) return;
-    // Step done: record it, start the next one right away.
+    if (st.evaluating) {  // the evaluation after st.step is done: the next step starts now
+      evalTimes_[st.step] = std::max(evalTimes_[st.step], now_ - st.evalStart);
+      st.evaluating = false;
+      st.stepStart = now_;
+      st.pc = 0;
+      if (++st.step == steps_) st.mode = Mode::kDone;
+      else st.plan = planOf(i, st.step);
+      return;
+    }
+    // Step done: record it, start the next one right away (or its evaluation first).
     perRank_[st.step][i] = {now_ - st.stepStart, st.compute, st.encode, st.decode, st.wait, st.dp, st.gradRaw, st.gradWire};
     if (st.step == steps_ - 1 && st.onTimeline) lastEvents_[i] = st.events;
     st.events.clear();
@@ -447,6 +482,12 @@ class Replay {
     st.gradRaw = st.gradWire = 0;
     st.stepStart = now_;
     st.pc = 0;
+    if (evaluatesAfter(st.step) && i % R_ == 0) {
+      st.evaluating = true;
+      st.evalStart = now_;
+      st.plan = runtime::evalSchedule(S_, static_cast<int>(opt_.evalRows.size()), i / R_, layout_.chunks);
+      return;
+    }
     if (++st.step == steps_) {
       st.mode = Mode::kDone;
     } else {
@@ -454,6 +495,16 @@ class Replay {
     }
   }
 
+  double evalRawBytes(int batch) const {
+    return 4.0 * opt_.evalRows.at(batch) * spec_.model.seqLen * spec_.model.width;
+  }
+  int64_t evalFrameBytes(int batch) {
+    const int rows = opt_.evalRows.at(batch);
+    auto it = evalFrames_.find(rows);
+    if (it == evalFrames_.end())
+      it = evalFrames_.emplace(rows, steadyFrameBytes("none", {rows, spec_.model.seqLen, spec_.model.width})).first;
+    return it->second;
+  }
   bool tensorMessage(const Action& a) const {
     return a.message == Action::Message::kActivation || a.message == Action::Message::kGradient;
   }
@@ -490,6 +541,9 @@ class Replay {
       const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
       bytes = a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
+    } else if (a.message == Action::Message::kEval) {  // uncompressed, the batch's rows
+      bytes = evalFrameBytes(a.microBatch);
+      *seconds = codecCost("none").encode.at(evalRawBytes(a.microBatch));
     } else if (a.isDataParallel()) {
       const std::string& codec = dpCodec(st.step);
       const int64_t values = chunkValues(i, a.microBatch);
@@ -514,6 +568,8 @@ class Replay {
     if (tensorMessage(a)) {
       const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
       seconds += codecCost(codec).decode.at(static_cast<double>(rawActBytes_));
+    } else if (a.message == Action::Message::kEval) {
+      seconds += codecCost("none").decode.at(evalRawBytes(a.microBatch));
     } else if (a.isDataParallel()) {
       seconds += codecCost(dpCodec(ranks_[i].step)).decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
     }
@@ -544,6 +600,7 @@ class Replay {
 
   const runtime::RunSpec& spec_;
   const Profile& profile_;
+  SimOptions opt_;
   int S_, R_, N_, steps_;
   runtime::RankLayout layout_;
   emulator::Topology topo_, dpTopo_;
@@ -565,6 +622,8 @@ class Replay {
   std::map<int, std::string> dpCodecs_;
   std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
   std::vector<std::vector<RankStep>> perRank_;
+  std::vector<double> evalTimes_;        // by step: the evaluation after it (the slowest rank's)
+  std::map<int, int64_t> evalFrames_;    // frame bytes of an evaluation message, by rows
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
@@ -573,7 +632,37 @@ class Replay {
 
 }  // namespace
 
-int defaultSteps(const runtime::RunSpec& spec) {
+bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why) {
+  try {
+    runtime::prepareCorpus(spec.data);
+    const runtime::ExampleSet train(spec.data, "finetune", "train", spec.model.seqLen);
+    const runtime::ExampleSet val(spec.data, "finetune", "val", spec.model.seqLen);
+    const int64_t perStep = int64_t{spec.pipeline.microBatches} * spec.pipeline.replicas * spec.pipeline.microBatchSize;
+    const int64_t spe = train.size() / perStep;
+    if (spe <= 0) throw std::runtime_error("fewer training examples than one step takes");
+    opt->stepsPerEpoch = spe;
+    opt->runSteps = spe * spec.training.epochs;
+    if (spec.training.maxSteps > 0) opt->runSteps = std::min(opt->runSteps, spec.training.maxSteps);
+    opt->evalRows.clear();  // the worker's evalBatches: micro-batch-size batches, the last partial
+    for (int64_t at = 0; at < val.size(); at += spec.pipeline.microBatchSize)
+      opt->evalRows.push_back(static_cast<int>(std::min<int64_t>(spec.pipeline.microBatchSize, val.size() - at)));
+    return true;
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
+  // A bandwidth that follows a trace: the run's every step, so the trace's phases line up.
+  auto traced = [](const emulator::Topology& t) {
+    bool any = !t.defaultLink.trace.empty();
+    for (const auto& [pair, link] : t.overrides) any |= !link.trace.empty();
+    return any;
+  };
+  const bool varies = traced(emulator::topologyFromJson(spec.network.links, "network.links")) ||
+                      (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec)));
+  if (varies && opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
   if (spec.pipeline.replicas == 1) return 4;
   if (spec.training.maxSteps > 0) return static_cast<int>(std::min<int64_t>(spec.training.maxSteps, 100000));
   const runtime::GradientCompressor g = runtime::parseGradientCompressor(spec.dp.codec);
@@ -582,10 +671,14 @@ int defaultSteps(const runtime::RunSpec& spec) {
 }
 
 json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt) {
-  const int steps = opt.steps > 0 ? opt.steps : defaultSteps(spec);
+  const int steps = opt.steps > 0 ? opt.steps : defaultSteps(spec, opt);
   if (steps < 2) throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
   const Profile mine = profile.forSchedule(spec.pipeline.schedule);  // the speeds fitted to this schedule, if any
-  return Replay(spec, mine, steps).run();
+  json doc = Replay(spec, mine, steps, opt).run();
+  doc["simulator"]["data_plan"] = opt.stepsPerEpoch > 0 ? json{{"steps_per_epoch", opt.stepsPerEpoch}, {"run_steps", opt.runSteps},
+                                                               {"eval_batches", opt.evalRows.size()}}
+                                                        : json("unknown (no corpus): steps are epoch 0, no evaluation");
+  return doc;
 }
 
 }  // namespace slowpipe::simulator

@@ -29,13 +29,25 @@
 namespace slowpipe::simulator {
 
 struct SimOptions {
-  // Steps replayed back to back; the summary is over steps 1.. (step 0 fills the pipe). 0: 4; with
-  // data parallelism training.max_steps if set, else qadam's warm-up + 4 x dp.local_steps (so the
-  // steps that exchange weigh as in a run).
+  SimOptions() = default;
+  SimOptions(int replayed) : steps(replayed) {}  // NOLINT: {n} reads as "n steps"
+  // Steps replayed back to back; the summary is over steps 1.. (step 0 fills the pipe). 0: every
+  // step of the run when a link follows a bandwidth trace and the data plan is known (so the
+  // trace's phases line up with the run's), else 4; with data parallelism training.max_steps if
+  // set, else qadam's warm-up + 4 x dp.local_steps (so the steps that exchange weigh as in a run).
   int steps = 0;
+  // The run's data plan (dataPlanOf; 0 / empty: unknown, e.g. a paper-scale spec without its
+  // corpus): steps per epoch and the rows of each validation batch. Known, the steps carry their
+  // epochs and every epoch's end replays the evaluation (training.eval_each_epoch) as the workers
+  // run it (runtime/schedule.h evalSchedule); unknown, every step is epoch 0 and none evaluates.
+  int64_t stepsPerEpoch = 0, runSteps = 0;
+  std::vector<int> evalRows;
 };
-// The steps SimOptions{0} replays for `spec`.
-int defaultSteps(const runtime::RunSpec& spec);
+// The data plan of `spec` from its corpus (prepared if it is not yet): false, leaving opt as it
+// is, if the corpus cannot be read (`why` says why).
+bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why = nullptr);
+// The steps `opt` with steps = 0 replays for `spec`.
+int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt = {});
 
 // Exact frame bytes of one message of `shape` through codec `spec` in steady state (for acsgd: a
 // delta, i.e. the example was seen before).

@@ -628,12 +628,16 @@ void addSimCommands(CLI::App& app) {
     cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
     cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
     cmd->add_option("--out", *out, "output folder (result.json)")->required();
-    cmd->add_option("--steps", *steps, "steps replayed back to back (default 4; with data parallelism training.max_steps, "
-                                       "else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
+    cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace, else 4; "
+                                       "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
     cmd->callback([=] {
       const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
       const simulator::Profile p = simulator::profileFor(*profile, s);
-      const json doc = simulator::simulateRun(s, p, {*steps});
+      simulator::SimOptions o;
+      o.steps = *steps;
+      std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand
+      if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "simulate: no data plan (%s): no epochs, no evaluation\n", why.c_str());
+      const json doc = simulator::simulateRun(s, p, o);
       std::filesystem::create_directories(*out);
       runtime::writeJsonAtomically(*out + "/result.json", doc);
       const auto& sum = doc["summary"];

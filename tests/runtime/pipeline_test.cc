@@ -83,7 +83,9 @@ TEST_F(PipelineTest, SplitBackwardComputesTheWholeBackwardsGradients) {
     for (int m = 0; m < 2; ++m) {
       const torch::Tensor ga = a.backward(m, grad[m]), gb = b.backwardInput(m, grad[m]);
       ASSERT_EQ(ga.defined(), gb.defined());
-      if (ga.defined()) EXPECT_LE((ga - gb).abs().max().item<double>(), 1e-6 * ga.abs().max().item<double>()) << s;
+      if (ga.defined()) {
+        EXPECT_LE((ga - gb).abs().max().item<double>(), 1e-6 * ga.abs().max().item<double>()) << s;
+      }
     }
     // Before BackwardWeight the linear layers have no gradient yet; after it, all are there.
     const auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
@@ -134,6 +136,7 @@ TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
       j["pipeline"]["partition"] = S == 2 ? json{{0, 2}, {2, 3}, {3, 5}, {5, 6}}
                                           : json{{0, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 8}, {8, 9}, {9, 10}};
       j["training"]["max_steps"] = 8;
+      j["training"]["eval_each_epoch"] = true;  // evaluation crosses the ring too
       j["compression"] = {{"forward", codec}, {"backward", codec}};
       const std::string tag = std::to_string(S) + codec;
       const json ref = launch(j, "ilref-" + tag);
@@ -146,6 +149,10 @@ TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
       ASSERT_EQ(il["steps"].size(), ref["steps"].size());
       for (size_t i = 0; i < ref["steps"].size(); ++i)
         EXPECT_NEAR(il["steps"][i]["loss"].get<double>(), ref["steps"][i]["loss"].get<double>(), 1e-6) << tag << " step " << i;
+      ASSERT_FALSE(il["evals"].empty()) << tag;
+      ASSERT_EQ(il["evals"].size(), ref["evals"].size());
+      for (size_t i = 0; i < ref["evals"].size(); ++i)
+        EXPECT_NEAR(il["evals"][i]["val_loss"].get<double>(), ref["evals"][i]["val_loss"].get<double>(), 1e-6) << tag;
       // Every virtual boundary carries each micro-batch once per direction: as many activation
       // bytes as the S x V-stage 1F1B run.
       EXPECT_EQ(il["steps"][2]["bytes"]["forward"]["raw"], ref["steps"][2]["bytes"]["forward"]["raw"]) << tag;

@@ -48,10 +48,16 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
 // and message keys are the protocol's (runtime/protocol.h). With one model chunk per stage every
 // receive must be the head of its link's FIFO (one queue per directed link, shared by every
 // message kind); with chunks the transport takes messages by key, so any queued one will do.
+bool replayPlans(const std::vector<std::vector<Action>>& plans, int S, int chunks);
+
 bool replay(const std::string& name, int S, int M, int chunks = 1) {
-  const RankLayout layout{S, 1, chunks};
   std::vector<std::vector<Action>> plans;
   for (int s = 0; s < S; ++s) plans.push_back(makeSchedule(name, S, M, s, chunks));
+  return replayPlans(plans, S, chunks);
+}
+
+bool replayPlans(const std::vector<std::vector<Action>>& plans, int S, int chunks) {
+  const RankLayout layout{S, 1, chunks};
   using Key = std::tuple<Action::Message, int, int>;  // message, micro-batch, boundary chunk
   std::map<std::pair<int, int>, std::deque<Key>> links;  // (from, to) -> in flight
   std::vector<size_t> pc(S, 0);
@@ -148,8 +154,12 @@ TEST(ScheduleTest, InterleavedOneFOneBRunsChunksRoundRobin) {
         for (int s = 0; s < S; ++s) {
           std::set<std::pair<int, int>> f, b;
           for (const auto& a : makeSchedule("interleaved_1f1b", S, M, s, V)) {
-            if (a.kind == Action::Kind::kForward) ASSERT_TRUE(f.insert({a.chunk, a.microBatch}).second);
-            if (a.kind == Action::Kind::kBackward) ASSERT_TRUE(b.insert({a.chunk, a.microBatch}).second);
+            if (a.kind == Action::Kind::kForward) {
+              ASSERT_TRUE(f.insert({a.chunk, a.microBatch}).second);
+            }
+            if (a.kind == Action::Kind::kBackward) {
+              ASSERT_TRUE(b.insert({a.chunk, a.microBatch}).second);
+            }
           }
           ASSERT_EQ(f.size(), static_cast<size_t>(M * V));
           ASSERT_EQ(b, f);
@@ -158,6 +168,23 @@ TEST(ScheduleTest, InterleavedOneFOneBRunsChunksRoundRobin) {
   // One chunk per stage is a schedule of its own (and completes in FIFO order).
   for (int S = 1; S <= 4; ++S) ASSERT_TRUE(replay("interleaved_1f1b", S, 5, 1)) << S;
   EXPECT_THROW(makeSchedule("1f1b", 2, 4, 0, 2), std::invalid_argument);  // 1f1b runs one chunk
+}
+
+// Evaluation is an action list too: each batch through every virtual stage, then the barrier
+// from the last stage back; it completes for every shape.
+TEST(ScheduleTest, EvaluationIsAnActionList) {
+  EXPECT_EQ(describe(evalSchedule(2, 3, 0)), "E0 sE0 E1 sE1 E2 sE2 rX");
+  EXPECT_EQ(describe(evalSchedule(2, 3, 1)), "rE0 E0 rE1 E1 rE2 E2 sX");
+  EXPECT_EQ(describe(evalSchedule(3, 1, 1)), "rE0 E0 sE0 rX sX");
+  EXPECT_EQ(describe(evalSchedule(2, 1, 0, 2)), "E0 sE0 rE0.1 E0.1 sE0.1 rX");
+  EXPECT_EQ(describe(evalSchedule(1, 2, 0)), "E0 E1");
+  for (int S = 1; S <= 5; ++S)
+    for (int V = 1; V <= (S > 1 ? 3 : 1); ++V)
+      for (int B = 0; B <= 4; ++B) {
+        std::vector<std::vector<Action>> plans;
+        for (int s = 0; s < S; ++s) plans.push_back(evalSchedule(S, B, s, V));
+        ASSERT_TRUE(replayPlans(plans, S, V)) << "S=" << S << " V=" << V << " B=" << B;
+      }
 }
 
 // Memory: a micro-batch's activations live from its forward until its backward ends (for a split
@@ -173,7 +200,9 @@ TEST(ScheduleTest, InFlightMicroBatchesStayWithinOneFOneBsPeak) {
           for (const auto& a : makeSchedule(name, S, M, s)) {
             if (a.kind == Action::Kind::kForward) live.insert(a.microBatch);
             if (a.kind == Action::Kind::kBackwardInput) inputDone.insert(a.microBatch);
-            if (a.kind == Action::Kind::kBackwardWeight) ASSERT_TRUE(inputDone.count(a.microBatch)) << name;
+            if (a.kind == Action::Kind::kBackwardWeight) {
+              ASSERT_TRUE(inputDone.count(a.microBatch)) << name;
+            }
             peak = std::max(peak, live.size());
             if (a.kind == Action::Kind::kBackward || a.kind == Action::Kind::kBackwardWeight) live.erase(a.microBatch);
           }

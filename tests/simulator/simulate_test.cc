@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 
 #include "compression/codec.h"
@@ -503,6 +504,48 @@ TEST(SimulatorTest, LargeRunsKeepATimelineOfReplicaZero) {
   EXPECT_EQ(r["timeline"][1]["replica"], 0);
   EXPECT_EQ(r["steps"][1]["breakdown_s_per_stage"].size(), 80u);
   EXPECT_EQ(r["simulator"]["timeline_ranks"], "replica 0 of every stage");
+}
+
+// With the run's data plan the simulator labels steps with their epochs and replays every
+// epoch's evaluation as the workers run it (evalSchedule), between the epoch's last step and the
+// next step, which it does not lengthen. Nearly free links: stage 0 evaluates 2 + 1 rows
+// (0.010 + 0.005 s), stage 1 follows batch by batch, and its barrier ends stage 0's evaluation.
+TEST(SimulatorTest, EvaluationsAreReplayedBetweenEpochs) {
+  auto spec = tinySpec(2, 2, "1f1b", "pipelined");
+  spec.network.links = {{"bandwidth", "1000Gbps"}, {"latency", "0ms"}};
+  SimOptions o;
+  o.steps = 4;
+  o.stepsPerEpoch = 2;
+  o.runSteps = 4;
+  o.evalRows = {2, 1};
+  const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  ASSERT_EQ(r["evals"].size(), 2u);
+  EXPECT_EQ(r["evals"][0]["step"], 2);
+  EXPECT_EQ(r["evals"][1]["epoch"], 1);
+  EXPECT_NEAR(r["evals"][0]["time_s"].get<double>(), 0.025, 1e-6);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(r["steps"][k]["epoch"], k / 2);
+  EXPECT_NEAR(r["steps"][2]["time_s"].get<double>(), r["steps"][0]["time_s"].get<double>(), 1e-6);
+  EXPECT_EQ(r["simulator"]["data_plan"]["eval_batches"], 2);
+  // Without the data plan: every step is epoch 0, no evaluation, the summary skips step 0.
+  const json bare = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {4});
+  EXPECT_TRUE(bare["evals"].empty());
+  for (const auto& st : bare["steps"]) EXPECT_EQ(st["epoch"], 0);
+  EXPECT_NEAR(bare["summary"]["mean_step_time_s"].get<double>(), bare["steps"][3]["time_s"].get<double>(), 1e-9);
+}
+
+// A bandwidth trace: the simulator replays every step of the run (its data plan), so the
+// trace's phases fall where the run's do.
+TEST(SimulatorTest, TracedLinksReplayEveryStepOfTheRun) {
+  auto spec = tinySpec(2, 2, "gpipe", "pipelined");
+  SimOptions o;
+  o.stepsPerEpoch = 6;
+  o.runSteps = 12;
+  EXPECT_EQ(defaultSteps(spec, o), 4);
+  const std::string trace = ::testing::TempDir() + "/slowpipe_sim_trace.txt";
+  std::ofstream(trace) << "0 8Mbps\n0.05 1Mbps\n";
+  spec.network.links = {{"bandwidth", "8Mbps"}, {"latency", "1ms"}, {"trace", trace}};
+  EXPECT_EQ(defaultSteps(spec, o), 12);
+  EXPECT_EQ(defaultSteps(spec, {}), 4);  // no data plan: the default
 }
 
 }  // namespace
