@@ -16,6 +16,7 @@
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
+#include "runtime/plan.h"
 #include "runtime/dp.h"
 #include "runtime/protocol.h"
 #include "runtime/result.h"
@@ -635,17 +636,13 @@ class Replay {
 bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why) {
   try {
     runtime::prepareCorpus(spec.data);
-    const runtime::ExampleSet train(spec.data, "finetune", "train", spec.model.seqLen);
-    const runtime::ExampleSet val(spec.data, "finetune", "val", spec.model.seqLen);
-    const int64_t perStep = int64_t{spec.pipeline.microBatches} * spec.pipeline.replicas * spec.pipeline.microBatchSize;
-    const int64_t spe = train.size() / perStep;
-    if (spe <= 0) throw std::runtime_error("fewer training examples than one step takes");
-    opt->stepsPerEpoch = spe;
-    opt->runSteps = spe * spec.training.epochs;
-    if (spec.training.maxSteps > 0) opt->runSteps = std::min(opt->runSteps, spec.training.maxSteps);
-    opt->evalRows.clear();  // the worker's evalBatches: micro-batch-size batches, the last partial
-    for (int64_t at = 0; at < val.size(); at += spec.pipeline.microBatchSize)
-      opt->evalRows.push_back(static_cast<int>(std::min<int64_t>(spec.pipeline.microBatchSize, val.size() - at)));
+    const runtime::Plan plan(spec, "finetune");  // the workers' own data plan
+    if (plan.epochs.stepsPerEpoch() <= 0) throw std::runtime_error("fewer training examples than one step takes");
+    opt->stepsPerEpoch = plan.epochs.stepsPerEpoch();
+    opt->runSteps = plan.totalSteps;
+    opt->evalRows.clear();
+    for (const auto& batch : runtime::evalBatches(plan.val.size(), spec.pipeline.microBatchSize))
+      opt->evalRows.push_back(static_cast<int>(batch.size()));
     return true;
   } catch (const std::exception& e) {
     if (why) *why = e.what();

@@ -97,7 +97,7 @@ def main():
         seq = json.load(f)["base"]["model"]["seq_len"]
     for r in rows_of(proj):
         projection[schedule_of(r)] = r["throughput_tokens_per_s"] / seq
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"wspace": 0.45})
     panel(axes[0], te, "emulated here (2 stages, 4 layers; median of 3, 95% interval)")
     panel(axes[1], ts, "simulated: GPT2-XL, 8 stages, analytic A100")
     names = list(PUBLISHED) + [f"{k} (projected)" for k in ["1f1b", "interleaved V=2", "zb_h1", "gpipe"] if k in projection]
@@ -105,6 +105,7 @@ def main():
     colors = ["tab:olive"] * len(PUBLISHED) + [COLORS[k] for k in ["1f1b", "interleaved V=2", "zb_h1", "gpipe"] if k in projection]
     axes[2].barh(names, vals, color=colors)
     axes[2].invert_yaxis()
+    axes[2].tick_params(axis="y", labelsize=7)
     axes[2].set_xlabel("samples / s")
     axes[2].set_title("8x H800, 6.2B: published (olive) vs the simulator's projection", fontsize=9)
     for i, v in enumerate(vals):
