@@ -61,6 +61,13 @@ struct Reps {
   }
 };
 
+// The first ok repeat's result (nullptr: none).
+const json* firstOk(const Reps& r) {
+  for (const json* d : r.byIndex)
+    if (d) return d;
+  return nullptr;
+}
+
 Reps okReps(const std::map<std::string, std::vector<json>>& results, const std::string& name) {
   Reps r;
   const auto it = results.find(name);
@@ -102,6 +109,123 @@ std::string statusOf(const std::map<std::string, std::vector<json>>& results, co
 
 }  // namespace
 
+namespace {
+
+// A point's own figures over its ok repeats: throughput, step time, loss (medians and
+// intervals), link check, wire bytes, breakdown. Returns the repeats that were ok (0: none, and
+// the row says only its status).
+int putOwnStats(json& row, const Reps& me, size_t R, std::vector<double>& tp) {
+  std::vector<double> st(R, NAN), loss(R, NAN);
+  tp.assign(R, NAN);
+  int okCount = 0;
+  bool linkOk = true, linkKnown = false;
+  for (size_t k = 0; k < R; ++k) {
+    tp[k] = me.stat(k, "throughput_tokens_per_s");
+    st[k] = me.stat(k, "mean_step_time_s");
+    loss[k] = me.stat(k, "final_val_loss");
+    if (k < me.byIndex.size() && me.byIndex[k]) {
+      ++okCount;
+      if (me.byIndex[k]->contains("link_ok")) {
+        linkKnown = true;
+        linkOk = linkOk && (*me.byIndex[k])["link_ok"].get<bool>();
+      }
+    }
+  }
+  row["repeats"] = okCount;
+  if (okCount == 0) return 0;  // nothing comparable: a failed run's partial figures are not reported
+  row["link_ok"] = linkKnown ? json(linkOk) : json();
+  putStat(row, tp, "throughput_tokens_per_s", "throughput_lo", "throughput_hi");
+  putStat(row, st, "mean_step_time_s", "step_time_lo", "step_time_hi");
+  putStat(row, loss, "final_val_loss", "final_val_loss_lo", "final_val_loss_hi");
+  row["wire_bytes_per_step"] = orNull(num((*firstOk(me))["summary"], "wire_bytes_per_step"));
+  std::vector<double> wait;
+  json share = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
+  for (const json* d : me.byIndex)
+    if (d) {
+      wait.push_back(num((*d)["summary"], "wait_share"));
+      for (auto& [k, v] : share.items()) v = v.get<double>() + (*d)["summary"]["breakdown_share"].value(k, 0.0) / okCount;
+    }
+  row["wait_share"] = orNull(median(wait));
+  row["breakdown_share"] = share;
+  return okCount;
+}
+
+// Speed-up over the baseline codec at the same link, the ideal that bounds it (the codec's
+// fastest step over the sweep's links), efficiency, loss gap, time to the baseline's loss.
+void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::vector<std::pair<double, Reps>>& peers,
+                      const std::vector<double>& tp, size_t R, bool hasLinkAxis, int okCount) {
+  std::vector<double> speedup(R, NAN), ideal(R, NAN), eff(R, NAN), baseLoss(R, NAN);
+  std::map<double, int> idealFrom;  // link bandwidth -> repeats whose fastest step it gave
+  for (size_t k = 0; k < R; ++k) {
+    speedup[k] = tp[k] / base.stat(k, "throughput_tokens_per_s");
+    baseLoss[k] = base.stat(k, "final_val_loss");
+    // Ideal: the baseline's step time here over this codec's step time with the least network
+    // cost measured, i.e. its fastest step over the sweep's links in this round. Where the faster
+    // links all cost the codec nothing, that is whichever of them noise favoured. It bounds the
+    // speed-up by construction: the codec ran here no faster than its fastest. Taking the fastest
+    // link instead was a bound only up to noise.
+    double best = NAN, bestBw = NAN;
+    for (const auto& [bw, r] : peers) {
+      const double t = r.stat(k, "mean_step_time_s");
+      if (std::isfinite(t) && (!std::isfinite(best) || t < best || (t == best && bw > bestBw))) {
+        best = t;
+        bestBw = bw;
+      }
+    }
+    ideal[k] = base.stat(k, "mean_step_time_s") / best;
+    eff[k] = speedup[k] / ideal[k];
+    if (std::isfinite(ideal[k])) ++idealFrom[bestBw];
+  }
+  putStat(row, speedup, "speedup", "speedup_lo", "speedup_hi");
+  if (hasLinkAxis) {  // without a bandwidth axis there is no "fastest link" to bound the speed-up with
+    putStat(row, ideal, "ideal_speedup", "ideal_lo", "ideal_hi");
+    putStat(row, eff, "efficiency", "efficiency_lo", "efficiency_hi");
+    // The link that gave the codec's fastest step in most rounds (the faster one on a tie).
+    double from = NAN;
+    int most = 0;
+    for (const auto& [bw, n] : idealFrom)
+      if (n >= most) {
+        most = n;
+        from = bw;
+      }
+    row["ideal_link_bps"] = orNull(from);
+  }
+  std::vector<double> finite;
+  for (double x : baseLoss)
+    if (std::isfinite(x)) finite.push_back(x);
+  const double target = median(finite);
+  row["target_val_loss"] = orNull(target);
+  row["val_loss_gap_vs_baseline"] = orNull(num(row, "final_val_loss") / target - 1.0);
+  std::vector<double> ttt;
+  for (const json* d : me.byIndex) {
+    if (!d) continue;
+    for (const auto& e : d->value("evals", json::array()))
+      if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= target) {
+        ttt.push_back(e["wall_s"].get<double>());
+        break;
+      }
+  }
+  row["time_to_target_s"] = ttt.size() == static_cast<size_t>(okCount) ? orNull(median(ttt)) : json();
+  if (const json* b = firstOk(base))
+    row["wire_reduction"] = orNull(num((*b)["summary"], "wire_bytes_per_step") / num((*firstOk(me))["summary"], "wire_bytes_per_step"));
+}
+
+// The point's settings as the row reports them.
+json describePoint(const SweepSpec& spec, const SweepPoint& p, int comp) {
+  const auto link = emulator::topologyFromJson(p.spec["network"]["links"], "links").defaultLink;
+  json row = {{"point", p.name}, {"bandwidth_bps", link.bandwidthBps}, {"latency_s", link.latencyS},
+              {"forward", p.spec["compression"].value("forward", "none")},
+              {"backward", p.spec["compression"].value("backward", "none")},
+              {"label", comp >= 0 ? p.axisLabels[comp] : p.spec["compression"].value("label", "")},
+              {"dp_codec", p.spec.contains("dp") ? p.spec["dp"].value("codec", "none") : "none"},
+              {"axes", p.axisLabels}};
+  const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, spec.simulation);
+  if (rs.pipeline.replicas > 1) row["dp_bandwidth_bps"] = runtime::dpTopology(rs).defaultLink.bandwidthBps;
+  return row;
+}
+
+}  // namespace
+
 json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points,
                     const std::map<std::string, std::vector<json>>& results) {
   const int comp = compressionAxis(spec);
@@ -120,125 +244,19 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
   const size_t R = static_cast<size_t>(spec.repeats);
   json rows = json::array();
   for (const auto& p : points) {
-    const auto link = emulator::topologyFromJson(p.spec["network"]["links"], "links").defaultLink;
-    json row = {{"point", p.name}, {"bandwidth_bps", link.bandwidthBps}, {"latency_s", link.latencyS},
-                {"forward", p.spec["compression"].value("forward", "none")},
-                {"backward", p.spec["compression"].value("backward", "none")},
-                {"label", comp >= 0 ? p.axisLabels[comp] : p.spec["compression"].value("label", "")},
-                {"dp_codec", p.spec.contains("dp") ? p.spec["dp"].value("codec", "none") : "none"},
-                {"axes", p.axisLabels}};
-    const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, spec.simulation);
-    if (rs.pipeline.replicas > 1) row["dp_bandwidth_bps"] = runtime::dpTopology(rs).defaultLink.bandwidthBps;
+    json row = describePoint(spec, p, comp);
     json reason;
     row["status"] = statusOf(results, p.name, spec.repeats, &reason);
     if (!reason.is_null()) row["reason"] = reason;
     const Reps me = okReps(results, p.name);
-    std::vector<double> tp(R, NAN), st(R, NAN), loss(R, NAN);
-    int okCount = 0;
-    bool linkOk = true, linkKnown = false;
-    for (size_t k = 0; k < R; ++k) {
-      tp[k] = me.stat(k, "throughput_tokens_per_s");
-      st[k] = me.stat(k, "mean_step_time_s");
-      loss[k] = me.stat(k, "final_val_loss");
-      if (k < me.byIndex.size() && me.byIndex[k]) {
-        ++okCount;
-        if (me.byIndex[k]->contains("link_ok")) {
-          linkKnown = true;
-          linkOk = linkOk && (*me.byIndex[k])["link_ok"].get<bool>();
-        }
-      }
-    }
-    row["repeats"] = okCount;
-    if (okCount == 0) {  // nothing comparable: a failed run's partial figures are not reported
-      rows.push_back(row);
-      continue;
-    }
-    row["link_ok"] = linkKnown ? json(linkOk) : json();
-    putStat(row, tp, "throughput_tokens_per_s", "throughput_lo", "throughput_hi");
-    putStat(row, st, "mean_step_time_s", "step_time_lo", "step_time_hi");
-    putStat(row, loss, "final_val_loss", "final_val_loss_lo", "final_val_loss_hi");
-    const json* first = nullptr;
-    for (const json* d : me.byIndex)
-      if (d && !first) first = d;
-    const json& s0 = (*first)["summary"];
-    row["wire_bytes_per_step"] = orNull(num(s0, "wire_bytes_per_step"));
-    std::vector<double> wait;
-    json share = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
-    for (const json* d : me.byIndex)
-      if (d) {
-        wait.push_back(num((*d)["summary"], "wait_share"));
-        for (auto& [k, v] : share.items()) v = v.get<double>() + (*d)["summary"]["breakdown_share"].value(k, 0.0) / okCount;
-      }
-    row["wait_share"] = orNull(median(wait));
-    row["breakdown_share"] = share;
-
+    std::vector<double> tp;
+    const int okCount = putOwnStats(row, me, R, tp);
     const auto b = baseline.find(peerKey(p, comp));
-    if (b == baseline.end()) {
-      rows.push_back(row);
-      continue;
+    if (okCount > 0 && b != baseline.end()) {
+      std::vector<std::pair<double, Reps>> peers;  // this codec at every link
+      for (const auto& [bw, q] : alongLinks[peerKey(p, -1, bwAxis)]) peers.push_back({bw, okReps(results, q->name)});
+      putBaselineStats(row, me, okReps(results, b->second->name), peers, tp, R, bwAxis >= 0, okCount);
     }
-    const Reps base = okReps(results, b->second->name);
-    std::vector<std::pair<double, Reps>> peers;  // this codec at every link
-    for (const auto& [bw, q] : alongLinks[peerKey(p, -1, bwAxis)]) peers.push_back({bw, okReps(results, q->name)});
-    std::vector<double> speedup(R, NAN), ideal(R, NAN), eff(R, NAN), baseLoss(R, NAN);
-    std::map<double, int> idealFrom;  // link bandwidth -> repeats whose fastest step it gave
-    for (size_t k = 0; k < R; ++k) {
-      speedup[k] = tp[k] / base.stat(k, "throughput_tokens_per_s");
-      baseLoss[k] = base.stat(k, "final_val_loss");
-      // Ideal: the baseline's step time here over this codec's step time with the least network
-      // cost measured, i.e. its fastest step over the sweep's links in this round. Where the faster
-      // links all cost the codec nothing, that is whichever of them noise favoured. It bounds the
-      // speed-up by construction: the codec ran here no faster than its fastest. Taking the fastest
-      // link instead was a bound only up to noise.
-      double best = NAN, bestBw = NAN;
-      for (const auto& [bw, r] : peers) {
-        const double t = r.stat(k, "mean_step_time_s");
-        if (std::isfinite(t) && (!std::isfinite(best) || t < best || (t == best && bw > bestBw))) {
-          best = t;
-          bestBw = bw;
-        }
-      }
-      ideal[k] = base.stat(k, "mean_step_time_s") / best;
-      eff[k] = speedup[k] / ideal[k];
-      if (std::isfinite(ideal[k])) ++idealFrom[bestBw];
-    }
-    putStat(row, speedup, "speedup", "speedup_lo", "speedup_hi");
-    if (bwAxis >= 0) {  // without a bandwidth axis there is no "fastest link" to bound the speed-up with
-      putStat(row, ideal, "ideal_speedup", "ideal_lo", "ideal_hi");
-      putStat(row, eff, "efficiency", "efficiency_lo", "efficiency_hi");
-      // The link that gave the codec's fastest step in most rounds (the faster one on a tie).
-      double from = NAN;
-      int most = 0;
-      for (const auto& [bw, n] : idealFrom)
-        if (n >= most) {
-          most = n;
-          from = bw;
-        }
-      row["ideal_link_bps"] = orNull(from);
-    }
-    const double target = median([&] {
-      std::vector<double> v;
-      for (double x : baseLoss)
-        if (std::isfinite(x)) v.push_back(x);
-      return v;
-    }());
-    row["target_val_loss"] = orNull(target);
-    row["val_loss_gap_vs_baseline"] = orNull(num(row, "final_val_loss") / target - 1.0);
-    std::vector<double> ttt;
-    for (const json* d : me.byIndex) {
-      if (!d) continue;
-      for (const auto& e : d->value("evals", json::array()))
-        if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= target) {
-          ttt.push_back(e["wall_s"].get<double>());
-          break;
-        }
-    }
-    row["time_to_target_s"] = ttt.size() == static_cast<size_t>(okCount) ? orNull(median(ttt)) : json();
-    for (const json* d : base.byIndex)
-      if (d) {
-        row["wire_reduction"] = orNull(num((*d)["summary"], "wire_bytes_per_step") / num(s0, "wire_bytes_per_step"));
-        break;
-      }
     rows.push_back(row);
   }
   json base = {{"label", spec.baseline}};

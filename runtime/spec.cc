@@ -13,6 +13,7 @@
 #include "emulator/link.h"
 #include "runtime/dp.h"
 #include "runtime/result.h"
+#include "runtime/protocol.h"
 #include "runtime/schedule.h"
 
 namespace slowpipe::runtime {
@@ -164,150 +165,180 @@ void checkVirtualStages(const RunSpec& s, const std::string& field) {
 
 }  // namespace
 
-RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation) {
-  RunSpec s;
-  s.source = j;
-  Fields top(j, where);
-  for (const char* required : {"name", "model", "pipeline", "compression", "network"})
-    if (!j.contains(required))
-      fail(where + "." + required, "missing; a spec needs name, model, pipeline, compression and network "
-                                   "(see experiments/smoke.json)");
-  top.get("name", s.name);
-  if (const json* m = top.raw("model")) {
-    Fields f(*m, where + ".model");
-    f.get("vocab", s.model.vocab);
-    f.get("seq_len", s.model.seqLen);
-    f.get("layers", s.model.layers);
-    f.get("width", s.model.width);
-    f.get("heads", s.model.heads);
-    f.get("seed", s.model.seed);
-    positive(f.field("layers"), s.model.layers);
-    positive(f.field("width"), s.model.width);
-    positive(f.field("heads"), s.model.heads);
-    positive(f.field("seq_len"), s.model.seqLen);
-    if (s.model.vocab != 256 && !simulation)
-      fail(f.field("vocab"), std::to_string(s.model.vocab) + " is not supported; the tokenizer is byte-level (256) "
-                             "(other sizes can be simulated: slowpipe simulate)");
-    if (s.model.vocab < 2) fail(f.field("vocab"), std::to_string(s.model.vocab) + " must be >= 2");
-    if (s.model.width % s.model.heads != 0)
-      fail(f.field("heads"), std::to_string(s.model.heads) + " does not divide width " + std::to_string(s.model.width));
-  }
-  if (const json* d = top.raw("data")) {
-    Fields f(*d, where + ".data");
-    f.get("source", s.data.source);
-    f.get("finetune_files", s.data.finetuneFiles);
-    f.get("cache_dir", s.data.cacheDir);
-    f.get("val_fraction", s.data.valFraction);
-    f.get("max_train_examples", s.data.maxTrainExamples);
-    f.get("max_val_examples", s.data.maxValExamples);
-    if (!(s.data.valFraction > 0 && s.data.valFraction < 1)) fail(f.field("val_fraction"), "must be in (0, 1)");
-  }
-  if (const json* p = top.raw("pipeline")) {
-    Fields f(*p, where + ".pipeline");
-    f.get("stages", s.pipeline.stages);
-    f.get("replicas", s.pipeline.replicas);
-    f.get("schedule", s.pipeline.schedule);
-    f.get("micro_batches", s.pipeline.microBatches);
-    f.get("micro_batch_size", s.pipeline.microBatchSize);
-    f.get("virtual_stages", s.pipeline.virtualStages);
-    positive(f.field("virtual_stages"), s.pipeline.virtualStages);
-    positive(f.field("stages"), s.pipeline.stages);
-    positive(f.field("replicas"), s.pipeline.replicas);
-    if (s.pipeline.replicas > 256) fail(f.field("replicas"), std::to_string(s.pipeline.replicas) + " is beyond 256");
-    positive(f.field("micro_batches"), s.pipeline.microBatches);
-    positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
-    if (!isScheduleName(s.pipeline.schedule))
-      fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected one of " + scheduleNames());
-    checkVirtualStages(s, f.field("virtual_stages"));
-    if (const json* part = f.raw("partition")) {
-      if (!part->is_array()) fail(f.field("partition"), "expected [[begin, end], ...] layer ranges");
-      for (const auto& r : *part) {
-        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
-          fail(f.field("partition"), "entry " + r.dump() + " is not [begin, end]");
-        s.pipeline.partition.emplace_back(r[0].get<int>(), r[1].get<int>());
-      }
+namespace {
+
+// model: sizes, the byte-level vocabulary (other sizes are simulated only).
+void parseModel(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".model");
+  f.get("vocab", s.model.vocab);
+  f.get("seq_len", s.model.seqLen);
+  f.get("layers", s.model.layers);
+  f.get("width", s.model.width);
+  f.get("heads", s.model.heads);
+  f.get("seed", s.model.seed);
+  positive(f.field("layers"), s.model.layers);
+  positive(f.field("width"), s.model.width);
+  positive(f.field("heads"), s.model.heads);
+  positive(f.field("seq_len"), s.model.seqLen);
+  if (s.model.vocab != 256 && !simulation)
+    fail(f.field("vocab"), std::to_string(s.model.vocab) + " is not supported; the tokenizer is byte-level (256) "
+                           "(other sizes can be simulated: slowpipe simulate)");
+  if (s.model.vocab < 2) fail(f.field("vocab"), std::to_string(s.model.vocab) + " must be >= 2");
+  if (s.model.width % s.model.heads != 0)
+    fail(f.field("heads"), std::to_string(s.model.heads) + " does not divide width " + std::to_string(s.model.width));
+}
+
+// data: the corpus and its split.
+void parseData(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".data");
+  f.get("source", s.data.source);
+  f.get("finetune_files", s.data.finetuneFiles);
+  f.get("cache_dir", s.data.cacheDir);
+  f.get("val_fraction", s.data.valFraction);
+  f.get("max_train_examples", s.data.maxTrainExamples);
+  f.get("max_val_examples", s.data.maxValExamples);
+  if (!(s.data.valFraction > 0 && s.data.valFraction < 1)) fail(f.field("val_fraction"), "must be in (0, 1)");
+}
+
+// pipeline: stages, replicas, schedule, micro-batches, model chunks, partition.
+void parsePipeline(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".pipeline");
+  f.get("stages", s.pipeline.stages);
+  f.get("replicas", s.pipeline.replicas);
+  f.get("schedule", s.pipeline.schedule);
+  f.get("micro_batches", s.pipeline.microBatches);
+  f.get("micro_batch_size", s.pipeline.microBatchSize);
+  f.get("virtual_stages", s.pipeline.virtualStages);
+  positive(f.field("virtual_stages"), s.pipeline.virtualStages);
+  positive(f.field("stages"), s.pipeline.stages);
+  positive(f.field("replicas"), s.pipeline.replicas);
+  if (s.pipeline.replicas > 256) fail(f.field("replicas"), std::to_string(s.pipeline.replicas) + " is beyond 256");
+  positive(f.field("micro_batches"), s.pipeline.microBatches);
+  positive(f.field("micro_batch_size"), s.pipeline.microBatchSize);
+  if (!isScheduleName(s.pipeline.schedule))
+    fail(f.field("schedule"), "'" + s.pipeline.schedule + "' is not a schedule; expected one of " + scheduleNames());
+  checkVirtualStages(s, f.field("virtual_stages"));
+  if (const json* part = f.raw("partition")) {
+    if (!part->is_array()) fail(f.field("partition"), "expected [[begin, end], ...] layer ranges");
+    for (const auto& r : *part) {
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
+        fail(f.field("partition"), "entry " + r.dump() + " is not [begin, end]");
+      s.pipeline.partition.emplace_back(r[0].get<int>(), r[1].get<int>());
     }
   }
-  if (const json* t = top.raw("training")) {
-    Fields f(*t, where + ".training");
-    f.get("epochs", s.training.epochs);
-    f.get("max_steps", s.training.maxSteps);
-    f.get("lr", s.training.lr);
-    f.get("weight_decay", s.training.weightDecay);
-    f.get("warmup_steps", s.training.warmupSteps);
-    f.get("clip_norm", s.training.clipNorm);
-    f.get("seed", s.training.seed);
-    f.get("init_checkpoint", s.training.initCheckpoint);
-    f.get("eval_each_epoch", s.training.evalEachEpoch);
-    positive(f.field("epochs"), s.training.epochs);
-    positive(f.field("lr"), s.training.lr);
-  }
-  if (const json* c = top.raw("compression")) {
-    Fields f(*c, where + ".compression");
-    f.get("forward", s.compression.forward);
-    f.get("backward", s.compression.backward);
-    f.get("label", s.compression.label);
-    for (const auto& [key, spec] : {std::pair{"forward", s.compression.forward}, std::pair{"backward", s.compression.backward}}) {
-      try {
-        compression::makeCodec(spec);
-      } catch (const std::exception& e) {
-        fail(f.field(key), e.what());
-      }
-    }
-  }
-  if (const json* d = top.raw("dp")) {
-    Fields f(*d, where + ".dp");
-    f.get("algorithm", s.dp.algorithm);
-    f.get("codec", s.dp.codec);
-    f.get("local_steps", s.dp.localSteps);
-    f.get("outer_lr", s.dp.outerLr);
-    f.get("outer_momentum", s.dp.outerMomentum);
-    if (s.dp.algorithm != "allreduce" && s.dp.algorithm != "sharded_ps")
-      fail(f.field("algorithm"), "'" + s.dp.algorithm + "' is not an algorithm; expected allreduce or sharded_ps");
-    positive(f.field("local_steps"), s.dp.localSteps);
-    positive(f.field("outer_lr"), s.dp.outerLr);
-    if (!(s.dp.outerMomentum >= 0 && s.dp.outerMomentum < 1)) fail(f.field("outer_momentum"), "must be in [0, 1)");
-    GradientCompressor gc;
+}
+
+// training: epochs, steps, optimizer.
+void parseTraining(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".training");
+  f.get("epochs", s.training.epochs);
+  f.get("max_steps", s.training.maxSteps);
+  f.get("lr", s.training.lr);
+  f.get("weight_decay", s.training.weightDecay);
+  f.get("warmup_steps", s.training.warmupSteps);
+  f.get("clip_norm", s.training.clipNorm);
+  f.get("seed", s.training.seed);
+  f.get("init_checkpoint", s.training.initCheckpoint);
+  f.get("eval_each_epoch", s.training.evalEachEpoch);
+  positive(f.field("epochs"), s.training.epochs);
+  positive(f.field("lr"), s.training.lr);
+}
+
+// compression: the two pipeline codecs (each built once to check it).
+void parseCompression(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".compression");
+  f.get("forward", s.compression.forward);
+  f.get("backward", s.compression.backward);
+  f.get("label", s.compression.label);
+  for (const auto& [key, spec] : {std::pair{"forward", s.compression.forward}, std::pair{"backward", s.compression.backward}}) {
     try {
-      gc = parseGradientCompressor(s.dp.codec);
+      compression::makeCodec(spec);
     } catch (const std::exception& e) {
-      fail(f.field("codec"), e.what());
-    }
-    // DiLoCo's outer gradient goes through a plain codec; qadam and powersgd compress each step's
-    // gradient (with optimizer state of their own) and have no meaning for an outer gradient.
-    if (s.dp.localSteps > 1 && gc.kind != GradientCompressor::Kind::kCodec)
-      fail(f.field("codec"), "'" + s.dp.codec + "' compresses every step's gradient; with local_steps " +
-                                 std::to_string(s.dp.localSteps) + " (DiLoCo) the outer gradient takes a codec spec "
-                                 "(e.g. quant:bits=8,scale=group,group=512)");
-    // Settings that only replicas use must not be silently ignored (a forgotten replicas field
-    // would measure no gradient compression at all).
-    if (s.pipeline.replicas == 1 && (s.dp.codec != "none" || s.dp.localSteps != 1 || s.dp.algorithm != "allreduce"))
-      fail(where + ".dp", "is set but pipeline.replicas is 1 (no data-parallel exchange to apply it to)");
-  }
-  if (s.compression.label.empty()) s.compression.label = s.compression.forward + "/" + s.compression.backward;
-  if (const json* n = top.raw("network")) {
-    Fields f(*n, where + ".network");
-    f.get("backend", s.network.backend);
-    f.get("model", s.network.model);
-    f.get("dev", s.network.dev);
-    if (s.network.backend != "user" && s.network.backend != "tc" && s.network.backend != "tc-dev")
-      fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user, tc or tc-dev");
-    if (s.network.model != "pipelined" && s.network.model != "serial_fifo")
-      fail(f.field("model"), "'" + s.network.model + "' is not a link model; expected pipelined or serial_fifo");
-    if (s.network.model == "serial_fifo" && !simulation && s.network.backend != "user")
-      fail(f.field("model"), "serial_fifo is a user-space (or simulated) link model; backend '" + s.network.backend +
-                                 "' shapes with the kernel");
-    if (const json* l = f.raw("links")) s.network.links = *l;
-    emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
-    if (s.network.model == "serial_fifo") refuseForSerialFifo(s.network.links, where + ".network.links");
-    if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
-      s.network.dpLinks = *l;
-      emulator::topologyFromJson(s.network.dpLinks, where + ".network.dp_links");
-      if (s.network.backend != "user" && !simulation)
-        fail(f.field("dp_links"), "data-parallel links are shaped in user space; backend '" + s.network.backend +
-                                      "' is not supported with them yet");
+      fail(f.field(key), e.what());
     }
   }
+}
+
+// dp: the data-parallel algorithm and gradient compressor (pipeline parsed first).
+void parseDp(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".dp");
+  f.get("algorithm", s.dp.algorithm);
+  f.get("codec", s.dp.codec);
+  f.get("local_steps", s.dp.localSteps);
+  f.get("outer_lr", s.dp.outerLr);
+  f.get("outer_momentum", s.dp.outerMomentum);
+  if (s.dp.algorithm != "allreduce" && s.dp.algorithm != "sharded_ps")
+    fail(f.field("algorithm"), "'" + s.dp.algorithm + "' is not an algorithm; expected allreduce or sharded_ps");
+  positive(f.field("local_steps"), s.dp.localSteps);
+  positive(f.field("outer_lr"), s.dp.outerLr);
+  if (!(s.dp.outerMomentum >= 0 && s.dp.outerMomentum < 1)) fail(f.field("outer_momentum"), "must be in [0, 1)");
+  GradientCompressor gc;
+  try {
+    gc = parseGradientCompressor(s.dp.codec);
+  } catch (const std::exception& e) {
+    fail(f.field("codec"), e.what());
+  }
+  // DiLoCo's outer gradient goes through a plain codec; qadam and powersgd compress each step's
+  // gradient (with optimizer state of their own) and have no meaning for an outer gradient.
+  if (s.dp.localSteps > 1 && gc.kind != GradientCompressor::Kind::kCodec)
+    fail(f.field("codec"), "'" + s.dp.codec + "' compresses every step's gradient; with local_steps " +
+                               std::to_string(s.dp.localSteps) + " (DiLoCo) the outer gradient takes a codec spec "
+                               "(e.g. quant:bits=8,scale=group,group=512)");
+  // Settings that only replicas use must not be silently ignored (a forgotten replicas field
+  // would measure no gradient compression at all).
+  if (s.pipeline.replicas == 1 && (s.dp.codec != "none" || s.dp.localSteps != 1 || s.dp.algorithm != "allreduce"))
+    fail(where + ".dp", "is set but pipeline.replicas is 1 (no data-parallel exchange to apply it to)");
+}
+
+// network: backend, link model, links and the replicas' links.
+void parseNetwork(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".network");
+  f.get("backend", s.network.backend);
+  f.get("model", s.network.model);
+  f.get("dev", s.network.dev);
+  if (s.network.backend != "user" && s.network.backend != "tc" && s.network.backend != "tc-dev")
+    fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user, tc or tc-dev");
+  if (s.network.model != "pipelined" && s.network.model != "serial_fifo")
+    fail(f.field("model"), "'" + s.network.model + "' is not a link model; expected pipelined or serial_fifo");
+  if (s.network.model == "serial_fifo" && !simulation && s.network.backend != "user")
+    fail(f.field("model"), "serial_fifo is a user-space (or simulated) link model; backend '" + s.network.backend +
+                               "' shapes with the kernel");
+  if (const json* l = f.raw("links")) s.network.links = *l;
+  emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
+  if (s.network.model == "serial_fifo") refuseForSerialFifo(s.network.links, where + ".network.links");
+  if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
+    s.network.dpLinks = *l;
+    emulator::topologyFromJson(s.network.dpLinks, where + ".network.dp_links");
+    if (s.network.backend != "user" && !simulation)
+      fail(f.field("dp_links"), "data-parallel links are shaped in user space; backend '" + s.network.backend +
+                                    "' is not supported with them yet");
+  }
+}
+
+// runtime: timeouts, threads, pinning, device, timeline.
+void parseRuntime(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
+  Fields f(section, where + ".runtime");
+  f.get("step_timeout_s", s.runtime.stepTimeoutS);
+  f.get("threads_per_worker", s.runtime.threadsPerWorker);
+  f.get("pin_cores", s.runtime.pinCores);
+  f.get("device", s.runtime.device);
+  f.get("timeline", s.runtime.timeline);
+  if (s.runtime.timeline != "last" && s.runtime.timeline != "all")
+    fail(where + ".runtime.timeline", "'" + s.runtime.timeline + "'; expected \"last\" or \"all\"");
+  positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
+  const std::string& d = s.runtime.device;
+  const bool cudaN = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 9 &&
+                     d.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (d != "cpu" && d != "cuda" && !cudaN)
+    fail(where + ".runtime.device", "'" + d + "' is not a device; expected \"cpu\", \"cuda\" or \"cuda:N\"");
+  if (d != "cpu" && s.pipeline.replicas > 1)
+    fail(where + ".runtime.device", "'" + d + "' with pipeline.replicas = " + std::to_string(s.pipeline.replicas) +
+                                        ": data parallelism runs on CPU stages only so far");
+}
+
+// What one section cannot check alone: backends against replicas and model chunks, link
+// overrides against the stages and replicas that exist, message sizes.
+void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
   if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.replicas", std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
                                            s.network.backend + "' backend builds one namespace chain per pipeline");
@@ -337,9 +368,11 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
         if (v < 0 || v >= s.pipeline.stages)
           fail(w + "." + key, std::to_string(v) + " names no stage; the pipeline has stages 0.." +
                                   std::to_string(s.pipeline.stages - 1));
-      if (std::abs(src - dst) != 1)
+      const RankLayout layout = rankLayout(s);  // with model chunks the ring closes S-1 <-> 0
+      if (protocol::neighbourStage(layout, src, Action::Peer::kNext) != dst && protocol::neighbourStage(layout, dst, Action::Peer::kNext) != src)
         fail(w, "src " + std::to_string(src) + " and dst " + std::to_string(dst) +
-                    " are not neighbouring stages; only stage s and s+1 exchange messages");
+                    " are not neighbouring stages; only stage s and s+1 exchange messages" +
+                    (s.pipeline.virtualStages > 1 ? " (and S-1 and 0 around the ring of model chunks)" : ""));
     }
   }
   // Sizes whose products overflow a message (micro-batch x sequence x width fp32 values).
@@ -351,25 +384,27 @@ RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation
     fail(where + ".model.seq_len", "micro_batch_size " + std::to_string(s.pipeline.microBatchSize) + " x seq_len " +
                                        std::to_string(s.model.seqLen) + " x width " + std::to_string(s.model.width) +
                                        " values per message is beyond 2^30, the largest message accepted");
-  if (const json* r = top.raw("runtime")) {
-    Fields f(*r, where + ".runtime");
-    f.get("step_timeout_s", s.runtime.stepTimeoutS);
-    f.get("threads_per_worker", s.runtime.threadsPerWorker);
-    f.get("pin_cores", s.runtime.pinCores);
-    f.get("device", s.runtime.device);
-    f.get("timeline", s.runtime.timeline);
-    if (s.runtime.timeline != "last" && s.runtime.timeline != "all")
-      fail(where + ".runtime.timeline", "'" + s.runtime.timeline + "'; expected \"last\" or \"all\"");
-    positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
-    const std::string& d = s.runtime.device;
-    const bool cudaN = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 9 &&
-                       d.find_first_not_of("0123456789", 5) == std::string::npos;
-    if (d != "cpu" && d != "cuda" && !cudaN)
-      fail(where + ".runtime.device", "'" + d + "' is not a device; expected \"cpu\", \"cuda\" or \"cuda:N\"");
-    if (d != "cpu" && s.pipeline.replicas > 1)
-      fail(where + ".runtime.device", "'" + d + "' with pipeline.replicas = " + std::to_string(s.pipeline.replicas) +
-                                          ": data parallelism runs on CPU stages only so far");
-  }
+}
+
+}  // namespace
+
+RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation) {
+  RunSpec s;
+  s.source = j;
+  Fields top(j, where);
+  for (const char* required : {"name", "model", "pipeline", "compression", "network"})
+    if (!j.contains(required))
+      fail(where + "." + required, "missing; a spec needs name, model, pipeline, compression and network "
+                                   "(see experiments/smoke.json)");
+  top.get("name", s.name);
+  using Parser = void (*)(const json&, const std::string&, bool, RunSpec&);
+  for (const auto& [key, parse] : {std::pair<const char*, Parser>{"model", parseModel}, {"data", parseData},
+                                   {"pipeline", parsePipeline}, {"training", parseTraining}, {"compression", parseCompression},
+                                   {"dp", parseDp}, {"network", parseNetwork}, {"runtime", parseRuntime}})
+    if (const json* section = top.raw(key)) parse(*section, where, simulation, s);
+  if (s.compression.label.empty()) s.compression.label = s.compression.forward + "/" + s.compression.backward;
+  crossCheck(where, simulation, s);
+
   checkModelFits(s, where, simulation);
   if (s.pipeline.stages * s.pipeline.virtualStages > s.model.layers)
     fail(where + ".pipeline.stages", std::to_string(s.pipeline.stages * s.pipeline.virtualStages) +

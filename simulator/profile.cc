@@ -217,12 +217,15 @@ Profile profileFromJson(const json& j, const std::string& where) {
   return p;
 }
 
-HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
-                          const std::vector<double>& fallback) {
-  struct Ev {
-    double start, end, cost;
-  };
-  std::vector<Ev> evs;
+namespace {
+
+struct ComputeEvent {
+  double start, end, cost;
+};
+
+// The compute events of a timeline at steps >= firstStep, each with its profiled cost.
+std::vector<ComputeEvent> computeEvents(const json& timeline, const std::vector<StageCost>& stages, int firstStep) {
+  std::vector<ComputeEvent> evs;
   for (const auto& row : timeline) {
     const size_t s = row.at("stage").get<size_t>();
     if (s >= stages.size()) throw std::invalid_argument("host-speed fit: the run has stage " + std::to_string(s) + ", the profile " +
@@ -241,30 +244,79 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
       evs.push_back({e.at("start_s").get<double>(), e.at("end_s").get<double>(), cost});
     }
   }
-  const int N = workers;
-  // Per event, its wall time with n ranks computing: sweep the sorted interval end points.
+  return evs;
+}
+
+// Per event, its wall time with n = 1..N ranks computing (sweeping the sorted interval ends).
+std::vector<std::vector<double>> wallTimeByBusy(const std::vector<ComputeEvent>& evs, int N) {
   std::vector<double> cuts;
   for (const auto& e : evs) cuts.insert(cuts.end(), {e.start, e.end});
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   std::vector<int> busy(cuts.size(), 0);  // ranks computing in [cuts[i], cuts[i + 1])
+  auto span = [&](const ComputeEvent& e) {
+    return std::pair{std::lower_bound(cuts.begin(), cuts.end(), e.start) - cuts.begin(),
+                     std::lower_bound(cuts.begin(), cuts.end(), e.end) - cuts.begin()};
+  };
   for (const auto& e : evs) {
-    const size_t a = std::lower_bound(cuts.begin(), cuts.end(), e.start) - cuts.begin();
-    const size_t b = std::lower_bound(cuts.begin(), cuts.end(), e.end) - cuts.begin();
-    for (size_t i = a; i < b; ++i) ++busy[i];
+    const auto [a, b] = span(e);
+    for (auto i = a; i < b; ++i) ++busy[i];
   }
   std::vector<std::vector<double>> A;
+  for (const auto& e : evs) {
+    std::vector<double> row(N, 0.0);
+    const auto [a, b] = span(e);
+    for (auto i = a; i < b; ++i) row[std::min(N, std::max(1, busy[i])) - 1] += cuts[i + 1] - cuts[i];
+    A.push_back(row);
+  }
+  return A;
+}
+
+// Least squares for the free unknowns (the others fixed at `fixed`): normal equations solved by
+// Gaussian elimination with partial pivoting.
+std::vector<double> leastSquares(const std::vector<std::vector<double>>& A, const std::vector<double>& y, const std::vector<int>& free,
+                                 const std::vector<double>& fixed) {
+  const size_t F = free.size(), N = fixed.size();
+  std::vector<std::vector<double>> M(F, std::vector<double>(F + 1, 0.0));  // normal equations | rhs
+  for (size_t k = 0; k < A.size(); ++k) {
+    double r = y[k];
+    for (size_t n = 0; n < N; ++n)
+      if (std::find(free.begin(), free.end(), static_cast<int>(n)) == free.end()) r -= fixed[n] * A[k][n];
+    for (size_t i = 0; i < F; ++i) {
+      for (size_t j = 0; j < F; ++j) M[i][j] += A[k][free[i]] * A[k][free[j]];
+      M[i][F] += A[k][free[i]] * r;
+    }
+  }
+  for (size_t c = 0; c < F; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < F; ++r)
+      if (std::abs(M[r][c]) > std::abs(M[p][c])) p = r;
+    std::swap(M[c], M[p]);
+    if (M[c][c] == 0) throw std::runtime_error("host-speed fit: singular system (the run's events do not separate the speeds)");
+    for (size_t r = 0; r < F; ++r) {
+      if (r == c) continue;
+      const double f = M[r][c] / M[c][c];
+      for (size_t j = c; j <= F; ++j) M[r][j] -= f * M[c][j];
+    }
+  }
+  std::vector<double> x(F);
+  for (size_t i = 0; i < F; ++i) x[i] = M[i][F] / M[i][i];
+  return x;
+}
+
+}  // namespace
+
+HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
+                          const std::vector<double>& fallback) {
+  const int N = workers;
+  const std::vector<ComputeEvent> evs = computeEvents(timeline, stages, firstStep);
+  const std::vector<std::vector<double>> A = wallTimeByBusy(evs, N);
   std::vector<double> y;
   HostSpeedFit fit;
   fit.coverageS.assign(N, 0.0);
-  for (const auto& e : evs) {
-    std::vector<double> row(N, 0.0);
-    const size_t a = std::lower_bound(cuts.begin(), cuts.end(), e.start) - cuts.begin();
-    const size_t b = std::lower_bound(cuts.begin(), cuts.end(), e.end) - cuts.begin();
-    for (size_t i = a; i < b; ++i) row[std::min(N, std::max(1, busy[i])) - 1] += cuts[i + 1] - cuts[i];
-    for (int n = 0; n < N; ++n) fit.coverageS[n] += row[n];
-    A.push_back(row);
-    y.push_back(e.cost);
+  for (size_t k = 0; k < evs.size(); ++k) {
+    for (int n = 0; n < N; ++n) fit.coverageS[n] += A[k][n];
+    y.push_back(evs[k].cost);
   }
   fit.events = static_cast<int>(evs.size());
   double total = 0;
@@ -278,33 +330,11 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
   }
   fit.fitted.assign(N, false);
   for (int n : free) fit.fitted[n] = true;
-  const size_t F = free.size();
-  std::vector<std::vector<double>> M(F, std::vector<double>(F + 1, 0.0));  // normal equations | rhs
-  for (size_t k = 0; k < A.size(); ++k) {
-    double r = y[k];
-    for (int n = 0; n < N; ++n)
-      if (std::find(free.begin(), free.end(), n) == free.end()) r -= fit.speed[n] * A[k][n];
-    for (size_t i = 0; i < F; ++i) {
-      for (size_t j = 0; j < F; ++j) M[i][j] += A[k][free[i]] * A[k][free[j]];
-      M[i][F] += A[k][free[i]] * r;
-    }
-  }
-  for (size_t c = 0; c < F; ++c) {  // Gaussian elimination, partial pivoting
-    size_t p = c;
-    for (size_t r = c + 1; r < F; ++r)
-      if (std::abs(M[r][c]) > std::abs(M[p][c])) p = r;
-    std::swap(M[c], M[p]);
-    if (M[c][c] == 0) throw std::runtime_error("host-speed fit: singular system (the run's events do not separate the speeds)");
-    for (size_t r = 0; r < F; ++r) {
-      if (r == c) continue;
-      const double f = M[r][c] / M[c][c];
-      for (size_t j = c; j <= F; ++j) M[r][j] -= f * M[c][j];
-    }
-  }
+  const std::vector<double> x = leastSquares(A, y, free, fit.speed);
   fit.rawSpeed = fit.speed;
-  for (size_t i = 0; i < F; ++i) {
-    fit.rawSpeed[free[i]] = M[i][F] / M[i][i];
-    fit.speed[free[i]] = std::min(1.5, std::max(0.05, fit.rawSpeed[free[i]]));
+  for (size_t i = 0; i < free.size(); ++i) {
+    fit.rawSpeed[free[i]] = x[i];
+    fit.speed[free[i]] = std::min(1.5, std::max(0.05, x[i]));
   }
   if (!free.empty() && free[0] == 0) fit.loneSpeed = fit.rawSpeed[0];
   return fit;

@@ -146,6 +146,7 @@ class Replay {
   json run() {
     perRank_.assign(steps_, std::vector<RankStep>(N_));
     evalTimes_.assign(steps_, 0.0);
+    evalEnds_.assign(steps_, 0.0);
     if (sharedHost_) loopShared();
     else loopDedicated();
     json steps = json::array();
@@ -230,7 +231,8 @@ class Replay {
     json out = json::array();
     for (int k = 0; k < steps_; ++k)
       if (evaluatesAfter(k))
-        out.push_back({{"epoch", k / opt_.stepsPerEpoch}, {"step", k + 1}, {"time_s", evalTimes_[k]}, {"val_loss", nullptr}});
+        out.push_back({{"epoch", k / opt_.stepsPerEpoch}, {"step", k + 1}, {"time_s", evalTimes_[k]}, {"wall_s", evalEnds_[k]},
+                       {"val_loss", nullptr}});
     return out;
   }
   std::vector<Action> planOf(int i, int step) const {
@@ -468,6 +470,7 @@ class Replay {
     if (++st.pc < st.plan.size()) return;
     if (st.evaluating) {  // the evaluation after st.step is done: the next step starts now
       evalTimes_[st.step] = std::max(evalTimes_[st.step], now_ - st.evalStart);
+      evalEnds_[st.step] = std::max(evalEnds_[st.step], now_);
       st.evaluating = false;
       st.stepStart = now_;
       st.pc = 0;
@@ -624,6 +627,7 @@ class Replay {
   std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
   std::vector<std::vector<RankStep>> perRank_;
   std::vector<double> evalTimes_;        // by step: the evaluation after it (the slowest rank's)
+  std::vector<double> evalEnds_;         // by step: when that evaluation ended (virtual time)
   std::map<int, int64_t> evalFrames_;    // frame bytes of an evaluation message, by rows
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

@@ -11,7 +11,7 @@
 #include "compression/acsgd.h"
 #include "compression/torch_ops_quant.h"
 #include "compression/kernels.h"
-#include "tools/bench_util.h"
+#include "compression/timing.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

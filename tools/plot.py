@@ -70,15 +70,20 @@ def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
     save(fig, out, name)
 
 
+def losses(run):
+    """A run's evaluations that have a loss (a simulated run's replayed evaluations have none)."""
+    return [e for e in run.get("evals", []) if e.get("val_loss") is not None]
+
+
 def loss_curves(runs, rows, bandwidth, xkey, out, name):
-    if not any(runs.get(r["point"], {}).get("evals") for r in rows):
-        print(f"skipped {name} (no evaluations: a simulated sweep)")
+    if not any(losses(runs.get(r["point"], {})) for r in rows):
+        print(f"skipped {name} (no evaluation losses: a simulated sweep)")
         return
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in rows:
         if r["bandwidth_bps"] != bandwidth or r["point"] not in runs:
             continue
-        evals = runs[r["point"]].get("evals", [])
+        evals = losses(runs[r["point"]])
         if not evals:
             continue
         xs = [e["step"] if xkey == "step" else e["wall_s"] for e in evals]

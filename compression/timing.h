@@ -1,4 +1,4 @@
-// Timing helpers shared by the benchmarks: repeat until enough samples, report the median.
+// Timing helpers shared by the benchmarks and the profiler (header-only): repeat until enough samples, report the median.
 #pragma once
 
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-namespace slowpipe::tools {
+namespace slowpipe {
 
 inline double nowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -31,4 +31,4 @@ inline double medianSeconds(const std::function<void()>& fn, int minReps = 5, do
   return samples[samples.size() / 2];
 }
 
-}  // namespace slowpipe::tools
+}  // namespace slowpipe

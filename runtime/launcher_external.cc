@@ -1,0 +1,268 @@
+// Launcher: the coordinator of externally started workers (see launcher_internal.h): the
+// rendezvous (joins, the peer tables), membership (heartbeats, the control connections' socket
+// monitor), the workers' records; its events socket carries the coordinator's heartbeat and, at
+// the end, "end" or "abort" with the reason.
+#include "runtime/launcher_internal.h"
+
+namespace slowpipe::runtime::detail {
+
+// One run of the external coordinator: its sockets and what it knows of each rank.
+class ExternalCoordinator {
+ public:
+  explicit ExternalCoordinator(Launcher& l)
+      : l_(l), ex_(l.opt_.external), gate_(ctx_), rv_(ctx_, zmq::socket_type::router), control_(ctx_, zmq::socket_type::pull),
+        events_(ctx_, zmq::socket_type::pub), refusals_(ctx_), lastSeen_(l.N_, 0) {}
+
+  int run() {
+    listen();
+    while (l_.doneCount_ < l_.N_) {
+      zmq::pollitem_t items[] = {{static_cast<void*>(control_), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv_), 0, ZMQ_POLLIN, 0}};
+      const double polled = now();
+      pollOrInterrupted(items, 2, 100);
+      // A 100 ms poll that returned seconds later: this process did not run (SIGSTOP, a debugger,
+      // swap; handling records is not counted), and every rank has given up on its heartbeat
+      // meanwhile, so say so first.
+      if (const double gap = now() - polled; gap > Launcher::kStallS) {
+        char text[200];
+        std::snprintf(text, sizeof text, "the coordinator (in rank 0's process, pid %d) did not run for %.1f s (process "
+                      "stopped or starved); the ranks stop after 5 s without its heartbeat", static_cast<int>(getpid()), gap);
+        return finish(l_.fail(text));
+      }
+      l_.writeHeartbeat();
+      if (now() - lastBeat_ >= 0.5) {
+        publish({{"type", "beat"}});
+        lastBeat_ = now();
+      }
+      serveRendezvous();
+      if (!collectRecords()) return finish(l_.fail(l_.error_));
+      watchConnections();
+      if (!tablesSent_ && static_cast<int>(l_.hellos_.size()) == l_.N_ && static_cast<int>(tableIds_.size()) == l_.N_) {
+        for (const auto& [r, id] : tableIds_) reply(id, l_.peerTable(r));
+        tablesSent_ = true;
+      }
+      if (const std::string why = membershipProblem(); !why.empty()) return finish(l_.fail(why));
+    }
+    return finish(l_.checkCodecStates());
+  }
+
+ private:
+  // Binds the rendezvous (the secret's keys), the control and events sockets (this run's keys).
+  void listen() {
+    gate_.allow("rendezvous", curveKeyPairFromSecret(ex_.secret, "rendezvous/client").publicKey);
+    const std::string ip = resolveIPv4(ex_.listenHost);
+    for (auto* s : {&rv_, &control_, &events_}) s->set(zmq::sockopt::linger, 1000);
+    // Message limits: rendezvous requests are a few hundred bytes; a worker's records are small
+    // but its "done" carries its timeline (runtime.timeline "all": every step's events); the
+    // events socket only takes subscriptions.
+    makeCurveServer(rv_, curveKeyPairFromSecret(ex_.secret, "rendezvous/server"), "rendezvous", Launcher::kRendezvousMaxBytes);
+    makeCurveServer(control_, me_, "control", Launcher::kControlMaxBytes);
+    makeCurveServer(events_, me_, "control", 4096);
+    refusals_.watch(rv_, "rendezvous");
+    refusals_.watch(events_, "events");
+    rvEp_ = "tcp://" + ip + ":" + std::to_string(ex_.listenPort);
+    try {
+      rv_.bind(rvEp_);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error("rendezvous: cannot listen on " + rvEp_ + ": " + e.what());
+    }
+    // Connections to the control socket, by the peer's address:port: a worker's hello names its
+    // end of the connection, so a connection that drops before its "done" names the rank at once.
+    refusals_.watch(control_, "control", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
+    control_.bind("tcp://" + ip + ":*");
+    events_.bind("tcp://" + ip + ":*");
+    controlEp_ = control_.get(zmq::sockopt::last_endpoint);
+    eventsEp_ = events_.get(zmq::sockopt::last_endpoint);
+    l_.doc_["bootstrap"] = {{"kind", "external"}, {"rendezvous", rvEp_},
+                            {"security", "CURVE (keys per run; rendezvous keys from the shared secret)"}};
+    l_.doc_["workers"] = json::array();
+    l_.readySent_ = true;
+    if (ex_.ready) ex_.ready("");
+    struct sigaction sa {};
+    sa.sa_handler = onInterrupt;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    l_.start_ = now();
+    l_.lastProgress_ = now();
+  }
+
+  void reply(const std::string& id, const json& j) {
+    rv_.send(zmq::buffer(id), zmq::send_flags::sndmore);
+    rv_.send(zmq::message_t(), zmq::send_flags::sndmore);
+    rv_.send(zmq::buffer(j.dump()), zmq::send_flags::none);
+  }
+  void publish(const json& j) { events_.send(zmq::buffer(j.dump()), zmq::send_flags::dontwait); }
+
+  int finish(int rc) {
+    // The result first: a worker in this process exits as soon as it hears "abort".
+    if (rc == 0) l_.doc_["status"] = "ok";
+    refusals_.poll();
+    l_.doc_["refused_connections"] = refusals_.report();
+    l_.doc_["refused_connections"]["zap"] = gate_.refusals();
+    l_.doc_["bad_messages"] = {{"count", l_.badMessages_}, {"first", l_.badFirst_}};
+    writeJsonAtomically(l_.resultPath_, l_.finalDoc());
+    for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
+      publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", l_.doc_.value("reason", "")}});
+      usleep(100000);
+    }
+    return rc;
+  }
+
+  // Rendezvous requests: [routing id][empty][json]; a malformed one is refused and counted.
+  void serveRendezvous() {
+    std::vector<zmq::message_t> parts;
+    while (true) {
+      parts.clear();
+      zmq::message_t part;
+      if (!rv_.recv(part, zmq::recv_flags::dontwait)) break;
+      parts.push_back(std::move(part));
+      while (parts.back().more() && rv_.recv(part)) parts.push_back(std::move(part));
+      const std::string id = parts[0].to_string();
+      const json req = parts.size() == 3 ? json::parse(parts[2].to_string(), nullptr, false) : json();
+      const std::string problem = parts.size() != 3 ? "expected [empty][json] after the routing id, got " +
+                                                          std::to_string(parts.size() - 1) + " part(s)"
+                                                    : requestProblem(req);
+      if (!problem.empty()) {  // refused, counted; the run goes on
+        l_.badMessage("rendezvous", problem);
+        reply(id, {{"error", "bad request: " + problem}});
+        continue;
+      }
+      const std::string type = req["type"];
+      if (type == "time") reply(id, {{"t", now()}});
+      else if (type == "join") join(id, req);
+      else tableIds_[req["rank"].get<int>()] = id;  // "table": requestProblem admits no other type
+    }
+  }
+
+  // A join: refused (world size, a taken or unknown rank) or taken; once every rank has joined,
+  // each gets the spec, the endpoints and every rank's key.
+  void join(const std::string& id, const json& req) {
+    const int r = req.value("rank", -1), size = req.value("size", -1), N = l_.N_;
+    if (size != N) {
+      const std::string why = "rank " + std::to_string(r) + " was started with world size " + std::to_string(size) +
+                              "; this run has " + std::to_string(N) + " workers (pipeline.stages x pipeline.replicas = " +
+                              std::to_string(l_.S_) + " x " + std::to_string(l_.layout_.replicas) + ")";
+      refusedJoins_[r] = why;
+      reply(id, {{"error", why}});
+    } else if (r < 0 || r >= N || joins_.count(r) || joined_) {
+      const std::string why = "rank " + std::to_string(r) + " is not a free rank of this run (0.." + std::to_string(N - 1) +
+                              (joins_.count(r) ? ", already joined" : "") + ")";
+      refusedJoins_[r] = why;
+      reply(id, {{"error", why}});
+    } else {
+      joins_[r] = req;
+      joinIds_[r] = id;
+      gate_.allow("control", req.value("key", ""));
+    }
+    if (joined_ || static_cast<int>(joins_.size()) != N) return;
+    json keys = json::object();
+    for (const auto& [k, j] : joins_) keys[std::to_string(k)] = j["key"];
+    for (const auto& [k, j] : joins_) {
+      const RankId rid = l_.layout_.id(k);
+      l_.doc_["workers"].push_back({{"rank", k}, {"stage", rid.stage}, {"replica", rid.replica}, {"host", j.value("host", "")},
+                                    {"address", j.value("address", "")}, {"pid", j.value("pid", 0)},
+                                    {"bootstrap", j.value("bootstrap", "")}});
+      reply(joinIds_[k], {{"spec", l_.spec_.source.is_null() ? toJson(l_.spec_) : l_.spec_.source}, {"control", controlEp_},
+                          {"events", eventsEp_}, {"coordinator_key", me_.publicKey}, {"keys", keys}});
+      lastSeen_[k] = now();
+    }
+    joined_ = true;
+    l_.lastProgress_ = now();
+  }
+
+  // The workers' records and heartbeats; false on an error record (l_.error_ says what).
+  bool collectRecords() {
+    zmq::message_t m;
+    while (control_.recv(m, zmq::recv_flags::dontwait)) {
+      const json rec = json::parse(m.to_string(), nullptr, false);
+      if (const std::string problem = recordProblem(rec); !problem.empty()) {
+        l_.badMessage("control", problem);
+        continue;
+      }
+      const int r = rec["rank"];
+      if (r >= 0 && r < l_.N_) lastSeen_[r] = now();
+      if (rec["type"] == "beat") continue;
+      try {
+        if (rec["type"] == "hello" && rec.contains("clock")) l_.doc_["clock"][std::to_string(r)] = rec["clock"];
+        if (rec["type"] == "hello" && !rec.value("control_from", "").empty()) rankOfPeer_[rec["control_from"]] = r;
+        if (!l_.handle(rec)) return false;
+      } catch (const json::exception& e) {  // a field of the wrong type: refused, counted
+        l_.badMessage("control", rec.value("type", "?") + " record: " + e.what());
+      }
+    }
+    return true;
+  }
+
+  // The control connections as the socket monitor sees them: a rank whose connection drops
+  // before its "done" is noted (membershipProblem names it after 0.5 s).
+  void watchConnections() {
+    refusals_.poll([&](const std::string&, int id, int fd) {
+      if (id == ZMQ_EVENT_ACCEPTED) {
+        peerOfFd_[fd] = peerOf(fd);
+      } else if (id == ZMQ_EVENT_DISCONNECTED) {
+        const auto it = rankOfPeer_.find(peerOfFd_[fd]);
+        if (it != rankOfPeer_.end() && !l_.workers_[it->second].done) droppedAt_.emplace(it->second, now());
+        peerOfFd_.erase(fd);
+      }
+    });
+  }
+
+  std::string lastStepOf(int r) const {
+    return l_.workers_[r].lastStep >= 0 ? "; last step " + std::to_string(l_.workers_[r].lastStep) : "; before its first step";
+  }
+
+  // Why the run cannot go on, or "": a dropped connection, a silent rank, ranks that never
+  // joined, a signal, no progress for the step timeout.
+  std::string membershipProblem() {
+    const int N = l_.N_;
+    for (const auto& [r, at] : droppedAt_)  // a dropped connection whose "done" has not come within 0.5 s
+      if (!l_.workers_[r].done && now() - at > 0.5)
+        return "rank " + std::to_string(r) + " (host " + joins_[r].value("host", "?") + ", " + joins_[r].value("address", "?") +
+               ") lost its connection to the coordinator: it died or its host is unreachable" + lastStepOf(r);
+    if (!joined_ && now() - l_.start_ > ex_.joinTimeoutS) {
+      std::string missing;
+      for (int r = 0; r < N; ++r)
+        if (!joins_.count(r))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r) +
+                     (refusedJoins_.count(r) ? " (refused: " + refusedJoins_[r] + ")" : " (never asked to join)");
+      return std::to_string(joins_.size()) + " of " + std::to_string(N) + " ranks joined the rendezvous at " + rvEp_ + " within " +
+             std::to_string(static_cast<int>(ex_.joinTimeoutS)) + " s; missing: " + missing;
+    }
+    if (joined_)
+      for (int r = 0; r < N; ++r)
+        if (!l_.workers_[r].done && now() - lastSeen_[r] > Launcher::kSilentS)
+          return "rank " + std::to_string(r) + " (host " + joins_[r].value("host", "?") + ") sent nothing for " +
+                 std::to_string(static_cast<int>(Launcher::kSilentS)) + " s: it died or its host is unreachable" + lastStepOf(r);
+    if (gInterrupt) {
+      // Under mpirun/srun a SIGTERM usually follows a rank's death by milliseconds: say which
+      // rank's connection had dropped, if one had.
+      std::string why;
+      for (const auto& [r, at] : droppedAt_)
+        if (!l_.workers_[r].done) why += (why.empty() ? "" : ", ") + std::to_string(r);
+      return std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load()) +
+             (why.empty() ? "" : "; the connection of rank(s) " + why + " had dropped before (died?)");
+    }
+    if (joined_ && now() - l_.lastProgress_ > l_.spec_.runtime.stepTimeoutS) return l_.diagnoseHang();
+    return "";
+  }
+
+  Launcher& l_;
+  const LaunchOptions::External& ex_;
+  zmq::context_t ctx_{1};
+  CurveGate gate_;
+  const CurveKeyPair me_ = newCurveKeyPair();
+  zmq::socket_t rv_, control_, events_;
+  HandshakeMonitor refusals_;
+  std::string rvEp_, controlEp_, eventsEp_;
+  std::map<int, std::string> peerOfFd_;
+  std::map<std::string, int> rankOfPeer_;
+  std::map<int, double> droppedAt_;  // rank -> when its control connection dropped
+  std::map<int, json> joins_;
+  std::map<int, std::string> joinIds_, tableIds_, refusedJoins_;  // refusedJoins_: rank -> why
+  std::vector<double> lastSeen_;
+  bool joined_ = false, tablesSent_ = false;
+  double lastBeat_ = 0;
+};
+
+int Launcher::superviseExternal() { return ExternalCoordinator(*this).run(); }
+
+}  // namespace slowpipe::runtime::detail

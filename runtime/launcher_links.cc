@@ -1,0 +1,124 @@
+// Launcher: link setup per backend, calibration, traces (see launcher_internal.h).
+#include "runtime/launcher_internal.h"
+
+namespace slowpipe::runtime::detail {
+
+void Launcher::setupNetwork() {
+  const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
+  if (geteuid() == 0 && spec_.network.backend == "tc") {
+    // Namespaces of runs whose launcher was killed (kill -9 skips every cleanup path).
+    const auto removed = emulator::cleanupNamespaces(false);
+    if (!removed.empty()) {
+      std::string names;
+      for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "slowpipe: removed %zu namespace(s) left by runs whose owner is gone: %s\n", removed.size(),
+                   names.c_str());
+      doc_["network_cleanup"] = removed;
+    }
+  }
+  if (opt_.external.enabled && spec_.network.backend == "tc")
+    throw std::invalid_argument("network.backend 'tc': its namespaces live on one host; a run started by an external "
+                                "launcher shapes in user space (backend user) or on the hosts' interfaces (tc-dev)");
+  if (!opt_.external.enabled && spec_.network.backend == "tc-dev")
+    throw std::invalid_argument("network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
+                                "mpirun or srun (README: Running on a cluster); on one host use backend tc");
+  if (spec_.network.backend == "tc") {
+    std::vector<emulator::FabricEdge> edges;
+    for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
+    fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
+    doc_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+    for (int e = 0; e < static_cast<int>(edges.size()); ++e)
+      for (int from : {e, e + 1}) {
+        const emulator::LinkSpec& l = from == e ? edges[e].aToB : edges[e].bToA;
+        if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
+      }
+  } else if (spec_.network.backend == "tc-dev") {
+    doc_["network"] = {{"backend", "tc-dev"}, {"dev", spec_.network.dev},
+                       {"mechanism", "per worker: htb per destination on its interface (result.json workers[].shaping)"}};
+  } else {
+    json mech = {{"rate", "user-space"}, {"delay", "user-space"}, {"jitter", "user-space"}};
+    mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
+    doc_["network"] = {{"backend", "user"}, {"mechanism", mech}};
+  }
+  doc_["network"]["links"] = topo;
+  if (layout_.replicas > 1) {
+    doc_["network"]["dp_links"] = dpTopology(spec_);
+    doc_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
+  }
+  if (opt_.calibrate && S_ > 1 && !opt_.external.enabled) calibrate(topo);
+  if (opt_.external.enabled)
+    doc_["calibration_note"] = "not calibrated: the links run between the workers' hosts, not on this one";
+}
+
+// Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
+// the project's namespaces) and flags the run when a link misses its rate by more than 3%.
+void Launcher::calibrate(const emulator::Topology& topo) {
+  constexpr double kTolerance = 0.03;
+  std::map<std::string, json> seen;
+  bool ok = true;
+  json all = json::array();
+  for (int s = 0; s + 1 < S_; ++s)
+    for (const auto& [src, dst] : {std::pair{s, s + 1}, std::pair{s + 1, s}}) {
+      const emulator::LinkSpec& l = topo.link(src, dst);
+      json entry = {{"src", src}, {"dst", dst}, {"link", l.describe()}};
+      if (!l.trace.empty()) {
+        entry["note"] = "bandwidth trace: rate follows the trace, not calibrated against one rate";
+        all.push_back(entry);
+        continue;
+      }
+      const std::string key = json(l).dump();
+      if (!seen.count(key)) {
+        emulator::CalibrationOptions c;
+        c.backend = spec_.network.backend;
+        c.link = l;
+        // The run's message size, at least 64 KiB, for ~0.3 s of traffic: shorter bursts measure
+        // scheduling noise on the first and last delivery, not the link.
+        c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen * spec_.model.width * 4;
+        c.messageBytes = std::max<uint64_t>(c.messageBytes, 64 << 10);
+        c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
+        c.probes = 30;
+        const std::string name = "link " + std::to_string(src) + "->" + std::to_string(dst) + " (" + l.describe() + ")";
+        // A time limit up front: at a mistyped rate (50 bit/s) the bulk alone would take days.
+        const double expectS = 8.0 * static_cast<double>(c.messageBytes) * c.messages / l.bandwidthBps + 2 * l.latencyS;
+        if (expectS > kCalibrationLimitS)
+          throw std::invalid_argument("calibrating " + name + ": " + std::to_string(c.messages) + " messages of " +
+                                      std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
+                                      " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
+                                      " s limit; is the bandwidth's unit right?");
+        try {
+          seen[key] = emulator::calibrateLink(c);
+        } catch (const std::exception& e) {
+          throw std::runtime_error("calibrating " + name + ": " + e.what());
+        }
+      }
+      entry["calibration"] = seen[key];
+      const double err = seen[key].value("rate_error", 0.0);
+      entry["link_ok"] = std::isfinite(err) && std::fabs(err) <= kTolerance;
+      if (!entry["link_ok"].get<bool>()) {
+        ok = false;
+        std::fprintf(stderr, "slowpipe: warning: link %d->%d (%s) achieved %.4g bps, %+.1f%% off its configured rate "
+                     "(tolerance 3%%); results at this setting are flagged link_ok=false\n", src, dst,
+                     l.describe().c_str(), seen[key].value("achieved_bps", 0.0), 100 * err);
+      }
+      all.push_back(entry);
+    }
+  doc_["calibration"] = all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
+  doc_["calibration_links"] = all;
+  doc_["link_ok"] = ok;
+}
+
+// Kernel backend with bandwidth traces: the launcher changes the HTB rate of each traced
+// direction when the trace says (time 0 = when the workers were started).
+void Launcher::applyTraces() {
+  for (auto& t : traces_) {
+    const auto& pts = t.trace.points();
+    while (t.next < pts.size() && now() - start_ >= pts[t.next].first) {
+      fabric_->setRate(t.edge, t.from, pts[t.next].second);
+      doc_["trace_changes"].push_back({{"at_s", now() - start_}, {"due_s", pts[t.next].first}, {"edge", t.edge},
+                                       {"from", t.from}, {"bandwidth_bps", pts[t.next].second}});
+      ++t.next;
+    }
+  }
+}
+
+}  // namespace slowpipe::runtime::detail

@@ -1,0 +1,513 @@
+// The profiler's measurements (see measure.h).
+#include "simulator/measure.h"
+
+#include <torch/torch.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "compression/timing.h"
+#include "emulator/shaped_socket.h"
+#include "runtime/grad_sync.h"
+#include "runtime/launcher.h"
+#include "runtime/result.h"
+#include "runtime/stage_runner.h"
+
+namespace slowpipe::simulator {
+namespace {
+
+using nlohmann::json;
+
+// Forward/backward of one micro-batch and the optimizer step of every stage, timed with the code a
+// worker runs (StageRunner), one stage at a time with the worker's thread count. Median of `reps`.
+// Data-parallel host work of one stage under `v`'s compressor (GradientSync, the worker's code) at a
+// step that exchanges (after qadam's warm-up): per round DpBegin (pack) and DpEnd (unpack), then
+// OuterStep where the spec has one. Median of `reps`.
+simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner& runner, int stage, int reps) {
+  runtime::GradientSync sync(v, runner, stage);
+  const runtime::DpShape dp = runtime::dpShape(v);
+  int64_t g = std::max<int64_t>(0, dp.afterStepFrom);
+  while (!dp.syncs(g)) ++g;
+  std::vector<std::vector<double>> begin(dp.rounds), end(dp.rounds);
+  std::vector<double> outer;
+  std::vector<float> buf;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
+    if (dp.afterStep(g) && sync.replacesStep(g)) sync.clipAndMomentum(1.0);  // qadam: the momentum to exchange
+    for (int round = 0; round < dp.rounds; ++round) {
+      const double t0 = nowSeconds();
+      sync.pack(round, g, buf);
+      const double t1 = nowSeconds();
+      sync.unpack(round, g, buf);
+      if (rep) {
+        begin[round].push_back(t1 - t0);
+        end[round].push_back(nowSeconds() - t1);
+      }
+    }
+    if (dp.afterStep(g)) {
+      const double t0 = nowSeconds();
+      sync.outerStep(g, buf);
+      if (rep) outer.push_back(nowSeconds() - t0);
+    }
+  }
+  auto med = [](std::vector<double> x) {
+    if (x.empty()) return 0.0;
+    std::nth_element(x.begin(), x.begin() + x.size() / 2, x.end());
+    return x[x.size() / 2];
+  };
+  simulator::DpCost c;
+  for (int round = 0; round < dp.rounds; ++round) {
+    c.beginS.push_back(med(begin[round]));
+    c.endS.push_back(med(end[round]));
+  }
+  c.outerStepS = med(outer);
+  return c;
+}
+
+auto median = [](std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+};
+
+// The two parts of a split backward (zero-bubble schedules) of one stage, timed as the worker
+// runs them: M forwards, then BackwardInput and BackwardWeight of each micro-batch. Median of `reps`.
+std::pair<double, double> measureSplitBackward(const runtime::RunSpec& spec, int stage, int reps) {
+  runtime::StageRunner runner(spec, stage, 1000);
+  if (!runner.splitBackward()) runner.enableSplitBackward();
+  const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+  std::vector<double> input, weight;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
+    for (int m = 0; m < M; ++m)
+      runner.forward(m, runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C}),
+                     torch::randint(0, 256, {b, T}, torch::kLong));
+    for (int m = 0; m < M; ++m) {
+      const torch::Tensor g = runner.last() ? torch::Tensor() : torch::randn({b, T, C});
+      const double t0 = nowSeconds();
+      runner.backwardInput(m, g);
+      const double t1 = nowSeconds();
+      runner.backwardWeight(m);
+      if (rep) {
+        input.push_back(t1 - t0);
+        weight.push_back(nowSeconds() - t1);
+      }
+    }
+    runner.step(rep, std::sqrt(runner.localGradSquaredNorm()));
+  }
+  return {median(input), median(weight)};
+}
+
+// split: also measure the parts of a split backward (a profiled schedule splits them).
+std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps,
+                                                const std::vector<runtime::RunSpec>& dpVariants, bool split) {
+  torch::set_num_threads(spec.runtime.threadsPerWorker);
+  torch::manual_seed(0);
+  const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+  std::vector<simulator::StageCost> out;
+  // One entry per virtual stage (with model chunks, stages x virtual_stages of them).
+  for (int s = 0; s < static_cast<int>(runtime::stageLayers(spec).size()); ++s) {
+    runtime::StageRunner runner(spec, s, 1000);
+    std::vector<double> fwd, bwd, step;
+    for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
+      for (int m = 0; m < M; ++m) {
+        const torch::Tensor in = runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
+        const torch::Tensor tgt = torch::randint(0, 256, {b, T}, torch::kLong);
+        const double t0 = nowSeconds();
+        runner.forward(m, in, tgt);
+        if (rep) fwd.push_back(nowSeconds() - t0);
+      }
+      for (int m = M - 1; m >= 0; --m) {
+        const torch::Tensor g = runner.last() ? torch::Tensor() : torch::randn({b, T, C});
+        const double t0 = nowSeconds();
+        runner.backward(m, g);
+        if (rep) bwd.push_back(nowSeconds() - t0);
+      }
+      const double t0 = nowSeconds();
+      runner.step(rep, std::sqrt(runner.localGradSquaredNorm()));
+      if (rep) step.push_back(nowSeconds() - t0);
+    }
+    simulator::StageCost c{median(fwd), median(bwd), median(step), {}};
+    if (split || runner.splitBackward()) std::tie(c.backwardInputS, c.backwardWeightS) = measureSplitBackward(spec, s, reps);
+    for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, s, reps);
+    out.push_back(c);
+  }
+  return out;
+}
+
+// One unit of a stage's work: forward and backward of one micro-batch, on a runner of its own.
+struct StageUnit {
+  runtime::StageRunner runner;
+  torch::Tensor in, tgt, grad;
+  StageUnit(const runtime::RunSpec& spec, int stage) : runner(spec, stage, 1000) {
+    const int b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+    torch::manual_seed(stage);
+    in = runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
+    tgt = torch::randint(0, 256, {b, T}, torch::kLong);
+    if (!runner.last()) grad = torch::randn({b, T, C});
+  }
+  void run() {
+    runner.forward(0, in, tgt);
+    runner.backward(0, grad);
+  }
+};
+
+// A started `slowpipe profile-unit` process and its pipes.
+struct UnitProcess {
+  pid_t pid = -1;
+  FILE* in = nullptr;   // its stdin
+  FILE* out = nullptr;  // its stdout
+};
+
+UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
+  // Close-on-exec: a child must not inherit the pipes of its siblings (a sibling's stdin kept
+  // open by another child never sees EOF).
+  int toChild[2], fromChild[2];
+  if (pipe2(toChild, O_CLOEXEC) != 0) throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(errno));
+  if (pipe2(fromChild, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(toChild[0]);
+    close(toChild[1]);
+    throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(e));
+  }
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> args = {exe, "profile-unit", "--spec", specPath, "--stage", std::to_string(stage),
+                                   "--window", std::to_string(windowS)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    for (int fd : {toChild[0], toChild[1], fromChild[0], fromChild[1]}) close(fd);
+    throw std::runtime_error(std::string("profile: fork() failed: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    // dup2 clears close-on-exec on the copies; a failure leaves the child nothing to talk over.
+    if (dup2(toChild[0], 0) < 0 || dup2(fromChild[1], 1) < 0) _exit(126);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  close(toChild[0]);
+  close(fromChild[1]);
+  UnitProcess p{pid, fdopen(toChild[1], "w"), fdopen(fromChild[0], "r")};
+  if (!p.in || !p.out) {
+    const int e = errno;
+    if (p.in) fclose(p.in); else close(toChild[1]);
+    if (p.out) fclose(p.out); else close(fromChild[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    throw std::runtime_error(std::string("profile: fdopen() failed: ") + std::strerror(e));
+  }
+  return p;
+}
+
+// The host-speed children of one measurement: killed and reaped however it ends, and SIGPIPE
+// ignored meanwhile, so a child that died makes a write fail with EPIPE (an error naming its
+// stage) instead of killing the CLI.
+class UnitGroup {
+ public:
+  UnitGroup() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &saved_);
+  }
+  ~UnitGroup() {
+    for (auto& p : ps) {
+      if (p.in) fclose(p.in);
+      if (p.out) fclose(p.out);
+      if (p.pid > 0) {
+        kill(p.pid, SIGKILL);
+        waitpid(p.pid, nullptr, 0);
+      }
+    }
+    sigaction(SIGPIPE, &saved_, nullptr);
+  }
+  UnitGroup(const UnitGroup&) = delete;
+  UnitGroup& operator=(const UnitGroup&) = delete;
+  std::vector<UnitProcess> ps;
+
+ private:
+  struct sigaction saved_ {};
+};
+
+// Speed of a stage while n stages compute at once on this host (n = 1..stages), relative to
+// computing alone. The workers of an emulated run are processes, so this is measured with
+// processes: n `slowpipe profile-unit` children (stages first, first + 1, ... mod S), each
+// repeating its stage's forward and backward of one micro-batch with the worker's thread count,
+// released together and counted over the same window. Captures what processor sharing alone does
+// not: SMT siblings, shared caches and memory bandwidth, process switches. Each stage's rate alone
+// is measured the same way; speed(n) = mean over the n processes of rate / rate alone, median of
+// `reps` windows.
+std::vector<double> measureHostSpeed(const json& runJson, int stages, int workers, double windowS, int reps) {
+  const std::string specPath = (std::filesystem::temp_directory_path() /
+                                ("slowpipe-profile-" + std::to_string(getpid()) + ".json")).string();
+  runtime::writeJsonAtomically(specPath, runJson);
+  auto rates = [&](int n, int first) {
+    UnitGroup g;
+    auto& ps = g.ps;
+    auto failed = [&](int i, const std::string& what) {
+      return std::runtime_error("profile: the host-speed process for stage " + std::to_string((first + i) % stages) + " " + what);
+    };
+    for (int i = 0; i < n; ++i) ps.push_back(spawnUnit(specPath, (first + i) % stages, windowS));
+    std::vector<double> out(n, -1);
+    char line[128];
+    for (int i = 0; i < n; ++i)  // each says "ready" once its runner is built and warm
+      if (!fgets(line, sizeof line, ps[i].out)) throw failed(i, "exited before it was ready");
+    const double start = emulator::monotonicNow() + 0.05;
+    for (int i = 0; i < n; ++i)
+      if (std::fprintf(ps[i].in, "%.9f\n", start) < 0 || std::fflush(ps[i].in) != 0)
+        throw failed(i, std::string("could not be released: ") + std::strerror(errno));
+    for (int i = 0; i < n; ++i) {
+      if (fgets(line, sizeof line, ps[i].out)) out[i] = std::atof(line);
+      fclose(ps[i].in);
+      fclose(ps[i].out);
+      ps[i].in = ps[i].out = nullptr;
+      int status = 0;
+      waitpid(ps[i].pid, &status, 0);
+      ps[i].pid = -1;
+      if (out[i] <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw failed(i, "failed (exit status " + std::to_string(status) + ")");
+    }
+    return out;
+  };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> speed = {1.0};
+  try {
+    std::vector<double> alone(stages);
+    for (int s = 0; s < stages; ++s) {
+      std::vector<double> r;
+      for (int k = 0; k < reps; ++k) r.push_back(rates(1, s)[0]);
+      alone[s] = median(r);
+    }
+    for (int n = 2; n <= workers; ++n) {
+      std::vector<double> r;
+      for (int k = 0; k < reps; ++k) {
+        const std::vector<double> got = rates(n, k % stages);
+        double sum = 0;
+        for (int i = 0; i < n; ++i) sum += got[i] / alone[(k + i) % stages];
+        r.push_back(sum / n);
+      }
+      // Sharing the host never speeds a stage up: a ratio above 1 means the machine was busier
+      // while the stages ran alone (other load, a slow spell). It is recorded as 1 and said.
+      const double m = median(r);
+      if (m > 1.05)
+        std::fprintf(stderr, "profile: with %d stages busy each ran at %.2fx its speed alone; the host was busy while "
+                             "they ran alone (other load?): recorded as 1.00\n", n, m);
+      speed.push_back(std::min(1.0, m));
+    }
+  } catch (...) {
+    std::filesystem::remove(specPath);
+    throw;
+  }
+  std::filesystem::remove(specPath);
+  return speed;
+}
+
+
+// Host CPU time of moving one message of `bytes` over the workers' transport (a ZeroMQ PUSH/PULL
+// pair over TCP loopback through ShapedSender/ShapedReceiver, unpaced), all threads of this process
+// included (the sender, the receiver and ZeroMQ's I/O threads): median over batches of 64 messages.
+double transportCpuSeconds(size_t bytes) {
+  zmq::context_t ctx(1);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
+  for (auto* s : {&pull, &push}) {
+    s->set(zmq::sockopt::sndhwm, 0);
+    s->set(zmq::sockopt::rcvhwm, 0);
+  }
+  pull.bind("tcp://127.0.0.1:*");
+  push.connect(pull.get(zmq::sockopt::last_endpoint));
+  emulator::ShapedSender tx(push, emulator::LinkSpec{}, false);
+  emulator::ShapedReceiver rx(pull);
+  const std::vector<uint8_t> buf(bytes, 1);
+  auto cpuNow = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  constexpr int kBatch = 64;
+  std::vector<double> perMessage;
+  for (int rep = 0; rep < 8; ++rep) {
+    const double c0 = cpuNow();
+    std::thread sender([&] {
+      for (int i = 0; i < kBatch; ++i) tx.send(buf.data(), bytes);
+    });
+    for (int i = 0; i < kBatch; ++i)
+      if (!rx.recv(10000)) throw std::runtime_error("profile: the loopback transport lost a message");
+    sender.join();
+    if (rep) perMessage.push_back((cpuNow() - c0) / kBatch);  // rep 0 warms up
+  }
+  std::nth_element(perMessage.begin(), perMessage.begin() + perMessage.size() / 2, perMessage.end());
+  return perMessage[perMessage.size() / 2];
+}
+
+// Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
+// (acsgd: deltas of examples seen before), as the transport calls it (frames included).
+simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int64_t>& shape) {
+  auto tx = compression::makeCodec(spec), rx = compression::makeCodec(spec);
+  const int64_t n = compression::numelOf(shape);
+  std::vector<float> x(n), y;
+  const torch::Tensor r = torch::randn({n});
+  std::memcpy(x.data(), r.data_ptr<float>(), 4 * n);
+  compression::FrameHeader h;
+  h.shape = shape;
+  for (int64_t i = 0; i < shape[0]; ++i) h.exampleIds.push_back(i);
+  compression::CodecContext ctx;
+  ctx.exampleIds = h.exampleIds;
+  // Both ends see the same history: the first sighting (acsgd: full precision), then a delta.
+  compression::Bytes frame = compression::encodeFrame(*tx, x.data(), h, ctx);
+  compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y);
+  frame = compression::encodeFrame(*tx, x.data(), h, ctx);
+  compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y);
+  // Steady state from here: every encode is a delta, and decoding a delta again is as costly.
+  const double enc = medianSeconds([&] { compression::encodeFrame(*tx, x.data(), h, ctx); });
+  const double dec = medianSeconds([&] { compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y); });
+  const double bytes = 4.0 * static_cast<double>(n);
+  return {{0.0, enc / bytes}, {0.0, dec / bytes}};
+}
+
+
+
+// A real run of `runJson` on this host for the host-speed fit: the spec's pipeline, its codecs and
+// data, over user-space links so fast that compute dominates (the stages overlap as much as they
+// can), 12 steps with every step's timeline. Returns the run's timeline.
+json calibrationTimeline(const json& runJson) {
+  json doc = runJson;
+  doc["name"] = "host-speed-calibration";
+  doc["network"] = {{"backend", "user"}, {"links", {{"bandwidth", "100Gbps"}, {"latency", "0ms"}}}};
+  doc["training"]["epochs"] = 1000;
+  doc["training"]["max_steps"] = 12;
+  doc["training"]["eval_each_epoch"] = false;
+  doc["runtime"]["timeline"] = "all";
+  struct TempDir {  // removed on every way out, a throwing launch included
+    std::string path;
+    ~TempDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } dir{(std::filesystem::temp_directory_path() / ("slowpipe-calibration-" + std::to_string(getpid()))).string()};
+  runtime::LaunchOptions lo;
+  lo.outDir = dir.path;
+  lo.progress = false;
+  lo.calibrate = false;  // links are not what is measured here
+  const int rc = runtime::launchRun(runtime::runSpecFromJson(doc, "profile --host-from-run: the calibration run"), lo);
+  const json result = runtime::readJsonFile(dir.path + "/result.json", "calibration run result");
+  if (rc != 0 || result.value("status", "") != "ok")
+    throw std::runtime_error("profile --host-from-run: the calibration run ended with status '" +
+                             result.value("status", std::string("?")) + "' (" + result.value("reason", std::string("no reason given")) + ")");
+  return result["timeline"];
+}
+
+}  // namespace
+
+// `slowpipe profile-unit` (internal): build the stage's unit, warm it, print "ready", read the start
+// time (monotonic seconds) from stdin, then print the units per second it completed in the window.
+int runProfileUnit(const std::string& specPath, int stage, double windowS) {
+  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readJsonFile(specPath, "spec file"), "spec", /*simulation=*/true);
+  torch::set_num_threads(spec.runtime.threadsPerWorker);
+  StageUnit unit(spec, stage);
+  unit.run();
+  std::printf("ready\n");
+  std::fflush(stdout);
+  double start = 0;
+  if (std::scanf("%lf", &start) != 1) return 2;
+  emulator::sleepUntil(start);
+  int done = 0;
+  double t = emulator::monotonicNow();
+  while (t - start < windowS) {
+    unit.run();
+    ++done;
+    t = emulator::monotonicNow();
+  }
+  std::printf("%.9f\n", done / (t - start));
+  return 0;
+}
+
+// `schedules`: every schedule the profiled points use (a sweep may vary it); with --host-from-run
+// each gets its own calibration run and fit (host_speed_by_schedule), host_speed is the spec's.
+simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
+                                   const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
+                                   const std::vector<runtime::RunSpec>& dpVariants, const std::set<std::string>& schedules) {
+  simulator::Profile p;
+  p.source = "measured";
+  p.device = {{"host", "this machine"}, {"threads_per_stage", spec.runtime.threadsPerWorker},
+              {"method", "StageRunner forward/backward/step per stage, one stage at a time, median of " +
+                             std::to_string(reps) + " steps after one warm-up; codecs: median encode/decode "
+                             "of one message at the run's shape (steady state), cost proportional to its bytes; host_speed: n "
+                             "processes computing stages at once (median of --host-reps windows of --host-window s); transport: process CPU time per message over "
+                             "ZeroMQ TCP loopback"}};
+  const bool split = std::any_of(schedules.begin(), schedules.end(),
+                                 [](const std::string& n) { return runtime::scheduleInfo(n).splitsBackward; });
+  p.stages = measureStages(spec, reps, dpVariants, split);
+  const json calibration = host.fromRun && !host.dedicated ? calibrationTimeline(runJson) : json();
+  const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
+  // The emulated workers are processes on this host: they share its cores (in units of one
+  // worker's threads), at the speeds measured with n stages busy at once.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int workers = spec.pipeline.stages * spec.pipeline.replicas;  // every one may be busy at once
+  p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
+  if (host.dedicated) {
+    p.hostCores = workers;
+    p.hostSpeed.assign(static_cast<size_t>(workers), 1.0);
+    p.device["dedicated"] = "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
+  } else {
+    p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
+    if (!calibration.is_null()) {
+      const std::vector<double> sideBySide = p.hostSpeed;
+      auto fitOf = [&](const json& timeline) { return simulator::fitHostSpeed(timeline, p.stages, workers, /*firstStep=*/2, sideBySide); };
+      auto describe = [](const simulator::HostSpeedFit& f) {
+        return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed}};
+      };
+      const simulator::HostSpeedFit fit = fitOf(calibration);
+      p.device["host_speed_side_by_side"] = sideBySide;
+      p.device["host_speed_fit"] = describe(fit);
+      p.device["host_speed_fit"]["method"] = "least squares over the compute events of a real 12-step pipelined run of the "
+                                             "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
+                                             "clamped to [0.05, 1.5]";
+      p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
+      p.hostSpeed = fit.speed;
+      // The other schedules the points use (`schedules` holds the spec's too): the same
+      // calibration run in each one's order.
+      if (schedules.size() > 1) {
+        p.hostSpeedBySchedule[spec.pipeline.schedule] = fit.speed;
+        for (const auto& name : schedules) {
+          if (name == spec.pipeline.schedule) continue;
+          json doc = runJson;
+          doc["pipeline"]["schedule"] = name;
+          const simulator::HostSpeedFit other = fitOf(calibrationTimeline(doc));
+          p.device["host_speed_fit_by_schedule"][name] = describe(other);
+          p.hostSpeedBySchedule[name] = other.speed;
+        }
+      }
+    }
+  }
+  p.device["runtime_device"] = spec.runtime.device;
+  // Transport CPU cost, fitted through a small and an activation-sized message.
+  const size_t small = 64, large = static_cast<size_t>(4 * compression::numelOf(shape));
+  const double cSmall = transportCpuSeconds(small), cLarge = transportCpuSeconds(large);
+  const double slope = std::max(0.0, (cLarge - cSmall) / static_cast<double>(large - small));
+  p.transport = {std::max(0.0, cSmall - slope * small), slope};
+  p.device["cpus"] = cpus;
+  std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
+  codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
+  for (const auto& v : dpVariants) codecs.push_back(runtime::parseGradientCompressor(v.dp.codec).messageCodec);
+  for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = measureCodec(c, shape);
+  return p;
+}
+
+}  // namespace slowpipe::simulator
