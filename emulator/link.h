@@ -79,6 +79,9 @@ class LinkClock {
   // Bandwidth in force at `now` (follows the trace if there is one).
   double rateAt(double now) const { return spec_.trace.empty() ? spec_.bandwidthBps : spec_.trace.rateAt(now - start_); }
   const LinkSpec& spec() const { return spec_; }
+  // Time 0 of the bandwidth trace (a run aligns it with its first step, so the trace's phases
+  // fall alike in every rank, every repeat and the simulator). Before the first message only.
+  void setTraceOrigin(double origin) { start_ = origin; }
 
  private:
   LinkSpec spec_;

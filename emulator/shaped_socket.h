@@ -58,6 +58,7 @@ class ShapedSender {
   // Variant taking ownership of a zmq message (no copy).
   void send(zmq::message_t payload);
   const LinkClock& clock() const { return clock_; }
+  void setTraceOrigin(double origin) { clock_.setTraceOrigin(origin); }
 
  private:
   zmq::socket_t& socket_;

@@ -365,12 +365,17 @@ void DpExchange::execute(const Action& a) {
 }
 
 void DpExchange::end() {
-  if (opt_.algorithm == "sharded_ps" && opt_.replicas > 1 && !own_)
+  if (dpAlgorithm(opt_.algorithm).servesShards && opt_.replicas > 1 && !own_)
     throw std::logic_error("dp: round ended before this server sent its shard");
   buf_ = nullptr;
   relay_.clear();
   own_.reset();
   pushed_.clear();
+}
+
+void DpExchange::setTraceOrigin(double origin) {
+  for (auto& [q, l] : links_)
+    if (l.sender) l.sender->setTraceOrigin(origin);
 }
 
 DpStats DpExchange::takeStats() {

@@ -106,6 +106,8 @@ class DpExchange {
   void end();
 
   DpStats takeStats();
+  // Time 0 of the replicas' links' bandwidth traces (the run's common start).
+  void setTraceOrigin(double origin);
   // Digest per codec-pair key (see above) of every codec this replica holds.
   nlohmann::json digests() const;
 

@@ -164,6 +164,7 @@ class Launcher {
   double cpuSampledAt_ = 0;
   double start_ = 0, lastProgress_ = 0, lastWrite_ = 0;
   int64_t totalSteps_ = -1;
+  double traceOrigin_ = -1;  // time 0 of the links' traces (peerTable)
 };
 
 }  // namespace slowpipe::runtime::detail

@@ -109,12 +109,15 @@ void Launcher::calibrate(const emulator::Topology& topo) {
 
 // Kernel backend with bandwidth traces: the launcher changes the HTB rate of each traced
 // direction when the trace says (time 0 = when the workers were started).
+// Time 0 of a trace is the run's first step (traceOrigin_, set when the peer tables go out), as
+// in the user backend's links and the simulator; before it only the trace's first rate applies.
 void Launcher::applyTraces() {
   for (auto& t : traces_) {
     const auto& pts = t.trace.points();
-    while (t.next < pts.size() && now() - start_ >= pts[t.next].first) {
+    const double origin = traceOrigin_ >= 0 ? traceOrigin_ : start_;
+    while (t.next < pts.size() && (traceOrigin_ >= 0 || pts[t.next].first <= 0) && now() - origin >= pts[t.next].first) {
       fabric_->setRate(t.edge, t.from, pts[t.next].second);
-      doc_["trace_changes"].push_back({{"at_s", now() - start_}, {"due_s", pts[t.next].first}, {"edge", t.edge},
+      doc_["trace_changes"].push_back({{"at_s", now() - origin}, {"due_s", pts[t.next].first}, {"edge", t.edge},
                                        {"from", t.from}, {"bandwidth_bps", pts[t.next].second}});
       ++t.next;
     }

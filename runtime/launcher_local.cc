@@ -153,8 +153,14 @@ int Launcher::supervise() {
 
 // Where rank r's neighbours and replicas take its messages (from their hellos).
 json Launcher::peerTable(int r) {
+  // Time 0 of every link's bandwidth trace: when the tables go out, i.e. the run's first step
+  // (every rank starts it on its table), the simulator's time 0 too.
+  if (traceOrigin_ < 0) {
+    traceOrigin_ = now();
+    doc_["trace_origin_s"] = traceOrigin_ - start_;  // on the steps' wall_s scale
+  }
   const RankId id = layout_.id(r);
-  json table = {{"pipeline", json::object()}, {"dp_peers", json::object()}};
+  json table = {{"pipeline", json::object()}, {"dp_peers", json::object()}, {"trace_origin_s", traceOrigin_}};
   // Each pipeline peer's endpoint for what this rank sends it (one per peer: with two stages in
   // a ring the previous and the next stage are one peer).
   for (const auto side : {Action::Peer::kPrev, Action::Peer::kNext})

@@ -116,6 +116,10 @@ class PipelineWorker {
     if (!c.shapeDevice.empty()) shapeInterface(spec, c.shapeDevice, c.bindNext, table);
     transport_->connect(table.value("pipeline", json::object()));
     if (dp_) dp_->connect(table.value("dp_peers", json::object()));
+    if (const auto origin = table.find("trace_origin_s"); origin != table.end() && origin->is_number()) {
+      transport_->setTraceOrigin(origin->get<double>());
+      if (dp_) dp_->setTraceOrigin(origin->get<double>());
+    }
   }
 
   // tc-dev: one HTB class per destination this worker sends to, on its host's interface, before
@@ -196,8 +200,8 @@ class PipelineWorker {
   // What one step holds between its actions: where it is in the data, the tensors in flight per
   // (model chunk, micro-batch), the squared gradient norm, the compute time.
   struct StepState {
-    int epoch;
-    int64_t s, g;  // step within the epoch, global step
+    int epoch = 0;
+    int64_t s = 0, g = 0;  // step within the epoch, global step
     double compute = 0, sq = 0;
     std::map<int, std::vector<int64_t>> ids;  // example ids per micro-batch
     std::map<std::pair<int, int>, torch::Tensor> activationIn, gradientIn, outbox;
@@ -206,7 +210,10 @@ class PipelineWorker {
   // Executes one step's action list (runtime/schedule.h): every receive and send is an action.
   void runStep(const std::vector<Action>& schedule, int epoch, int64_t s, int64_t g) {
     const double t0 = now();
-    StepState st{epoch, s, g};
+    StepState st;
+    st.epoch = epoch;
+    st.s = s;
+    st.g = g;
     // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
     if (spec_.runtime.timeline != "all") events_.clear();
     for (const Action& a : schedule) {

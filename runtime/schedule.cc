@@ -98,34 +98,28 @@ std::vector<Action> makeSchedule(const std::string& name, int stages, int microB
   return info.build(stages, microBatches, stage, chunks);
 }
 
+Action dpMessage(Action::Kind kind, Action::Message message, int chunk, int peer) {
+  Action x{kind, chunk, P::kReplica, message};
+  x.replica = peer;
+  return x;
+}
+
+std::string dpAlgorithmNames() {
+  std::string s;
+  for (const auto& info : dpAlgorithms()) s += (s.empty() ? "" : ", ") + std::string(info.name);
+  return s;
+}
+
+const DpAlgorithmInfo& dpAlgorithm(const std::string& name) {
+  for (const auto& info : dpAlgorithms())
+    if (name == info.name) return info;
+  throw std::invalid_argument("dp.algorithm: '" + name + "' is not an algorithm; expected one of " + dpAlgorithmNames());
+}
+
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) {
-  const int R = dp.replicas;
-  auto mod = [R](int v) { return ((v % R) + R) % R; };
-  auto msg = [&](K kind, Msg m, int chunk, int peer) {
-    Action x{kind, chunk, P::kReplica, m};
-    x.replica = peer;
-    a.push_back(x);
-  };
+  const DpAlgorithmInfo& algorithm = dpAlgorithm(dp.algorithm);
   a.push_back({K::kDpBegin, round});
-  if (dp.algorithm == "allreduce") {
-    for (int t = 0; t + 1 < R; ++t) {
-      msg(K::kSend, Msg::kDpReduce, mod(r - t), mod(r + 1));
-      msg(K::kRecv, Msg::kDpReduce, mod(r - t - 1), mod(r - 1));
-    }
-    for (int t = 0; t + 1 < R; ++t) {
-      msg(K::kSend, Msg::kDpGather, mod(r + 1 - t), mod(r + 1));
-      msg(K::kRecv, Msg::kDpGather, mod(r - t), mod(r - 1));
-    }
-  } else if (dp.algorithm == "sharded_ps") {
-    for (int k = 1; k < R; ++k) msg(K::kSend, Msg::kDpPush, mod(r + k), mod(r + k));
-    for (int q = 0; q < R; ++q)
-      if (q != r) msg(K::kRecv, Msg::kDpPush, r, q);
-    for (int k = 1; k < R; ++k) msg(K::kSend, Msg::kDpPull, r, mod(r + k));
-    for (int q = 0; q < R; ++q)
-      if (q != r) msg(K::kRecv, Msg::kDpPull, q, q);
-  } else {
-    throw std::invalid_argument("dp.algorithm: '" + dp.algorithm + "' is not an algorithm; expected allreduce or sharded_ps");
-  }
+  algorithm.round(a, dp.replicas, r);
   a.push_back({K::kDpEnd, round});
 }
 

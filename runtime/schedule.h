@@ -19,7 +19,7 @@
 // Data parallelism (pipeline.replicas R > 1): replica r of stage s exchanges with the other
 // replicas of s (Peer kReplica, Action::replica names which) in rounds, each framed by
 // DpBegin(round) (pack what is synchronised into one flat buffer) and DpEnd(round) (average,
-// write back):
+// write back). The algorithms are one file each in runtime/dp_algorithms/:
 //   allreduce (ring): R-1 reduce-scatter hops Send(r+1, DpReduce, chunk (r-t) mod R) /
 //     Recv(r-1, DpReduce, chunk (r-t-1) mod R) (the received chunk is added), then R-1 all-gather
 //     hops Send(r+1, DpGather, chunk (r+1-t) mod R) / Recv(r-1, DpGather, chunk (r-t) mod R): after the
@@ -91,6 +91,23 @@ struct DpShape {
 // The exchange of one round for `replica` (DpBegin(round) ... DpEnd(round)). Throws
 // std::invalid_argument for an unknown algorithm (naming the valid ones).
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int replica, int round);
+
+// A data-parallel algorithm, as registered in runtime/dp_algorithms/registry.cc (one file each).
+struct DpAlgorithmInfo {
+  const char* name;
+  const char* summary;
+  // Appends one round's messages of `replica` (between DpBegin and DpEnd).
+  void (*round)(std::vector<Action>& a, int replicas, int replica);
+  // Each replica serves a shard and sends its one encoded average to every replica (the round
+  // must end with that frame sent).
+  bool servesShards = false;
+};
+const std::vector<DpAlgorithmInfo>& dpAlgorithms();
+std::string dpAlgorithmNames();  // "allreduce, sharded_ps, ..."
+// Throws std::invalid_argument naming the registered ones.
+const DpAlgorithmInfo& dpAlgorithm(const std::string& name);
+// A DP message of a round: Send/Recv of `message` for `chunk` with replica `peer`.
+Action dpMessage(Action::Kind kind, Action::Message message, int chunk, int peer);
 
 // Building blocks of a schedule file (runtime/schedules/): each appends one unit of work of stage
 // `stage` (of `stages`) with the receive before it and the send after it.

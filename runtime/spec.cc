@@ -267,8 +267,11 @@ void parseDp(const json& section, const std::string& where, [[maybe_unused]] boo
   f.get("local_steps", s.dp.localSteps);
   f.get("outer_lr", s.dp.outerLr);
   f.get("outer_momentum", s.dp.outerMomentum);
-  if (s.dp.algorithm != "allreduce" && s.dp.algorithm != "sharded_ps")
-    fail(f.field("algorithm"), "'" + s.dp.algorithm + "' is not an algorithm; expected allreduce or sharded_ps");
+  try {
+    dpAlgorithm(s.dp.algorithm);
+  } catch (const std::invalid_argument&) {
+    fail(f.field("algorithm"), "'" + s.dp.algorithm + "' is not an algorithm; expected one of " + dpAlgorithmNames());
+  }
   positive(f.field("local_steps"), s.dp.localSteps);
   positive(f.field("outer_lr"), s.dp.outerLr);
   if (!(s.dp.outerMomentum >= 0 && s.dp.outerMomentum < 1)) fail(f.field("outer_momentum"), "must be in [0, 1)");

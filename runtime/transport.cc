@@ -206,6 +206,11 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   return t;
 }
 
+void StageTransport::setTraceOrigin(double origin) {
+  for (auto& [peer, c] : channels_)
+    if (c.sender) c.sender->setTraceOrigin(origin);
+}
+
 TransportStats StageTransport::takeStats() {
   TransportStats s = stats_;
   stats_ = TransportStats{};

@@ -108,6 +108,9 @@ class StageTransport {
   // stage (taking it from the channel's stash if it came ahead of its turn) and decodes it.
   Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb, int chunk = 0);
 
+  // Time 0 of the links' bandwidth traces (the run's common start, host monotonic clock).
+  void setTraceOrigin(double origin);
+
   TransportStats takeStats();
   // Digest of every forward (activation) or backward (gradient) codec's state, senders' or
   // receivers', over all channels in (peer, chunk) order.

@@ -83,7 +83,7 @@ TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
   j = valid();
   j["pipeline"]["replicas"] = 2;
   j["dp"] = {{"algorithm", "gossip"}};
-  EXPECT_NE(errorOf(j).find("spec.dp.algorithm: 'gossip' is not an algorithm; expected allreduce or sharded_ps"),
+  EXPECT_NE(errorOf(j).find("spec.dp.algorithm: 'gossip' is not an algorithm; expected one of allreduce, sharded_ps"),
             std::string::npos) << errorOf(j);
   j["dp"] = {{"codec", "qadam:bits=3"}};
   EXPECT_NE(errorOf(j).find("spec.dp.codec: qadam: bits=3; expected 4 or 8"), std::string::npos) << errorOf(j);
