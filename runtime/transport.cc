@@ -181,8 +181,8 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
     r.header = compression::parseFrame(bytes, r.message.payload.size(), &r.payloadAt);
     if (matches(r.header)) {
       got = std::move(r);
-    } else if (r.header.step < step || (r.header.step == step && r.header.kind == kind && r.header.microBatch == mb)) {
-      // An older step's message, or this one's of another chunk than expected: a slip.
+    } else if (r.header.step < step) {
+      // An older step's message: every message of a step is taken within that step, so a slip.
       throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": expected " + describeKey(kind, step, mb, chunk) + ", got " +
                                describeKey(r.header.kind, r.header.step, r.header.microBatch, r.header.chunk));
     } else {
