@@ -1,6 +1,8 @@
 // runSweep: pretraining, interleaved repeats, resume by experiment identity, summaries.
 #include "experiments/runner.h"
 
+#include <map>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -198,10 +200,21 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   record["profile"] = opt.profile;
   runtime::writeJsonAtomically((out / "sweep.json").string(), record);
   const json build = runtime::environmentInfo("");
+  // The run's epochs and evaluations, when its corpus is at hand: read once per data plan (the
+  // data section and the batch shape), not once per point.
+  std::map<std::string, simulator::SimOptions> plans;
   for (const auto& p : expandSweep(spec)) {
     const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, true);
-    simulator::SimOptions so;  // the run's epochs and evaluations, when its corpus is at hand
-    simulator::dataPlanOf(rs, &so);
+    const std::string planKey = p.spec.value("data", json()).dump() + " " + std::to_string(rs.pipeline.microBatches) + " " +
+                                std::to_string(rs.pipeline.microBatchSize) + " " + std::to_string(rs.pipeline.replicas) + " " +
+                                std::to_string(rs.model.seqLen) + " " + std::to_string(rs.training.epochs) + " " +
+                                std::to_string(rs.training.maxSteps) + " " + std::to_string(rs.training.seed);
+    auto it = plans.find(planKey);
+    if (it == plans.end()) {
+      it = plans.emplace(planKey, simulator::SimOptions{}).first;
+      simulator::dataPlanOf(rs, &it->second);
+    }
+    const simulator::SimOptions& so = it->second;
     json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs), so);
     doc["environment"] = build;
     doc["sweep_identity"] = runIdentity(p.spec, build);

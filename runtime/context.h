@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "emulator/link.h"
 #include "runtime/ranks.h"
 
 namespace slowpipe::runtime {
@@ -25,7 +26,7 @@ struct Context {
   // Kernel-paced links (backends tc, tc-dev): the kernel shapes the rate; the receiver adds the
   // delay and jitter the kernel does not (no netem), per direction.
   bool kernelPacesRate = false;
-  double prevLatencyS = 0, prevJitterS = 0, nextLatencyS = 0, nextJitterS = 0;
+  emulator::ReceiverDelays delays;
   // Across hosts: CURVE on every socket (nullptr: one host, plain sockets), the coordinator's key.
   const SocketSecurity* security = nullptr;
   std::string coordinatorKey;

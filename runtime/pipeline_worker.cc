@@ -75,10 +75,7 @@ class PipelineWorker {
     o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
     o.kernelPacesRate = c.kernelPacesRate;
     o.serialFifo = spec.network.model == "serial_fifo";
-    o.prevLatencyS = c.prevLatencyS;
-    o.prevJitterS = c.prevJitterS;
-    o.nextLatencyS = c.nextLatencyS;
-    o.nextJitterS = c.nextJitterS;
+    o.delays = c.delays;
     o.bindPrevHost = c.bindPrev;
     o.bindNextHost = c.bindNext;
     o.security = c.security;

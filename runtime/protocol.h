@@ -1,7 +1,7 @@
-// The meaning of a data-parallel action, answered once for every executor (the worker's
-// DpExchange, the simulator's replay, the tests): which values a chunk holds and which replica
-// encodes a message. Pure functions, torch-free; an executor asks here and never works it out.
-// (The first slice of runtime/protocol in ../shared/DESIGN.md "The executor shape".)
+// The meaning of an action, answered once for every executor (the worker, its DpExchange, the
+// simulator's replay, the tests): the rank it talks to, the key of its message, its virtual
+// stage, which values a DP chunk holds, which replica encodes a DP message, its event's name.
+// Pure functions, torch-free; an executor asks here and never works it out.
 #pragma once
 
 #include <cstdint>

@@ -12,10 +12,6 @@ using K = Action::Kind;
 using P = Action::Peer;
 using Msg = Action::Message;
 
-}  // namespace
-
-namespace {
-
 Action of(K kind, int mb, P peer, Msg m, int chunk) {
   Action x{kind, mb, peer, m};
   x.chunk = chunk;
@@ -73,23 +69,34 @@ std::vector<Action> evalSchedule(int stages, int batches, int stage, int chunks)
   return a;
 }
 
-std::string scheduleNames() {
+namespace {
+
+// "a, b, c": the names of a registry's entries.
+template <typename Entry>
+std::string namesOf(const std::vector<Entry>& entries) {
   std::string s;
-  for (const auto& info : schedules()) s += (s.empty() ? "" : ", ") + std::string(info.name);
+  for (const auto& e : entries) s += (s.empty() ? "" : ", ") + std::string(e.name);
   return s;
 }
 
+// The entry called `name`, or nullptr.
+template <typename Entry>
+const Entry* entryNamed(const std::vector<Entry>& entries, const std::string& name) {
+  for (const auto& e : entries)
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string scheduleNames() { return namesOf(schedules()); }
+
 const ScheduleInfo& scheduleInfo(const std::string& name) {
-  for (const auto& info : schedules())
-    if (name == info.name) return info;
+  if (const ScheduleInfo* info = entryNamed(schedules(), name)) return *info;
   throw std::invalid_argument("pipeline.schedule: '" + name + "' is not a schedule; expected one of " + scheduleNames());
 }
 
-bool isScheduleName(const std::string& name) {
-  for (const auto& info : schedules())
-    if (name == info.name) return true;
-  return false;
-}
+bool isScheduleName(const std::string& name) { return entryNamed(schedules(), name) != nullptr; }
 
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, int chunks) {
   const ScheduleInfo& info = scheduleInfo(name);
@@ -104,15 +111,10 @@ Action dpMessage(Action::Kind kind, Action::Message message, int chunk, int peer
   return x;
 }
 
-std::string dpAlgorithmNames() {
-  std::string s;
-  for (const auto& info : dpAlgorithms()) s += (s.empty() ? "" : ", ") + std::string(info.name);
-  return s;
-}
+std::string dpAlgorithmNames() { return namesOf(dpAlgorithms()); }
 
 const DpAlgorithmInfo& dpAlgorithm(const std::string& name) {
-  for (const auto& info : dpAlgorithms())
-    if (name == info.name) return info;
+  if (const DpAlgorithmInfo* info = entryNamed(dpAlgorithms(), name)) return *info;
   throw std::invalid_argument("dp.algorithm: '" + name + "' is not an algorithm; expected one of " + dpAlgorithmNames());
 }
 

@@ -8,8 +8,9 @@
 //   GradNorm: local squared gradient norm; Recv(next, norm partial) adds the later stages' sum;
 //   Send(prev, norm partial); Recv(prev, norm total) replaces it with the global sum;
 //   Send(next, norm total); Step: clip with the global norm, optimizer step.
-// Every stage runs the forwards in micro-batch order and the backwards in one common order, so
-// each link's FIFO order matches what the receiver expects.
+// A receiver takes each message by its key (kind, step, micro-batch, chunk; runtime/protocol.h),
+// so a schedule need not keep a link's messages in the receiver's order; it must not deadlock
+// (tests/runtime/schedule_test.cc replays every registered schedule to prove it).
 // A schedule may split a backward (zero-bubble schedules): BackwardInput(mb) computes the input
 // gradient (and the cheap parameter gradients: LayerNorms, embeddings) and sends it on, the
 // critical path; BackwardWeight(mb) computes the weight gradients of the stage's linear layers
@@ -62,11 +63,6 @@ struct Action {
     return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message && replica == o.replica &&
            chunk == o.chunk;
   }
-  // Compute that takes a profile cost (forward, any part of a backward, the step).
-  bool isCompute() const {
-    return kind == Kind::kForward || kind == Kind::kBackward || kind == Kind::kBackwardInput || kind == Kind::kBackwardWeight ||
-           kind == Kind::kStep;
-  }
   bool isCommunication() const { return kind == Kind::kRecv || kind == Kind::kSend; }
   bool isDataParallel() const { return peer == Peer::kReplica; }  // a message between replicas
   // Any action of the replicas' exchange: its messages, DpBegin / DpEnd, OuterStep.
@@ -95,7 +91,6 @@ void appendDpRound(std::vector<Action>& a, const DpShape& dp, int replica, int r
 // A data-parallel algorithm, as registered in runtime/dp_algorithms/registry.cc (one file each).
 struct DpAlgorithmInfo {
   const char* name;
-  const char* summary;
   // Appends one round's messages of `replica` (between DpBegin and DpEnd).
   void (*round)(std::vector<Action>& a, int replicas, int replica);
   // Each replica serves a shard and sends its one encoded average to every replica (the round
@@ -126,7 +121,6 @@ void appendStepEnd(std::vector<Action>& a, int stages, int stage);
 // A schedule, as registered in runtime/schedules/registry.cc.
 struct ScheduleInfo {
   const char* name;
-  const char* summary;  // one line, for --help and errors
   // The list of `stage` with `chunks` model chunks per stage (pipeline.virtual_stages; 1 unless
   // the schedule interleaves).
   std::vector<Action> (*build)(int stages, int microBatches, int stage, int chunks);

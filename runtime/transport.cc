@@ -50,8 +50,9 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt) : opt_
     if (opt_.security) opt_.security->server(*c.pull, peer);
     c.pull->bind("tcp://" + (fromPrev ? opt_.bindPrevHost : opt_.bindNextHost) + ":*");
     c.endpoint = c.pull->get(zmq::sockopt::last_endpoint);
-    c.receiver = std::make_unique<emulator::ShapedReceiver>(*c.pull, fromPrev ? opt_.prevLatencyS : opt_.nextLatencyS,
-                                                            fromPrev ? opt_.prevJitterS : opt_.nextJitterS,
+    const emulator::ReceiverDelays& d = opt_.delays;
+    c.receiver = std::make_unique<emulator::ShapedReceiver>(*c.pull, fromPrev ? d.prevLatencyS : d.nextLatencyS,
+                                                            fromPrev ? d.prevJitterS : d.nextJitterS,
                                                             (fromPrev ? 100 : 200) + opt_.rank);
     if (opt_.serialFifo) {
       const auto& l = opt_.topology.link(peerStage, opt_.stage);

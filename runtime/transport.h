@@ -70,10 +70,8 @@ struct TransportOptions {
   std::string forwardCodec = "none", backwardCodec = "none";
   emulator::Topology topology;
   bool kernelPacesRate = false;     // tc backend: the kernel shapes the rate
-  // tc backend without netem: the receiver adds latency/jitter itself, per direction: prev* to
-  // what arrives from the previous stage (link r-1 -> r), next* to what arrives from the next
-  // stage (link r+1 -> r).
-  double prevLatencyS = 0, prevJitterS = 0, nextLatencyS = 0, nextJitterS = 0;
+  // tc backend without netem: the latency/jitter the receiver adds itself, per direction.
+  emulator::ReceiverDelays delays;
   bool serialFifo = false;  // network.model serial_fifo (user backend): one inbound FIFO per stage
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;

@@ -43,11 +43,6 @@ void WeightGradStore::defer(int mb, torch::Tensor input, torch::Tensor gradOutpu
   items_[mb].push_back({std::move(input), std::move(gradOutput), std::move(weight), std::move(bias)});
 }
 
-bool WeightGradStore::pending(int mb) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return items_.count(mb) > 0;
-}
-
 void WeightGradStore::runWeightGradients(int mb) {
   std::vector<Item> items;
   {

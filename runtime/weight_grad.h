@@ -27,7 +27,6 @@ class WeightGradStore {
   // Computes and accumulates the weight (and bias) gradients filed under mb, in the order they
   // were filed, and forgets them. Throws if mb has none (a BackwardWeight before its BackwardInput).
   void runWeightGradients(int mb);
-  bool pending(int mb) const;
 
  private:
   struct Item {

@@ -199,12 +199,12 @@ void kernelPacedLinks(const RunSpec& spec, Context& c) {
   const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
   const int st = c.id.stage;
   if (st > 0) {
-    c.prevLatencyS = topo.link(st - 1, st).latencyS;
-    c.prevJitterS = topo.link(st - 1, st).jitterS;
+    c.delays.prevLatencyS = topo.link(st - 1, st).latencyS;
+    c.delays.prevJitterS = topo.link(st - 1, st).jitterS;
   }
   if (st + 1 < spec.pipeline.stages) {
-    c.nextLatencyS = topo.link(st + 1, st).latencyS;
-    c.nextJitterS = topo.link(st + 1, st).jitterS;
+    c.delays.nextLatencyS = topo.link(st + 1, st).latencyS;
+    c.delays.nextJitterS = topo.link(st + 1, st).jitterS;
   }
 }
 

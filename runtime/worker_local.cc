@@ -43,10 +43,7 @@ int runWorker(const WorkerArgs& args) {
     c.bindPrev = args.bindPrev;
     c.bindNext = args.bindNext;
     c.kernelPacesRate = args.kernelPacesRate;
-    c.prevLatencyS = args.prevLatencyS;
-    c.prevJitterS = args.prevJitterS;
-    c.nextLatencyS = args.nextLatencyS;
-    c.nextJitterS = args.nextJitterS;
+    c.delays = args.delays;
     c.peerTable = [&args](zmq::context_t& zctx, const std::function<void()>& sayHello) {
       // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
       // send to this socket, which must already have its reader.

@@ -117,6 +117,12 @@ double StageCost::of(const runtime::Action& a) const {
   }
 }
 
+double stepSeconds(const std::vector<StageCost>& costs, size_t stage, size_t stages) {
+  double s = 0;
+  for (size_t v = stage; v < costs.size(); v += stages) s += costs[v].stepS;
+  return s;
+}
+
 double StageCost::ofEvent(const std::string& what) const {
   if (what == "forward") return forwardS;
   if (what == "backward") return backwardS;
@@ -236,9 +242,7 @@ std::vector<ComputeEvent> computeEvents(const json& timeline, const std::vector<
       const size_t v = s + e.value("chunk", 0) * timeline.size();
       if (v >= stages.size()) throw std::invalid_argument("host-speed fit: an event of chunk " + std::to_string(e.value("chunk", 0)) +
                                                           " outside the profile's " + std::to_string(stages.size()) + " stages");
-      double cost = stages[v].ofEvent(what);
-      if (what == "step")  // the step of every model chunk of the stage
-        for (size_t c = s + timeline.size(); c < stages.size(); c += timeline.size()) cost += stages[c].stepS;
+      const double cost = what == "step" ? stepSeconds(stages, s, timeline.size()) : stages[v].ofEvent(what);
       if (cost <= 0) continue;  // not compute, or a part the profile did not measure
       if (e.value("step", 0) < firstStep) continue;
       evs.push_back({e.at("start_s").get<double>(), e.at("end_s").get<double>(), cost});

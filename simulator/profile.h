@@ -69,6 +69,10 @@ struct StageCost {
   double ofEvent(const std::string& what) const;
 };
 
+// The optimizer step of `stage` (of `stages`): its step_s summed over its model chunks (virtual
+// stages stage, stage + stages, ...; `costs` has one entry per virtual stage).
+double stepSeconds(const std::vector<StageCost>& costs, size_t stage, size_t stages);
+
 struct Profile {
   std::string source = "measured";
   nlohmann::json device;            // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...

@@ -57,13 +57,22 @@ struct Event {
 };
 
 // A message's key on its link (runtime/protocol.h: kind, step, micro-batch, boundary chunk; DP
-// messages add their round), packed: (from, to) and (step, micro-batch + 1, kind, chunk, round).
+// messages add their round; -1 for a pipeline message).
 struct MailKey {
-  uint64_t link, what;
-  bool operator==(const MailKey& o) const { return link == o.link && what == o.what; }
+  int from, to, step, microBatch, chunk, round;
+  Action::Message message;
+  bool operator==(const MailKey& o) const {
+    return from == o.from && to == o.to && step == o.step && microBatch == o.microBatch && chunk == o.chunk && round == o.round &&
+           message == o.message;
+  }
 };
 struct MailKeyHash {
-  size_t operator()(const MailKey& k) const { return std::hash<uint64_t>()(k.link * 0x9E3779B97F4A7C15ull ^ k.what); }
+  size_t operator()(const MailKey& k) const {
+    size_t h = 0;
+    for (const int v : {k.from, k.to, k.step, k.microBatch, k.chunk, k.round, static_cast<int>(k.message)})
+      h = (h ^ static_cast<size_t>(static_cast<unsigned>(v))) * 0x100000001B3ull;  // FNV-1a over the fields
+    return h;
+  }
 };
 
 // What one rank did in one step (the step record's per-stage row).
@@ -350,12 +359,9 @@ class Replay {
                   &st.compute);
         break;
       }
-      case Action::Kind::kStep: {  // the optimizer step of every model chunk the rank holds
-        double seconds = 0;
-        for (int v = 0; v < layout_.chunks; ++v) seconds += profile_.stages[v * S_ + i / R_].stepS;
-        startTask(i, runtime::protocol::eventName(a), a.microBatch, seconds, &st.compute);
+      case Action::Kind::kStep:  // the optimizer step of every model chunk the rank holds
+        startTask(i, runtime::protocol::eventName(a), a.microBatch, stepSeconds(profile_.stages, i / R_, S_), &st.compute);
         break;
-      }
       case Action::Kind::kGradNorm: advancePc(i); break;
       case Action::Kind::kDpBegin:
         st.round = a.microBatch;
@@ -581,13 +587,7 @@ class Replay {
   }
   // The message key (runtime/protocol.h: kind, step, micro-batch, boundary chunk) on a link.
   static MailKey key(int from, int to, const Action& a, int step, int round, int chunk) {
-    const uint64_t link = static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32 | static_cast<uint32_t>(to);
-    uint64_t what = static_cast<uint64_t>(static_cast<uint32_t>(step)) << 32;
-    what |= (static_cast<uint64_t>(a.microBatch + 1) & 0xFFFFF) << 12;
-    what |= (static_cast<uint64_t>(a.message) & 0xF) << 8;
-    what |= static_cast<uint64_t>(chunk) & 0xFF;
-    if (a.isDataParallel()) what ^= (static_cast<uint64_t>(round) & 0xFF) << 24 | uint64_t{1} << 31;
-    return {link, what};
+    return {from, to, step, a.microBatch, chunk, a.isDataParallel() ? round : -1, a.message};
   }
 
   // The clock of the directed link from -> to, made at its first message (seeded per link).

@@ -58,6 +58,53 @@ double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
+// Quant codecs beside their libtorch-ops baselines (speed, and whether the bytes / values match):
+// the AC-SGD reference's fixpoint.py transcription for fixpoint per-channel scales, else the
+// torch-ops quantizer of the same options.
+void compareWithTorchOps(json& r, compression::QuantCodec& codec, const Shape& shape, const std::vector<float>& x,
+                         const CodecContext& ctx, double encodeS, double decodeS) {
+  const int64_t n = compression::numelOf(shape);
+  const double rawBytes = 4.0 * n;
+  compression::QuantCodec* q = &codec;
+  if (q->options().levels == compression::QuantOptions::Levels::kFixpoint &&
+      q->options().scale == compression::QuantOptions::Scale::kChannel) {
+    // The baseline is the transcription of the AC-SGD reference (fixpoint.py) in libtorch ops;
+    // "match" = our decoded values are bit-identical to the reference's.
+    const int bits = q->options().bits;
+    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
+    compression::FixpointReference ref;
+    const double te = medianSeconds([&] { ref = compression::referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
+    torch::Tensor refY;
+    const double td = medianSeconds([&] { refY = compression::referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
+    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
+    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
+    r["encode_vs_torch_ops"] = te / encodeS;
+    r["decode_vs_torch_ops"] = td / decodeS;
+    Bytes mine;
+    compression::QuantCodec(q->options()).encode(x.data(), shape, ctx, mine);
+    std::vector<float> y2(n);
+    compression::QuantCodec(q->options()).decode(mine.data(), mine.size(), shape, ctx, y2.data());
+    refY = refY.contiguous();
+    r["matches_torch_ops"] = std::memcmp(refY.data_ptr<float>(), y2.data(), 4 * n) == 0;
+  } else {
+    const auto opt = q->options();
+    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
+    torch::Tensor ref;
+    const double te = medianSeconds([&] { ref = compression::torchOpsQuantEncode(opt, xt); }, 3, 0.3, 200);
+    const double td = medianSeconds([&] { compression::torchOpsQuantDecode(opt, ref, shape); }, 3, 0.3, 200);
+    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
+    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
+    r["encode_vs_torch_ops"] = te / encodeS;
+    r["decode_vs_torch_ops"] = td / decodeS;
+    if (opt.round == compression::QuantOptions::Round::kNearest) {
+      Bytes mine;
+      compression::QuantCodec(opt).encode(x.data(), shape, ctx, mine);
+      r["matches_torch_ops"] = static_cast<size_t>(ref.numel()) == mine.size() &&
+                               std::memcmp(ref.data_ptr<uint8_t>(), mine.data(), mine.size()) == 0;
+    }
+  }
+}
+
 json benchOne(const std::string& spec, const Shape& shape, const std::vector<float>& x,
               const std::vector<float>& x2, double memcpyS) {
   const int64_t n = compression::numelOf(shape);
@@ -110,44 +157,7 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
             {"samples", encSamples.size()},
             {"torch_ops_encode_GBps", nullptr},
             {"torch_ops_decode_GBps", nullptr}};
-  auto* q = dynamic_cast<compression::QuantCodec*>(sender.get());
-  if (q && q->options().levels == compression::QuantOptions::Levels::kFixpoint &&
-      q->options().scale == compression::QuantOptions::Scale::kChannel) {
-    // The baseline is the transcription of the AC-SGD reference (fixpoint.py) in libtorch ops;
-    // "match" = our decoded values are bit-identical to the reference's.
-    const int bits = q->options().bits;
-    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
-    compression::FixpointReference ref;
-    const double te = medianSeconds([&] { ref = compression::referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
-    torch::Tensor refY;
-    const double td = medianSeconds([&] { refY = compression::referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
-    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
-    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
-    r["encode_vs_torch_ops"] = te / encodeS;
-    r["decode_vs_torch_ops"] = td / decodeS;
-    Bytes mine;
-    compression::QuantCodec(q->options()).encode(x.data(), shape, ctx, mine);
-    std::vector<float> y2(n);
-    compression::QuantCodec(q->options()).decode(mine.data(), mine.size(), shape, ctx, y2.data());
-    refY = refY.contiguous();
-    r["matches_torch_ops"] = std::memcmp(refY.data_ptr<float>(), y2.data(), 4 * n) == 0;
-  } else if (q) {
-    const auto opt = q->options();
-    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
-    torch::Tensor ref;
-    const double te = medianSeconds([&] { ref = compression::torchOpsQuantEncode(opt, xt); }, 3, 0.3, 200);
-    const double td = medianSeconds([&] { compression::torchOpsQuantDecode(opt, ref, shape); }, 3, 0.3, 200);
-    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
-    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
-    r["encode_vs_torch_ops"] = te / encodeS;
-    r["decode_vs_torch_ops"] = td / decodeS;
-    if (opt.round == compression::QuantOptions::Round::kNearest) {
-      Bytes mine;
-      compression::QuantCodec(opt).encode(x.data(), shape, ctx, mine);
-      r["matches_torch_ops"] = static_cast<size_t>(ref.numel()) == mine.size() &&
-                               std::memcmp(ref.data_ptr<uint8_t>(), mine.data(), mine.size()) == 0;
-    }
-  }
+  if (auto* q = dynamic_cast<compression::QuantCodec*>(sender.get())) compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
   return r;
 }
 

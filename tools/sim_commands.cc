@@ -39,165 +39,197 @@ using simulator::runProfileUnit;
 }  // namespace
 
 
-void addSimCommands(CLI::App& app) {
-  {
-    auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
-    auto device = std::make_shared<std::string>(), dtype = std::make_shared<std::string>("bf16");
-    auto mfu = std::make_shared<double>(0.4);
-    auto reps = std::make_shared<int>(5);
-    auto codecs = std::make_shared<std::vector<std::string>>();
-    auto host = std::make_shared<HostSpeedOptions>();
-    auto merge = std::make_shared<std::vector<std::string>>();
-    auto sets = std::make_shared<std::vector<std::string>>();
-    auto* cmd = app.add_subcommand("profile", "cost profile for the simulator: measured here, or analytic for a GPU");
-    cmd->add_option("spec", *spec, "experiment spec, or a sweep (its base, with every codec of its compression axis)");
-    cmd->add_option("--out", *out, "profile JSON")->required();
-    cmd->add_option("--analytic", *device, "analytic profile of a GPU: V100, A100, H100, H200");
-    cmd->add_option("--dtype", *dtype, "analytic: fp32, fp16 or bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-    cmd->add_option("--mfu", *mfu, "analytic: model-FLOPs utilisation in (0, 1]");
-    cmd->add_option("--reps", *reps, "measured: steps timed per stage")->check(CLI::Range(1, 1000));
-    cmd->add_option("--codec", *codecs, "measured: also time this codec (repeatable; e.g. every codec of a sweep)");
-    cmd->add_option("--host-window", host->windowS, "measured: seconds each host-speed window lasts")->check(CLI::Range(0.05, 60.0));
-    cmd->add_option("--host-reps", host->reps, "measured: host-speed windows per setting (median)")->check(CLI::Range(1, 100));
-    cmd->add_flag("--host-from-run", host->fromRun,
-                  "measured: fit host_speed to a real pipelined run of the spec here (every step's timeline) instead of "
-                  "n stage processes computing side by side");
-    cmd->add_flag("--dedicated", host->dedicated,
-                  "measured: each worker gets a processor of its own (a GPU per stage): host_speed 1, not measured");
-    cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the spec (a sweep's base; repeatable), e.g. runtime.device=cuda");
-    cmd->add_option("--merge", *merge, "instead of measuring: the per-field median of these measured profiles of "
-                                       "the same spec (taken at different times: this machine's speed drifts)");
-    cmd->callback([=] {
-      if (!merge->empty()) {
-        std::vector<simulator::Profile> ps;
-        for (const auto& m : *merge) ps.push_back(simulator::loadProfile(m));
-        const simulator::Profile p = simulator::medianProfile(ps);
-        runtime::writeJsonAtomically(*out, simulator::toJson(p));
-        std::printf("median of %zu profiles -> %s\n", ps.size(), out->c_str());
-        return;
-      }
-      if (spec->empty()) throw std::invalid_argument("profile: give a spec to measure, or --merge P1 P2 ...");
-      const json j = runtime::readJsonFile(*spec, "spec file");
-      // A sweep profiles its base run with every codec its compression axis names.
-      std::vector<std::string> all = *codecs;
-      std::vector<json> dpSettings;
-      json runJson = j;
-      std::optional<experiments::SweepSpec> sweep;
-      if (j.contains("axes")) {
-        // Parsed as for simulation: a profile runs no links and feeds its stages random bytes, so it
-        // measures what the simulator projects (any vocab: the LM head has its real size).
-        sweep = experiments::sweepSpecFromJson(j, "sweep", /*simulation=*/true);
-        runJson = sweep->base;
-        for (const auto& [path, values] : sweep->axes)
-          if (path == "compression")
-            for (const auto& v : values) {
-              for (const char* k : {"forward", "backward"})
-                if (v.contains(k)) all.push_back(v[k]);
-              if (v.contains("dp")) dpSettings.push_back(v["dp"]);
-            }
-      }
-      for (const auto& a : *sets) runtime::applySet(runJson, a);
-      const runtime::RunSpec s = runtime::runSpecFromJson(runJson, "spec", /*simulation=*/true);
-      // Data parallelism: the base's compressor and every other one the sweep's compression axis names.
-      std::vector<runtime::RunSpec> dpVariants;
-      std::set<std::string> keys;
-      auto addVariant = [&](const json& doc) {
-        const runtime::RunSpec v = runtime::runSpecFromJson(doc, "spec", /*simulation=*/true);
-        if (v.pipeline.replicas > 1 && keys.insert(simulator::dpCostKey(v)).second) dpVariants.push_back(v);
-      };
-      addVariant(runJson);
-      for (const auto& d : dpSettings) {
-        json doc = runJson;
-        runtime::setJsonPath(doc, "dp", d);
-        addVariant(doc);
-      }
-      // Every schedule the points use: each gets its own host-speed fit (--host-from-run).
-      std::set<std::string> schedules = {s.pipeline.schedule};
-      if (sweep) {
-        sweep->base = runJson;  // the points as the sweep runs them with the same --set
-        for (const auto& pt : experiments::expandSweep(*sweep))
-          if (pt.spec.contains("pipeline") && pt.spec["pipeline"].contains("schedule"))
-            schedules.insert(pt.spec["pipeline"]["schedule"].get<std::string>());
-      }
-      const simulator::Profile p = device->empty() ? measuredProfile(runJson, s, *reps, all, *host, dpVariants, schedules)
-                                                   : simulator::analyticProfile(s, *device, *dtype, *mfu);
-      runtime::writeJsonAtomically(*out, simulator::toJson(p));
-      for (size_t i = 0; i < p.stages.size(); ++i)
-        std::printf("stage %zu: forward %.6f s, backward %.6f s per micro-batch, step %.6f s\n", i, p.stages[i].forwardS,
-                    p.stages[i].backwardS, p.stages[i].stepS);
-      std::printf("profile -> %s\n", out->c_str());
-    });
-  }
-  {
-    auto spec = std::make_shared<std::string>();
-    auto stage = std::make_shared<int>(0);
-    auto window = std::make_shared<double>(1.0);
-    auto* cmd = app.add_subcommand("profile-unit", "one stage's work in a loop (started by `slowpipe profile`)");
-    cmd->group("");  // internal
-    cmd->add_option("--spec", *spec)->required();
-    cmd->add_option("--stage", *stage)->required();
-    cmd->add_option("--window", *window)->required();
-    cmd->callback([=] { std::exit(runProfileUnit(*spec, *stage, *window)); });
-  }
-  {
-    auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), profile = std::make_shared<std::string>();
-    auto steps = std::make_shared<int>(0);
-    auto* cmd = app.add_subcommand("simulate", "replay a run's schedules over its link model in virtual time");
-    cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
-    cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
-    cmd->add_option("--out", *out, "output folder (result.json)")->required();
-    cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace, else 4; "
-                                       "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
-    cmd->callback([=] {
-      const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
-      const simulator::Profile p = simulator::profileFor(*profile, s);
-      simulator::SimOptions o;
-      o.steps = *steps;
-      std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand
-      if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "simulate: no data plan (%s): no epochs, no evaluation\n", why.c_str());
-      const json doc = simulator::simulateRun(s, p, o);
-      std::filesystem::create_directories(*out);
-      runtime::writeJsonAtomically(*out + "/result.json", doc);
-      const auto& sum = doc["summary"];
-      std::printf("%s (simulated, %s): step %.6f s, %.0f tokens/s, wait share %.3f -> %s/result.json\n", s.name.c_str(),
-                  s.network.model.c_str(), sum["mean_step_time_s"].get<double>(), sum["throughput_tokens_per_s"].get<double>(),
-                  sum["wait_share"].get<double>(), out->c_str());
-    });
-  }
-  {
-    auto profile = std::make_shared<std::string>();
-    auto runs = std::make_shared<std::vector<std::string>>();
-    auto firstStep = std::make_shared<int>(0);
-    auto* cmd = app.add_subcommand("fit-host-speed",
-                                   "the host speeds a finished run's timeline shows against a profile's stage costs "
-                                   "(simulator::fitHostSpeed, as profile --host-from-run fits its calibration run)");
-    cmd->add_option("--profile", *profile, "measured profile (its stage costs; its host_speed's length = workers)")->required();
-    cmd->add_option("--first-step", *firstStep, "leave out events of earlier steps (events without a step count as step 0)")
-        ->check(CLI::Range(0, 1000000));
-    cmd->add_option("runs", *runs, "result.json files of runs of that profile's spec")->required();
-    cmd->callback([=] {
-      const simulator::Profile p = simulator::loadProfile(*profile);
-      const int workers = static_cast<int>(p.hostSpeed.empty() ? p.stages.size() : p.hostSpeed.size());
-      // One JSON line per run: raw_speed[n - 1] is null where n stages computed too briefly to fit.
-      for (const auto& path : *runs) {
-        const json r = runtime::readJsonFile(path, "run result");
-        json line = {{"run", path}, {"status", r.value("status", "")}};
-        if (r.contains("spec") && r["spec"].contains("pipeline")) line["schedule"] = r["spec"]["pipeline"].value("schedule", "");
-        if (line["status"] == "ok" && r.contains("timeline") && !r["timeline"].empty()) {
-          try {
-            const simulator::HostSpeedFit fit = simulator::fitHostSpeed(r["timeline"], p.stages, workers, *firstStep, {});
-            json raw = json::array();
-            for (int n = 0; n < workers; ++n) raw.push_back(fit.fitted[n] ? json(fit.rawSpeed[n]) : json());
-            line["raw_speed"] = raw;
-            line["events"] = fit.events;
-          } catch (const std::exception& e) {  // e.g. a singular system: said for this run, the others go on
-            line["error"] = e.what();
-          }
+namespace {
+
+// What `slowpipe profile` measures for a spec or a sweep (`--set` applied): the run (a sweep's
+// base), every codec (the flags' and every one a sweep's compression axis names), every
+// data-parallel compressor variant, every schedule the points use.
+struct ProfileTargets {
+  json runJson;
+  runtime::RunSpec spec;
+  std::vector<std::string> codecs;
+  std::vector<runtime::RunSpec> dpVariants;
+  std::set<std::string> schedules;
+};
+
+ProfileTargets profileTargets(const json& j, const std::vector<std::string>& sets, std::vector<std::string> all) {
+  ProfileTargets t;
+  std::vector<json> dpSettings;
+  json runJson = j;
+  std::optional<experiments::SweepSpec> sweep;
+  if (j.contains("axes")) {
+    // Parsed as for simulation: a profile runs no links and feeds its stages random bytes, so it
+    // measures what the simulator projects (any vocab: the LM head has its real size).
+    sweep = experiments::sweepSpecFromJson(j, "sweep", /*simulation=*/true);
+    runJson = sweep->base;
+    for (const auto& [path, values] : sweep->axes)
+      if (path == "compression")
+        for (const auto& v : values) {
+          for (const char* k : {"forward", "backward"})
+            if (v.contains(k)) all.push_back(v[k]);
+          if (v.contains("dp")) dpSettings.push_back(v["dp"]);
         }
-        std::printf("%s\n", line.dump().c_str());
-      }
-    });
   }
+  for (const auto& a : sets) runtime::applySet(runJson, a);
+  t.spec = runtime::runSpecFromJson(runJson, "spec", /*simulation=*/true);
+  // Data parallelism: the base's compressor and every other one the sweep's compression axis names.
+  std::set<std::string> keys;
+  auto addVariant = [&](const json& doc) {
+    const runtime::RunSpec v = runtime::runSpecFromJson(doc, "spec", /*simulation=*/true);
+    if (v.pipeline.replicas > 1 && keys.insert(simulator::dpCostKey(v)).second) t.dpVariants.push_back(v);
+  };
+  addVariant(runJson);
+  for (const auto& d : dpSettings) {
+    json doc = runJson;
+    runtime::setJsonPath(doc, "dp", d);
+    addVariant(doc);
+  }
+  // Every schedule the points use: each gets its own host-speed fit (--host-from-run).
+  t.schedules = {t.spec.pipeline.schedule};
+  if (sweep) {
+    sweep->base = runJson;  // the points as the sweep runs them with the same --set
+    for (const auto& pt : experiments::expandSweep(*sweep))
+      if (pt.spec.contains("pipeline") && pt.spec["pipeline"].contains("schedule"))
+        t.schedules.insert(pt.spec["pipeline"]["schedule"].get<std::string>());
+  }
+  t.runJson = runJson;
+  t.codecs = all;
+  return t;
+}
+
+// `slowpipe profile`: measured here, analytic for a GPU, or the median of measured profiles.
+void addProfileCommand(CLI::App& app) {
+  auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto device = std::make_shared<std::string>(), dtype = std::make_shared<std::string>("bf16");
+  auto mfu = std::make_shared<double>(0.4);
+  auto reps = std::make_shared<int>(5);
+  auto codecs = std::make_shared<std::vector<std::string>>();
+  auto host = std::make_shared<HostSpeedOptions>();
+  auto merge = std::make_shared<std::vector<std::string>>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("profile", "cost profile for the simulator: measured here, or analytic for a GPU");
+  cmd->add_option("spec", *spec, "experiment spec, or a sweep (its base, with every codec of its compression axis)");
+  cmd->add_option("--out", *out, "profile JSON")->required();
+  cmd->add_option("--analytic", *device, "analytic profile of a GPU: V100, A100, H100, H200, H800");
+  cmd->add_option("--dtype", *dtype, "analytic: fp32, fp16 or bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  cmd->add_option("--mfu", *mfu, "analytic: model-FLOPs utilisation in (0, 1]");
+  cmd->add_option("--reps", *reps, "measured: steps timed per stage")->check(CLI::Range(1, 1000));
+  cmd->add_option("--codec", *codecs, "measured: also time this codec (repeatable; e.g. every codec of a sweep)");
+  cmd->add_option("--host-window", host->windowS, "measured: seconds each host-speed window lasts")->check(CLI::Range(0.05, 60.0));
+  cmd->add_option("--host-reps", host->reps, "measured: host-speed windows per setting (median)")->check(CLI::Range(1, 100));
+  cmd->add_flag("--host-from-run", host->fromRun,
+                "measured: fit host_speed to a real pipelined run of the spec here (every step's timeline) instead of "
+                "n stage processes computing side by side");
+  cmd->add_flag("--dedicated", host->dedicated,
+                "measured: each worker gets a processor of its own (a GPU per stage): host_speed 1, not measured");
+  cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the spec (a sweep's base; repeatable), e.g. runtime.device=cuda");
+  cmd->add_option("--merge", *merge, "instead of measuring: the per-field median of these measured profiles of "
+                                     "the same spec (taken at different times: this machine's speed drifts)");
+  cmd->callback([=] {
+    if (!merge->empty()) {
+      std::vector<simulator::Profile> ps;
+      for (const auto& m : *merge) ps.push_back(simulator::loadProfile(m));
+      const simulator::Profile p = simulator::medianProfile(ps);
+      runtime::writeJsonAtomically(*out, simulator::toJson(p));
+      std::printf("median of %zu profiles -> %s\n", ps.size(), out->c_str());
+      return;
+    }
+    if (spec->empty()) throw std::invalid_argument("profile: give a spec to measure, or --merge P1 P2 ...");
+    const ProfileTargets t = profileTargets(runtime::readJsonFile(*spec, "spec file"), *sets, *codecs);
+    const runtime::RunSpec& s = t.spec;
+    const simulator::Profile p = device->empty() ? measuredProfile(t.runJson, s, *reps, t.codecs, *host, t.dpVariants, t.schedules)
+                                                 : simulator::analyticProfile(s, *device, *dtype, *mfu);
+    runtime::writeJsonAtomically(*out, simulator::toJson(p));
+    for (size_t i = 0; i < p.stages.size(); ++i)
+      std::printf("stage %zu: forward %.6f s, backward %.6f s per micro-batch, step %.6f s\n", i, p.stages[i].forwardS,
+                  p.stages[i].backwardS, p.stages[i].stepS);
+    std::printf("profile -> %s\n", out->c_str());
+  });
+}
+
+// `slowpipe profile-unit` (internal): the child side of the side-by-side host-speed measurement.
+void addProfileUnitCommand(CLI::App& app) {
+  auto spec = std::make_shared<std::string>();
+  auto stage = std::make_shared<int>(0);
+  auto window = std::make_shared<double>(1.0);
+  auto* cmd = app.add_subcommand("profile-unit", "one stage's work in a loop (started by `slowpipe profile`)");
+  cmd->group("");  // internal
+  cmd->add_option("--spec", *spec)->required();
+  cmd->add_option("--stage", *stage)->required();
+  cmd->add_option("--window", *window)->required();
+  cmd->callback([=] { std::exit(runProfileUnit(*spec, *stage, *window)); });
+}
+
+// `slowpipe simulate SPEC --profile P --out DIR`.
+void addSimulateCommand(CLI::App& app) {
+  auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), profile = std::make_shared<std::string>();
+  auto steps = std::make_shared<int>(0);
+  auto* cmd = app.add_subcommand("simulate", "replay a run's schedules over its link model in virtual time");
+  cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
+  cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
+  cmd->add_option("--out", *out, "output folder (result.json)")->required();
+  cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace, else 4; "
+                                     "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
+  cmd->callback([=] {
+    const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
+    const simulator::Profile p = simulator::profileFor(*profile, s);
+    simulator::SimOptions o;
+    o.steps = *steps;
+    std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand
+    if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "simulate: no data plan (%s): no epochs, no evaluation\n", why.c_str());
+    const json doc = simulator::simulateRun(s, p, o);
+    std::filesystem::create_directories(*out);
+    runtime::writeJsonAtomically(*out + "/result.json", doc);
+    const auto& sum = doc["summary"];
+    std::printf("%s (simulated, %s): step %.6f s, %.0f tokens/s, wait share %.3f -> %s/result.json\n", s.name.c_str(),
+                s.network.model.c_str(), sum["mean_step_time_s"].get<double>(), sum["throughput_tokens_per_s"].get<double>(),
+                sum["wait_share"].get<double>(), out->c_str());
+  });
+}
+
+// `slowpipe fit-host-speed --profile P RUN.json...`.
+void addFitHostSpeedCommand(CLI::App& app) {
+  auto profile = std::make_shared<std::string>();
+  auto runs = std::make_shared<std::vector<std::string>>();
+  auto firstStep = std::make_shared<int>(0);
+  auto* cmd = app.add_subcommand("fit-host-speed",
+                                 "the host speeds a finished run's timeline shows against a profile's stage costs "
+                                 "(simulator::fitHostSpeed, as profile --host-from-run fits its calibration run)");
+  cmd->add_option("--profile", *profile, "measured profile (its stage costs; its host_speed's length = workers)")->required();
+  cmd->add_option("--first-step", *firstStep, "leave out events of earlier steps (events without a step count as step 0)")
+      ->check(CLI::Range(0, 1000000));
+  cmd->add_option("runs", *runs, "result.json files of runs of that profile's spec")->required();
+  cmd->callback([=] {
+    const simulator::Profile p = simulator::loadProfile(*profile);
+    const int workers = static_cast<int>(p.hostSpeed.empty() ? p.stages.size() : p.hostSpeed.size());
+    // One JSON line per run: raw_speed[n - 1] is null where n stages computed too briefly to fit.
+    for (const auto& path : *runs) {
+      const json r = runtime::readJsonFile(path, "run result");
+      json line = {{"run", path}, {"status", r.value("status", "")}};
+      if (r.contains("spec") && r["spec"].contains("pipeline")) line["schedule"] = r["spec"]["pipeline"].value("schedule", "");
+      if (line["status"] == "ok" && r.contains("timeline") && !r["timeline"].empty()) {
+        try {
+          const simulator::HostSpeedFit fit = simulator::fitHostSpeed(r["timeline"], p.stages, workers, *firstStep, {});
+          json raw = json::array();
+          for (int n = 0; n < workers; ++n) raw.push_back(fit.fitted[n] ? json(fit.rawSpeed[n]) : json());
+          line["raw_speed"] = raw;
+          line["events"] = fit.events;
+        } catch (const std::exception& e) {  // e.g. a singular system: said for this run, the others go on
+          line["error"] = e.what();
+        }
+      }
+      std::printf("%s\n", line.dump().c_str());
+    }
+  });
+}
+
+}  // namespace
+
+void addSimCommands(CLI::App& app) {
+  addProfileCommand(app);
+  addProfileUnitCommand(app);
+  addSimulateCommand(app);
+  addFitHostSpeedCommand(app);
 }
 
 }  // namespace slowpipe::tools

@@ -11,10 +11,10 @@ void shardedPsRound(std::vector<Action>& a, int replicas, int replica);
 
 const std::vector<DpAlgorithmInfo>& dpAlgorithms() {
   static const std::vector<DpAlgorithmInfo> all = {
-      {"allreduce", "ring allreduce: reduce-scatter, then an all-gather that relays one encoded frame per chunk",
-       ringAllreduceRound, false},
-      {"sharded_ps", "sharded parameter server: replica r serves shard r (push, then pull of its one encoded average)",
-       shardedPsRound, true},
+      // ring allreduce: reduce-scatter, then an all-gather that relays one encoded frame per chunk
+      {"allreduce", ringAllreduceRound, false},
+      // sharded parameter server: replica r serves shard r (push, then pull of its one encoded average)
+      {"sharded_ps", shardedPsRound, true},
   };
   return all;
 }

@@ -12,14 +12,14 @@ std::vector<Action> interleavedOneFOneBSchedule(int stages, int microBatches, in
 
 const std::vector<ScheduleInfo>& schedules() {
   static const std::vector<ScheduleInfo> all = {
-      {"gpipe", "all forwards, then all backwards (AC-SGD's schedule)",
-       [](int S, int M, int s, int) { return gpipeSchedule(S, M, s); }},
-      {"1f1b", "PipeDream-flush: S-1-s warm-up forwards, then one forward / one backward",
-       [](int S, int M, int s, int) { return oneFOneBSchedule(S, M, s); }},
-      {"zb_h1", "zero-bubble H1: 1F1B with backwards split, weight gradients deferred into the bubbles",
-       [](int S, int M, int s, int) { return zbH1Schedule(S, M, s); }, true},
-      {"interleaved_1f1b", "Megatron-LM's interleaved 1F1B over pipeline.virtual_stages model chunks per stage",
-       interleavedOneFOneBSchedule, false, true},
+      // all forwards, then all backwards (AC-SGD's schedule)
+      {"gpipe", [](int S, int M, int s, int) { return gpipeSchedule(S, M, s); }},
+      // PipeDream-flush: S-1-s warm-up forwards, then one forward / one backward
+      {"1f1b", [](int S, int M, int s, int) { return oneFOneBSchedule(S, M, s); }},
+      // zero-bubble H1: 1F1B with backwards split, weight gradients deferred into the bubbles
+      {"zb_h1", [](int S, int M, int s, int) { return zbH1Schedule(S, M, s); }, true},
+      // Megatron-LM's interleaved 1F1B over pipeline.virtual_stages model chunks per stage
+      {"interleaved_1f1b", interleavedOneFOneBSchedule, false, true},
   };
   return all;
 }
