@@ -8,6 +8,7 @@
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/dp.h"
+#include "runtime/executor.h"
 #include "runtime/grad_sync.h"
 #include "runtime/plan.h"
 #include "runtime/protocol.h"
@@ -16,7 +17,7 @@
 #include "runtime/result.h"
 #include "runtime/schedule.h"
 #include "runtime/security.h"
-#include "runtime/stage_runner.h"
+#include "runtime/stage_compute.h"
 #include "runtime/transport.h"
 #include "runtime/worker.h"
 
@@ -25,8 +26,6 @@ namespace {
 
 using compression::MessageKind;
 using nlohmann::json;
-
-double now() { return emulator::monotonicNow(); }
 
 // Mean loss per token; null when nothing was evaluated (no validation examples), never NaN.
 json meanLoss(double lossSum, int64_t tokens) { return tokens > 0 ? json(lossSum / static_cast<double>(tokens)) : json(nullptr); }
@@ -56,15 +55,15 @@ RankId checkedId(const RankLayout& layout, int rank) {
 }
 
 
-class PipelineWorker {
+// The real backend (runtime/executor.h): StageCompute's runners and tensors, the stage's
+// channels and the replicas' exchange.
+class PipelineWorker : public Backend {
  public:
   PipelineWorker(const RunSpec& spec, const Context& c, zmq::context_t& ctx)
       : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
         id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"),
-        dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), gc_(parseGradientCompressor(spec.dp.codec)) {
-    // One runner per model chunk: chunk v of stage s is virtual stage v S + s.
-    for (int v = 0; v < layout_.chunks; ++v)
-      runners_.push_back(std::make_unique<StageRunner>(spec, v * S_ + id_.stage, plan_.totalSteps));
+        compute_(spec, plan_, layout_, id_), dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push),
+        gc_(parseGradientCompressor(spec.dp.codec)), exec_(layout_, c.rank) {
     controlFrom_ = connectControl(ctx, control_, c);
     TransportOptions o;
     o.rank = rank_;
@@ -103,7 +102,7 @@ class PipelineWorker {
       d.maxMessageBytes = o.maxMessageBytes;
       d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
-      sync_ = std::make_unique<GradientSync>(spec, *runners_[0], id_.stage);
+      sync_ = std::make_unique<GradientSync>(spec, compute_.runner(0), id_.stage);
     }
     json hello = {{"type", "hello"}, {"pipeline", transport_->endpoints()},
                   {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};
@@ -148,17 +147,20 @@ class PipelineWorker {
     int64_t g = 0;
     for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
       for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g)
-        runStep(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g,
+        runList(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g,
                              layout_.chunks),
-                epoch, s, g);
+                epoch, s, g, false);
       // Replica 0 evaluates (with local steps: its own parameters, as they are at the epoch's end).
-      if (spec_.training.evalEachEpoch && id_.replica == 0) evaluate(epoch, g);
+      if (spec_.training.evalEachEpoch && id_.replica == 0)
+        runList(evalSchedule(S_, static_cast<int>(evalBatches(plan_.val.size(), spec_.pipeline.microBatchSize).size()), id_.stage,
+                             layout_.chunks),
+                epoch, 0, g, true);
     }
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
     json timeline = json::array();
     const bool all = spec_.runtime.timeline == "all";
-    for (const auto& e : events_) {
+    for (const TimelineEvent& e : events_) {
       timeline.push_back({{"what", protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
       if (layout_.chunks > 1) timeline.back()["chunk"] = e.action.chunk;
       if (all) timeline.back()["step"] = e.step;
@@ -174,18 +176,6 @@ class PipelineWorker {
             {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_}});
   }
 
-  void sendTensor(bool toNext, MessageKind kind, int64_t g, int epoch, int mb, const torch::Tensor& t,
-                  const std::vector<int64_t>& ids, int chunk = 0) {
-    const torch::Tensor c = t.contiguous();
-    transport_->send(toNext, kind, g, epoch, mb, c.data_ptr<float>(), compression::Shape(c.sizes().begin(), c.sizes().end()), ids,
-                     chunk);
-  }
-
-  void sendScalar(bool toNext, int64_t g, int epoch, int tag, double v) {
-    const Scalar s(v);
-    transport_->send(toNext, MessageKind::kControl, g, epoch, tag, s.parts, {2}, {});
-  }
-
   void report(json j) {
     j["rank"] = rank_;
     const std::string s = j.dump();
@@ -193,232 +183,129 @@ class PipelineWorker {
       throw std::runtime_error("rank " + std::to_string(rank_) + ": the launcher took no record for 10 s");
   }
 
- private:
-  // What one step holds between its actions: where it is in the data, the tensors in flight per
-  // (model chunk, micro-batch), the squared gradient norm, the compute time.
-  struct StepState {
-    int epoch = 0;
-    int64_t s = 0, g = 0;  // step within the epoch, global step
-    double compute = 0, sq = 0;
-    std::map<int, std::vector<int64_t>> ids;  // example ids per micro-batch
-    std::map<std::pair<int, int>, torch::Tensor> activationIn, gradientIn, outbox;
-  };
-
-  // Executes one step's action list (runtime/schedule.h): every receive and send is an action.
-  void runStep(const std::vector<Action>& schedule, int epoch, int64_t s, int64_t g) {
-    const double t0 = now();
-    StepState st;
-    st.epoch = epoch;
-    st.s = s;
-    st.g = g;
-    // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
-    if (spec_.runtime.timeline != "all") events_.clear();
-    for (const Action& a : schedule) {
-      const double ta = now();
-      execute(a, st);
-      events_.push_back({a, ta, now(), g});
-    }
-    report(stepRecord(st, now() - t0));
+  // Backend
+  double now() override { return emulator::monotonicNow(); }
+  Progress compute(const Action& a, const ActionContext& c) override {
+    compute_.compute(a, c);
+    return Progress::kDone;
+  }
+  Progress dpBegin(const Action& a, const ActionContext& c) override {
+    sync_->pack(a.microBatch, c.step, dpBuf_);
+    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.microBatch, sync_->exactRound(c.step));
+    return Progress::kDone;
+  }
+  Progress dpEnd(const Action& a, const ActionContext& c) override {
+    dp_->end();
+    sync_->unpack(a.microBatch, c.step, dpBuf_);
+    return Progress::kDone;
+  }
+  Progress outerStep(const Action&, const ActionContext& c) override {
+    sync_->outerStep(c.step, dpBuf_);
+    return Progress::kDone;
+  }
+  Progress step(const Action&, const ActionContext& c) override {
+    // qadam after its warm-up: clipping and momentum only, OuterStep updates.
+    const bool replaced = sync_ && sync_->replacesStep(c.step);
+    compute_.step(c, !replaced);
+    if (replaced) sync_->clipAndMomentum(compute_.norm());
+    return Progress::kDone;
   }
 
-  void execute(const Action& a, StepState& st) {
-    using K = Action::Kind;
-    switch (a.kind) {
-      case K::kDpBegin:
-        sync_->pack(a.microBatch, st.g, dpBuf_);
-        dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), st.g, a.microBatch, sync_->exactRound(st.g));
-        break;
-      case K::kDpEnd:
-        dp_->end();
-        sync_->unpack(a.microBatch, st.g, dpBuf_);
-        break;
-      case K::kOuterStep: sync_->outerStep(st.g, dpBuf_); break;
-      case K::kRecv: a.isDataParallel() ? dp_->execute(a) : receive(a, st); break;
-      case K::kSend: a.isDataParallel() ? dp_->execute(a) : send(a, st); break;
-      case K::kForward: forward(a, st); break;
-      case K::kBackward:
-      case K::kBackwardInput:
-      case K::kBackwardWeight: backward(a, st); break;
-      case K::kEvalForward: throw std::logic_error("an evaluation action in a training step's list");
-      case K::kGradNorm:
-        st.sq = 0;
-        for (const auto& r : runners_) st.sq += r->localGradSquaredNorm();
-        break;
-      case K::kStep: step(st); break;
-    }
-  }
-
-  void receive(const Action& a, StepState& st) {
+  Progress recv(const Action& a, const ActionContext& c) override {
     using Msg = Action::Message;
-    const std::pair<int, int> at{a.chunk, a.microBatch};
-    const int chunk = protocol::boundaryChunk(layout_, id_.stage, a);  // the message's key
-    if (a.message == Msg::kActivation) {
-      Tensor32 t = transport_->recv(true, MessageKind::kActivation, st.g, st.epoch, a.microBatch, chunk);
-      st.ids[a.microBatch] = batchIds(st.epoch, st.s, a.microBatch);
-      if (t.exampleIds != st.ids[a.microBatch])
+    if (a.isDataParallel()) {
+      dp_->execute(a);
+      return Progress::kDone;
+    }
+    const bool fromPrev = a.peer == Action::Peer::kPrev;
+    if (a.message == Msg::kActivation || a.message == Msg::kGradient || a.message == Msg::kEval) {
+      Tensor32 t = transport_->recv(fromPrev, kindOf(a.message), c.step, c.epoch, a.microBatch, c.chunk);
+      if (a.message == Msg::kActivation && t.exampleIds != compute_.planIds(c, a.microBatch))
         throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " + std::to_string(a.microBatch) +
                                  " differ from the data plan");
-      st.activationIn[at] = fromTransport(t);
-    } else if (a.message == Msg::kGradient) {
-      Tensor32 t = transport_->recv(false, MessageKind::kGradient, st.g, st.epoch, a.microBatch, chunk);
-      st.gradientIn[at] = fromTransport(t);
+      compute_.input(a, fromTransport(t));
     } else {
-      const bool fromPrev = a.peer == Action::Peer::kPrev;
-      const double v = scalarOf(transport_->recv(fromPrev, MessageKind::kControl, st.g, st.epoch, normTag(a.message)));
-      st.sq = a.message == Msg::kNormPartial ? st.sq + v : v;
+      const Tensor32 t = transport_->recv(fromPrev, MessageKind::kControl, c.step, c.epoch, protocol::controlTag(a.message));
+      const double v = scalarOf(t);
+      if (a.message == Msg::kNormPartial) compute_.squaredNorm() += v;
+      if (a.message == Msg::kNormTotal) compute_.squaredNorm() = v;
     }
+    return Progress::kDone;
   }
 
-  void send(const Action& a, StepState& st) {
+  Progress send(const Action& a, const ActionContext& c) override {
     using Msg = Action::Message;
+    if (a.isDataParallel()) {
+      dp_->execute(a);
+      return Progress::kDone;
+    }
     const bool toNext = a.peer == Action::Peer::kNext;
-    const std::pair<int, int> at{a.chunk, a.microBatch};
-    if (a.message == Msg::kActivation || a.message == Msg::kGradient) {
-      const MessageKind kind = a.message == Msg::kActivation ? MessageKind::kActivation : MessageKind::kGradient;
-      sendTensor(toNext, kind, st.g, st.epoch, a.microBatch, st.outbox.at(at), st.ids[a.microBatch],
-                 protocol::boundaryChunk(layout_, id_.stage, a));
-      st.outbox.erase(at);
+    if (a.message == Msg::kActivation || a.message == Msg::kGradient || a.message == Msg::kEval) {
+      const torch::Tensor t = compute_.output(a).contiguous();
+      transport_->send(toNext, kindOf(a.message), c.step, c.epoch, a.microBatch, t.data_ptr<float>(),
+                       compression::Shape(t.sizes().begin(), t.sizes().end()), compute_.ids(a.microBatch), c.chunk);
     } else {
-      sendScalar(toNext, st.g, st.epoch, normTag(a.message), st.sq);
+      const Scalar v(a.message == Msg::kBarrier ? 0.0 : compute_.squaredNorm());
+      transport_->send(toNext, MessageKind::kControl, c.step, c.epoch, protocol::controlTag(a.message), v.parts,
+                       {protocol::kControlValues}, {});
     }
+    return Progress::kDone;
   }
 
-  void forward(const Action& a, StepState& st) {
-    const std::pair<int, int> at{a.chunk, a.microBatch};
-    StageRunner& runner = *runners_.at(a.chunk);
-    torch::Tensor inputs, tgt;
-    std::vector<int64_t> mbIds;
-    makeBatch(plan_.train, plan_.epochs.microBatch(st.epoch, st.s, globalMb(a.microBatch)), spec_.model.seqLen, &inputs, &tgt, &mbIds);
-    st.ids[a.microBatch] = mbIds;
-    const torch::Tensor in = runner.first() ? inputs : st.activationIn.at(at);
-    st.activationIn.erase(at);
-    const double tc = now();
-    torch::Tensor out = runner.forward(a.microBatch, in, tgt);
-    st.compute += now() - tc;
-    if (!runner.last()) st.outbox[at] = out;
+ private:
+  static MessageKind kindOf(Action::Message m) {
+    return m == Action::Message::kActivation ? MessageKind::kActivation
+           : m == Action::Message::kGradient ? MessageKind::kGradient
+                                             : MessageKind::kEval;
   }
 
-  // Backward, or its input-gradient or weight-gradient part (split backwards).
-  void backward(const Action& a, StepState& st) {
-    const std::pair<int, int> at{a.chunk, a.microBatch};
-    StageRunner& runner = *runners_.at(a.chunk);
-    const double tc = now();
-    if (a.kind == Action::Kind::kBackwardWeight) {
-      runner.backwardWeight(a.microBatch);
-      st.compute += now() - tc;
-      return;
+  // Runs one list (a training step's, or an evaluation's: after an epoch's last step, its barrier
+  // from the last stage back lets every stage start the next step together instead of charging
+  // the evaluation to that step) and reports its record.
+  void runList(std::vector<Action> list, int epoch, int64_t s, int64_t g, bool evaluation) {
+    ActionContext where;
+    where.step = g;
+    where.epoch = epoch;
+    where.stepInEpoch = s;
+    where.evaluation = evaluation;
+    compute_.beginList();
+    exec_.start(std::move(list), where, now(), /*recordEvents=*/!evaluation);
+    if (!exec_.run(*this)) throw std::logic_error("the real backend left an action pending");
+    const double seconds = now() - exec_.started();
+    if (evaluation) {
+      transport_->takeStats();  // evaluation traffic is not training traffic
+      json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", seconds}};
+      if (compute_.holdsLastStage()) r["val_loss"] = meanLoss(compute_.evalLossSum(), compute_.evalTokens());
+      return report(r);
     }
-    torch::Tensor grad;
-    if (!runner.last()) {
-      grad = st.gradientIn.at(at);
-      st.gradientIn.erase(at);
-    }
-    torch::Tensor gin = a.kind == Action::Kind::kBackward ? runner.backward(a.microBatch, grad) : runner.backwardInput(a.microBatch, grad);
-    st.compute += now() - tc;
-    if (!runner.first()) st.outbox[at] = gin;
+    // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
+    if (spec_.runtime.timeline != "all") events_.clear();
+    events_.insert(events_.end(), exec_.events().begin(), exec_.events().end());
+    report(stepRecord(g, epoch, seconds));
   }
 
-  void step(StepState& st) {
-    const double tc = now();
-    lastLoss_ = 0;
-    if (lastRunner().last())
-      for (int m = 0; m < spec_.pipeline.microBatches; ++m) lastLoss_ += lastRunner().lossValue(m) / spec_.pipeline.microBatches;
-    norm_ = std::sqrt(st.sq);
-    if (sync_ && sync_->replacesStep(st.g)) {
-      sync_->clipAndMomentum(norm_);  // qadam: OuterStep updates
-    } else {
-      for (auto& r : runners_) r->step(st.g, norm_);
-    }
-    st.compute += now() - tc;
-  }
-
-  json stepRecord(const StepState& s, double seconds) {
+  json stepRecord(int64_t g, int epoch, double seconds) {
     const TransportStats st = transport_->takeStats();
     const DpStats dst = dp_ ? dp_->takeStats() : DpStats{};
-    json r = {{"type", "step"}, {"step", s.g}, {"epoch", s.epoch}, {"time_s", seconds}, {"compute_s", s.compute},
+    json r = {{"type", "step"}, {"step", g}, {"epoch", epoch}, {"time_s", seconds}, {"compute_s", compute_.computeSeconds()},
               {"encode_s", st.encodeS + dst.encodeS}, {"decode_s", st.decodeS + dst.decodeS},
               {"wait_s", st.waitS + dst.waitS}, {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire},
               {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire}, {"grad_raw", dst.raw}, {"grad_wire", dst.wire},
-              {"grad_norm", norm_}, {"lr", runners_[0]->learningRate(s.g)}};
-    if (dp_) {  // what the data-parallel exchange alone took (its share of the breakdown)
-      double dpS = 0;
-      for (const auto& e : events_)
-        if (e.action.partOfDataParallelism()) dpS += e.end - e.start;
-      r["dp_s"] = dpS;
-    }
+              {"grad_norm", compute_.norm()}, {"lr", compute_.runner(0).learningRate(g)}};
+    if (dp_) r["dp_s"] = exec_.dpSeconds();  // what the data-parallel exchange alone took (its share of the breakdown)
     // One-way times this stage observed on its inbound links (delivery - send stamp).
     for (const auto& [name, d] : {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
       if (d.messages > 0) r["recv_delay_s"][name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
-    if (lastRunner().last()) r["loss"] = lastLoss_;
+    if (compute_.holdsLastStage()) r["loss"] = compute_.loss();
     return r;
   }
-
-  // The example ids of a micro-batch, from the data plan (the receiver checks the frame's against them).
-  std::vector<int64_t> batchIds(int epoch, int64_t s, int mb) const {
-    std::vector<int64_t> out;
-    for (int64_t i : plan_.epochs.microBatch(epoch, s, globalMb(mb))) out.push_back(plan_.train.id(i));
-    return out;
-  }
-  int globalMb(int mb) const { return id_.replica * spec_.pipeline.microBatches + mb; }
-
-  // Control frame tags of the two norm messages (micro-batch field; negative, never a micro-batch).
-  static int normTag(Action::Message m) { return m == Action::Message::kNormPartial ? -1 : -2; }
-
-  // Evaluation, as its action list (runtime/schedule.h evalSchedule): batch k crosses the virtual
-  // stages in order (with model chunks, around the ring V times), then the barrier: the last stage
-  // finishes evaluating last, every stage waits for it, so the next step's timer starts on all
-  // stages together instead of charging the evaluation to that step.
-  void evaluate(int epoch, int64_t g) {
-    using K = Action::Kind;
-    const auto batches = evalBatches(plan_.val.size(), spec_.pipeline.microBatchSize);
-    double lossSum = 0;
-    int64_t tokens = 0;
-    const double t0 = now();
-    std::map<std::pair<int, int>, torch::Tensor> in, out;  // by (chunk, batch)
-    std::map<int, std::pair<torch::Tensor, std::vector<int64_t>>> targets;  // by batch: targets, ids
-    for (const Action& a : evalSchedule(S_, static_cast<int>(batches.size()), id_.stage, layout_.chunks)) {
-      const std::pair<int, int> at{a.chunk, a.microBatch};
-      const int chunk = protocol::boundaryChunk(layout_, id_.stage, a);
-      if (a.kind == K::kRecv && a.message == Action::Message::kEval) {
-        Tensor32 t = transport_->recv(true, MessageKind::kEval, g, epoch, a.microBatch, chunk);
-        in[at] = fromTransport(t);
-      } else if (a.kind == K::kEvalForward) {
-        StageRunner& runner = *runners_.at(a.chunk);
-        torch::Tensor x, tgt;
-        std::vector<int64_t> ids;
-        makeBatch(plan_.val, batches.at(a.microBatch), spec_.model.seqLen, &x, &tgt, &ids);
-        if (!runner.first()) {
-          x = in.at(at);
-          in.erase(at);
-        }
-        torch::Tensor y = runner.evalForward(x, tgt, &lossSum);
-        if (runner.last()) tokens += tgt.numel();
-        else out[at] = y;
-        targets[a.microBatch] = {tgt, ids};
-      } else if (a.kind == K::kSend && a.message == Action::Message::kEval) {
-        sendTensor(true, MessageKind::kEval, g, epoch, a.microBatch, out.at(at), targets.at(a.microBatch).second, chunk);
-        out.erase(at);
-      } else if (a.kind == K::kRecv) {  // the barrier
-        transport_->recv(false, MessageKind::kControl, g, epoch, kBarrierTag);
-      } else if (a.kind == K::kSend) {
-        sendScalar(false, g, epoch, kBarrierTag, 0.0);
-      }
-    }
-    transport_->takeStats();  // evaluation traffic is not training traffic
-    json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", now() - t0}};
-    if (lastRunner().last()) r["val_loss"] = meanLoss(lossSum, tokens);
-    report(r);
-  }
-  static constexpr int kBarrierTag = -3;  // the barrier's control frame (micro-batch field)
-
-  StageRunner& lastRunner() { return *runners_.back(); }
 
   const RunSpec& spec_;
   int rank_, S_;
   RankLayout layout_;
   RankId id_;
   Plan plan_;
-  std::vector<std::unique_ptr<StageRunner>> runners_;  // by model chunk
+  StageCompute compute_;
   DpShape dpShape_;
   zmq::socket_t control_;
   std::string controlFrom_;  // across hosts: this end of the control connection
@@ -429,13 +316,8 @@ class PipelineWorker {
   std::unique_ptr<DpExchange> dp_;     // replicas > 1
   std::unique_ptr<GradientSync> sync_;  // what the rounds carry (runtime/grad_sync.h)
   std::vector<float> dpBuf_;           // the round's flat buffer
-  double norm_ = 0, lastLoss_ = 0;
-  struct Event {
-    Action action;
-    double start, end;  // host monotonic clock
-    int64_t step;
-  };
-  std::vector<Event> events_;  // of the current step (runtime.timeline "all": of every step)
+  StepExecutor exec_;
+  std::vector<TimelineEvent> events_;  // of the last step (runtime.timeline "all": of every step)
 };
 
 }  // namespace

@@ -65,6 +65,13 @@ inline bool dpSendsOwnFrame(const Action& a, int replica, int replicas) {
          a.message == Action::Message::kDpPull;
 }
 
+// A control message (the two norm messages, the evaluation barrier) is kControlValues floats (a
+// double as hi + lo) under a negative tag in its micro-batch field, never a micro-batch's.
+inline constexpr int kControlValues = 2;
+inline int controlTag(Action::Message m) {
+  return m == Action::Message::kNormPartial ? -1 : m == Action::Message::kNormTotal ? -2 : -3;  // -3: the barrier
+}
+
 // The timeline's name of an action's event (runtime and simulator alike for compute; a
 // send is its encode + hand-off, a receive its wait + decode).
 inline const char* eventName(const Action& a) {

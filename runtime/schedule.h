@@ -1,6 +1,7 @@
-// Pipeline schedules as per-stage action lists, communication included. The executor in
-// runtime/worker.cc runs these lists, and the simulator (simulator/) replays the very same lists,
-// so it predicts what the runtime does. Nothing about communication is implicit in the executor.
+// Pipeline schedules as per-stage action lists, communication included. One executor walks them
+// (runtime/executor.h) over a backend: the worker's (real tensors and channels), the simulator's
+// (virtual time), the single-process trainer's and the profiler's (compute only), so the simulator
+// predicts what the runtime does. Nothing about communication is implicit in the executor.
 //
 // Actions of stage s (S stages, M micro-batches):
 //   Recv(prev, activation, mb)  -> Forward(mb) -> Send(next, activation, mb)     (ends dropped at s=0 / s=S-1)

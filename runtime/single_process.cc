@@ -6,7 +6,9 @@
 #include "emulator/shaped_socket.h"
 #include "runtime/plan.h"
 #include "runtime/schedule.h"
-#include "runtime/stage_runner.h"
+#include "runtime/executor.h"
+#include "runtime/protocol.h"
+#include "runtime/stage_compute.h"
 #include "runtime/worker.h"
 
 namespace slowpipe::runtime {
@@ -15,9 +17,44 @@ using nlohmann::json;
 
 namespace {
 
-double now() { return emulator::monotonicNow(); }
-
 json meanLoss(double lossSum, int64_t tokens) { return tokens > 0 ? json(lossSum / static_cast<double>(tokens)) : json(nullptr); }
+
+// A compute-only backend (runtime/executor.h): every layer in one StageCompute, no messages.
+class SingleProcess : public Backend {
+ public:
+  SingleProcess(const RunSpec& spec, const Plan& plan) : compute_(spec, plan, RankLayout{}, RankId{}), exec_(RankLayout{}, 0) {}
+
+  // Runs a list; returns its wall time.
+  double run(std::vector<Action> list, const ActionContext& where) {
+    compute_.beginList();
+    exec_.start(std::move(list), where, now(), false);
+    if (!exec_.run(*this)) throw std::logic_error("the single-process backend left an action pending");
+    return now() - exec_.started();
+  }
+  StageCompute& compute() { return compute_; }
+
+  double now() override { return emulator::monotonicNow(); }
+  Progress compute(const Action& a, const ActionContext& c) override {
+    compute_.compute(a, c);
+    return Progress::kDone;
+  }
+  Progress step(const Action&, const ActionContext& c) override {
+    compute_.step(c);
+    return Progress::kDone;
+  }
+  Progress send(const Action& a, const ActionContext&) override { return none(a); }
+  Progress recv(const Action& a, const ActionContext&) override { return none(a); }
+  Progress dpBegin(const Action& a, const ActionContext&) override { return none(a); }
+  Progress dpEnd(const Action& a, const ActionContext&) override { return none(a); }
+  Progress outerStep(const Action& a, const ActionContext&) override { return none(a); }
+
+ private:
+  static Progress none(const Action& a) {
+    throw std::logic_error(std::string("a single process has no ") + protocol::eventName(a) + " action");
+  }
+  StageCompute compute_;
+  StepExecutor exec_;
+};
 
 }  // namespace
 
@@ -32,49 +69,29 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
   spec.pipeline.replicas = 1;
   tuneAllocator();
   torch::set_num_threads(spec.runtime.threadsPerWorker);
-  Plan plan(spec, split);
-  StageRunner runner(spec, 0, plan.totalSteps);
+  const Plan plan(spec, split);
+  SingleProcess p(spec, plan);
   const int M = spec.pipeline.microBatches;
   const auto schedule = makeSchedule(spec.pipeline.schedule, 1, M, 0);
-  int64_t g = 0;
-  for (int epoch = 0; epoch < spec.training.epochs && g < plan.totalSteps; ++epoch) {
-    for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && g < plan.totalSteps; ++s, ++g) {
-      const double t0 = now();
-      double loss = 0;
-      for (const Action& a : schedule) {
-        if (a.kind == Action::Kind::kForward) {
-          torch::Tensor in, tgt;
-          std::vector<int64_t> ids;
-          makeBatch(plan.train, plan.epochs.microBatch(epoch, s, a.microBatch), spec.model.seqLen, &in, &tgt, &ids);
-          runner.forward(a.microBatch, in, tgt);
-          loss += runner.lossValue(a.microBatch) / M;
-        } else if (a.kind == Action::Kind::kBackward) {
-          runner.backward(a.microBatch, {});
-        } else if (a.kind == Action::Kind::kBackwardInput) {
-          runner.backwardInput(a.microBatch, {});
-        } else if (a.kind == Action::Kind::kBackwardWeight) {
-          runner.backwardWeight(a.microBatch);
-        } else if (a.kind == Action::Kind::kStep) {
-          runner.step(g, std::sqrt(runner.localGradSquaredNorm()));
-        }
-      }
-      onRecord({{"type", "step"}, {"step", g}, {"epoch", epoch}, {"loss", loss}, {"time_s", now() - t0},
+  const int evalBatchCount = static_cast<int>(evalBatches(plan.val.size(), spec.pipeline.microBatchSize).size());
+  ActionContext where;
+  for (int epoch = 0; epoch < spec.training.epochs && where.step < plan.totalSteps; ++epoch) {
+    where.epoch = epoch;
+    for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && where.step < plan.totalSteps; ++s, ++where.step) {
+      where.stepInEpoch = s;
+      where.evaluation = false;
+      const double seconds = p.run(schedule, where);
+      onRecord({{"type", "step"}, {"step", where.step}, {"epoch", epoch}, {"loss", p.compute().loss()}, {"time_s", seconds},
                 {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}});
     }
     if (spec.training.evalEachEpoch) {
-      double lossSum = 0;
-      int64_t tokens = 0;
-      for (const std::vector<int64_t>& idx : evalBatches(plan.val.size(), spec.pipeline.microBatchSize)) {
-        std::vector<int64_t> ids;
-        torch::Tensor in, tgt;
-        makeBatch(plan.val, idx, spec.model.seqLen, &in, &tgt, &ids);
-        runner.evalForward(in, tgt, &lossSum);
-        tokens += tgt.numel();
-      }
-      onRecord({{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"val_loss", meanLoss(lossSum, tokens)}});
+      where.evaluation = true;
+      p.run(evalSchedule(1, evalBatchCount, 0), where);
+      onRecord({{"type", "eval"}, {"epoch", epoch}, {"step", where.step},
+                {"val_loss", meanLoss(p.compute().evalLossSum(), p.compute().evalTokens())}});
     }
   }
-  if (!checkpoint.empty()) saveCheckpoint(runner.model(), checkpoint);
+  if (!checkpoint.empty()) saveCheckpoint(p.compute().runner(0).model(), checkpoint);
 }
 
 }  // namespace slowpipe::runtime

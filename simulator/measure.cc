@@ -23,12 +23,21 @@
 #include "runtime/grad_sync.h"
 #include "runtime/launcher.h"
 #include "runtime/result.h"
+#include "runtime/executor.h"
+#include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
 
 namespace slowpipe::simulator {
 namespace {
 
 using nlohmann::json;
+
+// The upper median (0 of nothing).
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
 
 // Forward/backward of one micro-batch and the optimizer step of every stage, timed with the code a
 // worker runs (StageRunner), one stage at a time with the worker's thread count. Median of `reps`.
@@ -61,85 +70,119 @@ simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner&
       if (rep) outer.push_back(nowSeconds() - t0);
     }
   }
-  auto med = [](std::vector<double> x) {
-    if (x.empty()) return 0.0;
-    std::nth_element(x.begin(), x.begin() + x.size() / 2, x.end());
-    return x[x.size() / 2];
-  };
   simulator::DpCost c;
   for (int round = 0; round < dp.rounds; ++round) {
-    c.beginS.push_back(med(begin[round]));
-    c.endS.push_back(med(end[round]));
+    c.beginS.push_back(medianOf(begin[round]));
+    c.endS.push_back(medianOf(end[round]));
   }
-  c.outerStepS = med(outer);
+  c.outerStepS = medianOf(outer);
   return c;
 }
 
-auto median = [](std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
+
+// A compute-only backend (runtime/executor.h): the profiler walks a stage's action list in the
+// order of the schedule it profiles and times each compute action of one model chunk (the
+// runner's) on random inputs, as the worker runs it. Messages, GradNorm and the DP actions cost
+// nothing here: codecs, the transport and the DP host work are measured on their own.
+class TimingBackend : public runtime::Backend {
+ public:
+  TimingBackend(runtime::StageRunner& runner, const runtime::RunSpec& spec, int chunk)
+      : runner_(runner), chunk_(chunk), b_(spec.pipeline.microBatchSize), T_(spec.model.seqLen), C_(spec.model.width) {}
+  // Runs `list` `reps` + 1 times (the first warms up, untimed).
+  void measure(const runtime::RankLayout& layout, int rank, const std::vector<runtime::Action>& list, int reps) {
+    runtime::StepExecutor ex(layout, rank);
+    for (int rep = 0; rep < reps + 1; ++rep) {
+      timing_ = rep > 0;
+      runtime::ActionContext where;
+      where.step = rep;
+      ex.start(list, where, now(), false);
+      if (!ex.run(*this)) throw std::logic_error("the profiler's backend left an action pending");
+    }
+  }
+  // The median time of the actions of `kind` (0 if none ran).
+  double median(runtime::Action::Kind kind) const {
+    const auto it = times_.find(kind);
+    return it == times_.end() ? 0.0 : medianOf(it->second);
+  }
+
+  double now() override { return nowSeconds(); }
+  runtime::Progress compute(const runtime::Action& a, const runtime::ActionContext&) override {
+    using K = runtime::Action::Kind;
+    if (a.chunk != chunk_ || a.kind == K::kGradNorm || a.kind == K::kEvalForward) return runtime::Progress::kDone;
+    const torch::Tensor in = runner_.first() ? torch::randint(0, 256, {b_, T_}, torch::kLong) : torch::randn({b_, T_, C_});
+    const torch::Tensor tgt = torch::randint(0, 256, {b_, T_}, torch::kLong);
+    const torch::Tensor grad = runner_.last() ? torch::Tensor() : torch::randn({b_, T_, C_});
+    const double t0 = now();
+    if (a.kind == K::kForward) runner_.forward(a.microBatch, in, tgt);
+    else if (a.kind == K::kBackward) runner_.backward(a.microBatch, grad);
+    else if (a.kind == K::kBackwardInput) runner_.backwardInput(a.microBatch, grad);
+    else runner_.backwardWeight(a.microBatch);
+    record(a.kind, t0);
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress step(const runtime::Action& a, const runtime::ActionContext& c) override {
+    const double t0 = now();
+    runner_.step(c.step, std::sqrt(runner_.localGradSquaredNorm()));
+    record(a.kind, t0);
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress send(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
+  runtime::Progress recv(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
+  runtime::Progress dpBegin(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
+  runtime::Progress dpEnd(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
+  runtime::Progress outerStep(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
+
+ private:
+  void record(runtime::Action::Kind kind, double t0) {
+    if (timing_) times_[kind].push_back(now() - t0);
+  }
+  runtime::StageRunner& runner_;
+  int chunk_;
+  int64_t b_, T_, C_;
+  bool timing_ = false;
+  std::map<runtime::Action::Kind, std::vector<double>> times_;
 };
 
-// The two parts of a split backward (zero-bubble schedules) of one stage, timed as the worker
-// runs them: M forwards, then BackwardInput and BackwardWeight of each micro-batch. Median of `reps`.
-std::pair<double, double> measureSplitBackward(const runtime::RunSpec& spec, int stage, int reps) {
-  runtime::StageRunner runner(spec, stage, 1000);
-  if (!runner.splitBackward()) runner.enableSplitBackward();
-  const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
-  std::vector<double> input, weight;
-  for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
-    for (int m = 0; m < M; ++m)
-      runner.forward(m, runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C}),
-                     torch::randint(0, 256, {b, T}, torch::kLong));
-    for (int m = 0; m < M; ++m) {
-      const torch::Tensor g = runner.last() ? torch::Tensor() : torch::randn({b, T, C});
-      const double t0 = nowSeconds();
-      runner.backwardInput(m, g);
-      const double t1 = nowSeconds();
-      runner.backwardWeight(m);
-      if (rep) {
-        input.push_back(t1 - t0);
-        weight.push_back(nowSeconds() - t1);
-      }
-    }
-    runner.step(rep, std::sqrt(runner.localGradSquaredNorm()));
-  }
-  return {median(input), median(weight)};
+// Virtual stage k's compute timed in the order of `schedule` (stage k mod S's list of a run with
+// `chunks` model chunks, its chunk k / S timed; chunks 1: chunk 0), on a runner of `spec`.
+TimingBackend timeStage(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k, const std::string& schedule,
+                        int chunks, int reps) {
+  const int S = spec.pipeline.stages, stage = k % S;
+  TimingBackend b(runner, spec, chunks > 1 ? k / S : 0);
+  b.measure({S, 1, chunks}, stage, runtime::computeOnly(runtime::makeSchedule(schedule, S, spec.pipeline.microBatches, stage, chunks)),
+            reps);
+  return b;
 }
 
 // split: also measure the parts of a split backward (a profiled schedule splits them).
 std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps,
                                                 const std::vector<runtime::RunSpec>& dpVariants, bool split) {
+  using K = runtime::Action::Kind;
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   torch::manual_seed(0);
-  const int M = spec.pipeline.microBatches, b = spec.pipeline.microBatchSize, T = spec.model.seqLen, C = spec.model.width;
+  const int chunks = runtime::rankLayout(spec).chunks;
+  const bool splits = runtime::scheduleInfo(spec.pipeline.schedule).splitsBackward;
   std::vector<simulator::StageCost> out;
   // One entry per virtual stage (with model chunks, stages x virtual_stages of them).
-  for (int s = 0; s < static_cast<int>(runtime::stageLayers(spec).size()); ++s) {
-    runtime::StageRunner runner(spec, s, 1000);
-    std::vector<double> fwd, bwd, step;
-    for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
-      for (int m = 0; m < M; ++m) {
-        const torch::Tensor in = runner.first() ? torch::randint(0, 256, {b, T}, torch::kLong) : torch::randn({b, T, C});
-        const torch::Tensor tgt = torch::randint(0, 256, {b, T}, torch::kLong);
-        const double t0 = nowSeconds();
-        runner.forward(m, in, tgt);
-        if (rep) fwd.push_back(nowSeconds() - t0);
-      }
-      for (int m = M - 1; m >= 0; --m) {
-        const torch::Tensor g = runner.last() ? torch::Tensor() : torch::randn({b, T, C});
-        const double t0 = nowSeconds();
-        runner.backward(m, g);
-        if (rep) bwd.push_back(nowSeconds() - t0);
-      }
-      const double t0 = nowSeconds();
-      runner.step(rep, std::sqrt(runner.localGradSquaredNorm()));
-      if (rep) step.push_back(nowSeconds() - t0);
+  for (int k = 0; k < static_cast<int>(runtime::stageLayers(spec).size()); ++k) {
+    runtime::StageRunner runner(spec, k, 1000);
+    const TimingBackend own = timeStage(spec, runner, k, spec.pipeline.schedule, chunks, reps);
+    simulator::StageCost c{own.median(K::kForward), own.median(K::kBackward), own.median(K::kStep), {}};
+    c.backwardInputS = own.median(K::kBackwardInput);
+    c.backwardWeightS = own.median(K::kBackwardWeight);
+    if (splits) {  // the whole backward, as 1F1B runs it (a splitting schedule has one chunk per stage)
+      runtime::RunSpec whole = spec;
+      whole.pipeline.schedule = "1f1b";
+      runtime::StageRunner r(whole, k, 1000);
+      c.backwardS = timeStage(whole, r, k, "1f1b", 1, reps).median(K::kBackward);
+    } else if (split) {  // the parts, as zero-bubble H1 runs them
+      runtime::StageRunner r(spec, k, 1000);
+      r.enableSplitBackward();
+      const TimingBackend parts = timeStage(spec, r, k, "zb_h1", 1, reps);
+      c.backwardInputS = parts.median(K::kBackwardInput);
+      c.backwardWeightS = parts.median(K::kBackwardWeight);
     }
-    simulator::StageCost c{median(fwd), median(bwd), median(step), {}};
-    if (split || runner.splitBackward()) std::tie(c.backwardInputS, c.backwardWeightS) = measureSplitBackward(spec, s, reps);
-    for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, s, reps);
+    for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, k, reps);
     out.push_back(c);
   }
   return out;
@@ -281,17 +324,13 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
     }
     return out;
   };
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   std::vector<double> speed = {1.0};
   try {
     std::vector<double> alone(stages);
     for (int s = 0; s < stages; ++s) {
       std::vector<double> r;
       for (int k = 0; k < reps; ++k) r.push_back(rates(1, s)[0]);
-      alone[s] = median(r);
+      alone[s] = medianOf(r);
     }
     for (int n = 2; n <= workers; ++n) {
       std::vector<double> r;
@@ -303,7 +342,7 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
       }
       // Sharing the host never speeds a stage up: a ratio above 1 means the machine was busier
       // while the stages ran alone (other load, a slow spell). It is recorded as 1 and said.
-      const double m = median(r);
+      const double m = medianOf(r);
       if (m > 1.05)
         std::fprintf(stderr, "profile: with %d stages busy each ran at %.2fx its speed alone; the host was busy while "
                              "they ran alone (other load?): recorded as 1.00\n", n, m);

@@ -18,6 +18,7 @@
 #include "runtime/data.h"
 #include "runtime/plan.h"
 #include "runtime/dp.h"
+#include "runtime/executor.h"
 #include "runtime/protocol.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
@@ -50,12 +51,6 @@ struct Message {
   int64_t bytes = 0;
 };
 
-struct Event {
-  const char* what;  // a protocol event name or "wait" / "encode" / "decode" (static strings)
-  int mb;
-  double start, end;
-};
-
 // A message's key on its link (runtime/protocol.h: kind, step, micro-batch, boundary chunk; DP
 // messages add their round; -1 for a pipeline message).
 struct MailKey {
@@ -83,21 +78,17 @@ struct RankStep {
 
 // A worker (rank = stage x R + replica) is ready for its next action, busy on the host (compute or
 // codec work, `remaining` seconds of it at full speed), or waiting for a message (its arrival known
-// or not yet).
+// or not yet). Its executor (runtime/executor.h) walks its list; this is what the virtual
+// backend keeps of it besides.
 struct RankState {
   enum class Mode { kReady, kBusy, kWaiting, kDone } mode = Mode::kReady;
-  std::vector<Action> plan;  // this step's actions
-  size_t pc = 0;
   int step = 0;
-  double stepStart = 0, actionStart = 0;
-  double compute = 0, encode = 0, decode = 0, wait = 0, dp = 0, other = 0;
+  double compute = 0, encode = 0, decode = 0, wait = 0, other = 0;
   int64_t gradRaw = 0, gradWire = 0;
   int round = 0;         // the DP round in progress
   bool ownSent = false;  // this round's own chunk (ring) / shard average (ps) is encoded
   // busy: the task
   double remaining = 0, taskStart = 0;
-  const char* taskWhat = "";
-  int taskMb = -1;
   double* bucket = nullptr;
   bool postAfter = false;  // the action is a send: post the message when its encode ends
   MailKey postKey{};
@@ -106,28 +97,26 @@ struct RankState {
   // waiting
   double waitStart = 0, arrival = -1;
   int64_t recvBytes = 0;
-  std::vector<Event> events;  // of the current step (ranks on the timeline only)
   bool onTimeline = false;
-  bool evaluating = false;  // replaying the evaluation after its step (plan: evalSchedule)
-  double evalStart = 0;
+  bool evaluating = false;  // replaying the evaluation after its step (evalSchedule)
   uint64_t generation = 0;    // of its pending event in the queue (older ones are stale)
 };
 
-// Global discrete-event loop. Host work (forward, backward, step, encode, decode, DP packing) is
+// The virtual backend (runtime/executor.h) and its global discrete-event loop. Host work (forward, backward, step, encode, decode, DP packing) is
 // shared among the busy workers when the profile describes a shared host: each of n busy workers
 // runs at the profile's measured speed for n (host_speed), else at min(1, host_cores/n) (processor
 // sharing); without either, every worker has its own device and runs at full speed.
-class Replay {
+class Replay : public runtime::Backend {
  public:
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps, const SimOptions& opt)
       : spec_(spec), profile_(profile), opt_(opt), S_(spec.pipeline.stages), R_(spec.pipeline.replicas), N_(S_ * R_), steps_(steps),
         layout_(runtime::rankLayout(spec)),
         topo_(emulator::topologyFromJson(spec.network.links, "network.links")), dp_(runtime::dpShape(spec)), ranks_(N_) {
+    for (int i = 0; i < N_; ++i) execs_.emplace_back(layout_, i);
     const int virtualStages = S_ * layout_.chunks;  // the profile has one entry per virtual stage
     if (static_cast<int>(profile.stages.size()) != virtualStages)
       throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) + " stages, the spec " +
                                   std::to_string(virtualStages) + " (profile the same partition)");
-    for (int i = 0; i < N_; ++i) ranks_[i].plan = planOf(i, 0);
     const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
     rawActBytes_ = 4 * compression::numelOf(act);
     fwdBytes_ = steadyFrameBytes(spec.compression.forward, act);
@@ -156,6 +145,7 @@ class Replay {
     perRank_.assign(steps_, std::vector<RankStep>(N_));
     evalTimes_.assign(steps_, 0.0);
     evalEnds_.assign(steps_, 0.0);
+    for (int i = 0; i < N_; ++i) startList(i, planOf(i, 0), false);
     if (sharedHost_) loopShared();
     else loopDedicated();
     json steps = json::array();
@@ -198,7 +188,11 @@ class Replay {
     for (int i = 0; i < N_; ++i) {
       if (!ranks_[i].onTimeline) continue;
       json ev = json::array();
-      for (const auto& e : lastEvents_[i]) ev.push_back({{"what", e.what}, {"mb", e.mb}, {"start_s", e.start}, {"end_s", e.end}});
+      for (const auto& e : lastEvents_[i]) {  // the worker's vocabulary (protocol::eventName)
+        ev.push_back({{"what", runtime::protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start},
+                      {"end_s", e.end}});
+        if (layout_.chunks > 1) ev.back()["chunk"] = e.action.chunk;
+      }
       json row = {{"stage", i / R_}, {"events", ev}};
       if (R_ > 1) {
         row["replica"] = i % R_;
@@ -293,7 +287,7 @@ class Replay {
 
   std::runtime_error deadlock(int i) const {
     return std::runtime_error("simulator: stage " + std::to_string(i / R_) + " replica " + std::to_string(i % R_) +
-                              " is blocked at action " + std::to_string(ranks_[i].pc) + " of step " +
+                              " is blocked at action " + std::to_string(execs_[i].position()) + " of step " +
                               std::to_string(ranks_[i].step) + " (the schedules deadlock)");
   }
 
@@ -337,57 +331,67 @@ class Replay {
     }
   }
 
-  // Executes what rank i can do at now_; true if its state changed.
+  // Runs what rank i can do at now_; true if its state changed.
   bool act(int i) {
     RankState& st = ranks_[i];
-    if (st.mode == Mode::kWaiting) return st.arrival < 0 && collect(i);
-    if (st.mode != Mode::kReady) return false;
-    const Action& a = st.plan[st.pc];
-    const StageCost& cost = profile_.stages[runtime::protocol::virtualStage(layout_, i / R_, a)];
-    const DpCost* dpc = R_ > 1 ? &dpCosts_[i / R_] : nullptr;
-    auto perRound = [&](const std::vector<double>& v) { return st.round < static_cast<int>(v.size()) ? v[st.round] : 0.0; };
-    switch (a.kind) {
-      case Action::Kind::kForward:
-      case Action::Kind::kBackward:
-      case Action::Kind::kBackwardInput:
-      case Action::Kind::kBackwardWeight:
-        startTask(i, runtime::protocol::eventName(a), a.microBatch, cost.of(a), &st.compute);
-        break;
-      case Action::Kind::kEvalForward: {  // a forward of the batch's rows (no autograd: billed as one)
-        const double rows = opt_.evalRows.at(a.microBatch);
-        startTask(i, runtime::protocol::eventName(a), a.microBatch, cost.forwardS * rows / spec_.pipeline.microBatchSize,
-                  &st.compute);
-        break;
-      }
-      case Action::Kind::kStep:  // the optimizer step of every model chunk the rank holds
-        startTask(i, runtime::protocol::eventName(a), a.microBatch, stepSeconds(profile_.stages, i / R_, S_), &st.compute);
-        break;
-      case Action::Kind::kGradNorm: advancePc(i); break;
-      case Action::Kind::kDpBegin:
-        st.round = a.microBatch;
-        st.ownSent = false;
-        startTask(i, "dp", -1, perRound(dpc->beginS), &st.other);
-        break;
-      case Action::Kind::kDpEnd: startTask(i, "dp", -1, perRound(dpc->endS), &st.other); break;
-      case Action::Kind::kOuterStep: startTask(i, "outer_step", -1, dpc->outerStepS, &st.other); break;
-      case Action::Kind::kSend: {
-        st.postAfter = true;
-        st.postPeer = peerOf(i, a);
-        st.postKey = key(i, st.postPeer, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a));
-        double seconds = 0;
-        st.postBytes = sendBytesAndCost(i, a, &seconds);
-        startTask(i, a.isDataParallel() ? "dp_send" : "encode", a.microBatch, seconds, &st.encode);
-        break;
-      }
-      case Action::Kind::kRecv:
-        st.mode = Mode::kWaiting;
-        st.waitStart = now_;
-        st.arrival = -1;
-        collect(i);
-        break;
+    if (st.mode == Mode::kWaiting) {
+      if (st.arrival >= 0 || !collect(i)) return false;
+      if (st.arrival <= now_) finishWait(i);
+      return true;
     }
+    if (st.mode != Mode::kReady) return false;
+    if (execs_[i].run(*this)) listEnded(i);
     return true;
   }
+
+  // Backend: every action is host work of some seconds at full speed (a send: its encode, then
+  // its message leaves), or a wait for a message (then its decode).
+  double now() override { return now_; }
+  runtime::Progress compute(const Action& a, const runtime::ActionContext& c) override {
+    RankState& st = ranks_[c.rank];
+    const StageCost& cost = profile_.stages[c.virtualStage];
+    if (a.kind == Action::Kind::kGradNorm) return runtime::Progress::kDone;
+    if (a.kind == Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
+      return startTask(c.rank, cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize, &st.compute);
+    return startTask(c.rank, cost.of(a), &st.compute);
+  }
+  runtime::Progress step(const Action&, const runtime::ActionContext& c) override {  // every model chunk's
+    return startTask(c.rank, stepSeconds(profile_.stages, c.rank / R_, S_), &ranks_[c.rank].compute);
+  }
+  runtime::Progress dpBegin(const Action& a, const runtime::ActionContext& c) override {
+    RankState& st = ranks_[c.rank];
+    st.round = a.microBatch;
+    st.ownSent = false;
+    return startTask(c.rank, perRound(dpCosts_[c.rank / R_].beginS, st.round), &st.other);
+  }
+  runtime::Progress dpEnd(const Action&, const runtime::ActionContext& c) override {
+    return startTask(c.rank, perRound(dpCosts_[c.rank / R_].endS, ranks_[c.rank].round), &ranks_[c.rank].other);
+  }
+  runtime::Progress outerStep(const Action&, const runtime::ActionContext& c) override {
+    return startTask(c.rank, dpCosts_[c.rank / R_].outerStepS, &ranks_[c.rank].other);
+  }
+  runtime::Progress send(const Action& a, const runtime::ActionContext& c) override {
+    const int i = c.rank;
+    RankState& st = ranks_[i];
+    st.postPeer = c.peer;
+    st.postKey = key(i, c.peer, a, st.step, st.round, c.chunk);
+    double seconds = 0;
+    st.postBytes = sendBytesAndCost(i, a, &seconds);
+    st.postAfter = true;
+    if (startTask(i, seconds, &st.encode) == runtime::Progress::kPending) return runtime::Progress::kPending;
+    post(i);
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress recv(const Action&, const runtime::ActionContext& c) override {
+    RankState& st = ranks_[c.rank];
+    st.mode = Mode::kWaiting;
+    st.waitStart = now_;
+    st.arrival = -1;
+    if (!collect(c.rank) || st.arrival > now_) return runtime::Progress::kPending;
+    return endWait(c.rank);
+  }
+
+  static double perRound(const std::vector<double>& v, int round) { return round < static_cast<int>(v.size()) ? v[round] : 0.0; }
 
   int peerOf(int i, const Action& a) const { return runtime::protocol::peerRank(layout_, i, a); }
 
@@ -395,7 +399,7 @@ class Replay {
   // pipeline links: billed now, in this receiver's retrieval order, on its one inbound FIFO).
   bool collect(int i) {
     RankState& st = ranks_[i];
-    const Action& a = st.plan[st.pc];
+    const Action& a = execs_[i].current();
     const int peer = peerOf(i, a);
     const MailKey k = key(peer, i, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a));
     const auto it = mail_.find(k);
@@ -411,98 +415,92 @@ class Replay {
     }
     st.arrival = m.arrival;
     st.recvBytes = m.bytes;
-    if (st.arrival <= now_) finishWait(i);
     return true;
   }
 
   // The awaited message has arrived: the wait ends, decoding starts.
-  void finishWait(int i) {
+  runtime::Progress endWait(int i) {
     RankState& st = ranks_[i];
-    const Action& a = st.plan[st.pc];
-    if (now_ > st.waitStart) {
-      if (st.onTimeline) st.events.push_back({"wait", a.microBatch, st.waitStart, now_});
-      st.wait += now_ - st.waitStart;
-    }
+    st.wait += now_ - st.waitStart;
     st.mode = Mode::kReady;
-    startTask(i, a.isDataParallel() ? "dp_recv" : "decode", a.microBatch, recvCost(i, a, st.recvBytes), &st.decode);
+    return startTask(i, recvCost(i, execs_[i].current(), st.recvBytes), &st.decode);
+  }
+  // ... as the loop finds it (the executor's action is pending).
+  void finishWait(int i) {
+    if (endWait(i) == runtime::Progress::kDone) complete(i);
   }
 
-  // Host work of `seconds` at full speed; a free one completes the action at once.
-  void startTask(int i, const char* what, int mb, double seconds, double* bucket) {
+  // Host work of `seconds` at full speed; a free one is done at once.
+  runtime::Progress startTask(int i, double seconds, double* bucket) {
+    if (seconds <= 0) return runtime::Progress::kDone;
     RankState& st = ranks_[i];
-    if (seconds <= 0) return complete(i);
     st.mode = Mode::kBusy;
     st.remaining = seconds;
     st.taskStart = now_;
-    st.taskWhat = what;
-    st.taskMb = mb;
     st.bucket = bucket;
+    return runtime::Progress::kPending;
   }
 
   void finishTask(int i) {
     RankState& st = ranks_[i];
-    if (st.onTimeline) st.events.push_back({st.taskWhat, st.taskMb, st.taskStart, now_});
     *st.bucket += now_ - st.taskStart;
     st.mode = Mode::kReady;
     complete(i);
   }
 
-  // The current action is done at now_: a send's message leaves (its encode has ended).
+  // The pending action is done at now_ (a send's message leaves: its encode has ended).
   void complete(int i) {
-    RankState& st = ranks_[i];
-    if (st.postAfter) {
-      Message m{now_, -1, st.postBytes};
-      const bool dp = st.plan[st.pc].isDataParallel();
-      if (!serial_ || dp) m.arrival = clock(i, st.postPeer, dp).send(now_, static_cast<uint64_t>(st.postBytes));
-      mail_[st.postKey] = m;
-      if (wake_) {
-        const auto w = waiting_.find(st.postKey);
-        if (w != waiting_.end()) {
-          wake_->push_back(w->second);
-          waiting_.erase(w);
-        }
-      }
-      st.postAfter = false;
-    }
-    advancePc(i);
+    if (ranks_[i].postAfter) post(i);
+    execs_[i].finish(*this);
   }
 
-  void advancePc(int i) {
+  // The send in hand posts its message at now_.
+  void post(int i) {
     RankState& st = ranks_[i];
-    ++actions_;
-    // What the data-parallel exchange took, as the workers count it: the wall time of its actions.
-    if (st.plan[st.pc].partOfDataParallelism()) st.dp += now_ - st.actionStart;
-    st.actionStart = now_;
-    if (++st.pc < st.plan.size()) return;
+    Message m{now_, -1, st.postBytes};
+    const bool dp = execs_[i].current().isDataParallel();
+    if (!serial_ || dp) m.arrival = clock(i, st.postPeer, dp).send(now_, static_cast<uint64_t>(st.postBytes));
+    mail_[st.postKey] = m;
+    if (wake_) {
+      const auto w = waiting_.find(st.postKey);
+      if (w != waiting_.end()) {
+        wake_->push_back(w->second);
+        waiting_.erase(w);
+      }
+    }
+    st.postAfter = false;
+  }
+
+  void startList(int i, std::vector<Action> list, bool evaluation) {
+    runtime::ActionContext where;
+    where.step = ranks_[i].step;
+    where.evaluation = evaluation;
+    ranks_[i].evaluating = evaluation;
+    execs_[i].start(std::move(list), where, now_, ranks_[i].onTimeline && !evaluation);
+  }
+
+  // Rank i's list has ended at now_: record its step (or its evaluation), start what follows.
+  void listEnded(int i) {
+    RankState& st = ranks_[i];
+    runtime::StepExecutor& ex = execs_[i];
+    actions_ += static_cast<int64_t>(ex.list().size());
     if (st.evaluating) {  // the evaluation after st.step is done: the next step starts now
-      evalTimes_[st.step] = std::max(evalTimes_[st.step], now_ - st.evalStart);
+      evalTimes_[st.step] = std::max(evalTimes_[st.step], now_ - ex.started());
       evalEnds_[st.step] = std::max(evalEnds_[st.step], now_);
-      st.evaluating = false;
-      st.stepStart = now_;
-      st.pc = 0;
-      if (++st.step == steps_) st.mode = Mode::kDone;
-      else st.plan = planOf(i, st.step);
-      return;
+      return nextStep(i);
     }
-    // Step done: record it, start the next one right away (or its evaluation first).
-    perRank_[st.step][i] = {now_ - st.stepStart, st.compute, st.encode, st.decode, st.wait, st.dp, st.gradRaw, st.gradWire};
-    if (st.step == steps_ - 1 && st.onTimeline) lastEvents_[i] = st.events;
-    st.events.clear();
-    st.compute = st.encode = st.decode = st.wait = st.dp = st.other = 0;
+    perRank_[st.step][i] = {now_ - ex.started(), st.compute, st.encode, st.decode, st.wait, ex.dpSeconds(), st.gradRaw, st.gradWire};
+    if (st.step == steps_ - 1 && st.onTimeline) lastEvents_[i] = ex.events();
+    st.compute = st.encode = st.decode = st.wait = st.other = 0;
     st.gradRaw = st.gradWire = 0;
-    st.stepStart = now_;
-    st.pc = 0;
-    if (evaluatesAfter(st.step) && i % R_ == 0) {
-      st.evaluating = true;
-      st.evalStart = now_;
-      st.plan = runtime::evalSchedule(S_, static_cast<int>(opt_.evalRows.size()), i / R_, layout_.chunks);
-      return;
-    }
-    if (++st.step == steps_) {
-      st.mode = Mode::kDone;
-    } else {
-      st.plan = planOf(i, st.step);
-    }
+    if (evaluatesAfter(st.step) && i % R_ == 0)
+      return startList(i, runtime::evalSchedule(S_, static_cast<int>(opt_.evalRows.size()), i / R_, layout_.chunks), true);
+    nextStep(i);
+  }
+  void nextStep(int i) {
+    RankState& st = ranks_[i];
+    if (++st.step == steps_) st.mode = Mode::kDone;
+    else startList(i, planOf(i, st.step), false);
   }
 
   double evalRawBytes(int batch) const {
@@ -612,7 +610,8 @@ class Replay {
   std::vector<RankState> ranks_;
   std::vector<std::vector<int64_t>> dpValues_;  // [stage][round]: values of the round's buffer
   std::vector<DpCost> dpCosts_;                 // [stage]
-  std::map<int, std::vector<Event>> lastEvents_;
+  std::vector<runtime::StepExecutor> execs_;  // by rank
+  std::map<int, std::vector<runtime::TimelineEvent>> lastEvents_;
   std::unordered_map<uint64_t, emulator::LinkClock> clocks_;  // by (from rank, to rank)
   std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
   std::unordered_map<MailKey, Message, MailKeyHash> mail_;

@@ -120,10 +120,9 @@ def timeline(runs, rows, bandwidth, out):
     if not sel:
         return
     sel = [sel[0], sel[-1]] if len(sel) > 1 else sel
-    # Simulated runs split a receive into wait + decode and a send into encode; emulated workers
-    # record whole receives and sends.
-    colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "encode": "tab:purple",
-              "decode": "tab:pink", "wait": "lightgrey", "recv": "silver", "send": "tab:purple",
+    # Simulated and emulated runs alike record one event per action (runtime/executor.h): a send is
+    # its encode and hand-off, a receive its wait and decode.
+    colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "recv": "silver", "send": "tab:purple",
               "dp_send": "tab:red", "dp_recv": "tab:brown", "dp": "black", "outer_step": "tab:olive"}
     stages = len(runs[sel[0]["point"]]["timeline"])
     fig, axes = plt.subplots(len(sel), 1, figsize=(9, (1.3 + 0.45 * stages) * len(sel) + 0.6), squeeze=False)

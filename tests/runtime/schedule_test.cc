@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/executor.h"
 #include "runtime/protocol.h"
 #include "runtime/ranks.h"
 
@@ -43,11 +44,55 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
   }
 }
 
-// Replays the schedules: sends are asynchronous, receives block until the message is queued.
-// Returns true if every stage finishes and every receive found the message it expected. Peers
-// and message keys are the protocol's (runtime/protocol.h). With one model chunk per stage every
+// Replays the schedules on the executor (runtime/executor.h) with a backend of message queues:
+// sends are asynchronous, a receive stays pending until its message is queued. Returns true if
+// every stage finishes and every receive found the message it expected. Peers and message keys
+// are the protocol's, as the executor passes them on. With one model chunk per stage every
 // receive must be the head of its link's FIFO (one queue per directed link, shared by every
 // message kind); with chunks the transport takes messages by key, so any queued one will do.
+class QueueBackend : public Backend {
+ public:
+  QueueBackend(int ranks, bool keyed) : ranks_(ranks), keyed_(keyed) {}
+  using Key = std::tuple<Action::Message, int, int>;  // message, micro-batch, boundary chunk
+  double now() override { return 0; }
+  Progress compute(const Action&, const ActionContext&) override { return Progress::kDone; }
+  Progress step(const Action&, const ActionContext&) override { return Progress::kDone; }
+  Progress dpBegin(const Action&, const ActionContext&) override { return Progress::kDone; }
+  Progress dpEnd(const Action&, const ActionContext&) override { return Progress::kDone; }
+  Progress outerStep(const Action&, const ActionContext&) override { return Progress::kDone; }
+  Progress send(const Action& a, const ActionContext& c) override {
+    if (validPeer(c)) links_[{c.rank, c.peer}].push_back(Key{a.message, a.microBatch, c.chunk});
+    return Progress::kDone;
+  }
+  Progress recv(const Action& a, const ActionContext& c) override { return take(a, c) ? Progress::kDone : Progress::kPending; }
+  // Takes the message a receive waits for, if it is queued.
+  bool take(const Action& a, const ActionContext& c) {
+    if (!validPeer(c)) return true;
+    auto& q = links_[{c.peer, c.rank}];
+    const Key key{a.message, a.microBatch, c.chunk};
+    const auto it = !keyed_ ? (q.empty() ? q.end() : q.begin()) : std::find(q.begin(), q.end(), key);
+    if (it == q.end()) return false;  // not there yet
+    bad_ |= *it != key;
+    q.erase(it);
+    return true;
+  }
+  bool clean() const {
+    for (const auto& [link, q] : links_)
+      if (!q.empty()) return false;  // a message nobody received
+    return !bad_;
+  }
+
+ private:
+  bool validPeer(const ActionContext& c) {
+    const bool ok = c.peer >= 0 && c.peer < ranks_ && c.peer != c.rank;
+    bad_ |= !ok;
+    return ok;
+  }
+  int ranks_;
+  bool keyed_, bad_ = false;
+  std::map<std::pair<int, int>, std::deque<Key>> links_;  // (from, to) -> in flight
+};
+
 bool replayPlans(const std::vector<std::vector<Action>>& plans, int S, int chunks);
 
 bool replay(const std::string& name, int S, int M, int chunks = 1) {
@@ -58,39 +103,98 @@ bool replay(const std::string& name, int S, int M, int chunks = 1) {
 
 bool replayPlans(const std::vector<std::vector<Action>>& plans, int S, int chunks) {
   const RankLayout layout{S, 1, chunks};
-  using Key = std::tuple<Action::Message, int, int>;  // message, micro-batch, boundary chunk
-  std::map<std::pair<int, int>, std::deque<Key>> links;  // (from, to) -> in flight
-  std::vector<size_t> pc(S, 0);
-  bool progress = true;
-  while (progress) {
+  QueueBackend b(S, chunks > 1);
+  std::vector<StepExecutor> ex;
+  for (int s = 0; s < S; ++s) {
+    ex.emplace_back(layout, s);
+    ex.back().start(plans[s], {}, 0, false);
+  }
+  for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < S; ++s) {
-      while (pc[s] < plans[s].size()) {
-        const Action& a = plans[s][pc[s]];
-        if (a.isCommunication()) {
-          const int peer = protocol::peerRank(layout, s, a);
-          if (peer < 0 || peer >= S || peer == s) return false;
-          const Key key{a.message, a.microBatch, protocol::boundaryChunk(layout, s, a)};
-          if (a.kind == Action::Kind::kSend) {
-            links[{s, peer}].push_back(key);
-          } else {
-            auto& q = links[{peer, s}];
-            const auto it = chunks == 1 ? (q.empty() ? q.end() : q.begin()) : std::find(q.begin(), q.end(), key);
-            if (it == q.end()) break;  // not there yet
-            if (*it != key) return false;
-            q.erase(it);
-          }
-        }
-        ++pc[s];
-        progress = true;
+      const size_t before = ex[s].position();
+      if (ex[s].pending()) {
+        if (!b.take(ex[s].current(), ex[s].context())) continue;
+        ex[s].finish(b);
       }
+      if (!ex[s].ended()) ex[s].run(b);
+      progress |= ex[s].position() != before;
     }
   }
   for (int s = 0; s < S; ++s)
-    if (pc[s] != plans[s].size()) return false;
-  for (const auto& [link, q] : links)
-    if (!q.empty()) return false;  // a message nobody received
-  return true;
+    if (!ex[s].ended()) return false;
+  return b.clean();
+}
+
+// The replay can fail: messages out of a link's order, a receive before the send it waits for
+// (deadlock), a message nobody receives.
+TEST(ExecutorTest, ReplayFindsDisorderDeadlocksAndLostMessages) {
+  // "F0 sA0 F1 sA1 rG1 B1 rG0 B0 N rP sT S" and "rA0 F0 rA1 F1 B1 sG1 B0 sG0 N sP rT S"
+  const std::vector<std::vector<Action>> good = {gpipeSchedule(2, 2, 0), gpipeSchedule(2, 2, 1)};
+  ASSERT_TRUE(replayPlans(good, 2, 1));
+  auto disorder = good;
+  std::swap(disorder[0][1], disorder[0][3]);  // sA1 before sA0
+  EXPECT_FALSE(replayPlans(disorder, 2, 1));
+  auto deadlock = good;
+  std::rotate(deadlock[0].begin() + 1, deadlock[0].begin() + 4, deadlock[0].begin() + 5);  // F0 rG1 sA0 ...
+  ASSERT_EQ(describe(deadlock[0]).substr(0, 9), "F0 rG1 sA");
+  EXPECT_FALSE(replayPlans(deadlock, 2, 1));
+  auto lost = good;
+  lost[1].erase(lost[1].end() - 2);  // stage 1 never receives the norm total
+  EXPECT_FALSE(replayPlans(lost, 2, 1));
+}
+
+// A backend may leave an action pending: the executor resumes it where it stopped, an event spans
+// the action from its dispatch to its finish, the DP actions' time is summed, and each action
+// comes with the protocol's peer rank and chunk.
+TEST(ExecutorTest, PendingActionsResumeWithTheirContext) {
+  struct Clocked : Backend {
+    double t = 0;
+    std::vector<std::pair<Action, ActionContext>> seen;
+    double now() override { return t; }
+    Progress log(const Action& a, const ActionContext& c, Progress p) {
+      seen.push_back({a, c});
+      return p;
+    }
+    Progress compute(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kPending); }
+    Progress step(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
+    Progress send(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
+    Progress recv(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
+    Progress dpBegin(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kPending); }
+    Progress dpEnd(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
+    Progress outerStep(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
+  } b;
+  const RankLayout layout{2, 2, 1};  // rank 1: stage 0, replica 1
+  DpShape dp;
+  dp.replicas = 2;
+  const auto list = makeSchedule("gpipe", 2, 1, 0, dp, 1, 0);
+  ASSERT_EQ(describe(list), "F0 sA0 rG0 B0 D<0 sRS1@0 rRS0@0 sAG0@0 rAG1@0 D>0 N rP sT S");
+  StepExecutor ex(layout, 1);
+  ActionContext where;
+  where.step = 7;
+  ex.start(list, where, b.t, true);
+  int pendings = 0;
+  while (!ex.run(b)) {  // every compute takes 1 s, DpBegin 0.5 s
+    ++pendings;
+    ASSERT_TRUE(ex.pending());
+    b.t += ex.current().kind == Action::Kind::kDpBegin ? 0.5 : 1.0;
+    ex.finish(b);
+  }
+  EXPECT_EQ(pendings, 4);  // F0, B0, DpBegin, GradNorm
+  EXPECT_DOUBLE_EQ(b.t, 3.5);
+  ASSERT_EQ(ex.events().size(), list.size());
+  EXPECT_EQ(ex.events()[0].start, 0.0);
+  EXPECT_EQ(ex.events()[0].end, 1.0);
+  EXPECT_EQ(ex.events()[0].step, 7);
+  EXPECT_DOUBLE_EQ(ex.dpSeconds(), 0.5);
+  ASSERT_EQ(b.seen.size(), list.size());
+  for (const auto& [a, c] : b.seen) {
+    EXPECT_EQ(c.rank, 1);
+    EXPECT_EQ(c.step, 7);
+    if (a.isCommunication()) EXPECT_EQ(c.peer, protocol::peerRank(layout, 1, a)) << describe({a});
+  }
+  EXPECT_EQ(b.seen[1].second.peer, 3);  // sA0: stage 1, replica 1
+  EXPECT_EQ(b.seen[5].second.peer, 0);  // sRS1@0: replica 0 of stage 0
 }
 
 TEST(ScheduleTest, EveryShapeCompletesWithFifoOrder) {
