@@ -146,20 +146,20 @@ emulator::Topology dpTopology(const RunSpec& spec) {
 DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)), ctx_(ctx) {
   for (int q = 0; q < opt_.replicas; ++q) {
     if (q == opt_.replica) continue;
-    Link& l = links_[q];
-    l.pull = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
-    l.pull->set(zmq::sockopt::rcvhwm, 0);
-    l.pull->set(zmq::sockopt::linger, 0);
-    l.pull->set(zmq::sockopt::maxmsgsize, opt_.maxMessageBytes);
-    if (opt_.security) opt_.security->server(*l.pull, opt_.stage * opt_.replicas + q);
-    l.pull->bind("tcp://" + opt_.bindHost + ":*");
-    l.receiver = std::make_unique<emulator::ShapedReceiver>(*l.pull, 0, 0, 300 + 1000 * opt_.rank + q);
+    ChannelOptions c;
+    c.rank = opt_.rank;
+    c.peer = opt_.stage * opt_.replicas + q;
+    c.bindHost = opt_.bindHost;
+    c.security = opt_.security;
+    c.maxMessageBytes = opt_.maxMessageBytes;
+    c.receiverSeed = 300 + 1000 * opt_.rank + q;
+    links_[q] = std::make_unique<Channel>(ctx_, c);
   }
 }
 
 json DpExchange::endpoints() const {
   json j = json::object();
-  for (const auto& [q, l] : links_) j[std::to_string(q)] = l.pull->get(zmq::sockopt::last_endpoint);
+  for (const auto& [q, l] : links_) j[std::to_string(q)] = l->endpoint();
   return j;
 }
 
@@ -169,13 +169,7 @@ void DpExchange::connect(const json& peers) {
     if (!peers.contains(key))
       throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica) +
                                ": no endpoint of replica " + key + " in the peer table");
-    l.push = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
-    l.push->set(zmq::sockopt::sndhwm, 0);
-    l.push->set(zmq::sockopt::linger, 30000);
-    if (opt_.security) opt_.security->client(*l.push, opt_.stage * opt_.replicas + q);
-    l.push->connect(peers[key].get<std::string>());
-    l.sender = std::make_unique<emulator::ShapedSender>(*l.push, opt_.topology.link(opt_.replica, q), true,
-                                                         5000 + 1000 * opt_.rank + q);
+    l->connect(ctx_, peers[key].get<std::string>(), opt_.topology.link(opt_.replica, q), true, 5000 + 1000 * opt_.rank + q);
   }
 }
 
@@ -230,18 +224,14 @@ zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const
   h.shape = {chunkLen(chunk)};
   const compression::CodecContext ctx = context(chunk, h.microBatch);
   const double t0 = emulator::monotonicNow();
-  auto* frame = new Bytes(compression::encodeFrame(c, x, h, ctx));
+  zmq::message_t frame = frameMessage(compression::encodeFrame(c, x, h, ctx));
   stats_.encodeS += emulator::monotonicNow() - t0;
-  // ZeroMQ owns the frame from here and frees it once no message refers to it.
-  return zmq::message_t(frame->data(), frame->size(), [](void*, void* hint) { delete static_cast<Bytes*>(hint); }, frame);
+  return frame;
 }
 
 void DpExchange::sendFrame(int peer, zmq::message_t frame) {
-  Link& l = links_.at(peer);
   stats_.wire += static_cast<int64_t>(frame.size());
-  const double t0 = emulator::monotonicNow();
-  l.sender->send(std::move(frame));
-  stats_.waitS += emulator::monotonicNow() - t0;
+  stats_.waitS += links_.at(peer)->send(std::move(frame));
 }
 
 void DpExchange::sendShared(int peer, zmq::message_t& frame) {
@@ -251,24 +241,25 @@ void DpExchange::sendShared(int peer, zmq::message_t& frame) {
 }
 
 zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
-  Link& l = links_.at(peer);
-  const double t0 = emulator::monotonicNow();
-  auto msg = l.receiver->recv(static_cast<int>(opt_.recvTimeoutS * 1000));
-  stats_.waitS += emulator::monotonicNow() - t0;
+  // A DP link is a FIFO of one round's messages in the schedule's order: any other is a slip.
+  auto judge = [&](const compression::FrameHeader& h) {
+    const bool expected = h.kind == MessageKind::kParamGradient && h.step == step_ && h.microBatch == tag(m, chunk) &&
+                          h.shape == compression::Shape{chunkLen(chunk)};
+    return expected ? Channel::Verdict::kTake : Channel::Verdict::kSlip;
+  };
+  double waited = 0;
+  std::optional<Channel::Received> got = links_.at(peer)->take(judge, opt_.recvTimeoutS, &waited);
+  stats_.waitS += waited;
   const std::string who = "stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica);
-  if (!msg)
+  if (!got)
     throw std::runtime_error(who + ": no data-parallel message from replica " + std::to_string(peer) + " for " +
                              std::to_string(opt_.recvTimeoutS) + " s");
-  zmq::message_t frame = std::move(msg->payload);
-  size_t at = 0;
-  const compression::FrameHeader h = compression::parseFrame(static_cast<const uint8_t*>(frame.data()), frame.size(), &at);
-  if (h.kind != MessageKind::kParamGradient || h.step != step_ || h.microBatch != tag(m, chunk) ||
-      h.shape != compression::Shape{chunkLen(chunk)})
+  if (got->slip)
     throw std::runtime_error(who + ": expected data-parallel message " + std::to_string(tag(m, chunk)) + " of step " +
                              std::to_string(step_) + " (" + std::to_string(chunkLen(chunk)) + " values) from replica " +
-                             std::to_string(peer) + ", got tag " + std::to_string(h.microBatch) + " of step " +
-                             std::to_string(h.step));
-  return frame;
+                             std::to_string(peer) + ", got tag " + std::to_string(got->header.microBatch) + " of step " +
+                             std::to_string(got->header.step));
+  return std::move(got->message.payload);
 }
 
 // Every DP decode goes through here, with the encoder's context (a push decoded with an empty
@@ -374,8 +365,7 @@ void DpExchange::end() {
 }
 
 void DpExchange::setTraceOrigin(double origin) {
-  for (auto& [q, l] : links_)
-    if (l.sender) l.sender->setTraceOrigin(origin);
+  for (auto& [q, l] : links_) l->setTraceOrigin(origin);
 }
 
 DpStats DpExchange::takeStats() {

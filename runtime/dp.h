@@ -4,9 +4,9 @@
 // a round works on one flat float buffer that the worker packs (gradients, PowerSGD factors, the
 // DiLoCo outer gradient) and unpacks.
 //
-// Wire. Every replica binds one PULL socket per other replica of its stage and connects one PUSH
-// to each of theirs, so every directed DP link is its own FIFO with its own user-space shaping
-// (network.dp_links: the default link, overrides by replica). Messages are compression frames of
+// Wire. One Channel (runtime/channel.h) per other replica of the stage, so every directed DP link
+// is its own FIFO with its own user-space shaping (network.dp_links: the default link, overrides
+// by replica). Messages are compression frames of
 // kind kParamGradient whose micro-batch field carries (round, message, chunk): a slip is an error.
 // Chunk c of an n-value buffer is [c*n/R, (c+1)*n/R); a message is its chunk as a 1-D tensor {len}
 // (quantizers for gradients want scale=group: a channel scale of a 1-D tensor is per value).
@@ -35,6 +35,7 @@
 #include "compression/codec.h"
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/channel.h"
 #include "runtime/protocol.h"
 #include "runtime/schedule.h"
 #include "runtime/spec.h"
@@ -112,11 +113,6 @@ class DpExchange {
   nlohmann::json digests() const;
 
  private:
-  struct Link {
-    std::unique_ptr<zmq::socket_t> push, pull;
-    std::unique_ptr<emulator::ShapedSender> sender;
-    std::unique_ptr<emulator::ShapedReceiver> receiver;
-  };
   int64_t chunkBegin(int c) const { return protocol::dpChunkBegin(n_, c, opt_.replicas); }
   int64_t chunkLen(int c) const { return protocol::dpChunkValues(n_, c, opt_.replicas); }
   int32_t tag(Action::Message m, int chunk) const;
@@ -135,7 +131,7 @@ class DpExchange {
 
   DpOptions opt_;
   zmq::context_t& ctx_;
-  std::map<int, Link> links_;
+  std::map<int, std::unique_ptr<Channel>> links_;  // by replica (runtime/channel.h)
   std::map<std::string, std::unique_ptr<compression::Codec>> encoders_, decoders_;
   // The round in progress.
   float* buf_ = nullptr;

@@ -1,8 +1,8 @@
 // Stage transport: framed, codec-compressed, shaped channels between a stage and its pipeline peers.
 //
-// Protocol. One Channel per directed rank -> rank link: this rank binds one PULL socket per peer
-// that sends to it and connects one PUSH socket to each peer's PULL for it; the previous and the
-// next stage are routes to a channel (with interleaved model chunks the pipeline is a ring, and
+// Protocol. One Channel (runtime/channel.h) per peer rank: the PULL socket this rank binds for the
+// peer's messages and the PUSH socket to the peer's; the previous and the next stage are routes to
+// a channel (with interleaved model chunks the pipeline is a ring, and
 // with two stages both routes lead to the one channel of that pair, which so carries, and is shaped
 // as, one link). Every message is an emulator Envelope + a compression Frame. Per channel there is
 // one codec pair (sender encodes, receiver decodes) per (direction, chunk): the forward codec
@@ -33,6 +33,7 @@
 #include "compression/frame.h"
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/channel.h"
 
 namespace slowpipe::runtime {
 
@@ -115,30 +116,19 @@ class StageTransport {
   uint64_t codecDigest(bool forward, bool sender) const;
 
  private:
-  struct Received {
-    emulator::ShapedMessage message;
-    compression::FrameHeader header;
-    size_t payloadAt = 0;
-  };
-  struct Channel {
-    int peer = -1, peerStage = -1;
-    // Outbound: this rank -> peer.
-    std::unique_ptr<zmq::socket_t> push;
-    std::unique_ptr<emulator::ShapedSender> sender;
-    // Inbound: peer -> this rank.
-    std::unique_ptr<zmq::socket_t> pull;
-    std::unique_ptr<emulator::ShapedReceiver> receiver;
-    std::string endpoint;
-    std::deque<Received> stash;  // arrived ahead of their turn
+  // A pipeline peer: the channel to it (runtime/channel.h) and the codecs of its messages.
+  struct Peer {
+    int rank = -1, stage = -1;
+    std::unique_ptr<Channel> channel;
     // Codecs by (forward?, chunk): what this rank sends to / receives from the peer.
     std::map<std::pair<bool, int>, std::unique_ptr<compression::Codec>> encoders, decoders;
     std::unique_ptr<compression::Codec> plainEncoder, plainDecoder;  // kEval / kControl
   };
-  Channel& route(bool next);
-  compression::Codec& codec(Channel& c, bool encoder, bool forward, int chunk);
+  Peer& route(bool next);
+  compression::Codec& codec(Peer& p, bool encoder, bool forward, int chunk);
   TransportOptions opt_;
   zmq::context_t& ctx_;
-  std::map<int, Channel> channels_;  // by peer rank
+  std::map<int, Peer> peers_;        // by peer rank
   emulator::SerialFifo fifo_;        // serial_fifo: this stage's one inbound wire
   TransportStats stats_;
 };

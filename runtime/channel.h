@@ -1,0 +1,89 @@
+// A Channel: this rank's two directed links with one peer rank (tensorpipe's Channel, gloo's
+// Pair), the one wire under the pipeline transport (runtime/transport.h) and the replicas' exchange
+// (runtime/dp.h), which only route to it by rank and frame what they send.
+//   inbound  peer -> this rank: a PULL socket this rank binds (CURVE server admitting only the
+//            peer's key across hosts; ZMQ_MAXMSGSIZE), read through a ShapedReceiver (the latency
+//            and jitter a receiver adds itself; serial_fifo's billing), messages taken by key: one
+//            that arrives ahead of its turn waits in the channel's stash, one the caller calls a
+//            slip is an error naming both keys;
+//   outbound this rank -> peer: a PUSH socket to the peer's PULL, written through a ShapedSender
+//            (the link's rate, latency, trace; paced in user space or stamped only).
+// Frames travel as ZeroMQ messages that own their bytes (frameMessage): never copied on this side.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "emulator/link.h"
+#include "emulator/shaped_socket.h"
+
+namespace slowpipe::runtime {
+
+struct SocketSecurity;  // runtime/security.h
+
+struct ChannelOptions {
+  int rank = 0, peer = 0;             // this end and the other
+  std::string bindHost = "127.0.0.1";  // where the inbound PULL socket binds
+  const SocketSecurity* security = nullptr;  // across hosts: CURVE (nullptr: plain, one host)
+  int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the inbound socket (-1: no limit)
+  // What the receiver adds itself (tc without netem): latency and jitter; its jitter's seed.
+  double latencyS = 0, jitterS = 0;
+  uint64_t receiverSeed = 2;
+};
+
+// An encoded frame as a ZeroMQ message that owns the bytes (freed once no message refers to them).
+zmq::message_t frameMessage(compression::Bytes&& frame);
+
+class Channel {
+ public:
+  // A received frame, parsed.
+  struct Received {
+    emulator::ShapedMessage message;
+    compression::FrameHeader header;
+    size_t payloadAt = 0;
+    bool slip = false;  // the judge called it a slip: the caller names it in its error
+    const uint8_t* bytes() const { return static_cast<const uint8_t*>(message.payload.data()); }
+    double oneWayS() const { return message.deliveredAt - message.envelope.sendTime; }
+  };
+  // What a receiver makes of a message: the one it waits for, one for a later turn, or a slip.
+  enum class Verdict { kTake, kStash, kSlip };
+
+  Channel(zmq::context_t& ctx, const ChannelOptions& opt);  // binds the inbound socket
+  int peer() const { return opt_.peer; }
+  // Where the peer connects to send to this rank.
+  const std::string& endpoint() const { return endpoint_; }
+  // Connects the outbound link to the peer's endpoint for this rank, shaped as `link`
+  // (paceRate=false: the kernel, or serial_fifo's receiver, bills the rate; only stamp).
+  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link, bool paceRate,
+               uint64_t senderSeed);
+  bool connected() const { return sender_ != nullptr; }
+  // serial_fifo: the receiver bills each retrieved message on `fifo` (see ShapedReceiver).
+  void useSerialFifo(emulator::SerialFifo* fifo, double bps, double latencyS) { receiver_->useSerialFifo(fifo, bps, latencyS); }
+  void setTraceOrigin(double origin);
+
+  // Sends one frame; returns the seconds it blocked (the emulated link's queue limit).
+  double send(zmq::message_t frame);
+  // Takes the first message `judge` calls kTake, from the stash or else the socket, waiting up to
+  // timeoutS in all; a kStash one waits in the stash for a later take, a kSlip one is returned
+  // (slip = true). Nothing when the time is up. *waitedS: the seconds it waited.
+  std::optional<Received> take(const std::function<Verdict(const compression::FrameHeader&)>& judge, double timeoutS,
+                               double* waitedS);
+  size_t stashed() const { return stash_.size(); }
+
+ private:
+  ChannelOptions opt_;
+  std::unique_ptr<zmq::socket_t> push_, pull_;
+  std::unique_ptr<emulator::ShapedSender> sender_;
+  std::unique_ptr<emulator::ShapedReceiver> receiver_;
+  std::string endpoint_;
+  std::deque<Received> stash_;  // arrived ahead of their turn
+};
+
+}  // namespace slowpipe::runtime
