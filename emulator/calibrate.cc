@@ -144,7 +144,7 @@ json calibrateUser(const CalibrationOptions& o) {
       drained = true;
     }
   });
-  ShapedSender tx(push, o.link, /*paceRate=*/true);
+  ShapedSender tx(push, o.link, &linkModel("pipelined"));
   sendAll(tx, o.messageBytes, bulk, o.probes, [&] { while (!drained) std::this_thread::sleep_for(std::chrono::microseconds(200)); },
           o.link.bandwidthBps);
   receiver.join();
@@ -250,7 +250,7 @@ json calibrateKernel(const CalibrationOptions& o) {
     configure(done, 64);
     done.bind(doneEp);
     push.connect(dataEp);
-    ShapedSender tx(push, o.link, /*paceRate=*/false);
+    ShapedSender tx(push, o.link, nullptr);  // the kernel paces
     sendAll(tx, o.messageBytes, bulk, o.probes, [&] {
       zmq::message_t m;
       (void)done.recv(m);

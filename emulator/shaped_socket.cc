@@ -51,8 +51,8 @@ void sleepUntil(double t) {
   }
 }
 
-ShapedSender::ShapedSender(zmq::socket_t& socket, LinkSpec spec, bool paceRate, uint64_t seed)
-    : socket_(socket), clock_(std::move(spec), monotonicNow(), seed), paceRate_(paceRate) {}
+ShapedSender::ShapedSender(zmq::socket_t& socket, LinkSpec spec, const LinkModelInfo* model, uint64_t seed)
+    : socket_(socket), clock_(std::move(spec), monotonicNow(), seed), info_(model), model_(model ? model->make() : nullptr) {}
 
 void ShapedSender::send(const void* data, size_t size) {
   send(zmq::message_t(data, size));
@@ -61,16 +61,14 @@ void ShapedSender::send(const void* data, size_t size) {
 void ShapedSender::send(zmq::message_t payload) {
   Envelope e;
   e.bytes = payload.size();
-  if (paceRate_) {
+  if (info_ && info_->pacesAtSender) {
     // Queue limit: wait until what is already on the link fits under it.
     const double now = monotonicNow();
     const double maxBacklog = 8.0 * static_cast<double>(clock_.spec().queueBytes) / clock_.rateAt(now);
     if (clock_.backlogSeconds(now) > maxBacklog) sleepUntil(now + clock_.backlogSeconds(now) - maxBacklog);
-    e.sendTime = monotonicNow();
-    e.arrivalTime = clock_.send(e.sendTime, e.bytes);
-  } else {
-    e.sendTime = monotonicNow();
   }
+  e.sendTime = monotonicNow();
+  if (model_) e.arrivalTime = std::max(0.0, model_->stamp(clock_, e.sendTime, e.bytes));  // 0: unstamped
   socket_.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
   socket_.send(std::move(payload), zmq::send_flags::none);
 }
@@ -134,8 +132,8 @@ void ShapedReceiver::drainFor(double until) {
 
 std::optional<ShapedMessage> ShapedReceiver::recv(int timeoutMs) {
   if (pending_.empty() && !pull(true, timeoutMs)) return std::nullopt;
-  if (fifo_) pending_.front().due = fifo_->bill(pending_.front().envelope.sendTime, pending_.front().envelope.bytes,
-                                                fifoBps_, fifoLatencyS_);
+  ShapedMessage& head = pending_.front();
+  if (model_ && head.envelope.arrivalTime == 0) head.due = model_->bill(link_, head.envelope.sendTime, head.envelope.bytes);
   drainFor(pending_.front().due);
   ShapedMessage m = std::move(pending_.front());
   pending_.pop_front();

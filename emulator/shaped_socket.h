@@ -15,11 +15,13 @@
 #include <cstdint>
 #include <algorithm>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <random>
 #include <zmq.hpp>
 
 #include "emulator/link.h"
+#include "emulator/link_model.h"
 
 namespace slowpipe::emulator {
 
@@ -51,9 +53,11 @@ struct ShapedMessage {
 // Shapes what the owner sends on one socket to one peer.
 class ShapedSender {
  public:
-  // paceRate=false: the kernel shapes the rate; only stamp the send time.
-  ShapedSender(zmq::socket_t& socket, LinkSpec spec, bool paceRate, uint64_t seed = 1);
-  // Sends one message. Blocks while the emulated link holds more than spec.queueBytes.
+  // model: the link model that stamps each message's arrival (emulator/link_model.h); nullptr: the
+  // kernel shapes the rate, only stamp the send time (the receiver adds latency and jitter).
+  ShapedSender(zmq::socket_t& socket, LinkSpec spec, const LinkModelInfo* model, uint64_t seed = 1);
+  // Sends one message. A model that paces at the sender blocks while the emulated link holds more
+  // than spec.queueBytes.
   void send(const void* data, size_t size);
   // Variant taking ownership of a zmq message (no copy).
   void send(zmq::message_t payload);
@@ -63,19 +67,8 @@ class ShapedSender {
  private:
   zmq::socket_t& socket_;
   LinkClock clock_;
-  bool paceRate_;
-};
-
-// The serial_fifo link model's inbound wire of one receiving rank, shared by all its inbound links
-// (forward and backward traffic): a message is billed when the receiver retrieves it,
-// start = max(previous arrival, sent), arrival = start + 8B/R + latency (the Protocol NanoGPT
-// meter). Not thread-safe: one receiving rank, one thread.
-struct SerialFifo {
-  double arrivesAt = 0;
-  double bill(double sentAt, uint64_t bytes, double bps, double latencyS) {
-    arrivesAt = std::max(arrivesAt, sentAt) + 8.0 * static_cast<double>(bytes) / bps + latencyS;
-    return arrivesAt;
-  }
+  const LinkModelInfo* info_;
+  std::unique_ptr<LinkModel> model_;  // the sender's part (stamp)
 };
 
 // Delivers messages at their emulated arrival times. While it waits for one message's time it keeps
@@ -87,12 +80,12 @@ class ShapedReceiver {
   ShapedReceiver(zmq::socket_t& socket, double latencyS = 0, double jitterS = 0, uint64_t seed = 2);
   // Waits up to timeoutMs (-1: forever) for a message; empty if none came.
   std::optional<ShapedMessage> recv(int timeoutMs = -1);
-  // serial_fifo: bill each retrieved message on `fifo` at this link's rate and latency (senders
-  // stamp only their send time). The fifo outlives the receiver.
-  void useSerialFifo(SerialFifo* fifo, double bps, double latencyS) {
-    fifo_ = fifo;
-    fifoBps_ = bps;
-    fifoLatencyS_ = latencyS;
+  // A link model whose receiver bills (serial_fifo): each retrieved message the sender left
+  // unstamped is billed on `model` (the receiving rank's, shared by its inbound links; it outlives
+  // the receiver) as having come over `link`.
+  void billWith(LinkModel* model, const LinkSpec& link) {
+    model_ = model;
+    link_ = link;
   }
 
  private:
@@ -104,8 +97,8 @@ class ShapedReceiver {
   double lastDue_ = 0;
   std::mt19937_64 rng_;
   std::deque<ShapedMessage> pending_;
-  SerialFifo* fifo_ = nullptr;
-  double fifoBps_ = 0, fifoLatencyS_ = 0;
+  LinkModel* model_ = nullptr;  // billWith
+  LinkSpec link_;
 };
 
 }  // namespace slowpipe::emulator

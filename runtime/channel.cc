@@ -22,8 +22,8 @@ Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
   receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, opt_.latencyS, opt_.jitterS, opt_.receiverSeed);
 }
 
-void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link, bool paceRate,
-                      uint64_t senderSeed) {
+void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link,
+                      const emulator::LinkModelInfo* model, uint64_t senderSeed) {
   push_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
   push_->set(zmq::sockopt::sndhwm, 0);
   // Linger: a rank that finishes first must still deliver its last messages (the final
@@ -31,7 +31,7 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
   push_->set(zmq::sockopt::linger, 30000);
   if (opt_.security) opt_.security->client(*push_, opt_.peer);
   push_->connect(peerEndpoint);
-  sender_ = std::make_unique<emulator::ShapedSender>(*push_, link, paceRate, senderSeed);
+  sender_ = std::make_unique<emulator::ShapedSender>(*push_, link, model, senderSeed);
 }
 
 void Channel::setTraceOrigin(double origin) {

@@ -59,13 +59,14 @@ class Channel {
   int peer() const { return opt_.peer; }
   // Where the peer connects to send to this rank.
   const std::string& endpoint() const { return endpoint_; }
-  // Connects the outbound link to the peer's endpoint for this rank, shaped as `link`
-  // (paceRate=false: the kernel, or serial_fifo's receiver, bills the rate; only stamp).
-  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link, bool paceRate,
-               uint64_t senderSeed);
+  // Connects the outbound link to the peer's endpoint for this rank, shaped as `link` under
+  // `model` (emulator/link_model.h; nullptr: the kernel shapes the rate, only stamp).
+  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link,
+               const emulator::LinkModelInfo* model, uint64_t senderSeed);
   bool connected() const { return sender_ != nullptr; }
-  // serial_fifo: the receiver bills each retrieved message on `fifo` (see ShapedReceiver).
-  void useSerialFifo(emulator::SerialFifo* fifo, double bps, double latencyS) { receiver_->useSerialFifo(fifo, bps, latencyS); }
+  // What the sender leaves unstamped the receiver bills on `inbound` (this rank's part of the
+  // link model) as having come over `link` (see ShapedReceiver::billWith).
+  void billWith(emulator::LinkModel* inbound, const emulator::LinkSpec& link) { receiver_->billWith(inbound, link); }
   void setTraceOrigin(double origin);
 
   // Sends one frame; returns the seconds it blocked (the emulated link's queue limit).

@@ -169,7 +169,9 @@ void DpExchange::connect(const json& peers) {
     if (!peers.contains(key))
       throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica) +
                                ": no endpoint of replica " + key + " in the peer table");
-    l->connect(ctx_, peers[key].get<std::string>(), opt_.topology.link(opt_.replica, q), true, 5000 + 1000 * opt_.rank + q);
+    // The replicas' links: always the pipelined model (network.model is the pipeline's).
+    l->connect(ctx_, peers[key].get<std::string>(), opt_.topology.link(opt_.replica, q), &emulator::linkModel("pipelined"),
+               5000 + 1000 * opt_.rank + q);
   }
 }
 

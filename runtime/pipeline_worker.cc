@@ -73,7 +73,7 @@ class PipelineWorker : public Backend {
     o.backwardCodec = spec.compression.backward;
     o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
     o.kernelPacesRate = c.kernelPacesRate;
-    o.serialFifo = spec.network.model == "serial_fifo";
+    o.linkModel = spec.network.model;
     o.delays = c.delays;
     o.bindPrevHost = c.bindPrev;
     o.bindNextHost = c.bindNext;

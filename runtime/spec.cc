@@ -11,6 +11,7 @@
 
 #include "compression/codec.h"
 #include "emulator/link.h"
+#include "emulator/link_model.h"
 #include "runtime/dp.h"
 #include "runtime/result.h"
 #include "runtime/protocol.h"
@@ -99,17 +100,17 @@ void positive(const std::string& field, double v) {
 
 namespace {
 
-// serial_fifo models rate and latency (one inbound FIFO per rank): a jitter, loss or trace it would
-// silently ignore is refused, naming the field.
-void refuseForSerialFifo(const json& links, const std::string& where) {
-  auto check = [](json link, const std::string& at) {  // one link's JSON, read by the link parser itself
+// A link model that bills rate and latency only (serial_fifo: one inbound FIFO per rank): a jitter,
+// loss or trace it would silently ignore is refused, naming the field.
+void refuseUnmodelled(const json& links, const std::string& where, const std::string& model) {
+  auto check = [&model](json link, const std::string& at) {  // one link's JSON, read by the link parser itself
     if (!link.is_object()) return;
     for (const char* k : {"links", "src", "dst"}) link.erase(k);
     const emulator::LinkSpec l = emulator::linkSpecFromJson(link, at);
     const char* key = l.jitterS > 0 ? (link.contains("jitter") ? "jitter" : "jitter_s") : l.loss > 0 ? "loss" : !l.trace.empty() ? "trace" : nullptr;
     if (key)
-      throw std::invalid_argument(at + "." + key + ": " + link[key].dump() + " with network.model serial_fifo, which models "
-                                  "rate and latency only; jitter, loss and traces need network.model pipelined");
+      throw std::invalid_argument(at + "." + key + ": " + link[key].dump() + " with network.model " + model +
+                                  ", which models rate and latency only; jitter, loss and traces need network.model pipelined");
   };
   check(links, where);
   if (links.is_object() && links.contains("links") && links["links"].is_array())
@@ -301,14 +302,18 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
   f.get("dev", s.network.dev);
   if (s.network.backend != "user" && s.network.backend != "tc" && s.network.backend != "tc-dev")
     fail(f.field("backend"), "'" + s.network.backend + "' is not a backend; expected user, tc or tc-dev");
-  if (s.network.model != "pipelined" && s.network.model != "serial_fifo")
-    fail(f.field("model"), "'" + s.network.model + "' is not a link model; expected pipelined or serial_fifo");
-  if (s.network.model == "serial_fifo" && !simulation && s.network.backend != "user")
-    fail(f.field("model"), "serial_fifo is a user-space (or simulated) link model; backend '" + s.network.backend +
+  const emulator::LinkModelInfo* model = nullptr;
+  try {
+    model = &emulator::linkModel(s.network.model);
+  } catch (const std::invalid_argument& e) {
+    fail(f.field("model"), e.what());
+  }
+  if (!model->kernelBackends && !simulation && s.network.backend != "user")
+    fail(f.field("model"), s.network.model + " is a user-space (or simulated) link model; backend '" + s.network.backend +
                                "' shapes with the kernel");
   if (const json* l = f.raw("links")) s.network.links = *l;
   emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
-  if (s.network.model == "serial_fifo") refuseForSerialFifo(s.network.links, where + ".network.links");
+  if (!model->modelsVariation) refuseUnmodelled(s.network.links, where + ".network.links", s.network.model);
   if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
     s.network.dpLinks = *l;
     emulator::topologyFromJson(s.network.dpLinks, where + ".network.dp_links");

@@ -35,7 +35,9 @@ bool travelsForward(MessageKind kind, bool toNext) { return kind == MessageKind:
 
 }  // namespace
 
-StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt) : opt_(std::move(opt)), ctx_(ctx) {
+StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
+    : opt_(std::move(opt)), ctx_(ctx), model_(opt_.kernelPacesRate ? nullptr : &emulator::linkModel(opt_.linkModel)),
+      inbound_(model_ ? model_->make() : nullptr) {
   // One channel per peer rank; with two stages in a ring the previous and the next are one peer.
   for (const auto& [peer, peerStage, fromPrev] : {std::tuple{opt_.prevRank, opt_.prevStage, true},
                                                   std::tuple{opt_.nextRank, opt_.nextStage, false}}) {
@@ -54,10 +56,7 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt) : opt_
     c.jitterS = fromPrev ? d.prevJitterS : d.nextJitterS;
     c.receiverSeed = (fromPrev ? 100 : 200) + opt_.rank;
     p.channel = std::make_unique<Channel>(ctx, c);
-    if (opt_.serialFifo) {
-      const auto& l = opt_.topology.link(peerStage, opt_.stage);
-      p.channel->useSerialFifo(&fifo_, l.bandwidthBps, l.latencyS);
-    }
+    if (inbound_) p.channel->billWith(inbound_.get(), opt_.topology.link(peerStage, opt_.stage));
   }
 }
 
@@ -72,8 +71,7 @@ void StageTransport::connect(const nlohmann::json& to) {
     const std::string key = std::to_string(rank);
     if (!to.contains(key) || !to[key].is_string() || to[key].get<std::string>().empty())
       throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": the peer table has no endpoint of rank " + key);
-    p.channel->connect(ctx_, to[key].get<std::string>(), opt_.topology.link(opt_.stage, p.stage),
-                       !opt_.kernelPacesRate && !opt_.serialFifo, 1000 * opt_.rank + p.stage);
+    p.channel->connect(ctx_, to[key].get<std::string>(), opt_.topology.link(opt_.stage, p.stage), model_, 1000 * opt_.rank + p.stage);
     p.plainEncoder = compression::makeCodec("none");
     p.plainDecoder = compression::makeCodec("none");
   }

@@ -73,7 +73,7 @@ struct TransportOptions {
   bool kernelPacesRate = false;     // tc backend: the kernel shapes the rate
   // tc backend without netem: the latency/jitter the receiver adds itself, per direction.
   emulator::ReceiverDelays delays;
-  bool serialFifo = false;  // network.model serial_fifo (user backend): one inbound FIFO per stage
+  std::string linkModel = "pipelined";  // network.model (emulator/link_model.h)
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
   // Runs across hosts: CURVE on every socket, each PULL admitting only its peer's key.
@@ -129,7 +129,8 @@ class StageTransport {
   TransportOptions opt_;
   zmq::context_t& ctx_;
   std::map<int, Peer> peers_;        // by peer rank
-  emulator::SerialFifo fifo_;        // serial_fifo: this stage's one inbound wire
+  const emulator::LinkModelInfo* model_;       // the links' model; nullptr: the kernel shapes them
+  std::unique_ptr<emulator::LinkModel> inbound_;  // this rank's part of it (serial_fifo: its inbound wire)
   TransportStats stats_;
 };
 

@@ -369,7 +369,7 @@ double transportCpuSeconds(size_t bytes) {
   }
   pull.bind("tcp://127.0.0.1:*");
   push.connect(pull.get(zmq::sockopt::last_endpoint));
-  emulator::ShapedSender tx(push, emulator::LinkSpec{}, false);
+  emulator::ShapedSender tx(push, emulator::LinkSpec{}, nullptr);
   emulator::ShapedReceiver rx(pull);
   const std::vector<uint8_t> buf(bytes, 1);
   auto cpuNow = [] {

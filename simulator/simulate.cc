@@ -14,6 +14,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "emulator/link.h"
+#include "emulator/link_model.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
 #include "runtime/plan.h"
@@ -47,7 +48,7 @@ int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t
 namespace {
 
 struct Message {
-  double sentAt = 0, arrival = -1;  // arrival < 0: not billed yet (serial_fifo bills at retrieval)
+  double sentAt = 0, arrival = -1;  // arrival < 0: unstamped, the receiver's part of the link model bills it
   int64_t bytes = 0;
 };
 
@@ -122,7 +123,6 @@ class Replay : public runtime::Backend {
     fwdBytes_ = steadyFrameBytes(spec.compression.forward, act);
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
     ctlBytes_ = steadyFrameBytes("none", {2});
-    serial_ = spec.network.model == "serial_fifo";
     if (R_ > 1) {
       // The replicas' links: their own topology, always the pipelined model (as in the emulator).
       dpTopo_ = runtime::dpTopology(spec);
@@ -132,7 +132,7 @@ class Replay : public runtime::Backend {
         dpCosts_.push_back(profile.dpCost(spec, s));
       }
     }
-    fifo_.resize(N_);
+    for (int i = 0; i < N_; ++i) inbound_.push_back(model_->make());
     // The timeline: every rank up to 64 workers, else replica 0 of every stage (a 2048-worker
     // timeline would be millions of events nobody plots).
     for (int i = 0; i < N_; ++i) ranks_[i].onTimeline = N_ <= kTimelineRanks || i % R_ == 0;
@@ -395,8 +395,9 @@ class Replay : public runtime::Backend {
 
   int peerOf(int i, const Action& a) const { return runtime::protocol::peerRank(layout_, i, a); }
 
-  // A waiting rank looks for its message; once it is there its arrival is known (serial_fifo, on
-  // pipeline links: billed now, in this receiver's retrieval order, on its one inbound FIFO).
+  // A waiting rank looks for its message; once it is there its arrival is known (one the sender
+  // left unstamped is billed now, in this receiver's retrieval order, by its part of the link
+  // model: serial_fifo's one inbound wire).
   bool collect(int i) {
     RankState& st = ranks_[i];
     const Action& a = execs_[i].current();
@@ -409,10 +410,7 @@ class Replay : public runtime::Backend {
     }
     Message m = it->second;
     mail_.erase(it);
-    if (serial_ && !a.isDataParallel()) {
-      const emulator::LinkSpec& l = topo_.link(peer / R_, i / R_);
-      m.arrival = fifo_[i].bill(m.sentAt, static_cast<uint64_t>(m.bytes), l.bandwidthBps, l.latencyS);
-    }
+    if (m.arrival < 0) m.arrival = inbound_[i]->bill(topo_.link(peer / R_, i / R_), m.sentAt, static_cast<uint64_t>(m.bytes));
     st.arrival = m.arrival;
     st.recvBytes = m.bytes;
     return true;
@@ -459,7 +457,8 @@ class Replay : public runtime::Backend {
     RankState& st = ranks_[i];
     Message m{now_, -1, st.postBytes};
     const bool dp = execs_[i].current().isDataParallel();
-    if (!serial_ || dp) m.arrival = clock(i, st.postPeer, dp).send(now_, static_cast<uint64_t>(st.postBytes));
+    Link& l = link(i, st.postPeer, dp);
+    m.arrival = l.sender->stamp(l.clock, now_, static_cast<uint64_t>(st.postBytes));
     mail_[st.postKey] = m;
     if (wake_) {
       const auto w = waiting_.find(st.postKey);
@@ -588,14 +587,19 @@ class Replay : public runtime::Backend {
     return {from, to, step, a.microBatch, chunk, a.isDataParallel() ? round : -1, a.message};
   }
 
-  // The clock of the directed link from -> to, made at its first message (seeded per link).
-  emulator::LinkClock& clock(int from, int to, bool dp) {
+  // The directed link from -> to: its clock and the sender's part of its model (the replicas'
+  // links: always pipelined, as in the emulator), made at its first message (seeded per link).
+  struct Link {
+    emulator::LinkClock clock;
+    std::unique_ptr<emulator::LinkModel> sender;
+  };
+  Link& link(int from, int to, bool dp) {
     const uint64_t k = static_cast<uint64_t>(from) << 32 | static_cast<uint32_t>(to);
-    auto it = clocks_.find(k);
-    if (it == clocks_.end()) {
+    auto it = links_.find(k);
+    if (it == links_.end()) {
       emulator::LinkClock c = dp ? emulator::LinkClock(dpTopo_.link(from % R_, to % R_), 0.0, 5000 + 1000 * from + to % R_)
                                  : emulator::LinkClock(topo_.link(from / R_, to / R_), 0.0, 1000 * from + to);
-      it = clocks_.emplace(k, std::move(c)).first;
+      it = links_.emplace(k, Link{std::move(c), (dp ? emulator::linkModel("pipelined") : *model_).make()}).first;
     }
     return it->second;
   }
@@ -612,8 +616,9 @@ class Replay : public runtime::Backend {
   std::vector<DpCost> dpCosts_;                 // [stage]
   std::vector<runtime::StepExecutor> execs_;  // by rank
   std::map<int, std::vector<runtime::TimelineEvent>> lastEvents_;
-  std::unordered_map<uint64_t, emulator::LinkClock> clocks_;  // by (from rank, to rank)
-  std::vector<emulator::SerialFifo> fifo_;  // serial_fifo: the emulator's own inbound wire, per rank
+  const emulator::LinkModelInfo* model_ = &emulator::linkModel(spec_.network.model);  // network.model
+  std::unordered_map<uint64_t, Link> links_;                   // by (from rank, to rank)
+  std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank
   std::unordered_map<MailKey, Message, MailKeyHash> mail_;
   std::unordered_map<MailKey, int, MailKeyHash> waiting_;  // loopDedicated: who waits for a message not yet sent
   std::deque<int>* wake_ = nullptr;                        // loopDedicated: ranks to act on
@@ -631,7 +636,6 @@ class Replay : public runtime::Backend {
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
-  bool serial_ = false;
 };
 
 }  // namespace

@@ -56,9 +56,9 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   const size_t bytes = 256 * 1024, probeBytes = 64;
   const int bulk = static_cast<int>(std::max(8.0, 0.5 * link.bandwidthBps / (8.0 * bytes)));  // ~0.5 s
   const int probes = 60;
-  ShapedSender tx(push, link, true, 3);
+  ShapedSender tx(push, link, &linkModel("pipelined"), 3);
   ShapedReceiver rx(pull);
-  ShapedSender rawTx(rawPush, LinkSpec{}, false, 4);  // unpaced, and the receiver adds no latency
+  ShapedSender rawTx(rawPush, LinkSpec{}, nullptr, 4);  // unpaced, and the receiver adds no latency
   ShapedReceiver rawRx(rawPull);
   std::vector<double> sentAt(bulk + probes), gotAt(bulk + probes), rawSent(probes), rawGot(probes);
   std::atomic<int> received{0};
@@ -128,7 +128,7 @@ TEST(ShapedSocketTest, FifoOrderWithJitterAndMixedSizes) {
   s.bandwidthBps = 1e9;
   s.latencyS = 0.002;
   s.jitterS = 0.001;
-  ShapedSender tx(push, s, true, 7);
+  ShapedSender tx(push, s, &linkModel("pipelined"), 7);
   ShapedReceiver rx(pull);
   const int n = 300;
   std::thread sender([&] {
@@ -182,11 +182,12 @@ TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   LinkSpec link;
   link.bandwidthBps = 100e6;
   link.latencyS = 0.010;
-  ShapedSender txA(pushA, link, /*paceRate=*/false), txB(pushB, link, false);
+  const LinkModelInfo& model = linkModel("serial_fifo");
+  ShapedSender txA(pushA, link, &model), txB(pushB, link, &model);
   ShapedReceiver rxA(pullA), rxB(pullB);
-  SerialFifo fifo;
-  rxA.useSerialFifo(&fifo, link.bandwidthBps, link.latencyS);
-  rxB.useSerialFifo(&fifo, link.bandwidthBps, link.latencyS);
+  const std::unique_ptr<LinkModel> inbound = model.make();  // the receiving rank's
+  rxA.billWith(inbound.get(), link);
+  rxB.billWith(inbound.get(), link);
   const size_t bytes = 250000;  // 20 ms at 100 Mbps
   std::vector<uint8_t> buf(bytes, 7);
   const double sent = monotonicNow();
@@ -199,6 +200,34 @@ TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   const double one = 8.0 * bytes / link.bandwidthBps + link.latencyS;  // 30 ms
   EXPECT_NEAR(gotA - sent, one, 2e-3);
   EXPECT_NEAR(gotB - sent, 2 * one, 2e-3) << "the second message did not wait for the shared wire";
+}
+
+// The link-model registry: each model's two parts, by hand. pipelined: the sender's link clock
+// bills (serialisation behind the link's previous message + latency), the receiver never does;
+// serial_fifo: the sender leaves it, the receiving rank's one wire bills in retrieval order,
+// whichever link a message came over. An unknown name lists the registered ones.
+TEST(LinkModelTest, EachModelBillsByHand) {
+  LinkSpec l;
+  l.bandwidthBps = 8e6;  // 1 MB/s
+  l.latencyS = 0.010;
+  LinkClock clock(l, 0.0);
+  auto pipelined = linkModel("pipelined").make();
+  EXPECT_DOUBLE_EQ(pipelined->stamp(clock, 1.0, 100000), 1.0 + 0.1 + 0.010);
+  EXPECT_DOUBLE_EQ(pipelined->stamp(clock, 1.0, 100000), 1.0 + 0.2 + 0.010);  // behind the first
+  auto fifo = linkModel("serial_fifo").make();
+  LinkClock other(l, 0.0);
+  EXPECT_LT(fifo->stamp(other, 1.0, 100000), 0);
+  LinkSpec slow = l;
+  slow.bandwidthBps = 4e6;
+  EXPECT_DOUBLE_EQ(fifo->bill(l, 1.0, 100000), 1.11);
+  EXPECT_DOUBLE_EQ(fifo->bill(slow, 1.0, 100000), 1.11 + 0.2 + 0.010);  // another link, the same wire
+  EXPECT_FALSE(linkModel("serial_fifo").kernelBackends);
+  try {
+    linkModel("tcp_reno");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("pipelined, serial_fifo"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// Link models: when a message of B bytes handed to a link at time t arrives. One interface, billed
+// identically by the emulator's shaped sockets (emulator/shaped_socket.h: ShapedSender stamps,
+// ShapedReceiver bills) and the simulator (simulator/simulate.cc, in virtual time):
+//   stamp  the sender's part, per directed link (its LinkClock: rate or trace, latency, jitter):
+//          the arrival, or < 0 to leave the billing to the receiver;
+//   bill   the receiver's part, per receiving rank (one model instance each: its state is that
+//          rank's inbound side, shared by its inbound links): the arrival of a message the sender
+//          left unstamped, when the receiver retrieves it.
+// A model is one file in emulator/link_models/, listed in emulator/link_models/registry.cc; a run
+// names it in network.model. Kernel backends (tc, tc-dev) shape the rate in the kernel: only models
+// the kernel can express run there (LinkModelInfo::kernelBackends).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "emulator/link.h"
+
+namespace slowpipe::emulator {
+
+class LinkModel {
+ public:
+  virtual ~LinkModel() = default;
+  // Sender: the arrival of `bytes` handed to the link of `clock` at `sentAt`; < 0: unstamped.
+  virtual double stamp(LinkClock& clock, double sentAt, uint64_t bytes) = 0;
+  // Receiver: the arrival of an unstamped message sent at `sentAt` over `link`, retrieved now.
+  virtual double bill(const LinkSpec& link, double sentAt, uint64_t bytes) = 0;
+};
+
+struct LinkModelInfo {
+  const char* name;
+  const char* summary;  // one line: what it models
+  std::unique_ptr<LinkModel> (*make)();
+  // The sender paces in user space: it waits while the link's backlog exceeds its queue limit.
+  bool pacesAtSender = true;
+  bool kernelBackends = true;  // runs on tc / tc-dev (the kernel shapes the rate)
+  bool modelsVariation = true; // bills jitter, loss and bandwidth traces (else: rate and latency only)
+};
+
+// Every registered model, in registration order; "pipelined, serial_fifo, ...".
+const std::vector<LinkModelInfo>& linkModels();
+std::string linkModelNames();
+// Throws std::invalid_argument naming the registered ones.
+const LinkModelInfo& linkModel(const std::string& name);
+
+}  // namespace slowpipe::emulator

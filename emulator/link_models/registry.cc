@@ -1,0 +1,33 @@
+// The registered link models (emulator/link_model.h): one file each, one line here.
+#include <stdexcept>
+
+#include "emulator/link_model.h"
+
+namespace slowpipe::emulator {
+
+std::unique_ptr<LinkModel> makePipelined();
+std::unique_ptr<LinkModel> makeSerialFifo();
+
+const std::vector<LinkModelInfo>& linkModels() {
+  static const std::vector<LinkModelInfo> models = {
+      {"pipelined", "every directed link its own pipe (rate or trace, latency, jitter), billed by the sender", makePipelined,
+       true, true, true},
+      {"serial_fifo", "one inbound wire per receiving rank, billed in retrieval order", makeSerialFifo, false, false,
+       false},
+  };
+  return models;
+}
+
+std::string linkModelNames() {
+  std::string s;
+  for (const auto& m : linkModels()) s += (s.empty() ? "" : ", ") + std::string(m.name);
+  return s;
+}
+
+const LinkModelInfo& linkModel(const std::string& name) {
+  for (const auto& m : linkModels())
+    if (name == m.name) return m;
+  throw std::invalid_argument("'" + name + "' is not a link model; expected one of " + linkModelNames());
+}
+
+}  // namespace slowpipe::emulator
