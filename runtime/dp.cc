@@ -4,7 +4,6 @@
 #include <stdexcept>
 
 #include "compression/frame.h"
-#include "compression/strict_int.h"
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -14,80 +13,14 @@ using compression::MessageKind;
 using Msg = Action::Message;
 using nlohmann::json;
 
-namespace {
-
-int64_t parseCount(const std::string& where, const std::string& v, int64_t lo, int64_t hi) {
-  return compression::parseStrictIntIn<std::invalid_argument>(where, v, lo, hi);
-}
-
-// "name:k=v,k=v" -> {k: v}; keys must be among `known`.
-std::map<std::string, std::string> params(const std::string& spec, const std::string& name,
-                                          const std::vector<std::string>& known) {
-  std::map<std::string, std::string> out;
-  const std::string text = spec.size() > name.size() ? spec.substr(name.size() + 1) : "";
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t comma = text.find(',', at);
-    const std::string kv = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) throw std::invalid_argument(name + ": '" + kv + "' is not key=value");
-    const std::string k = kv.substr(0, eq);
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      std::string list;
-      for (const auto& x : known) list += (list.empty() ? "" : ", ") + x;
-      throw std::invalid_argument(name + ": unknown parameter '" + k + "'; known: " + list);
-    }
-    out[k] = kv.substr(eq + 1);
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
-bool startsWith(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0 && (s.size() == p.size() || s[p.size()] == ':');
-}
-
-}  // namespace
-
-GradientCompressor parseGradientCompressor(const std::string& spec) {
-  GradientCompressor g;
-  if (startsWith(spec, "qadam")) {
-    const auto p = params(spec, "qadam", {"bits", "bucket", "warmup_steps"});
-    g.kind = GradientCompressor::Kind::kQadam;
-    if (p.count("bits")) g.bits = static_cast<int>(parseCount("qadam: bits", p.at("bits"), 1, 8));
-    if (g.bits != 4 && g.bits != 8) throw std::invalid_argument("qadam: bits=" + std::to_string(g.bits) + "; expected 4 or 8");
-    if (p.count("bucket")) g.bucket = static_cast<int>(parseCount("qadam: bucket", p.at("bucket"), 1, 1 << 24));
-    if (p.count("warmup_steps")) g.warmupSteps = parseCount("qadam: warmup_steps", p.at("warmup_steps"), 0, int64_t{1} << 40);
-    // The reference's momentum message: fp16 max-scale per bucket, zero-preserving fixed point,
-    // error feedback at each sender (workers and servers: two-sided under sharded_ps).
-    g.messageCodec = "ef(quant:bits=" + std::to_string(g.bits) + ",scale=group,group=" + std::to_string(g.bucket) +
-                     ",levels=fixpoint)";
-    return g;
-  }
-  if (startsWith(spec, "powersgd")) {
-    const auto p = params(spec, "powersgd", {"rank"});
-    g.kind = GradientCompressor::Kind::kPowerSgd;
-    if (p.count("rank")) g.rank = static_cast<int>(parseCount("powersgd: rank", p.at("rank"), 1, 1 << 16));
-    g.rounds = 2;
-    g.messageCodec = "none";  // the factors P and Q travel exactly
-    return g;
-  }
-  compression::makeCodec(spec);  // throws a CodecError naming the problem
-  g.messageCodec = spec;
-  return g;
-}
-
-
 DpShape dpShape(const RunSpec& spec) {
   DpShape d;
   d.replicas = spec.pipeline.replicas;
   d.algorithm = spec.dp.algorithm;
-  const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
-  d.rounds = g.rounds;
+  const std::unique_ptr<GradientCompressor> g = gradientCompressor(spec.dp);
+  d.rounds = g->rounds();
   d.localSteps = spec.dp.localSteps;
-  if (spec.dp.localSteps > 1) d.afterStepFrom = 0;
-  else if (g.kind == GradientCompressor::Kind::kQadam) d.afterStepFrom = g.warmupSteps;
+  d.afterStepFrom = g->afterStepFrom();
   return d;
 }
 
@@ -114,25 +47,10 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
 }
 
 int64_t dpRoundValues(const RunSpec& spec, int stage, int round) {
-  const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
-  int64_t n = 0;
-  for (const auto& p : stageParameterShapes(spec, stage)) {
-    int64_t numel = 1;
-    for (int64_t d : p) numel *= d;
-    // DiLoCo's outer gradient and qadam's momentum are whole parameters; PowerSGD factors matrices.
-    const bool factored = g.kind == GradientCompressor::Kind::kPowerSgd && spec.dp.localSteps == 1 && p.size() == 2 &&
-                          std::min(p[0], p[1]) > g.rank;
-    if (!factored) n += round == 0 ? numel : 0;
-    else n += (round == 0 ? p[0] : p[1]) * g.rank;
-  }
-  return n;
+  return gradientCompressor(spec.dp)->roundValues(stageParameterShapes(spec, stage), round);
 }
 
-std::string dpRoundCodec(const RunSpec& spec, int64_t step) {
-  const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
-  if (g.kind == GradientCompressor::Kind::kQadam && spec.dp.localSteps == 1 && step < g.warmupSteps) return "none";
-  return g.messageCodec;
-}
+std::string dpRoundCodec(const RunSpec& spec, int64_t step) { return gradientCompressor(spec.dp)->roundCodec(step); }
 
 emulator::Topology dpTopology(const RunSpec& spec) {
   json links = spec.network.dpLinks;

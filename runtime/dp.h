@@ -36,6 +36,7 @@
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/channel.h"
+#include "runtime/gradient_compressor.h"
 #include "runtime/protocol.h"
 #include "runtime/schedule.h"
 #include "runtime/spec.h"
@@ -44,18 +45,6 @@ namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
 
-// dp.codec read: a plain codec spec, or a gradient compressor with optimizer-side state.
-struct GradientCompressor {
-  enum class Kind { kCodec, kQadam, kPowerSgd };
-  Kind kind = Kind::kCodec;
-  std::string messageCodec = "none";  // what each DP message is encoded with
-  int bits = 8, bucket = 512;         // qadam
-  int64_t warmupSteps = 0;            // qadam: exact Adam before the second moment is frozen
-  int rank = 4;                       // powersgd
-  int rounds = 1;                     // exchanges per synchronisation (powersgd: P, then Q)
-};
-// Parses and validates dp.codec (throws std::invalid_argument naming the parameter).
-GradientCompressor parseGradientCompressor(const std::string& spec);
 // The schedule's view of a run's data parallelism.
 DpShape dpShape(const RunSpec& spec);
 // Shapes of stage `stage`'s parameters in the order of StageModel::parameters() (runtime/model.h:
@@ -64,8 +53,7 @@ DpShape dpShape(const RunSpec& spec);
 // data-parallel messages by. tests/runtime/dp_test.cc checks it against the torch model.
 std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage);
 // Values of the flat buffer of DP round `round` on stage `stage` (what GradientSync::pack forms,
-// the same at every step that exchanges): the parameters' count, or for powersgd P = n x r of
-// each matrix with min(n, m) > r plus the other parameters (round 0) and Q = m x r (round 1).
+// the same at every step that exchanges; GradientCompressor::roundValues of its parameters).
 int64_t dpRoundValues(const RunSpec& spec, int stage, int round);
 // The codec a round's messages travel with: "none" for exact rounds (qadam's warm-up), else the
 // compressor's message codec.

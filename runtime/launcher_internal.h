@@ -31,6 +31,7 @@
 #include "runtime/dp.h"
 #include "runtime/progress.h"
 #include "runtime/ranks.h"
+#include "runtime/records.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
 #include "runtime/security.h"
@@ -149,7 +150,7 @@ class Launcher {
   std::unique_ptr<emulator::NetnsFabric> fabric_;
   std::string resultPath_, specPath_, controlEp_;
   json doc_;
-  std::map<int64_t, std::map<int, json>> pending_;
+  std::map<int64_t, std::map<int, RankStepRecord>> pending_;  // steps not every rank reported yet
   std::map<int, json> hellos_, timelines_;
   struct TraceCursor {
     int edge, from;

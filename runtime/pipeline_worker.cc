@@ -12,6 +12,7 @@
 #include "runtime/grad_sync.h"
 #include "runtime/plan.h"
 #include "runtime/protocol.h"
+#include "runtime/records.h"
 #include "runtime/ranks.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
@@ -26,9 +27,6 @@ namespace {
 
 using compression::MessageKind;
 using nlohmann::json;
-
-// Mean loss per token; null when nothing was evaluated (no validation examples), never NaN.
-json meanLoss(double lossSum, int64_t tokens) { return tokens > 0 ? json(lossSum / static_cast<double>(tokens)) : json(nullptr); }
 
 // Tensor32 -> torch without a copy: the tensor takes ownership of the decoded values.
 torch::Tensor fromTransport(Tensor32& t) {
@@ -63,7 +61,7 @@ class PipelineWorker : public Backend {
       : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
         id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"),
         compute_(spec, plan_, layout_, id_), dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push),
-        gc_(parseGradientCompressor(spec.dp.codec)), exec_(layout_, c.rank) {
+        gc_(gradientCompressor(spec.dp)), exec_(layout_, c.rank) {
     controlFrom_ = connectControl(ctx, control_, c);
     TransportOptions o;
     o.rank = rank_;
@@ -95,14 +93,14 @@ class PipelineWorker : public Backend {
       d.replica = id_.replica;
       d.replicas = layout_.replicas;
       d.algorithm = spec.dp.algorithm;
-      d.codec = gc_.messageCodec;
+      d.codec = gc_->messageCodec();
       d.topology = dpTopology(spec);
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
       d.security = c.security;
       d.maxMessageBytes = o.maxMessageBytes;
       d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
-      sync_ = std::make_unique<GradientSync>(spec, compute_.runner(0), id_.stage);
+      sync_ = makeGradientSync(spec, compute_.runner(0), id_.stage);
     }
     json hello = {{"type", "hello"}, {"pipeline", transport_->endpoints()},
                   {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};
@@ -160,11 +158,7 @@ class PipelineWorker : public Backend {
     // launcher checks each sender against its receiver in the neighbouring process.
     json timeline = json::array();
     const bool all = spec_.runtime.timeline == "all";
-    for (const TimelineEvent& e : events_) {
-      timeline.push_back({{"what", protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}});
-      if (layout_.chunks > 1) timeline.back()["chunk"] = e.action.chunk;
-      if (all) timeline.back()["step"] = e.step;
-    }
+    for (const TimelineEvent& e : events_) timeline.push_back(toJson(e, layout_.chunks > 1, all));
     // The run's last record: the worker may exit only once it is on its way (it exited 0 with a
     // multi-megabyte "done" dropped after the 2 s linger when the launcher did not read for a
     // while). A launcher that died kills this process (PR_SET_PDEATHSIG; across hosts: the watchdog).
@@ -191,7 +185,7 @@ class PipelineWorker : public Backend {
   }
   Progress dpBegin(const Action& a, const ActionContext& c) override {
     sync_->pack(a.microBatch, c.step, dpBuf_);
-    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.microBatch, sync_->exactRound(c.step));
+    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.microBatch, gc_->exactRound(c.step));
     return Progress::kDone;
   }
   Progress dpEnd(const Action& a, const ActionContext& c) override {
@@ -274,8 +268,13 @@ class PipelineWorker : public Backend {
     const double seconds = now() - exec_.started();
     if (evaluation) {
       transport_->takeStats();  // evaluation traffic is not training traffic
-      json r = {{"type", "eval"}, {"epoch", epoch}, {"step", g}, {"time_s", seconds}};
-      if (compute_.holdsLastStage()) r["val_loss"] = meanLoss(compute_.evalLossSum(), compute_.evalTokens());
+      EvalRecord e;
+      e.epoch = epoch;
+      e.step = g;
+      e.timeS = seconds;
+      if (compute_.evalTokens() > 0) e.valLoss = compute_.evalLossSum() / static_cast<double>(compute_.evalTokens());
+      json r = toJson(e);
+      r["type"] = "eval";
       return report(r);
     }
     // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
@@ -287,17 +286,25 @@ class PipelineWorker : public Backend {
   json stepRecord(int64_t g, int epoch, double seconds) {
     const TransportStats st = transport_->takeStats();
     const DpStats dst = dp_ ? dp_->takeStats() : DpStats{};
-    json r = {{"type", "step"}, {"step", g}, {"epoch", epoch}, {"time_s", seconds}, {"compute_s", compute_.computeSeconds()},
-              {"encode_s", st.encodeS + dst.encodeS}, {"decode_s", st.decodeS + dst.decodeS},
-              {"wait_s", st.waitS + dst.waitS}, {"fwd_raw", st.fwdRaw}, {"fwd_wire", st.fwdWire},
-              {"bwd_raw", st.bwdRaw}, {"bwd_wire", st.bwdWire}, {"grad_raw", dst.raw}, {"grad_wire", dst.wire},
-              {"grad_norm", compute_.norm()}, {"lr", compute_.runner(0).learningRate(g)}};
-    if (dp_) r["dp_s"] = exec_.dpSeconds();  // what the data-parallel exchange alone took (its share of the breakdown)
+    RankStepRecord r;
+    r.rank = rank_;
+    r.step = g;
+    r.epoch = epoch;
+    r.timeS = seconds;
+    r.computeS = compute_.computeSeconds();
+    r.encodeS = st.encodeS + dst.encodeS;
+    r.decodeS = st.decodeS + dst.decodeS;
+    r.waitS = st.waitS + dst.waitS;
+    r.dpS = exec_.dpSeconds();  // what the data-parallel exchange alone took (its share of the breakdown)
+    r.fwdRaw = st.fwdRaw, r.fwdWire = st.fwdWire, r.bwdRaw = st.bwdRaw, r.bwdWire = st.bwdWire;
+    r.gradRaw = dst.raw, r.gradWire = dst.wire;
+    r.gradNorm = compute_.norm();
+    r.lr = compute_.runner(0).learningRate(g);
+    if (compute_.holdsLastStage()) r.loss = compute_.loss();
     // One-way times this stage observed on its inbound links (delivery - send stamp).
     for (const auto& [name, d] : {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
-      if (d.messages > 0) r["recv_delay_s"][name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
-    if (compute_.holdsLastStage()) r["loss"] = compute_.loss();
-    return r;
+      if (d.messages > 0) r.recvDelay[name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
+    return toJson(r);
   }
 
   const RunSpec& spec_;
@@ -312,7 +319,7 @@ class PipelineWorker : public Backend {
   std::unique_ptr<emulator::DeviceShaper> shaper_;  // tc-dev: this host's interface, removed with the worker
   json shaping_;                                     // what it installed
   std::unique_ptr<StageTransport> transport_;
-  GradientCompressor gc_;
+  std::unique_ptr<GradientCompressor> gc_;  // dp.codec / dp.local_steps (runtime/gradient_compressor.h)
   std::unique_ptr<DpExchange> dp_;     // replicas > 1
   std::unique_ptr<GradientSync> sync_;  // what the rounds carry (runtime/grad_sync.h)
   std::vector<float> dpBuf_;           // the round's flat buffer

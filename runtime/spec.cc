@@ -276,18 +276,13 @@ void parseDp(const json& section, const std::string& where, [[maybe_unused]] boo
   positive(f.field("local_steps"), s.dp.localSteps);
   positive(f.field("outer_lr"), s.dp.outerLr);
   if (!(s.dp.outerMomentum >= 0 && s.dp.outerMomentum < 1)) fail(f.field("outer_momentum"), "must be in [0, 1)");
-  GradientCompressor gc;
+  // The compressor's own check (runtime/gradient_compressor.h): its parameters; DiLoCo's outer
+  // gradient takes a plain codec (qadam and powersgd compress each step's gradient).
   try {
-    gc = parseGradientCompressor(s.dp.codec);
+    gradientCompressor(s.dp);
   } catch (const std::exception& e) {
     fail(f.field("codec"), e.what());
   }
-  // DiLoCo's outer gradient goes through a plain codec; qadam and powersgd compress each step's
-  // gradient (with optimizer state of their own) and have no meaning for an outer gradient.
-  if (s.dp.localSteps > 1 && gc.kind != GradientCompressor::Kind::kCodec)
-    fail(f.field("codec"), "'" + s.dp.codec + "' compresses every step's gradient; with local_steps " +
-                               std::to_string(s.dp.localSteps) + " (DiLoCo) the outer gradient takes a codec spec "
-                               "(e.g. quant:bits=8,scale=group,group=512)");
   // Settings that only replicas use must not be silently ignored (a forgotten replicas field
   // would measure no gradient compression at all).
   if (s.pipeline.replicas == 1 && (s.dp.codec != "none" || s.dp.localSteps != 1 || s.dp.algorithm != "allreduce"))

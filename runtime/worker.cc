@@ -33,8 +33,8 @@ int64_t largestFrameBytes(const RunSpec& spec) {
   for (const std::string& c : {spec.compression.forward, spec.compression.backward})
     payload = std::max(payload, compression::makeCodec(c, "frame-bound")->maxPayloadBytes(act) + 8 * static_cast<uint64_t>(mb));
   if (spec.pipeline.replicas > 1) {
-    const GradientCompressor g = parseGradientCompressor(spec.dp.codec);
-    const auto none = compression::makeCodec("none"), message = compression::makeCodec(g.messageCodec, "frame-bound");
+    const auto none = compression::makeCodec("none"),
+               message = compression::makeCodec(gradientCompressor(spec.dp)->messageCodec(), "frame-bound");
     for (int s = 0; s < spec.pipeline.stages; ++s)
       for (int round = 0; round < dpShape(spec).rounds; ++round) {
         const compression::Shape chunk = {dpRoundValues(spec, s, round) / spec.pipeline.replicas + 1};

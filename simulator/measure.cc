@@ -23,6 +23,7 @@
 #include "runtime/grad_sync.h"
 #include "runtime/launcher.h"
 #include "runtime/result.h"
+#include "runtime/dp.h"
 #include "runtime/executor.h"
 #include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
@@ -45,7 +46,8 @@ double medianOf(std::vector<double> v) {
 // step that exchanges (after qadam's warm-up): per round DpBegin (pack) and DpEnd (unpack), then
 // OuterStep where the spec has one. Median of `reps`.
 simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner& runner, int stage, int reps) {
-  runtime::GradientSync sync(v, runner, stage);
+  const std::unique_ptr<runtime::GradientSync> made = runtime::makeGradientSync(v, runner, stage);
+  runtime::GradientSync& sync = *made;
   const runtime::DpShape dp = runtime::dpShape(v);
   int64_t g = std::max<int64_t>(0, dp.afterStepFrom);
   while (!dp.syncs(g)) ++g;
@@ -544,7 +546,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   p.device["cpus"] = cpus;
   std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
   codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
-  for (const auto& v : dpVariants) codecs.push_back(runtime::parseGradientCompressor(v.dp.codec).messageCodec);
+  for (const auto& v : dpVariants) codecs.push_back(runtime::gradientCompressor(v.dp)->messageCodec());
   for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = measureCodec(c, shape);
   return p;
 }

@@ -21,6 +21,7 @@
 #include "runtime/dp.h"
 #include "runtime/executor.h"
 #include "runtime/protocol.h"
+#include "runtime/records.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
 
@@ -71,12 +72,6 @@ struct MailKeyHash {
   }
 };
 
-// What one rank did in one step (the step record's per-stage row).
-struct RankStep {
-  double time = 0, compute = 0, encode = 0, decode = 0, wait = 0, dp = 0;
-  int64_t gradRaw = 0, gradWire = 0;
-};
-
 // A worker (rank = stage x R + replica) is ready for its next action, busy on the host (compute or
 // codec work, `remaining` seconds of it at full speed), or waiting for a message (its arrival known
 // or not yet). Its executor (runtime/executor.h) walks its list; this is what the virtual
@@ -84,8 +79,8 @@ struct RankStep {
 struct RankState {
   enum class Mode { kReady, kBusy, kWaiting, kDone } mode = Mode::kReady;
   int step = 0;
-  double compute = 0, encode = 0, decode = 0, wait = 0, other = 0;
-  int64_t gradRaw = 0, gradWire = 0;
+  runtime::RankStepRecord record;  // of the step in hand (its times: compute, encode, decode, wait; bytes)
+  double other = 0;                // DP packing, outer step: in the step's time, in no column
   int round = 0;         // the DP round in progress
   bool ownSent = false;  // this round's own chunk (ring) / shard average (ps) is encoded
   // busy: the task
@@ -142,57 +137,19 @@ class Replay : public runtime::Backend {
   static constexpr int kTimelineRanks = 64;
 
   json run() {
-    perRank_.assign(steps_, std::vector<RankStep>(N_));
+    perRank_.assign(steps_, std::vector<runtime::RankStepRecord>(N_));
     evalTimes_.assign(steps_, 0.0);
     evalEnds_.assign(steps_, 0.0);
     for (int i = 0; i < N_; ++i) startList(i, planOf(i, 0), false);
     if (sharedHost_) loopShared();
     else loopDedicated();
     json steps = json::array();
-    const int64_t tokens = int64_t{spec_.pipeline.microBatches} * spec_.pipeline.microBatchSize * spec_.model.seqLen * R_;
-    for (int k = 0; k < steps_; ++k) {
-      double time = 0, compute = 0, encode = 0, decode = 0, wait = 0, dp = 0;
-      int64_t gradRaw = 0, gradWire = 0;
-      json per = json::array();
-      for (int i = 0; i < N_; ++i) {
-        const RankStep& st = perRank_[k][i];
-        time = std::max(time, st.time);
-        compute += st.compute / N_;
-        encode += st.encode / N_;
-        decode += st.decode / N_;
-        wait += st.wait / N_;
-        dp += st.dp / N_;
-        gradRaw += st.gradRaw;
-        gradWire += st.gradWire;
-        json row = {{"time_s", st.time}, {"compute", st.compute}, {"encode", st.encode}, {"decode", st.decode}, {"wait", st.wait}};
-        if (R_ > 1) {
-          row["allreduce"] = st.dp;
-          row["stage"] = i / R_;
-          row["replica"] = i % R_;
-        }
-        per.push_back(std::move(row));
-      }
-      json breakdown = {{"compute", compute}, {"encode", encode}, {"decode", decode}, {"wait", wait}};
-      if (R_ > 1) breakdown["allreduce"] = dp;
-      const int64_t msgs = spec_.pipeline.microBatches * int64_t{S_ * layout_.chunks - 1} * R_;
-      json bytes = {{"forward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * fwdBytes_}}},
-                    {"backward", {{"raw", msgs * rawActBytes_}, {"wire", msgs * bwdBytes_}}}};
-      if (R_ > 1) bytes["gradient"] = {{"raw", gradRaw}, {"wire", gradWire}};
-      // The step's epoch from the data plan (unknown: all 0, and the summary skips step 0).
-      const int64_t epoch = opt_.stepsPerEpoch > 0 ? k / opt_.stepsPerEpoch : 0;
-      steps.push_back({{"step", k}, {"epoch", epoch}, {"time_s", time}, {"tokens", tokens},
-                       {"tokens_per_s", tokens / time}, {"loss", nullptr}, {"bytes", bytes},
-                       {"breakdown_s", breakdown}, {"breakdown_s_per_stage", std::move(per)}});
-    }
+    for (int k = 0; k < steps_; ++k) steps.push_back(runtime::stepEntry(spec_, layout_, perRank_[k]));
     json timeline = json::array();
     for (int i = 0; i < N_; ++i) {
       if (!ranks_[i].onTimeline) continue;
       json ev = json::array();
-      for (const auto& e : lastEvents_[i]) {  // the worker's vocabulary (protocol::eventName)
-        ev.push_back({{"what", runtime::protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start},
-                      {"end_s", e.end}});
-        if (layout_.chunks > 1) ev.back()["chunk"] = e.action.chunk;
-      }
+      for (const auto& e : lastEvents_[i]) ev.push_back(runtime::toJson(e, layout_.chunks > 1, false));  // the worker's form
       json row = {{"stage", i / R_}, {"events", ev}};
       if (R_ > 1) {
         row["replica"] = i % R_;
@@ -233,9 +190,14 @@ class Replay : public runtime::Backend {
   json evals() const {
     json out = json::array();
     for (int k = 0; k < steps_; ++k)
-      if (evaluatesAfter(k))
-        out.push_back({{"epoch", k / opt_.stepsPerEpoch}, {"step", k + 1}, {"time_s", evalTimes_[k]}, {"wall_s", evalEnds_[k]},
-                       {"val_loss", nullptr}});
+      if (evaluatesAfter(k)) {
+        runtime::EvalRecord e;  // no loss: nothing is computed
+        e.epoch = static_cast<int>(k / opt_.stepsPerEpoch);
+        e.step = k + 1;
+        e.timeS = evalTimes_[k];
+        e.wallS = evalEnds_[k];
+        out.push_back(runtime::toJson(e));
+      }
     return out;
   }
   std::vector<Action> planOf(int i, int step) const {
@@ -352,11 +314,12 @@ class Replay : public runtime::Backend {
     const StageCost& cost = profile_.stages[c.virtualStage];
     if (a.kind == Action::Kind::kGradNorm) return runtime::Progress::kDone;
     if (a.kind == Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
-      return startTask(c.rank, cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize, &st.compute);
-    return startTask(c.rank, cost.of(a), &st.compute);
+      return startTask(c.rank, cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize,
+                       &st.record.computeS);
+    return startTask(c.rank, cost.of(a), &st.record.computeS);
   }
   runtime::Progress step(const Action&, const runtime::ActionContext& c) override {  // every model chunk's
-    return startTask(c.rank, stepSeconds(profile_.stages, c.rank / R_, S_), &ranks_[c.rank].compute);
+    return startTask(c.rank, stepSeconds(profile_.stages, c.rank / R_, S_), &ranks_[c.rank].record.computeS);
   }
   runtime::Progress dpBegin(const Action& a, const runtime::ActionContext& c) override {
     RankState& st = ranks_[c.rank];
@@ -378,7 +341,7 @@ class Replay : public runtime::Backend {
     double seconds = 0;
     st.postBytes = sendBytesAndCost(i, a, &seconds);
     st.postAfter = true;
-    if (startTask(i, seconds, &st.encode) == runtime::Progress::kPending) return runtime::Progress::kPending;
+    if (startTask(i, seconds, &st.record.encodeS) == runtime::Progress::kPending) return runtime::Progress::kPending;
     post(i);
     return runtime::Progress::kDone;
   }
@@ -419,9 +382,9 @@ class Replay : public runtime::Backend {
   // The awaited message has arrived: the wait ends, decoding starts.
   runtime::Progress endWait(int i) {
     RankState& st = ranks_[i];
-    st.wait += now_ - st.waitStart;
+    st.record.waitS += now_ - st.waitStart;
     st.mode = Mode::kReady;
-    return startTask(i, recvCost(i, execs_[i].current(), st.recvBytes), &st.decode);
+    return startTask(i, recvCost(i, execs_[i].current(), st.recvBytes), &st.record.decodeS);
   }
   // ... as the loop finds it (the executor's action is pending).
   void finishWait(int i) {
@@ -488,10 +451,16 @@ class Replay : public runtime::Backend {
       evalEnds_[st.step] = std::max(evalEnds_[st.step], now_);
       return nextStep(i);
     }
-    perRank_[st.step][i] = {now_ - ex.started(), st.compute, st.encode, st.decode, st.wait, ex.dpSeconds(), st.gradRaw, st.gradWire};
+    runtime::RankStepRecord& r = st.record;
+    r.rank = i;
+    r.step = st.step;
+    r.epoch = opt_.stepsPerEpoch > 0 ? static_cast<int>(st.step / opt_.stepsPerEpoch) : 0;  // unknown: 0 (the summary skips step 0)
+    r.timeS = now_ - ex.started();
+    r.dpS = ex.dpSeconds();
+    perRank_[st.step][i] = std::move(r);
+    r = runtime::RankStepRecord{};
+    st.other = 0;
     if (st.step == steps_ - 1 && st.onTimeline) lastEvents_[i] = ex.events();
-    st.compute = st.encode = st.decode = st.wait = st.other = 0;
-    st.gradRaw = st.gradWire = 0;
     if (evaluatesAfter(st.step) && i % R_ == 0)
       return startList(i, runtime::evalSchedule(S_, static_cast<int>(opt_.evalRows.size()), i / R_, layout_.chunks), true);
     nextStep(i);
@@ -545,9 +514,12 @@ class Replay : public runtime::Backend {
     int64_t bytes = ctlBytes_;
     *seconds = 0;
     if (tensorMessage(a)) {
-      const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
-      bytes = a.message == Action::Message::kActivation ? fwdBytes_ : bwdBytes_;
+      const bool forward = a.message == Action::Message::kActivation;
+      const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
+      bytes = forward ? fwdBytes_ : bwdBytes_;
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
+      (forward ? st.record.fwdRaw : st.record.bwdRaw) += rawActBytes_;
+      (forward ? st.record.fwdWire : st.record.bwdWire) += bytes;
     } else if (a.message == Action::Message::kEval) {  // uncompressed, the batch's rows
       bytes = evalFrameBytes(a.microBatch);
       *seconds = codecCost("none").encode.at(evalRawBytes(a.microBatch));
@@ -564,8 +536,8 @@ class Replay : public runtime::Backend {
         *seconds = c.encode.at(raw) + c.decode.at(raw);
         st.ownSent = true;
       }
-      st.gradRaw += 4 * values;
-      st.gradWire += bytes;
+      st.record.gradRaw += 4 * values;
+      st.record.gradWire += bytes;
     }
     *seconds += 0.5 * profile_.transport.at(static_cast<double>(bytes));
     return bytes;
@@ -629,7 +601,7 @@ class Replay : public runtime::Backend {
   std::map<std::string, const CodecCost*> codecCosts_;
   std::map<int, std::string> dpCodecs_;
   std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
-  std::vector<std::vector<RankStep>> perRank_;
+  std::vector<std::vector<runtime::RankStepRecord>> perRank_;  // [step][rank]
   std::vector<double> evalTimes_;        // by step: the evaluation after it (the slowest rank's)
   std::vector<double> evalEnds_;         // by step: when that evaluation ended (virtual time)
   std::map<int, int64_t> evalFrames_;    // frame bytes of an evaluation message, by rows
@@ -669,8 +641,7 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
   if (varies && opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
   if (spec.pipeline.replicas == 1) return 4;
   if (spec.training.maxSteps > 0) return static_cast<int>(std::min<int64_t>(spec.training.maxSteps, 100000));
-  const runtime::GradientCompressor g = runtime::parseGradientCompressor(spec.dp.codec);
-  const int64_t warmup = g.kind == runtime::GradientCompressor::Kind::kQadam ? g.warmupSteps : 0;
+  const int64_t warmup = runtime::gradientCompressor(spec.dp)->warmupSteps();
   return static_cast<int>(std::min<int64_t>(warmup + 4 * spec.dp.localSteps, 100000));
 }
 

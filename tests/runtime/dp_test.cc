@@ -8,6 +8,8 @@
 //    emulated run's, and its torch-free parameter shapes and round sizes are the model's.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 
 #include "compression/codec.h"
@@ -261,7 +263,8 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
           const auto ps = runner.model()->parameters();
           ASSERT_EQ(shapes.size(), ps.size()) << "stage " << s;
           for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(shapes[i], ps[i].sizes().vec()) << "stage " << s << " parameter " << i;
-          GradientSync sync(rs, runner, s);
+          const std::unique_ptr<GradientSync> made = makeGradientSync(rs, runner, s);
+          GradientSync& sync = *made;
           const DpShape dp = dpShape(rs);
           std::vector<float> buf;
           const int64_t step = h - 1;  // a step that exchanges (qadam: still in its warm-up)
@@ -274,6 +277,34 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
       }
     }
   }
+}
+
+// Every registered gradient compressor (runtime/dp_compressors/) has its torch side
+// (runtime/grad_syncs/), and dp chooses them as documented: local steps are diloco, a named prefix
+// that compressor, any other codec spec the plain one; a named one with local steps is refused.
+TEST(DpScheduleTest, EveryCompressorHasItsTorchSide) {
+  for (const auto& c : gradientCompressors()) {
+    bool found = false;
+    for (const auto& s : gradientSyncs()) found |= std::string(s.name) == c.name;
+    EXPECT_TRUE(found) << c.name;
+  }
+  DpSpec dp;
+  for (const auto& [codec, h, name] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"none", 1, "codec"}, {"ef(quant:bits=4)", 1, "codec"}, {"powersgd", 1, "powersgd"},
+           {"qadam:bits=4,warmup_steps=3", 1, "qadam"}, {"quant:bits=8", 4, "diloco"}}) {
+    dp.codec = codec;
+    dp.localSteps = h;
+    EXPECT_EQ(gradientCompressor(dp)->name(), name) << codec;
+  }
+  dp.codec = "qadam:bits=4,warmup_steps=3";
+  dp.localSteps = 1;
+  EXPECT_EQ(gradientCompressor(dp)->roundCodec(2), "none");
+  EXPECT_EQ(gradientCompressor(dp)->roundCodec(3), "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)");
+  dp.localSteps = 2;
+  EXPECT_THROW(gradientCompressor(dp), std::invalid_argument);
+  dp.codec = "qadamx";  // not a prefix of a name: a codec spec, and no such codec
+  dp.localSteps = 1;
+  EXPECT_ANY_THROW(gradientCompressor(dp));
 }
 
 TEST(DpScheduleTest, RingAndServerRoundsPairEverySendWithAReceive) {

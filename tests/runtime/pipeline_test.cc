@@ -6,6 +6,8 @@
 //  - fault: kill -9 of a worker stops the run within 5 s with status failed and no orphans;
 //  - malformed specs fail before any process starts.
 #include <gtest/gtest.h>
+
+#include <set>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -156,6 +158,14 @@ TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
       // Every virtual boundary carries each micro-batch once per direction: as many activation
       // bytes as the S x V-stage 1F1B run.
       EXPECT_EQ(il["steps"][2]["bytes"]["forward"]["raw"], ref["steps"][2]["bytes"]["forward"]["raw"]) << tag;
+      // The timeline names each event's model chunk: both chunks of every stage computed.
+      ASSERT_EQ(il["timeline"].size(), static_cast<size_t>(S)) << tag;
+      for (const auto& row : il["timeline"]) {
+        std::set<int> chunks;
+        for (const auto& e : row["events"])
+          if (e["what"] == "forward") chunks.insert(e.at("chunk").get<int>());
+        EXPECT_EQ(chunks, (std::set<int>{0, 1})) << tag << " stage " << row["stage"];
+      }
       if (std::string(codec) != "none") continue;
       std::vector<double> single;
       runSingleProcess(runSpecFromJson(j), "finetune", [&](const json& r) {

@@ -12,6 +12,7 @@
 
 #include "compression/strict_int.h"
 #include "runtime/dp.h"
+#include "runtime/records.h"
 #include "slowpipe_provenance.h"
 
 namespace slowpipe::runtime {
@@ -137,8 +138,74 @@ TEST(StrictIntTest, OneParserRefusesWhatAnyOfTheThreeRefused) {
   for (const char* bad : {"", " 4", "4 ", "4x", "+", "-", "0x10", "1e3", "99999999999999999999"})
     EXPECT_FALSE(parseStrictInt(bad).has_value()) << "'" << bad << "'";
   // std::stoll skipped leading spaces: all three copies took "qadam:bits= 4".
-  EXPECT_THROW(parseGradientCompressor("qadam:bits= 4"), std::invalid_argument);
-  EXPECT_THROW(parseGradientCompressor("powersgd:rank=\t2"), std::invalid_argument);
+  DpSpec dp;
+  dp.codec = "qadam:bits= 4";
+  EXPECT_THROW(gradientCompressor(dp), std::invalid_argument);
+  dp.codec = "powersgd:rank=\t2";
+  EXPECT_THROW(gradientCompressor(dp), std::invalid_argument);
+}
+
+// A rank's step record survives its message whole; a missing or mistyped field is named; the step
+// entry of 2 stages x 2 replicas, by hand: the slowest rank's time, means over the ranks, sums of
+// bytes, the last stage's replicas' mean loss (null when one has none).
+TEST(RecordsTest, StepRecordsRoundTripAndAggregateByHand) {
+  RunSpec spec;
+  spec.pipeline.microBatches = 2;
+  spec.pipeline.microBatchSize = 3;
+  spec.model.seqLen = 5;
+  const RankLayout layout{2, 2, 1};
+  std::vector<RankStepRecord> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    RankStepRecord& x = ranks[r];
+    x.rank = r;
+    x.step = 7;
+    x.epoch = 1;
+    x.timeS = 1.0 + r;
+    x.computeS = 0.5;
+    x.encodeS = 0.1 * r;
+    x.waitS = 0.2;
+    x.dpS = 0.4;
+    x.fwdRaw = 100, x.fwdWire = 10, x.gradRaw = 1000, x.gradWire = 50;
+    x.gradNorm = 2.5;
+    x.lr = 1e-3;
+  }
+  ranks[2].loss = 3.0;  // rank 2: stage 1, replica 0
+  ranks[3].loss = 5.0;
+  ranks[3].recvDelay = {{"from_prev", {{"min", 0.01}, {"max", 0.02}, {"messages", 4}}}};
+  for (const auto& r : ranks) EXPECT_EQ(toJson(rankStepFromJson(toJson(r))), toJson(r));
+  json broken = toJson(ranks[0]);
+  broken.erase("wait_s");
+  try {
+    rankStepFromJson(broken);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'wait_s' is missing"), std::string::npos) << e.what();
+  }
+  broken = toJson(ranks[0]);
+  broken["fwd_wire"] = "ten";
+  EXPECT_THROW(rankStepFromJson(broken), std::invalid_argument);
+
+  const json st = stepEntry(spec, layout, ranks);
+  EXPECT_EQ(st["step"], 7);
+  EXPECT_EQ(st["epoch"], 1);
+  EXPECT_DOUBLE_EQ(st["time_s"].get<double>(), 4.0);
+  EXPECT_EQ(st["tokens"], 2 * 3 * 5 * 2);
+  EXPECT_DOUBLE_EQ(st["tokens_per_s"].get<double>(), 60 / 4.0);
+  EXPECT_DOUBLE_EQ(st["loss"].get<double>(), 4.0);
+  EXPECT_EQ(st["loss_per_replica"], json({3.0, 5.0}));
+  EXPECT_EQ(st["bytes"]["forward"], json({{"raw", 400}, {"wire", 40}}));
+  EXPECT_EQ(st["bytes"]["gradient"], json({{"raw", 4000}, {"wire", 200}}));
+  EXPECT_DOUBLE_EQ(st["breakdown_s"]["encode"].get<double>(), 0.15);
+  EXPECT_DOUBLE_EQ(st["breakdown_s"]["allreduce"].get<double>(), 0.4);
+  ASSERT_EQ(st["breakdown_s_per_stage"].size(), 4u);
+  EXPECT_EQ(st["breakdown_s_per_stage"][3]["stage"], 1);
+  EXPECT_EQ(st["breakdown_s_per_stage"][3]["replica"], 1);
+  EXPECT_EQ(st["breakdown_s_per_stage"][3]["recv_delay_s"], ranks[3].recvDelay);
+  EXPECT_DOUBLE_EQ(st["grad_norm"].get<double>(), 2.5);
+  ranks[3].loss.reset();
+  EXPECT_TRUE(stepEntry(spec, layout, ranks)["loss"].is_null());
+  ranks.pop_back();
+  EXPECT_THROW(stepEntry(spec, layout, ranks), std::logic_error);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// diloco: the outer gradient (outer - local) in round 0 every H-th step, Nesterov momentum on the
+// replicas' mean in OuterStep (see grad_sync.h).
+#include "runtime/grad_sync.h"
+#include "runtime/grad_syncs/flat.h"
+
+namespace slowpipe::runtime {
+
+namespace {
+class Diloco : public GradientSync {
+ public:
+  Diloco(const RunSpec& spec, StageRunner& runner) : spec_(spec), runner_(runner) {
+    torch::NoGradGuard guard;
+    for (const auto& p : runner_.model()->parameters()) flat::put(outer_, p);
+    momentum_.assign(outer_.size(), 0.0f);
+  }
+  void pack(int, int64_t, std::vector<float>& buf) override {
+    torch::NoGradGuard guard;
+    buf.clear();
+    for (auto& p : runner_.model()->parameters()) flat::put(buf, p);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = outer_[i] - buf[i];
+  }
+  void unpack(int, int64_t, const std::vector<float>&) override {}  // OuterStep uses the mean
+  // Nesterov momentum (torch.optim.SGD, nesterov=True) on the mean outer gradient.
+  void outerStep(int64_t, const std::vector<float>& buf) override {
+    torch::NoGradGuard guard;
+    const float mu = static_cast<float>(spec_.dp.outerMomentum), lr = static_cast<float>(spec_.dp.outerLr);
+    for (size_t i = 0; i < outer_.size(); ++i) {
+      momentum_[i] = mu * momentum_[i] + buf[i];
+      outer_[i] -= lr * (buf[i] + mu * momentum_[i]);
+    }
+    size_t at = 0;
+    for (auto& p : runner_.model()->parameters()) {
+      torch::Tensor t = p.detach();
+      flat::take(outer_, at, t);
+    }
+  }
+
+ private:
+  const RunSpec& spec_;
+  StageRunner& runner_;
+  std::vector<float> outer_, momentum_;
+};
+}  // namespace
+
+std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec& spec, const GradientCompressor&, StageRunner& runner, int) {
+  return std::make_unique<Diloco>(spec, runner);
+}
+
+}  // namespace slowpipe::runtime

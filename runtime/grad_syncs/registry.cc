@@ -1,0 +1,31 @@
+// The torch sides of the registered gradient compressors (runtime/grad_sync.h): one file each,
+// one line here, by the compressor's name (runtime/dp_compressors/registry.cc).
+#include <stdexcept>
+
+#include "runtime/grad_sync.h"
+
+namespace slowpipe::runtime {
+
+std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&, StageRunner&, int);
+std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec&, const GradientCompressor&, StageRunner&, int);
+std::unique_ptr<GradientSync> makeQadamSync(const RunSpec&, const GradientCompressor&, StageRunner&, int);
+std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec&, const GradientCompressor&, StageRunner&, int);
+
+const std::vector<GradientSyncInfo>& gradientSyncs() {
+  static const std::vector<GradientSyncInfo> all = {
+      {"codec", makeMeanGradients},
+      {"powersgd", makePowerSgdSync},
+      {"qadam", makeQadamSync},
+      {"diloco", makeDilocoSync},
+  };
+  return all;
+}
+
+std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, StageRunner& runner, int stage) {
+  const std::unique_ptr<GradientCompressor> c = gradientCompressor(spec.dp);
+  for (const auto& s : gradientSyncs())
+    if (std::string(s.name) == c->name()) return s.make(spec, *c, runner, stage);
+  throw std::logic_error(std::string("gradient compressor '") + c->name() + "' has no torch side in runtime/grad_syncs/registry.cc");
+}
+
+}  // namespace slowpipe::runtime

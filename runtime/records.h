@@ -1,0 +1,58 @@
+// Records are structs: what a rank reports of one step (RankStepRecord) and of an evaluation
+// (EvalRecord), serialised here and nowhere else, and the one function that builds a result's
+// step entry from every rank's record of that step (stepEntry), used alike by the launcher (and
+// through it the cross-host coordinator) and the simulator. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/executor.h"
+#include "runtime/ranks.h"
+#include "runtime/spec.h"
+
+namespace slowpipe::runtime {
+
+struct RankStepRecord {
+  int rank = 0;
+  int64_t step = 0;
+  int epoch = 0;
+  double timeS = 0;  // the rank's step, from its first action's start to its last action's end
+  // Where the time went: compute, codec work, waiting (receives, and sends the link's queue
+  // limit held up), the data-parallel exchange's wall time (a share of the step: its encode,
+  // decode and wait are in the other fields too).
+  double computeS = 0, encodeS = 0, decodeS = 0, waitS = 0, dpS = 0;
+  // Bytes this rank sent: activations, their gradients, data-parallel messages (raw: 4 per value).
+  int64_t fwdRaw = 0, fwdWire = 0, bwdRaw = 0, bwdWire = 0, gradRaw = 0, gradWire = 0;
+  std::optional<double> loss;            // the last stage's mean loss of its micro-batches
+  std::optional<double> gradNorm, lr;    // what the step clipped with and its learning rate
+  nlohmann::json recvDelay;              // emulated: one-way times observed per inbound side
+};
+// The worker's "step" message (type, rank and the fields above).
+nlohmann::json toJson(const RankStepRecord& r);
+// Throws std::invalid_argument naming a missing or mistyped field.
+RankStepRecord rankStepFromJson(const nlohmann::json& j);
+
+struct EvalRecord {
+  int epoch = 0;
+  int64_t step = 0;                // steps before it
+  double timeS = 0;                // how long it took (the slowest stage's)
+  std::optional<double> valLoss;   // mean loss per token (none: not computed, or simulated)
+  std::optional<double> wallS;     // when it ended, from the run's start
+};
+nlohmann::json toJson(const EvalRecord& e);
+
+// A timeline event (runtime/executor.h) as results hold it: "what" (protocol::eventName), "mb",
+// "start_s", "end_s", with model chunks "chunk", with every step's timeline "step".
+nlohmann::json toJson(const TimelineEvent& e, bool withChunk, bool withStep);
+
+// The result's entry of one step (README "Result JSON": time_s, tokens, loss, bytes,
+// breakdown_s, breakdown_s_per_stage, ...) from the records of every rank of `layout`, indexed by
+// rank: the step's time is the slowest rank's, breakdowns are means over ranks, bytes sums, the
+// loss the mean over the last stage's replicas.
+nlohmann::json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<RankStepRecord>& ranks);
+
+}  // namespace slowpipe::runtime
