@@ -46,8 +46,15 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
   return out;
 }
 
+std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage) {
+  std::vector<std::vector<int64_t>> out;
+  for (int v = 0; v < spec.pipeline.virtualStages; ++v)
+    for (auto& shape : stageParameterShapes(spec, v * spec.pipeline.stages + stage)) out.push_back(std::move(shape));
+  return out;
+}
+
 int64_t dpRoundValues(const RunSpec& spec, int stage, int round) {
-  return gradientCompressor(spec.dp)->roundValues(stageParameterShapes(spec, stage), round);
+  return gradientCompressor(spec.dp)->roundValues(rankParameterShapes(spec, stage), round);
 }
 
 std::string dpRoundCodec(const RunSpec& spec, int64_t step) { return gradientCompressor(spec.dp)->roundCodec(step); }

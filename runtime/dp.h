@@ -52,6 +52,9 @@ DpShape dpShape(const RunSpec& spec);
 // fc w,b, out w,b; ln_f w,b and the head on the last), without torch: what the simulator sizes
 // data-parallel messages by. tests/runtime/dp_test.cc checks it against the torch model.
 std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage);
+// The parameters one rank of stage `stage` holds and its replicas synchronise: every model chunk's
+// (virtual stages stage, stage + S, ...), in chunk order (what GradientSync packs).
+std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage);
 // Values of the flat buffer of DP round `round` on stage `stage` (what GradientSync::pack forms,
 // the same at every step that exchanges; GradientCompressor::roundValues of its parameters).
 int64_t dpRoundValues(const RunSpec& spec, int stage, int round);

@@ -42,12 +42,18 @@ class GradientSync {
   virtual void clipAndMomentum(double /*globalNorm*/) {}
 };
 
-// The GradientSync of `spec`'s compressor for `runner` (stage `stage`).
-std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, StageRunner& runner, int stage);
+// The runners of one rank (one per model chunk, in chunk order) whose parameters its replicas
+// synchronise as one list (runtime/dp.h rankParameterShapes).
+using Runners = std::vector<StageRunner*>;
+// Every parameter of `runners`, in order.
+std::vector<torch::Tensor> parametersOf(const Runners& runners);
+
+// The GradientSync of `spec`'s compressor for the runners of a rank of stage `stage`.
+std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, const Runners& runners, int stage);
 
 struct GradientSyncInfo {
   const char* name;  // the compressor's (GradientCompressor::name)
-  std::unique_ptr<GradientSync> (*make)(const RunSpec& spec, const GradientCompressor& c, StageRunner& runner, int stage);
+  std::unique_ptr<GradientSync> (*make)(const RunSpec& spec, const GradientCompressor& c, const Runners& runners, int stage);
 };
 const std::vector<GradientSyncInfo>& gradientSyncs();
 

@@ -100,7 +100,7 @@ class PipelineWorker : public Backend {
       d.maxMessageBytes = o.maxMessageBytes;
       d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
-      sync_ = makeGradientSync(spec, compute_.runner(0), id_.stage);
+      sync_ = makeGradientSync(spec, compute_.runners(), id_.stage);
     }
     json hello = {{"type", "hello"}, {"pipeline", transport_->endpoints()},
                   {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};

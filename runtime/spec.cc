@@ -146,8 +146,9 @@ void checkModelFits(const RunSpec& s, const std::string& where, bool simulation)
 namespace {
 
 // pipeline.virtual_stages > 1: an interleaving schedule, a ring of at least two stages, whole
-// rounds of micro-batches (Megatron-LM's interleaved schedule takes them S at a time), one
-// replica and the user-space links (what is built so far; each named when refused).
+// rounds of micro-batches (Megatron-LM's interleaved schedule takes them S at a time), the
+// user-space links, and with replicas a compressor that synchronises every chunk (each named when
+// refused).
 void checkVirtualStages(const RunSpec& s, const std::string& field) {
   const int V = s.pipeline.virtualStages, S = s.pipeline.stages;
   if (V > 64) fail(field, std::to_string(V) + " is beyond 64");
@@ -161,7 +162,6 @@ void checkVirtualStages(const RunSpec& s, const std::string& field) {
   if (s.pipeline.microBatches % S != 0)
     fail(field, "interleaving takes micro-batches in rounds of pipeline.stages: micro_batches = " +
                     std::to_string(s.pipeline.microBatches) + " is not a multiple of " + std::to_string(S));
-  if (s.pipeline.replicas > 1) fail(field, std::to_string(V) + " model chunks with pipeline.replicas > 1 is not supported yet");
 }
 
 }  // namespace
@@ -348,6 +348,10 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
   if (s.pipeline.virtualStages > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.virtual_stages", "interleaved model chunks make the pipeline a ring; backend '" + s.network.backend +
                                                  "' builds a namespace chain (use backend user)");
+  if (s.pipeline.virtualStages > 1 && s.pipeline.replicas > 1 && gradientCompressor(s.dp)->name() == std::string("qadam"))
+    fail(where + ".dp.codec", "qadam with " + std::to_string(s.pipeline.virtualStages) +
+                                  " model chunks per rank: its Adam state is one model chunk's (use a codec, powersgd or "
+                                  "dp.local_steps)");
   // DP overrides name replicas that exist.
   if (s.network.dpLinks.is_object() && s.network.dpLinks.contains("links")) {
     const json& links = s.network.dpLinks["links"];

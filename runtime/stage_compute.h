@@ -47,6 +47,11 @@ class StageCompute {
   int64_t evalTokens() const { return evalTokens_; }
   bool holdsLastStage() const { return runners_.back()->last(); }
   StageRunner& runner(int chunk) { return *runners_.at(chunk); }
+  std::vector<StageRunner*> runners() const {
+    std::vector<StageRunner*> out;
+    for (const auto& r : runners_) out.push_back(r.get());
+    return out;
+  }
   int chunks() const { return static_cast<int>(runners_.size()); }
 
  private:

@@ -46,7 +46,7 @@ double medianOf(std::vector<double> v) {
 // step that exchanges (after qadam's warm-up): per round DpBegin (pack) and DpEnd (unpack), then
 // OuterStep where the spec has one. Median of `reps`.
 simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner& runner, int stage, int reps) {
-  const std::unique_ptr<runtime::GradientSync> made = runtime::makeGradientSync(v, runner, stage);
+  const std::unique_ptr<runtime::GradientSync> made = runtime::makeGradientSync(v, {&runner}, stage);
   runtime::GradientSync& sync = *made;
   const runtime::DpShape dp = runtime::dpShape(v);
   int64_t g = std::max<int64_t>(0, dp.afterStepFrom);

@@ -33,8 +33,18 @@ std::string dpCostKey(const runtime::RunSpec& spec) {
 
 DpCost Profile::dpCost(const runtime::RunSpec& spec, int stage) const {
   const std::string key = dpCostKey(spec);
-  if (stage >= 0 && stage < static_cast<int>(stages.size()))
-    if (auto it = stages[stage].dp.find(key); it != stages[stage].dp.end()) return it->second;
+  // Measured: per virtual stage; a rank packs every model chunk it holds (stage, stage + S, ...).
+  DpCost sum;
+  int found = 0;
+  for (int v = 0; v < spec.pipeline.virtualStages && stage >= 0; ++v) {
+    const size_t k = static_cast<size_t>(v * spec.pipeline.stages + stage);
+    if (k >= stages.size()) break;
+    const auto it = stages[k].dp.find(key);
+    if (it == stages[k].dp.end()) break;
+    sum += it->second;
+    ++found;
+  }
+  if (found == spec.pipeline.virtualStages) return sum;
   if (source != "analytic" || !device.contains("memory_bytes_per_s"))
     throw std::invalid_argument("profile (" + source + ") has no data-parallel costs of stage " + std::to_string(stage) +
                                 " for '" + key + "' (measure it with slowpipe profile on this spec or sweep)");
@@ -48,7 +58,7 @@ DpCost Profile::dpCost(const runtime::RunSpec& spec, int stage) const {
   }
   if (dp.afterStepFrom >= 0) {
     int64_t params = 0;
-    for (const auto& shape : runtime::stageParameterShapes(spec, stage)) params += compression::numelOf(shape);
+    for (const auto& shape : runtime::rankParameterShapes(spec, stage)) params += compression::numelOf(shape);
     c.outerStepS = 16.0 * static_cast<double>(params) / bw;
   }
   return c;

@@ -24,6 +24,7 @@
 // and half to the receiver before its decode, as host work.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ struct CodecCost {
 struct DpCost {
   std::vector<double> beginS, endS;
   double outerStepS = 0;
+  DpCost& operator+=(const DpCost& o) {  // two model chunks' work, packed into one round
+    for (auto [mine, theirs] : {std::pair{&beginS, &o.beginS}, std::pair{&endS, &o.endS}}) {
+      mine->resize(std::max(mine->size(), theirs->size()), 0.0);
+      for (size_t i = 0; i < theirs->size(); ++i) (*mine)[i] += (*theirs)[i];
+    }
+    outerStepS += o.outerStepS;
+    return *this;
+  }
 };
 // "dp.codec" and, with local steps, " local_steps=H": what DpCost depends on.
 std::string dpCostKey(const runtime::RunSpec& spec);

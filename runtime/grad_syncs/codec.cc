@@ -7,23 +7,23 @@ namespace slowpipe::runtime {
 namespace {
 class MeanGradients : public GradientSync {
  public:
-  explicit MeanGradients(StageRunner& runner) : runner_(runner) {}
+  explicit MeanGradients(Runners runners) : runners_(std::move(runners)) {}
   void pack(int, int64_t, std::vector<float>& buf) override {
     torch::NoGradGuard guard;
-    flat::putGradients(buf, runner_.model()->parameters());
+    flat::putGradients(buf, parametersOf(runners_));
   }
   void unpack(int, int64_t, const std::vector<float>& buf) override {
     torch::NoGradGuard guard;
-    flat::takeGradients(buf, runner_.model()->parameters());
+    flat::takeGradients(buf, parametersOf(runners_));
   }
 
  private:
-  StageRunner& runner_;
+  Runners runners_;
 };
 }  // namespace
 
-std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&, StageRunner& runner, int) {
-  return std::make_unique<MeanGradients>(runner);
+std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&, const Runners& runners, int) {
+  return std::make_unique<MeanGradients>(runners);
 }
 
 }  // namespace slowpipe::runtime

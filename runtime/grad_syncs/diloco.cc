@@ -8,15 +8,15 @@ namespace slowpipe::runtime {
 namespace {
 class Diloco : public GradientSync {
  public:
-  Diloco(const RunSpec& spec, StageRunner& runner) : spec_(spec), runner_(runner) {
+  Diloco(const RunSpec& spec, Runners runners) : spec_(spec), runners_(std::move(runners)) {
     torch::NoGradGuard guard;
-    for (const auto& p : runner_.model()->parameters()) flat::put(outer_, p);
+    for (const auto& p : parametersOf(runners_)) flat::put(outer_, p);
     momentum_.assign(outer_.size(), 0.0f);
   }
   void pack(int, int64_t, std::vector<float>& buf) override {
     torch::NoGradGuard guard;
     buf.clear();
-    for (auto& p : runner_.model()->parameters()) flat::put(buf, p);
+    for (auto& p : parametersOf(runners_)) flat::put(buf, p);
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = outer_[i] - buf[i];
   }
   void unpack(int, int64_t, const std::vector<float>&) override {}  // OuterStep uses the mean
@@ -29,7 +29,7 @@ class Diloco : public GradientSync {
       outer_[i] -= lr * (buf[i] + mu * momentum_[i]);
     }
     size_t at = 0;
-    for (auto& p : runner_.model()->parameters()) {
+    for (auto& p : parametersOf(runners_)) {
       torch::Tensor t = p.detach();
       flat::take(outer_, at, t);
     }
@@ -37,13 +37,13 @@ class Diloco : public GradientSync {
 
  private:
   const RunSpec& spec_;
-  StageRunner& runner_;
+  Runners runners_;
   std::vector<float> outer_, momentum_;
 };
 }  // namespace
 
-std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec& spec, const GradientCompressor&, StageRunner& runner, int) {
-  return std::make_unique<Diloco>(spec, runner);
+std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec& spec, const GradientCompressor&, const Runners& runners, int) {
+  return std::make_unique<Diloco>(spec, runners);
 }
 
 }  // namespace slowpipe::runtime

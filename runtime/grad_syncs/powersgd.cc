@@ -12,9 +12,9 @@ namespace slowpipe::runtime {
 namespace {
 class PowerSgd : public GradientSync {
  public:
-  PowerSgd(const RunSpec& spec, StageRunner& runner, int stage, int rank) : runner_(runner), rank_(rank) {
+  PowerSgd(const RunSpec& spec, Runners runners, int stage, int rank) : runners_(std::move(runners)), rank_(rank) {
     torch::NoGradGuard guard;
-    const auto ps = runner_.model()->parameters();
+    const auto ps = parametersOf(runners_);
     // Q of each matrix parameter from a generator seeded by (training.seed, stage, index): the
     // same on every replica of the stage.
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -34,7 +34,7 @@ class PowerSgd : public GradientSync {
   void pack(int round, int64_t, std::vector<float>& buf) override {
     torch::NoGradGuard guard;
     buf.clear();
-    auto ps = runner_.model()->parameters();
+    auto ps = parametersOf(runners_);
     if (round == 0) {
       for (size_t i = 0; i < ps.size(); ++i) {
         if (!q_[i].defined()) continue;
@@ -51,7 +51,7 @@ class PowerSgd : public GradientSync {
 
   void unpack(int round, int64_t, const std::vector<float>& buf) override {
     torch::NoGradGuard guard;
-    auto ps = runner_.model()->parameters();
+    auto ps = parametersOf(runners_);
     size_t at = 0;
     if (round == 0) {
       for (size_t i = 0; i < ps.size(); ++i) {
@@ -77,15 +77,16 @@ class PowerSgd : public GradientSync {
   }
 
  private:
-  StageRunner& runner_;
+  Runners runners_;
   int rank_;
   // Per parameter: Q and the error (undefined for parameters sent exactly), M = G + E and P.
   std::vector<torch::Tensor> q_, err_, m_, p_;
 };
 }  // namespace
 
-std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec& spec, const GradientCompressor& c, StageRunner& runner, int stage) {
-  return std::make_unique<PowerSgd>(spec, runner, stage, static_cast<int>(c.param("rank")));
+std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec& spec, const GradientCompressor& c, const Runners& runners,
+                                               int stage) {
+  return std::make_unique<PowerSgd>(spec, runners, stage, static_cast<int>(c.param("rank")));
 }
 
 }  // namespace slowpipe::runtime

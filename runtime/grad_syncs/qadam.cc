@@ -116,8 +116,10 @@ class Qadam : public GradientSync {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> makeQadamSync(const RunSpec& spec, const GradientCompressor& c, StageRunner& runner, int) {
-  return std::make_unique<Qadam>(spec, runner, c.param("warmup_steps"));
+std::unique_ptr<GradientSync> makeQadamSync(const RunSpec& spec, const GradientCompressor& c, const Runners& runners, int) {
+  // Its Adam state is one runner's optimizer's (the spec check refuses it with model chunks).
+  if (runners.size() != 1) throw std::invalid_argument("qadam synchronises one model chunk per rank, not " + std::to_string(runners.size()));
+  return std::make_unique<Qadam>(spec, *runners[0], c.param("warmup_steps"));
 }
 
 }  // namespace slowpipe::runtime

@@ -29,11 +29,16 @@ namespace {
 struct DpCase {
   int stages, replicas;
   std::string schedule, algorithm;
+  int virtualStages = 1;  // interleaved_1f1b's model chunks per stage
+  std::string codec = "none";
 };
 
 void PrintTo(const DpCase& c, std::ostream* os) {
   *os << "S=" << c.stages << " R=" << c.replicas << " " << c.schedule << " " << c.algorithm;
+  if (c.virtualStages > 1) *os << " V=" << c.virtualStages << " " << c.codec;
 }
+
+void expectSimulatedBytesEqual(const json& spec, const json& result);
 
 class DpEquivalenceTest : public PipelineTest, public ::testing::WithParamInterface<DpCase> {};
 
@@ -41,7 +46,8 @@ TEST_P(DpEquivalenceTest, LossesEqualOneProcessOnTheGlobalBatch) {
   const DpCase c = GetParam();
   json spec = baseSpec(c.stages, c.schedule);
   spec["pipeline"]["replicas"] = c.replicas;
-  spec["dp"] = {{"algorithm", c.algorithm}};
+  spec["pipeline"]["virtual_stages"] = c.virtualStages;
+  spec["dp"] = {{"algorithm", c.algorithm}, {"codec", c.codec}};
   std::vector<double> reference;
   prepareCorpus(runSpecFromJson(spec).data);
   runSingleProcess(runSpecFromJson(spec), "finetune", [&](const json& r) {
@@ -62,6 +68,8 @@ TEST_P(DpEquivalenceTest, LossesEqualOneProcessOnTheGlobalBatch) {
   ASSERT_EQ(per.size(), static_cast<size_t>(c.replicas));
   EXPECT_NE(per[0].get<double>(), per[1].get<double>());
   EXPECT_EQ(result["codec_states_match"], true);
+  // The simulator replays the same lists: the same bytes, every chunk's parameters in the rounds.
+  if (c.virtualStages > 1) expectSimulatedBytesEqual(spec, result);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -69,10 +77,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(DpCase{2, 2, "gpipe", "allreduce"}, DpCase{2, 2, "1f1b", "allreduce"},
                       DpCase{2, 2, "gpipe", "sharded_ps"}, DpCase{2, 2, "1f1b", "sharded_ps"},
                       DpCase{1, 3, "gpipe", "allreduce"}, DpCase{1, 3, "1f1b", "sharded_ps"},
-                      DpCase{1, 3, "1f1b", "allreduce"}, DpCase{1, 3, "gpipe", "sharded_ps"}),
+                      DpCase{1, 3, "1f1b", "allreduce"}, DpCase{1, 3, "gpipe", "sharded_ps"},
+                      // Replicas of interleaved stages synchronise both model chunks as one buffer.
+                      DpCase{2, 2, "interleaved_1f1b", "allreduce", 2}, DpCase{2, 2, "interleaved_1f1b", "sharded_ps", 2}),
     [](const auto& info) {
       const DpCase& c = info.param;
-      return std::to_string(c.stages) + "x" + std::to_string(c.replicas) + "_" + c.schedule + "_" + c.algorithm;
+      return std::to_string(c.stages) + "x" + std::to_string(c.replicas) + "_" + c.schedule + "_" + c.algorithm +
+             (c.virtualStages > 1 ? "_v" + std::to_string(c.virtualStages) : "");
     });
 
 // Parameters of each stage of `spec` (what one replica synchronises).
@@ -263,7 +274,7 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
           const auto ps = runner.model()->parameters();
           ASSERT_EQ(shapes.size(), ps.size()) << "stage " << s;
           for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(shapes[i], ps[i].sizes().vec()) << "stage " << s << " parameter " << i;
-          const std::unique_ptr<GradientSync> made = makeGradientSync(rs, runner, s);
+          const std::unique_ptr<GradientSync> made = makeGradientSync(rs, {&runner}, s);
           GradientSync& sync = *made;
           const DpShape dp = dpShape(rs);
           std::vector<float> buf;
@@ -274,6 +285,35 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
             sync.unpack(round, step, buf);
           }
         }
+      }
+    }
+  }
+}
+
+// With model chunks a rank's replicas synchronise every chunk it holds as one buffer: the values
+// GradientSync packs from both runners are dpRoundValues of the rank's stage.
+TEST(DpShapesTest, RoundsOfAnInterleavedRankCoverEveryModelChunk) {
+  json spec = {{"name", "chunks"},
+               {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 24}, {"heads", 2}, {"vocab", 256}}},
+               {"pipeline", {{"stages", 2}, {"virtual_stages", 2}, {"schedule", "interleaved_1f1b"}, {"replicas", 2},
+                             {"micro_batches", 2}, {"micro_batch_size", 2}}},
+               {"compression", {{"forward", "none"}, {"backward", "none"}}},
+               {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  for (const char* codec : {"none", "powersgd:rank=3"}) {
+    spec["dp"] = {{"codec", codec}};
+    const RunSpec rs = runSpecFromJson(spec, "spec", true);
+    for (int s = 0; s < 2; ++s) {
+      StageRunner first(rs, s, 100), second(rs, s + 2, 100);  // chunks 0 and 1: virtual stages s, s + S
+      int64_t shapes = 0, params = 0;
+      for (const auto& shape : rankParameterShapes(rs, s)) shapes += compression::numelOf(shape);
+      for (const auto& p : parametersOf({&first, &second})) params += p.numel();
+      EXPECT_EQ(shapes, params) << codec << " stage " << s;
+      const std::unique_ptr<GradientSync> sync = makeGradientSync(rs, {&first, &second}, s);
+      std::vector<float> buf;
+      for (int round = 0; round < dpShape(rs).rounds; ++round) {
+        sync->pack(round, 0, buf);
+        EXPECT_EQ(static_cast<int64_t>(buf.size()), dpRoundValues(rs, s, round)) << codec << " stage " << s << " round " << round;
+        sync->unpack(round, 0, buf);
       }
     }
   }

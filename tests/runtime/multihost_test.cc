@@ -337,7 +337,12 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
   EXPECT_EQ(r["bad_messages"]["count"], 4) << r["bad_messages"].dump();
   const json& refused = r["refused_connections"];
   EXPECT_GE(refused["count"].get<int>(), 2) << refused.dump();
-  EXPECT_TRUE(refused["by_kind"].contains("not CURVE (mechanism mismatch, e.g. a NULL client)")) << refused.dump();
+  // The NULL client is refused as a mechanism mismatch, or as "no detail" when it hangs up on the
+  // server's CURVE greeting before the server has read its own (a race inside libzmq: about 1 run
+  // in 5 here); either way it is counted.
+  EXPECT_TRUE(refused["by_kind"].contains("not CURVE (mechanism mismatch, e.g. a NULL client)") ||
+              refused["by_kind"].contains("handshake failed (no detail)"))
+      << refused.dump();
   EXPECT_TRUE(refused["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)")) << refused.dump();
 }
 

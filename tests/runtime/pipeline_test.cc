@@ -199,7 +199,12 @@ TEST_F(PipelineTest, VirtualStagesAreCheckedByName) {
   EXPECT_NE(errorOf(j).find("stages x virtual_stages <= model.layers"), std::string::npos) << errorOf(j);
   j["pipeline"]["virtual_stages"] = 2;
   j["pipeline"]["replicas"] = 2;
-  EXPECT_NE(errorOf(j).find("replicas > 1 is not supported yet"), std::string::npos) << errorOf(j);
+  EXPECT_EQ(errorOf(j), "");  // replicas synchronise every model chunk
+  j["dp"] = {{"codec", "qadam:bits=8"}};
+  EXPECT_NE(errorOf(j).find("qadam with 2 model chunks"), std::string::npos) << errorOf(j);
+  j["network"]["backend"] = "tc";
+  j["dp"] = json::object();
+  EXPECT_NE(errorOf(j).find("builds one namespace chain"), std::string::npos) << errorOf(j);
 }
 
 TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
