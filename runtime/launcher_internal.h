@@ -165,7 +165,8 @@ class Launcher {
   double cpuSampledAt_ = 0;
   double start_ = 0, lastProgress_ = 0, lastWrite_ = 0;
   int64_t totalSteps_ = -1;
-  double traceOrigin_ = -1;  // time 0 of the links' traces (peerTable)
+  double traceOrigin_ = -1;  // time 0 of the links' traces and the first step (peerTable)
+  static constexpr double kStartMarginS = 0.2;  // from the peer tables to the first step
 };
 
 }  // namespace slowpipe::runtime::detail

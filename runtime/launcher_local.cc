@@ -153,10 +153,10 @@ int Launcher::supervise() {
 
 // Where rank r's neighbours and replicas take its messages (from their hellos).
 json Launcher::peerTable(int r) {
-  // Time 0 of every link's bandwidth trace: when the tables go out, i.e. the run's first step
-  // (every rank starts it on its table), the simulator's time 0 too.
+  // Time 0 of every link's bandwidth trace and the run's first step on every rank (each waits for
+  // it), as the simulator's time 0: a moment after the tables go out, for the ranks to connect.
   if (traceOrigin_ < 0) {
-    traceOrigin_ = now();
+    traceOrigin_ = now() + kStartMarginS;
     doc_["trace_origin_s"] = traceOrigin_ - start_;  // on the steps' wall_s scale
   }
   const RankId id = layout_.id(r);

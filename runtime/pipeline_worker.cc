@@ -111,8 +111,9 @@ class PipelineWorker : public Backend {
     transport_->connect(table.value("pipeline", json::object()));
     if (dp_) dp_->connect(table.value("dp_peers", json::object()));
     if (const auto origin = table.find("trace_origin_s"); origin != table.end() && origin->is_number()) {
-      transport_->setTraceOrigin(origin->get<double>());
-      if (dp_) dp_->setTraceOrigin(origin->get<double>());
+      startAt_ = origin->get<double>();
+      transport_->setTraceOrigin(startAt_);
+      if (dp_) dp_->setTraceOrigin(startAt_);
     }
   }
 
@@ -142,6 +143,9 @@ class PipelineWorker : public Backend {
   }
 
   void run() {
+    // Every rank starts its first step at trace time 0, as the simulator's ranks do at its time 0
+    // (the launcher sets it a moment after the tables go out, for the ranks to connect first).
+    emulator::sleepUntil(startAt_);
     int64_t g = 0;
     for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
       for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g)
@@ -324,6 +328,7 @@ class PipelineWorker : public Backend {
   std::unique_ptr<GradientSync> sync_;  // what the rounds carry (runtime/grad_sync.h)
   std::vector<float> dpBuf_;           // the round's flat buffer
   StepExecutor exec_;
+  double startAt_ = 0;  // the run's first step (host monotonic clock; 0: at once)
   std::vector<TimelineEvent> events_;  // of the last step (runtime.timeline "all": of every step)
 };
 
