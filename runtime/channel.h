@@ -29,7 +29,7 @@ namespace slowpipe::runtime {
 struct SocketSecurity;  // runtime/security.h
 
 struct ChannelOptions {
-  int rank = 0, peer = 0;             // this end and the other
+  int peer = 0;                        // the rank at the other end
   std::string bindHost = "127.0.0.1";  // where the inbound PULL socket binds
   const SocketSecurity* security = nullptr;  // across hosts: CURVE (nullptr: plain, one host)
   int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the inbound socket (-1: no limit)

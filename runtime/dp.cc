@@ -72,7 +72,6 @@ DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)
   for (int q = 0; q < opt_.replicas; ++q) {
     if (q == opt_.replica) continue;
     ChannelOptions c;
-    c.rank = opt_.rank;
     c.peer = opt_.stage * opt_.replicas + q;
     c.bindHost = opt_.bindHost;
     c.security = opt_.security;

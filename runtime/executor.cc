@@ -49,14 +49,13 @@ void StepExecutor::complete(double now) {
 
 Progress StepExecutor::dispatch(Backend& b, const Action& a) {
   using K = Action::Kind;
-  const int stage = layout_.id(rank_).stage;
   if (a.isCommunication()) {
     where_.peer = protocol::peerRank(layout_, rank_, a);
-    where_.chunk = a.isDataParallel() ? 0 : protocol::boundaryChunk(layout_, stage, a);
+    where_.chunk = a.isDataParallel() ? 0 : protocol::boundaryChunk(layout_, stage_, a);
   } else {
     where_.peer = -1;
     where_.chunk = 0;
-    where_.virtualStage = protocol::virtualStage(layout_, stage, a);
+    where_.virtualStage = protocol::virtualStage(layout_, stage_, a);
   }
   switch (a.kind) {
     case K::kSend: return b.send(a, where_);

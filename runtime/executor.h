@@ -27,7 +27,6 @@ struct ActionContext {
   int64_t step = 0;         // global step (an evaluation: the number of steps before it)
   int epoch = 0;
   int64_t stepInEpoch = 0;  // a training step's index within its epoch
-  bool evaluation = false;
   // Of the action in hand:
   int peer = -1;          // Send / Recv: the rank at the other end (protocol::peerRank)
   int chunk = 0;          // Send / Recv of the pipeline: the message key's chunk (protocol::boundaryChunk)
@@ -64,9 +63,9 @@ struct TimelineEvent {
 
 class StepExecutor {
  public:
-  StepExecutor(const RankLayout& layout, int rank) : layout_(layout), rank_(rank) {}
+  StepExecutor(const RankLayout& layout, int rank) : layout_(layout), rank_(rank), stage_(layout.id(rank).stage) {}
 
-  // Starts a list at `now`: `where` gives its step, epoch and whether it is an evaluation.
+  // Starts a list at `now`: `where` gives its step and epoch.
   // recordEvents: keep a TimelineEvent per action (events()).
   void start(std::vector<Action> list, const ActionContext& where, double now, bool recordEvents);
   // Runs actions until the list ends (true) or the backend leaves one pending (false: call
@@ -92,7 +91,7 @@ class StepExecutor {
   void complete(double now);
 
   RankLayout layout_;
-  int rank_;
+  int rank_, stage_;
   std::vector<Action> list_;
   ActionContext where_;
   size_t pc_ = 0;

@@ -77,11 +77,7 @@ void Launcher::onStep(const json& rec) {
 
 void Launcher::onEval(const json& rec) {
   if (rec["rank"] != layout_.rank({S_ - 1, 0})) return;  // replica 0 evaluates; its last stage has the loss
-  EvalRecord e;
-  e.epoch = rec.value("epoch", 0);
-  e.step = rec.value("step", int64_t{0});
-  e.timeS = rec.value("time_s", 0.0);
-  if (rec.contains("val_loss") && rec["val_loss"].is_number()) e.valLoss = rec["val_loss"].get<double>();
+  EvalRecord e = evalRecordFromJson(rec);
   e.wallS = now() - start_;
   doc_["evals"].push_back(toJson(e));
 }

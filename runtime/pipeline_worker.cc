@@ -154,9 +154,7 @@ class PipelineWorker : public Backend {
                 epoch, s, g, false);
       // Replica 0 evaluates (with local steps: its own parameters, as they are at the epoch's end).
       if (spec_.training.evalEachEpoch && id_.replica == 0)
-        runList(evalSchedule(S_, static_cast<int>(evalBatches(plan_.val.size(), spec_.pipeline.microBatchSize).size()), id_.stage,
-                             layout_.chunks),
-                epoch, 0, g, true);
+        runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0, g, true);
     }
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
@@ -216,7 +214,7 @@ class PipelineWorker : public Backend {
       return Progress::kDone;
     }
     const bool fromPrev = a.peer == Action::Peer::kPrev;
-    if (a.message == Msg::kActivation || a.message == Msg::kGradient || a.message == Msg::kEval) {
+    if (carriesTensor(a.message)) {
       Tensor32 t = transport_->recv(fromPrev, kindOf(a.message), c.step, c.epoch, a.microBatch, c.chunk);
       if (a.message == Msg::kActivation && t.exampleIds != compute_.planIds(c, a.microBatch))
         throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " + std::to_string(a.microBatch) +
@@ -238,7 +236,7 @@ class PipelineWorker : public Backend {
       return Progress::kDone;
     }
     const bool toNext = a.peer == Action::Peer::kNext;
-    if (a.message == Msg::kActivation || a.message == Msg::kGradient || a.message == Msg::kEval) {
+    if (carriesTensor(a.message)) {
       const torch::Tensor t = compute_.output(a).contiguous();
       transport_->send(toNext, kindOf(a.message), c.step, c.epoch, a.microBatch, t.data_ptr<float>(),
                        compression::Shape(t.sizes().begin(), t.sizes().end()), compute_.ids(a.microBatch), c.chunk);
@@ -251,6 +249,10 @@ class PipelineWorker : public Backend {
   }
 
  private:
+  // Activations, their gradients, evaluation activations; the rest are control scalars.
+  static bool carriesTensor(Action::Message m) {
+    return m == Action::Message::kActivation || m == Action::Message::kGradient || m == Action::Message::kEval;
+  }
   static MessageKind kindOf(Action::Message m) {
     return m == Action::Message::kActivation ? MessageKind::kActivation
            : m == Action::Message::kGradient ? MessageKind::kGradient
@@ -265,7 +267,6 @@ class PipelineWorker : public Backend {
     where.step = g;
     where.epoch = epoch;
     where.stepInEpoch = s;
-    where.evaluation = evaluation;
     compute_.beginList();
     exec_.start(std::move(list), where, now(), /*recordEvents=*/!evaluation);
     if (!exec_.run(*this)) throw std::logic_error("the real backend left an action pending");
@@ -276,7 +277,7 @@ class PipelineWorker : public Backend {
       e.epoch = epoch;
       e.step = g;
       e.timeS = seconds;
-      if (compute_.evalTokens() > 0) e.valLoss = compute_.evalLossSum() / static_cast<double>(compute_.evalTokens());
+      e.valLoss = compute_.evalLoss();
       json r = toJson(e);
       r["type"] = "eval";
       return report(r);

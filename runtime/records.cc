@@ -18,14 +18,14 @@ template <typename T>
 T field(const json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || !it->is_number())
-    throw std::invalid_argument(std::string("step record: field '") + key + "' " + (it == j.end() ? "is missing" : "is not a number"));
+    throw std::invalid_argument(std::string("record: field '") + key + "' " + (it == j.end() ? "is missing" : "is not a number"));
   return it->get<T>();
 }
 
 std::optional<double> optionalField(const json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw std::invalid_argument(std::string("step record: field '") + key + "' is not a number");
+  if (!it->is_number()) throw std::invalid_argument(std::string("record: field '") + key + "' is not a number");
   return it->get<double>();
 }
 
@@ -71,6 +71,16 @@ json toJson(const EvalRecord& e) {
   json j = {{"epoch", e.epoch}, {"step", e.step}, {"time_s", e.timeS}, {"val_loss", optional(e.valLoss)}};
   if (e.wallS) j["wall_s"] = *e.wallS;
   return j;
+}
+
+EvalRecord evalRecordFromJson(const json& j) {
+  EvalRecord e;
+  e.epoch = field<int>(j, "epoch");
+  e.step = field<int64_t>(j, "step");
+  e.timeS = field<double>(j, "time_s");
+  e.valLoss = optionalField(j, "val_loss");
+  e.wallS = optionalField(j, "wall_s");
+  return e;
 }
 
 json toJson(const TimelineEvent& e, bool withChunk, bool withStep) {

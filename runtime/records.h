@@ -44,6 +44,8 @@ struct EvalRecord {
   std::optional<double> wallS;     // when it ended, from the run's start
 };
 nlohmann::json toJson(const EvalRecord& e);
+// Throws std::invalid_argument naming a missing or mistyped field.
+EvalRecord evalRecordFromJson(const nlohmann::json& j);
 
 // A timeline event (runtime/executor.h) as results hold it: "what" (protocol::eventName), "mb",
 // "start_s", "end_s", with model chunks "chunk", with every step's timeline "step".

@@ -8,6 +8,7 @@
 #include "runtime/schedule.h"
 #include "runtime/executor.h"
 #include "runtime/protocol.h"
+#include "runtime/records.h"
 #include "runtime/stage_compute.h"
 #include "runtime/worker.h"
 
@@ -16,8 +17,6 @@ namespace slowpipe::runtime {
 using nlohmann::json;
 
 namespace {
-
-json meanLoss(double lossSum, int64_t tokens) { return tokens > 0 ? json(lossSum / static_cast<double>(tokens)) : json(nullptr); }
 
 // A compute-only backend (runtime/executor.h): every layer in one StageCompute, no messages.
 class SingleProcess : public Backend {
@@ -73,22 +72,24 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
   SingleProcess p(spec, plan);
   const int M = spec.pipeline.microBatches;
   const auto schedule = makeSchedule(spec.pipeline.schedule, 1, M, 0);
-  const int evalBatchCount = static_cast<int>(evalBatches(plan.val.size(), spec.pipeline.microBatchSize).size());
   ActionContext where;
   for (int epoch = 0; epoch < spec.training.epochs && where.step < plan.totalSteps; ++epoch) {
     where.epoch = epoch;
     for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && where.step < plan.totalSteps; ++s, ++where.step) {
       where.stepInEpoch = s;
-      where.evaluation = false;
       const double seconds = p.run(schedule, where);
       onRecord({{"type", "step"}, {"step", where.step}, {"epoch", epoch}, {"loss", p.compute().loss()}, {"time_s", seconds},
                 {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}});
     }
     if (spec.training.evalEachEpoch) {
-      where.evaluation = true;
-      p.run(evalSchedule(1, evalBatchCount, 0), where);
-      onRecord({{"type", "eval"}, {"epoch", epoch}, {"step", where.step},
-                {"val_loss", meanLoss(p.compute().evalLossSum(), p.compute().evalTokens())}});
+      EvalRecord e;
+      e.epoch = epoch;
+      e.step = where.step;
+      e.timeS = p.run(evalSchedule(1, p.compute().evalBatchCount(), 0), where);
+      e.valLoss = p.compute().evalLoss();
+      json r = toJson(e);
+      r["type"] = "eval";
+      onRecord(r);
     }
   }
   if (!checkpoint.empty()) saveCheckpoint(p.compute().runner(0).model(), checkpoint);

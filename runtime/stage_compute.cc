@@ -47,15 +47,15 @@ torch::Tensor StageCompute::output(const Action& a) {
 }
 
 void StageCompute::compute(const Action& a, const ActionContext& c) {
+  // A forward's time is its runner's, not the batch it builds from the data plan (as before).
+  if (a.kind == Action::Kind::kForward) return forward(a, c);
+  if (a.kind == Action::Kind::kEvalForward) return evalForward(a);
   const double t0 = now();
-  switch (a.kind) {
-    case Action::Kind::kForward: forward(a, c); break;
-    case Action::Kind::kEvalForward: evalForward(a); break;
-    case Action::Kind::kGradNorm:
-      sq_ = 0;
-      for (const auto& r : runners_) sq_ += r->localGradSquaredNorm();
-      break;
-    default: backward(a); break;
+  if (a.kind == Action::Kind::kGradNorm) {
+    sq_ = 0;
+    for (const auto& r : runners_) sq_ += r->localGradSquaredNorm();
+  } else {
+    backward(a);
   }
   compute_ += now() - t0;
 }
@@ -73,7 +73,9 @@ void StageCompute::forward(const Action& a, const ActionContext& c) {
     in = in_.at(at);
     in_.erase(at);
   }
+  const double t0 = now();
   torch::Tensor y = r.forward(a.microBatch, in, tgt);
+  compute_ += now() - t0;
   if (!r.last()) out_[at] = y;
 }
 

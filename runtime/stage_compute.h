@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -43,8 +44,12 @@ class StageCompute {
   double computeSeconds() const { return compute_; }
   // The last stage: the step's mean loss; an evaluation's summed token loss and tokens.
   double loss() const { return loss_; }
-  double evalLossSum() const { return evalLossSum_; }
-  int64_t evalTokens() const { return evalTokens_; }
+  // Mean loss per token of the evaluation in hand (none: no token was evaluated here), and how
+  // many batches an evaluation of the plan's validation set has.
+  std::optional<double> evalLoss() const {
+    return evalTokens_ > 0 ? std::optional<double>(evalLossSum_ / static_cast<double>(evalTokens_)) : std::nullopt;
+  }
+  int evalBatchCount() const { return static_cast<int>(evalBatches_.size()); }
   bool holdsLastStage() const { return runners_.back()->last(); }
   StageRunner& runner(int chunk) { return *runners_.at(chunk); }
   std::vector<StageRunner*> runners() const {

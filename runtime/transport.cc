@@ -47,7 +47,6 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     p.stage = peerStage;
     const emulator::ReceiverDelays& d = opt_.delays;
     ChannelOptions c;
-    c.rank = opt_.rank;
     c.peer = peer;
     c.bindHost = fromPrev ? opt_.bindPrevHost : opt_.bindNextHost;
     c.security = opt_.security;

@@ -111,9 +111,14 @@ class TimingBackend : public runtime::Backend {
   runtime::Progress compute(const runtime::Action& a, const runtime::ActionContext&) override {
     using K = runtime::Action::Kind;
     if (a.chunk != chunk_ || a.kind == K::kGradNorm || a.kind == K::kEvalForward) return runtime::Progress::kDone;
-    const torch::Tensor in = runner_.first() ? torch::randint(0, 256, {b_, T_}, torch::kLong) : torch::randn({b_, T_, C_});
-    const torch::Tensor tgt = torch::randint(0, 256, {b_, T_}, torch::kLong);
-    const torch::Tensor grad = runner_.last() ? torch::Tensor() : torch::randn({b_, T_, C_});
+    // This action's random inputs, made before its timer starts.
+    torch::Tensor in, tgt, grad;
+    if (a.kind == K::kForward) {
+      in = runner_.first() ? torch::randint(0, 256, {b_, T_}, torch::kLong) : torch::randn({b_, T_, C_});
+      tgt = torch::randint(0, 256, {b_, T_}, torch::kLong);
+    } else if (a.kind != K::kBackwardWeight && !runner_.last()) {
+      grad = torch::randn({b_, T_, C_});
+    }
     const double t0 = now();
     if (a.kind == K::kForward) runner_.forward(a.microBatch, in, tgt);
     else if (a.kind == K::kBackward) runner_.backward(a.microBatch, grad);

@@ -89,7 +89,6 @@ struct RankState {
   bool postAfter = false;  // the action is a send: post the message when its encode ends
   MailKey postKey{};
   int64_t postBytes = 0;
-  int postPeer = 0;
   // waiting
   double waitStart = 0, arrival = -1;
   int64_t recvBytes = 0;
@@ -336,7 +335,6 @@ class Replay : public runtime::Backend {
   runtime::Progress send(const Action& a, const runtime::ActionContext& c) override {
     const int i = c.rank;
     RankState& st = ranks_[i];
-    st.postPeer = c.peer;
     st.postKey = key(i, c.peer, a, st.step, st.round, c.chunk);
     double seconds = 0;
     st.postBytes = sendBytesAndCost(i, a, &seconds);
@@ -356,16 +354,14 @@ class Replay : public runtime::Backend {
 
   static double perRound(const std::vector<double>& v, int round) { return round < static_cast<int>(v.size()) ? v[round] : 0.0; }
 
-  int peerOf(int i, const Action& a) const { return runtime::protocol::peerRank(layout_, i, a); }
-
   // A waiting rank looks for its message; once it is there its arrival is known (one the sender
   // left unstamped is billed now, in this receiver's retrieval order, by its part of the link
   // model: serial_fifo's one inbound wire).
   bool collect(int i) {
     RankState& st = ranks_[i];
-    const Action& a = execs_[i].current();
-    const int peer = peerOf(i, a);
-    const MailKey k = key(peer, i, a, st.step, st.round, runtime::protocol::boundaryChunk(layout_, i / R_, a));
+    const runtime::ActionContext& c = execs_[i].context();  // the executor's peer and chunk
+    const int peer = c.peer;
+    const MailKey k = key(peer, i, execs_[i].current(), st.step, st.round, c.chunk);
     const auto it = mail_.find(k);
     if (it == mail_.end()) {
       if (wake_) waiting_[k] = i;  // woken when it is posted
@@ -420,7 +416,7 @@ class Replay : public runtime::Backend {
     RankState& st = ranks_[i];
     Message m{now_, -1, st.postBytes};
     const bool dp = execs_[i].current().isDataParallel();
-    Link& l = link(i, st.postPeer, dp);
+    Link& l = link(i, execs_[i].context().peer, dp);
     m.arrival = l.sender->stamp(l.clock, now_, static_cast<uint64_t>(st.postBytes));
     mail_[st.postKey] = m;
     if (wake_) {
@@ -436,7 +432,6 @@ class Replay : public runtime::Backend {
   void startList(int i, std::vector<Action> list, bool evaluation) {
     runtime::ActionContext where;
     where.step = ranks_[i].step;
-    where.evaluation = evaluation;
     ranks_[i].evaluating = evaluation;
     execs_[i].start(std::move(list), where, now_, ranks_[i].onTimeline && !evaluation);
   }
@@ -640,7 +635,9 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
                       (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec)));
   if (varies && opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
   if (spec.pipeline.replicas == 1) return 4;
-  if (spec.training.maxSteps > 0) return static_cast<int>(std::min<int64_t>(spec.training.maxSteps, 100000));
+  // The run's steps (max_steps, or fewer when the data plan ends first: it replayed 6 of a 2-step run).
+  if (spec.training.maxSteps > 0)
+    return static_cast<int>(std::min<int64_t>(opt.runSteps >= 2 ? opt.runSteps : spec.training.maxSteps, 100000));
   const int64_t warmup = runtime::gradientCompressor(spec.dp)->warmupSteps();
   return static_cast<int>(std::min<int64_t>(warmup + 4 * spec.dp.localSteps, 100000));
 }

@@ -395,6 +395,24 @@ TEST(SimulatorTest, RingAllreduceOfTwoReplicasByHand) {
 
 // DiLoCo over a sharded parameter server: only every H-th step exchanges (after Step, then
 // OuterStep); the other steps carry no gradient bytes. Every (stage, replica) has its timeline row.
+// With replicas the simulator replays the run's steps: training.max_steps, or fewer when the
+// run's data plan ends first (it replayed 6 steps of a 2-step run).
+TEST(SimulatorTest, ReplicasReplayTheRunsStepsNotMoreThanItsDataHas) {
+  json j = {{"name", "steps"},
+            {"model", {{"seq_len", 4}, {"layers", 2}, {"width", 8}, {"heads", 2}}},
+            {"pipeline", {{"stages", 2}, {"replicas", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+            {"training", {{"max_steps", 6}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+            {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  const auto spec = runtime::runSpecFromJson(j, "spec", true);
+  SimOptions known;
+  known.stepsPerEpoch = 2;
+  known.runSteps = 2;
+  EXPECT_EQ(defaultSteps(spec), 6);
+  EXPECT_EQ(defaultSteps(spec, known), 2);
+  EXPECT_EQ(simulateRun(spec, analyticProfile(spec, "A100", "fp32", 0.5), known)["steps"].size(), 2u);
+}
+
 TEST(SimulatorTest, LocalStepsExchangeEveryHthStepOnly) {
   const auto spec = dpSpec(2, 3, {{"algorithm", "sharded_ps"}, {"codec", "quant:bits=8,scale=group,group=64"}, {"local_steps", 2}},
                            "8Mbps");
