@@ -526,7 +526,12 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
                                              "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
                                              "clamped to [0.05, 1.5]";
       p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
+      p.device["warmup_fit"] = "stages[].warmup_s: per event kind, step 0's events of the same run minus as many times "
+                               "the median of its steps 2-11 (the first step's extra compute; simulated on step 0)";
       p.hostSpeed = fit.speed;
+      // The same run's first step: what its compute events cost beyond the later steps' (warm-up).
+      const std::vector<std::map<std::string, double>> warmup = simulator::fitWarmup(calibration, p.stages.size());
+      for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].warmupS = warmup[v];
       // The other schedules the points use (`schedules` holds the spec's too): the same
       // calibration run in each one's order.
       if (schedules.size() > 1) {

@@ -150,6 +150,7 @@ json toJson(const Profile& p) {
       st["backward_input_s"] = s.backwardInputS;
       st["backward_weight_s"] = s.backwardWeightS;
     }
+    if (!s.warmupS.empty()) st["warmup_s"] = s.warmupS;
     for (const auto& [key, d] : s.dp) st["dp"][key] = {{"begin_s", d.beginS}, {"end_s", d.endS}, {"outer_step_s", d.outerStepS}};
     stages.push_back(st);
   }
@@ -199,6 +200,16 @@ Profile profileFromJson(const json& j, const std::string& where) {
     if (s.contains("backward_input_s") || s.contains("backward_weight_s")) {
       c.backwardInputS = positiveNumber(s, "backward_input_s", w);
       c.backwardWeightS = positiveNumber(s, "backward_weight_s", w);
+    }
+    if (s.contains("warmup_s")) {
+      const json& m = s["warmup_s"];
+      if (!m.is_object()) throw std::invalid_argument(w + ".warmup_s: expected {\"forward\": seconds, ...} by event kind");
+      for (const auto& [what, v] : m.items()) {
+        if (StageCost{}.ofEvent(what) < 0)
+          throw std::invalid_argument(w + ".warmup_s." + what + ": not a compute event (expected forward, backward, "
+                                      "backward_input, backward_weight or step)");
+        c.warmupS[what] = positiveNumber(m, what.c_str(), w + ".warmup_s");
+      }
     }
     if (s.contains("dp")) {
       if (!s["dp"].is_object())
@@ -354,6 +365,45 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
   return fit;
 }
 
+std::vector<std::map<std::string, double>> fitWarmup(const json& timeline, size_t stages) {
+  const size_t S = timeline.size() ? timeline.size() : 1;
+  // Per (virtual stage, kind): per row, step 0's durations and the later steps'.
+  struct Durations {
+    std::vector<double> first, later;
+  };
+  std::vector<std::map<std::string, double>> sum(stages);
+  std::vector<std::map<std::string, int>> rows(stages);
+  for (const auto& row : timeline) {
+    std::map<std::pair<size_t, std::string>, Durations> d;
+    for (const auto& e : row.at("events")) {
+      const std::string what = e.at("what");
+      if (StageCost{}.ofEvent(what) < 0) continue;
+      const size_t s = row.at("stage").get<size_t>();
+      const size_t v = what == "step" ? s : s + static_cast<size_t>(e.value("chunk", 0)) * S;
+      if (v >= stages)
+        throw std::invalid_argument("warm-up fit: the run has virtual stage " + std::to_string(v) + ", the profile " +
+                                    std::to_string(stages) + " stages");
+      const int step = e.value("step", -1);
+      const double dt = e.at("end_s").get<double>() - e.at("start_s").get<double>();
+      if (step == 0) d[{v, what}].first.push_back(dt);
+      if (step >= 2) d[{v, what}].later.push_back(dt);
+    }
+    for (auto& [key, x] : d) {
+      if (x.first.empty() || x.later.empty()) continue;
+      std::sort(x.later.begin(), x.later.end());
+      const size_t n = x.later.size();
+      const double median = n % 2 ? x.later[n / 2] : 0.5 * (x.later[n / 2 - 1] + x.later[n / 2]);
+      double extra = 0;
+      for (double t : x.first) extra += t - median;
+      sum[key.first][key.second] += std::max(0.0, extra);
+      ++rows[key.first][key.second];
+    }
+  }
+  for (size_t v = 0; v < stages; ++v)
+    for (auto& [what, total] : sum[v]) total /= rows[v][what];
+  return sum;
+}
+
 Profile medianProfile(const std::vector<Profile>& ps) {
   if (ps.empty()) throw std::invalid_argument("profile --merge: no profiles");
   auto med = [](std::vector<double> v) {
@@ -395,6 +445,15 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     out.stages[s].stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
     out.stages[s].backwardInputS = of([&](const Profile& p) { return p.stages[s].backwardInputS; });
     out.stages[s].backwardWeightS = of([&](const Profile& p) { return p.stages[s].backwardWeightS; });
+    for (const Profile& p : ps)  // a kind one snapshot lacks counts as 0 there
+      for (const auto& [what, v] : p.stages[s].warmupS) out.stages[s].warmupS[what] = 0;
+    for (auto& [what, v] : out.stages[s].warmupS) {
+      const std::string k = what;
+      v = of([&](const Profile& p) {
+        const auto it = p.stages[s].warmupS.find(k);
+        return it == p.stages[s].warmupS.end() ? 0.0 : it->second;
+      });
+    }
     for (auto& [key, d] : out.stages[s].dp) {
       const std::string k = key;
       auto at = [&](const Profile& p) -> const DpCost& { return p.stages[s].dp.at(k); };

@@ -71,6 +71,13 @@ struct StageCost {
   // weight-gradient part of one micro-batch, measured as the worker runs them (0: not measured;
   // profiles of a schedule that splits backwards have both).
   double backwardInputS = 0, backwardWeightS = 0;
+  // The run's first step (warm-up): the extra seconds its compute events of each kind ("forward",
+  // "backward", "backward_input", "backward_weight", "step") took on this stage over the same
+  // events later, summed over the step's micro-batches (lazy allocations, thread pools, first
+  // touch of the optimizer state). Fitted to a real run (profile --host-from-run,
+  // fitWarmup); absent: none (analytic profiles). The simulator adds a kind's extra to the first
+  // such event of step 0.
+  std::map<std::string, double> warmupS{};
   // The cost of a compute action (Forward, Backward, BackwardInput, BackwardWeight, Step), by kind;
   // throws naming what to profile when a split backward's parts were not measured.
   double of(const runtime::Action& a) const;
@@ -111,6 +118,12 @@ Profile loadProfile(const std::string& path);
 // length, the same codecs): one profile from measurements taken at different times. Throws naming
 // the field that does not match.
 Profile medianProfile(const std::vector<Profile>& ps);
+
+// The first step's extra compute per (virtual) stage and event kind (StageCost::warmupS) in a real
+// run's timeline of every step (runtime.timeline "all"): per kind, the summed wall time of its step-0
+// events minus as many times the median of the same events at steps >= 2 (clamped at 0), averaged
+// over the rows (replicas) of a stage. `stages`: the number of virtual stages of the profile.
+std::vector<std::map<std::string, double>> fitWarmup(const nlohmann::json& timeline, size_t stages);
 
 // host_speed fitted to a real pipelined run on this host (`slowpipe profile --host-from-run`): its
 // timeline of every step (runtime.timeline "all"). While a compute event (forward, backward or

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <stdexcept>
@@ -94,6 +95,7 @@ struct RankState {
   int64_t recvBytes = 0;
   bool onTimeline = false;
   bool evaluating = false;  // replaying the evaluation after its step (evalSchedule)
+  std::set<std::pair<int, std::string>> warmed;  // (virtual stage, kind) whose first event has run
   uint64_t generation = 0;    // of its pending event in the queue (older ones are stale)
 };
 
@@ -315,10 +317,20 @@ class Replay : public runtime::Backend {
     if (a.kind == Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
       return startTask(c.rank, cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize,
                        &st.record.computeS);
-    return startTask(c.rank, cost.of(a), &st.record.computeS);
+    return startTask(c.rank, cost.of(a) + warmup(c, c.virtualStage, a), &st.record.computeS);
   }
-  runtime::Progress step(const Action&, const runtime::ActionContext& c) override {  // every model chunk's
-    return startTask(c.rank, stepSeconds(profile_.stages, c.rank / R_, S_), &ranks_[c.rank].record.computeS);
+  runtime::Progress step(const Action& a, const runtime::ActionContext& c) override {  // every model chunk's
+    return startTask(c.rank, stepSeconds(profile_.stages, c.rank / R_, S_) + warmup(c, c.rank / R_, a),
+                     &ranks_[c.rank].record.computeS);
+  }
+  // The first step's extra (StageCost::warmupS) on the first event of its kind of virtual stage v.
+  double warmup(const runtime::ActionContext& c, int v, const Action& a) {
+    const auto& extra = profile_.stages[static_cast<size_t>(v)].warmupS;
+    if (c.step != 0 || extra.empty()) return 0;
+    const char* what = runtime::protocol::eventName(a);
+    const auto it = extra.find(what);
+    if (it == extra.end() || !ranks_[c.rank].warmed.insert({v, what}).second) return 0;
+    return it->second;
   }
   runtime::Progress dpBegin(const Action& a, const runtime::ActionContext& c) override {
     RankState& st = ranks_[c.rank];

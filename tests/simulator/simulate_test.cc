@@ -338,6 +338,52 @@ TEST(SimulatorTest, HostSpeedFitRecoversTheSpeedsOfATimeline) {
   EXPECT_THROW(fitHostSpeed(timeline, {stages[0]}, 3, 2, {}), std::invalid_argument);
 }
 
+// The first step's extra compute, fitted to a run's timeline: stage 0's step-0 forwards took
+// 3 + 2 s where the later ones take 1 s (median), so 3 s extra; its backward none (clamped at 0,
+// not negative); a kind without later events is left out; rows of one stage are averaged.
+TEST(SimulatorTest, WarmupFitIsTheFirstStepsExtraOverTheLaterMedian) {
+  auto ev = [](const char* what, double start, double end, int step) {
+    return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", step}};
+  };
+  const json timeline = {
+      {{"stage", 0}, {"events", {ev("forward", 0, 3, 0), ev("forward", 3, 5, 0), ev("backward", 5, 5.5, 0), ev("recv", 6, 16, 0),
+                                 ev("forward", 20, 21, 2), ev("forward", 21, 22, 2), ev("forward", 30, 31.5, 3),
+                                 ev("backward", 22, 24, 2), ev("step", 0, 7, 0)}}},
+      {{"stage", 1}, {"events", {ev("forward", 0, 2, 0), ev("forward", 10, 11, 2), ev("forward", 12, 13, 3)}}},
+      {{"stage", 1}, {"events", {ev("forward", 0, 4, 0), ev("forward", 10, 11, 2)}}}};
+  const auto w = fitWarmup(timeline, 2);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_DOUBLE_EQ(w[0].at("forward"), 3.0);
+  EXPECT_DOUBLE_EQ(w[0].at("backward"), 0.0);
+  EXPECT_EQ(w[0].count("step"), 0u);
+  EXPECT_EQ(w[0].count("recv"), 0u);
+  EXPECT_DOUBLE_EQ(w[1].at("forward"), 0.5 * (1.0 + 3.0));
+  EXPECT_THROW(fitWarmup(timeline, 1), std::invalid_argument);
+}
+
+// A profile's warm-up is billed once, on step 0's first event of its kind: a 1-stage run's step 0
+// is longer by exactly the warm-up, the other steps are not; a warm-up that is not a compute
+// kind is refused by name.
+TEST(SimulatorTest, WarmupLengthensOnlyTheFirstStep) {
+  const auto s = tinySpec(1, 2, "gpipe", "pipelined");
+  Profile p = flatProfile(1, 0.25, 0.5, 0.125);
+  const json plain = simulateRun(s, p, {3});
+  p.stages[0].warmupS = {{"forward", 1.0}, {"step", 0.5}};
+  const Profile back = profileFromJson(toJson(p), "p");
+  EXPECT_EQ(back.stages[0].warmupS, p.stages[0].warmupS);
+  const json warm = simulateRun(s, back, {3});
+  EXPECT_NEAR(warm["steps"][0]["time_s"].get<double>() - plain["steps"][0]["time_s"].get<double>(), 1.5, 1e-12);
+  for (int k = 1; k < 3; ++k) EXPECT_NEAR(warm["steps"][k]["time_s"].get<double>(), plain["steps"][k]["time_s"].get<double>(), 1e-12);
+  json bad = toJson(p);
+  bad["stages"][0]["warmup_s"]["recv"] = 1.0;
+  try {
+    profileFromJson(bad, "p");
+    FAIL() << "a warm-up of a receive was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup_s.recv"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600), 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
   json j = {{"name", "xl"},
