@@ -43,12 +43,6 @@ class BandwidthTrace {
   std::vector<std::pair<double, double>> points_;  // (start second, bits/s), sorted
 };
 
-// Kernel-paced links without netem: the delay and jitter a receiver adds itself to what arrives
-// from its previous stage (link r-1 -> r) and from its next stage (link r+1 -> r).
-struct ReceiverDelays {
-  double prevLatencyS = 0, prevJitterS = 0, nextLatencyS = 0, nextJitterS = 0;
-};
-
 struct LinkSpec {
   double bandwidthBps = 1e9;
   double latencyS = 0.0;       // one way

@@ -19,11 +19,13 @@ Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
   if (opt_.security) opt_.security->server(*pull_, opt_.peer);
   pull_->bind("tcp://" + opt_.bindHost + ":*");
   endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
-  receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, opt_.latencyS, opt_.jitterS, opt_.receiverSeed);
 }
 
-void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link,
-                      const emulator::LinkModelInfo* model, uint64_t senderSeed) {
+void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out, const LinkEntry& in,
+                      emulator::LinkModel* inbound, uint64_t senderSeed) {
+  if (out.dst != opt_.peer || in.src != opt_.peer || out.src != in.dst)
+    throw std::logic_error("channel to rank " + std::to_string(opt_.peer) + ": connected with links " + std::to_string(out.src) +
+                           " -> " + std::to_string(out.dst) + " and " + std::to_string(in.src) + " -> " + std::to_string(in.dst));
   push_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
   push_->set(zmq::sockopt::sndhwm, 0);
   // Linger: a rank that finishes first must still deliver its last messages (the final
@@ -31,7 +33,10 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
   push_->set(zmq::sockopt::linger, 30000);
   if (opt_.security) opt_.security->client(*push_, opt_.peer);
   push_->connect(peerEndpoint);
-  sender_ = std::make_unique<emulator::ShapedSender>(*push_, link, model, senderSeed);
+  sender_ = std::make_unique<emulator::ShapedSender>(*push_, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model),
+                                                     senderSeed);
+  receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS, in.receiverJitterS, opt_.receiverSeed);
+  if (inbound) receiver_->billWith(inbound, in.spec);
 }
 
 void Channel::setTraceOrigin(double origin) {
@@ -47,6 +52,7 @@ double Channel::send(zmq::message_t frame) {
 
 std::optional<Channel::Received> Channel::take(const std::function<Verdict(const compression::FrameHeader&)>& judge,
                                                double timeoutS, double* waitedS) {
+  if (!receiver_) throw std::logic_error("channel from rank " + std::to_string(opt_.peer) + " read before connect()");
   const double t0 = emulator::monotonicNow();
   std::optional<Received> got;
   for (auto it = stash_.begin(); it != stash_.end(); ++it)

@@ -23,6 +23,7 @@
 #include "compression/frame.h"
 #include "emulator/link.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/link_table.h"
 
 namespace slowpipe::runtime {
 
@@ -33,9 +34,7 @@ struct ChannelOptions {
   std::string bindHost = "127.0.0.1";  // where the inbound PULL socket binds
   const SocketSecurity* security = nullptr;  // across hosts: CURVE (nullptr: plain, one host)
   int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the inbound socket (-1: no limit)
-  // What the receiver adds itself (tc without netem): latency and jitter; its jitter's seed.
-  double latencyS = 0, jitterS = 0;
-  uint64_t receiverSeed = 2;
+  uint64_t receiverSeed = 2;                 // of the jitter a receiver adds itself
 };
 
 // An encoded frame as a ZeroMQ message that owns the bytes (freed once no message refers to them).
@@ -59,14 +58,14 @@ class Channel {
   int peer() const { return opt_.peer; }
   // Where the peer connects to send to this rank.
   const std::string& endpoint() const { return endpoint_; }
-  // Connects the outbound link to the peer's endpoint for this rank, shaped as `link` under
-  // `model` (emulator/link_model.h; nullptr: the kernel shapes the rate, only stamp).
-  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const emulator::LinkSpec& link,
-               const emulator::LinkModelInfo* model, uint64_t senderSeed);
+  // Connects the channel as the link table says (runtime/link_table.h): `out` (this rank -> peer)
+  // to the peer's endpoint, paced and stamped by its model (none: the kernel paces the rate, only
+  // stamp); `in` (peer -> this rank): the delay and jitter the receiver adds itself, and what the
+  // sender leaves unstamped billed on `inbound` (this rank's part of the model, shared by its
+  // inbound links; nullptr: nothing to bill).
+  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out, const LinkEntry& in,
+               emulator::LinkModel* inbound, uint64_t senderSeed);
   bool connected() const { return sender_ != nullptr; }
-  // What the sender leaves unstamped the receiver bills on `inbound` (this rank's part of the
-  // link model) as having come over `link` (see ShapedReceiver::billWith).
-  void billWith(emulator::LinkModel* inbound, const emulator::LinkSpec& link) { receiver_->billWith(inbound, link); }
   void setTraceOrigin(double origin);
 
   // Sends one frame; returns the seconds it blocked (the emulated link's queue limit).

@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "emulator/link.h"
 #include "runtime/ranks.h"
 
 namespace slowpipe::runtime {
@@ -23,17 +22,15 @@ struct Context {
   std::string control;       // where the worker's records go
   // Where its sockets bind: toward the previous stage, the next stage, the other replicas.
   std::string bindPrev = "127.0.0.1", bindNext = "127.0.0.1", bindDp = "127.0.0.1";
-  // Kernel-paced links (backends tc, tc-dev): the kernel shapes the rate; the receiver adds the
-  // delay and jitter the kernel does not (no netem), per direction.
-  bool kernelPacesRate = false;
-  emulator::ReceiverDelays delays;
+  // The rank's links are not here: they come with the peer table (runtime/link_table.h).
   // Across hosts: CURVE on every socket (nullptr: one host, plain sockets), the coordinator's key.
   const SocketSecurity* security = nullptr;
   std::string coordinatorKey;
   // tc-dev: the worker shapes this interface ("auto": the one holding bindNext) toward its peers.
   std::string shapeDevice;
   nlohmann::json hello = nlohmann::json::object();  // what the bootstrap adds to the hello (host, clock)
-  // Says hello (sayHello() sends it to the coordinator) and returns the peer table in exchange.
+  // Says hello (sayHello() sends it to the coordinator) and returns the peer table in exchange:
+  // {"pipeline": endpoints, "dp_peers": endpoints, "links": [LinkEntry...], "trace_origin_s"}.
   std::function<nlohmann::json(zmq::context_t&, const std::function<void()>& sayHello)> peerTable;
 };
 

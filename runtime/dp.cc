@@ -87,15 +87,16 @@ json DpExchange::endpoints() const {
   return j;
 }
 
-void DpExchange::connect(const json& peers) {
+void DpExchange::connect(const json& peers, const RankLinks& links) {
   for (auto& [q, l] : links_) {
     const std::string key = std::to_string(q);
     if (!peers.contains(key))
       throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica) +
                                ": no endpoint of replica " + key + " in the peer table");
-    // The replicas' links: always the pipelined model (network.model is the pipeline's).
-    l->connect(ctx_, peers[key].get<std::string>(), opt_.topology.link(opt_.replica, q), &emulator::linkModel("pipelined"),
-               5000 + 1000 * opt_.rank + q);
+    const int peer = l->peer();
+    const LinkEntry& in = links.at(peer, opt_.rank);
+    if (!in.model.empty() && !inbound_) inbound_ = emulator::linkModel(in.model).make();
+    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(), 5000 + 1000 * opt_.rank + q);
   }
 }
 

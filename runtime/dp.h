@@ -69,8 +69,7 @@ emulator::Topology dpTopology(const RunSpec& spec);
 struct DpOptions {
   int rank = 0, stage = 0, replica = 0, replicas = 1;
   std::string algorithm = "allreduce";
-  std::string codec = "none";  // per-message codec spec
-  emulator::Topology topology;  // DP links, by replica
+  std::string codec = "none";  // per-message codec spec (its links come with the peer table)
   std::string bindHost = "127.0.0.1";
   double recvTimeoutS = 120;
   const SocketSecurity* security = nullptr;  // across hosts: CURVE, see TransportOptions
@@ -87,8 +86,9 @@ class DpExchange {
   DpExchange(zmq::context_t& ctx, DpOptions opt);
   // {"<q>": endpoint} of the PULL sockets: where replica q must send to reach this one.
   nlohmann::json endpoints() const;
-  // peers["<q>"]: replica q's endpoint for messages from this replica.
-  void connect(const nlohmann::json& peers);
+  // peers["<q>"]: replica q's endpoint for messages from this replica; each channel shaped as the
+  // rank's links say (its peer table's "links").
+  void connect(const nlohmann::json& peers, const RankLinks& links);
 
   // One round on buf[0, n): DpBegin ... DpEnd. After end(), every replica's buf holds the same
   // values: the replicas' mean (exactly, with codec none, up to the order of the additions).
@@ -122,6 +122,7 @@ class DpExchange {
 
   DpOptions opt_;
   zmq::context_t& ctx_;
+  std::unique_ptr<emulator::LinkModel> inbound_;   // the receiving part of its links' model (none: pipelined stamps all)
   std::map<int, std::unique_ptr<Channel>> links_;  // by replica (runtime/channel.h)
   std::map<std::string, std::unique_ptr<compression::Codec>> encoders_, decoders_;
   // The round in progress.

@@ -81,18 +81,17 @@ std::string describeExit(int status) {
 int Launcher::run() {
   resultPath_ = (fs::path(opt_.outDir) / "result.json").string();
   specPath_ = (fs::path(opt_.outDir) / "spec.json").string();
-  doc_ = {{"schema", kResultSchema}, {"status", "running"}, {"steps", json::array()}, {"evals", json::array()},
-          {"launcher", launcherInfo()}};
+  result_ = ResultBuilder(spec_, layout_, "running");
+  result_["launcher"] = launcherInfo();
   int rc = 1;
   try {
     fs::create_directories(opt_.outDir);
-    doc_["spec"] = toJson(spec_);
-    doc_["inputs"] = specInputs(doc_["spec"]);  // content digests of the files the spec loads
+    result_["inputs"] = specInputs(result_.doc()["spec"]);  // content digests of the files the spec loads
     // Environment (build provenance, host) is captured once, here, before any worker starts.
-    doc_["environment"] = environmentInfo("");
+    result_["environment"] = environmentInfo("");
     writeJsonAtomically(specPath_, spec_.source.is_null() ? toJson(spec_) : spec_.source);
     const CorpusInfo corpus = prepareCorpus(spec_.data);
-    doc_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
+    result_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
     if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
       throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
                                   "' does not exist (make it with `slowpipe pretrain`)");
@@ -132,10 +131,10 @@ json Launcher::launcherInfo() const {
 // Sender and receiver codec states must be bit-identical across every link, both directions,
 // and every data-parallel codec pair, each reported by both of its ends (codecStatesProblem).
 int Launcher::checkCodecStates() {
-  const std::string problem = codecStatesProblem(doc_.value("codec_state", json::object()), S_, layout_.replicas, layout_.chunks > 1);
-  doc_["codec_states_match"] = problem.empty();
+  const std::string problem = codecStatesProblem(result_.doc().value("codec_state", json::object()), S_, layout_.replicas, layout_.chunks > 1);
+  result_["codec_states_match"] = problem.empty();
   if (!problem.empty()) return fail("codec state of a sender and its receiver differ after the run: " + problem);
-  doc_["status"] = "ok";
+  result_.ok();
   return 0;
 }
 
@@ -153,18 +152,13 @@ int64_t Launcher::totalSteps() {  // computed once: it reads the token file
 }
 
 int Launcher::fail(const std::string& reason) {
-  if (doc_.value("status", "") != "failed") {
-    doc_["status"] = "failed";
-    doc_["reason"] = reason;
-  }
+  result_.fail(reason);
   return 1;
 }
 
 json Launcher::finalDoc() {
-  doc_["launcher"]["heartbeat_unix_s"] = unixNow();
-  json d = doc_;
-  d["summary"] = summarizeSteps(d["steps"], d["evals"]);
-  return d;
+  result_["launcher"]["heartbeat_unix_s"] = unixNow();
+  return result_.snapshot();
 }
 
 // result.json rewritten at least every kHeartbeatWriteS (its launcher.heartbeat_unix_s is what a

@@ -72,9 +72,9 @@ class ExternalCoordinator {
     events_.bind("tcp://" + ip + ":*");
     controlEp_ = control_.get(zmq::sockopt::last_endpoint);
     eventsEp_ = events_.get(zmq::sockopt::last_endpoint);
-    l_.doc_["bootstrap"] = {{"kind", "external"}, {"rendezvous", rvEp_},
+    l_.result_["bootstrap"] = {{"kind", "external"}, {"rendezvous", rvEp_},
                             {"security", "CURVE (keys per run; rendezvous keys from the shared secret)"}};
-    l_.doc_["workers"] = json::array();
+    l_.result_["workers"] = json::array();
     l_.readySent_ = true;
     if (ex_.ready) ex_.ready("");
     struct sigaction sa {};
@@ -94,14 +94,14 @@ class ExternalCoordinator {
 
   int finish(int rc) {
     // The result first: a worker in this process exits as soon as it hears "abort".
-    if (rc == 0) l_.doc_["status"] = "ok";
+    if (rc == 0) l_.result_.ok();
     refusals_.poll();
-    l_.doc_["refused_connections"] = refusals_.report();
-    l_.doc_["refused_connections"]["zap"] = gate_.refusals();
-    l_.doc_["bad_messages"] = {{"count", l_.badMessages_}, {"first", l_.badFirst_}};
+    l_.result_["refused_connections"] = refusals_.report();
+    l_.result_["refused_connections"]["zap"] = gate_.refusals();
+    l_.result_["bad_messages"] = {{"count", l_.badMessages_}, {"first", l_.badFirst_}};
     writeJsonAtomically(l_.resultPath_, l_.finalDoc());
     for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
-      publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", l_.doc_.value("reason", "")}});
+      publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", l_.result_.reason()}});
       usleep(100000);
     }
     return rc;
@@ -158,7 +158,7 @@ class ExternalCoordinator {
     for (const auto& [k, j] : joins_) keys[std::to_string(k)] = j["key"];
     for (const auto& [k, j] : joins_) {
       const RankId rid = l_.layout_.id(k);
-      l_.doc_["workers"].push_back({{"rank", k}, {"stage", rid.stage}, {"replica", rid.replica}, {"host", j.value("host", "")},
+      l_.result_["workers"].push_back({{"rank", k}, {"stage", rid.stage}, {"replica", rid.replica}, {"host", j.value("host", "")},
                                     {"address", j.value("address", "")}, {"pid", j.value("pid", 0)},
                                     {"bootstrap", j.value("bootstrap", "")}});
       reply(joinIds_[k], {{"spec", l_.spec_.source.is_null() ? toJson(l_.spec_) : l_.spec_.source}, {"control", controlEp_},
@@ -182,7 +182,7 @@ class ExternalCoordinator {
       if (r >= 0 && r < l_.N_) lastSeen_[r] = now();
       if (rec["type"] == "beat") continue;
       try {
-        if (rec["type"] == "hello" && rec.contains("clock")) l_.doc_["clock"][std::to_string(r)] = rec["clock"];
+        if (rec["type"] == "hello" && rec.contains("clock")) l_.result_["clock"][std::to_string(r)] = rec["clock"];
         if (rec["type"] == "hello" && !rec.value("control_from", "").empty()) rankOfPeer_[rec["control_from"]] = r;
         if (!l_.handle(rec)) return false;
       } catch (const json::exception& e) {  // a field of the wrong type: refused, counted

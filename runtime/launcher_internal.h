@@ -29,6 +29,7 @@
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
 #include "runtime/dp.h"
+#include "runtime/link_table.h"
 #include "runtime/progress.h"
 #include "runtime/ranks.h"
 #include "runtime/records.h"
@@ -93,8 +94,9 @@ class Launcher {
   void planPlacement();
   std::string peerEp(int r) const { return controlEp_ + "-w" + std::to_string(r); }
   int supervise();
-  // Where rank r's neighbours and replicas take its messages (from their hellos).
+  // Where rank r's neighbours and replicas take its messages (from their hellos), and its links.
   json peerTable(int r);
+  const LinkTable& links();
   // External bootstrap (LaunchOptions::External): the workers join at the rendezvous, send
   // records and heartbeats to the control socket; the events socket carries the coordinator's
   // heartbeat and, at the end, "end" or "abort" with the reason.
@@ -149,9 +151,10 @@ class Launcher {
   std::vector<Worker> workers_;
   std::unique_ptr<emulator::NetnsFabric> fabric_;
   std::string resultPath_, specPath_, controlEp_;
-  json doc_;
+  ResultBuilder result_;  // result.json (runtime/records.h)
   std::map<int64_t, std::map<int, RankStepRecord>> pending_;  // steps not every rank reported yet
   std::map<int, json> hellos_, timelines_;
+  std::unique_ptr<LinkTable> links_;  // links(): made when the first peer table goes out
   struct TraceCursor {
     int edge, from;
     emulator::BandwidthTrace trace;

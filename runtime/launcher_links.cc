@@ -13,7 +13,7 @@ void Launcher::setupNetwork() {
       for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
       std::fprintf(stderr, "slowpipe: removed %zu namespace(s) left by runs whose owner is gone: %s\n", removed.size(),
                    names.c_str());
-      doc_["network_cleanup"] = removed;
+      result_["network_cleanup"] = removed;
     }
   }
   if (opt_.external.enabled && spec_.network.backend == "tc")
@@ -26,28 +26,28 @@ void Launcher::setupNetwork() {
     std::vector<emulator::FabricEdge> edges;
     for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
-    doc_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+    result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
     for (int e = 0; e < static_cast<int>(edges.size()); ++e)
       for (int from : {e, e + 1}) {
         const emulator::LinkSpec& l = from == e ? edges[e].aToB : edges[e].bToA;
         if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
       }
   } else if (spec_.network.backend == "tc-dev") {
-    doc_["network"] = {{"backend", "tc-dev"}, {"dev", spec_.network.dev},
+    result_["network"] = {{"backend", "tc-dev"}, {"dev", spec_.network.dev},
                        {"mechanism", "per worker: htb per destination on its interface (result.json workers[].shaping)"}};
   } else {
     json mech = {{"rate", "user-space"}, {"delay", "user-space"}, {"jitter", "user-space"}};
     mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
-    doc_["network"] = {{"backend", "user"}, {"mechanism", mech}};
+    result_["network"] = {{"backend", "user"}, {"mechanism", mech}};
   }
-  doc_["network"]["links"] = topo;
+  result_["network"]["links"] = topo;
   if (layout_.replicas > 1) {
-    doc_["network"]["dp_links"] = dpTopology(spec_);
-    doc_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
+    result_["network"]["dp_links"] = dpTopology(spec_);
+    result_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
   }
   if (opt_.calibrate && S_ > 1 && !opt_.external.enabled) calibrate(topo);
   if (opt_.external.enabled)
-    doc_["calibration_note"] = "not calibrated: the links run between the workers' hosts, not on this one";
+    result_["calibration_note"] = "not calibrated: the links run between the workers' hosts, not on this one";
 }
 
 // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
@@ -102,9 +102,9 @@ void Launcher::calibrate(const emulator::Topology& topo) {
       }
       all.push_back(entry);
     }
-  doc_["calibration"] = all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
-  doc_["calibration_links"] = all;
-  doc_["link_ok"] = ok;
+  result_["calibration"] = all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
+  result_["calibration_links"] = all;
+  result_["link_ok"] = ok;
 }
 
 // Kernel backend with bandwidth traces: the launcher changes the HTB rate of each traced
@@ -117,7 +117,7 @@ void Launcher::applyTraces() {
     const double origin = traceOrigin_ >= 0 ? traceOrigin_ : start_;
     while (t.next < pts.size() && (traceOrigin_ >= 0 || pts[t.next].first <= 0) && now() - origin >= pts[t.next].first) {
       fabric_->setRate(t.edge, t.from, pts[t.next].second);
-      doc_["trace_changes"].push_back({{"at_s", now() - origin}, {"due_s", pts[t.next].first}, {"edge", t.edge},
+      result_["trace_changes"].push_back({{"at_s", now() - origin}, {"due_s", pts[t.next].first}, {"edge", t.edge},
                                        {"from", t.from}, {"bandwidth_bps", pts[t.next].second}});
       ++t.next;
     }

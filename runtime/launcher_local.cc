@@ -9,15 +9,11 @@ void Launcher::spawn(int r) {
                                    "--control", controlEp_, "--peers", peerEp(r), "--launcher-pid",
                                    std::to_string(getpid())};
   if (fabric_) {
-    args.insert(args.end(), {"--netns", fabric_->nsName(r), "--kernel-rate"});
-    // Each direction gets its own latency/jitter: what arrives from r-1 crossed edge r-1 from
-    // endpoint r-1; what arrives from r+1 crossed edge r from endpoint r+1.
-    if (r > 0) args.insert(args.end(), {"--bind-prev", fabric_->address(r - 1, r), "--prev-latency",
-                                        std::to_string(fabric_->userLatency(r - 1, r - 1)), "--prev-jitter",
-                                        std::to_string(fabric_->userJitter(r - 1, r - 1))});
-    if (r + 1 < S_) args.insert(args.end(), {"--bind-next", fabric_->address(r, r), "--next-latency",
-                                             std::to_string(fabric_->userLatency(r, r + 1)), "--next-jitter",
-                                             std::to_string(fabric_->userJitter(r, r + 1))});
+    // The rank's namespace and its addresses; its links (the kernel paces them, who adds which
+    // delay) come with its peer table.
+    args.insert(args.end(), {"--netns", fabric_->nsName(r)});
+    if (r > 0) args.insert(args.end(), {"--bind-prev", fabric_->address(r - 1, r)});
+    if (r + 1 < S_) args.insert(args.end(), {"--bind-next", fabric_->address(r, r)});
   }
   // Everything the child needs is built before fork: the child only redirects and execs.
   std::vector<char*> argv;
@@ -50,7 +46,7 @@ void Launcher::spawn(int r) {
   close(fd);
   workers_[r].pid = pid;
   const RankId id = layout_.id(r);
-  doc_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid},
+  result_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid},
                              {"cpu", cpu >= 0 ? json(cpu) : json("any")}});
 }
 
@@ -73,7 +69,7 @@ void Launcher::planPlacement() {
       std::fprintf(stderr, "slowpipe: runtime.pin_cores: not pinned (%d workers, %zu CPUs)\n", N_, allowed.size());
     }
   }
-  doc_["placement"] = placement;
+  result_["placement"] = placement;
 }
 
 int Launcher::supervise() {
@@ -95,7 +91,7 @@ int Launcher::supervise() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   start_ = now();
-  doc_["workers"] = json::array();
+  result_["workers"] = json::array();
   planPlacement();
   for (int r = 0; r < N_; ++r) spawn(r);
   writeJsonAtomically(resultPath_, finalDoc());
@@ -157,10 +153,11 @@ json Launcher::peerTable(int r) {
   // it), as the simulator's time 0: a moment after the tables go out, for the ranks to connect.
   if (traceOrigin_ < 0) {
     traceOrigin_ = now() + kStartMarginS;
-    doc_["trace_origin_s"] = traceOrigin_ - start_;  // on the steps' wall_s scale
+    result_["trace_origin_s"] = traceOrigin_ - start_;  // on the steps' wall_s scale
   }
   const RankId id = layout_.id(r);
-  json table = {{"pipeline", json::object()}, {"dp_peers", json::object()}, {"trace_origin_s", traceOrigin_}};
+  json table = {{"pipeline", json::object()}, {"dp_peers", json::object()}, {"trace_origin_s", traceOrigin_},
+                {"links", links().ofRankJson(r)}};
   // Each pipeline peer's endpoint for what this rank sends it (one per peer: with two stages in
   // a ring the previous and the next stage are one peer).
   for (const auto side : {Action::Peer::kPrev, Action::Peer::kNext})
@@ -171,6 +168,22 @@ json Launcher::peerTable(int r) {
     if (q != id.replica)
       table["dp_peers"][std::to_string(q)] = hellos_[layout_.rank({id.stage, q})]["dp"][std::to_string(id.replica)];
   return table;
+}
+
+// The run's link table as this backend carries it: the kernel paces the pipeline's rates on tc
+// (this host's namespaces) and tc-dev (each sender's host), and a sender's kernel with netem adds
+// the delay (tc: this host's kernel; tc-dev: the sender's, from its hello), else the receiver does.
+const LinkTable& Launcher::links() {
+  if (!links_) {
+    LinkCarriage c;
+    const std::string& backend = spec_.network.backend;
+    c.kernelPacesRate = backend == "tc" || backend == "tc-dev";
+    if (backend == "tc") c.senderHasNetem = [](int) { return emulator::kernelFeatures().netem; };
+    if (backend == "tc-dev")
+      c.senderHasNetem = [this](int src) { return hellos_.count(src) && hellos_[src].value("kernel", json::object()).value("netem", false); };
+    links_ = std::make_unique<LinkTable>(spec_, c);
+  }
+  return *links_;
 }
 
 // /proc/<pid>/stat: state letter and CPU ticks (user + system).

@@ -12,7 +12,7 @@ bool Launcher::handle(const json& rec) {
   cpuSampled_ = false;
   if (type == "hello") {
     hellos_[r] = rec;
-    doc_["environment"]["libtorch"] = rec.value("torch_version", "");
+    result_["environment"]["libtorch"] = rec.value("torch_version", "");
   } else if (type == "step") {
     onStep(rec);
   } else if (type == "eval") {
@@ -22,9 +22,9 @@ bool Launcher::handle(const json& rec) {
     workers_[r].done = true;
     json state = rec;
     state.erase("timeline");
-    if (rec.contains("shaping") && !rec["shaping"].is_null()) doc_["shaping"][std::to_string(r)] = rec["shaping"];
+    if (rec.contains("shaping") && !rec["shaping"].is_null()) result_["shaping"][std::to_string(r)] = rec["shaping"];
     state.erase("shaping");
-    doc_["codec_state"][std::to_string(r)] = state;
+    result_["codec_state"][std::to_string(r)] = state;
     timelines_[r] = rec.value("timeline", json::array());
     if (doneCount_ == N_) recordTimeline();
   } else if (type == "error") {
@@ -34,25 +34,9 @@ bool Launcher::handle(const json& rec) {
   return true;
 }
 
-// The last step's (runtime.timeline "all": every step's) events of every stage, on one time axis (all workers share the host's
-// monotonic clock), in the simulator's timeline schema.
-void Launcher::recordTimeline() {
-  double t0 = 1e300;
-  for (const auto& [r, ev] : timelines_)
-    for (const auto& e : ev) t0 = std::min(t0, e["start_s"].get<double>());
-  json tl = json::array();
-  for (const auto& [r, ev] : timelines_) {
-    json out = json::array();
-    for (json e : ev) {  // as the worker wrote it (records.h), on the run's time axis (a chunk was dropped here)
-      e["start_s"] = e["start_s"].get<double>() - t0;
-      e["end_s"] = e["end_s"].get<double>() - t0;
-      out.push_back(std::move(e));
-    }
-    const RankId id = layout_.id(r);
-    tl.push_back({{"stage", id.stage}, {"replica", id.replica}, {"rank", r}, {"events", out}});
-  }
-  doc_["timeline"] = tl;
-}
+// The last step's (runtime.timeline "all": every step's) events of every rank, on one time axis
+// (all workers share the host's monotonic clock; across hosts, the coordinator's).
+void Launcher::recordTimeline() { result_.setTimeline(timelines_); }
 
 void Launcher::onStep(const json& rec) {
   const RankStepRecord r = rankStepFromJson(rec);
@@ -62,9 +46,7 @@ void Launcher::onStep(const json& rec) {
   if (static_cast<int>(parts.size()) < N_) return;
   std::vector<RankStepRecord> ranks;
   for (const auto& [rank, p] : parts) ranks.push_back(p);
-  json st = stepEntry(spec_, layout_, ranks);
-  st["wall_s"] = now() - start_;
-  doc_["steps"].push_back(st);
+  const json& st = result_.addStep(ranks, now() - start_);
   pending_.erase(r.step);
   progress(st);
   // The partial result is rewritten at most once a second: serialising a growing document after
@@ -79,7 +61,7 @@ void Launcher::onEval(const json& rec) {
   if (rec["rank"] != layout_.rank({S_ - 1, 0})) return;  // replica 0 evaluates; its last stage has the loss
   EvalRecord e = evalRecordFromJson(rec);
   e.wallS = now() - start_;
-  doc_["evals"].push_back(toJson(e));
+  result_.addEval(e);
 }
 
 void Launcher::progress(const json& st) {

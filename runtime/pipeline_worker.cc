@@ -10,6 +10,7 @@
 #include "runtime/dp.h"
 #include "runtime/executor.h"
 #include "runtime/grad_sync.h"
+#include "runtime/link_table.h"
 #include "runtime/plan.h"
 #include "runtime/protocol.h"
 #include "runtime/records.h"
@@ -69,10 +70,6 @@ class PipelineWorker : public Backend {
     o.stages = S_;
     o.forwardCodec = spec.compression.forward;
     o.backwardCodec = spec.compression.backward;
-    o.topology = emulator::topologyFromJson(spec.network.links, "network.links");
-    o.kernelPacesRate = c.kernelPacesRate;
-    o.linkModel = spec.network.model;
-    o.delays = c.delays;
     o.bindPrevHost = c.bindPrev;
     o.bindNextHost = c.bindNext;
     o.security = c.security;
@@ -94,7 +91,6 @@ class PipelineWorker : public Backend {
       d.replicas = layout_.replicas;
       d.algorithm = spec.dp.algorithm;
       d.codec = gc_->messageCodec();
-      d.topology = dpTopology(spec);
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
       d.security = c.security;
       d.maxMessageBytes = o.maxMessageBytes;
@@ -107,9 +103,11 @@ class PipelineWorker : public Backend {
     hello.update(c.hello);
     if (!controlFrom_.empty()) hello["control_from"] = controlFrom_;
     const json table = c.peerTable(ctx, [&] { report(hello); });
-    if (!c.shapeDevice.empty()) shapeInterface(spec, c.shapeDevice, c.bindNext, table);
-    transport_->connect(table.value("pipeline", json::object()));
-    if (dp_) dp_->connect(table.value("dp_peers", json::object()));
+    // This rank's links (runtime/link_table.h): what paces, stamps and delays each of them.
+    const RankLinks links(table.value("links", json::array()), rank_);
+    if (!c.shapeDevice.empty()) shapeInterface(c.shapeDevice, c.bindNext, table, links);
+    transport_->connect(table.value("pipeline", json::object()), links);
+    if (dp_) dp_->connect(table.value("dp_peers", json::object()), links);
     if (const auto origin = table.find("trace_origin_s"); origin != table.end() && origin->is_number()) {
       startAt_ = origin->get<double>();
       transport_->setTraceOrigin(startAt_);
@@ -120,10 +118,9 @@ class PipelineWorker : public Backend {
   // tc-dev: one HTB class per destination this worker sends to, on its host's interface, before
   // any message leaves. Both ends of a link must be on different addresses (else the traffic
   // takes the loopback interface, which nobody shapes).
-  void shapeInterface(const RunSpec& spec, const std::string& device, const std::string& address, const json& table) {
+  void shapeInterface(const std::string& device, const std::string& address, const json& table, const RankLinks& links) {
     const std::string dev = device == "auto" ? emulator::interfaceWithAddress(address) : device;
     shaper_ = std::make_unique<emulator::DeviceShaper>(dev);
-    const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
     shaping_ = {{"dev", dev}, {"address", address}, {"mechanism", shaper_->mechanism()}, {"destinations", json::array()}};
     const json peers = table.value("pipeline", json::object());  // (items() of a temporary would dangle)
     for (const auto& [peer, endpoint] : peers.items()) {
@@ -136,7 +133,7 @@ class PipelineWorker : public Backend {
         throw std::invalid_argument("network.backend tc-dev: rank " + std::to_string(rank_) + " and its peer of stage " +
                                     std::to_string(peerStage) + " share address " + ip + ", so their traffic never crosses " + dev +
                                     "; tc-dev needs one worker per address (or use backend user)");
-      const emulator::LinkSpec& link = topo.link(id_.stage, peerStage);
+      const emulator::LinkSpec& link = links.at(rank_, std::stoi(peer)).spec;
       shaper_->addDestination(ip, port, link);
       shaping_["destinations"].push_back({{"to", ip + ":" + std::to_string(port)}, {"stage", peerStage}, {"link", link.describe()}});
     }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "runtime/protocol.h"
+#include "runtime/result.h"
 
 namespace slowpipe::runtime {
 
@@ -135,6 +136,53 @@ json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<
   if (ranks[0].gradNorm) st["grad_norm"] = *ranks[0].gradNorm;
   if (ranks[0].lr) st["lr"] = *ranks[0].lr;
   return st;
+}
+
+ResultBuilder::ResultBuilder(const RunSpec& spec, const RankLayout& layout, const std::string& status)
+    : spec_(&spec), layout_(layout),
+      doc_({{"schema", kResultSchema}, {"status", status}, {"spec", toJson(spec)}, {"steps", json::array()}, {"evals", json::array()}}) {}
+
+const json& ResultBuilder::addStep(const std::vector<RankStepRecord>& ranks, double wallS) {
+  json st = stepEntry(*spec_, layout_, ranks);
+  st["wall_s"] = wallS;
+  doc_["steps"].push_back(std::move(st));
+  return doc_["steps"].back();
+}
+
+void ResultBuilder::addEval(const EvalRecord& e) { doc_["evals"].push_back(toJson(e)); }
+
+void ResultBuilder::setTimeline(const std::map<int, json>& eventsByRank) {
+  double t0 = 1e300;
+  for (const auto& [r, ev] : eventsByRank)
+    for (const auto& e : ev) t0 = std::min(t0, e.at("start_s").get<double>());
+  json rows = json::array();
+  for (const auto& [r, ev] : eventsByRank) {
+    json out = json::array();
+    for (json e : ev) {
+      e["start_s"] = e["start_s"].get<double>() - t0;
+      e["end_s"] = e["end_s"].get<double>() - t0;
+      out.push_back(std::move(e));
+    }
+    const RankId id = layout_.id(r);
+    rows.push_back({{"stage", id.stage}, {"replica", id.replica}, {"rank", r}, {"events", std::move(out)}});
+  }
+  doc_["timeline"] = std::move(rows);
+}
+
+void ResultBuilder::fail(const std::string& reason) {
+  if (failed()) return;
+  doc_["status"] = "failed";
+  doc_["reason"] = reason;
+}
+
+void ResultBuilder::ok() {
+  if (!failed()) doc_["status"] = "ok";
+}
+
+json ResultBuilder::snapshot() const {
+  json d = doc_;
+  d["summary"] = summarizeSteps(d["steps"], d["evals"]);
+  return d;
 }
 
 }  // namespace slowpipe::runtime

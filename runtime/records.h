@@ -1,11 +1,14 @@
 // Records are structs: what a rank reports of one step (RankStepRecord) and of an evaluation
-// (EvalRecord), serialised here and nowhere else, and the one function that builds a result's
-// step entry from every rank's record of that step (stepEntry), used alike by the launcher (and
-// through it the cross-host coordinator) and the simulator. Torch-free.
+// (EvalRecord), serialised here and nowhere else; the one function that builds a result's step
+// entry from every rank's record of that step (stepEntry) and the one ResultBuilder that
+// assembles result.json, used alike by the launcher (and through it the cross-host coordinator)
+// and the simulator. Torch-free.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,5 +59,38 @@ nlohmann::json toJson(const TimelineEvent& e, bool withChunk, bool withStep);
 // rank: the step's time is the slowest rank's, breakdowns are means over ranks, bytes sums, the
 // loss the mean over the last stage's replicas.
 nlohmann::json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<RankStepRecord>& ranks);
+
+// One result document (result.json, schema runtime/result.h kResultSchema) as every producer
+// builds it: the spec, one entry per step from its ranks' records (stepEntry, with when it ended),
+// the evaluations, the timeline (one row per rank: stage, replica, rank and its events on one axis
+// whose 0 is the earliest event), a status whose first failure stays, and at every snapshot the
+// summary of the steps (summarizeSteps). What only one producer knows (the network's mechanism,
+// calibration, the profile) goes in a section of its own (operator[]).
+class ResultBuilder {
+ public:
+  ResultBuilder() = default;
+  // status: "running" (a launcher, rewriting the file as it goes) or "ok" (the simulator).
+  ResultBuilder(const RunSpec& spec, const RankLayout& layout, const std::string& status);
+  // The entry of one step from every rank's record of it; wallS: when it ended, seconds from the
+  // run's start (the simulator: virtual time).
+  const nlohmann::json& addStep(const std::vector<RankStepRecord>& ranks, double wallS);
+  void addEval(const EvalRecord& e);
+  // The timeline: each rank's events as the worker writes them (toJson(TimelineEvent)), by rank.
+  void setTimeline(const std::map<int, nlohmann::json>& eventsByRank);
+  // Status "failed" with its reason (the first failure's stays); ok() marks a run that ended well.
+  void fail(const std::string& reason);
+  void ok();
+  bool failed() const { return doc_.value("status", "") == "failed"; }
+  std::string reason() const { return doc_.value("reason", ""); }
+  nlohmann::json& operator[](const std::string& section) { return doc_[section]; }
+  const nlohmann::json& doc() const { return doc_; }
+  // The document as result.json holds it: with its summary.
+  nlohmann::json snapshot() const;
+
+ private:
+  const RunSpec* spec_ = nullptr;
+  RankLayout layout_;
+  nlohmann::json doc_;
+};
 
 }  // namespace slowpipe::runtime

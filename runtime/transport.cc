@@ -36,8 +36,7 @@ bool travelsForward(MessageKind kind, bool toNext) { return kind == MessageKind:
 }  // namespace
 
 StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
-    : opt_(std::move(opt)), ctx_(ctx), model_(opt_.kernelPacesRate ? nullptr : &emulator::linkModel(opt_.linkModel)),
-      inbound_(model_ ? model_->make() : nullptr) {
+    : opt_(std::move(opt)), ctx_(ctx) {
   // One channel per peer rank; with two stages in a ring the previous and the next are one peer.
   for (const auto& [peer, peerStage, fromPrev] : {std::tuple{opt_.prevRank, opt_.prevStage, true},
                                                   std::tuple{opt_.nextRank, opt_.nextStage, false}}) {
@@ -45,17 +44,13 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     Peer& p = peers_[peer];
     p.rank = peer;
     p.stage = peerStage;
-    const emulator::ReceiverDelays& d = opt_.delays;
     ChannelOptions c;
     c.peer = peer;
     c.bindHost = fromPrev ? opt_.bindPrevHost : opt_.bindNextHost;
     c.security = opt_.security;
     c.maxMessageBytes = opt_.maxMessageBytes;
-    c.latencyS = fromPrev ? d.prevLatencyS : d.nextLatencyS;
-    c.jitterS = fromPrev ? d.prevJitterS : d.nextJitterS;
     c.receiverSeed = (fromPrev ? 100 : 200) + opt_.rank;
     p.channel = std::make_unique<Channel>(ctx, c);
-    if (inbound_) p.channel->billWith(inbound_.get(), opt_.topology.link(peerStage, opt_.stage));
   }
 }
 
@@ -65,12 +60,21 @@ nlohmann::json StageTransport::endpoints() const {
   return out;
 }
 
-void StageTransport::connect(const nlohmann::json& to) {
+void StageTransport::connect(const nlohmann::json& to, const RankLinks& links) {
+  std::string inboundModel;
   for (auto& [rank, p] : peers_) {
     const std::string key = std::to_string(rank);
     if (!to.contains(key) || !to[key].is_string() || to[key].get<std::string>().empty())
       throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": the peer table has no endpoint of rank " + key);
-    p.channel->connect(ctx_, to[key].get<std::string>(), opt_.topology.link(opt_.stage, p.stage), model_, 1000 * opt_.rank + p.stage);
+    const LinkEntry& in = links.at(rank, opt_.rank);
+    if (!in.model.empty() && !inbound_) {
+      inbound_ = emulator::linkModel(in.model).make();
+      inboundModel = in.model;
+    }
+    if (in.model != inboundModel)  // one receiving part per rank: its inbound links share a model
+      throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": its inbound links have models '" + inboundModel + "' and '" +
+                               in.model + "'");
+    p.channel->connect(ctx_, to[key].get<std::string>(), links.at(opt_.rank, rank), in, inbound_.get(), 1000 * opt_.rank + p.stage);
     p.plainEncoder = compression::makeCodec("none");
     p.plainDecoder = compression::makeCodec("none");
   }

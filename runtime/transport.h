@@ -65,15 +65,10 @@ struct TransportStats {
 };
 
 struct TransportOptions {
-  // rank: the process (names codec instances and frames); stage: its place in the pipeline (which
-  // links of the topology its messages take).
+  // rank: the process (names codec instances and frames); stage: its place in the pipeline. Its
+  // links come with the peer table (connect; runtime/link_table.h).
   int rank = 0, stage = 0, stages = 1;
   std::string forwardCodec = "none", backwardCodec = "none";
-  emulator::Topology topology;
-  bool kernelPacesRate = false;     // tc backend: the kernel shapes the rate
-  // tc backend without netem: the latency/jitter the receiver adds itself, per direction.
-  emulator::ReceiverDelays delays;
-  std::string linkModel = "pipelined";  // network.model (emulator/link_model.h)
   std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
   // Runs across hosts: CURVE on every socket, each PULL admitting only its peer's key.
@@ -95,8 +90,9 @@ class StageTransport {
   StageTransport(zmq::context_t& ctx, TransportOptions opt);
   // Where each peer that sends to this rank must connect: {"<peer rank>": "tcp://..."}.
   nlohmann::json endpoints() const;
-  // Connects to the peers' PULL endpoints for this rank: {"<peer rank>": "tcp://..."}.
-  void connect(const nlohmann::json& to);
+  // Connects to the peers' PULL endpoints for this rank ({"<peer rank>": "tcp://..."}), each
+  // channel shaped as the rank's links say (its peer table's "links").
+  void connect(const nlohmann::json& to, const RankLinks& links);
 
   // Sends numelOf(shape) floats at data to the next (toNext=true) or previous stage (`chunk`: the
   // model chunk of the boundary's lower side). The values are encoded straight from the caller's
@@ -129,8 +125,9 @@ class StageTransport {
   TransportOptions opt_;
   zmq::context_t& ctx_;
   std::map<int, Peer> peers_;        // by peer rank
-  const emulator::LinkModelInfo* model_;       // the links' model; nullptr: the kernel shapes them
-  std::unique_ptr<emulator::LinkModel> inbound_;  // this rank's part of it (serial_fifo: its inbound wire)
+  // The receiving part of the inbound links' model (serial_fifo: this rank's inbound wire), shared
+  // by them; none where the sender stamps every message or the kernel paces.
+  std::unique_ptr<emulator::LinkModel> inbound_;
   TransportStats stats_;
 };
 

@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "emulator/link.h"
 #include "runtime/spec.h"
 
 namespace slowpipe::runtime {
@@ -24,9 +23,6 @@ struct WorkerArgs {
   std::string peers;     // launcher's ipc endpoint this worker pulls its peer table from
   std::string netns;     // kernel backend: namespace to enter before opening sockets
   std::string bindPrev = "127.0.0.1", bindNext = "127.0.0.1";
-  // tc backend without netem: latency/jitter the receiver adds, per direction.
-  emulator::ReceiverDelays delays;
-  bool kernelPacesRate = false;
   int launcherPid = 0;   // the parent this worker must not outlive (0: not checked)
 };
 

@@ -190,22 +190,12 @@ class CoordinatorThread {
   RunSpec spec_;                    // outlives the thread
 };
 
-// tc-dev: the kernel paces the rate on each host's interface; without netem this worker adds the
-// delay and jitter of what it receives itself.
+// tc-dev: the kernel paces the rate on each host's interface, this worker's toward its peers; the
+// hello says whether this host's kernel adds the delays (netem) of what it sends, else the
+// receivers add them (the link table in the peer table says which).
 void kernelPacedLinks(const RunSpec& spec, Context& c) {
   c.shapeDevice = spec.network.dev;
-  c.kernelPacesRate = true;
-  if (emulator::kernelFeatures().netem) return;
-  const emulator::Topology topo = emulator::topologyFromJson(spec.network.links, "network.links");
-  const int st = c.id.stage;
-  if (st > 0) {
-    c.delays.prevLatencyS = topo.link(st - 1, st).latencyS;
-    c.delays.prevJitterS = topo.link(st - 1, st).jitterS;
-  }
-  if (st + 1 < spec.pipeline.stages) {
-    c.delays.nextLatencyS = topo.link(st + 1, st).latencyS;
-    c.delays.nextJitterS = topo.link(st + 1, st).jitterS;
-  }
+  c.hello["kernel"] = {{"netem", emulator::kernelFeatures().netem}};
 }
 
 // Joins at the rendezvous (rank and size from the environment, the rest from the coordinator:

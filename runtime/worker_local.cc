@@ -42,8 +42,6 @@ int runWorker(const WorkerArgs& args) {
     c.control = args.control;
     c.bindPrev = args.bindPrev;
     c.bindNext = args.bindNext;
-    c.kernelPacesRate = args.kernelPacesRate;
-    c.delays = args.delays;
     c.peerTable = [&args](zmq::context_t& zctx, const std::function<void()>& sayHello) {
       // Connect the peer-table socket *before* saying hello: the launcher answers a hello with a
       // send to this socket, which must already have its reader.

@@ -21,6 +21,7 @@
 #include "runtime/plan.h"
 #include "runtime/dp.h"
 #include "runtime/executor.h"
+#include "runtime/link_table.h"
 #include "runtime/protocol.h"
 #include "runtime/records.h"
 #include "runtime/result.h"
@@ -128,7 +129,7 @@ class Replay : public runtime::Backend {
         dpCosts_.push_back(profile.dpCost(spec, s));
       }
     }
-    for (int i = 0; i < N_; ++i) inbound_.push_back(model_->make());
+    inbound_.resize(N_);
     // The timeline: every rank up to 64 workers, else replica 0 of every stage (a 2048-worker
     // timeline would be millions of events nobody plots).
     for (int i = 0; i < N_; ++i) ranks_[i].onTimeline = N_ <= kTimelineRanks || i % R_ == 0;
@@ -141,35 +142,32 @@ class Replay : public runtime::Backend {
     perRank_.assign(steps_, std::vector<runtime::RankStepRecord>(N_));
     evalTimes_.assign(steps_, 0.0);
     evalEnds_.assign(steps_, 0.0);
+    stepEnds_.assign(steps_, 0.0);
     for (int i = 0; i < N_; ++i) startList(i, planOf(i, 0), false);
     if (sharedHost_) loopShared();
     else loopDedicated();
-    json steps = json::array();
-    for (int k = 0; k < steps_; ++k) steps.push_back(runtime::stepEntry(spec_, layout_, perRank_[k]));
-    json timeline = json::array();
+    // The same result document as the launcher's (runtime/records.h ResultBuilder), on virtual time.
+    runtime::ResultBuilder result(spec_, layout_, "ok");
+    for (int k = 0; k < steps_; ++k) result.addStep(perRank_[k], stepEnds_[k]);
+    for (const runtime::EvalRecord& e : evals()) result.addEval(e);
+    std::map<int, json> events;
     for (int i = 0; i < N_; ++i) {
       if (!ranks_[i].onTimeline) continue;
-      json ev = json::array();
+      json& ev = events[i] = json::array();
       for (const auto& e : lastEvents_[i]) ev.push_back(runtime::toJson(e, layout_.chunks > 1, false));  // the worker's form
-      json row = {{"stage", i / R_}, {"events", ev}};
-      if (R_ > 1) {
-        row["replica"] = i % R_;
-        row["rank"] = i;
-      }
-      timeline.push_back(row);
     }
-    json network = {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}};
+    result.setTimeline(events);
+    result["simulated"] = true;
+    result["network"] = {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}};
     if (R_ > 1) {
-      network["dp_links"] = dpTopo_;
-      network["dp_model"] = "pipelined";
+      result["network"]["dp_links"] = dpTopo_;
+      result["network"]["dp_model"] = "pipelined";
     }
-    json doc = {{"schema", runtime::kResultSchema}, {"simulated", true}, {"status", "ok"}, {"spec", runtime::toJson(spec_)},
-                {"steps", steps}, {"evals", evals()}, {"timeline", timeline}, {"network", network},
-                {"profile", {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
-                             {"host_speed", profile_.hostSpeed}, {"transport", {{"a_s", profile_.transport.aS},
-                                                                               {"b_s_per_byte", profile_.transport.bSPerByte}}}}},
-                {"message_bytes", {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}}}};
-    doc["summary"] = runtime::summarizeSteps(doc["steps"], doc["evals"]);
+    result["profile"] = {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
+                         {"host_speed", profile_.hostSpeed},
+                         {"transport", {{"a_s", profile_.transport.aS}, {"b_s_per_byte", profile_.transport.bSPerByte}}}};
+    result["message_bytes"] = {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}};
+    json doc = result.snapshot();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
                         {"loop", sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
@@ -188,8 +186,8 @@ class Replay : public runtime::Backend {
     if (!spec_.training.evalEachEpoch || opt_.evalRows.empty() || opt_.stepsPerEpoch <= 0) return false;
     return (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps);
   }
-  json evals() const {
-    json out = json::array();
+  std::vector<runtime::EvalRecord> evals() const {
+    std::vector<runtime::EvalRecord> out;
     for (int k = 0; k < steps_; ++k)
       if (evaluatesAfter(k)) {
         runtime::EvalRecord e;  // no loss: nothing is computed
@@ -197,7 +195,7 @@ class Replay : public runtime::Backend {
         e.step = k + 1;
         e.timeS = evalTimes_[k];
         e.wallS = evalEnds_[k];
-        out.push_back(runtime::toJson(e));
+        out.push_back(e);
       }
     return out;
   }
@@ -381,7 +379,11 @@ class Replay : public runtime::Backend {
     }
     Message m = it->second;
     mail_.erase(it);
-    if (m.arrival < 0) m.arrival = inbound_[i]->bill(topo_.link(peer / R_, i / R_), m.sentAt, static_cast<uint64_t>(m.bytes));
+    if (m.arrival < 0) {  // the sender's part left it to the receiving rank's (serial_fifo)
+      const Link& l = link(peer, i);
+      if (!inbound_[i]) inbound_[i] = emulator::linkModel(l.entry.model).make();
+      m.arrival = inbound_[i]->bill(l.entry.spec, m.sentAt, static_cast<uint64_t>(m.bytes));
+    }
     st.arrival = m.arrival;
     st.recvBytes = m.bytes;
     return true;
@@ -427,8 +429,7 @@ class Replay : public runtime::Backend {
   void post(int i) {
     RankState& st = ranks_[i];
     Message m{now_, -1, st.postBytes};
-    const bool dp = execs_[i].current().isDataParallel();
-    Link& l = link(i, execs_[i].context().peer, dp);
+    Link& l = link(i, execs_[i].context().peer);
     m.arrival = l.sender->stamp(l.clock, now_, static_cast<uint64_t>(st.postBytes));
     mail_[st.postKey] = m;
     if (wake_) {
@@ -464,6 +465,7 @@ class Replay : public runtime::Backend {
     r.epoch = opt_.stepsPerEpoch > 0 ? static_cast<int>(st.step / opt_.stepsPerEpoch) : 0;  // unknown: 0 (the summary skips step 0)
     r.timeS = now_ - ex.started();
     r.dpS = ex.dpSeconds();
+    stepEnds_[st.step] = std::max(stepEnds_[st.step], now_);
     perRank_[st.step][i] = std::move(r);
     r = runtime::RankStepRecord{};
     st.other = 0;
@@ -566,19 +568,23 @@ class Replay : public runtime::Backend {
     return {from, to, step, a.microBatch, chunk, a.isDataParallel() ? round : -1, a.message};
   }
 
-  // The directed link from -> to: its clock and the sender's part of its model (the replicas'
-  // links: always pipelined, as in the emulator), made at its first message (seeded per link).
+  // The directed link from -> to as the run's link table has it (runtime/link_table.h: the
+  // pipeline's links under network.model, the replicas' under pipelined), its clock and the
+  // sender's part of its model, made at its first message (seeded per link as the emulator does).
   struct Link {
+    runtime::LinkEntry entry;
     emulator::LinkClock clock;
     std::unique_ptr<emulator::LinkModel> sender;
   };
-  Link& link(int from, int to, bool dp) {
+  Link& link(int from, int to) {
     const uint64_t k = static_cast<uint64_t>(from) << 32 | static_cast<uint32_t>(to);
     auto it = links_.find(k);
     if (it == links_.end()) {
-      emulator::LinkClock c = dp ? emulator::LinkClock(dpTopo_.link(from % R_, to % R_), 0.0, 5000 + 1000 * from + to % R_)
-                                 : emulator::LinkClock(topo_.link(from / R_, to / R_), 0.0, 1000 * from + to);
-      it = links_.emplace(k, Link{std::move(c), (dp ? emulator::linkModel("pipelined") : *model_).make()}).first;
+      runtime::LinkEntry e = linkTable_.at(from, to);
+      const uint64_t seed = e.dataParallel ? 5000 + 1000 * from + to % R_ : 1000 * from + to;
+      emulator::LinkClock c(e.spec, 0.0, seed);
+      auto sender = emulator::linkModel(e.model).make();
+      it = links_.emplace(k, Link{std::move(e), std::move(c), std::move(sender)}).first;
     }
     return it->second;
   }
@@ -595,9 +601,9 @@ class Replay : public runtime::Backend {
   std::vector<DpCost> dpCosts_;                 // [stage]
   std::vector<runtime::StepExecutor> execs_;  // by rank
   std::map<int, std::vector<runtime::TimelineEvent>> lastEvents_;
-  const emulator::LinkModelInfo* model_ = &emulator::linkModel(spec_.network.model);  // network.model
+  runtime::LinkTable linkTable_{spec_, {}};  // every link paced and billed in user (here: virtual) time
   std::unordered_map<uint64_t, Link> links_;                   // by (from rank, to rank)
-  std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank
+  std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank (made at its first bill)
   std::unordered_map<MailKey, Message, MailKeyHash> mail_;
   std::unordered_map<MailKey, int, MailKeyHash> waiting_;  // loopDedicated: who waits for a message not yet sent
   std::deque<int>* wake_ = nullptr;                        // loopDedicated: ranks to act on
@@ -611,6 +617,7 @@ class Replay : public runtime::Backend {
   std::vector<std::vector<runtime::RankStepRecord>> perRank_;  // [step][rank]
   std::vector<double> evalTimes_;        // by step: the evaluation after it (the slowest rank's)
   std::vector<double> evalEnds_;         // by step: when that evaluation ended (virtual time)
+  std::vector<double> stepEnds_;         // by step: when its last rank ended it (virtual time)
   std::map<int, int64_t> evalFrames_;    // frame bytes of an evaluation message, by rows
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

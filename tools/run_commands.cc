@@ -63,12 +63,7 @@ void addWorkerCommand(CLI::App& app) {
   cmd->add_option("--netns", a->netns);
   cmd->add_option("--bind-prev", a->bindPrev);
   cmd->add_option("--bind-next", a->bindNext);
-  cmd->add_option("--prev-latency", a->delays.prevLatencyS);
-  cmd->add_option("--prev-jitter", a->delays.prevJitterS);
-  cmd->add_option("--next-latency", a->delays.nextLatencyS);
-  cmd->add_option("--next-jitter", a->delays.nextJitterS);
   cmd->add_option("--launcher-pid", a->launcherPid);
-  cmd->add_flag("--kernel-rate", a->kernelPacesRate);
   cmd->callback([a, x, cmd] {
     if (!a->control.empty()) std::exit(runtime::runWorker(*a));  // a child of `slowpipe run`
     x->specPath = a->specPath;

@@ -2,6 +2,8 @@
 // tests run ranks), no worker processes. A channel per directed rank link, messages taken by key
 // with a stash for those ahead of their turn, codec pairs per (direction, chunk), one channel for
 // both routes of a ring of two stages, and a slip named.
+#include "runtime/link_table.h"
+#include "runtime/spec.h"
 #include "runtime/transport.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,17 @@ using compression::MessageKind;
 // Two ranks (stages 0 and 1) with their transports connected to each other. ring: model chunks
 // close the pipeline (stage 1's next is stage 0), so the previous and the next stage of each are
 // the same rank.
+// Rank r's links as the launcher sends them: the link table of a 2-stage run at 10 Gbps (with
+// model chunks for the ring).
+RankLinks linksOf(int r, bool ring) {
+  nlohmann::json pipeline = {{"stages", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}};
+  if (ring) pipeline.update({{"schedule", "interleaved_1f1b"}, {"virtual_stages", 2}});
+  const nlohmann::json j = {{"name", "channel"}, {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+                            {"pipeline", pipeline}, {"compression", {{"forward", "none"}, {"backward", "none"}}},
+                            {"network", {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}}}};
+  return RankLinks(LinkTable(runSpecFromJson(j, "spec", true), {}).ofRankJson(r), r);
+}
+
 struct Pair {
   zmq::context_t ctx{1};
   std::unique_ptr<StageTransport> t[2];
@@ -27,7 +40,6 @@ struct Pair {
       o.stages = 2;
       o.forwardCodec = fwd;
       o.backwardCodec = bwd;
-      o.topology = emulator::topologyFromJson(nlohmann::json{{"bandwidth", "10Gbps"}, {"latency", "0ms"}}, "links");
       o.recvTimeoutS = 5;
       const int other = 1 - r;
       o.prevRank = r == 1 || ring ? other : -1;
@@ -39,7 +51,7 @@ struct Pair {
     for (int r = 0; r < 2; ++r) {
       nlohmann::json to = nlohmann::json::object();
       to[std::to_string(1 - r)] = t[1 - r]->endpoints()[std::to_string(r)];
-      t[r]->connect(to);
+      t[r]->connect(to, linksOf(r, ring));
     }
   }
 };
@@ -115,6 +127,89 @@ TEST(ChannelTest, AnOlderStepsMessageIsASlip) {
     EXPECT_NE(std::string(e.what()).find("expected activation step 4 micro-batch 0, got activation step 3"), std::string::npos)
         << e.what();
   }
+}
+
+}  // namespace
+}  // namespace slowpipe::runtime
+
+namespace slowpipe::runtime {
+namespace {
+
+RunSpec tableSpec(const std::string& backend, int replicas) {
+  nlohmann::json links = {{"bandwidth", "1Gbps"}, {"latency", "5ms"}};
+  if (backend != "user") links["jitter"] = "1ms";  // (serial_fifo models no jitter)
+  links["links"] = nlohmann::json::array({{{"src", 2}, {"dst", 1}, {"bandwidth", "20Mbps"}, {"latency", "7ms"}}});
+  nlohmann::json network = {{"backend", backend}, {"model", backend == "user" ? "serial_fifo" : "pipelined"}, {"links", links}};
+  network["dp_links"] = {{"bandwidth", "10Gbps"}, {"latency", "1ms"}};
+  const nlohmann::json j = {{"name", "table"},
+                            {"model", {{"seq_len", 4}, {"layers", 6}, {"width", 8}, {"heads", 2}}},
+                            {"pipeline", {{"stages", 3}, {"replicas", replicas}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+                            {"compression", {{"forward", "none"}, {"backward", "none"}}}, {"network", network}};
+  return runSpecFromJson(j, "spec", true);
+}
+
+// The link table decides once what each link is and who carries what: the pipeline's links by
+// stage pair (an override per direction) under network.model, the replicas' links by dp_links
+// under pipelined; a pair that is no link is refused by name; a rank's entries are exactly the
+// links it sends or receives on, and they survive the peer table's JSON.
+TEST(LinkTableTest, EachLinkIsItsStagePairsUnderTheRunsModel) {
+  const RunSpec spec = tableSpec("user", 2);  // rank = stage * 2 + replica
+  const LinkTable t(spec, {});
+  const LinkEntry fwd = t.at(2, 4), back = t.at(4, 2);  // stage 1 -> 2 and 2 -> 1, replica 0
+  EXPECT_EQ(fwd.model, "serial_fifo");
+  EXPECT_FALSE(fwd.dataParallel);
+  EXPECT_DOUBLE_EQ(fwd.spec.bandwidthBps, 1e9);
+  EXPECT_DOUBLE_EQ(back.spec.bandwidthBps, 20e6);
+  EXPECT_DOUBLE_EQ(back.spec.latencyS, 0.007);
+  EXPECT_EQ(back.receiverLatencyS, 0.0);
+  const LinkEntry dp = t.at(3, 2);  // stage 1, replica 1 -> replica 0
+  EXPECT_TRUE(dp.dataParallel);
+  EXPECT_EQ(dp.model, "pipelined");
+  EXPECT_DOUBLE_EQ(dp.spec.bandwidthBps, 10e9);
+  EXPECT_DOUBLE_EQ(dp.spec.latencyS, 0.001);
+  try {
+    t.at(0, 4);  // stage 0 -> 2: no link
+    FAIL() << "a link between stages 0 and 2 was made up";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("link 0 -> 4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.at(1, 2), std::out_of_range);  // stage 0 replica 1 -> stage 1 replica 0
+  // Rank 2 (stage 1, replica 0): to and from stage 0, stage 2 and its other replica.
+  const std::vector<LinkEntry> mine = t.ofRank(2);
+  EXPECT_EQ(mine.size(), 6u);
+  const RankLinks links(t.ofRankJson(2), 2);
+  for (const auto& [src, dst] : {std::pair{0, 2}, {2, 0}, {2, 4}, {4, 2}, {2, 3}, {3, 2}}) {
+    const LinkEntry e = links.at(src, dst), want = t.at(src, dst);
+    EXPECT_EQ(e.model, want.model);
+    EXPECT_EQ(e.dataParallel, want.dataParallel);
+    EXPECT_EQ(nlohmann::json(e.spec), nlohmann::json(want.spec));
+  }
+  EXPECT_THROW(links.at(0, 1), std::runtime_error);  // not one of rank 2's
+}
+
+// Kernel-paced links (tc): no user-space model; without netem at the sender the receiver adds the
+// direction's latency and jitter, with it nobody in user space does.
+TEST(LinkTableTest, KernelPacedLinksSayWhoAddsTheDelay) {
+  const RunSpec spec = tableSpec("tc", 1);
+  LinkCarriage noNetem;
+  noNetem.kernelPacesRate = true;
+  const LinkEntry e = LinkTable(spec, noNetem).at(2, 1);
+  EXPECT_TRUE(e.model.empty());
+  EXPECT_DOUBLE_EQ(e.receiverLatencyS, 0.007);  // the override's latency, the default's jitter
+  EXPECT_DOUBLE_EQ(e.receiverJitterS, 0.001);
+  const LinkEntry f = LinkTable(spec, noNetem).at(0, 1);
+  EXPECT_DOUBLE_EQ(f.receiverLatencyS, 0.005);
+  EXPECT_DOUBLE_EQ(f.receiverJitterS, 0.001);
+  const LinkEntry back = linkEntryFromJson(toJson(f), "f");
+  EXPECT_DOUBLE_EQ(back.receiverLatencyS, 0.005);
+  EXPECT_TRUE(back.model.empty());
+  LinkCarriage netemAt2 = noNetem;
+  netemAt2.senderHasNetem = [](int src) { return src == 2; };
+  EXPECT_EQ(LinkTable(spec, netemAt2).at(2, 1).receiverLatencyS, 0.0);
+  EXPECT_DOUBLE_EQ(LinkTable(spec, netemAt2).at(1, 2).receiverLatencyS, 0.005);
+  nlohmann::json bad = toJson(f);
+  bad["model"] = "ideal";
+  EXPECT_THROW(linkEntryFromJson(bad, "links[0]"), std::invalid_argument);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/dp.h"
+#include "runtime/link_table.h"
 #include "runtime/schedule.h"
 
 namespace slowpipe::runtime {
@@ -16,6 +17,15 @@ namespace {
 
 // Replica r's value i before the round.
 float input(int r, int64_t i) { return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(r)) * (1.0f + r); }
+
+// Replica r's links as the launcher sends them: the link table of one stage with R replicas at 10 Gbps.
+RankLinks linksOf(int r, int R) {
+  const nlohmann::json j = {{"name", "dp"}, {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+                            {"pipeline", {{"stages", 1}, {"replicas", R}, {"micro_batches", 1}, {"micro_batch_size", 2}}},
+                            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+                            {"network", {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}}}};
+  return RankLinks(LinkTable(runSpecFromJson(j, "spec", true), {}).ofRankJson(r), r);
+}
 
 // One round of `algorithm` over R replicas with n values each; returns every replica's buffer.
 std::vector<std::vector<float>> runRound(const std::string& algorithm, int R, int64_t n, const std::string& codec) {
@@ -28,7 +38,6 @@ std::vector<std::vector<float>> runRound(const std::string& algorithm, int R, in
     o.replicas = R;
     o.algorithm = algorithm;
     o.codec = codec;
-    o.topology = emulator::topologyFromJson(nlohmann::json{{"bandwidth", "10Gbps"}, {"latency", "0ms"}}, "dp_links");
     o.recvTimeoutS = 10;
     ex.push_back(std::make_unique<DpExchange>(ctx, o));
   }
@@ -36,7 +45,7 @@ std::vector<std::vector<float>> runRound(const std::string& algorithm, int R, in
     nlohmann::json peers = nlohmann::json::object();
     for (int q = 0; q < R; ++q)
       if (q != r) peers[std::to_string(q)] = ex[q]->endpoints()[std::to_string(r)];
-    ex[r]->connect(peers);
+    ex[r]->connect(peers, linksOf(r, R));
   }
   std::vector<std::vector<float>> buf(R, std::vector<float>(n));
   for (int r = 0; r < R; ++r)
