@@ -17,8 +17,8 @@ int main(int argc, char** argv) {
   CLI::App app{"device codecs against the device's copy bandwidth (same run)"};
   cu::DeviceBenchOptions opt;
   bool asJson = false;
-  app.add_option("--size-mib", opt.sizeMib, "tensor size in MiB of fp32")->check(CLI::PositiveNumber);
-  app.add_option("--rounds", opt.rounds, "timed repetitions per measurement (median)")->check(CLI::PositiveNumber);
+  app.add_option("--size-mib", opt.sizeMib, "tensor size in MiB of fp32")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--rounds", opt.rounds, "timed repetitions per measurement (median)")->check(CLI::Range(1, 100000));
   app.add_option("--codec", opt.specs, "codec spec (repeatable; default: the built-in list)");
   app.add_flag("--json", asJson, "print the JSON document");
   CLI11_PARSE(app, argc, argv);
