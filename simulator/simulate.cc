@@ -32,7 +32,9 @@ namespace slowpipe::simulator {
 using nlohmann::json;
 using runtime::Action;
 
-int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds) {
+// The frame of a message of `shape` encoded by a fresh codec at `epoch` (examples 0..rows-1), and
+// with steady = true the frame of the same examples' next message (acsgd: a delta).
+static int64_t frameBytesOf(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds, bool steady) {
   auto codec = compression::makeCodec(codecSpec);
   const int64_t n = compression::numelOf(shape);
   std::vector<float> x(static_cast<size_t>(n));
@@ -43,9 +45,17 @@ int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t
     for (int64_t r = 0; r < (shape.empty() ? 0 : shape[0]); ++r) h.exampleIds.push_back(r);
   compression::CodecContext ctx;
   ctx.exampleIds = h.exampleIds;
-  ctx.epoch = 1;
-  compression::encodeFrame(*codec, x.data(), h, ctx);  // first sighting (acsgd: full precision)
-  return static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size());
+  ctx.epoch = steady ? 1 : 0;
+  const int64_t first = static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size());  // acsgd: full precision
+  return steady ? static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size()) : first;
+}
+
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds) {
+  return frameBytesOf(codecSpec, shape, exampleIds, true);
+}
+
+int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape) {
+  return frameBytesOf(codecSpec, shape, true, false);
 }
 
 namespace {
@@ -119,6 +129,8 @@ class Replay : public runtime::Backend {
     rawActBytes_ = 4 * compression::numelOf(act);
     fwdBytes_ = steadyFrameBytes(spec.compression.forward, act);
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
+    fwdFirstBytes_ = firstFrameBytes(spec.compression.forward, act);
+    bwdFirstBytes_ = firstFrameBytes(spec.compression.backward, act);
     ctlBytes_ = steadyFrameBytes("none", {2});
     if (R_ > 1) {
       // The replicas' links: their own topology, always the pipelined model (as in the emulator).
@@ -166,7 +178,8 @@ class Replay : public runtime::Backend {
     result["profile"] = {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
                          {"host_speed", profile_.hostSpeed},
                          {"transport", {{"a_s", profile_.transport.aS}, {"b_s_per_byte", profile_.transport.bSPerByte}}}};
-    result["message_bytes"] = {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_}};
+    result["message_bytes"] = {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_},
+                               {"forward_first_epoch", fwdFirstBytes_}, {"backward_first_epoch", bwdFirstBytes_}};
     json doc = result.snapshot();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
@@ -525,7 +538,11 @@ class Replay : public runtime::Backend {
     if (tensorMessage(a)) {
       const bool forward = a.message == Action::Message::kActivation;
       const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
-      bytes = forward ? fwdBytes_ : bwdBytes_;
+      // The first epoch sees every example for the first time (acsgd: full precision) when the
+      // whole run is replayed and the data plan says which steps it has; a replay of a few steps
+      // stands for the steady state, every message a steady one.
+      const bool first = steps_ == opt_.runSteps && opt_.stepsPerEpoch > 0 && st.step < opt_.stepsPerEpoch;
+      bytes = first ? (forward ? fwdFirstBytes_ : bwdFirstBytes_) : (forward ? fwdBytes_ : bwdBytes_);
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
       (forward ? st.record.fwdRaw : st.record.bwdRaw) += rawActBytes_;
       (forward ? st.record.fwdWire : st.record.bwdWire) += bytes;
@@ -622,6 +639,7 @@ class Replay : public runtime::Backend {
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
+  int64_t fwdFirstBytes_ = 0, bwdFirstBytes_ = 0;  // the first epoch's (first sightings)
 };
 
 }  // namespace

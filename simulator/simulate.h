@@ -54,6 +54,9 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt = {});
 // exampleIds: the header carries one example id per row (pipeline messages); data-parallel frames
 // (a 1-D chunk) carry none.
 int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds = true);
+// The frame of the first message of examples never seen before (acsgd: full precision; the
+// simulator sizes the first epoch's pipeline messages so when the data plan is known).
+int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape);
 
 // A result document in the result.json schema, with "simulated": true, per-step records, the
 // summary, and "timeline": per stage, the last step's events {what, mb, start_s, end_s}.

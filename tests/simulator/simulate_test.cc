@@ -572,6 +572,35 @@ TEST(SimulatorTest, LargeRunsKeepATimelineOfReplicaZero) {
   EXPECT_EQ(r["simulator"]["timeline_ranks"], "replica 0 of every stage");
 }
 
+// AC-SGD's first epoch sends every activation in full (each example's first sighting): with the
+// data plan the simulator sizes epoch 0's forward messages as a fresh codec's first frame and
+// later epochs' as deltas; its backward codec (quant) is stateless, the same in every epoch.
+// Without the plan, or replaying part of the run, every message is a steady one, as before.
+TEST(SimulatorTest, TheFirstEpochSendsFirstSightingsInFull) {
+  auto spec = tinySpec(2, 2, "1f1b", "pipelined");
+  spec.compression.forward = "acsgd:bits=2";
+  spec.compression.backward = "quant:bits=4";
+  SimOptions o;
+  o.steps = 4;
+  o.stepsPerEpoch = 2;
+  o.runSteps = 4;
+  const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  const std::vector<int64_t> act = {2, 4, 8};
+  const int64_t full = firstFrameBytes("acsgd:bits=2", act), delta = steadyFrameBytes("acsgd:bits=2", act);
+  ASSERT_GT(full, 2 * delta);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(r["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * (k < 2 ? full : delta)) << "step " << k;
+    EXPECT_EQ(r["steps"][k]["bytes"]["backward"]["wire"].get<int64_t>(), 2 * steadyFrameBytes("quant:bits=4", act)) << "step " << k;
+  }
+  EXPECT_GT(r["steps"][0]["time_s"].get<double>(), r["steps"][2]["time_s"].get<double>());
+  const json bare = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {4});
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(bare["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * delta);
+  // A replay of part of the run (its steady state) sends steady messages too.
+  o.runSteps = 8;
+  const json part = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(part["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * delta);
+}
+
 // With the run's data plan the simulator labels steps with their epochs and replays every
 // epoch's evaluation as the workers run it (evalSchedule), between the epoch's last step and the
 // next step, which it does not lengthen. Nearly free links: stage 0 evaluates 2 + 1 rows
