@@ -97,6 +97,8 @@ class Launcher {
   // Where rank r's neighbours and replicas take its messages (from their hellos), and its links.
   json peerTable(int r);
   const LinkTable& links();
+  std::vector<std::pair<int, int>> pipelineEdges() const;
+  int edgeBetween(int a, int b) const;
   // External bootstrap (LaunchOptions::External): the workers join at the rendezvous, send
   // records and heartbeats to the control socket; the events socket carries the coordinator's
   // heartbeat and, at the end, "end" or "abort" with the reason.

@@ -3,6 +3,23 @@
 
 namespace slowpipe::runtime::detail {
 
+// The stage pairs the pipeline's messages travel between, each once: s <-> s + 1, and with model
+// chunks (a ring) S-1 <-> 0 where that is another pair.
+std::vector<std::pair<int, int>> Launcher::pipelineEdges() const {
+  std::vector<std::pair<int, int>> edges;
+  for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1});
+  if (layout_.chunks > 1 && S_ > 2) edges.push_back({S_ - 1, 0});
+  return edges;
+}
+
+// The fabric edge joining stages a and b (tc), and its index.
+int Launcher::edgeBetween(int a, int b) const {
+  const auto edges = pipelineEdges();
+  for (size_t e = 0; e < edges.size(); ++e)
+    if ((edges[e].first == a && edges[e].second == b) || (edges[e].first == b && edges[e].second == a)) return static_cast<int>(e);
+  throw std::logic_error("no pipeline edge joins stages " + std::to_string(a) + " and " + std::to_string(b));
+}
+
 void Launcher::setupNetwork() {
   const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
   if (geteuid() == 0 && spec_.network.backend == "tc") {
@@ -23,13 +40,15 @@ void Launcher::setupNetwork() {
     throw std::invalid_argument("network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
                                 "mpirun or srun (README: Running on a cluster); on one host use backend tc");
   if (spec_.network.backend == "tc") {
+    // One veth pair per pipeline edge: the chain, and with model chunks the ring's S-1 -> 0
+    // (with two stages the ring's two routes are the one edge 0 <-> 1).
     std::vector<emulator::FabricEdge> edges;
-    for (int s = 0; s + 1 < S_; ++s) edges.push_back({s, s + 1, topo.link(s, s + 1), topo.link(s + 1, s)});
+    for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a)});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
     result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
     for (int e = 0; e < static_cast<int>(edges.size()); ++e)
-      for (int from : {e, e + 1}) {
-        const emulator::LinkSpec& l = from == e ? edges[e].aToB : edges[e].bToA;
+      for (int from : {edges[e].a, edges[e].b}) {
+        const emulator::LinkSpec& l = from == edges[e].a ? edges[e].aToB : edges[e].bToA;
         if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
       }
   } else if (spec_.network.backend == "tc-dev") {
@@ -57,8 +76,8 @@ void Launcher::calibrate(const emulator::Topology& topo) {
   std::map<std::string, json> seen;
   bool ok = true;
   json all = json::array();
-  for (int s = 0; s + 1 < S_; ++s)
-    for (const auto& [src, dst] : {std::pair{s, s + 1}, std::pair{s + 1, s}}) {
+  for (const auto& [a, b] : pipelineEdges())
+    for (const auto& [src, dst] : {std::pair{a, b}, std::pair{b, a}}) {
       const emulator::LinkSpec& l = topo.link(src, dst);
       json entry = {{"src", src}, {"dst", dst}, {"link", l.describe()}};
       if (!l.trace.empty()) {

@@ -11,9 +11,13 @@ void Launcher::spawn(int r) {
   if (fabric_) {
     // The rank's namespace and its addresses; its links (the kernel paces them, who adds which
     // delay) come with its peer table.
+    // Each side binds on the edge toward that neighbour (around the ring with model chunks).
     args.insert(args.end(), {"--netns", fabric_->nsName(r)});
-    if (r > 0) args.insert(args.end(), {"--bind-prev", fabric_->address(r - 1, r)});
-    if (r + 1 < S_) args.insert(args.end(), {"--bind-next", fabric_->address(r, r)});
+    const RankId id = layout_.id(r);
+    if (const int p = protocol::neighbourStage(layout_, id.stage, Action::Peer::kPrev); p >= 0)
+      args.insert(args.end(), {"--bind-prev", fabric_->address(edgeBetween(p, id.stage), id.stage)});
+    if (const int n = protocol::neighbourStage(layout_, id.stage, Action::Peer::kNext); n >= 0)
+      args.insert(args.end(), {"--bind-next", fabric_->address(edgeBetween(id.stage, n), id.stage)});
   }
   // Everything the child needs is built before fork: the child only redirects and execs.
   std::vector<char*> argv;

@@ -345,9 +345,6 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
   if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.replicas", std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
                                            s.network.backend + "' backend builds one namespace chain per pipeline");
-  if (s.pipeline.virtualStages > 1 && s.network.backend != "user" && !simulation)
-    fail(where + ".pipeline.virtual_stages", "interleaved model chunks make the pipeline a ring; backend '" + s.network.backend +
-                                                 "' builds a namespace chain (use backend user)");
   if (s.pipeline.virtualStages > 1 && s.pipeline.replicas > 1 && gradientCompressor(s.dp)->name() == std::string("qadam"))
     fail(where + ".dp.codec", "qadam with " + std::to_string(s.pipeline.virtualStages) +
                                   " model chunks per rank: its Adam state is one model chunk's (use a codec, powersgd or "

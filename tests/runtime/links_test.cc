@@ -140,6 +140,37 @@ TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
   EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast)) << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
 }
 
+// Interleaved model chunks make the pipeline a ring: on tc the fabric joins stage 2 back to stage
+// 0 with a veth pair of its own, shaped at the ring link's own rate (calibrated as every link);
+// the run's losses equal the user backend's step by step (timing never changes the arithmetic);
+// nothing is left behind.
+TEST_F(TcRunTest, InterleavedChunksRunAroundARingOfNamespaces) {
+  json s = baseSpec(3, "interleaved_1f1b");
+  s["model"]["layers"] = 6;
+  s["pipeline"]["virtual_stages"] = 2;
+  s["pipeline"]["micro_batches"] = 3;
+  s["training"]["max_steps"] = 4;
+  s["network"] = {{"backend", "user"}, {"links", {{"bandwidth", "200Mbps"}, {"latency", "2ms"}}}};
+  s["network"]["links"]["links"] = json::array({{{"src", 2}, {"dst", 0}, {"bandwidth", "50Mbps"}}});
+  const json user = launch(s, "ring-user");
+  s["network"]["backend"] = "tc";
+  const json tc = launch(s, "ring-tc", true, /*calibrate=*/true);
+  ASSERT_EQ(tc["status"], "ok") << tc.value("reason", "");
+  ASSERT_EQ(tc["steps"].size(), 4u);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(tc["steps"][k]["loss"], user["steps"][k]["loss"]) << "step " << k;
+  bool ring = false;
+  for (const auto& l : tc["calibration_links"]) {
+    EXPECT_TRUE(l["link_ok"].get<bool>()) << l.dump();
+    if (l["src"] == 2 && l["dst"] == 0) {
+      ring = true;
+      EXPECT_NEAR(l["calibration"]["achieved_bps"].get<double>(), 50e6, 0.03 * 50e6) << l.dump();
+    }
+  }
+  EXPECT_TRUE(ring) << "the ring link 2 -> 0 was not calibrated: " << tc["calibration_links"].dump();
+  EXPECT_EQ(tc["calibration_links"].size(), 6u);
+  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
 TEST_F(TcRunTest, LossIsAppliedByNetemOrRefused) {
   json s = baseSpec(2, "gpipe");
   s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "1Gbps"}, {"loss", 0.01}}}};
