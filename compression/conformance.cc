@@ -415,4 +415,44 @@ json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const Confo
   return {{"codec", make()->spec()}, {"checks", c.list}, {"figures", figures}, {"ok", c.ok}};
 }
 
+// Runs the check of one codec in a forked child, which sends its JSON back through a pipe: a codec
+// (a plug-in above all) that crashes ends the child, not the check, and is reported by name.
+nlohmann::json checkCodecIsolated(const std::string& spec, const ConformanceOptions& o) {
+  using nlohmann::json;
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("codec check: pipe() failed");
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("codec check: fork() failed");
+  if (pid == 0) {
+    close(fds[0]);
+    std::string text;
+    try {
+      text = checkCodec([&] { return makeCodec(spec); }, o).dump();
+    } catch (const std::exception& e) {
+      text = json{{"codec", spec}, {"error", e.what()}}.dump();
+    }
+    for (size_t at = 0; at < text.size();) {
+      const ssize_t n = write(fds[1], text.data() + at, text.size() - at);
+      if (n <= 0) _exit(3);
+      at += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[65536];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string how;
+  if (WIFSIGNALED(status)) how = "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
+  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) how = "ended with exit status " + std::to_string(WEXITSTATUS(status));
+  if (!how.empty() || text.empty())
+    return {{"codec", spec}, {"error", "the check " + (how.empty() ? std::string("returned nothing") : how) +
+                                           " while running codec '" + spec + "'"}};
+  return json::parse(text);
+}
+
 }  // namespace slowpipe::compression

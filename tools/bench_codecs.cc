@@ -1,165 +1,16 @@
-// `slowpipe bench codecs`: single-thread encode/decode throughput of every codec configuration on
-// activation-shaped fp32 tensors, against memcpy measured in the same run and, for quant, against
-// the same quantizer written with libtorch ops. GB/s always counts fp32 *input* bytes (10^9 B/s).
-#include <torch/torch.h>
-
-#include <cmath>
-#include <cstring>
+// `slowpipe bench codecs`: parses flags, runs compression::benchCodecs (compression/bench.h says
+// what is measured) and prints its table or JSON document.
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "compression/acsgd.h"
-#include "compression/torch_ops_quant.h"
-#include "compression/kernels.h"
-#include "compression/timing.h"
+#include "compression/bench.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {
 namespace {
 
-using compression::Bytes;
-using compression::Codec;
-using compression::CodecContext;
-using compression::Shape;
 using nlohmann::json;
-
-const std::vector<std::string> kDefaultCodecs = {
-    "none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
-    "quant:bits=4,group=128", "quant:bits=2,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
-    "acsgd:bits=4", "ef(quant:bits=4)", "ef(quant:bits=4;store=bf16)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
-    "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint", "acsgd:bits=2,levels=fixpoint,store=fp32",
-    "randk:ratio=0.1", "hadamard(quant:bits=3,scale=group,group=64)", "lowrank:rank=16", "lowrank:rank=16,basis=pca"};
-
-struct Options {
-  bool json = false;
-  std::vector<std::string> codecs = kDefaultCodecs;
-  std::vector<int64_t> sizesKiB = {64, 65536};
-  int rounds = 3;
-};
-
-// Activation-shaped tensor of `bytes` fp32 bytes: [rows, seq, 1024 hidden channels].
-Shape shapeFor(int64_t bytes) {
-  const int64_t n = bytes / 4, hidden = 1024, perRow = 2048 * hidden;
-  if (n <= perRow) return {1, n / hidden, hidden};
-  return {n / perRow, 2048, hidden};
-}
-
-double memcpySeconds(const std::vector<float>& src) {
-  std::vector<float> dst(src.size(), 1.0f);
-  return medianSeconds([&] { std::memcpy(dst.data(), src.data(), src.size() * 4); });
-}
-
-double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num += double(y[i] - x[i]) * (y[i] - x[i]);
-    den += double(x[i]) * x[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : 0.0;
-}
-
-// Quant codecs beside their libtorch-ops baselines (speed, and whether the bytes / values match):
-// the AC-SGD reference's fixpoint.py transcription for fixpoint per-channel scales, else the
-// torch-ops quantizer of the same options.
-void compareWithTorchOps(json& r, compression::QuantCodec& codec, const Shape& shape, const std::vector<float>& x,
-                         const CodecContext& ctx, double encodeS, double decodeS) {
-  const int64_t n = compression::numelOf(shape);
-  const double rawBytes = 4.0 * n;
-  compression::QuantCodec* q = &codec;
-  if (q->options().levels == compression::QuantOptions::Levels::kFixpoint &&
-      q->options().scale == compression::QuantOptions::Scale::kChannel) {
-    // The baseline is the transcription of the AC-SGD reference (fixpoint.py) in libtorch ops;
-    // "match" = our decoded values are bit-identical to the reference's.
-    const int bits = q->options().bits;
-    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
-    compression::FixpointReference ref;
-    const double te = medianSeconds([&] { ref = compression::referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
-    torch::Tensor refY;
-    const double td = medianSeconds([&] { refY = compression::referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
-    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
-    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
-    r["encode_vs_torch_ops"] = te / encodeS;
-    r["decode_vs_torch_ops"] = td / decodeS;
-    Bytes mine;
-    compression::QuantCodec(q->options()).encode(x.data(), shape, ctx, mine);
-    std::vector<float> y2(n);
-    compression::QuantCodec(q->options()).decode(mine.data(), mine.size(), shape, ctx, y2.data());
-    refY = refY.contiguous();
-    r["matches_torch_ops"] = std::memcmp(refY.data_ptr<float>(), y2.data(), 4 * n) == 0;
-  } else {
-    const auto opt = q->options();
-    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
-    torch::Tensor ref;
-    const double te = medianSeconds([&] { ref = compression::torchOpsQuantEncode(opt, xt); }, 3, 0.3, 200);
-    const double td = medianSeconds([&] { compression::torchOpsQuantDecode(opt, ref, shape); }, 3, 0.3, 200);
-    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
-    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
-    r["encode_vs_torch_ops"] = te / encodeS;
-    r["decode_vs_torch_ops"] = td / decodeS;
-    if (opt.round == compression::QuantOptions::Round::kNearest) {
-      Bytes mine;
-      compression::QuantCodec(opt).encode(x.data(), shape, ctx, mine);
-      r["matches_torch_ops"] = static_cast<size_t>(ref.numel()) == mine.size() &&
-                               std::memcmp(ref.data_ptr<uint8_t>(), mine.data(), mine.size()) == 0;
-    }
-  }
-}
-
-json benchOne(const std::string& spec, const Shape& shape, const std::vector<float>& x,
-              const std::vector<float>& x2, double memcpyS) {
-  const int64_t n = compression::numelOf(shape);
-  const double rawBytes = 4.0 * n;
-  auto sender = compression::makeCodec(spec), receiver = compression::makeCodec(spec);
-  CodecContext ctx;
-  for (int64_t r = 0; r < shape[0]; ++r) ctx.exampleIds.push_back(r);
-  ctx.key = "bench";
-  ctx.epoch = 1;
-  Bytes payload;
-  std::vector<float> y(n);
-  // Stateful codecs: the first sighting (full precision) is set up untimed, then every timed
-  // round alternates between two activations so that deltas never vanish.
-  if (sender->id() == compression::CodecId::kAcsgd) {
-    sender->encode(x.data(), shape, ctx, payload);
-    receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
-  }
-  int round = 0;
-  double encodeS = 0.0, decodeS = 0.0;
-  std::vector<double> encSamples, decSamples;
-  const double t0 = nowSeconds();
-  while (encSamples.size() < 5 || (nowSeconds() - t0 < 0.5 && encSamples.size() < 2000)) {
-    const auto& in = (round++ % 2) ? x2 : x;
-    payload.clear();
-    double a = nowSeconds();
-    sender->encode(in.data(), shape, ctx, payload);
-    double b = nowSeconds();
-    receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
-    double c = nowSeconds();
-    encSamples.push_back(b - a);
-    decSamples.push_back(c - b);
-  }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
-  encodeS = median(encSamples);
-  decodeS = median(decSamples);
-  const auto& last = ((round - 1) % 2) ? x2 : x;
-  json r = {{"codec", sender->spec()},
-            {"shape", shape},
-            {"raw_bytes", static_cast<int64_t>(rawBytes)},
-            {"wire_bytes", payload.size()},
-            {"compression_ratio", rawBytes / payload.size()},
-            {"encode_GBps", rawBytes / encodeS / 1e9},
-            {"decode_GBps", rawBytes / decodeS / 1e9},
-            {"encode_vs_memcpy", memcpyS / encodeS},
-            {"decode_vs_memcpy", memcpyS / decodeS},
-            {"rel_rms_error", relRmsError(last, y)},
-            {"samples", encSamples.size()},
-            {"torch_ops_encode_GBps", nullptr},
-            {"torch_ops_decode_GBps", nullptr}};
-  if (auto* q = dynamic_cast<compression::QuantCodec*>(sender.get())) compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
-  return r;
-}
 
 void printTable(const json& doc) {
   std::printf("memcpy: %s\n", doc["memcpy_GBps"].dump().c_str());
@@ -179,74 +30,27 @@ void printTable(const json& doc) {
   }
 }
 
-void run(const Options& o) {
-  torch::set_num_threads(1);  // every figure here is single-thread
-  json doc = {{"benchmark", "codecs"}, {"threads", 1}, {"unit", "GB/s = 1e9 fp32 input bytes per second"},
-              {"cpu_path", compression::cpuPathName()}};  // kernels built for (compression/kernels.h)
-  json results = json::array(), memcpyBySize = json::object();
-  double memcpyLargest = 0.0;
-  for (int64_t kib : o.sizesKiB) {
-    const Shape shape = shapeFor(kib * 1024);
-    const int64_t n = compression::numelOf(shape);
-    torch::manual_seed(1);
-    const auto xt = torch::randn({n});
-    std::vector<float> x(xt.data_ptr<float>(), xt.data_ptr<float>() + n), x2(x);
-    const auto noise = torch::randn({n}).mul(0.1);
-    for (int64_t i = 0; i < n; ++i) x2[i] += noise.data_ptr<float>()[i];
-    const double mc = memcpySeconds(x);
-    memcpyBySize[std::to_string(4 * n)] = 4.0 * n / mc / 1e9;
-    memcpyLargest = 4.0 * n / mc / 1e9;
-    // Rounds over all codecs in turn, memcpy measured right before each codec: a slow spell of the
-    // machine hits both sides of a ratio, and each ratio is the median of its rounds.
-    std::vector<std::vector<json>> rows(o.codecs.size());
-    for (int round = 0; round < o.rounds; ++round)
-      for (size_t c = 0; c < o.codecs.size(); ++c) {
-        if (!o.json)
-          std::fprintf(stderr, "bench %s on %s (round %d)...\n", o.codecs[c].c_str(), compression::shapeString(shape).c_str(), round + 1);
-        const double mcNow = memcpySeconds(x);
-        rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow));
-        rows[c].back()["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
-      }
-    for (auto& r : rows) {
-      json row = r.front();
-      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps"}) {
-        std::vector<double> v;
-        for (const auto& one : r) v.push_back(one[key].get<double>());
-        std::sort(v.begin(), v.end());
-        row[key] = v[v.size() / 2];
-        row[std::string(key) + "_range"] = {v.front(), v.back()};
-      }
-      row["rounds"] = r.size();
-      results.push_back(row);
-    }
-  }
-  doc["memcpy_GBps"] = memcpyLargest;
-  doc["memcpy_GBps_by_bytes"] = memcpyBySize;
-  doc["results"] = results;
-  if (o.json) {
-    std::cout << doc.dump(2) << std::endl;
-  } else {
-    printTable(doc);
-  }
-}
-
 }  // namespace
 
 void addBenchCodecs(CLI::App& bench) {
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<compression::CodecBenchOptions>();
+  auto asJson = std::make_shared<bool>(false);
   auto* cmd = bench.add_subcommand("codecs", "single-thread codec throughput vs memcpy and libtorch ops");
-  cmd->add_flag("--json", opts->json, "print one JSON document instead of a table");
+  cmd->add_flag("--json", *asJson, "print one JSON document instead of a table");
   cmd->add_option("--codec", opts->codecs, "codec spec(s) to measure (repeatable)")->capture_default_str();
   cmd->add_option("--rounds", opts->rounds, "measure every codec this many times, in turn; report medians")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--size-kib", opts->sizesKiB, "tensor sizes in KiB of fp32 (repeatable)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->callback([opts] {
-    for (const auto& s : opts->codecs) compression::makeCodec(s);  // fail before measuring
-    for (int64_t k : opts->sizesKiB)
-      if (k < 4) throw std::invalid_argument("--size-kib " + std::to_string(k) + ": expected >= 4");
-    run(*opts);
+  cmd->callback([opts, asJson] {
+    if (!*asJson)
+      opts->onCodec = [](const std::string& codec, const compression::Shape& shape, int round) {
+        std::fprintf(stderr, "bench %s on %s (round %d)...\n", codec.c_str(), compression::shapeString(shape).c_str(), round + 1);
+      };
+    const json doc = compression::benchCodecs(*opts);
+    if (*asJson) std::cout << doc.dump(2) << std::endl;
+    else printTable(doc);
   });
 }
 

@@ -1,7 +1,5 @@
 // `slowpipe codec check SPEC...` (the conformance check, compression/conformance.h) and
 // `slowpipe codec list`.
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -19,45 +17,6 @@ namespace slowpipe::tools {
 using nlohmann::json;
 
 namespace {
-
-// Runs the check of one codec in a forked child, which sends its JSON back through a pipe: a codec
-// (a plug-in above all) that crashes ends the child, not the check, and is reported by name.
-json isolatedCheck(const std::string& spec, const compression::ConformanceOptions& o) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("codec check: pipe() failed");
-  std::fflush(stdout);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("codec check: fork() failed");
-  if (pid == 0) {
-    close(fds[0]);
-    std::string text;
-    try {
-      text = compression::checkCodec([&] { return compression::makeCodec(spec); }, o).dump();
-    } catch (const std::exception& e) {
-      text = json{{"codec", spec}, {"error", e.what()}}.dump();
-    }
-    for (size_t at = 0; at < text.size();) {
-      const ssize_t n = write(fds[1], text.data() + at, text.size() - at);
-      if (n <= 0) _exit(3);
-      at += static_cast<size_t>(n);
-    }
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string text;
-  char buf[65536];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::string how;
-  if (WIFSIGNALED(status)) how = "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
-  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) how = "ended with exit status " + std::to_string(WEXITSTATUS(status));
-  if (!how.empty() || text.empty())
-    return {{"codec", spec}, {"error", "the check " + (how.empty() ? std::string("returned nothing") : how) +
-                                           " while running codec '" + spec + "'"}};
-  return json::parse(text);
-}
 
 }  // namespace
 
@@ -83,7 +42,7 @@ void addCodecCommands(CLI::App& app) {
       bool ok = true;
       for (const auto& spec : *specs) {
         compression::makeCodec(spec);  // a bad spec is an error naming it, before anything runs
-        const json r = isolatedCheck(spec, o);
+        const json r = compression::checkCodecIsolated(spec, o);
         std::printf("%s\n", r["codec"].get<std::string>().c_str());
         if (r.contains("error")) {
           std::printf("  FAIL %s\n", r["error"].get<std::string>().c_str());

@@ -1,0 +1,208 @@
+// `slowpipe bench codecs` (see bench.h).
+#include "compression/bench.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "compression/acsgd.h"
+#include "compression/kernels.h"
+#include "compression/quant.h"
+#include "compression/timing.h"
+#include "compression/torch_ops_quant.h"
+
+namespace slowpipe::compression {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kDefaultBenchCodecs = {
+    "none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
+    "quant:bits=4,group=128", "quant:bits=2,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
+    "acsgd:bits=4", "ef(quant:bits=4)", "ef(quant:bits=4;store=bf16)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
+    "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint", "acsgd:bits=2,levels=fixpoint,store=fp32",
+    "randk:ratio=0.1", "hadamard(quant:bits=3,scale=group,group=64)", "lowrank:rank=16", "lowrank:rank=16,basis=pca"};
+
+// Activation-shaped tensor of `bytes` fp32 bytes: [rows, seq, 1024 hidden channels].
+Shape shapeFor(int64_t bytes) {
+  const int64_t n = bytes / 4, hidden = 1024, perRow = 2048 * hidden;
+  if (n <= perRow) return {1, n / hidden, hidden};
+  return {n / perRow, 2048, hidden};
+}
+
+double memcpySeconds(const std::vector<float>& src) {
+  std::vector<float> dst(src.size(), 1.0f);
+  return medianSeconds([&] { std::memcpy(dst.data(), src.data(), src.size() * 4); });
+}
+
+double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += double(y[i] - x[i]) * (y[i] - x[i]);
+    den += double(x[i]) * x[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : 0.0;
+}
+
+// Quant codecs beside their libtorch-ops baselines (speed, and whether the bytes / values match):
+// the AC-SGD reference's fixpoint.py transcription for fixpoint per-channel scales, else the
+// torch-ops quantizer of the same options.
+void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape, const std::vector<float>& x,
+                         const CodecContext& ctx, double encodeS, double decodeS) {
+  const int64_t n = numelOf(shape);
+  const double rawBytes = 4.0 * n;
+  QuantCodec* q = &codec;
+  if (q->options().levels == QuantOptions::Levels::kFixpoint &&
+      q->options().scale == QuantOptions::Scale::kChannel) {
+    // The baseline is the transcription of the AC-SGD reference (fixpoint.py) in libtorch ops;
+    // "match" = our decoded values are bit-identical to the reference's.
+    const int bits = q->options().bits;
+    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
+    FixpointReference ref;
+    const double te = medianSeconds([&] { ref = referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
+    torch::Tensor refY;
+    const double td = medianSeconds([&] { refY = referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
+    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
+    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
+    r["encode_vs_torch_ops"] = te / encodeS;
+    r["decode_vs_torch_ops"] = td / decodeS;
+    Bytes mine;
+    QuantCodec(q->options()).encode(x.data(), shape, ctx, mine);
+    std::vector<float> y2(n);
+    QuantCodec(q->options()).decode(mine.data(), mine.size(), shape, ctx, y2.data());
+    refY = refY.contiguous();
+    r["matches_torch_ops"] = std::memcmp(refY.data_ptr<float>(), y2.data(), 4 * n) == 0;
+  } else {
+    const auto opt = q->options();
+    const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
+    torch::Tensor ref;
+    const double te = medianSeconds([&] { ref = torchOpsQuantEncode(opt, xt); }, 3, 0.3, 200);
+    const double td = medianSeconds([&] { torchOpsQuantDecode(opt, ref, shape); }, 3, 0.3, 200);
+    r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
+    r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
+    r["encode_vs_torch_ops"] = te / encodeS;
+    r["decode_vs_torch_ops"] = td / decodeS;
+    if (opt.round == QuantOptions::Round::kNearest) {
+      Bytes mine;
+      QuantCodec(opt).encode(x.data(), shape, ctx, mine);
+      r["matches_torch_ops"] = static_cast<size_t>(ref.numel()) == mine.size() &&
+                               std::memcmp(ref.data_ptr<uint8_t>(), mine.data(), mine.size()) == 0;
+    }
+  }
+}
+
+json benchOne(const std::string& spec, const Shape& shape, const std::vector<float>& x,
+              const std::vector<float>& x2, double memcpyS) {
+  const int64_t n = numelOf(shape);
+  const double rawBytes = 4.0 * n;
+  auto sender = makeCodec(spec), receiver = makeCodec(spec);
+  CodecContext ctx;
+  for (int64_t r = 0; r < shape[0]; ++r) ctx.exampleIds.push_back(r);
+  ctx.key = "bench";
+  ctx.epoch = 1;
+  Bytes payload;
+  std::vector<float> y(n);
+  // Stateful codecs: the first sighting (full precision) is set up untimed, then every timed
+  // round alternates between two activations so that deltas never vanish.
+  if (sender->id() == CodecId::kAcsgd) {
+    sender->encode(x.data(), shape, ctx, payload);
+    receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
+  }
+  int round = 0;
+  double encodeS = 0.0, decodeS = 0.0;
+  std::vector<double> encSamples, decSamples;
+  const double t0 = nowSeconds();
+  while (encSamples.size() < 5 || (nowSeconds() - t0 < 0.5 && encSamples.size() < 2000)) {
+    const auto& in = (round++ % 2) ? x2 : x;
+    payload.clear();
+    double a = nowSeconds();
+    sender->encode(in.data(), shape, ctx, payload);
+    double b = nowSeconds();
+    receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
+    double c = nowSeconds();
+    encSamples.push_back(b - a);
+    decSamples.push_back(c - b);
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  encodeS = median(encSamples);
+  decodeS = median(decSamples);
+  const auto& last = ((round - 1) % 2) ? x2 : x;
+  json r = {{"codec", sender->spec()},
+            {"shape", shape},
+            {"raw_bytes", static_cast<int64_t>(rawBytes)},
+            {"wire_bytes", payload.size()},
+            {"compression_ratio", rawBytes / payload.size()},
+            {"encode_GBps", rawBytes / encodeS / 1e9},
+            {"decode_GBps", rawBytes / decodeS / 1e9},
+            {"encode_vs_memcpy", memcpyS / encodeS},
+            {"decode_vs_memcpy", memcpyS / decodeS},
+            {"rel_rms_error", relRmsError(last, y)},
+            {"samples", encSamples.size()},
+            {"torch_ops_encode_GBps", nullptr},
+            {"torch_ops_decode_GBps", nullptr}};
+  if (auto* q = dynamic_cast<QuantCodec*>(sender.get())) compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string> defaultBenchCodecs() { return kDefaultBenchCodecs; }
+
+json benchCodecs(const CodecBenchOptions& o) {
+  for (const auto& s : o.codecs) makeCodec(s);  // fail before measuring
+  for (int64_t k : o.sizesKiB)
+    if (k < 4) throw std::invalid_argument("--size-kib " + std::to_string(k) + ": expected >= 4");
+  if (o.rounds < 1) throw std::invalid_argument("--rounds " + std::to_string(o.rounds) + ": expected >= 1");
+  torch::set_num_threads(1);  // every figure here is single-thread
+  json doc = {{"benchmark", "codecs"}, {"threads", 1}, {"unit", "GB/s = 1e9 fp32 input bytes per second"},
+              {"cpu_path", cpuPathName()}};  // kernels built for (compression/kernels.h)
+  json results = json::array(), memcpyBySize = json::object();
+  double memcpyLargest = 0.0;
+  for (int64_t kib : o.sizesKiB) {
+    const Shape shape = shapeFor(kib * 1024);
+    const int64_t n = numelOf(shape);
+    torch::manual_seed(1);
+    const auto xt = torch::randn({n});
+    std::vector<float> x(xt.data_ptr<float>(), xt.data_ptr<float>() + n), x2(x);
+    const auto noise = torch::randn({n}).mul(0.1);
+    for (int64_t i = 0; i < n; ++i) x2[i] += noise.data_ptr<float>()[i];
+    const double mc = memcpySeconds(x);
+    memcpyBySize[std::to_string(4 * n)] = 4.0 * n / mc / 1e9;
+    memcpyLargest = 4.0 * n / mc / 1e9;
+    // Rounds over all codecs in turn, memcpy measured right before each codec: a slow spell of the
+    // machine hits both sides of a ratio, and each ratio is the median of its rounds.
+    std::vector<std::vector<json>> rows(o.codecs.size());
+    for (int round = 0; round < o.rounds; ++round)
+      for (size_t c = 0; c < o.codecs.size(); ++c) {
+        if (o.onCodec) o.onCodec(o.codecs[c], shape, round);
+        const double mcNow = memcpySeconds(x);
+        rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow));
+        rows[c].back()["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
+      }
+    for (auto& r : rows) {
+      json row = r.front();
+      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps"}) {
+        std::vector<double> v;
+        for (const auto& one : r) v.push_back(one[key].get<double>());
+        std::sort(v.begin(), v.end());
+        row[key] = v[v.size() / 2];
+        row[std::string(key) + "_range"] = {v.front(), v.back()};
+      }
+      row["rounds"] = r.size();
+      results.push_back(row);
+    }
+  }
+  doc["memcpy_GBps"] = memcpyLargest;
+  doc["memcpy_GBps_by_bytes"] = memcpyBySize;
+  doc["results"] = results;
+  return doc;
+}
+
+
+}  // namespace slowpipe::compression

@@ -1,0 +1,37 @@
+// `slowpipe bench codecs`: single-thread encode/decode throughput of codec configurations on
+// activation-shaped fp32 tensors ([rows, seq, 1024]), against memcpy measured in the same run
+// (right before each codec, every codec measured `rounds` times in turn, medians and ranges of the
+// ratios) and, for quant, against the same quantizer written with libtorch ops (the AC-SGD
+// reference's fixpoint.py transcription for fixpoint per-channel scales): speed and whether the
+// bytes / values match. GB/s always counts fp32 *input* bytes (10^9 B/s). Torch side of compression.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compression/codec.h"
+
+namespace slowpipe::compression {
+
+std::vector<std::string> defaultBenchCodecs();
+
+struct CodecBenchOptions {
+  std::vector<std::string> codecs = defaultBenchCodecs();
+  std::vector<int64_t> sizesKiB = {64, 65536};
+  int rounds = 3;
+  // Called before each measurement (codec, tensor shape, round from 0).
+  std::function<void(const std::string&, const Shape&, int)> onCodec;
+};
+
+// {"benchmark": "codecs", "threads": 1, "unit", "cpu_path", "memcpy_GBps", "memcpy_GBps_by_bytes",
+// "results": [{"codec", "shape", "raw_bytes", "wire_bytes", "compression_ratio", "encode_GBps",
+// "decode_GBps", "encode_vs_memcpy", "decode_vs_memcpy" (medians, each with "_range"),
+// "rel_rms_error", "torch_ops_*", "matches_torch_ops", "rounds", ...}]}. Throws
+// std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
+nlohmann::json benchCodecs(const CodecBenchOptions& o);
+
+}  // namespace slowpipe::compression
