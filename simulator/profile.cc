@@ -162,6 +162,52 @@ json toJson(const Profile& p) {
   return out;
 }
 
+// One entry of a profile's "stages" (w: where it is, for errors).
+static StageCost stageCostFromJson(const json& s, const std::string& w) {
+  StageCost c;
+  c.forwardS = positiveNumber(s, "forward_s", w);
+  c.backwardS = positiveNumber(s, "backward_s", w);
+  c.stepS = positiveNumber(s, "step_s", w);
+  if (s.contains("backward_input_s") || s.contains("backward_weight_s")) {
+    c.backwardInputS = positiveNumber(s, "backward_input_s", w);
+    c.backwardWeightS = positiveNumber(s, "backward_weight_s", w);
+  }
+  if (s.contains("warmup_s")) {
+    const json& m = s["warmup_s"];
+    if (!m.is_object()) throw std::invalid_argument(w + ".warmup_s: expected {\"forward\": seconds, ...} by event kind");
+    for (const auto& [what, v] : m.items()) {
+      if (StageCost{}.ofEvent(what) < 0)
+        throw std::invalid_argument(w + ".warmup_s." + what + ": not a compute event (expected forward, backward, "
+                                    "backward_input, backward_weight or step)");
+      c.warmupS[what] = positiveNumber(m, what.c_str(), w + ".warmup_s");
+    }
+  }
+  if (s.contains("dp")) {
+    if (!s["dp"].is_object())
+      throw std::invalid_argument(w + ".dp: expected {\"<dp.codec>\": {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}}");
+    for (const auto& [key, d] : s["dp"].items()) {
+      const std::string wd = w + ".dp." + key;
+      DpCost dc;
+      if (!d.is_object()) throw std::invalid_argument(wd + ": expected {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}");
+      for (auto [field, out] : {std::pair{"begin_s", &dc.beginS}, std::pair{"end_s", &dc.endS}}) {
+        const json v = d.value(field, json::array());
+        if (!v.is_array()) throw std::invalid_argument(wd + "." + field + ": expected an array of seconds per round");
+        for (size_t k = 0; k < v.size(); ++k) {
+          if (!v[k].is_number() || v[k].get<double>() < 0)
+            throw std::invalid_argument(wd + "." + field + "[" + std::to_string(k) + "]: expected seconds >= 0, got " + v[k].dump());
+          out->push_back(v[k].get<double>());
+        }
+      }
+      if (dc.beginS.size() != dc.endS.size())
+        throw std::invalid_argument(wd + ": begin_s has " + std::to_string(dc.beginS.size()) + " rounds, end_s " +
+                                    std::to_string(dc.endS.size()));
+      if (d.contains("outer_step_s")) dc.outerStepS = positiveNumber(d, "outer_step_s", wd);
+      c.dp[key] = dc;
+    }
+  }
+  return c;
+}
+
 Profile profileFromJson(const json& j, const std::string& where) {
   if (!j.is_object() || j.value("schema", "") != "slowpipe.profile/1")
     throw std::invalid_argument(where + ": not a slowpipe profile (expected \"schema\": \"slowpipe.profile/1\")");
@@ -190,52 +236,8 @@ Profile profileFromJson(const json& j, const std::string& where) {
   }
   if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw std::invalid_argument(where + ".stages: expected one {forward_s, backward_s, step_s} per stage");
-  for (size_t i = 0; i < j["stages"].size(); ++i) {
-    const std::string w = where + ".stages[" + std::to_string(i) + "]";
-    const json& s = j["stages"][i];
-    StageCost c;
-    c.forwardS = positiveNumber(s, "forward_s", w);
-    c.backwardS = positiveNumber(s, "backward_s", w);
-    c.stepS = positiveNumber(s, "step_s", w);
-    if (s.contains("backward_input_s") || s.contains("backward_weight_s")) {
-      c.backwardInputS = positiveNumber(s, "backward_input_s", w);
-      c.backwardWeightS = positiveNumber(s, "backward_weight_s", w);
-    }
-    if (s.contains("warmup_s")) {
-      const json& m = s["warmup_s"];
-      if (!m.is_object()) throw std::invalid_argument(w + ".warmup_s: expected {\"forward\": seconds, ...} by event kind");
-      for (const auto& [what, v] : m.items()) {
-        if (StageCost{}.ofEvent(what) < 0)
-          throw std::invalid_argument(w + ".warmup_s." + what + ": not a compute event (expected forward, backward, "
-                                      "backward_input, backward_weight or step)");
-        c.warmupS[what] = positiveNumber(m, what.c_str(), w + ".warmup_s");
-      }
-    }
-    if (s.contains("dp")) {
-      if (!s["dp"].is_object())
-        throw std::invalid_argument(w + ".dp: expected {\"<dp.codec>\": {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}}");
-      for (const auto& [key, d] : s["dp"].items()) {
-        const std::string wd = w + ".dp." + key;
-        DpCost dc;
-        if (!d.is_object()) throw std::invalid_argument(wd + ": expected {\"begin_s\": [...], \"end_s\": [...], \"outer_step_s\"}");
-        for (auto [field, out] : {std::pair{"begin_s", &dc.beginS}, std::pair{"end_s", &dc.endS}}) {
-          const json v = d.value(field, json::array());
-          if (!v.is_array()) throw std::invalid_argument(wd + "." + field + ": expected an array of seconds per round");
-          for (size_t k = 0; k < v.size(); ++k) {
-            if (!v[k].is_number() || v[k].get<double>() < 0)
-              throw std::invalid_argument(wd + "." + field + "[" + std::to_string(k) + "]: expected seconds >= 0, got " + v[k].dump());
-            out->push_back(v[k].get<double>());
-          }
-        }
-        if (dc.beginS.size() != dc.endS.size())
-          throw std::invalid_argument(wd + ": begin_s has " + std::to_string(dc.beginS.size()) + " rounds, end_s " +
-                                      std::to_string(dc.endS.size()));
-        if (d.contains("outer_step_s")) dc.outerStepS = positiveNumber(d, "outer_step_s", wd);
-        c.dp[key] = dc;
-      }
-    }
-    p.stages.push_back(c);
-  }
+  for (size_t i = 0; i < j["stages"].size(); ++i)
+    p.stages.push_back(stageCostFromJson(j["stages"][i], where + ".stages[" + std::to_string(i) + "]"));
   if (j.contains("transport")) p.transport = affineFrom(j["transport"], where + ".transport");
   const json codecs = j.value("codecs", json::object());  // a named copy: items() must not outlive it
   for (const auto& [k, c] : codecs.items())
