@@ -1,10 +1,12 @@
 // `slowpipe bench link`: calibrate a shaped link (user or tc backend), one point or the sweep.
 // `slowpipe emulator cleanup|probe`: remove leftovers of killed runs; show what the kernel offers.
 #include <cmath>
+#include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "emulator/calibrate.h"
+#include "emulator/delay_line.h"
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "tools/commands.h"
@@ -93,6 +95,44 @@ void addBenchLink(CLI::App& bench) {
   cmd->callback([o] { run(*o); });
 }
 
+// `slowpipe emulator delayline`: the delay line alone (emulator/delay_line.h), both directions alike.
+void addDelayLineCommand(CLI::App& emu) {
+  auto link = std::make_shared<json>(json::object());
+  auto probe = std::make_shared<emulator::DelayLineProbe>();
+  auto text = std::make_shared<std::map<std::string, std::string>>();
+  auto loss = std::make_shared<double>(0.0);
+  auto ge = std::make_shared<std::vector<double>>();
+  auto queuePackets = std::make_shared<uint64_t>(0), queueBytes = std::make_shared<uint64_t>(0);
+  auto mtu = std::make_shared<int>(1500);
+  auto reorder = std::make_shared<bool>(false);
+  auto* cmd = emu.add_subcommand("delayline", "two namespaces joined by the packet-level delay line (TUN, no netem): "
+                                              "UDP round trips and an iperf3 TCP stream through it (root)");
+  for (const char* k : {"rate", "delay", "jitter", "trace"}) cmd->add_option(std::string("--") + k, (*text)[k]);
+  cmd->add_option("--loss", *loss, "Bernoulli loss probability per packet")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--ge", *ge, "Gilbert-Elliott loss: P R LOSS_GOOD LOSS_BAD")->expected(4);
+  cmd->add_option("--queue-packets", *queuePackets, "drop-tail limit in packets");
+  cmd->add_option("--queue-bytes", *queueBytes, "drop-tail limit in bytes");
+  cmd->add_option("--mtu", *mtu, "MTU of the TUN devices")->capture_default_str();
+  cmd->add_flag("--reorder", *reorder, "jitter may reorder packets");
+  cmd->add_option("--probes", probe->probes, "UDP round trips")->capture_default_str();
+  cmd->add_option("--iperf", probe->iperfS, "seconds of one iperf3 TCP stream a -> b (0: none)");
+  cmd->add_option("--cc", probe->cc, "iperf3's congestion control (cubic, bbr, reno: what the kernel offers)");
+  cmd->callback([=] {
+    json j = {{"mtu", *mtu}, {"reorder", *reorder}};
+    for (const auto& [k, v] : *text)
+      if (!v.empty()) j[k] = v;
+    if (*loss > 0) j["loss"] = *loss;
+    if (!ge->empty()) j["loss"] = {{"p", (*ge)[0]}, {"r", (*ge)[1]}, {"loss_good", (*ge)[2]}, {"loss_bad", (*ge)[3]}};
+    if (*queuePackets) j["queue_packets"] = *queuePackets;
+    if (*queueBytes) j["queue_bytes"] = *queueBytes;
+    emulator::DelayLineOptions o;
+    o.aToB = emulator::packetLinkSpecFromJson(j, "delayline");
+    o.bToA = o.aToB;
+    o.bToA.seed = o.aToB.seed + 1;
+    std::cout << emulator::probeDelayLine(o, *probe).dump(2) << std::endl;
+  });
+}
+
 void addEmulatorCommands(CLI::App& app) {
   auto* emu = app.add_subcommand("emulator", "kernel backend housekeeping");
   emu->require_subcommand(1);
@@ -107,6 +147,7 @@ void addEmulatorCommands(CLI::App& app) {
     std::printf("removed the tc-dev shaping of %zu interface(s)%s\n", shaped.size(), shaped.empty() ? "" : ":");
     for (const auto& n : shaped) std::printf("  %s\n", n.c_str());
   });
+  addDelayLineCommand(*emu);
   emu->add_subcommand("probe", "show which qdiscs the kernel offers")->callback([] {
     const auto& f = emulator::kernelFeatures();
     std::cout << json{{"root", f.root}, {"htb", f.htb}, {"tbf", f.tbf}, {"netem", f.netem}, {"note", f.note}}.dump(2) << std::endl;

@@ -1,0 +1,342 @@
+// The delay line (see delay_line.h).
+#include "emulator/delay_line.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "emulator/command.h"
+#include "emulator/link.h"
+
+namespace slowpipe::emulator {
+
+using nlohmann::json;
+
+namespace {
+
+std::atomic<int> gLineSeq{0};
+
+double monoSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+std::runtime_error sysError(const std::string& what) { return std::runtime_error("delay line: " + what + ": " + std::strerror(errno)); }
+
+// A non-persistent TUN device (it vanishes with its last descriptor), created in the calling
+// thread's network namespace; non-blocking.
+int openTun(const std::string& name) {
+  const int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw sysError("open /dev/net/tun (is the tun module available?)");
+  ifreq ifr{};
+  ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+  std::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
+    const auto e = sysError("create TUN device " + name);
+    close(fd);
+    throw e;
+  }
+  return fd;
+}
+
+json statsJson(const PacketLinkStats& s) {
+  return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
+          {"dropped_queue", s.droppedQueue}, {"bytes_delivered", s.bytesDelivered}, {"max_queue_bytes", s.maxQueueBytes}};
+}
+
+}  // namespace
+
+void inNamespace(const std::string& ns, const std::function<void()>& fn) {
+  std::exception_ptr error;
+  std::thread t([&] {
+    try {
+      const int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw sysError("open namespace " + ns);
+      const int rc = setns(fd, CLONE_NEWNET);
+      close(fd);
+      if (rc != 0) throw sysError("enter namespace " + ns);
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+DelayLine::DelayLine(const DelayLineOptions& opt) : opt_(opt) {
+  const int k = gLineSeq.fetch_add(1) % 250;
+  const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
+  fabric_ = std::make_unique<NetnsFabric>(2, std::vector<FabricEdge>{}, mtu);  // namespaces only, no veth
+  addrA_ = "10.214." + std::to_string(k) + ".1";
+  addrB_ = "10.214." + std::to_string(k) + ".2";
+  const std::string base = "sp" + std::to_string(getpid() % 10000000) + "t" + std::to_string(k);
+  devA_ = base + "a";
+  devB_ = base + "b";
+  try {
+    inNamespace(nsA(), [&] { fdA_ = openTun(devA_); });
+    inNamespace(nsB(), [&] { fdB_ = openTun(devB_); });
+    for (const auto& [ns, dev, me, peer] : {std::tuple{nsA(), devA_, addrA_, addrB_}, std::tuple{nsB(), devB_, addrB_, addrA_}}) {
+      runChecked({"ip", "-n", ns, "addr", "add", me, "peer", peer, "dev", dev}, "address the TUN device");
+      // A long transmit queue: the line's own queue is the bottleneck's, never the device's (its
+      // default 500 packets dropped a cubic window's bursts before the line had read them).
+      runChecked({"ip", "-n", ns, "link", "set", "dev", dev, "mtu", std::to_string(mtu), "txqueuelen", "100000", "up"},
+                 "bring up the TUN device");
+    }
+    wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_ < 0) throw sysError("eventfd");
+  } catch (...) {
+    stop();
+    throw;
+  }
+  ab_ = std::make_unique<PacketLink>(opt_.aToB);
+  ba_ = std::make_unique<PacketLink>(opt_.bToA);
+  thread_ = std::thread([this] { forward(); });
+}
+
+DelayLine::~DelayLine() { stop(); }
+
+void DelayLine::stop() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    const uint64_t one = 1;
+    (void)!write(wake_, &one, sizeof one);
+    thread_.join();
+  }
+  for (int* fd : {&fdA_, &fdB_, &wake_})
+    if (*fd >= 0) {
+      close(*fd);
+      *fd = -1;
+    }
+  if (fabric_) fabric_->destroy();
+}
+
+json DelayLine::stats() const {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  return {{"a_to_b", statsJson(statsAB_)}, {"b_to_a", statsJson(statsBA_)}};
+}
+
+json DelayLine::describe() const {
+  return {{"mechanism", "delay line: TUN device per namespace, one forwarding thread in user space (no netem)"},
+          {"a_to_b", opt_.aToB.describe()}, {"b_to_a", opt_.bToA.describe()}, {"a", addrA_}, {"b", addrB_}};
+}
+
+// Reads what each side's kernel sends, offers it to that direction's link, writes what is due
+// into the other side, and sleeps on a timer until the next delivery (timer slack 1 ns).
+void DelayLine::forward() {
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  for (int fd : {fdA_, fdB_, wake_, timer}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  }
+  const double start = monoSeconds();
+  std::unordered_map<uint64_t, std::vector<uint8_t>> held;  // packets in the links, by id
+  uint64_t nextId = 0;
+  std::vector<uint8_t> buf(65536);
+  struct Side {
+    int in, out;
+    PacketLink* link;
+  };
+  const Side sides[2] = {{fdA_, fdB_, ab_.get()}, {fdB_, fdA_, ba_.get()}};
+  auto readAll = [&](double t) {
+    for (const Side& s : sides)
+      for (ssize_t n; (n = read(s.in, buf.data(), buf.size())) > 0;) {
+        const uint64_t id = nextId++;
+        if (s.link->offer(t, static_cast<uint32_t>(n), id)) held.emplace(id, std::vector<uint8_t>(buf.begin(), buf.begin() + n));
+      }
+  };
+  auto next = [&] { return std::min(ab_->nextEvent(), ba_->nextEvent()); };
+  // A timer that fired after a long sleep wakes late (tens of microseconds here, the CPU idle): a
+  // gap of more than kLongS is slept until kSpinS before the event and the rest spun (polling
+  // the devices), so deliveries keep their time; shorter gaps sleep on the timer alone.
+  constexpr double kLongS = 300e-6, kSpinS = 150e-6;
+  while (!stop_) {
+    readAll(monoSeconds() - start);
+    const double t = monoSeconds() - start;
+    for (const Side& s : sides)
+      for (uint64_t id : s.link->pop(t)) {
+        auto it = held.find(id);
+        (void)!write(s.out, it->second.data(), it->second.size());  // a full receiver queue drops it, as a NIC would
+        held.erase(it);
+      }
+    {
+      std::lock_guard<std::mutex> lock(statsMutex_);
+      statsAB_ = ab_->stats();
+      statsBA_ = ba_->stats();
+    }
+    double due = next();
+    if (due - (monoSeconds() - start) <= 0) continue;
+    const bool spin = std::isfinite(due) && due - (monoSeconds() - start) > kLongS;
+    itimerspec its{};
+    if (std::isfinite(due)) {
+      const double at = start + std::max(due - (spin ? kSpinS : 0.0), 0.0) + 1e-9;
+      its.it_value.tv_sec = static_cast<time_t>(at);
+      its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
+    }
+    timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, nullptr);  // zero: disarmed
+    epoll_event evs[4];
+    const int n = epoll_wait(ep, evs, 4, -1);
+    bool timed = false;
+    for (int i = 0; i < n; ++i)
+      if (evs[i].data.fd == timer) {
+        uint64_t expirations;
+        (void)!read(timer, &expirations, sizeof expirations);
+        timed = true;
+      }
+    if (spin && timed)
+      while (!stop_ && monoSeconds() - start < (due = next())) readAll(monoSeconds() - start);
+  }
+  close(timer);
+  close(ep);
+}
+
+json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
+  DelayLine line(lineOpt);
+  json out = {{"line", line.describe()}, {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
+  // UDP echo in b; probes from a, one every gapS, each timed on this host's monotonic clock.
+  constexpr int kPort = 9;
+  std::atomic<bool> done{false};
+  std::exception_ptr echoError;
+  std::thread echo([&] {
+    try {
+      inNamespace(line.nsB(), [&] {
+        const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(kPort);
+        inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
+        if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw sysError("bind the echo socket");
+        timeval tv{0, 100000};
+        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char b[2048];
+        while (!done) {
+          sockaddr_in from{};
+          socklen_t len = sizeof from;
+          const ssize_t n = recvfrom(s, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&from), &len);
+          if (n > 0) sendto(s, b, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), len);
+        }
+        close(s);
+      });
+    } catch (...) {
+      echoError = std::current_exception();
+    }
+  });
+  std::vector<double> rtt;
+  int lostProbes = 0;
+  try {
+    inNamespace(line.nsA(), [&] {
+      const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(kPort);
+      inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
+      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw sysError("connect the probe socket");
+      const double timeout = 1.0 + 4 * (lineOpt.aToB.delayS + lineOpt.bToA.delayS);
+      timeval tv{static_cast<time_t>(timeout), static_cast<suseconds_t>((timeout - std::floor(timeout)) * 1e6)};
+      setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      std::vector<char> msg(static_cast<size_t>(std::max(16, probe.probeBytes)), 0);
+      for (int i = 0; i < probe.probes; ++i) {
+        std::memcpy(msg.data(), &i, sizeof i);
+        const double t0 = monoSeconds();
+        if (send(s, msg.data(), msg.size(), 0) < 0) throw sysError("send a probe");
+        char back[2048];
+        bool got = false;
+        while (!got) {  // a late answer to an earlier probe is skipped
+          const ssize_t n = recv(s, back, sizeof back, 0);
+          if (n < 0) break;
+          int k = -1;
+          std::memcpy(&k, back, sizeof k);
+          got = k == i;
+        }
+        if (got) rtt.push_back(monoSeconds() - t0);
+        else ++lostProbes;
+        const double wait = t0 + probe.gapS - monoSeconds();
+        if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      }
+      close(s);
+    });
+  } catch (...) {
+    done = true;
+    echo.join();
+    throw;
+  }
+  done = true;
+  echo.join();
+  if (echoError) std::rethrow_exception(echoError);
+  if (!rtt.empty()) {
+    std::vector<double> v = rtt;
+    std::sort(v.begin(), v.end());
+    double mean = 0;
+    for (double x : v) mean += x / static_cast<double>(v.size());
+    out["rtt_s"] = {{"min", v.front()}, {"median", v[v.size() / 2]}, {"p99", v[std::min(v.size() - 1, v.size() * 99 / 100)]},
+                    {"max", v.back()}, {"mean", mean}, {"probes", v.size()}, {"lost", lostProbes}};
+  }
+  if (probe.iperfS > 0) {
+    const std::string port = "5201";
+    std::thread server([&] {
+      runCommand({"ip", "netns", "exec", line.nsB(), "iperf3", "-s", "-1", "-B", line.addressB(), "-p", port});
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::vector<std::string> client = {"ip", "netns", "exec", line.nsA(), "iperf3", "-c", line.addressB(), "-p", port,
+                                       "-t", std::to_string(probe.iperfS), "-J"};
+    if (!probe.cc.empty()) client.insert(client.end(), {"-C", probe.cc});
+    const CommandResult r = runCommand(client);
+    server.join();
+    try {
+      const json j = json::parse(r.output);
+      if (j.contains("error")) throw std::runtime_error(j["error"].get<std::string>());
+      // The second half's per-second intervals: the stream past its slow start.
+      std::vector<double> late;
+      const json& iv = j.value("intervals", json::array());
+      for (size_t k = iv.size() / 2; k < iv.size(); ++k) late.push_back(iv[k]["sum"]["bits_per_second"].get<double>());
+      std::sort(late.begin(), late.end());
+      out["iperf3"] = {{"seconds", probe.iperfS},
+                       {"bits_per_second", j["end"]["sum_received"]["bits_per_second"]},
+                       {"second_half_median_bps", late.empty() ? json() : json(late[late.size() / 2])},
+                       {"retransmits", j["end"]["sum_sent"].value("retransmits", 0)},
+                       {"congestion", j["end"].value("sender_tcp_congestion", probe.cc)}};
+      // The line's rate counts IP packets: TCP goodput x mtu / (mtu - 52) (IP, TCP and timestamp
+      // headers) is the rate the stream drew from it. A set rate not reached within 3% (a machine
+      // too slow to forward it, or a window too small for the path) says link_ok false.
+      const int mtu = lineOpt.aToB.mtu;
+      const double wire = out["iperf3"]["bits_per_second"].get<double>() * mtu / (mtu - 52.0);
+      out["iperf3"]["line_rate_bps"] = wire;
+      if (lineOpt.aToB.rateBps > 0 && lineOpt.aToB.deliveryMs.empty()) {
+        out["rate_error"] = wire / lineOpt.aToB.rateBps - 1;
+        out["link_ok"] = std::fabs(wire / lineOpt.aToB.rateBps - 1) <= 0.03;
+      }
+    } catch (const std::exception& e) {
+      throw std::runtime_error("delay line: iperf3 through the line failed (status " + std::to_string(r.status) + "): " +
+                               e.what() + "; output: " + r.output.substr(0, 400));
+    }
+  }
+  out["stats"] = line.stats();
+  return out;
+}
+
+}  // namespace slowpipe::emulator

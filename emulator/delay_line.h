@@ -1,0 +1,85 @@
+// The delay line: a packet-level link between two network namespaces that needs no netem, built as
+// Mahimahi's shells are (mm-delay, mm-link, mm-loss): each namespace gets a TUN device, and one
+// forwarding thread of this process reads what a namespace's kernel sends to the other side,
+// carries it through that direction's PacketLink (emulator/packet_link.h: loss, drop-tail queue,
+// rate or delivery trace, delay, jitter) and writes it into the other namespace's TUN device at its
+// delivery time. Both kernels' own TCP stacks run on top, so congestion control, windows and
+// retransmissions are real.
+//
+// Everything is named with the project prefix and this process's pid; the TUN devices are not
+// persistent (they vanish with this process, whatever kills it) and the namespaces are the
+// NetnsFabric's (removed on exit, on signals, and by `slowpipe emulator cleanup`). Traffic only
+// ever runs between the two namespaces. Root only.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "emulator/netns.h"
+#include "emulator/packet_link.h"
+
+namespace slowpipe::emulator {
+
+struct DelayLineOptions {
+  PacketLinkSpec aToB, bToA;  // each direction's link (their mtu sets the TUN devices' MTU)
+};
+
+class DelayLine {
+ public:
+  // Creates two namespaces, a TUN device in each (a: 10.214.<k>.1, b: 10.214.<k>.2, point to
+  // point), and starts forwarding. Throws (after removing what it made) if not root or if TUN is
+  // missing.
+  explicit DelayLine(const DelayLineOptions& opt);
+  ~DelayLine();
+  DelayLine(const DelayLine&) = delete;
+  DelayLine& operator=(const DelayLine&) = delete;
+
+  const std::string& nsA() const { return fabric_->nsName(0); }
+  const std::string& nsB() const { return fabric_->nsName(1); }
+  const std::string& addressA() const { return addrA_; }
+  const std::string& addressB() const { return addrB_; }
+  // Per direction: offered, delivered, lost, dropped packets, bytes, the queue's high-water mark.
+  nlohmann::json stats() const;
+  nlohmann::json describe() const;
+  // Stops forwarding and removes the devices and namespaces (also done by the destructor).
+  void stop();
+
+ private:
+  void forward();  // the forwarding thread's loop
+
+  DelayLineOptions opt_;
+  std::unique_ptr<NetnsFabric> fabric_;
+  std::string addrA_, addrB_, devA_, devB_;
+  int fdA_ = -1, fdB_ = -1, wake_ = -1;  // TUN devices; an eventfd that stops the loop
+  std::unique_ptr<PacketLink> ab_, ba_;
+  mutable std::mutex statsMutex_;
+  PacketLinkStats statsAB_, statsBA_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Runs fn on a thread that has entered namespace `ns` (network namespaces are per thread) and
+// waits for it; rethrows what it threw.
+void inNamespace(const std::string& ns, const std::function<void()>& fn);
+
+// The delay line alone (results/README: "the delay line alone"): round trips of UDP probes from a
+// to b and back (`probes`, one every `gapS`), and, with iperf3 installed, one TCP stream from a to
+// b for `iperfS` seconds under congestion control `cc` (default: the kernel's). JSON: the line,
+// rtt_s {min, median, p99, max, mean}, expected_rtt_s (2 x delay), iperf3 {bits_per_second,
+// retransmits, ...} and each direction's stats.
+struct DelayLineProbe {
+  int probes = 200;
+  double gapS = 0.005;
+  double iperfS = 0;  // 0: no iperf3
+  std::string cc;
+  int probeBytes = 64;
+};
+nlohmann::json probeDelayLine(const DelayLineOptions& line, const DelayLineProbe& probe);
+
+}  // namespace slowpipe::emulator
