@@ -134,7 +134,15 @@ void DelayLine::stop() {
 
 json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
-  return {{"a_to_b", statsJson(statsAB_)}, {"b_to_a", statsJson(statsBA_)}};
+  json out = {{"a_to_b", statsJson(statsAB_)}, {"b_to_a", statsJson(statsBA_)}};
+  for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
+    if (late->empty()) continue;  // (known once forwarding has stopped)
+    std::vector<double> v = *late;
+    std::sort(v.begin(), v.end());
+    out[key]["lateness_us"] = {{"median", 1e6 * v[v.size() / 2]}, {"p99", 1e6 * v[std::min(v.size() - 1, v.size() * 99 / 100)]},
+                               {"max", 1e6 * v.back()}, {"packets", v.size()}};
+  }
+  return out;
 }
 
 json DelayLine::describe() const {
@@ -171,19 +179,26 @@ void DelayLine::forward() {
       }
   };
   auto next = [&] { return std::min(ab_->nextEvent(), ba_->nextEvent()); };
-  // A timer that fired after a long sleep wakes late (tens of microseconds here, the CPU idle): a
-  // gap of more than kLongS is slept until kSpinS before the event and the rest spun (polling
-  // the devices), so deliveries keep their time; shorter gaps sleep on the timer alone.
-  constexpr double kLongS = 300e-6, kSpinS = 150e-6;
+  std::vector<double> due, lateAB, lateBA;
+  // A timer that fires after a long sleep wakes late (up to a few hundred microseconds here, the
+  // CPU idle): a gap of more than kLongS is slept until min(kSpinS, half the gap) before the event
+  // and the rest spun (polling the devices), so deliveries keep their time; shorter gaps sleep on
+  // the timer alone. The spinning costs at most half of a core while traffic is sparse.
+  constexpr double kLongS = 200e-6, kSpinS = 500e-6;
   while (!stop_) {
     readAll(monoSeconds() - start);
     const double t = monoSeconds() - start;
-    for (const Side& s : sides)
-      for (uint64_t id : s.link->pop(t)) {
-        auto it = held.find(id);
+    for (const Side& s : sides) {
+      due.clear();
+      const std::vector<uint64_t> ids = s.link->pop(t, &due);
+      for (size_t k = 0; k < ids.size(); ++k) {
+        auto it = held.find(ids[k]);
+        std::vector<double>& late = s.link == ab_.get() ? lateAB : lateBA;
+        if (late.size() < 1000000) late.push_back(monoSeconds() - start - due[k]);  // when its write begins
         (void)!write(s.out, it->second.data(), it->second.size());  // a full receiver queue drops it, as a NIC would
         held.erase(it);
       }
+    }
     {
       std::lock_guard<std::mutex> lock(statsMutex_);
       statsAB_ = ab_->stats();
@@ -191,10 +206,11 @@ void DelayLine::forward() {
     }
     double due = next();
     if (due - (monoSeconds() - start) <= 0) continue;
-    const bool spin = std::isfinite(due) && due - (monoSeconds() - start) > kLongS;
+    const double gap = due - (monoSeconds() - start);
+    const bool spin = std::isfinite(due) && gap > kLongS;
     itimerspec its{};
     if (std::isfinite(due)) {
-      const double at = start + std::max(due - (spin ? kSpinS : 0.0), 0.0) + 1e-9;
+      const double at = start + std::max(due - (spin ? std::min(kSpinS, gap / 2) : 0.0), 0.0) + 1e-9;
       its.it_value.tv_sec = static_cast<time_t>(at);
       its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
     }
@@ -213,6 +229,9 @@ void DelayLine::forward() {
   }
   close(timer);
   close(ep);
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  lateAB_ = std::move(lateAB);
+  lateBA_ = std::move(lateBA);
 }
 
 json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
@@ -335,6 +354,7 @@ json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe
                                e.what() + "; output: " + r.output.substr(0, 400));
     }
   }
+  line.stop();
   out["stats"] = line.stats();
   return out;
 }

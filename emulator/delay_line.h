@@ -44,7 +44,8 @@ class DelayLine {
   const std::string& nsB() const { return fabric_->nsName(1); }
   const std::string& addressA() const { return addrA_; }
   const std::string& addressB() const { return addrB_; }
-  // Per direction: offered, delivered, lost, dropped packets, bytes, the queue's high-water mark.
+  // Per direction: offered, delivered, lost, dropped packets, bytes, the queue's high-water mark,
+  // and how late the line wrote packets into the other side (lateness_us: median, p99, max).
   nlohmann::json stats() const;
   nlohmann::json describe() const;
   // Stops forwarding and removes the devices and namespaces (also done by the destructor).
@@ -60,6 +61,7 @@ class DelayLine {
   std::unique_ptr<PacketLink> ab_, ba_;
   mutable std::mutex statsMutex_;
   PacketLinkStats statsAB_, statsBA_;
+  std::vector<double> lateAB_, lateBA_;  // seconds each packet was written after its delivery time (first 10^6)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

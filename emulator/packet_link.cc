@@ -209,11 +209,12 @@ double PacketLink::nextEvent() const {
   return t;
 }
 
-std::vector<uint64_t> PacketLink::pop(double now) {
+std::vector<uint64_t> PacketLink::pop(double now, std::vector<double>* due) {
   serve(now);
   std::vector<uint64_t> out;
   while (!flight_.empty() && flight_.front().arrival <= now) {
     out.push_back(flight_.front().id);
+    if (due) due->push_back(flight_.front().arrival);
     ++stats_.delivered;
     stats_.bytesDelivered += flight_.front().bytes;
     flight_.pop_front();

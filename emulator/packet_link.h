@@ -68,8 +68,8 @@ class PacketLink {
   bool offer(double now, uint32_t bytes, uint64_t id);
   // The earliest time something is due (a delivery, or a departure that frees the queue); +inf if none.
   double nextEvent() const;
-  // The ids of packets delivered by `now`, in delivery order.
-  std::vector<uint64_t> pop(double now);
+  // The ids of packets delivered by `now`, in delivery order (with `due`: each one's delivery time).
+  std::vector<uint64_t> pop(double now, std::vector<double>* due = nullptr);
   const PacketLinkStats& stats() const { return stats_; }
   const PacketLinkSpec& spec() const { return spec_; }
   // Whether the loss model drops the next packet (advances its state): exposed for tests.
