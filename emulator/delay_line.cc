@@ -89,15 +89,28 @@ DelayLine::DelayLine(const DelayLineOptions& opt) : opt_(opt) {
   const int k = gLineSeq.fetch_add(1) % 250;
   const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
   fabric_ = std::make_unique<NetnsFabric>(2, std::vector<FabricEdge>{}, mtu);  // namespaces only, no veth
+  nsA_ = fabric_->nsName(0);
+  nsB_ = fabric_->nsName(1);
   addrA_ = "10.214." + std::to_string(k) + ".1";
   addrB_ = "10.214." + std::to_string(k) + ".2";
   const std::string base = "sp" + std::to_string(getpid() % 10000000) + "t" + std::to_string(k);
   devA_ = base + "a";
   devB_ = base + "b";
+  attach();
+}
+
+DelayLine::DelayLine(const DelayLineOptions& opt, const std::string& nsA, const std::string& nsB, const std::string& addrA,
+                     const std::string& addrB, const std::string& devA, const std::string& devB)
+    : opt_(opt), nsA_(nsA), nsB_(nsB), addrA_(addrA), addrB_(addrB), devA_(devA), devB_(devB) {
+  attach();
+}
+
+void DelayLine::attach() {
+  const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
   try {
-    inNamespace(nsA(), [&] { fdA_ = openTun(devA_); });
-    inNamespace(nsB(), [&] { fdB_ = openTun(devB_); });
-    for (const auto& [ns, dev, me, peer] : {std::tuple{nsA(), devA_, addrA_, addrB_}, std::tuple{nsB(), devB_, addrB_, addrA_}}) {
+    inNamespace(nsA_, [&] { fdA_ = openTun(devA_); });
+    inNamespace(nsB_, [&] { fdB_ = openTun(devB_); });
+    for (const auto& [ns, dev, me, peer] : {std::tuple{nsA_, devA_, addrA_, addrB_}, std::tuple{nsB_, devB_, addrB_, addrA_}}) {
       runChecked({"ip", "-n", ns, "addr", "add", me, "peer", peer, "dev", dev}, "address the TUN device");
       // A long transmit queue: the line's own queue is the bottleneck's, never the device's (its
       // default 500 packets dropped a cubic window's bursts before the line had read them).
@@ -113,6 +126,12 @@ DelayLine::DelayLine(const DelayLineOptions& opt) : opt_(opt) {
   ab_ = std::make_unique<PacketLink>(opt_.aToB);
   ba_ = std::make_unique<PacketLink>(opt_.bToA);
   thread_ = std::thread([this] { forward(); });
+}
+
+void DelayLine::setRate(bool aToB, double bps) {
+  (aToB ? rateAB_ : rateBA_) = bps;
+  const uint64_t one = 1;
+  (void)!write(wake_, &one, sizeof one);
 }
 
 DelayLine::~DelayLine() { stop(); }
@@ -184,8 +203,11 @@ void DelayLine::forward() {
   // CPU idle): a gap of more than kLongS is slept until min(kSpinS, half the gap) before the event
   // and the rest spun (polling the devices), so deliveries keep their time; shorter gaps sleep on
   // the timer alone. The spinning costs at most half of a core while traffic is sparse.
-  constexpr double kLongS = 200e-6, kSpinS = 500e-6;
+  constexpr double kLongS = 200e-6;
+  const double kSpinS = opt_.spinS;
   while (!stop_) {
+    for (auto [pending, link] : {std::pair{&rateAB_, ab_.get()}, std::pair{&rateBA_, ba_.get()}})
+      if (const double r = pending->exchange(-1); r >= 0) link->setRate(monoSeconds() - start, r);
     readAll(monoSeconds() - start);
     const double t = monoSeconds() - start;
     for (const Side& s : sides) {
@@ -207,7 +229,7 @@ void DelayLine::forward() {
     double due = next();
     if (due - (monoSeconds() - start) <= 0) continue;
     const double gap = due - (monoSeconds() - start);
-    const bool spin = std::isfinite(due) && gap > kLongS;
+    const bool spin = std::isfinite(due) && gap > kLongS && kSpinS > 0;
     itimerspec its{};
     if (std::isfinite(due)) {
       const double at = start + std::max(due - (spin ? std::min(kSpinS, gap / 2) : 0.0), 0.0) + 1e-9;
@@ -219,10 +241,10 @@ void DelayLine::forward() {
     const int n = epoll_wait(ep, evs, 4, -1);
     bool timed = false;
     for (int i = 0; i < n; ++i)
-      if (evs[i].data.fd == timer) {
-        uint64_t expirations;
-        (void)!read(timer, &expirations, sizeof expirations);
-        timed = true;
+      if (evs[i].data.fd == timer || evs[i].data.fd == wake_) {
+        uint64_t count;
+        (void)!read(evs[i].data.fd, &count, sizeof count);
+        timed |= evs[i].data.fd == timer;
       }
     if (spin && timed)
       while (!stop_ && monoSeconds() - start < (due = next())) readAll(monoSeconds() - start);

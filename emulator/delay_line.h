@@ -28,6 +28,11 @@ namespace slowpipe::emulator {
 
 struct DelayLineOptions {
   PacketLinkSpec aToB, bToA;  // each direction's link (their mtu sets the TUN devices' MTU)
+  // A timer that fires after a long sleep wakes late (up to a few hundred microseconds here): a
+  // delivery more than 200 us away is slept for until min(spinS, half the gap) before it and the
+  // rest spun. 0: sleep on the timer alone (no spinning: what a run's fabric uses, its workers
+  // need the cores).
+  double spinS = 500e-6;
 };
 
 class DelayLine {
@@ -36,12 +41,18 @@ class DelayLine {
   // point), and starts forwarding. Throws (after removing what it made) if not root or if TUN is
   // missing.
   explicit DelayLine(const DelayLineOptions& opt);
+  // Between two namespaces the caller made (and removes): device devA in nsA with address addrA,
+  // devB in nsB with addrB, point to point.
+  DelayLine(const DelayLineOptions& opt, const std::string& nsA, const std::string& nsB, const std::string& addrA,
+            const std::string& addrB, const std::string& devA, const std::string& devB);
   ~DelayLine();
   DelayLine(const DelayLine&) = delete;
   DelayLine& operator=(const DelayLine&) = delete;
 
-  const std::string& nsA() const { return fabric_->nsName(0); }
-  const std::string& nsB() const { return fabric_->nsName(1); }
+  const std::string& nsA() const { return nsA_; }
+  const std::string& nsB() const { return nsB_; }
+  // A constant-rate direction's new rate (a bandwidth trace's change), from any thread.
+  void setRate(bool aToB, double bps);
   const std::string& addressA() const { return addrA_; }
   const std::string& addressB() const { return addrB_; }
   // Per direction: offered, delivered, lost, dropped packets, bytes, the queue's high-water mark,
@@ -52,11 +63,13 @@ class DelayLine {
   void stop();
 
  private:
+  void attach();   // the TUN devices, their addresses, the forwarding thread
   void forward();  // the forwarding thread's loop
 
   DelayLineOptions opt_;
-  std::unique_ptr<NetnsFabric> fabric_;
-  std::string addrA_, addrB_, devA_, devB_;
+  std::unique_ptr<NetnsFabric> fabric_;  // the namespaces, when this line made them
+  std::string nsA_, nsB_, addrA_, addrB_, devA_, devB_;
+  std::atomic<double> rateAB_{-1}, rateBA_{-1};  // pending setRate (< 0: none)
   int fdA_ = -1, fdB_ = -1, wake_ = -1;  // TUN devices; an eventfd that stops the loop
   std::unique_ptr<PacketLink> ab_, ba_;
   mutable std::mutex statsMutex_;

@@ -1,6 +1,8 @@
 // NetnsFabric: namespaces, veths, tc; cleanup on every exit path (see netns.h).
 #include "emulator/netns.h"
 
+#include "emulator/delay_line.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -92,15 +94,16 @@ NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
                              "(run as root, or use backend 'user')");
   const KernelFeatures& f = kernelFeatures();
   if (!f.htb) throw std::runtime_error("kernel backend: this kernel has no HTB qdisc (sch_htb); use backend 'user'");
-  // Loss needs a mechanism that really drops packets (netem). Without it we refuse rather than
-  // record a loss that nothing applied.
+  // Loss needs a mechanism that really drops packets: netem or the delay line. Without either we
+  // refuse rather than record a loss that nothing applied.
+  const bool line = !f.netem && access("/dev/net/tun", R_OK | W_OK) == 0;
   for (const auto& e : edges_)
     for (const LinkSpec* l : {&e.aToB, &e.bToA})
-      if (l->loss > 0 && !f.netem)
+      if (l->loss > 0 && !f.netem && !line)
         throw std::invalid_argument("network.links.loss: " + std::to_string(l->loss) + " on link " + std::to_string(e.a) +
-                                    "<->" + std::to_string(e.b) + " needs netem to drop packets on the tc backend, and "
-                                    "this kernel has no netem qdisc (sch_netem); use backend 'user' (loss as a "
-                                    "retransmission delay) or a kernel with netem");
+                                    "<->" + std::to_string(e.b) + " needs netem or the delay line (/dev/net/tun) to drop "
+                                    "packets on the tc backend, and this kernel has neither; use backend 'user' (loss "
+                                    "as a retransmission delay)");
   installHandlers();
   const int seq = gFabricSeq.fetch_add(1);
   try {
@@ -112,35 +115,83 @@ NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
       runChecked({"ip", "-n", name, "link", "set", "lo", "up"}, "bring up loopback");
     }
     for (size_t e = 0; e < edges_.size(); ++e) {
-      const auto& edge = edges_[e];
-      const std::string va = vethName(static_cast<int>(e), edge.a), vb = vethName(static_cast<int>(e), edge.b);
-      runChecked({"ip", "link", "add", va, "netns", ns_.at(edge.a), "type", "veth", "peer", "name", vb,
-                  "netns", ns_.at(edge.b)}, "create veth pair");
-      for (int side : {edge.a, edge.b}) {
-        const std::string dev = side == edge.a ? va : vb;
-        runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(mtu_)}, "set mtu");
-        runChecked({"ip", "-n", ns_[side], "addr", "add", address(static_cast<int>(e), side) + "/24", "dev", dev}, "add address");
-        runChecked({"ip", "-n", ns_[side], "link", "set", dev, "up"}, "bring up veth");
-        const CommandResult off = runCommand({"ip", "netns", "exec", ns_[side], "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"});
-        mechanism_["offloads"] = off.status == 0 ? "tso/gso/gro off" : "could not disable: " + off.output;
-      }
-      shape(static_cast<int>(e), edge.a, edge.aToB);
-      shape(static_cast<int>(e), edge.b, edge.bToA);
+      if (line) joinByLine(static_cast<int>(e));
+      else joinByVeth(static_cast<int>(e));
     }
   } catch (...) {
     destroy();
     throw;
   }
-  mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + ")";
-  mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
-  mechanism_["jitter"] = mechanism_["delay"];
-  mechanism_["loss"] = f.netem ? "netem" : "none (no netem: a spec with loss > 0 is refused)";
+  if (line) {
+    mechanism_["path"] = "delay line: a TUN device per namespace, a forwarding thread in the launcher (no netem in this kernel)";
+    mechanism_["rate"] = "delay line (goodput-compensated, mtu " + std::to_string(mtu_) + ", drop-tail 1000 packets)";
+    mechanism_["delay"] = "delay line";
+    mechanism_["jitter"] = "delay line (no reordering)";
+    mechanism_["loss"] = "delay line (Bernoulli, at ingress)";
+  } else {
+    mechanism_["path"] = "veth pair";
+    mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + ")";
+    mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
+    mechanism_["jitter"] = mechanism_["delay"];
+    mechanism_["loss"] = f.netem ? "netem" : "none (no netem: a spec with loss > 0 is refused)";
+  }
   mechanism_["netem_available"] = f.netem;
+}
+
+// A veth pair between the edge's namespaces, each egress shaped (HTB, netem where there is one).
+void NetnsFabric::joinByVeth(int e) {
+  const auto& edge = edges_[e];
+  const std::string va = vethName(e, edge.a), vb = vethName(e, edge.b);
+  runChecked({"ip", "link", "add", va, "netns", ns_.at(edge.a), "type", "veth", "peer", "name", vb,
+              "netns", ns_.at(edge.b)}, "create veth pair");
+  for (int side : {edge.a, edge.b}) {
+    const std::string dev = side == edge.a ? va : vb;
+    runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(mtu_)}, "set mtu");
+    runChecked({"ip", "-n", ns_[side], "addr", "add", address(e, side) + "/24", "dev", dev}, "add address");
+    runChecked({"ip", "-n", ns_[side], "link", "set", dev, "up"}, "bring up veth");
+    const CommandResult off = runCommand({"ip", "netns", "exec", ns_[side], "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"});
+    mechanism_["offloads"] = off.status == 0 ? "tso/gso/gro off" : "could not disable: " + off.output;
+  }
+  shape(e, edge.a, edge.aToB);
+  shape(e, edge.b, edge.bToA);
+}
+
+// The delay line between the edge's namespaces: each direction's link as a PacketLink.
+void NetnsFabric::joinByLine(int e) {
+  const auto& edge = edges_[e];
+  auto packetLink = [&](const LinkSpec& l, uint64_t seed) {
+    PacketLinkSpec p;
+    p.rateBps = (l.trace.empty() ? l.bandwidthBps : l.trace.rateAt(0)) * mtu_ / (mtu_ - 52.0);
+    p.delayS = l.latencyS;
+    p.jitterS = l.jitterS;
+    p.loss = l.loss;
+    p.queuePackets = 1000;
+    p.mtu = mtu_;
+    p.seed = seed;
+    return p;
+  };
+  DelayLineOptions o;
+  o.aToB = packetLink(edge.aToB, 1000 + 2 * e);
+  o.bToA = packetLink(edge.bToA, 1001 + 2 * e);
+  o.spinS = 0;  // the workers need the cores
+  lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b), address(e, edge.a), address(e, edge.b),
+                                               vethName(e, edge.a), vethName(e, edge.b)));
+  mechanism_["offloads"] = "none on TUN devices (no virtio header): every packet is at most one MTU";
+}
+
+bool NetnsFabric::pathCarriesDelay() const { return kernelFeatures().netem || !lines_.empty(); }
+
+nlohmann::json NetnsFabric::lineStats() const {
+  if (lines_.empty()) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t e = 0; e < lines_.size(); ++e) out.push_back({{"edge", e}, {"stats", lines_[e]->stats()}});
+  return out;
 }
 
 NetnsFabric::~NetnsFabric() { destroy(); }
 
 void NetnsFabric::destroy() {
+  lines_.clear();  // their forwarding threads stop, their devices go
   for (const auto& name : ns_) {
     runCommand({"ip", "netns", "delete", name});
     unregisterLive(name);
@@ -178,6 +229,10 @@ void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
 }
 
 void NetnsFabric::setRate(int edge, int from, double bps) {
+  if (!lines_.empty()) {
+    lines_.at(edge)->setRate(from == edges_.at(edge).a, bps * mtu_ / (mtu_ - 52.0));
+    return;
+  }
   const double rate = wireRateFor(bps, mtu_);
   const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu_ + 14));
   runChecked({"tc", "-n", ns_.at(from), "class", "change", "dev", vethName(edge, from), "parent", "1:", "classid",
@@ -186,13 +241,13 @@ void NetnsFabric::setRate(int edge, int from, double bps) {
 }
 
 double NetnsFabric::userLatency(int edge, int from) const {
-  if (kernelFeatures().netem) return 0.0;
+  if (pathCarriesDelay()) return 0.0;
   const auto& e = edges_.at(edge);
   return (from == e.a ? e.aToB : e.bToA).latencyS;
 }
 
 double NetnsFabric::userJitter(int edge, int from) const {
-  if (kernelFeatures().netem) return 0.0;
+  if (pathCarriesDelay()) return 0.0;
   const auto& e = edges_.at(edge);
   return (from == e.a ? e.aToB : e.bToA).jitterS;
 }

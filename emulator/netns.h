@@ -6,12 +6,20 @@
 // what a killed process (kill -9) left: namespaces whose owner pid is gone. It never touches
 // interfaces it did not create. Deleting a namespace deletes the veth ends inside it.
 //
-// Rate: HTB on each veth egress, with the rate raised by (mtu+14)/(mtu-52) so that TCP goodput,
-// not wire rate, equals the configured bandwidth; segmentation offloads (TSO/GSO/GRO) are turned
-// off so the qdisc sees real packets. Delay/jitter/loss: netem under the HTB class when the kernel
-// has it; otherwise the receiver adds them in user space (ShapedReceiver's DelayLine).
+// Two ways to join a pair of namespaces, chosen by what the kernel offers:
+//  - with netem: a veth pair, HTB on each veth egress with the rate raised by (mtu+14)/(mtu-52) so
+//    that TCP goodput, not wire rate, equals the configured bandwidth (segmentation offloads
+//    TSO/GSO/GRO off so the qdisc sees real packets), and netem under the HTB class for delay,
+//    jitter and loss;
+//  - without netem (these machines): the delay line (emulator/delay_line.h), a TUN device in each
+//    namespace and a forwarding thread of this process carrying each direction through a
+//    PacketLink at the goodput-compensated rate R x mtu/(mtu-52) (it counts IP packets), with the
+//    link's delay, jitter (no reordering) and loss, and a drop-tail queue of 1000 packets (a
+//    veth's default queue). The kernels' TCP then sees the path's real round trip.
+// Every result records which mechanism carried each property (mechanism()).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +28,8 @@
 #include "emulator/link.h"
 
 namespace slowpipe::emulator {
+
+class DelayLine;  // emulator/delay_line.h
 
 struct KernelFeatures {
   bool root = false, htb = false, tbf = false, netem = false;
@@ -47,18 +57,26 @@ class NetnsFabric {
   std::string address(int edge, int endpoint) const;
   // Changes the kernel rate of one direction (bandwidth traces). from = the sending endpoint.
   void setRate(int edge, int from, double bps);
-  // Latency/jitter the receiver of direction from->to must add itself (0 when netem carries it).
+  // Latency/jitter the receiver of direction from->to must add itself (0: the kernel path
+  // carries it, netem or the delay line).
   double userLatency(int edge, int from) const;
   double userJitter(int edge, int from) const;
+  // Whether the path between the namespaces carries delay, jitter and loss itself.
+  bool pathCarriesDelay() const;
+  // What each direction's delay line did (packets, drops, lateness); null on veth pairs.
+  nlohmann::json lineStats() const;
   // Which mechanism carries each property, e.g. {"rate": "htb", "delay": "user-space", ...}.
   nlohmann::json mechanism() const { return mechanism_; }
   void destroy();
 
  private:
   void shape(int edge, int from, const LinkSpec& spec);
+  void joinByVeth(int edge);
+  void joinByLine(int edge);
   std::string vethName(int edge, int endpoint) const;
 
   std::vector<std::string> ns_;
+  std::vector<std::unique_ptr<DelayLine>> lines_;  // one per edge on the delay-line path
   std::vector<FabricEdge> edges_;
   int mtu_;
   nlohmann::json mechanism_;

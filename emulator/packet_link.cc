@@ -196,6 +196,11 @@ void PacketLink::serve(double now) {
   }
 }
 
+void PacketLink::setRate(double now, double bps) {
+  serve(now);
+  spec_.rateBps = bps;
+}
+
 double PacketLink::nextEvent() const {
   double t = flight_.empty() ? std::numeric_limits<double>::infinity() : flight_.front().arrival;
   if (!queue_.empty()) {

@@ -71,6 +71,8 @@ class PacketLink {
   // The ids of packets delivered by `now`, in delivery order (with `due`: each one's delivery time).
   std::vector<uint64_t> pop(double now, std::vector<double>* due = nullptr);
   const PacketLinkStats& stats() const { return stats_; }
+  // A constant rate from `now` on (what left by now left at the old one).
+  void setRate(double now, double bps);
   const PacketLinkSpec& spec() const { return spec_; }
   // Whether the loss model drops the next packet (advances its state): exposed for tests.
   bool lose();

@@ -104,6 +104,8 @@ int Launcher::run() {
   }
   try {
     if (!opt_.external.enabled) stopWorkers();
+    if (fabric_)
+      if (json lines = fabric_->lineStats(); !lines.is_null()) result_["network"]["delay_lines"] = std::move(lines);
     fabric_.reset();
   } catch (const std::exception& e) {
     rc = fail(std::string("launcher: cleanup: ") + e.what());

@@ -175,16 +175,17 @@ json Launcher::peerTable(int r) {
 }
 
 // The run's link table as this backend carries it: the kernel paces the pipeline's rates on tc
-// (this host's namespaces) and tc-dev (each sender's host), and a sender's kernel with netem adds
-// the delay (tc: this host's kernel; tc-dev: the sender's, from its hello), else the receiver does.
+// (this host's namespaces) and tc-dev (each sender's host); the path carries the delay where it
+// can (tc: netem or the delay line between the namespaces; tc-dev: netem on the sender's host,
+// from its hello), else the receiver adds it.
 const LinkTable& Launcher::links() {
   if (!links_) {
     LinkCarriage c;
     const std::string& backend = spec_.network.backend;
     c.kernelPacesRate = backend == "tc" || backend == "tc-dev";
-    if (backend == "tc") c.senderHasNetem = [](int) { return emulator::kernelFeatures().netem; };
+    if (backend == "tc") c.pathDelays = [this](int) { return fabric_ && fabric_->pathCarriesDelay(); };
     if (backend == "tc-dev")
-      c.senderHasNetem = [this](int src) { return hellos_.count(src) && hellos_[src].value("kernel", json::object()).value("netem", false); };
+      c.pathDelays = [this](int src) { return hellos_.count(src) && hellos_[src].value("kernel", json::object()).value("netem", false); };
     links_ = std::make_unique<LinkTable>(spec_, c);
   }
   return *links_;

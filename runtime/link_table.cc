@@ -39,7 +39,7 @@ LinkEntry LinkTable::at(int src, int dst) const {
   e.spec = topo_.link(a.stage, b.stage);
   if (!carriage_.kernelPacesRate) {
     e.model = model_;
-  } else if (!(carriage_.senderHasNetem && carriage_.senderHasNetem(src))) {
+  } else if (!(carriage_.pathDelays && carriage_.pathDelays(src))) {
     e.receiverLatencyS = e.spec.latencyS;
     e.receiverJitterS = e.spec.jitterS;
   }

@@ -36,9 +36,10 @@ struct LinkEntry {
 // How a backend carries the pipeline's links.
 struct LinkCarriage {
   bool kernelPacesRate = false;  // tc, tc-dev: the kernel shapes the rate
-  // Kernel-paced links: whether the sender's kernel adds delay and jitter (netem), by sender rank
-  // (tc: this host's kernel; tc-dev: the sender's host, from its hello). Unset: none does.
-  std::function<bool(int srcRank)> senderHasNetem;
+  // Kernel-paced links: whether the path from a sender carries the delay and jitter itself, by
+  // sender rank (tc: netem or the delay line between the namespaces; tc-dev: netem on the sender's
+  // host, from its hello); else the receiver adds them. Unset: the receiver does.
+  std::function<bool(int srcRank)> pathDelays;
 };
 
 // Every directed link of `spec`'s ranks: each rank to its pipeline neighbours (network.links by

@@ -204,7 +204,7 @@ TEST(LinkTableTest, KernelPacedLinksSayWhoAddsTheDelay) {
   EXPECT_DOUBLE_EQ(back.receiverLatencyS, 0.005);
   EXPECT_TRUE(back.model.empty());
   LinkCarriage netemAt2 = noNetem;
-  netemAt2.senderHasNetem = [](int src) { return src == 2; };
+  netemAt2.pathDelays = [](int src) { return src == 2; };
   EXPECT_EQ(LinkTable(spec, netemAt2).at(2, 1).receiverLatencyS, 0.0);
   EXPECT_DOUBLE_EQ(LinkTable(spec, netemAt2).at(1, 2).receiverLatencyS, 0.005);
   nlohmann::json bad = toJson(f);
