@@ -1,6 +1,8 @@
 // Launcher: link setup per backend, calibration, traces (see launcher_internal.h).
 #include "runtime/launcher_internal.h"
 
+#include "emulator/tcp_settings.h"
+
 namespace slowpipe::runtime::detail {
 
 // The stage pairs the pipeline's messages travel between, each once: s <-> s + 1, and with model
@@ -46,6 +48,11 @@ void Launcher::setupNetwork() {
     for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a)});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
     result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+    // network.tcp: every stage namespace's TCP as the spec says, read back into the result.
+    const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
+    result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
+    for (int s = 0; s < S_; ++s)
+      result_["network"]["tcp"]["applied"].push_back(emulator::applyTcpSettings(fabric_->nsName(s), tcp));
     for (int e = 0; e < static_cast<int>(edges.size()); ++e)
       for (int from : {edges[e].a, edges[e].b}) {
         const emulator::LinkSpec& l = from == edges[e].a ? edges[e].aToB : edges[e].bToA;

@@ -1,6 +1,8 @@
 // Launcher: records into the result: steps, evaluations, timelines, progress (see launcher_internal.h).
 #include "runtime/launcher_internal.h"
 
+#include "emulator/tcp_settings.h"
+
 namespace slowpipe::runtime::detail {
 
 // One record from a worker. Returns false on an error record (error_ says what).
@@ -49,6 +51,20 @@ void Launcher::onStep(const json& rec) {
   const json& st = result_.addStep(ranks, now() - start_);
   pending_.erase(r.step);
   progress(st);
+  // The kernel's view of every connection (TCP_INFO, `ss -tin`) per stage namespace (tc), sampled
+  // when the second-to-last and the last step are done: a worker may close its connections right
+  // after its last step, so the latest sample that found them is kept (its counters cover all
+  // but at most the last step).
+  if (fabric_ && r.step + 2 >= totalSteps()) {
+    json& info = result_["network"]["tcp_info"];
+    if (!info.is_array()) info = json::array();
+    for (int s = 0; s < S_; ++s) {
+      json connections = emulator::tcpInfo(fabric_->nsName(s));
+      if (static_cast<int>(info.size()) <= s) info.push_back({{"stage", s}, {"connections", json::array()}});
+      if (connections.is_array() && !connections.empty())
+        info[s] = {{"stage", s}, {"after_step", r.step}, {"connections", std::move(connections)}};
+    }
+  }
   // The partial result is rewritten at most once a second: serialising a growing document after
   // every step would cost the workers CPU (the launcher shares the cores) while they are timed.
   if (now() - lastWrite_ >= 1.0) {

@@ -11,6 +11,7 @@
 
 #include "compression/codec.h"
 #include "emulator/link.h"
+#include "emulator/tcp_settings.h"
 #include "emulator/link_model.h"
 #include "runtime/dp.h"
 #include "runtime/result.h"
@@ -309,6 +310,13 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
   if (const json* l = f.raw("links")) s.network.links = *l;
   emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
   if (!model->modelsVariation) refuseUnmodelled(s.network.links, where + ".network.links", s.network.model);
+  if (const json* t = f.raw("tcp"); t && !t->is_null()) {
+    emulator::tcpSettingsFromJson(*t, where + ".network.tcp");  // validates
+    s.network.tcp = *t;
+    if (s.network.backend != "tc" && !simulation && !s.network.tcp.empty())
+      fail(f.field("tcp"), "sets the kernel's TCP of the run's own namespaces (backend tc); backend '" + s.network.backend +
+                               "' runs in namespaces slowpipe did not make, whose settings it never changes");
+  }
   if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
     s.network.dpLinks = *l;
     emulator::topologyFromJson(s.network.dpLinks, where + ".network.dp_links");
@@ -507,7 +515,7 @@ json toJson(const RunSpec& s) {
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
           {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},
-                       {"dp_links", s.network.dpLinks}}},
+                       {"dp_links", s.network.dpLinks}, {"tcp", s.network.tcp}}},
           {"runtime", runtimeJson(s.runtime)}};
 }
 

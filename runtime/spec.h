@@ -92,6 +92,9 @@ struct NetworkSpec {
   // Data-parallel links between the replicas of a stage, configured apart from the pipeline's:
   // overrides name replicas (src, dst), the same within every stage. Null: links' default link.
   nlohmann::json dpLinks;
+  // The kernel's TCP in the run's namespaces (backend tc only: namespace sysctls, never the
+  // host's): congestion_control, slow_start_after_idle, wmem_max, rmem_max (emulator/tcp_settings.h).
+  nlohmann::json tcp = nlohmann::json::object();
 };
 
 struct RuntimeSpec {

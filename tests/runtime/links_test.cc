@@ -202,6 +202,51 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
   EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
 
+// network.tcp sets the kernel's TCP in every stage namespace (never the host's), read back into the
+// result, and the connections' TCP_INFO at the end shows it: the congestion control asked for,
+// round trips of the path (2 x 5 ms on the delay line or netem; the receiver's user-space delay
+// is not on the kernel's path). A congestion control the namespace may not use is refused by
+// name; the user backend refuses network.tcp (it would be the host's settings).
+TEST_F(TcRunTest, TcpSettingsApplyInTheRunsNamespacesAndTcpInfoShowsThem) {
+  json s = baseSpec(2, "gpipe");
+  s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "200Mbps"}, {"latency", "5ms"}}}};
+  s["network"]["tcp"] = {{"congestion_control", "reno"}, {"slow_start_after_idle", false}, {"wmem_max", 8388608}};
+  s["training"]["max_steps"] = 3;
+  const json r = launch(s, "tcp");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  ASSERT_EQ(r["network"]["tcp"]["applied"].size(), 2u) << r["network"].dump();
+  for (const auto& a : r["network"]["tcp"]["applied"]) {
+    EXPECT_EQ(a["congestion_control"], "reno");
+    EXPECT_EQ(a["slow_start_after_idle"], false);
+    EXPECT_EQ(a["tcp_wmem"].get<std::string>().substr(a["tcp_wmem"].get<std::string>().rfind(' ') + 1), "8388608");
+  }
+  const bool pathDelays = emulator::kernelFeatures().netem || access("/dev/net/tun", R_OK | W_OK) == 0;
+  int connections = 0;
+  for (const auto& ns : r["network"]["tcp_info"])
+    for (const auto& c : ns["connections"]) {
+      ++connections;
+      EXPECT_EQ(c["congestion_control"], "reno") << c.dump();
+      if (pathDelays && c.value("bytes_acked", 0.0) > 1e5) EXPECT_GE(c["rtt_ms"].get<double>(), 10.0) << c.dump();
+    }
+  EXPECT_GE(connections, 2) << r["network"].dump() << " steps " << r["steps"].size();
+  // cubic: available here, but a namespace may only default to the host's allowed ones.
+  const std::string allowed = emulator::runCommand({"sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control"}).output;
+  s["network"]["tcp"] = {{"congestion_control", "cubic"}};
+  const bool cubicAllowed = (" " + allowed).find(" cubic") != std::string::npos;
+  const json c = launch(s, "tcp-cubic", /*expectOk=*/cubicAllowed);
+  if (!cubicAllowed) EXPECT_NE(c.value("reason", "").find("tcp_allowed_congestion_control"), std::string::npos) << c.value("reason", "");
+  s["network"]["tcp"] = {{"congestion_control", "nosuchcc"}};
+  EXPECT_NE(launch(s, "tcp-bad", false).value("reason", "").find("not one this kernel offers"), std::string::npos);
+  s["network"]["backend"] = "user";
+  try {
+    runSpecFromJson(s);
+    FAIL() << "network.tcp on the user backend was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("network.tcp"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
 // A kill -9 of a launcher leaves its namespaces; the next tc run removes those whose owner is gone
 // (and only those) and says so in its result.
 TEST_F(TcRunTest, NextRunRemovesNamespacesOfDeadRuns) {

@@ -1,0 +1,148 @@
+// Transport settings per namespace and TCP_INFO from ss (see tcp_settings.h).
+#include "emulator/tcp_settings.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "emulator/command.h"
+
+namespace slowpipe::emulator {
+
+using nlohmann::json;
+
+TcpSettings tcpSettingsFromJson(const json& j, const std::string& where) {
+  if (!j.is_object()) throw std::invalid_argument(where + ": expected {\"congestion_control\", \"slow_start_after_idle\", \"wmem_max\", \"rmem_max\"}");
+  TcpSettings t;
+  for (const auto& [k, v] : j.items()) {
+    const std::string f = where + "." + k;
+    if (k == "congestion_control") {
+      if (!v.is_string() || v.get<std::string>().empty() ||
+          v.get<std::string>().find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+        throw std::invalid_argument(f + ": expected the name of a congestion control, e.g. \"cubic\", \"bbr\", \"reno\"");
+      t.congestionControl = v.get<std::string>();
+    } else if (k == "slow_start_after_idle") {
+      if (!v.is_boolean()) throw std::invalid_argument(f + ": expected true or false");
+      t.slowStartAfterIdle = v.get<bool>();
+    } else if (k == "wmem_max" || k == "rmem_max") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 65536 || v.get<int64_t>() > (int64_t{1} << 31))
+        throw std::invalid_argument(f + ": " + v.dump() + " must be a byte count in 65536..2147483648");
+      (k == "wmem_max" ? t.wmemMax : t.rmemMax) = v.get<uint64_t>();
+    } else {
+      throw std::invalid_argument(f + ": unknown field; expected congestion_control, slow_start_after_idle, wmem_max, rmem_max");
+    }
+  }
+  return t;
+}
+
+json toJson(const TcpSettings& t) {
+  json j = json::object();
+  if (!t.congestionControl.empty()) j["congestion_control"] = t.congestionControl;
+  if (t.slowStartAfterIdle) j["slow_start_after_idle"] = *t.slowStartAfterIdle;
+  if (t.wmemMax) j["wmem_max"] = t.wmemMax;
+  if (t.rmemMax) j["rmem_max"] = t.rmemMax;
+  return j;
+}
+
+namespace {
+
+std::string sysctlRead(const std::string& ns, const std::string& key) {
+  std::string v = runChecked({"ip", "netns", "exec", ns, "sysctl", "-n", key}, "read " + key);
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  for (char& c : v)
+    if (c == '\t') c = ' ';
+  return v;
+}
+
+void sysctlWrite(const std::string& ns, const std::string& key, const std::string& value, const std::string& field) {
+  const CommandResult r = runCommand({"ip", "netns", "exec", ns, "sysctl", "-w", key + "=" + value});
+  if (r.status != 0) throw std::runtime_error(field + ": setting " + key + " = " + value + " in the run's namespace failed: " + r.output);
+}
+
+// "4096 16384 4194304" with its maximum replaced.
+std::string withMax(const std::string& triple, uint64_t max) {
+  std::istringstream in(triple);
+  uint64_t lo = 0, mid = 0, hi = 0;
+  in >> lo >> mid >> hi;
+  return std::to_string(lo) + " " + std::to_string(std::min<uint64_t>(mid, max)) + " " + std::to_string(max);
+}
+
+}  // namespace
+
+json applyTcpSettings(const std::string& ns, const TcpSettings& t) {
+  if (!t.congestionControl.empty()) {
+    const std::string available = sysctlRead(ns, "net.ipv4.tcp_available_congestion_control");
+    const std::string allowed = sysctlRead(ns, "net.ipv4.tcp_allowed_congestion_control");
+    auto has = [](const std::string& list, const std::string& name) { return (" " + list + " ").find(" " + name + " ") != std::string::npos; };
+    if (!has(available, t.congestionControl))
+      throw std::invalid_argument("network.tcp.congestion_control: '" + t.congestionControl + "' is not one this kernel offers (" +
+                                  available + ")");
+    if (!has(allowed, t.congestionControl))
+      throw std::invalid_argument("network.tcp.congestion_control: '" + t.congestionControl + "' is available but not in the "
+                                  "host's net.ipv4.tcp_allowed_congestion_control (" + allowed + "), so a run's namespace may "
+                                  "not make it its default (slowpipe never changes the host's settings)");
+    sysctlWrite(ns, "net.ipv4.tcp_congestion_control", t.congestionControl, "network.tcp.congestion_control");
+  }
+  if (t.slowStartAfterIdle)
+    sysctlWrite(ns, "net.ipv4.tcp_slow_start_after_idle", *t.slowStartAfterIdle ? "1" : "0", "network.tcp.slow_start_after_idle");
+  if (t.wmemMax) sysctlWrite(ns, "net.ipv4.tcp_wmem", withMax(sysctlRead(ns, "net.ipv4.tcp_wmem"), t.wmemMax), "network.tcp.wmem_max");
+  if (t.rmemMax) sysctlWrite(ns, "net.ipv4.tcp_rmem", withMax(sysctlRead(ns, "net.ipv4.tcp_rmem"), t.rmemMax), "network.tcp.rmem_max");
+  return {{"congestion_control", sysctlRead(ns, "net.ipv4.tcp_congestion_control")},
+          {"slow_start_after_idle", sysctlRead(ns, "net.ipv4.tcp_slow_start_after_idle") == "1"},
+          {"tcp_wmem", sysctlRead(ns, "net.ipv4.tcp_wmem")},
+          {"tcp_rmem", sysctlRead(ns, "net.ipv4.tcp_rmem")}};
+}
+
+json parseSsTcpInfo(const std::string& text) {
+  json out = json::array();
+  std::istringstream in(text);
+  std::string line, head;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line[0] != ' ' && line[0] != '\t') {  // "ESTAB 0 0 local peer"
+      head = line;
+      continue;
+    }
+    std::istringstream h(head);
+    std::string state, recvq, sendq, local, peer;
+    h >> state >> recvq >> sendq >> local >> peer;
+    json c = {{"state", state}, {"local", local}, {"peer", peer}};
+    std::istringstream fields(line);
+    std::string tok, prev;
+    bool first = true;
+    while (fields >> tok) {
+      if (first && tok.find(':') == std::string::npos) c["congestion_control"] = tok;
+      first = false;
+      const size_t colon = tok.find(':');
+      const std::string key = colon == std::string::npos ? tok : tok.substr(0, colon), val = colon == std::string::npos ? "" : tok.substr(colon + 1);
+      auto num = [](const std::string& s) {
+        try {
+          return std::stod(s);
+        } catch (const std::exception&) {
+          return -1.0;
+        }
+      };
+      if (key == "rtt") {
+        c["rtt_ms"] = num(val.substr(0, val.find('/')));
+        c["rttvar_ms"] = num(val.substr(val.find('/') + 1));
+      } else if (key == "cwnd" || key == "ssthresh" || key == "mss" || key == "bytes_acked" || key == "bytes_retrans") {
+        c[key] = num(val);
+      } else if (key == "retrans") {
+        c["retransmits"] = num(val.substr(val.find('/') + 1));
+      } else if (prev == "delivery_rate") {
+        c["delivery_rate_bps"] = num(tok.substr(0, tok.find("bps")));
+      }
+      prev = tok;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+json tcpInfo(const std::string& ns) {
+  const CommandResult r = runCommand({"ip", "netns", "exec", ns, "ss", "-tinH"});
+  if (r.status != 0) return {{"error", "ss -tin in " + ns + " failed: " + r.output}};
+  return parseSsTcpInfo(r.output);
+}
+
+}  // namespace slowpipe::emulator

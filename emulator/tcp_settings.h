@@ -1,0 +1,39 @@
+// Transport settings of a run's namespaces (network.tcp, tc backend): the kernel's TCP as the
+// workers' connections use it, set per network namespace (these are namespace sysctls, never the
+// host's), and what the kernel says of each connection at the end (`ss -tin`: TCP_INFO).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace slowpipe::emulator {
+
+struct TcpSettings {
+  std::string congestionControl;          // empty: the kernel's default
+  std::optional<bool> slowStartAfterIdle; // net.ipv4.tcp_slow_start_after_idle
+  uint64_t wmemMax = 0, rmemMax = 0;      // the maxima of net.ipv4.tcp_wmem / tcp_rmem (0: the kernel's)
+  bool empty() const { return congestionControl.empty() && !slowStartAfterIdle && !wmemMax && !rmemMax; }
+};
+
+// {"congestion_control": "reno", "slow_start_after_idle": false, "wmem_max": bytes, "rmem_max": bytes};
+// errors name "<where>.<field>".
+TcpSettings tcpSettingsFromJson(const nlohmann::json& j, const std::string& where);
+nlohmann::json toJson(const TcpSettings& t);
+
+// Applies `t` in namespace `ns` (sysctl -w) and returns the values read back. A congestion control
+// the namespace may not use (not in the kernel's tcp_available_congestion_control, or, outside
+// the initial namespace, not in tcp_allowed_congestion_control) is refused naming what it offers.
+nlohmann::json applyTcpSettings(const std::string& ns, const TcpSettings& t);
+
+// Every TCP connection in namespace `ns` as `ss -tin` reports it: local, peer, congestion control,
+// rtt_ms, rttvar_ms, cwnd, ssthresh, mss, bytes_acked, bytes_retrans, retransmits (total),
+// delivery_rate_bps, and the raw line.
+nlohmann::json tcpInfo(const std::string& ns);
+// The same from `ss -tin` output (exposed for tests).
+nlohmann::json parseSsTcpInfo(const std::string& text);
+
+}  // namespace slowpipe::emulator
