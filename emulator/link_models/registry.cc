@@ -7,6 +7,7 @@ namespace slowpipe::emulator {
 
 std::unique_ptr<LinkModel> makePipelined();
 std::unique_ptr<LinkModel> makeSerialFifo();
+std::unique_ptr<LinkModel> makeTcp();
 
 const std::vector<LinkModelInfo>& linkModels() {
   static const std::vector<LinkModelInfo> models = {
@@ -14,6 +15,8 @@ const std::vector<LinkModelInfo>& linkModels() {
        true, true, true},
       {"serial_fifo", "one inbound wire per receiving rank, billed in retrieval order", makeSerialFifo, false, false,
        false},
+      {"tcp", "every directed link one TCP connection at flow level: slow start, congestion avoidance, the send-buffer "
+              "cap, restart after idle (Linux's defaults)", makeTcp, true, false, false},
   };
   return models;
 }

@@ -226,8 +226,45 @@ TEST(LinkModelTest, EachModelBillsByHand) {
     linkModel("tcp_reno");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("pipelined, serial_fifo"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pipelined, serial_fifo, tcp"), std::string::npos) << e.what();
   }
+}
+
+// The tcp model against the ideal pipe, by hand: 8 MB over 1 Gbps with 50 ms one way (RTT 100 ms,
+// pipe 12.5 MB) on a connection that starts (or restarts after idle) at the initial window of
+// 10 x 1448 bytes. Slow start sends 14480 x (2^8 - 1) = 3,692,400 bytes in 8 rounds, the 9th round
+// its window of 3,706,880, and the 10th streams the last 600,720 bytes at the rate (its window, the
+// 4 MiB send-buffer cap, covers them): 0.9 s + 8 x 600,720 / 1e9 + 0.05 s. The ideal pipe takes
+// 8e6 x 8 / 1e9 + 0.05 = 0.114 s: 8.4x less. A second message right after streams in 4 MiB
+// windows (the cap; the pipe is 12.5 MB), one per round trip; after 1 s idle the window restarts.
+TEST(LinkModelTest, TcpSlowStartAfterIdleByHand) {
+  LinkSpec l;
+  l.bandwidthBps = 1e9;
+  l.latencyS = 0.050;
+  LinkClock clock(l, 0.0);
+  auto tcp = linkModel("tcp").make();
+  const double first = tcp->stamp(clock, 0.0, 8000000);
+  const double byHand = 0.9 + 8.0 * 600720 / 1e9 + 0.05;
+  EXPECT_NEAR(first, byHand, 1e-12);
+  LinkClock ideal(l, 0.0);
+  const double pipe = linkModel("pipelined").make()->stamp(ideal, 0.0, 8000000);
+  EXPECT_NEAR(pipe, 0.114, 1e-12);
+  EXPECT_NEAR(first / pipe, byHand / 0.114, 1e-12);
+  EXPECT_GT(first / pipe, 8.0);
+  // Right behind it (FIFO on the connection): the window is past the cap, one 4 MiB window per
+  // round trip: 8e6 = 4194304 + 3805696 -> one round, then the rest streams.
+  const double free = first - 0.05;
+  EXPECT_NEAR(tcp->stamp(clock, free, 8000000), free + 0.1 + 8.0 * 3805696 / 1e9 + 0.05, 1e-12);
+  // After 10 s idle (many RTOs of 0.3 s) the window is back to 10 segments: as slow as the first.
+  const double later = 100.0;
+  EXPECT_NEAR(tcp->stamp(clock, later, 8000000) - later, byHand, 1e-12);
+  // Without latency there is no round trip to wait for: the ideal pipe.
+  LinkSpec lan = l;
+  lan.latencyS = 0;
+  LinkClock c0(lan, 0.0);
+  EXPECT_NEAR(linkModel("tcp").make()->stamp(c0, 1.0, 8000000), 1.064, 1e-12);
+  EXPECT_FALSE(linkModel("tcp").kernelBackends);
+  EXPECT_FALSE(linkModel("tcp").modelsVariation);
 }
 
 }  // namespace
