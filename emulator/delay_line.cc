@@ -169,8 +169,56 @@ json DelayLine::describe() const {
           {"a_to_b", opt_.aToB.describe()}, {"b_to_a", opt_.bToA.describe()}, {"a", addrA_}, {"b", addrB_}};
 }
 
+namespace {
+
+// What the forwarding thread holds: the packets inside the links (by id), the start of its clock,
+// how late each write began.
+struct Forwarder {
+  struct Side {
+    int in, out;
+    PacketLink* link;
+    std::vector<double>* late;
+  };
+  Side sides[2];
+  double start = monoSeconds();
+  std::unordered_map<uint64_t, std::vector<uint8_t>> held;
+  uint64_t nextId = 0;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
+  std::vector<double> due;
+
+  double now() const { return monoSeconds() - start; }
+  double next() const { return std::min(sides[0].link->nextEvent(), sides[1].link->nextEvent()); }
+  // Offers everything the kernels have sent to their directions' links.
+  void readAll() {
+    for (const Side& s : sides)
+      for (ssize_t n; (n = read(s.in, buf.data(), buf.size())) > 0;) {
+        const uint64_t id = nextId++;
+        if (s.link->offer(now(), static_cast<uint32_t>(n), id)) held.emplace(id, std::vector<uint8_t>(buf.begin(), buf.begin() + n));
+      }
+  }
+  // Writes what is due into the other side (a full receiver queue drops it, as a NIC would).
+  void deliverDue() {
+    const double t = now();
+    for (const Side& s : sides) {
+      due.clear();
+      const std::vector<uint64_t> ids = s.link->pop(t, &due);
+      for (size_t k = 0; k < ids.size(); ++k) {
+        auto it = held.find(ids[k]);
+        if (s.late->size() < 1000000) s.late->push_back(now() - due[k]);  // when its write begins
+        (void)!write(s.out, it->second.data(), it->second.size());
+        held.erase(it);
+      }
+    }
+  }
+};
+
+}  // namespace
+
 // Reads what each side's kernel sends, offers it to that direction's link, writes what is due
-// into the other side, and sleeps on a timer until the next delivery (timer slack 1 ns).
+// into the other side, and sleeps on a timer until the next delivery (timer slack 1 ns). A timer
+// that fires after a long sleep wakes late (up to a few hundred microseconds here, the CPU idle):
+// a gap of more than 200 us is slept until min(spinS, half the gap) before the event and the rest
+// spun (polling the devices), so deliveries keep their time; shorter gaps sleep on the timer alone.
 void DelayLine::forward() {
   prctl(PR_SET_TIMERSLACK, 1UL);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -181,58 +229,25 @@ void DelayLine::forward() {
     ev.data.fd = fd;
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
   }
-  const double start = monoSeconds();
-  std::unordered_map<uint64_t, std::vector<uint8_t>> held;  // packets in the links, by id
-  uint64_t nextId = 0;
-  std::vector<uint8_t> buf(65536);
-  struct Side {
-    int in, out;
-    PacketLink* link;
-  };
-  const Side sides[2] = {{fdA_, fdB_, ab_.get()}, {fdB_, fdA_, ba_.get()}};
-  auto readAll = [&](double t) {
-    for (const Side& s : sides)
-      for (ssize_t n; (n = read(s.in, buf.data(), buf.size())) > 0;) {
-        const uint64_t id = nextId++;
-        if (s.link->offer(t, static_cast<uint32_t>(n), id)) held.emplace(id, std::vector<uint8_t>(buf.begin(), buf.begin() + n));
-      }
-  };
-  auto next = [&] { return std::min(ab_->nextEvent(), ba_->nextEvent()); };
-  std::vector<double> due, lateAB, lateBA;
-  // A timer that fires after a long sleep wakes late (up to a few hundred microseconds here, the
-  // CPU idle): a gap of more than kLongS is slept until min(kSpinS, half the gap) before the event
-  // and the rest spun (polling the devices), so deliveries keep their time; shorter gaps sleep on
-  // the timer alone. The spinning costs at most half of a core while traffic is sparse.
+  std::vector<double> lateAB, lateBA;
+  Forwarder f{{{fdA_, fdB_, ab_.get(), &lateAB}, {fdB_, fdA_, ba_.get(), &lateBA}}};
   constexpr double kLongS = 200e-6;
-  const double kSpinS = opt_.spinS;
   while (!stop_) {
     for (auto [pending, link] : {std::pair{&rateAB_, ab_.get()}, std::pair{&rateBA_, ba_.get()}})
-      if (const double r = pending->exchange(-1); r >= 0) link->setRate(monoSeconds() - start, r);
-    readAll(monoSeconds() - start);
-    const double t = monoSeconds() - start;
-    for (const Side& s : sides) {
-      due.clear();
-      const std::vector<uint64_t> ids = s.link->pop(t, &due);
-      for (size_t k = 0; k < ids.size(); ++k) {
-        auto it = held.find(ids[k]);
-        std::vector<double>& late = s.link == ab_.get() ? lateAB : lateBA;
-        if (late.size() < 1000000) late.push_back(monoSeconds() - start - due[k]);  // when its write begins
-        (void)!write(s.out, it->second.data(), it->second.size());  // a full receiver queue drops it, as a NIC would
-        held.erase(it);
-      }
-    }
+      if (const double r = pending->exchange(-1); r >= 0) link->setRate(f.now(), r);
+    f.readAll();
+    f.deliverDue();
     {
       std::lock_guard<std::mutex> lock(statsMutex_);
       statsAB_ = ab_->stats();
       statsBA_ = ba_->stats();
     }
-    double due = next();
-    if (due - (monoSeconds() - start) <= 0) continue;
-    const double gap = due - (monoSeconds() - start);
-    const bool spin = std::isfinite(due) && gap > kLongS && kSpinS > 0;
+    const double nextDue = f.next(), gap = nextDue - f.now();
+    if (gap <= 0) continue;
+    const bool spin = std::isfinite(nextDue) && gap > kLongS && opt_.spinS > 0;
     itimerspec its{};
-    if (std::isfinite(due)) {
-      const double at = start + std::max(due - (spin ? std::min(kSpinS, gap / 2) : 0.0), 0.0) + 1e-9;
+    if (std::isfinite(nextDue)) {
+      const double at = f.start + std::max(nextDue - (spin ? std::min(opt_.spinS, gap / 2) : 0.0), 0.0) + 1e-9;
       its.it_value.tv_sec = static_cast<time_t>(at);
       its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
     }
@@ -247,7 +262,7 @@ void DelayLine::forward() {
         timed |= evs[i].data.fd == timer;
       }
     if (spin && timed)
-      while (!stop_ && monoSeconds() - start < (due = next())) readAll(monoSeconds() - start);
+      while (!stop_ && f.now() < f.next()) f.readAll();
   }
   close(timer);
   close(ep);
@@ -256,22 +271,35 @@ void DelayLine::forward() {
   lateBA_ = std::move(lateBA);
 }
 
-json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
-  DelayLine line(lineOpt);
-  json out = {{"line", line.describe()}, {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
-  // UDP echo in b; probes from a, one every gapS, each timed on this host's monotonic clock.
-  constexpr int kPort = 9;
+namespace {
+
+constexpr int kEchoPort = 9;
+
+// A UDP socket bound (bind = true) or connected to ip:port; throws naming what failed.
+int udpSocket(const std::string& ip, int port, bool bindIt) {
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) throw sysError("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  const int rc = bindIt ? bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) : connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  if (rc != 0) {
+    const auto e = sysError(std::string(bindIt ? "bind" : "connect") + " a UDP socket to " + ip);
+    close(s);
+    throw e;
+  }
+  return s;
+}
+
+// Round trips of UDP probes a -> b -> a (an echo in b's namespace), one every gapS.
+json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
   std::atomic<bool> done{false};
   std::exception_ptr echoError;
   std::thread echo([&] {
     try {
       inNamespace(line.nsB(), [&] {
-        const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(kPort);
-        inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
-        if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw sysError("bind the echo socket");
+        const int s = udpSocket(line.addressB(), kEchoPort, true);
         timeval tv{0, 100000};
         setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         char b[2048];
@@ -288,15 +316,11 @@ json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe
     }
   });
   std::vector<double> rtt;
-  int lostProbes = 0;
+  int lost = 0;
+  std::exception_ptr probeError;
   try {
     inNamespace(line.nsA(), [&] {
-      const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(kPort);
-      inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
-      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw sysError("connect the probe socket");
+      const int s = udpSocket(line.addressB(), kEchoPort, false);
       const double timeout = 1.0 + 4 * (lineOpt.aToB.delayS + lineOpt.bToA.delayS);
       timeval tv{static_cast<time_t>(timeout), static_cast<suseconds_t>((timeout - std::floor(timeout)) * 1e6)};
       setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -307,73 +331,77 @@ json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe
         if (send(s, msg.data(), msg.size(), 0) < 0) throw sysError("send a probe");
         char back[2048];
         bool got = false;
-        while (!got) {  // a late answer to an earlier probe is skipped
-          const ssize_t n = recv(s, back, sizeof back, 0);
-          if (n < 0) break;
+        for (ssize_t n; !got && (n = recv(s, back, sizeof back, 0)) >= 0;) {  // a late answer to an earlier probe is skipped
           int k = -1;
           std::memcpy(&k, back, sizeof k);
           got = k == i;
         }
         if (got) rtt.push_back(monoSeconds() - t0);
-        else ++lostProbes;
+        else ++lost;
         const double wait = t0 + probe.gapS - monoSeconds();
         if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
       }
       close(s);
     });
   } catch (...) {
-    done = true;
-    echo.join();
-    throw;
+    probeError = std::current_exception();
   }
   done = true;
   echo.join();
+  if (probeError) std::rethrow_exception(probeError);
   if (echoError) std::rethrow_exception(echoError);
-  if (!rtt.empty()) {
-    std::vector<double> v = rtt;
-    std::sort(v.begin(), v.end());
-    double mean = 0;
-    for (double x : v) mean += x / static_cast<double>(v.size());
-    out["rtt_s"] = {{"min", v.front()}, {"median", v[v.size() / 2]}, {"p99", v[std::min(v.size() - 1, v.size() * 99 / 100)]},
-                    {"max", v.back()}, {"mean", mean}, {"probes", v.size()}, {"lost", lostProbes}};
+  if (rtt.empty()) return json();
+  std::sort(rtt.begin(), rtt.end());
+  double mean = 0;
+  for (double x : rtt) mean += x / static_cast<double>(rtt.size());
+  return {{"min", rtt.front()}, {"median", rtt[rtt.size() / 2]}, {"p99", rtt[std::min(rtt.size() - 1, rtt.size() * 99 / 100)]},
+          {"max", rtt.back()}, {"mean", mean}, {"probes", rtt.size()}, {"lost", lost}};
+}
+
+// One iperf3 TCP stream a -> b; its goodput, the second half's median, retransmits, and the line
+// rate it drew (goodput x mtu / (mtu - 52): IP, TCP and timestamp headers).
+json iperfThrough(const DelayLine& line, const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
+  const std::string port = "5201";
+  std::thread server([&] { runCommand({"ip", "netns", "exec", line.nsB(), "iperf3", "-s", "-1", "-B", line.addressB(), "-p", port}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::vector<std::string> client = {"ip", "netns", "exec", line.nsA(), "iperf3", "-c", line.addressB(), "-p", port,
+                                     "-t", std::to_string(probe.iperfS), "-J"};
+  if (!probe.cc.empty()) client.insert(client.end(), {"-C", probe.cc});
+  const CommandResult r = runCommand(client);
+  server.join();
+  try {
+    const json j = json::parse(r.output);
+    if (j.contains("error")) throw std::runtime_error(j["error"].get<std::string>());
+    std::vector<double> late;  // the second half's per-second intervals: past the slow start
+    const json& iv = j.value("intervals", json::array());
+    for (size_t k = iv.size() / 2; k < iv.size(); ++k) late.push_back(iv[k]["sum"]["bits_per_second"].get<double>());
+    std::sort(late.begin(), late.end());
+    const double goodput = j["end"]["sum_received"]["bits_per_second"].get<double>();
+    const int mtu = lineOpt.aToB.mtu;
+    return {{"seconds", probe.iperfS}, {"bits_per_second", goodput},
+            {"second_half_median_bps", late.empty() ? json() : json(late[late.size() / 2])},
+            {"retransmits", j["end"]["sum_sent"].value("retransmits", 0)},
+            {"congestion", j["end"].value("sender_tcp_congestion", probe.cc)}, {"line_rate_bps", goodput * mtu / (mtu - 52.0)}};
+  } catch (const std::exception& e) {
+    throw std::runtime_error("delay line: iperf3 through the line failed (status " + std::to_string(r.status) + "): " + e.what() +
+                             "; output: " + r.output.substr(0, 400));
   }
+}
+
+}  // namespace
+
+json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
+  DelayLine line(lineOpt);
+  json out = {{"line", line.describe()}, {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
+  if (json rtt = roundTrips(line, lineOpt, probe); !rtt.is_null()) out["rtt_s"] = std::move(rtt);
   if (probe.iperfS > 0) {
-    const std::string port = "5201";
-    std::thread server([&] {
-      runCommand({"ip", "netns", "exec", line.nsB(), "iperf3", "-s", "-1", "-B", line.addressB(), "-p", port});
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    std::vector<std::string> client = {"ip", "netns", "exec", line.nsA(), "iperf3", "-c", line.addressB(), "-p", port,
-                                       "-t", std::to_string(probe.iperfS), "-J"};
-    if (!probe.cc.empty()) client.insert(client.end(), {"-C", probe.cc});
-    const CommandResult r = runCommand(client);
-    server.join();
-    try {
-      const json j = json::parse(r.output);
-      if (j.contains("error")) throw std::runtime_error(j["error"].get<std::string>());
-      // The second half's per-second intervals: the stream past its slow start.
-      std::vector<double> late;
-      const json& iv = j.value("intervals", json::array());
-      for (size_t k = iv.size() / 2; k < iv.size(); ++k) late.push_back(iv[k]["sum"]["bits_per_second"].get<double>());
-      std::sort(late.begin(), late.end());
-      out["iperf3"] = {{"seconds", probe.iperfS},
-                       {"bits_per_second", j["end"]["sum_received"]["bits_per_second"]},
-                       {"second_half_median_bps", late.empty() ? json() : json(late[late.size() / 2])},
-                       {"retransmits", j["end"]["sum_sent"].value("retransmits", 0)},
-                       {"congestion", j["end"].value("sender_tcp_congestion", probe.cc)}};
-      // The line's rate counts IP packets: TCP goodput x mtu / (mtu - 52) (IP, TCP and timestamp
-      // headers) is the rate the stream drew from it. A set rate not reached within 3% (a machine
-      // too slow to forward it, or a window too small for the path) says link_ok false.
-      const int mtu = lineOpt.aToB.mtu;
-      const double wire = out["iperf3"]["bits_per_second"].get<double>() * mtu / (mtu - 52.0);
-      out["iperf3"]["line_rate_bps"] = wire;
-      if (lineOpt.aToB.rateBps > 0 && lineOpt.aToB.deliveryMs.empty()) {
-        out["rate_error"] = wire / lineOpt.aToB.rateBps - 1;
-        out["link_ok"] = std::fabs(wire / lineOpt.aToB.rateBps - 1) <= 0.03;
-      }
-    } catch (const std::exception& e) {
-      throw std::runtime_error("delay line: iperf3 through the line failed (status " + std::to_string(r.status) + "): " +
-                               e.what() + "; output: " + r.output.substr(0, 400));
+    out["iperf3"] = iperfThrough(line, lineOpt, probe);
+    // A set rate not reached within 3% (a machine too slow to forward it, or a window too small
+    // for the path) says link_ok false.
+    if (lineOpt.aToB.rateBps > 0 && lineOpt.aToB.deliveryMs.empty()) {
+      const double err = out["iperf3"]["line_rate_bps"].get<double>() / lineOpt.aToB.rateBps - 1;
+      out["rate_error"] = err;
+      out["link_ok"] = std::fabs(err) <= 0.03;
     }
   }
   line.stop();
