@@ -139,22 +139,24 @@ std::string LinkSpec::describe() const {
   s += ", " + formatDuration(latencyS);
   if (jitterS > 0) s += " +-" + formatDuration(jitterS);
   if (loss > 0) s += ", loss " + std::to_string(loss);
+  if (mtu) s += ", mtu " + std::to_string(mtu);
   return s;
 }
 
 void to_json(nlohmann::json& j, const LinkSpec& s) {
   j = {{"bandwidth_bps", s.bandwidthBps}, {"latency_s", s.latencyS}, {"jitter_s", s.jitterS},
        {"loss", s.loss}, {"queue_bytes", s.queueBytes}};
+  if (s.mtu) j["mtu"] = s.mtu;
   if (!s.trace.empty()) j["trace"] = s.trace.source;
 }
 
 LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object like {\"bandwidth\": \"1Gbps\", \"latency\": \"5ms\"}");
-  static const std::vector<std::string> kKeys = {"bandwidth", "latency", "jitter", "loss", "queue_bytes", "trace",
+  static const std::vector<std::string> kKeys = {"bandwidth", "latency", "jitter", "loss", "queue_bytes", "trace", "mtu",
                                                  "bandwidth_bps", "latency_s", "jitter_s"};
   for (const auto& [k, v] : j.items())
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace");
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace, mtu");
   LinkSpec s;
   auto num = [&](const char* key, bool bandwidth) {
     const auto& v = j.at(key);
@@ -196,6 +198,12 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   if (j.contains("queue_bytes")) {
     if (!j["queue_bytes"].is_number_unsigned()) throw std::invalid_argument(where + ".queue_bytes: expected a positive integer");
     s.queueBytes = j["queue_bytes"].get<uint64_t>();
+  }
+  if (j.contains("mtu")) {
+    const auto& m = j["mtu"];
+    if (!m.is_number_integer() || m.get<int64_t>() < 576 || m.get<int64_t>() > 65535)
+      throw std::invalid_argument(where + ".mtu: " + m.dump() + " must be an integer number of bytes in 576..65535");
+    s.mtu = m.get<int>();
   }
   if (j.contains("trace")) {
     if (!j["trace"].is_string()) throw std::invalid_argument(where + ".trace: expected a file path string");

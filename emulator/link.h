@@ -51,6 +51,9 @@ struct LinkSpec {
   double retransmitS = 0.2;    // delay a lost message adds (an RTO), on a reliable transport
   uint64_t queueBytes = 64ull << 20;  // sender blocks while more than this is waiting on the link
   BandwidthTrace trace;        // if set, overrides bandwidthBps over time
+  // Bytes per packet where there are packets (the tc backend's path, the tcp model's segments);
+  // 0: the default (tc: 9000; the tcp model: 1500). Whole-message models do not use it.
+  int mtu = 0;
 
   std::string describe() const;
 };

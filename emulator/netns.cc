@@ -124,13 +124,13 @@ NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
   }
   if (line) {
     mechanism_["path"] = "delay line: a TUN device per namespace, a forwarding thread in the launcher (no netem in this kernel)";
-    mechanism_["rate"] = "delay line (goodput-compensated, mtu " + std::to_string(mtu_) + ", drop-tail 1000 packets)";
+    mechanism_["rate"] = "delay line (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own, drop-tail 1000 packets)";
     mechanism_["delay"] = "delay line";
     mechanism_["jitter"] = "delay line (no reordering)";
     mechanism_["loss"] = "delay line (Bernoulli, at ingress)";
   } else {
     mechanism_["path"] = "veth pair";
-    mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + ")";
+    mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own)";
     mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
     mechanism_["jitter"] = mechanism_["delay"];
     mechanism_["loss"] = f.netem ? "netem" : "none (no netem: a spec with loss > 0 is refused)";
@@ -146,7 +146,7 @@ void NetnsFabric::joinByVeth(int e) {
               "netns", ns_.at(edge.b)}, "create veth pair");
   for (int side : {edge.a, edge.b}) {
     const std::string dev = side == edge.a ? va : vb;
-    runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(mtu_)}, "set mtu");
+    runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(edgeMtu(e))}, "set mtu");
     runChecked({"ip", "-n", ns_[side], "addr", "add", address(e, side) + "/24", "dev", dev}, "add address");
     runChecked({"ip", "-n", ns_[side], "link", "set", dev, "up"}, "bring up veth");
     const CommandResult off = runCommand({"ip", "netns", "exec", ns_[side], "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"});
@@ -161,12 +161,13 @@ void NetnsFabric::joinByLine(int e) {
   const auto& edge = edges_[e];
   auto packetLink = [&](const LinkSpec& l, uint64_t seed) {
     PacketLinkSpec p;
-    p.rateBps = (l.trace.empty() ? l.bandwidthBps : l.trace.rateAt(0)) * mtu_ / (mtu_ - 52.0);
+    const int mtu = edgeMtu(e);
+    p.rateBps = (l.trace.empty() ? l.bandwidthBps : l.trace.rateAt(0)) * mtu / (mtu - 52.0);
     p.delayS = l.latencyS;
     p.jitterS = l.jitterS;
     p.loss = l.loss;
     p.queuePackets = 1000;
-    p.mtu = mtu_;
+    p.mtu = mtu;
     p.seed = seed;
     return p;
   };
@@ -177,6 +178,12 @@ void NetnsFabric::joinByLine(int e) {
   lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b), address(e, edge.a), address(e, edge.b),
                                                vethName(e, edge.a), vethName(e, edge.b)));
   mechanism_["offloads"] = "none on TUN devices (no virtio header): every packet is at most one MTU";
+}
+
+int NetnsFabric::edgeMtu(int edge) const {
+  const auto& e = edges_.at(edge);
+  const int m = std::max(e.aToB.mtu, e.bToA.mtu);  // a link's MTU is the pair's (both ends' devices)
+  return m > 0 ? m : mtu_;
 }
 
 bool NetnsFabric::pathCarriesDelay() const { return kernelFeatures().netem || !lines_.empty(); }
@@ -211,9 +218,10 @@ std::string NetnsFabric::address(int edge, int endpoint) const {
 void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
   const std::string& ns = ns_.at(from);
   const std::string dev = vethName(edge, from);
-  const double rate = wireRateFor(spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0), mtu_);
+  const int mtu = edgeMtu(edge);
+  const double rate = wireRateFor(spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0), mtu);
   // Burst: 1 ms worth of bytes, at least two MTU-sized packets.
-  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu_ + 14));
+  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu + 14));
   runChecked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}, "add htb");
   runChecked({"tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate",
               bitRate(rate), "ceil", bitRate(rate), "burst", std::to_string(burst), "cburst", std::to_string(burst)},
@@ -230,11 +238,11 @@ void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
 
 void NetnsFabric::setRate(int edge, int from, double bps) {
   if (!lines_.empty()) {
-    lines_.at(edge)->setRate(from == edges_.at(edge).a, bps * mtu_ / (mtu_ - 52.0));
+    lines_.at(edge)->setRate(from == edges_.at(edge).a, bps * edgeMtu(edge) / (edgeMtu(edge) - 52.0));
     return;
   }
-  const double rate = wireRateFor(bps, mtu_);
-  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu_ + 14));
+  const double rate = wireRateFor(bps, edgeMtu(edge));
+  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (edgeMtu(edge) + 14));
   runChecked({"tc", "-n", ns_.at(from), "class", "change", "dev", vethName(edge, from), "parent", "1:", "classid",
               "1:1", "htb", "rate", bitRate(rate), "ceil", bitRate(rate), "burst", std::to_string(burst), "cburst",
               std::to_string(burst)}, "change htb rate");

@@ -72,6 +72,7 @@ class NetnsFabric {
  private:
   void shape(int edge, int from, const LinkSpec& spec);
   void joinByVeth(int edge);
+  int edgeMtu(int edge) const;  // the edge's links' mtu, else the fabric's
   void joinByLine(int edge);
   std::string vethName(int edge, int endpoint) const;
 

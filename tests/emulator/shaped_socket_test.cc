@@ -265,6 +265,18 @@ TEST(LinkModelTest, TcpSlowStartAfterIdleByHand) {
   EXPECT_NEAR(linkModel("tcp").make()->stamp(c0, 1.0, 8000000), 1.064, 1e-12);
   EXPECT_FALSE(linkModel("tcp").kernelBackends);
   EXPECT_FALSE(linkModel("tcp").modelsVariation);
+  // Jumbo frames (the link's mtu 9000): segments of 8948 bytes, an initial window of 89,480; 6
+  // rounds carry 89,480 x 63 = 5,637,240 bytes, the 7th window (4 MiB, the cap) the last 2,362,760.
+  LinkSpec jumbo = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"mtu", 9000}}, "links");
+  EXPECT_EQ(jumbo.mtu, 9000);
+  LinkClock cj(jumbo, 0.0);
+  EXPECT_NEAR(linkModel("tcp").make()->stamp(cj, 0.0, 8000000), 0.6 + 8.0 * 2362760 / 1e9 + 0.05, 1e-12);
+  try {
+    linkSpecFromJson({{"mtu", 100}}, "links");
+    FAIL() << "an mtu of 100 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("links.mtu"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
