@@ -6,6 +6,7 @@
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -27,6 +28,7 @@
 
 #include "emulator/command.h"
 #include "emulator/link.h"
+#include "emulator/link_model.h"
 
 namespace slowpipe::emulator {
 
@@ -389,6 +391,100 @@ json iperfThrough(const DelayLine& line, const DelayLineOptions& lineOpt, const 
 }
 
 }  // namespace
+
+json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
+  if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
+  DelayLine line(lineOpt);
+  constexpr int kPort = 5301;
+  std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
+  std::exception_ptr serverError;
+  std::atomic<bool> listening{false}, failed{false};
+  std::atomic<size_t> received{0};  // messages the server has read whole (done[k] written before)
+  std::thread server([&] {
+    try {
+      inNamespace(line.nsB(), [&] {
+        const int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const int one = 1;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(kPort);
+        inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
+        if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 1) != 0) throw sysError("listen in b");
+        timeval tv{30, 0};  // a client that failed never connects: the accept gives up
+        setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        listening = true;
+        const int c = accept(l, nullptr, nullptr);
+        close(l);
+        if (c < 0) throw sysError("accept in b");
+        timeval rt{300, 0};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+        std::vector<char> buf(1 << 20);
+        for (size_t k = 0; k < probe.bytes.size(); ++k) {
+          for (uint64_t got = 0; got < probe.bytes[k];) {
+            const ssize_t n = recv(c, buf.data(), std::min<uint64_t>(buf.size(), probe.bytes[k] - got), 0);
+            if (n <= 0) throw sysError("receive message " + std::to_string(k));
+            got += static_cast<uint64_t>(n);
+          }
+          done[k] = monoSeconds();
+          received = k + 1;
+        }
+        close(c);
+      });
+    } catch (...) {
+      serverError = std::current_exception();
+      failed = true;
+      listening = true;
+    }
+  });
+  while (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::exception_ptr clientError;
+  try {
+    inNamespace(line.nsA(), [&] {
+      const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (!probe.cc.empty() && setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
+        throw sysError("congestion control '" + probe.cc + "'");
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(kPort);
+      inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
+      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw sysError("connect to b");
+      std::vector<char> payload(1 << 20, 'x');
+      for (size_t k = 0; k < probe.bytes.size(); ++k) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(probe.idleS[k]));
+        sent[k] = monoSeconds();
+        for (uint64_t put = 0; put < probe.bytes[k];) {
+          const ssize_t n = send(s, payload.data(), std::min<uint64_t>(payload.size(), probe.bytes[k] - put), 0);
+          if (n <= 0) throw sysError("send message " + std::to_string(k));
+          put += static_cast<uint64_t>(n);
+        }
+        while (received <= k && !failed) std::this_thread::sleep_for(std::chrono::microseconds(200));  // one at a time
+      }
+      close(s);
+    });
+  } catch (...) {
+    clientError = std::current_exception();
+  }
+  server.join();
+  if (clientError) std::rethrow_exception(clientError);
+  if (serverError) std::rethrow_exception(serverError);
+  // The model on the same messages: the line's goodput, delay and mtu.
+  const int mtu = lineOpt.aToB.mtu;
+  LinkSpec l;
+  l.bandwidthBps = lineOpt.aToB.rateBps * (mtu - 52.0) / mtu;
+  l.latencyS = lineOpt.aToB.delayS;
+  l.mtu = mtu;
+  LinkClock clock(l, 0.0);
+  auto model = linkModel("tcp").make();
+  json out = {{"line", line.describe()}, {"cc", probe.cc}, {"messages", json::array()}};
+  for (size_t k = 0; k < probe.bytes.size(); ++k) {
+    const double measured = done[k] - sent[k];
+    const double predicted = model->stamp(clock, sent[k] - sent[0], probe.bytes[k]) - (sent[k] - sent[0]);
+    out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"measured_s", measured},
+                               {"model_s", predicted}, {"error", predicted / measured - 1}});
+  }
+  return out;
+}
 
 json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
   DelayLine line(lineOpt);

@@ -97,4 +97,18 @@ struct DelayLineProbe {
 };
 nlohmann::json probeDelayLine(const DelayLineOptions& line, const DelayLineProbe& probe);
 
+// Messages over one TCP connection through the delay line against the `tcp` link model (issue 25:
+// the model per message against the kernel path): each message of `bytes[k]` is written after
+// `idleS[k]` without traffic; its completion is when the receiver in b has read its last byte (one
+// host, one monotonic clock). The model bills the same messages at their send times on a link of
+// the line's goodput (rate x (mtu - 52) / mtu), one-way delay and mtu. congestion control `cc` is
+// set on the client's socket (TCP_CONGESTION). JSON: per message bytes, idle_s, measured_s,
+// model_s, error (model / measured - 1).
+struct MessageProbe {
+  std::vector<uint64_t> bytes;
+  std::vector<double> idleS;
+  std::string cc;
+};
+nlohmann::json messageTimes(const DelayLineOptions& line, const MessageProbe& probe);
+
 }  // namespace slowpipe::emulator

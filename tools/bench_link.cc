@@ -133,6 +133,28 @@ void addDelayLineCommand(CLI::App& emu) {
   });
 }
 
+// `slowpipe emulator tcp-messages`: messages over one TCP connection through the delay line
+// against the tcp link model (emulator/delay_line.h messageTimes).
+void addTcpMessagesCommand(CLI::App& emu) {
+  auto text = std::make_shared<std::map<std::string, std::string>>();
+  auto probe = std::make_shared<emulator::MessageProbe>();
+  auto mtu = std::make_shared<int>(1500);
+  auto* cmd = emu.add_subcommand("tcp-messages", "messages over one TCP connection through the delay line, against the "
+                                                 "tcp link model (root)");
+  cmd->add_option("--rate", (*text)["rate"], "e.g. 1Gbps")->required();
+  cmd->add_option("--delay", (*text)["delay"], "one way, e.g. 50ms")->required();
+  cmd->add_option("--mtu", *mtu, "MTU of the line")->capture_default_str();
+  cmd->add_option("--bytes", probe->bytes, "message sizes in bytes (repeatable)")->required();
+  cmd->add_option("--idle", probe->idleS, "seconds without traffic before each message (one per message)")->required();
+  cmd->add_option("--cc", probe->cc, "congestion control of the sending socket");
+  cmd->callback([=] {
+    emulator::DelayLineOptions o;
+    o.aToB = emulator::packetLinkSpecFromJson({{"rate", (*text)["rate"]}, {"delay", (*text)["delay"]}, {"mtu", *mtu}}, "tcp-messages");
+    o.bToA = o.aToB;
+    std::cout << emulator::messageTimes(o, *probe).dump(2) << std::endl;
+  });
+}
+
 void addEmulatorCommands(CLI::App& app) {
   auto* emu = app.add_subcommand("emulator", "kernel backend housekeeping");
   emu->require_subcommand(1);
@@ -148,6 +170,7 @@ void addEmulatorCommands(CLI::App& app) {
     for (const auto& n : shaped) std::printf("  %s\n", n.c_str());
   });
   addDelayLineCommand(*emu);
+  addTcpMessagesCommand(*emu);
   emu->add_subcommand("probe", "show which qdiscs the kernel offers")->callback([] {
     const auto& f = emulator::kernelFeatures();
     std::cout << json{{"root", f.root}, {"htb", f.htb}, {"tbf", f.tbf}, {"netem", f.netem}, {"note", f.note}}.dump(2) << std::endl;
