@@ -29,6 +29,7 @@
 #include "emulator/command.h"
 #include "emulator/link.h"
 #include "emulator/link_model.h"
+#include "emulator/shaped_socket.h"
 
 namespace slowpipe::emulator {
 
@@ -38,11 +39,6 @@ namespace {
 
 std::atomic<int> gLineSeq{0};
 
-double monoSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 std::runtime_error sysError(const std::string& what) { return std::runtime_error("delay line: " + what + ": " + std::strerror(errno)); }
 
@@ -182,13 +178,13 @@ struct Forwarder {
     std::vector<double>* late;
   };
   Side sides[2];
-  double start = monoSeconds();
+  double start = hostClockNow();
   std::unordered_map<uint64_t, std::vector<uint8_t>> held;
   uint64_t nextId = 0;
   std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
   std::vector<double> due;
 
-  double now() const { return monoSeconds() - start; }
+  double now() const { return hostClockNow() - start; }
   double next() const { return std::min(sides[0].link->nextEvent(), sides[1].link->nextEvent()); }
   // Offers everything the kernels have sent to their directions' links.
   void readAll() {
@@ -277,22 +273,26 @@ namespace {
 
 constexpr int kEchoPort = 9;
 
-// A UDP socket bound (bind = true) or connected to ip:port; throws naming what failed.
-int udpSocket(const std::string& ip, int port, bool bindIt) {
-  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+// A socket of `type` (SOCK_DGRAM, SOCK_STREAM) bound (bind = true) or connected to ip:port,
+// after `prepare` (socket options that must precede it); throws naming what failed.
+int ipv4Socket(int type, const std::string& ip, int port, bool bindIt, const std::function<void(int)>& prepare = {}) {
+  const int s = socket(AF_INET, type | SOCK_CLOEXEC, 0);
   if (s < 0) throw sysError("socket");
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  const int rc = bindIt ? bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) : connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  if (rc != 0) {
-    const auto e = sysError(std::string(bindIt ? "bind" : "connect") + " a UDP socket to " + ip);
+  try {
+    if (prepare) prepare(s);
+    const int rc = bindIt ? bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) : connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (rc != 0) throw sysError(std::string(bindIt ? "bind" : "connect") + " a socket to " + ip + ":" + std::to_string(port));
+  } catch (...) {
     close(s);
-    throw e;
+    throw;
   }
   return s;
 }
+int udpSocket(const std::string& ip, int port, bool bindIt) { return ipv4Socket(SOCK_DGRAM, ip, port, bindIt); }
 
 // Round trips of UDP probes a -> b -> a (an echo in b's namespace), one every gapS.
 json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
@@ -329,7 +329,7 @@ json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const De
       std::vector<char> msg(static_cast<size_t>(std::max(16, probe.probeBytes)), 0);
       for (int i = 0; i < probe.probes; ++i) {
         std::memcpy(msg.data(), &i, sizeof i);
-        const double t0 = monoSeconds();
+        const double t0 = hostClockNow();
         if (send(s, msg.data(), msg.size(), 0) < 0) throw sysError("send a probe");
         char back[2048];
         bool got = false;
@@ -338,9 +338,9 @@ json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const De
           std::memcpy(&k, back, sizeof k);
           got = k == i;
         }
-        if (got) rtt.push_back(monoSeconds() - t0);
+        if (got) rtt.push_back(hostClockNow() - t0);
         else ++lost;
-        const double wait = t0 + probe.gapS - monoSeconds();
+        const double wait = t0 + probe.gapS - hostClockNow();
         if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
       }
       close(s);
@@ -392,45 +392,83 @@ json iperfThrough(const DelayLine& line, const DelayLineOptions& lineOpt, const 
 
 }  // namespace
 
+namespace {
+
+constexpr int kMessagePort = 5301;
+
+// b's side: accepts one connection and reads the messages whole, each one's end time in done[k]
+// before `received` counts it.
+void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& done, std::atomic<size_t>& received,
+                     std::atomic<bool>& listening) {
+  const int l = ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, true, [](int fd) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  });
+  timeval tv{30, 0};  // a client that failed never connects: the accept gives up
+  setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (listen(l, 1) != 0) {
+    close(l);
+    throw sysError("listen in b");
+  }
+  listening = true;
+  const int c = accept(l, nullptr, nullptr);
+  close(l);
+  if (c < 0) throw sysError("accept in b");
+  timeval rt{300, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+  std::vector<char> buf(1 << 20);
+  for (size_t k = 0; k < probe.bytes.size(); ++k) {
+    for (uint64_t got = 0; got < probe.bytes[k];) {
+      const ssize_t n = recv(c, buf.data(), std::min<uint64_t>(buf.size(), probe.bytes[k] - got), 0);
+      if (n <= 0) {
+        close(c);
+        throw sysError("receive message " + std::to_string(k));
+      }
+      got += static_cast<uint64_t>(n);
+    }
+    done[k] = hostClockNow();
+    received = k + 1;
+  }
+  close(c);
+}
+
+// a's side: one connection (its congestion control set first); each message after its idle time,
+// the next only once b has read the last one whole.
+void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, const std::atomic<size_t>& received,
+                  const std::atomic<bool>& failed) {
+  const int s = ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, false, [&](int fd) {
+    if (!probe.cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
+      throw sysError("congestion control '" + probe.cc + "'");
+  });
+  std::vector<char> payload(1 << 20, 'x');
+  for (size_t k = 0; k < probe.bytes.size(); ++k) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(probe.idleS[k]));
+    sent[k] = hostClockNow();
+    for (uint64_t put = 0; put < probe.bytes[k];) {
+      const ssize_t n = send(s, payload.data(), std::min<uint64_t>(payload.size(), probe.bytes[k] - put), 0);
+      if (n <= 0) {
+        close(s);
+        throw sysError("send message " + std::to_string(k));
+      }
+      put += static_cast<uint64_t>(n);
+    }
+    while (received <= k && !failed) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  close(s);
+}
+
+}  // namespace
+
 json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
   DelayLine line(lineOpt);
-  constexpr int kPort = 5301;
   std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
-  std::exception_ptr serverError;
+  std::exception_ptr serverError, clientError;
   std::atomic<bool> listening{false}, failed{false};
-  std::atomic<size_t> received{0};  // messages the server has read whole (done[k] written before)
+  std::atomic<size_t> received{0};
   std::thread server([&] {
     try {
-      inNamespace(line.nsB(), [&] {
-        const int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const int one = 1;
-        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(kPort);
-        inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
-        if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 1) != 0) throw sysError("listen in b");
-        timeval tv{30, 0};  // a client that failed never connects: the accept gives up
-        setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        listening = true;
-        const int c = accept(l, nullptr, nullptr);
-        close(l);
-        if (c < 0) throw sysError("accept in b");
-        timeval rt{300, 0};
-        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
-        std::vector<char> buf(1 << 20);
-        for (size_t k = 0; k < probe.bytes.size(); ++k) {
-          for (uint64_t got = 0; got < probe.bytes[k];) {
-            const ssize_t n = recv(c, buf.data(), std::min<uint64_t>(buf.size(), probe.bytes[k] - got), 0);
-            if (n <= 0) throw sysError("receive message " + std::to_string(k));
-            got += static_cast<uint64_t>(n);
-          }
-          done[k] = monoSeconds();
-          received = k + 1;
-        }
-        close(c);
-      });
+      inNamespace(line.nsB(), [&] { receiveMessages(line, probe, done, received, listening); });
     } catch (...) {
       serverError = std::current_exception();
       failed = true;
@@ -438,30 +476,8 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
     }
   });
   while (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::exception_ptr clientError;
   try {
-    inNamespace(line.nsA(), [&] {
-      const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (!probe.cc.empty() && setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
-        throw sysError("congestion control '" + probe.cc + "'");
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(kPort);
-      inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
-      if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw sysError("connect to b");
-      std::vector<char> payload(1 << 20, 'x');
-      for (size_t k = 0; k < probe.bytes.size(); ++k) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(probe.idleS[k]));
-        sent[k] = monoSeconds();
-        for (uint64_t put = 0; put < probe.bytes[k];) {
-          const ssize_t n = send(s, payload.data(), std::min<uint64_t>(payload.size(), probe.bytes[k] - put), 0);
-          if (n <= 0) throw sysError("send message " + std::to_string(k));
-          put += static_cast<uint64_t>(n);
-        }
-        while (received <= k && !failed) std::this_thread::sleep_for(std::chrono::microseconds(200));  // one at a time
-      }
-      close(s);
-    });
+    inNamespace(line.nsA(), [&] { sendMessages(line, probe, sent, received, failed); });
   } catch (...) {
     clientError = std::current_exception();
   }
@@ -478,8 +494,8 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   auto model = linkModel("tcp").make();
   json out = {{"line", line.describe()}, {"cc", probe.cc}, {"messages", json::array()}};
   for (size_t k = 0; k < probe.bytes.size(); ++k) {
-    const double measured = done[k] - sent[k];
-    const double predicted = model->stamp(clock, sent[k] - sent[0], probe.bytes[k]) - (sent[k] - sent[0]);
+    const double at = sent[k] - sent[0], measured = done[k] - sent[k];
+    const double predicted = model->stamp(clock, at, probe.bytes[k]) - at;
     out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"measured_s", measured},
                                {"model_s", predicted}, {"error", predicted / measured - 1}});
   }
