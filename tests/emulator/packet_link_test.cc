@@ -160,7 +160,8 @@ TEST(PacketLinkTest, LossModelsMeetTheirMeansOverAMillionPackets) {
 }  // namespace slowpipe::emulator
 
 // The delay line itself: two namespaces joined through TUN devices (root; skipped elsewhere).
-// UDP round trips equal 2 x the one-way delay within 0.1 ms at the median and never come early;
+// UDP round trips equal 2 x the one-way delay within 0.3 ms at the median (the line's own cost:
+// 0.03-0.14 ms in Release, 0.10 ms seen at the median under ASan in CI) and never come early;
 // one cubic stream draws 1 Gbps at MTU 1500 from the line within 3% (or the machine could not
 // forward it, which the probe says: link_ok false with the rate it reached); nothing is left behind.
 namespace slowpipe::emulator {
@@ -185,7 +186,7 @@ TEST(DelayLineTest, RoundTripsAreTwiceTheDelay) {
   ASSERT_TRUE(r.contains("rtt_s")) << r.dump();
   EXPECT_EQ(r["rtt_s"]["probes"], 100);
   EXPECT_GE(r["rtt_s"]["min"].get<double>(), 0.020) << r["rtt_s"].dump();
-  EXPECT_LE(r["rtt_s"]["median"].get<double>(), 0.020 + 1e-4) << r["rtt_s"].dump();
+  EXPECT_LE(r["rtt_s"]["median"].get<double>(), 0.020 + 3e-4) << r["rtt_s"].dump();
   EXPECT_EQ(r["stats"]["a_to_b"]["lost_ingress"], 0);
   EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
