@@ -30,6 +30,7 @@
 #include "emulator/link.h"
 #include "emulator/link_model.h"
 #include "emulator/shaped_socket.h"
+#include "emulator/tcp_settings.h"
 
 namespace slowpipe::emulator {
 
@@ -434,19 +435,37 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
 
 // a's side: one connection (its congestion control set first); each message after its idle time,
 // the next only once b has read the last one whole.
-void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, const std::atomic<size_t>& received,
-                  const std::atomic<bool>& failed) {
+// Samples [host time, cwnd, packets unacked, bytes acked] of connection `fd` every `everyS` while `on`.
+void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& trace) {
+  trace = json::array();
+  while (on) {
+    const json i = socketTcpInfo(fd);
+    trace.push_back({hostClockNow(), i["cwnd"], i["unacked"], i["bytes_acked"]});
+    std::this_thread::sleep_for(std::chrono::duration<double>(everyS));
+  }
+}
+
+// The connection's TCP_INFO is read before each message and once after the last (info: one more
+// entry than messages).
+void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, std::vector<json>& info,
+                  json& trace, const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
   const int s = ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, false, [&](int fd) {
     if (!probe.cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
       throw sysError("congestion control '" + probe.cc + "'");
   });
   std::vector<char> payload(1 << 20, 'x');
+  std::atomic<bool> sending{true};
+  std::thread tracer;
+  if (probe.traceS > 0) tracer = std::thread([&] { traceConnection(s, probe.traceS, sending, trace); });
   for (size_t k = 0; k < probe.bytes.size(); ++k) {
     std::this_thread::sleep_for(std::chrono::duration<double>(probe.idleS[k]));
+    info.push_back(socketTcpInfo(s));
     sent[k] = hostClockNow();
     for (uint64_t put = 0; put < probe.bytes[k];) {
       const ssize_t n = send(s, payload.data(), std::min<uint64_t>(payload.size(), probe.bytes[k] - put), 0);
       if (n <= 0) {
+        sending = false;
+        if (tracer.joinable()) tracer.join();
         close(s);
         throw sysError("send message " + std::to_string(k));
       }
@@ -454,15 +473,46 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
     }
     while (received <= k && !failed) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  info.push_back(socketTcpInfo(s));
+  sending = false;
+  if (tracer.joinable()) tracer.join();
   close(s);
 }
 
+// What the sender's TCP_INFO says of one message: the window it started with and what held it back.
+json kernelDuring(const json& before, const json& after) {
+  auto grew = [&](const char* k) { return after[k].get<double>() - before[k].get<double>(); };
+  return {{"cwnd_before", before["cwnd"]}, {"ssthresh_before", before["ssthresh"]}, {"snd_wnd_before", before["snd_wnd"]},
+          {"rto_before_s", before["rto_s"]}, {"cwnd_after", after["cwnd"]}, {"retrans", grew("total_retrans")},
+          {"busy_s", grew("busy_s")}, {"rwnd_limited_s", grew("rwnd_limited_s")}, {"sndbuf_limited_s", grew("sndbuf_limited_s")}};
+}
+
 }  // namespace
+
+void billTcpModel(json& run) {
+  const int mtu = run.at("mtu").get<int>();
+  LinkSpec l;
+  l.bandwidthBps = run.at("rate_bps").get<double>() * (mtu - 52.0) / mtu;  // the line's goodput
+  l.latencyS = run.at("delay_s").get<double>();
+  l.mtu = mtu;
+  l.loss = run.at("loss").get<double>();
+  l.tcp.congestionControl = run.at("cc").get<std::string>();
+  LinkClock clock(l, 0.0, run.at("seed").get<uint64_t>());  // the model draws its losses with the line's seed
+  auto model = linkModel("tcp").make();
+  for (auto& m : run.at("messages")) {
+    const double at = m.at("sent_s").get<double>();
+    const double predicted = model->stamp(clock, at, m.at("bytes").get<uint64_t>()) - at;
+    m["model_s"] = predicted;
+    m["error"] = predicted / m.at("measured_s").get<double>() - 1;
+  }
+}
 
 json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
   DelayLine line(lineOpt);
   std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
+  std::vector<json> info;
+  json trace;
   std::exception_ptr serverError, clientError;
   std::atomic<bool> listening{false}, failed{false};
   std::atomic<size_t> received{0};
@@ -477,27 +527,23 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   });
   while (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   try {
-    inNamespace(line.nsA(), [&] { sendMessages(line, probe, sent, received, failed); });
+    inNamespace(line.nsA(), [&] { sendMessages(line, probe, sent, info, trace, received, failed); });
   } catch (...) {
     clientError = std::current_exception();
   }
   server.join();
   if (clientError) std::rethrow_exception(clientError);
   if (serverError) std::rethrow_exception(serverError);
-  // The model on the same messages: the line's goodput, delay and mtu.
-  const int mtu = lineOpt.aToB.mtu;
-  LinkSpec l;
-  l.bandwidthBps = lineOpt.aToB.rateBps * (mtu - 52.0) / mtu;
-  l.latencyS = lineOpt.aToB.delayS;
-  l.mtu = mtu;
-  LinkClock clock(l, 0.0);
-  auto model = linkModel("tcp").make();
-  json out = {{"line", line.describe()}, {"cc", probe.cc}, {"messages", json::array()}};
-  for (size_t k = 0; k < probe.bytes.size(); ++k) {
-    const double at = sent[k] - sent[0], measured = done[k] - sent[k];
-    const double predicted = model->stamp(clock, at, probe.bytes[k]) - at;
-    out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"measured_s", measured},
-                               {"model_s", predicted}, {"error", predicted / measured - 1}});
+  json out = {{"line", line.describe()}, {"rate_bps", lineOpt.aToB.rateBps}, {"delay_s", lineOpt.aToB.delayS},
+              {"mtu", lineOpt.aToB.mtu}, {"cc", probe.cc}, {"loss", lineOpt.aToB.loss}, {"seed", lineOpt.aToB.seed},
+              {"messages", json::array()}};
+  for (size_t k = 0; k < probe.bytes.size(); ++k)
+    out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"sent_s", sent[k] - sent[0]},
+                               {"measured_s", done[k] - sent[k]}, {"kernel", kernelDuring(info[k], info[k + 1])}});
+  billTcpModel(out);
+  if (probe.traceS > 0) {
+    for (auto& row : trace) row[0] = row[0].get<double>() - sent[0];
+    out["trace"] = {{"columns", {"t_s", "cwnd", "unacked", "bytes_acked"}}, {"rows", std::move(trace)}};
   }
   return out;
 }

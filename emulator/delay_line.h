@@ -108,7 +108,13 @@ struct MessageProbe {
   std::vector<uint64_t> bytes;
   std::vector<double> idleS;
   std::string cc;
+  double traceS = 0;  // > 0: the sender's cwnd and bytes in flight sampled this often ("trace")
 };
 nlohmann::json messageTimes(const DelayLineOptions& line, const MessageProbe& probe);
+// Bills the tcp link model on the messages of a messageTimes result (their send times, the line's
+// goodput, delay, mtu, loss and seed, the socket's congestion control): sets each message's
+// model_s and error. `slowpipe emulator tcp-rebill` runs it on saved results, so a change to the
+// model is checked against measurements without measuring again.
+void billTcpModel(nlohmann::json& run);
 
 }  // namespace slowpipe::emulator

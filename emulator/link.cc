@@ -148,12 +148,13 @@ void to_json(nlohmann::json& j, const LinkSpec& s) {
        {"loss", s.loss}, {"queue_bytes", s.queueBytes}};
   if (s.mtu) j["mtu"] = s.mtu;
   if (!s.trace.empty()) j["trace"] = s.trace.source;
+  if (!s.tcp.empty()) j["tcp"] = toJson(s.tcp);
 }
 
 LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object like {\"bandwidth\": \"1Gbps\", \"latency\": \"5ms\"}");
   static const std::vector<std::string> kKeys = {"bandwidth", "latency", "jitter", "loss", "queue_bytes", "trace", "mtu",
-                                                 "bandwidth_bps", "latency_s", "jitter_s"};
+                                                 "bandwidth_bps", "latency_s", "jitter_s", "tcp"};
   for (const auto& [k, v] : j.items())
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
       throw std::invalid_argument(where + "." + k + ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace, mtu");
@@ -209,6 +210,7 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
     if (!j["trace"].is_string()) throw std::invalid_argument(where + ".trace: expected a file path string");
     s.trace = BandwidthTrace::load(j["trace"].get<std::string>());
   }
+  if (j.contains("tcp")) s.tcp = tcpSettingsFromJson(j["tcp"], where + ".tcp");
   return s;
 }
 
@@ -218,6 +220,15 @@ const LinkSpec& Topology::link(int src, int dst) const {
 }
 
 Topology topologyFromJson(const nlohmann::json& j, const std::string& where) {
+  // A run's TCP settings are one for all its links (network.tcp), as the kernel's are one per
+  // namespace; the link table copies them into each link.
+  auto noTcp = [](const nlohmann::json& l, const std::string& at) {
+    if (l.is_object() && l.contains("tcp"))
+      throw std::invalid_argument(at + ".tcp: TCP settings are the run's, not a link's; set network.tcp");
+  };
+  noTcp(j, where);
+  if (j.is_object() && j.contains("links") && j["links"].is_array())
+    for (size_t i = 0; i < j["links"].size(); ++i) noTcp(j["links"][i], where + ".links[" + std::to_string(i) + "]");
   Topology t;
   nlohmann::json base = j;
   if (j.is_object() && j.contains("links")) base.erase("links");

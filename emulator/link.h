@@ -17,6 +17,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "emulator/tcp_settings.h"
+
 namespace slowpipe::emulator {
 
 // Parses "100Mbps" etc. into bits/s. `field` names the setting in error messages.
@@ -54,6 +56,10 @@ struct LinkSpec {
   // Bytes per packet where there are packets (the tc backend's path, the tcp model's segments);
   // 0: the default (tc: 9000; the tcp model: 1500). Whole-message models do not use it.
   int mtu = 0;
+  // The connection's TCP settings where a model runs TCP (network.model tcp; the run's
+  // network.tcp, copied into every link of the table): congestion control, send buffer, restart
+  // after idle. Empty: Linux's defaults.
+  TcpSettings tcp;
 
   std::string describe() const;
 };
@@ -85,6 +91,8 @@ class LinkClock {
   // Time 0 of the bandwidth trace (a run aligns it with its first step, so the trace's phases
   // fall alike in every rank, every repeat and the simulator). Before the first message only.
   void setTraceOrigin(double origin) { start_ = origin; }
+  // A uniform draw in [0, 1) from the link's seeded generator (what a model draws its loss from).
+  double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
 
  private:
   LinkSpec spec_;

@@ -37,6 +37,7 @@ struct LinkModelInfo {
   bool pacesAtSender = true;
   bool kernelBackends = true;  // runs on tc / tc-dev (the kernel shapes the rate)
   bool modelsVariation = true; // bills jitter, loss and bandwidth traces (else: rate and latency only)
+  bool modelsLoss = false;     // without modelsVariation: bills the links' (packet) loss all the same
 };
 
 // Every registered model, in registration order; "pipelined, serial_fifo, ...".

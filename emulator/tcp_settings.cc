@@ -1,7 +1,13 @@
 // Transport settings per namespace and TCP_INFO from ss (see tcp_settings.h).
 #include "emulator/tcp_settings.h"
 
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -12,7 +18,7 @@ namespace slowpipe::emulator {
 using nlohmann::json;
 
 TcpSettings tcpSettingsFromJson(const json& j, const std::string& where) {
-  if (!j.is_object()) throw std::invalid_argument(where + ": expected {\"congestion_control\", \"slow_start_after_idle\", \"wmem_max\", \"rmem_max\"}");
+  if (!j.is_object()) throw std::invalid_argument(where + ": expected {\"congestion_control\", \"slow_start_after_idle\", \"wmem_max\", \"rmem_max\", \"streams\"}");
   TcpSettings t;
   for (const auto& [k, v] : j.items()) {
     const std::string f = where + "." + k;
@@ -28,8 +34,12 @@ TcpSettings tcpSettingsFromJson(const json& j, const std::string& where) {
       if (!v.is_number_integer() || v.get<int64_t>() < 65536 || v.get<int64_t>() > (int64_t{1} << 31))
         throw std::invalid_argument(f + ": " + v.dump() + " must be a byte count in 65536..2147483648");
       (k == "wmem_max" ? t.wmemMax : t.rmemMax) = v.get<uint64_t>();
+    } else if (k == "streams") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 64)
+        throw std::invalid_argument(f + ": " + v.dump() + " must be a number of connections in 1..64");
+      t.streams = v.get<int>();
     } else {
-      throw std::invalid_argument(f + ": unknown field; expected congestion_control, slow_start_after_idle, wmem_max, rmem_max");
+      throw std::invalid_argument(f + ": unknown field; expected congestion_control, slow_start_after_idle, wmem_max, rmem_max, streams");
     }
   }
   return t;
@@ -41,6 +51,7 @@ json toJson(const TcpSettings& t) {
   if (t.slowStartAfterIdle) j["slow_start_after_idle"] = *t.slowStartAfterIdle;
   if (t.wmemMax) j["wmem_max"] = t.wmemMax;
   if (t.rmemMax) j["rmem_max"] = t.rmemMax;
+  if (t.streams != 1) j["streams"] = t.streams;
   return j;
 }
 
@@ -143,6 +154,28 @@ json tcpInfo(const std::string& ns) {
   const CommandResult r = runCommand({"ip", "netns", "exec", ns, "ss", "-tinH"});
   if (r.status != 0) return {{"error", "ss -tin in " + ns + " failed: " + r.output}};
   return parseSsTcpInfo(r.output);
+}
+
+json socketTcpInfo(int fd) {
+  tcp_info i{};
+  socklen_t len = sizeof i;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &i, &len) != 0)
+    throw std::runtime_error(std::string("getsockopt TCP_INFO: ") + std::strerror(errno));
+  constexpr uint32_t kInfiniteSsthresh = 0x7fffffff;
+  return {{"cwnd", i.tcpi_snd_cwnd},
+          {"ssthresh", i.tcpi_snd_ssthresh >= kInfiniteSsthresh ? json(nullptr) : json(i.tcpi_snd_ssthresh)},
+          {"snd_wnd", i.tcpi_snd_wnd},
+          {"mss", i.tcpi_snd_mss},
+          {"rtt_s", i.tcpi_rtt * 1e-6},
+          {"rto_s", i.tcpi_rto * 1e-6},
+          {"unacked", i.tcpi_unacked},
+          {"bytes_sent", i.tcpi_bytes_sent},
+          {"bytes_acked", i.tcpi_bytes_acked},
+          {"bytes_retrans", i.tcpi_bytes_retrans},
+          {"total_retrans", i.tcpi_total_retrans},
+          {"busy_s", i.tcpi_busy_time * 1e-6},
+          {"rwnd_limited_s", i.tcpi_rwnd_limited * 1e-6},
+          {"sndbuf_limited_s", i.tcpi_sndbuf_limited * 1e-6}};
 }
 
 }  // namespace slowpipe::emulator

@@ -16,10 +16,12 @@ struct TcpSettings {
   std::string congestionControl;          // empty: the kernel's default
   std::optional<bool> slowStartAfterIdle; // net.ipv4.tcp_slow_start_after_idle
   uint64_t wmemMax = 0, rmemMax = 0;      // the maxima of net.ipv4.tcp_wmem / tcp_rmem (0: the kernel's)
-  bool empty() const { return congestionControl.empty() && !slowStartAfterIdle && !wmemMax && !rmemMax; }
+  int streams = 1;                        // connections per peer pair a message is striped over
+  bool empty() const { return congestionControl.empty() && !slowStartAfterIdle && !wmemMax && !rmemMax && streams == 1; }
 };
 
-// {"congestion_control": "reno", "slow_start_after_idle": false, "wmem_max": bytes, "rmem_max": bytes};
+// {"congestion_control": "reno", "slow_start_after_idle": false, "wmem_max": bytes, "rmem_max": bytes,
+// "streams": 1..64};
 // errors name "<where>.<field>".
 TcpSettings tcpSettingsFromJson(const nlohmann::json& j, const std::string& where);
 nlohmann::json toJson(const TcpSettings& t);
@@ -35,5 +37,11 @@ nlohmann::json applyTcpSettings(const std::string& ns, const TcpSettings& t);
 nlohmann::json tcpInfo(const std::string& ns);
 // The same from `ss -tin` output (exposed for tests).
 nlohmann::json parseSsTcpInfo(const std::string& text);
+
+// TCP_INFO of one connected socket, read directly (getsockopt): cwnd and ssthresh (segments;
+// ssthresh null while infinite), snd_wnd (the peer's advertised window, bytes), mss, rtt_s, rto_s,
+// packets unacked, the counters bytes_sent, bytes_acked, bytes_retrans, total_retrans, and the times (s) the connection was busy,
+// limited by the receive window, limited by the send buffer. Throws naming errno.
+nlohmann::json socketTcpInfo(int fd);
 
 }  // namespace slowpipe::emulator

@@ -1,6 +1,9 @@
 // A Channel: this rank's links with one peer (see channel.h).
 #include "runtime/channel.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -26,28 +29,98 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
   if (out.dst != opt_.peer || in.src != opt_.peer || out.src != in.dst)
     throw std::logic_error("channel to rank " + std::to_string(opt_.peer) + ": connected with links " + std::to_string(out.src) +
                            " -> " + std::to_string(out.dst) + " and " + std::to_string(in.src) + " -> " + std::to_string(in.dst));
-  push_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
-  push_->set(zmq::sockopt::sndhwm, 0);
-  // Linger: a rank that finishes first must still deliver its last messages (the final
-  // evaluation batches, the last round's frames) before its process exits.
-  push_->set(zmq::sockopt::linger, 30000);
-  if (opt_.security) opt_.security->client(*push_, opt_.peer);
-  push_->connect(peerEndpoint);
-  sender_ = std::make_unique<emulator::ShapedSender>(*push_, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model),
-                                                     senderSeed);
+  // Where the kernel carries the link, network.tcp.streams connections (each its own PUSH socket,
+  // so its own TCP connection); a link model's timing is its own business: one.
+  const int streams = out.model.empty() ? std::max(1, out.spec.tcp.streams) : 1;
+  for (int i = 0; i < streams; ++i) {
+    auto push = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
+    push->set(zmq::sockopt::sndhwm, 0);
+    // Linger: a rank that finishes first must still deliver its last messages (the final
+    // evaluation batches, the last round's frames) before its process exits.
+    push->set(zmq::sockopt::linger, 30000);
+    if (opt_.security) opt_.security->client(*push, opt_.peer);
+    push->connect(peerEndpoint);
+    senders_.push_back(std::make_unique<emulator::ShapedSender>(
+        *push, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model), senderSeed + 7919 * i));
+    pushes_.push_back(std::move(push));
+  }
   receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS, in.receiverJitterS, opt_.receiverSeed);
   if (inbound) receiver_->billWith(inbound, in.spec);
 }
 
 void Channel::setTraceOrigin(double origin) {
-  if (sender_) sender_->setTraceOrigin(origin);
+  for (auto& sender : senders_) sender->setTraceOrigin(origin);
 }
 
 double Channel::send(zmq::message_t frame) {
-  if (!sender_) throw std::logic_error("channel to rank " + std::to_string(opt_.peer) + " used before connect()");
+  if (senders_.empty()) throw std::logic_error("channel to rank " + std::to_string(opt_.peer) + " used before connect()");
   const double t0 = emulator::monotonicNow();
-  sender_->send(std::move(frame));
+  if (senders_.size() == 1) senders_[0]->send(std::move(frame));
+  else sendStriped(std::move(frame));
   return emulator::monotonicNow() - t0;
+}
+
+namespace {
+
+constexpr uint32_t kStripeMagic = 0x54535053;  // "SPST"
+constexpr size_t kStripeHeader = 16;           // magic u32, index u16, count u16, sequence u64
+
+}  // namespace
+
+void Channel::sendStriped(zmq::message_t frame) {
+  const size_t bytes = frame.size(), count = senders_.size(), per = (bytes + count - 1) / count;
+  const uint64_t seq = stripeSeq_++;
+  const auto* data = static_cast<const uint8_t*>(frame.data());
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = std::min(bytes, i * per), len = std::min(per, bytes - at);
+    zmq::message_t part(kStripeHeader + len);
+    auto* p = static_cast<uint8_t*>(part.data());
+    const uint16_t index = static_cast<uint16_t>(i), n = static_cast<uint16_t>(count);
+    std::memcpy(p, &kStripeMagic, 4);
+    std::memcpy(p + 4, &index, 2);
+    std::memcpy(p + 6, &n, 2);
+    std::memcpy(p + 8, &seq, 8);
+    if (len) std::memcpy(p + kStripeHeader, data + at, len);
+    senders_[i]->send(std::move(part));
+  }
+}
+
+std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMessage m) {
+  const auto* p = static_cast<const uint8_t*>(m.payload.data());
+  uint32_t magic = 0;
+  if (m.payload.size() >= kStripeHeader) std::memcpy(&magic, p, 4);
+  if (magic != kStripeMagic) return m;  // a whole frame
+  uint16_t index = 0, count = 0;
+  uint64_t seq = 0;
+  std::memcpy(&index, p + 4, 2);
+  std::memcpy(&count, p + 6, 2);
+  std::memcpy(&seq, p + 8, 8);
+  Stripes& s = stripes_[seq];
+  if (s.parts.empty()) s.parts.resize(count);
+  if (count == 0 || index >= count || s.parts.size() != count || s.parts[index].payload.size() > 0)
+    throw std::runtime_error("channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) + " of " +
+                             std::to_string(count) + " of frame " + std::to_string(seq) + " does not fit the stripes received");
+  s.parts[index] = std::move(m);
+  if (++s.got < count) return std::nullopt;
+  // All stripes are in: the frame, sent when its first stripe was, delivered with its last.
+  size_t bytes = 0;
+  for (const auto& part : s.parts) bytes += part.payload.size() - kStripeHeader;
+  emulator::ShapedMessage whole;
+  whole.payload = zmq::message_t(bytes);
+  whole.envelope = s.parts[0].envelope;
+  whole.envelope.bytes = bytes;
+  auto* out = static_cast<uint8_t*>(whole.payload.data());
+  for (const auto& part : s.parts) {
+    const size_t len = part.payload.size() - kStripeHeader;
+    std::memcpy(out, static_cast<const uint8_t*>(part.payload.data()) + kStripeHeader, len);
+    out += len;
+    whole.envelope.sendTime = std::min(whole.envelope.sendTime, part.envelope.sendTime);
+    whole.receivedAt = std::max(whole.receivedAt, part.receivedAt);
+    whole.due = std::max(whole.due, part.due);
+    whole.deliveredAt = std::max(whole.deliveredAt, part.deliveredAt);
+  }
+  stripes_.erase(seq);
+  return whole;
 }
 
 std::optional<Channel::Received> Channel::take(const std::function<Verdict(const compression::FrameHeader&)>& judge,
@@ -63,8 +136,10 @@ std::optional<Channel::Received> Channel::take(const std::function<Verdict(const
     }
   while (!got) {
     const double left = timeoutS - (emulator::monotonicNow() - t0);
-    auto m = left > 0 ? receiver_->recv(static_cast<int>(left * 1000)) : std::nullopt;
-    if (!m) break;
+    auto got0 = left > 0 ? receiver_->recv(static_cast<int>(left * 1000)) : std::nullopt;
+    if (!got0) break;
+    auto m = joinStripes(std::move(*got0));
+    if (!m) continue;  // a stripe of a frame not yet whole
     Received r{std::move(*m), {}, 0};
     r.header = compression::parseFrame(r.bytes(), r.message.payload.size(), &r.payloadAt);
     const Verdict v = judge(r.header);

@@ -7,16 +7,22 @@
 //            that arrives ahead of its turn waits in the channel's stash, one the caller calls a
 //            slip is an error naming both keys;
 //   outbound this rank -> peer: a PUSH socket to the peer's PULL, written through a ShapedSender
-//            (the link's rate, latency, trace; paced in user space or stamped only).
-// Frames travel as ZeroMQ messages that own their bytes (frameMessage): never copied on this side.
+//            (the link's rate, latency, trace; paced in user space or stamped only). Where the
+//            kernel carries the link and network.tcp.streams is N > 1, N PUSH sockets, so N TCP
+//            connections: every frame is cut into N stripes, one per connection (a 16-byte stripe
+//            header: "SPST", index, count, sequence), and the receiver joins them before reading it.
+// Frames travel as ZeroMQ messages that own their bytes (frameMessage): never copied on this side
+// (a striped frame is copied once into its stripes).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "compression/codec.h"
@@ -65,7 +71,8 @@ class Channel {
   // inbound links; nullptr: nothing to bill).
   void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out, const LinkEntry& in,
                emulator::LinkModel* inbound, uint64_t senderSeed);
-  bool connected() const { return sender_ != nullptr; }
+  bool connected() const { return !senders_.empty(); }
+  int streams() const { return static_cast<int>(senders_.size()); }
   void setTraceOrigin(double origin);
 
   // Sends one frame; returns the seconds it blocked (the emulated link's queue limit).
@@ -78,12 +85,26 @@ class Channel {
   size_t stashed() const { return stash_.size(); }
 
  private:
+  // A frame's stripes as they come in (by sequence number).
+  struct Stripes {
+    std::vector<emulator::ShapedMessage> parts;
+    int got = 0;
+  };
+  // Sends `frame` cut into one stripe per outbound connection.
+  void sendStriped(zmq::message_t frame);
+  // A received message that is a stripe goes to its frame's stripes; returns the whole frame once
+  // all have come (else nothing). Any other message comes back as it is.
+  std::optional<emulator::ShapedMessage> joinStripes(emulator::ShapedMessage m);
+
   ChannelOptions opt_;
-  std::unique_ptr<zmq::socket_t> push_, pull_;
-  std::unique_ptr<emulator::ShapedSender> sender_;
+  std::vector<std::unique_ptr<zmq::socket_t>> pushes_;  // one per stream
+  std::unique_ptr<zmq::socket_t> pull_;
+  std::vector<std::unique_ptr<emulator::ShapedSender>> senders_;
   std::unique_ptr<emulator::ShapedReceiver> receiver_;
   std::string endpoint_;
   std::deque<Received> stash_;  // arrived ahead of their turn
+  uint64_t stripeSeq_ = 0;
+  std::map<uint64_t, Stripes> stripes_;
 };
 
 }  // namespace slowpipe::runtime

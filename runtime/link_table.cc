@@ -15,7 +15,9 @@ using nlohmann::json;
 
 LinkTable::LinkTable(const RunSpec& spec, LinkCarriage carriage)
     : layout_(rankLayout(spec)), model_(spec.network.model), topo_(emulator::topologyFromJson(spec.network.links, "network.links")),
-      dpTopo_(layout_.replicas > 1 ? dpTopology(spec) : emulator::Topology{}), carriage_(std::move(carriage)) {}
+      dpTopo_(layout_.replicas > 1 ? dpTopology(spec) : emulator::Topology{}),
+      tcp_(spec.network.tcp.is_null() ? emulator::TcpSettings{} : emulator::tcpSettingsFromJson(spec.network.tcp, "network.tcp")),
+      carriage_(std::move(carriage)) {}
 
 LinkEntry LinkTable::at(int src, int dst) const {
   auto name = [&] { return "link " + std::to_string(src) + " -> " + std::to_string(dst); };
@@ -37,6 +39,7 @@ LinkEntry LinkTable::at(int src, int dst) const {
       dst != protocol::pipelinePeer(layout_, src, Action::Peer::kNext))
     throw std::out_of_range(name() + ": the ranks are neither pipeline neighbours nor replicas of one stage");
   e.spec = topo_.link(a.stage, b.stage);
+  e.spec.tcp = tcp_;  // the kernel's connections (streams) or the tcp model's
   if (!carriage_.kernelPacesRate) {
     e.model = model_;
   } else if (!(carriage_.pathDelays && carriage_.pathDelays(src))) {

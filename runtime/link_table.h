@@ -59,6 +59,7 @@ class LinkTable {
   RankLayout layout_;
   std::string model_;  // network.model
   emulator::Topology topo_, dpTopo_;
+  emulator::TcpSettings tcp_;  // network.tcp, copied into each link the tcp model runs
   LinkCarriage carriage_;
 };
 

@@ -103,19 +103,34 @@ namespace {
 
 // A link model that bills rate and latency only (serial_fifo: one inbound FIFO per rank): a jitter,
 // loss or trace it would silently ignore is refused, naming the field.
-void refuseUnmodelled(const json& links, const std::string& where, const std::string& model) {
-  auto check = [&model](json link, const std::string& at) {  // one link's JSON, read by the link parser itself
+void refuseUnmodelled(const json& links, const std::string& where, const std::string& model, bool modelsLoss) {
+  auto check = [&](json link, const std::string& at) {  // one link's JSON, read by the link parser itself
     if (!link.is_object()) return;
     for (const char* k : {"links", "src", "dst"}) link.erase(k);
     const emulator::LinkSpec l = emulator::linkSpecFromJson(link, at);
-    const char* key = l.jitterS > 0 ? (link.contains("jitter") ? "jitter" : "jitter_s") : l.loss > 0 ? "loss" : !l.trace.empty() ? "trace" : nullptr;
+    const char* key = l.jitterS > 0                 ? (link.contains("jitter") ? "jitter" : "jitter_s")
+                      : l.loss > 0 && !modelsLoss ? "loss"
+                      : !l.trace.empty()           ? "trace"
+                                                   : nullptr;
     if (key)
-      throw std::invalid_argument(at + "." + key + ": " + link[key].dump() + " with network.model " + model +
-                                  ", which models rate and latency only; jitter, loss and traces need network.model pipelined");
+      throw std::invalid_argument(at + "." + key + ": " + link[key].dump() + " with network.model " + model + ", which models rate" +
+                                  (modelsLoss ? ", latency and loss" : " and latency") + " only; jitter" +
+                                  (modelsLoss ? "" : ", loss") + " and traces need network.model pipelined");
   };
   check(links, where);
   if (links.is_object() && links.contains("links") && links["links"].is_array())
     for (size_t i = 0; i < links["links"].size(); ++i) check(links["links"][i], where + ".links[" + std::to_string(i) + "]");
+}
+
+// The tcp link model runs what network.tcp names: cubic, reno or bbr, its send buffer and restart
+// after idle; it has no receive window, so rmem_max would be a setting that does nothing.
+void checkTcpModelSettings(const emulator::TcpSettings& t, const std::string& where) {
+  const std::string& cc = t.congestionControl;
+  if (!cc.empty() && cc != "cubic" && cc != "reno" && cc != "bbr")
+    throw std::invalid_argument(where + ".congestion_control: '" + cc + "' has no tcp model; expected cubic, reno or bbr");
+  if (t.rmemMax)
+    throw std::invalid_argument(where + ".rmem_max: the tcp link model has no receive window (Linux's autotuning kept "
+                                        "ahead of the sender's window in results/wan); set it on backend tc only");
 }
 
 // Layers are bounded, and a run's model with its gradients and AdamW state (16 bytes a parameter)
@@ -309,13 +324,15 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
                                "' shapes with the kernel");
   if (const json* l = f.raw("links")) s.network.links = *l;
   emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
-  if (!model->modelsVariation) refuseUnmodelled(s.network.links, where + ".network.links", s.network.model);
+  if (!model->modelsVariation) refuseUnmodelled(s.network.links, where + ".network.links", s.network.model, model->modelsLoss);
   if (const json* t = f.raw("tcp"); t && !t->is_null()) {
-    emulator::tcpSettingsFromJson(*t, where + ".network.tcp");  // validates
+    const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(*t, where + ".network.tcp");  // validates
     s.network.tcp = *t;
-    if (s.network.backend != "tc" && !simulation && !s.network.tcp.empty())
-      fail(f.field("tcp"), "sets the kernel's TCP of the run's own namespaces (backend tc); backend '" + s.network.backend +
-                               "' runs in namespaces slowpipe did not make, whose settings it never changes");
+    if (s.network.model == "tcp" && (s.network.backend == "user" || simulation)) checkTcpModelSettings(tcp, where + ".network.tcp");
+    else if (s.network.backend != "tc" && !simulation && !tcp.empty())
+      fail(f.field("tcp"), "sets the kernel's TCP of the run's own namespaces (backend tc) or the tcp link model's "
+                           "(network.model tcp); backend '" + s.network.backend + "' with network.model " + s.network.model +
+                           " has neither");
   }
   if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
     s.network.dpLinks = *l;

@@ -1,6 +1,7 @@
 // `slowpipe bench link`: calibrate a shaped link (user or tc backend), one point or the sweep.
 // `slowpipe emulator cleanup|probe`: remove leftovers of killed runs; show what the kernel offers.
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "emulator/delay_line.h"
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
+#include "runtime/result.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {
@@ -139,6 +141,8 @@ void addTcpMessagesCommand(CLI::App& emu) {
   auto text = std::make_shared<std::map<std::string, std::string>>();
   auto probe = std::make_shared<emulator::MessageProbe>();
   auto mtu = std::make_shared<int>(1500);
+  auto loss = std::make_shared<double>(0.0);
+  auto seed = std::make_shared<uint64_t>(1);
   auto* cmd = emu.add_subcommand("tcp-messages", "messages over one TCP connection through the delay line, against the "
                                                  "tcp link model (root)");
   cmd->add_option("--rate", (*text)["rate"], "e.g. 1Gbps")->required();
@@ -147,11 +151,39 @@ void addTcpMessagesCommand(CLI::App& emu) {
   cmd->add_option("--bytes", probe->bytes, "message sizes in bytes (repeatable)")->required();
   cmd->add_option("--idle", probe->idleS, "seconds without traffic before each message (one per message)")->required();
   cmd->add_option("--cc", probe->cc, "congestion control of the sending socket");
+  cmd->add_option("--loss", *loss, "Bernoulli loss probability per packet, data direction only")->check(CLI::Range(0.0, 0.5));
+  cmd->add_option("--seed", *seed, "of the line's loss draws (and the model's)")->capture_default_str();
+  cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });
   cmd->callback([=] {
     emulator::DelayLineOptions o;
     o.aToB = emulator::packetLinkSpecFromJson({{"rate", (*text)["rate"]}, {"delay", (*text)["delay"]}, {"mtu", *mtu}}, "tcp-messages");
     o.bToA = o.aToB;
+    o.aToB.loss = *loss;
+    o.aToB.seed = *seed;
+    o.bToA.seed = *seed + 1;
     std::cout << emulator::messageTimes(o, *probe).dump(2) << std::endl;
+  });
+}
+
+// `slowpipe emulator tcp-rebill FILE...`: the tcp model again on saved tcp-messages results, in place.
+void addTcpRebillCommand(CLI::App& emu) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto* cmd = emu.add_subcommand("tcp-rebill", "bill the tcp link model again on saved tcp-messages results (rewrites them)");
+  cmd->add_option("files", *files, "tcp-messages JSON files")->required()->check(CLI::ExistingFile);
+  cmd->callback([files] {
+    for (const auto& f : *files) {
+      nlohmann::json run;
+      try {
+        run = nlohmann::json::parse(std::ifstream(f));
+        emulator::billTcpModel(run);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(f + ": " + e.what() + " (expected the output of slowpipe emulator tcp-messages)");
+      }
+      runtime::writeJsonAtomically(f, run);
+    }
+    std::printf("re-billed %zu file(s)\n", files->size());
   });
 }
 
@@ -171,6 +203,7 @@ void addEmulatorCommands(CLI::App& app) {
   });
   addDelayLineCommand(*emu);
   addTcpMessagesCommand(*emu);
+  addTcpRebillCommand(*emu);
   emu->add_subcommand("probe", "show which qdiscs the kernel offers")->callback([] {
     const auto& f = emulator::kernelFeatures();
     std::cout << json{{"root", f.root}, {"htb", f.htb}, {"tbf", f.tbf}, {"netem", f.netem}, {"note", f.note}}.dump(2) << std::endl;

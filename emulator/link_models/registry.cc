@@ -15,8 +15,8 @@ const std::vector<LinkModelInfo>& linkModels() {
        true, true, true},
       {"serial_fifo", "one inbound wire per receiving rank, billed in retrieval order", makeSerialFifo, false, false,
        false},
-      {"tcp", "every directed link one TCP connection at flow level: slow start, congestion avoidance, the send-buffer "
-              "cap, restart after idle (Linux's defaults)", makeTcp, true, false, false},
+      {"tcp", "every directed link one TCP connection, ACK-clocked: slow start, Reno / CUBIC / BBR, packet loss, the "
+              "send buffer, restart after idle (Linux's defaults unless network.tcp says)", makeTcp, true, false, false, true},
   };
   return models;
 }

@@ -1,79 +1,286 @@
-// tcp: every directed link is one TCP connection (ZeroMQ opens one per peer pair), modelled at
-// flow level, round by round, with Linux's defaults (segments of the link's MTU, 1500 by default,
-// less 52 bytes of headers; an initial window of 10 segments): a message of B bytes handed over at t waits
-// for the connection's previous messages (FIFO), then goes out in rounds of one round trip
-// (RTT = 2 x the link's one-way latency): each round sends one congestion window (at most the
-// link's rate x RTT, the pipe; at most the send-buffer cap, Linux's tcp_wmem maximum of 4 MiB),
-// and in slow start the window grows by what the round sent (doubling) up to ssthresh (infinite
-// until a loss), then by one MSS per round (congestion avoidance). Once a window fills the pipe the
-// rest streams at the link's rate. The message arrives when its last byte has been serialised and
-// crossed the link's latency. After an idle period the window restarts as Linux's
-// tcp_slow_start_after_idle does: halved for every RTO (max(200 ms, RTT + 200 ms)) that passed,
-// not below the initial window. Not modelled: loss (the link's loss is refused by the
-// spec check, `modelsVariation` false), pacing, BBR, connections sharing a link (every directed
-// link here has its own).
+// tcp: every directed link is one TCP connection (ZeroMQ opens one per peer pair), modelled as
+// Linux runs it, at the granularity of ACK-clocked bursts rather than whole rounds (a burst is at
+// most 16 segments; it is acknowledged one round trip after its last byte left, RTT = 2 x the
+// link's one-way latency). What it carries, each from the kernel's own rule:
+// - segments of the link's MTU (1500 by default) less 52 bytes of IP, TCP and timestamp headers;
+//   an initial window of 10 segments (RFC 6928);
+// - slow start: the window grows by what each ACK acknowledges, but only while the sender uses
+//   it (tcp_is_cwnd_limited: in slow start while cwnd < 2 x the most bytes in flight over the last
+//   window; in congestion avoidance while the window was full);
+// - congestion avoidance: Reno (one segment per window) or CUBIC (W(t) = C (t - K)^3 + Wmax,
+//   C = 0.4, beta = 0.7, with its Reno-friendly floor);
+// - loss (the link's `loss`, per packet): drawn for every packet from the link's seeded generator,
+//   as the delay line drops them (a run is one draw; its repeats with other seeds are others);
+//   found one RTT after the burst that carried it (two RTT at the tail of the data, where only a
+//   probe timeout finds it), retransmitted then, and the window cut once per window of data (Reno
+//   to 1/2, CUBIC to 0.7);
+// - restart after idle (tcp_slow_start_after_idle, on by default): with nothing in flight for more
+//   than an RTO (max(200 ms, RTT + 200 ms)) the window halves per RTO of idle, not below the
+//   initial window; BBR never restarts;
+// - the send buffer (net.ipv4.tcp_wmem's maximum, 4 MiB unless network.tcp.wmem_max says): data
+//   in flight plus data queued never exceed it; once full, the writer sleeps until it has drained
+//   to two thirds (sk_stream_min_wspace), so a long transfer at the cap averages about 5/6 of it;
+// - BBR: startup grows as slow start does while the bandwidth estimate (the largest delivery rate
+//   measured) rises by 25% a round, pacing at 2.89 x the estimate; after three rounds without it,
+//   the window becomes 2 x estimate x RTT and the pacing the estimate; every 10 s without a lower
+//   RTT sample the window drops to 4 segments for 200 ms (PROBE_RTT);
+// - messages on one connection queue FIFO behind the previous message's last byte;
+// - `network.tcp.streams` N > 1: every message striped evenly over N connections that share the
+//   link, as N like flows: one aggregate with N initial windows and N send buffers, N segments of
+//   growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N of the
+//   aggregate (the MulTCP view of N flows; no kernel measurement behind it yet: the kernel path
+//   has one connection per peer pair).
+// Not modelled: delayed ACKs, HyStart, the receive window (Linux's autotuning grew it faster than
+// the sender's window on every message of the kernel grid), jitter and bandwidth traces (refused:
+// `modelsVariation` false), connections sharing a link (every directed link has its own).
 #include "emulator/link_model.h"
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <stdexcept>
 
 namespace slowpipe::emulator {
 
 namespace {
 
+constexpr double kDefaultSendBuffer = 4194304;  // net.ipv4.tcp_wmem's default maximum
+constexpr double kBurstSegments = 2;
+constexpr double kBbrHighGain = 2.885;  // 2 / ln 2
+constexpr double kCubicC = 0.4, kCubicBeta = 0.7;
+
+enum class Cc { kReno, kCubic, kBbr };
+
+Cc ccOf(const std::string& name) {
+  if (name.empty() || name == "cubic") return Cc::kCubic;  // Linux's default
+  if (name == "reno") return Cc::kReno;
+  if (name == "bbr") return Cc::kBbr;
+  throw std::invalid_argument("network.tcp.congestion_control: '" + name + "' has no tcp model; expected cubic, reno or bbr");
+}
+
+struct Burst {
+  double tx, ackAt, bytes;
+  bool lost;
+  double deliveredAtSend, deliveredTimeAtSend;  // for BBR's delivery-rate sample
+};
+
 class Tcp : public LinkModel {
  public:
-  static constexpr double kSendBufferCap = 4194304;  // net.ipv4.tcp_wmem's default maximum
-
   double stamp(LinkClock& clock, double sentAt, uint64_t bytes) override {
-    const LinkSpec& link = clock.spec();
-    // Segments of the link's MTU (1500 by default) less IP, TCP and timestamp headers.
-    mss_ = (link.mtu > 0 ? link.mtu : 1500) - 52.0;
-    if (cwnd_ < 0) cwnd_ = initialWindow();
-    const double rtt = 2 * link.latencyS;
-    double t = std::max(sentAt, free_);
-    restartAfterIdle(t, rtt);
-    double left = static_cast<double>(bytes);
-    while (left > 0) {
-      const double rate = clock.rateAt(t);
-      const double pipe = rate * rtt / 8;
-      const double window = std::min({cwnd_, kSendBufferCap, std::max(pipe, mss_)});
-      if (window >= pipe || left <= window) {
-        // The window covers the pipe (or the rest of the message): the rest streams at the rate.
-        const double send = left;
-        t += 8 * send / rate;
-        grow(std::min(send, window));
-        left = 0;
+    configure(clock.spec());
+    const double latency = clock.spec().latencyS;
+    double now = std::max(sentAt, free_);
+    acknowledge(now);
+    restartAfterIdle(now);
+    double appLeft = static_cast<double>(bytes), arrival = now;
+    while (appLeft > 0 || unsent_ > 0) {
+      acknowledge(now);
+      fillBuffer(appLeft);
+      const double room = std::min(window() - out_, unsent_);
+      if (room >= std::min(unsent_, mss_) && room > 0) {
+        // The sender hands the burst to the link at once (BBR: when its pacing allows); the link
+        // serialises what it is handed in order at its rate.
+        const double n = std::min(room, kBurstSegments * mss_);
+        now = std::max(now, paceFree_);
+        const double linkRate = clock.rateAt(now);
+        if (cc_ == Cc::kBbr) paceFree_ = now + 8 * n / pacingRate(linkRate);
+        const double start = std::max(now, free_), end = start + 8 * n / linkRate;
+        const bool last = appLeft == 0 && n == unsent_;
+        send(now, start, end, n, clock);
+        arrival = std::max(arrival, end + latency);
+        if (inflight_.back().lost) arrival = std::max(arrival, inflight_.back().ackAt + (last ? rtt_ : 0) + latency);
       } else {
-        // One window this round, then wait for its acknowledgements.
-        left -= window;
-        grow(window);
-        t += rtt;
+        now = std::max(now, inflight_.front().ackAt);  // wait for the next acknowledgement
       }
     }
-    free_ = t;
-    lastSend_ = t;
-    return t + link.latencyS;
+    lastSend_ = lastTx_;
+    return arrival;
   }
   double bill(const LinkSpec&, double sentAt, uint64_t) override { return sentAt; }  // never unstamped
 
  private:
-  void grow(double acked) {
-    if (cwnd_ < ssthresh_) cwnd_ += acked;            // slow start: doubles per round
-    else cwnd_ += mss_ * acked / std::max(cwnd_, mss_);  // congestion avoidance: one MSS per round
+  void configure(const LinkSpec& link) {
+    if (configured_) return;
+    configured_ = true;
+    mss_ = (link.mtu > 0 ? link.mtu : 1500) - 52.0;
+    rtt_ = 2 * link.latencyS;
+    cc_ = ccOf(link.tcp.congestionControl);
+    buffer_ = link.tcp.wmemMax ? static_cast<double>(link.tcp.wmemMax) : kDefaultSendBuffer;
+    restartAfterIdle_ = link.tcp.slowStartAfterIdle.value_or(true) && cc_ != Cc::kBbr;
+    loss_ = link.loss;
+    flows_ = std::max(1, link.tcp.streams);
+    buffer_ *= flows_;
+    cwnd_ = initialWindow();
+    srtt_ = rtt_;  // the handshake's sample
+    mdev_ = 2 * rtt_;
+    mdevMax_ = rttvar_ = std::max(mdev_, kRtoMin);
   }
+
+  // Linux's RTT estimator (tcp_rtt_estimator, in seconds; mdev and rttvar hold 4 x the mean
+  // deviation): every ACK's sample includes the time its burst queued at the link, and the RTO is
+  // srtt + rttvar, rttvar at least 200 ms and decaying a quarter per round towards the round's
+  // largest deviation.
+  void sampleRtt(double m) {
+    double err = m - srtt_;
+    srtt_ += err / 8;
+    if (err < 0) {
+      err = -err - mdev_ / 4;
+      if (err > 0) err /= 8;
+    } else {
+      err -= mdev_ / 4;
+    }
+    mdev_ += err;
+    if (mdev_ > mdevMax_) rttvar_ = std::max(rttvar_, mdevMax_ = mdev_);
+    if (sndUna_ > rttSeq_) {
+      if (mdevMax_ < rttvar_) rttvar_ -= (rttvar_ - mdevMax_) / 4;
+      rttSeq_ = sndNxt_;
+      mdevMax_ = kRtoMin;
+    }
+  }
+  double rto() const { return srtt_ + rttvar_; }
+  double initialWindow() const { return 10 * mss_ * flows_; }  // RFC 6928, Linux's default, per flow
+
+  // The writer puts the message into the send buffer while it has room; once full it sleeps
+  // until in flight + queued <= 2/3 of the buffer.
+  void fillBuffer(double& appLeft) {
+    if (writerAsleep_ && out_ + unsent_ <= buffer_ * 2 / 3) writerAsleep_ = false;
+    if (writerAsleep_ || appLeft <= 0) return;
+    const double take = std::min(appLeft, buffer_ - out_ - unsent_);
+    appLeft -= take;
+    unsent_ += take;
+    if (appLeft > 0) writerAsleep_ = true;
+  }
+
+  double window() const {
+    if (cc_ == Cc::kBbr && probeRttUntil_ > 0) return 4 * mss_ * flows_;
+    return cwnd_;
+  }
+  // BBR's pacing rate (bit/s): the bandwidth estimate (before any, the initial window per RTT) times
+  // its gain (2.89 in startup, 1 after).
+  double pacingRate(double linkRate) const {
+    const double bw = btlBw_ > 0 ? btlBw_ : initialWindow() / std::max(rtt_, 1e-3);  // bytes/s
+    const double gain = fullBw_ ? 1.0 : kBbrHighGain;
+    return std::min(linkRate, 8 * gain * bw);
+  }
+
+  void send(double tx, double start, double end, double n, LinkClock& clock) {
+    if (out_ == 0) deliveredTime_ = tx;  // Linux restarts the delivery clock when nothing is in flight
+    lastTx_ = tx;
+    free_ = end;
+    unsent_ -= n;
+    bool lost = false;
+    for (double p = 0; loss_ > 0 && p < n; p += mss_) lost = clock.uniform() < loss_ || lost;
+    inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_});
+    out_ += n;
+    sndNxt_ += n;
+    // tcp_cwnd_validate: the most in flight over the last window, and whether the window was full.
+    if (sndUna_ >= usageSeq_ || out_ > maxOut_) {
+      maxOut_ = out_;
+      usageSeq_ = sndNxt_;
+    }
+    if (out_ + mss_ > window()) cwndLimited_ = true;
+  }
+
+  void acknowledge(double now) {
+    while (!inflight_.empty() && inflight_.front().ackAt <= now) {
+      const Burst b = inflight_.front();
+      inflight_.pop_front();
+      out_ -= b.bytes;
+      sndUna_ += b.bytes;
+      delivered_ += b.bytes;
+      deliveredTime_ = b.ackAt;
+      sampleRtt(b.ackAt - b.tx);
+      if (b.lost && sndUna_ > recoveryEnd_) enterRecovery(b.ackAt);
+      if (cc_ == Cc::kBbr) bbrOnAck(b);
+      else grow(b.bytes, b.ackAt);
+      if (sndUna_ >= usageSeq_) cwndLimited_ = false;
+    }
+    if (cc_ == Cc::kBbr && probeRttUntil_ > 0 && now >= probeRttUntil_) probeRttUntil_ = 0;
+  }
+
+  void enterRecovery(double at) {
+    recoveryEnd_ = sndNxt_;
+    if (cc_ == Cc::kBbr) return;  // BBR does not cut on loss (it bounds the window by its model)
+    wMax_ = cwnd_;
+    const double beta = cc_ == Cc::kCubic ? kCubicBeta : 0.5;  // one flow of the N cut
+    cwnd_ = std::max(2 * mss_ * flows_, cwnd_ * (1 - (1 - beta) / flows_));
+    ssthresh_ = cwnd_;
+    epoch_ = at;
+  }
+
+  void grow(double acked, double at) {
+    const bool inSlowStart = cwnd_ < ssthresh_;
+    if (inSlowStart ? cwnd_ >= 2 * maxOut_ : !cwndLimited_) return;  // the window was not used
+    if (sndUna_ <= recoveryEnd_) return;                               // recovery holds the window
+    if (inSlowStart) {
+      cwnd_ = std::min(cwnd_ + acked, ssthresh_ == kInf ? kInf : std::max(ssthresh_, cwnd_ + mss_));
+      return;
+    }
+    if (cc_ == Cc::kReno) {
+      cwnd_ += flows_ * mss_ * acked / cwnd_;
+      return;
+    }
+    // CUBIC, per flow in segments and seconds since the cut, times the flows; the Reno-friendly
+    // estimate as a floor.
+    const double wMaxSeg = wMax_ / mss_ / flows_, k = std::cbrt(wMaxSeg * (1 - kCubicBeta) / kCubicC), t = at - epoch_ + rtt_;
+    const double target = flows_ * (kCubicC * std::pow(t - k, 3) + wMaxSeg) * mss_;
+    const double friendly =
+        flows_ * (wMaxSeg * kCubicBeta + 3 * (1 - kCubicBeta) / (1 + kCubicBeta) * (at - epoch_) / rtt_) * mss_;
+    if (target > cwnd_) cwnd_ += std::min(target - cwnd_, cwnd_ / 2) * acked / cwnd_;
+    cwnd_ = std::max(cwnd_, friendly);
+  }
+
+  // BBR: the delivery rate of each acknowledged burst; the bandwidth estimate its largest; startup
+  // ends after three rounds without 25% growth; every 10 s the window drops to 4 segments for
+  // 200 ms (its RTT here never falls below the first sample).
+  void bbrOnAck(const Burst& b) {
+    const double interval = std::max(b.ackAt - b.deliveredTimeAtSend, rtt_);
+    if (interval > 0) btlBw_ = std::max(btlBw_, (delivered_ - b.deliveredAtSend) / interval);
+    if (sndUna_ >= roundEnd_) {  // a round trip ended
+      roundEnd_ = sndNxt_;
+      if (!fullBw_ && cwndLimited_) {
+        if (btlBw_ >= 1.25 * bwAtLastGrowth_) {
+          bwAtLastGrowth_ = btlBw_;
+          flatRounds_ = 0;
+        } else if (++flatRounds_ >= 3) {
+          fullBw_ = true;
+        }
+      }
+    }
+    const double target = (fullBw_ ? 2.0 : kBbrHighGain) * btlBw_ * rtt_;
+    if (fullBw_) cwnd_ = std::min(cwnd_ + b.bytes, std::max(target, 4 * mss_));
+    else if (cwnd_ < target || delivered_ < initialWindow() || btlBw_ == 0) cwnd_ += b.bytes;
+    if (minRttStamp_ < 0) minRttStamp_ = b.ackAt;
+    if (b.ackAt - minRttStamp_ > 10) {
+      probeRttUntil_ = b.ackAt + std::max(0.2, rtt_);
+      minRttStamp_ = probeRttUntil_;
+    }
+  }
+
   // Linux's tcp_cwnd_restart: the window halves for every RTO of idle, down to the initial window.
-  void restartAfterIdle(double t, double rtt) {
-    if (lastSend_ < 0) return;
-    const double rto = std::max(0.2, rtt + 0.2);
-    for (double idle = t - lastSend_; idle > rto && cwnd_ > initialWindow(); idle -= rto) cwnd_ = std::max(initialWindow(), cwnd_ / 2);
+  void restartAfterIdle(double now) {
+    if (!restartAfterIdle_ || lastSend_ < 0 || out_ > 0) return;
+    const double rto = this->rto(), initial = initialWindow();
+    double idle = now - lastSend_;
+    if (idle <= rto) return;
+    ssthresh_ = std::max(ssthresh_ == kInf ? kInf : ssthresh_, 0.75 * cwnd_);
+    for (idle -= rto; idle > 0 && cwnd_ > initial; idle -= rto) cwnd_ = std::max(initial, cwnd_ / 2);
   }
 
-  double initialWindow() const { return 10 * mss_; }  // RFC 6928, Linux's default
-
-  double mss_ = 1448, cwnd_ = -1, ssthresh_ = std::numeric_limits<double>::infinity();
-  double free_ = 0, lastSend_ = -1;
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  static constexpr double kRtoMin = 0.2;
+  bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
+  Cc cc_ = Cc::kCubic;
+  double mss_ = 1448, rtt_ = 0, buffer_ = kDefaultSendBuffer, loss_ = 0;
+  double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = 0;
+  double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
+  double free_ = 0, paceFree_ = 0, lastTx_ = 0, lastSend_ = -1;
+  double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0, minRttStamp_ = -1,
+         probeRttUntil_ = 0;
+  double srtt_ = 0, mdev_ = 0, mdevMax_ = kRtoMin, rttvar_ = kRtoMin, rttSeq_ = 0;
+  int flatRounds_ = 0, flows_ = 1;
+  std::deque<Burst> inflight_;
 };
 
 }  // namespace

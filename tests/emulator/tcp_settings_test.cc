@@ -18,7 +18,8 @@ TEST(TcpSettingsTest, ParsesAndRefusesByName) {
   for (const auto& [bad, field] : {std::pair{nlohmann::json{{"congestion_control", "cu bic"}}, "congestion_control"},
                                    std::pair{nlohmann::json{{"wmem_max", 100}}, "wmem_max"},
                                    std::pair{nlohmann::json{{"slow_start_after_idle", 0}}, "slow_start_after_idle"},
-                                   std::pair{nlohmann::json{{"streams", 8}}, "streams"}}) {
+                                   std::pair{nlohmann::json{{"streams", 0}}, "streams"},
+                                   std::pair{nlohmann::json{{"rmem", 8}}, "rmem"}}) {
     try {
       tcpSettingsFromJson(bad, "network.tcp");
       FAIL() << bad.dump() << " was accepted";

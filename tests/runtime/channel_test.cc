@@ -21,19 +21,25 @@ using compression::MessageKind;
 // the same rank.
 // Rank r's links as the launcher sends them: the link table of a 2-stage run at 10 Gbps (with
 // model chunks for the ring).
-RankLinks linksOf(int r, bool ring) {
+// streams > 1: the links as the kernel carries them (tc), each frame striped over that many
+// connections.
+RankLinks linksOf(int r, bool ring, int streams = 1) {
   nlohmann::json pipeline = {{"stages", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}};
   if (ring) pipeline.update({{"schedule", "interleaved_1f1b"}, {"virtual_stages", 2}});
+  nlohmann::json network = {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}};
+  if (streams > 1) network.update({{"backend", "tc"}, {"tcp", {{"streams", streams}}}});
   const nlohmann::json j = {{"name", "channel"}, {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
                             {"pipeline", pipeline}, {"compression", {{"forward", "none"}, {"backward", "none"}}},
-                            {"network", {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}}}};
-  return RankLinks(LinkTable(runSpecFromJson(j, "spec", true), {}).ofRankJson(r), r);
+                            {"network", network}};
+  LinkCarriage carriage;
+  carriage.kernelPacesRate = streams > 1;
+  return RankLinks(LinkTable(runSpecFromJson(j, "spec", true), carriage).ofRankJson(r), r);
 }
 
 struct Pair {
   zmq::context_t ctx{1};
   std::unique_ptr<StageTransport> t[2];
-  Pair(const std::string& fwd, const std::string& bwd, bool ring) {
+  Pair(const std::string& fwd, const std::string& bwd, bool ring, int streams = 1) {
     for (int r = 0; r < 2; ++r) {
       TransportOptions o;
       o.rank = o.stage = r;
@@ -51,7 +57,7 @@ struct Pair {
     for (int r = 0; r < 2; ++r) {
       nlohmann::json to = nlohmann::json::object();
       to[std::to_string(1 - r)] = t[1 - r]->endpoints()[std::to_string(r)];
-      t[r]->connect(to, linksOf(r, ring));
+      t[r]->connect(to, linksOf(r, ring, streams));
     }
   }
 };
@@ -76,6 +82,26 @@ TEST(ChannelTest, MessagesAreTakenByKeyWhateverTheirOrderOnTheWire) {
   EXPECT_EQ(got1.data, a1);
   EXPECT_EQ(got0.exampleIds, (std::vector<int64_t>{20, 21}));
   EXPECT_EQ(got1.shape, shape);
+}
+
+// Striped over 3 connections (network.tcp.streams on a kernel-carried link): frames of every size
+// (smaller than, equal to and larger than the stripe count's multiple) cut into stripes, sent in
+// one order and taken in another, come back whole and equal; the stash holds whole frames only.
+TEST(ChannelTest, StripedFramesAreJoinedWholeWhateverTheirOrder) {
+  Pair p("none", "none", false, 3);
+  std::vector<std::vector<float>> sent;
+  for (int mb = 0; mb < 6; ++mb) sent.push_back(ramp(static_cast<float>(mb), 1 + 7 * mb * mb));
+  for (int mb = 5; mb >= 0; --mb)
+    p.t[0]->send(true, MessageKind::kActivation, 2, 0, mb, sent[mb].data(), {1, static_cast<int64_t>(sent[mb].size())}, {mb});
+  for (int mb = 0; mb < 6; ++mb) {
+    const Tensor32 got = p.t[1]->recv(true, MessageKind::kActivation, 2, 0, mb);
+    EXPECT_EQ(got.data, sent[mb]) << "micro-batch " << mb;
+    EXPECT_EQ(got.exampleIds, (std::vector<int64_t>{mb}));
+  }
+  // And back, the other direction's three connections.
+  const auto g = ramp(3, 4096);
+  p.t[1]->send(false, MessageKind::kGradient, 2, 0, 0, g.data(), {1, 64, 64}, {7});
+  EXPECT_EQ(p.t[0]->recv(false, MessageKind::kGradient, 2, 0, 0).data, g);
 }
 
 // The same micro-batch crosses two boundaries of the same link (chunks 0 and 1, as interleaving

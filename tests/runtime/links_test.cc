@@ -11,6 +11,7 @@
 
 #include "emulator/command.h"
 #include "emulator/netns.h"
+#include "runtime/link_table.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -248,6 +249,80 @@ TEST_F(TcRunTest, TcpSettingsApplyInTheRunsNamespacesAndTcpInfoShowsThem) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("network.tcp"), std::string::npos) << e.what();
   }
+  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
+// network.tcp with network.model tcp on the user backend (and in the simulator) sets the model's
+// connection: the link table copies it into every pipeline link; what the model cannot run is
+// refused by name, and TCP settings written into a link are refused (they are the run's).
+TEST_F(PipelineTest, NetworkTcpReachesTheTcpModelsLinksAndBadOnesAreRefused) {
+  json s = baseSpec(2, "gpipe");
+  s["network"] = {{"backend", "user"}, {"model", "tcp"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
+  s["network"]["tcp"] = {{"congestion_control", "bbr"}, {"wmem_max", 8388608}};
+  const RunSpec spec = runSpecFromJson(s);
+  const LinkTable table(spec, {});
+  const LinkEntry e = table.at(0, 1);
+  EXPECT_EQ(e.model, "tcp");
+  EXPECT_EQ(e.spec.tcp.congestionControl, "bbr");
+  EXPECT_EQ(e.spec.tcp.wmemMax, 8388608u);
+  EXPECT_DOUBLE_EQ(e.spec.loss, 0.001);
+  // Through the JSON the workers receive, unchanged.
+  const LinkEntry back = linkEntryFromJson(toJson(e), "links[0]");
+  EXPECT_EQ(back.spec.tcp.congestionControl, "bbr");
+  auto refused = [&](json bad, const std::string& field) {
+    try {
+      runSpecFromJson(bad);
+      ADD_FAILURE() << bad["network"].dump() << " was accepted";
+    } catch (const std::invalid_argument& x) {
+      EXPECT_NE(std::string(x.what()).find(field), std::string::npos) << x.what();
+    }
+  };
+  json bad = s;
+  bad["network"]["tcp"] = {{"congestion_control", "vegas"}};
+  refused(bad, "network.tcp.congestion_control");
+  bad["network"]["tcp"] = {{"rmem_max", 8388608}};
+  refused(bad, "network.tcp.rmem_max");
+  bad = s;
+  bad["network"]["links"]["tcp"] = {{"congestion_control", "reno"}};
+  refused(bad, "network.links.tcp");
+  bad = s;
+  bad["network"]["links"]["jitter"] = "1ms";
+  refused(bad, "network.links.jitter");
+  bad = s;
+  bad["network"]["model"] = "pipelined";
+  refused(bad, "network.tcp");
+  // Streams: in the model's links on the user backend, and in the kernel-paced links on tc (where
+  // the channel opens that many connections).
+  s["network"]["tcp"]["streams"] = 8;
+  EXPECT_EQ(LinkTable(runSpecFromJson(s), {}).at(1, 0).spec.tcp.streams, 8);
+  json tc = s;
+  tc["network"]["backend"] = "tc";
+  tc["network"]["model"] = "pipelined";
+  tc["network"]["links"].erase("loss");
+  tc["network"]["tcp"] = {{"streams", 4}};
+  LinkCarriage kernel;
+  kernel.kernelPacesRate = true;
+  const LinkEntry k = LinkTable(runSpecFromJson(tc), kernel).at(0, 1);
+  EXPECT_TRUE(k.model.empty());
+  EXPECT_EQ(k.spec.tcp.streams, 4);
+}
+
+// network.tcp.streams on the kernel path: every pipeline link is 4 TCP connections (4 PUSH
+// sockets), each frame cut into 4 stripes and joined by the receiver: the losses equal the user
+// backend's step by step, and the kernel lists 4 connections each way in a namespace.
+TEST_F(TcRunTest, StreamsStripeEveryFrameOverSeveralConnections) {
+  json s = baseSpec(2, "gpipe");
+  s["training"]["max_steps"] = 3;
+  const json user = launch(s, "streams-user");
+  ASSERT_EQ(user["status"], "ok") << user.value("reason", "");
+  s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "200Mbps"}, {"latency", "2ms"}}}, {"tcp", {{"streams", 4}}}};
+  const json r = launch(s, "streams-tc");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  ASSERT_EQ(r["steps"].size(), user["steps"].size());
+  for (size_t i = 0; i < r["steps"].size(); ++i) EXPECT_EQ(r["steps"][i]["loss"], user["steps"][i]["loss"]) << "step " << i;
+  int most = 0;
+  for (const auto& ns : r["network"]["tcp_info"]) most = std::max(most, static_cast<int>(ns["connections"].size()));
+  EXPECT_GE(most, 8) << r["network"]["tcp_info"].dump();  // 4 out, 4 in
   EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
 
