@@ -172,6 +172,7 @@ class Launcher {
   int64_t totalSteps_ = -1;
   double traceOrigin_ = -1;  // time 0 of the links' traces and the first step (peerTable)
   static constexpr double kStartMarginS = 0.2;  // from the peer tables to the first step
+  double connectMarginS() const;                 // and, where the kernel carries the delay, 4 RTT more
 };
 
 }  // namespace slowpipe::runtime::detail

@@ -151,12 +151,25 @@ int Launcher::supervise() {
   return checkCodecStates();
 }
 
+// Where the kernel carries the links' delay (tc, tc-dev), a connection's TCP handshake and
+// ZeroMQ's greeting and READY exchange take about three round trips before its first message can
+// go: four round trips of the slowest link more before the first step, so that step 0 times the
+// training, not the connection set-up (which the links' models do not bill, and a real run does
+// once). On the user backend the delays are stamped and the connections are on loopback: none.
+double Launcher::connectMarginS() const {
+  if (spec_.network.backend == "user") return 0;
+  const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
+  double oneWay = topo.defaultLink.latencyS + 3 * topo.defaultLink.jitterS;
+  for (const auto& [pair, l] : topo.overrides) oneWay = std::max(oneWay, l.latencyS + 3 * l.jitterS);
+  return 4 * 2 * oneWay;
+}
+
 // Where rank r's neighbours and replicas take its messages (from their hellos).
 json Launcher::peerTable(int r) {
   // Time 0 of every link's bandwidth trace and the run's first step on every rank (each waits for
   // it), as the simulator's time 0: a moment after the tables go out, for the ranks to connect.
   if (traceOrigin_ < 0) {
-    traceOrigin_ = now() + kStartMarginS;
+    traceOrigin_ = now() + kStartMarginS + connectMarginS();
     result_["trace_origin_s"] = traceOrigin_ - start_;  // on the steps' wall_s scale
   }
   const RankId id = layout_.id(r);

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# End to end under TCP (issue 25; results/README.md section 17): 2- and 4-stage fp32 runs at three
+# WAN settings (MTU 1500), each with congestion control reno and bbr (2 stages also reno over 4
+# streams per peer pair), on the kernel path (backend tc:
+# the kernel's own TCP over the delay line where there is no netem), on the user backend with
+# network.model tcp, and in the simulator with tcp (a profile measured here per stage count);
+# 3 repeats of each emulated point. Compares every step's time (median over repeats) of the model
+# and the simulator with the kernel's: median and max |error|, written to OUT/e2e.json.
+#
+#   sudo tools/wan_e2e.sh [OUT]     (default results/wan/e2e; needs build/slowpipe)
+#   PARTS="kernel user sim" (the default) chooses what is run again; the comparison uses what OUT has.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-results/wan/e2e}
+BIN=${SLOWPIPE_BIN:-build/slowpipe}
+REPEATS=${REPEATS:-3}
+mkdir -p "$OUT"
+PARTS=${PARTS:-kernel user sim}
+for stages in 2 4; do
+  if [[ " $PARTS " == *" kernel "* ]]; then
+    rm -rf "$OUT/${stages}stage_kernel"
+    "$BIN" sweep "experiments/wan_e2e_${stages}stage_tc.json" --out "$OUT/${stages}stage_kernel" --repeats "$REPEATS" --quiet
+  fi
+  if [[ " $PARTS " == *" user "* ]]; then
+    rm -rf "$OUT/${stages}stage_user_tcp"
+    "$BIN" sweep "experiments/wan_e2e_${stages}stage.json" --out "$OUT/${stages}stage_user_tcp" --repeats "$REPEATS" --quiet
+  fi
+  if [[ " $PARTS " == *" sim "* ]]; then
+    "$BIN" profile "experiments/wan_e2e_${stages}stage.json" --host-from-run --out "$OUT/${stages}stage_profile.json" > /dev/null
+    rm -rf "$OUT/${stages}stage_simulated_tcp"
+    "$BIN" sweep "experiments/wan_e2e_${stages}stage.json" --simulate --profile "$OUT/${stages}stage_profile.json" \
+      --out "$OUT/${stages}stage_simulated_tcp" --quiet
+  fi
+done
+/usr/bin/python3 - "$OUT" <<'PY'
+import glob, json, statistics, sys
+out = sys.argv[1]
+def steps(kind, point):
+    docs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/{kind}/runs/{point}.r*.json"))]
+    if not docs:
+        raise SystemExit(f"no runs for {kind} {point}")
+    n = min(len(d["steps"]) for d in docs)
+    return [statistics.median(d["steps"][i]["time_s"] for d in docs) for i in range(n)]
+rows, errs = [], {"user_tcp": [], "simulated_tcp": []}
+for stages in (2, 4):
+    for setting in ("200Mbps-25ms", "1Gbps-50ms", "100Mbps-100ms"):
+        for cc in ("reno", "bbr") + (("reno-x4",) if stages == 2 else ()):
+            point = f"links-{setting}_tcp-{cc}"
+            kernel = steps(f"{stages}stage_kernel", point)
+            row = {"stages": stages, "setting": setting, "cc": cc, "kernel_s": kernel}
+            for kind in errs:
+                mine = steps(f"{stages}stage_{kind}", point)
+                e = [m / k - 1 for m, k in zip(mine, kernel)]
+                row[kind + "_s"], row[kind + "_error"] = mine, e
+                errs[kind] += [abs(x) for x in e]
+            rows.append(row)
+            print(f"{stages} stages {setting} {cc}: kernel step 0 {kernel[0]:.3f} s, later {statistics.median(kernel[1:]):.3f} s; "
+                  + "; ".join(f"{k} step 0 {100 * row[k + '_error'][0]:+.1f}%, later median {100 * statistics.median(row[k + '_error'][1:]):+.1f}%" for k in errs))
+summary = {k: {"steps": len(v), "median_abs_error": statistics.median(v), "max_abs_error": max(v),
+               "within_5pct": sum(x <= 0.05 for x in v), "within_10pct": sum(x <= 0.10 for x in v)} for k, v in errs.items()}
+for k, s in summary.items():
+    print(f"{k} against the kernel: {s['steps']} steps, median |error| {100 * s['median_abs_error']:.1f}%, "
+          f"max {100 * s['max_abs_error']:.1f}%, {s['within_5pct']} within 5%, {s['within_10pct']} within 10%")
+json.dump({"summary": summary, "rows": rows}, open(f"{out}/e2e.json", "w"), indent=1)
+PY
