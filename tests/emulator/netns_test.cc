@@ -106,6 +106,24 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   EXPECT_NEAR(latencies[1], 0.002, 0.5e-3) << runs;
 }
 
+// A kernel-path link at a WAN delay (200 Mbps, 25 ms one way): its rate is calibrated with the
+// delay at 0 and its delay over the link as configured. Measured over the 50 ms round trip, the
+// 0.3 s bulk transfer a run calibrates with read 145 Mbps (one connection's slow start), -28%,
+// and flagged every WAN setting link_ok false.
+TEST_F(KernelBackendTest, WanDelayCalibratesTheRateNotTheConnectionsWindow) {
+  CalibrationOptions o;
+  o.backend = "tc";
+  o.link.bandwidthBps = 200e6;
+  o.link.latencyS = 0.025;
+  o.messageBytes = 256 * 1024;
+  o.messages = 28;  // 0.3 s at the rate, as the launcher sizes it
+  o.probes = 20;
+  const auto r = calibrateLink(o);
+  EXPECT_NEAR(r["achieved_bps"].get<double>() / o.link.bandwidthBps, 1.0, 0.08) << r.dump(2);
+  EXPECT_NEAR(r["latency_median_s"].get<double>(), 0.025, 1e-3) << r.dump(2);
+  EXPECT_TRUE(r.contains("rate_measured_with")) << r.dump(2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9),
                          [](const auto& info) { return std::to_string(static_cast<int>(info.param / 1e6)) + "Mbps"; });
 
