@@ -44,4 +44,8 @@ nlohmann::json parseSsTcpInfo(const std::string& text);
 // limited by the receive window, limited by the send buffer. Throws naming errno.
 nlohmann::json socketTcpInfo(int fd);
 
+// The congestion controls the tcp link model runs (emulator/link_models/tcp.cc): cubic, reno, bbr,
+// or empty (Linux's default, cubic); anything else throws naming "<where>.congestion_control".
+void checkTcpModelCongestionControl(const std::string& name, const std::string& where);
+
 }  // namespace slowpipe::emulator

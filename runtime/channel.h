@@ -72,7 +72,6 @@ class Channel {
   void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out, const LinkEntry& in,
                emulator::LinkModel* inbound, uint64_t senderSeed);
   bool connected() const { return !senders_.empty(); }
-  int streams() const { return static_cast<int>(senders_.size()); }
   void setTraceOrigin(double origin);
 
   // Sends one frame; returns the seconds it blocked (the emulated link's queue limit).

@@ -125,9 +125,7 @@ void refuseUnmodelled(const json& links, const std::string& where, const std::st
 // The tcp link model runs what network.tcp names: cubic, reno or bbr, its send buffer and restart
 // after idle; it has no receive window, so rmem_max would be a setting that does nothing.
 void checkTcpModelSettings(const emulator::TcpSettings& t, const std::string& where) {
-  const std::string& cc = t.congestionControl;
-  if (!cc.empty() && cc != "cubic" && cc != "reno" && cc != "bbr")
-    throw std::invalid_argument(where + ".congestion_control: '" + cc + "' has no tcp model; expected cubic, reno or bbr");
+  emulator::checkTcpModelCongestionControl(t.congestionControl, where);
   if (t.rmemMax)
     throw std::invalid_argument(where + ".rmem_max: the tcp link model has no receive window (Linux's autotuning kept "
                                         "ahead of the sender's window in results/wan); set it on backend tc only");

@@ -8,7 +8,7 @@
 # and the simulator with the kernel's: median and max |error|, written to OUT/e2e.json.
 #
 #   sudo tools/wan_e2e.sh [OUT]     (default results/wan/e2e; needs build/slowpipe)
-#   PARTS="kernel user sim" (the default) chooses what is run again; the comparison uses what OUT has.
+#   PARTS="kernel user sim" (the default) chooses what is run again (PARTS=none: only the comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/wan/e2e}
@@ -42,6 +42,7 @@ def steps(kind, point):
     n = min(len(d["steps"]) for d in docs)
     return [statistics.median(d["steps"][i]["time_s"] for d in docs) for i in range(n)]
 rows, errs = [], {"user_tcp": [], "simulated_tcp": []}
+by_cc = {}  # (kind, cc) -> |errors|
 for stages in (2, 4):
     for setting in ("200Mbps-25ms", "1Gbps-50ms", "100Mbps-100ms"):
         for cc in ("reno", "bbr") + (("reno-x4",) if stages == 2 else ()):
@@ -53,6 +54,7 @@ for stages in (2, 4):
                 e = [m / k - 1 for m, k in zip(mine, kernel)]
                 row[kind + "_s"], row[kind + "_error"] = mine, e
                 errs[kind] += [abs(x) for x in e]
+                by_cc.setdefault((kind, cc), []).extend(abs(x) for x in e)
             rows.append(row)
             print(f"{stages} stages {setting} {cc}: kernel step 0 {kernel[0]:.3f} s, later {statistics.median(kernel[1:]):.3f} s; "
                   + "; ".join(f"{k} step 0 {100 * row[k + '_error'][0]:+.1f}%, later median {100 * statistics.median(row[k + '_error'][1:]):+.1f}%" for k in errs))
@@ -61,5 +63,8 @@ summary = {k: {"steps": len(v), "median_abs_error": statistics.median(v), "max_a
 for k, s in summary.items():
     print(f"{k} against the kernel: {s['steps']} steps, median |error| {100 * s['median_abs_error']:.1f}%, "
           f"max {100 * s['max_abs_error']:.1f}%, {s['within_5pct']} within 5%, {s['within_10pct']} within 10%")
+for (kind, cc), v in sorted(by_cc.items()):
+    print(f"  {kind} {cc}: {len(v)} steps, median |error| {100 * statistics.median(v):.1f}%, max {100 * max(v):.1f}%, "
+          f"{sum(x <= 0.05 for x in v)} within 5%, {sum(x <= 0.10 for x in v)} within 10%")
 json.dump({"summary": summary, "rows": rows}, open(f"{out}/e2e.json", "w"), indent=1)
 PY

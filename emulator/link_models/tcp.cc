@@ -53,10 +53,8 @@ constexpr double kCubicC = 0.4, kCubicBeta = 0.7;
 enum class Cc { kReno, kCubic, kBbr };
 
 Cc ccOf(const std::string& name) {
-  if (name.empty() || name == "cubic") return Cc::kCubic;  // Linux's default
-  if (name == "reno") return Cc::kReno;
-  if (name == "bbr") return Cc::kBbr;
-  throw std::invalid_argument("network.tcp.congestion_control: '" + name + "' has no tcp model; expected cubic, reno or bbr");
+  checkTcpModelCongestionControl(name, "network.tcp");
+  return name == "reno" ? Cc::kReno : name == "bbr" ? Cc::kBbr : Cc::kCubic;  // empty: Linux's default
 }
 
 struct Burst {
@@ -91,10 +89,11 @@ class Tcp : public LinkModel {
         arrival = std::max(arrival, end + latency);
         if (inflight_.back().lost) arrival = std::max(arrival, inflight_.back().ackAt + (last ? rtt_ : 0) + latency);
       } else {
-        now = std::max(now, inflight_.front().ackAt);  // wait for the next acknowledgement
+        // Wait for the next acknowledgement (with nothing in flight the window always has room).
+        if (inflight_.empty()) throw std::logic_error("tcp model: no room in the window and nothing in flight");
+        now = std::max(now, inflight_.front().ackAt);
       }
     }
-    lastSend_ = lastTx_;
     return arrival;
   }
   double bill(const LinkSpec&, double sentAt, uint64_t) override { return sentAt; }  // never unstamped
@@ -260,11 +259,11 @@ class Tcp : public LinkModel {
 
   // Linux's tcp_cwnd_restart: the window halves for every RTO of idle, down to the initial window.
   void restartAfterIdle(double now) {
-    if (!restartAfterIdle_ || lastSend_ < 0 || out_ > 0) return;
+    if (!restartAfterIdle_ || lastTx_ < 0 || out_ > 0) return;
     const double rto = this->rto(), initial = initialWindow();
-    double idle = now - lastSend_;
+    double idle = now - lastTx_;
     if (idle <= rto) return;
-    ssthresh_ = std::max(ssthresh_ == kInf ? kInf : ssthresh_, 0.75 * cwnd_);
+    ssthresh_ = std::max(ssthresh_, 0.75 * cwnd_);  // tcp_current_ssthresh
     for (idle -= rto; idle > 0 && cwnd_ > initial; idle -= rto) cwnd_ = std::max(initial, cwnd_ / 2);
   }
 
@@ -275,7 +274,7 @@ class Tcp : public LinkModel {
   double mss_ = 1448, rtt_ = 0, buffer_ = kDefaultSendBuffer, loss_ = 0;
   double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = 0;
   double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
-  double free_ = 0, paceFree_ = 0, lastTx_ = 0, lastSend_ = -1;
+  double free_ = 0, paceFree_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
   double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0, minRttStamp_ = -1,
          probeRttUntil_ = 0;
   double srtt_ = 0, mdev_ = 0, mdevMax_ = kRtoMin, rttvar_ = kRtoMin, rttSeq_ = 0;
@@ -284,6 +283,11 @@ class Tcp : public LinkModel {
 };
 
 }  // namespace
+
+void checkTcpModelCongestionControl(const std::string& name, const std::string& where) {
+  if (!name.empty() && name != "cubic" && name != "reno" && name != "bbr")
+    throw std::invalid_argument(where + ".congestion_control: '" + name + "' has no tcp model; expected cubic, reno or bbr");
+}
 
 std::unique_ptr<LinkModel> makeTcp() { return std::make_unique<Tcp>(); }
 
