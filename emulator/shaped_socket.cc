@@ -118,6 +118,10 @@ bool ShapedReceiver::pull(bool wait, int timeoutMs) {
 }
 
 void ShapedReceiver::drainFor(double until) {
+  // Blocks in zmq_poll (millisecond timeouts) while more than a millisecond is left, so a waiting
+  // receiver wakes only when a message comes: napping 100 us at a time cost a waiting worker 10-12%
+  // of a core in wake-ups, taken from the stages that compute beside it (3 workers on 2 cores).
+  // The last millisecond naps in 100 us ticks, so receipt times stay within a tick.
   constexpr double kTick = 100e-6;
   while (true) {
     while (pull(false, 0)) {
@@ -125,7 +129,13 @@ void ShapedReceiver::drainFor(double until) {
     const double now = monotonicNow();
     if (now >= until) return;
     if (until - now <= 2 * kTick) return sleepUntil(until);  // last stretch: precise
-    const timespec nap{0, static_cast<long>(kTick * 1e9)};      // otherwise sleep, do not spin
+    const long blockMs = static_cast<long>((until - now - 2 * kTick) * 1000);
+    if (blockMs >= 1) {
+      zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(blockMs));
+      continue;
+    }
+    const timespec nap{0, static_cast<long>(kTick * 1e9)};  // otherwise sleep, do not spin
     nanosleep(&nap, nullptr);
   }
 }

@@ -26,6 +26,7 @@
 #include "runtime/result.h"
 #include "runtime/dp.h"
 #include "runtime/executor.h"
+#include "runtime/protocol.h"
 #include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
 
@@ -89,8 +90,10 @@ simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner&
 // nothing here: codecs, the transport and the DP host work are measured on their own.
 class TimingBackend : public runtime::Backend {
  public:
-  TimingBackend(runtime::StageRunner& runner, const runtime::RunSpec& spec, int chunk)
-      : runner_(runner), chunk_(chunk), b_(spec.pipeline.microBatchSize), T_(spec.model.seqLen), C_(spec.model.width) {}
+  // idleS > 0: the backend sleeps that long before each compute action, as a worker blocked on a
+  // receive does (StageCost::idle).
+  TimingBackend(runtime::StageRunner& runner, const runtime::RunSpec& spec, int chunk, double idleS = 0)
+      : runner_(runner), chunk_(chunk), idleS_(idleS), b_(spec.pipeline.microBatchSize), T_(spec.model.seqLen), C_(spec.model.width) {}
   // Runs `list` `reps` + 1 times (the first warms up, untimed).
   void measure(const runtime::RankLayout& layout, int rank, const std::vector<runtime::Action>& list, int reps) {
     runtime::StepExecutor ex(layout, rank);
@@ -120,6 +123,7 @@ class TimingBackend : public runtime::Backend {
     } else if (a.kind != K::kBackwardWeight && !runner_.last()) {
       grad = torch::randn({b_, T_, C_});
     }
+    idle();
     const double t0 = now();
     if (a.kind == K::kForward) runner_.forward(a.microBatch, in, tgt);
     else if (a.kind == K::kBackward) runner_.backward(a.microBatch, grad);
@@ -129,6 +133,7 @@ class TimingBackend : public runtime::Backend {
     return runtime::Progress::kDone;
   }
   runtime::Progress step(const runtime::Action& a, const runtime::ActionContext& c) override {
+    idle();
     const double t0 = now();
     runner_.step(c.step, std::sqrt(runner_.localGradSquaredNorm()));
     record(a.kind, t0);
@@ -144,22 +149,47 @@ class TimingBackend : public runtime::Backend {
   void record(runtime::Action::Kind kind, double t0) {
     if (timing_) times_[kind].push_back(now() - t0);
   }
+  void idle() const {
+    if (idleS_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(idleS_));
+  }
   runtime::StageRunner& runner_;
   int chunk_;
+  double idleS_;
   int64_t b_, T_, C_;
   bool timing_ = false;
   std::map<runtime::Action::Kind, std::vector<double>> times_;
 };
 
 // Virtual stage k's compute timed in the order of `schedule` (stage k mod S's list of a run with
-// `chunks` model chunks, its chunk k / S timed; chunks 1: chunk 0), on a runner of `spec`.
+// `chunks` model chunks, its chunk k / S timed; chunks 1: chunk 0), on a runner of `spec`; idleS:
+// asleep that long before each compute action.
 TimingBackend timeStage(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k, const std::string& schedule,
-                        int chunks, int reps) {
+                        int chunks, int reps, double idleS = 0) {
   const int S = spec.pipeline.stages, stage = k % S;
-  TimingBackend b(runner, spec, chunks > 1 ? k / S : 0);
+  TimingBackend b(runner, spec, chunks > 1 ? k / S : 0, idleS);
   b.measure({S, 1, chunks}, stage, runtime::computeOnly(runtime::makeSchedule(schedule, S, spec.pipeline.microBatches, stage, chunks)),
             reps);
   return b;
+}
+
+// What a wait before a compute action adds to it (StageCost::idle): the schedule's order timed
+// again with a sleep of each length before every compute action, per kind the median minus the
+// back-to-back median (`own`), clamped at 0; min(reps, 3) steps per length.
+simulator::StageCost::IdleExtra measureIdleExtra(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k, int chunks,
+                                                 int reps, const TimingBackend& own) {
+  using K = runtime::Action::Kind;
+  simulator::StageCost::IdleExtra e;
+  e.afterS = {0.002, 0.005, 0.01, 0.03, 0.1};
+  for (double idleS : e.afterS) {
+    const TimingBackend slept = timeStage(spec, runner, k, spec.pipeline.schedule, chunks, std::min(reps, 3), idleS);
+    for (K kind : {K::kForward, K::kBackward, K::kBackwardInput, K::kBackwardWeight, K::kStep}) {
+      if (own.median(kind) <= 0) continue;
+      runtime::Action a;
+      a.kind = kind;
+      e.extraS[runtime::protocol::eventName(a)].push_back(std::max(0.0, slept.median(kind) - own.median(kind)));
+    }
+  }
+  return e;
 }
 
 // split: also measure the parts of a split backward (a profiled schedule splits them).
@@ -190,6 +220,7 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
       c.backwardInputS = parts.median(K::kBackwardInput);
       c.backwardWeightS = parts.median(K::kBackwardWeight);
     }
+    c.idle = measureIdleExtra(spec, runner, k, chunks, reps, own);
     for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, k, reps);
     out.push_back(c);
   }
@@ -431,10 +462,10 @@ simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int
 // A real run of `runJson` on this host for the host-speed fit: the spec's pipeline, its codecs and
 // data, over user-space links so fast that compute dominates (the stages overlap as much as they
 // can), 12 steps with every step's timeline. Returns the run's timeline.
-json calibrationTimeline(const json& runJson) {
+json calibrationTimeline(const json& runJson, const std::string& bandwidth) {
   json doc = runJson;
   doc["name"] = "host-speed-calibration";
-  doc["network"] = {{"backend", "user"}, {"links", {{"bandwidth", "100Gbps"}, {"latency", "0ms"}}}};
+  doc["network"] = {{"backend", "user"}, {"links", {{"bandwidth", bandwidth}, {"latency", "0ms"}}}};
   doc["training"]["epochs"] = 1000;
   doc["training"]["max_steps"] = 12;
   doc["training"]["eval_each_epoch"] = false;
@@ -545,7 +576,19 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   const bool split = std::any_of(schedules.begin(), schedules.end(),
                                  [](const std::string& n) { return runtime::scheduleInfo(n).splitsBackward; });
   p.stages = measureStages(spec, reps, dpVariants, split);
-  const json calibration = host.fromRun && !host.dedicated ? calibrationTimeline(runJson) : json();
+  // Two calibration runs: links at 100 Gbps (the stages compute side by side) and links on which
+  // one fp32 activation takes as long as the slowest stage's forward (the stages also compute
+  // alone, and after waits), fitted together.
+  const double slowestForward = std::max_element(p.stages.begin(), p.stages.end(), [](const auto& a, const auto& b) {
+                                  return a.forwardS < b.forwardS;
+                                })->forwardS;
+  const double actBits = 8.0 * 4.0 * static_cast<double>(spec.pipeline.microBatchSize * spec.model.seqLen * spec.model.width);
+  char balanced[32];
+  std::snprintf(balanced, sizeof balanced, "%.0fMbps", std::max(1.0, std::round(actBits / std::max(slowestForward, 1e-6) / 1e6)));
+  auto calibrationOf = [&](const json& doc) {
+    return std::vector<json>{calibrationTimeline(doc, "100Gbps"), calibrationTimeline(doc, balanced)};
+  };
+  const std::vector<json> calibration = host.fromRun && !host.dedicated ? calibrationOf(runJson) : std::vector<json>{};
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
   // worker's threads), at the speeds measured with n stages busy at once.
@@ -560,24 +603,29 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
     p.device["dedicated"] = "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
   } else {
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
-    if (!calibration.is_null()) {
+    if (!calibration.empty()) {
       const std::vector<double> sideBySide = p.hostSpeed;
-      auto fitOf = [&](const json& timeline) { return simulator::fitHostSpeed(timeline, p.stages, workers, /*firstStep=*/2, sideBySide); };
-      auto describe = [](const simulator::HostSpeedFit& f) {
-        return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed}};
+      auto fitOf = [&](const std::vector<json>& timelines, bool perStage) {
+        return simulator::fitHostSpeed(timelines, p.stages, workers, /*firstStep=*/2, sideBySide, perStage);
       };
-      const simulator::HostSpeedFit fit = fitOf(calibration);
+      auto describe = [](const simulator::HostSpeedFit& f) {
+        return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed},
+                    {"stage_factor", f.stageFactor}};
+      };
+      const simulator::HostSpeedFit fit = fitOf(calibration, true);
       p.device["host_speed_side_by_side"] = sideBySide;
       p.device["host_speed_fit"] = describe(fit);
-      p.device["host_speed_fit"]["method"] = "least squares over the compute events of a real 12-step pipelined run of the "
-                                             "spec here (user links at 100 Gbps, steps 2-11), against the stage costs above, "
-                                             "clamped to [0.05, 1.5]";
+      p.device["host_speed_fit"]["method"] = "least squares over the compute events of two real 12-step pipelined runs of the "
+                                             "spec here (user links at 100 Gbps and at " + std::string(balanced) + ", steps 2-11), against "
+                                             "the stage costs above plus their idle extras, with a factor per stage "
+                                             "(stages[].run_factor) by alternating least squares, speeds clamped to [0.05, 1.5]";
       p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
-      p.device["warmup_fit"] = "stages[].warmup_s: per event kind, step 0's events of the same run minus as many times "
+      p.device["warmup_fit"] = "stages[].warmup_s: per event kind, step 0's events of the 100 Gbps run minus as many times "
                                "the median of its steps 2-11 (the first step's extra compute; simulated on step 0)";
       p.hostSpeed = fit.speed;
+      for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].runFactor = fit.stageFactor[v];
       // The same run's first step: what its compute events cost beyond the later steps' (warm-up).
-      const std::vector<std::map<std::string, double>> warmup = simulator::fitWarmup(calibration, p.stages.size());
+      const std::vector<std::map<std::string, double>> warmup = simulator::fitWarmup(calibration[0], p.stages.size());
       for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].warmupS = warmup[v];
       // The other schedules the points use (`schedules` holds the spec's too): the same
       // calibration run in each one's order.
@@ -587,7 +635,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
           if (name == spec.pipeline.schedule) continue;
           json doc = runJson;
           doc["pipeline"]["schedule"] = name;
-          const simulator::HostSpeedFit other = fitOf(calibrationTimeline(doc));
+          const simulator::HostSpeedFit other = fitOf(calibrationOf(doc), false);  // the spec's stage factors
           p.device["host_speed_fit_by_schedule"][name] = describe(other);
           p.hostSpeedBySchedule[name] = other.speed;
         }

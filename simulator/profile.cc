@@ -142,6 +142,24 @@ double StageCost::ofEvent(const std::string& what) const {
   return -1;
 }
 
+double StageCost::IdleExtra::at(const std::string& what, double idleS) const {
+  const auto it = extraS.find(what);
+  if (it == extraS.end() || afterS.empty() || idleS <= 0) return 0;
+  const std::vector<double>& y = it->second;
+  double x0 = 0, y0 = 0;
+  for (size_t k = 0; k < afterS.size(); ++k) {
+    if (idleS <= afterS[k]) return y0 + (y[k] - y0) * (idleS - x0) / (afterS[k] - x0);
+    x0 = afterS[k];
+    y0 = y[k];
+  }
+  return y0;
+}
+
+double eventCost(const std::vector<StageCost>& stages, size_t v, size_t pipelineStages, const std::string& what, double idleS) {
+  const double cost = what == "step" ? stepSeconds(stages, v, pipelineStages) : stages.at(v).ofEvent(what);
+  return cost <= 0 ? -1 : cost + stages.at(v).idle.at(what, idleS);
+}
+
 json toJson(const Profile& p) {
   json stages = json::array(), codecs = json::object();
   for (const auto& s : p.stages) {
@@ -151,6 +169,11 @@ json toJson(const Profile& p) {
       st["backward_weight_s"] = s.backwardWeightS;
     }
     if (!s.warmupS.empty()) st["warmup_s"] = s.warmupS;
+    if (s.runFactor != 1.0) st["run_factor"] = s.runFactor;
+    if (!s.idle.afterS.empty()) {
+      st["idle_extra_s"] = s.idle.extraS;
+      st["idle_extra_s"]["after_s"] = s.idle.afterS;
+    }
     for (const auto& [key, d] : s.dp) st["dp"][key] = {{"begin_s", d.beginS}, {"end_s", d.endS}, {"outer_step_s", d.outerStepS}};
     stages.push_back(st);
   }
@@ -160,6 +183,41 @@ json toJson(const Profile& p) {
               {"stages", stages}, {"codecs", codecs}};
   if (!p.hostSpeedBySchedule.empty()) out["host_speed_by_schedule"] = p.hostSpeedBySchedule;
   return out;
+}
+
+// A stage's "idle_extra_s": {"after_s": [increasing seconds > 0], "<kind>": [seconds >= 0 per after_s]}.
+static StageCost::IdleExtra idleExtraFromJson(const json& m, const std::string& w) {
+  const char* form = ": expected {\"after_s\": [idle seconds, increasing], \"forward\": [extra seconds per after_s], ...}";
+  if (!m.is_object() || !m.contains("after_s") || !m["after_s"].is_array() || m["after_s"].empty())
+    throw std::invalid_argument(w + form);
+  auto seconds = [&](const json& v, const std::string& where, bool positive) {
+    if (!v.is_array()) throw std::invalid_argument(where + form);
+    std::vector<double> out;
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (!v[k].is_number() || v[k].get<double>() < 0 || (positive && v[k].get<double>() == 0))
+        throw std::invalid_argument(where + "[" + std::to_string(k) + "]: expected seconds " + (positive ? "> 0" : ">= 0") +
+                                    ", got " + v[k].dump());
+      out.push_back(v[k].get<double>());
+    }
+    return out;
+  };
+  StageCost::IdleExtra e;
+  e.afterS = seconds(m["after_s"], w + ".after_s", true);
+  for (size_t k = 1; k < e.afterS.size(); ++k)
+    if (e.afterS[k] <= e.afterS[k - 1])
+      throw std::invalid_argument(w + ".after_s[" + std::to_string(k) + "]: " + std::to_string(e.afterS[k]) +
+                                  " after " + std::to_string(e.afterS[k - 1]) + " (expected increasing idle lengths)");
+  for (const auto& [what, v] : m.items()) {
+    if (what == "after_s") continue;
+    if (StageCost{}.ofEvent(what) < 0)
+      throw std::invalid_argument(w + "." + what + ": not a compute event (expected forward, backward, backward_input, "
+                                  "backward_weight or step)");
+    e.extraS[what] = seconds(v, w + "." + what, false);
+    if (e.extraS[what].size() != e.afterS.size())
+      throw std::invalid_argument(w + "." + what + ": " + std::to_string(e.extraS[what].size()) + " values, after_s has " +
+                                  std::to_string(e.afterS.size()));
+  }
+  return e;
 }
 
 // One entry of a profile's "stages" (w: where it is, for errors).
@@ -181,6 +239,12 @@ static StageCost stageCostFromJson(const json& s, const std::string& w) {
                                     "backward_input, backward_weight or step)");
       c.warmupS[what] = positiveNumber(m, what.c_str(), w + ".warmup_s");
     }
+  }
+  if (s.contains("idle_extra_s")) c.idle = idleExtraFromJson(s["idle_extra_s"], w + ".idle_extra_s");
+  if (s.contains("run_factor")) {
+    if (!s["run_factor"].is_number() || s["run_factor"].get<double>() <= 0)
+      throw std::invalid_argument(w + ".run_factor: expected a factor > 0 on the stage's compute, got " + s["run_factor"].dump());
+    c.runFactor = s["run_factor"].get<double>();
   }
   if (s.contains("dp")) {
     if (!s["dp"].is_object())
@@ -249,26 +313,34 @@ Profile profileFromJson(const json& j, const std::string& where) {
 namespace {
 
 struct ComputeEvent {
-  double start, end, cost;
+  double start, end;
+  size_t stage;        // virtual stage (a step: its pipeline stage)
+  double base, extra;  // profiled cost, and the extra after the wait before it (StageCost::idle)
 };
 
-// The compute events of a timeline at steps >= firstStep, each with its profiled cost.
+// The compute events of a timeline at steps >= firstStep, each with its profiled cost after the
+// wait before it (the receives since the row's previous compute event: StageCost::idle).
 std::vector<ComputeEvent> computeEvents(const json& timeline, const std::vector<StageCost>& stages, int firstStep) {
   std::vector<ComputeEvent> evs;
   for (const auto& row : timeline) {
     const size_t s = row.at("stage").get<size_t>();
     if (s >= stages.size()) throw std::invalid_argument("host-speed fit: the run has stage " + std::to_string(s) + ", the profile " +
                                                         std::to_string(stages.size()) + " stages");
+    double waited = 0;
     for (const auto& e : row.at("events")) {
       const std::string what = e.at("what");
+      const double start = e.at("start_s").get<double>(), end = e.at("end_s").get<double>();
+      if (what == "recv" || what == "dp_recv") waited += end - start;
       // With model chunks the event's virtual stage (chunk x S + stage) has the cost.
-      const size_t v = s + e.value("chunk", 0) * timeline.size();
+      const size_t v = what == "step" ? s : s + e.value("chunk", 0) * timeline.size();
       if (v >= stages.size()) throw std::invalid_argument("host-speed fit: an event of chunk " + std::to_string(e.value("chunk", 0)) +
                                                           " outside the profile's " + std::to_string(stages.size()) + " stages");
-      const double cost = what == "step" ? stepSeconds(stages, s, timeline.size()) : stages[v].ofEvent(what);
+      const double cost = eventCost(stages, v, timeline.size(), what, waited);
       if (cost <= 0) continue;  // not compute, or a part the profile did not measure
+      const double extra = stages[v].idle.at(what, waited);
+      waited = 0;
       if (e.value("step", 0) < firstStep) continue;
-      evs.push_back({e.at("start_s").get<double>(), e.at("end_s").get<double>(), cost});
+      evs.push_back({start, end, v, cost - extra, extra});
     }
   }
   return evs;
@@ -333,18 +405,21 @@ std::vector<double> leastSquares(const std::vector<std::vector<double>>& A, cons
 
 }  // namespace
 
-HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
-                          const std::vector<double>& fallback) {
+HostSpeedFit fitHostSpeed(const std::vector<json>& timelines, const std::vector<StageCost>& stages, int workers, int firstStep,
+                          const std::vector<double>& fallback, bool perStage) {
   const int N = workers;
-  const std::vector<ComputeEvent> evs = computeEvents(timeline, stages, firstStep);
-  const std::vector<std::vector<double>> A = wallTimeByBusy(evs, N);
-  std::vector<double> y;
+  std::vector<ComputeEvent> evs;
+  std::vector<std::vector<double>> A;
+  for (const json& timeline : timelines) {  // each run's concurrency from its own events
+    const std::vector<ComputeEvent> e = computeEvents(timeline, stages, firstStep);
+    const std::vector<std::vector<double>> a = wallTimeByBusy(e, N);
+    evs.insert(evs.end(), e.begin(), e.end());
+    A.insert(A.end(), a.begin(), a.end());
+  }
   HostSpeedFit fit;
   fit.coverageS.assign(N, 0.0);
-  for (size_t k = 0; k < evs.size(); ++k) {
+  for (size_t k = 0; k < evs.size(); ++k)
     for (int n = 0; n < N; ++n) fit.coverageS[n] += A[k][n];
-    y.push_back(evs[k].cost);
-  }
   fit.events = static_cast<int>(evs.size());
   double total = 0;
   for (double c : fit.coverageS) total += c;
@@ -357,12 +432,36 @@ HostSpeedFit fitHostSpeed(const json& timeline, const std::vector<StageCost>& st
   }
   fit.fitted.assign(N, false);
   for (int n : free) fit.fitted[n] = true;
-  const std::vector<double> x = leastSquares(A, y, free, fit.speed);
-  fit.rawSpeed = fit.speed;
-  for (size_t i = 0; i < free.size(); ++i) {
-    fit.rawSpeed[free[i]] = x[i];
-    fit.speed[free[i]] = std::min(1.5, std::max(0.05, x[i]));
+  // Alternating least squares: the speeds for the stage factors in hand, then each stage's factor
+  // for those speeds (its events' work sum_n v_n T_n minus their idle extras, against their
+  // profiled costs), scaled so that the events' costs keep their total.
+  for (const StageCost& c : stages) fit.stageFactor.push_back(c.runFactor);  // kept without perStage
+  std::vector<double> x;
+  for (int round = 0; round < (perStage ? 50 : 1); ++round) {
+    std::vector<double> y;
+    for (const auto& e : evs) y.push_back(fit.stageFactor[e.stage] * e.base + e.extra);
+    x = leastSquares(A, y, free, fit.speed);
+    for (size_t i = 0; i < free.size(); ++i) fit.speed[free[i]] = x[i];
+    if (!perStage || round == 49) break;
+    std::vector<double> num(stages.size(), 0.0), den(stages.size(), 0.0);
+    for (size_t k = 0; k < evs.size(); ++k) {
+      double work = 0;
+      for (int n = 0; n < N; ++n) work += fit.speed[n] * A[k][n];
+      num[evs[k].stage] += (work - evs[k].extra) * evs[k].base;
+      den[evs[k].stage] += evs[k].base * evs[k].base;
+    }
+    for (size_t v = 0; v < stages.size(); ++v)
+      if (den[v] > 0) fit.stageFactor[v] = std::max(0.05, num[v] / den[v]);
+    double scaled = 0, plain = 0;
+    for (const auto& e : evs) {
+      scaled += fit.stageFactor[e.stage] * e.base;
+      plain += e.base;
+    }
+    if (scaled > 0)
+      for (double& f : fit.stageFactor) f *= plain / scaled;
   }
+  fit.rawSpeed = fit.speed;
+  for (int n : free) fit.speed[n] = std::min(1.5, std::max(0.05, fit.rawSpeed[n]));
   if (!free.empty() && free[0] == 0) fit.loneSpeed = fit.rawSpeed[0];
   return fit;
 }
@@ -430,6 +529,14 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     };
     if (schedules(ps[k]) != schedules(out))
       throw std::invalid_argument(w + ": host_speed_by_schedule names " + schedules(ps[k]) + ", profile 1's " + schedules(out));
+    for (size_t s = 0; s < out.stages.size(); ++s) {
+      const StageCost::IdleExtra &mine = out.stages[s].idle, &theirs = ps[k].stages[s].idle;
+      bool same = mine.afterS == theirs.afterS && mine.extraS.size() == theirs.extraS.size();
+      for (const auto& [what, v] : mine.extraS) same = same && theirs.extraS.count(what);
+      if (!same)
+        throw std::invalid_argument(w + ": stage " + std::to_string(s) + "'s idle_extra_s differs from profile 1's in its "
+                                    "idle lengths or kinds (measure the snapshots alike)");
+    }
     for (size_t s = 0; s < out.stages.size(); ++s)
       for (const auto& [key, d] : out.stages[s].dp) {
         const auto it = ps[k].stages[s].dp.find(key);
@@ -447,6 +554,7 @@ Profile medianProfile(const std::vector<Profile>& ps) {
     out.stages[s].stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
     out.stages[s].backwardInputS = of([&](const Profile& p) { return p.stages[s].backwardInputS; });
     out.stages[s].backwardWeightS = of([&](const Profile& p) { return p.stages[s].backwardWeightS; });
+    out.stages[s].runFactor = of([&](const Profile& p) { return p.stages[s].runFactor; });
     for (const Profile& p : ps)  // a kind one snapshot lacks counts as 0 there
       for (const auto& [what, v] : p.stages[s].warmupS) out.stages[s].warmupS[what] = 0;
     for (auto& [what, v] : out.stages[s].warmupS) {
@@ -455,6 +563,12 @@ Profile medianProfile(const std::vector<Profile>& ps) {
         const auto it = p.stages[s].warmupS.find(k);
         return it == p.stages[s].warmupS.end() ? 0.0 : it->second;
       });
+    }
+    // Idle extras: element-wise medians over the snapshots that measured them on the same lengths.
+    for (auto& [what, v] : out.stages[s].idle.extraS) {
+      const std::string k = what;
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = of([&](const Profile& p) { return p.stages[s].idle.extraS.at(k).at(i); });
     }
     for (auto& [key, d] : out.stages[s].dp) {
       const std::string k = key;

@@ -5,7 +5,8 @@
 //               its memory bandwidth. Every assumed number is written into the profile.
 // File format (JSON, "schema": "slowpipe.profile/1"):
 //   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s", "backward_s",
-//    "step_s", ["backward_input_s", "backward_weight_s"] (split backwards), "dp": {"<dpCostKey>": {"begin_s": [per round], "end_s": [per round], "outer_step_s"}}}, ...],
+//    "step_s", ["backward_input_s", "backward_weight_s"] (split backwards), "dp": {"<dpCostKey>": {"begin_s": [per round], "end_s": [per round], "outer_step_s"}},
+//    "warmup_s": {"<kind>": s}, "idle_extra_s": {"after_s": [s, ...], "<kind>": [s per after_s]}}, ...],
 //    "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
 //    "decode": {...}}}}
 // A codec's cost for a message of B raw (fp32) bytes is a_s + b_s_per_byte * B.
@@ -78,6 +79,25 @@ struct StageCost {
   // fitWarmup); absent: none (analytic profiles). The simulator adds a kind's extra to the first
   // such event of step 0.
   std::map<std::string, double> warmupS{};
+  // Compute after a wait (measured profiles; `stages[].idle_extra_s`): on a shared host a stage that
+  // blocked for a while before a compute event computes it slower (its caches and TLBs refilled after
+  // the other processes ran, its core woken): here a forward after 50 ms asleep took 0.6-1.3 ms
+  // more than back to back. afterS: the idle lengths measured (increasing); extraS[kind][k]: the
+  // extra seconds of an event of that kind ("forward", "backward", ...) after afterS[k] idle
+  // (profile: the schedule's order with a sleep before each compute, minus without). Empty:
+  // none (analytic profiles: a device of its own per stage).
+  struct IdleExtra {
+    std::vector<double> afterS;
+    std::map<std::string, std::vector<double>> extraS;
+    // The extra seconds of a `what` event after idleS of waiting: linear from (0, 0) through the
+    // measured points, the last one's beyond it; 0 for a kind not measured.
+    double at(const std::string& what, double idleS) const;
+  };
+  IdleExtra idle{};
+  // This stage's compute in a real pipelined run relative to its cost timed alone (measured
+  // profiles, `profile --host-from-run`: HostSpeedFit::stageFactor); the simulator multiplies its
+  // forward, backward (parts) and step by it. 1: none.
+  double runFactor = 1.0;
   // The cost of a compute action (Forward, Backward, BackwardInput, BackwardWeight, Step), by kind;
   // throws naming what to profile when a split backward's parts were not measured.
   double of(const runtime::Action& a) const;
@@ -119,6 +139,11 @@ Profile loadProfile(const std::string& path);
 // the field that does not match.
 Profile medianProfile(const std::vector<Profile>& ps);
 
+// Per event kind, what an event that waited idle seconds before it costs on stage v of `stages`:
+// its profiled cost (a step: every model chunk's of stage v, stepSeconds) plus the stage's idle
+// extra; < 0: not a compute event, or a part the profile did not measure.
+double eventCost(const std::vector<StageCost>& stages, size_t v, size_t pipelineStages, const std::string& what, double idleS);
+
 // The first step's extra compute per (virtual) stage and event kind (StageCost::warmupS) in a real
 // run's timeline of every step (runtime.timeline "all"): per kind, the summed wall time of its step-0
 // events minus as many times the median of the same events at steps >= 2 (clamped at 0), averaged
@@ -141,10 +166,20 @@ struct HostSpeedFit {
   double loneSpeed = 1.0;         // raw v_1 (1 where n = 1 kept its fallback)
   std::vector<double> coverageS;  // wall seconds the events spent with n = 1 .. workers computing
   std::vector<bool> fitted;       // per n: solved from the events (else its fallback)
+  std::vector<double> stageFactor;  // per virtual stage (perStage; else 1): StageCost::runFactor
   int events = 0;
 };
-HostSpeedFit fitHostSpeed(const nlohmann::json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
-                          const std::vector<double>& fallback);
+// Several runs' timelines are fitted together (each one's concurrency from its own events). Each
+// event's work is f_s x cost + idle extra, f_s the stage's runFactor; with perStage the factors
+// are fitted too, by alternating least squares, scaled so that the events' costs keep their
+// total: a stage's compute in a pipeline of processes on shared cores need not stand to the
+// others as it did timed alone.
+HostSpeedFit fitHostSpeed(const std::vector<nlohmann::json>& timelines, const std::vector<StageCost>& stages, int workers,
+                          int firstStep, const std::vector<double>& fallback, bool perStage = false);
+inline HostSpeedFit fitHostSpeed(const nlohmann::json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
+                                 const std::vector<double>& fallback) {
+  return fitHostSpeed(std::vector<nlohmann::json>{timeline}, stages, workers, firstStep, fallback, false);
+}
 
 // Named devices: peak dense FLOP/s per dtype and memory bandwidth (vendor datasheets, SXM parts).
 struct DeviceSpec {

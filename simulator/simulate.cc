@@ -103,6 +103,7 @@ struct RankState {
   int64_t postBytes = 0;
   // waiting
   double waitStart = 0, arrival = -1;
+  double waitedS = 0;  // waited since its last compute event (StageCost::idle: the next one pays it)
   int64_t recvBytes = 0;
   bool onTimeline = false;
   bool evaluating = false;  // replaying the evaluation after its step (evalSchedule)
@@ -326,13 +327,22 @@ class Replay : public runtime::Backend {
     const StageCost& cost = profile_.stages[c.virtualStage];
     if (a.kind == Action::Kind::kGradNorm) return runtime::Progress::kDone;
     if (a.kind == Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
-      return startTask(c.rank, cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize,
-                       &st.record.computeS);
-    return startTask(c.rank, cost.of(a) + warmup(c, c.virtualStage, a), &st.record.computeS);
+      return startTask(c.rank, cost.runFactor * cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize +
+                       afterIdle(st, cost, "forward"), &st.record.computeS);
+    return startTask(c.rank, cost.runFactor * cost.of(a) + warmup(c, c.virtualStage, a) +
+                     afterIdle(st, cost, runtime::protocol::eventName(a)), &st.record.computeS);
   }
   runtime::Progress step(const Action& a, const runtime::ActionContext& c) override {  // every model chunk's
-    return startTask(c.rank, stepSeconds(profile_.stages, c.rank / R_, S_) + warmup(c, c.rank / R_, a),
-                     &ranks_[c.rank].record.computeS);
+    RankState& st = ranks_[c.rank];
+    const size_t stage = static_cast<size_t>(c.rank / R_);
+    return startTask(c.rank, profile_.stages[stage].runFactor * stepSeconds(profile_.stages, stage, S_) + warmup(c, c.rank / R_, a) +
+                     afterIdle(st, profile_.stages[stage], "step"), &st.record.computeS);
+  }
+  // What the wait since the rank's last compute event adds to this one (StageCost::idle).
+  static double afterIdle(RankState& st, const StageCost& cost, const char* what) {
+    const double extra = cost.idle.at(what, st.waitedS);
+    st.waitedS = 0;
+    return extra;
   }
   // The first step's extra (StageCost::warmupS) on the first event of its kind of virtual stage v.
   double warmup(const runtime::ActionContext& c, int v, const Action& a) {
@@ -406,6 +416,7 @@ class Replay : public runtime::Backend {
   runtime::Progress endWait(int i) {
     RankState& st = ranks_[i];
     st.record.waitS += now_ - st.waitStart;
+    st.waitedS += now_ - st.waitStart;
     st.mode = Mode::kReady;
     return startTask(i, recvCost(i, execs_[i].current(), st.recvBytes), &st.record.decodeS);
   }

@@ -185,7 +185,15 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
     const double raw = p["device"]["host_speed_fit"]["raw_speed"][n].get<double>();
     EXPECT_DOUBLE_EQ(p["host_speed"][n].get<double>(), std::min(1.5, std::max(0.05, raw))) << p["device"].dump(2);
   }
-  EXPECT_EQ(p["device"]["host_speed_fit"]["events"], 2 * 10 * (2 + 2 + 1)) << p["device"].dump(2);  // steps 2-11
+  // Two calibration runs (100 Gbps, and links as slow as the slowest forward), steps 2-11 of each.
+  EXPECT_EQ(p["device"]["host_speed_fit"]["events"], 2 * 2 * 10 * (2 + 2 + 1)) << p["device"].dump(2);
+  // Each stage's factor in the pipeline, fitted with the speeds, and its compute after a wait.
+  ASSERT_EQ(p["device"]["host_speed_fit"]["stage_factor"].size(), 2u) << p["device"].dump(2);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(p["stages"][s].value("run_factor", 1.0), p["device"]["host_speed_fit"]["stage_factor"][s].get<double>());
+    EXPECT_EQ(p["stages"][s]["idle_extra_s"]["after_s"].size(), 5u) << p["stages"][s].dump();
+    EXPECT_EQ(p["stages"][s]["idle_extra_s"]["forward"].size(), 5u) << p["stages"][s].dump();
+  }
   ASSERT_EQ(p["device"]["host_speed_side_by_side"].size(), 2u);
   EXPECT_EQ(p["device"]["host_speed_side_by_side"][0], 1.0);  // relative to running alone
   EXPECT_GT(p["transport"]["b_s_per_byte"].get<double>() + p["transport"]["a_s"].get<double>(), 0.0);
@@ -263,7 +271,7 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   EXPECT_EQ(ps["host_speed_by_schedule"]["gpipe"], ps["host_speed"]);
   EXPECT_EQ(ps["device"]["host_speed_fit"]["schedule"], "gpipe");
   const json fit1f1b = ps["device"]["host_speed_fit_by_schedule"]["1f1b"];
-  EXPECT_EQ(fit1f1b["events"], 2 * 10 * (2 + 2 + 1)) << ps["device"].dump(2);
+  EXPECT_EQ(fit1f1b["events"], 2 * 2 * 10 * (2 + 2 + 1)) << ps["device"].dump(2);
   for (size_t n = 0; n < 2; ++n)
     EXPECT_DOUBLE_EQ(ps["host_speed_by_schedule"]["1f1b"][n].get<double>(),
                      std::min(1.5, std::max(0.05, fit1f1b["raw_speed"][n].get<double>())));

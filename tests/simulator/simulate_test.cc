@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "compression/codec.h"
@@ -382,6 +383,120 @@ TEST(SimulatorTest, WarmupLengthensOnlyTheFirstStep) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("warmup_s.recv"), std::string::npos) << e.what();
   }
+}
+
+// The extra of a compute event after a wait (StageCost::idle): linear from (0, 0) through the
+// measured points, the last one's beyond them, 0 for a kind not measured; profiles keep it and
+// name what is wrong in it.
+TEST(SimulatorTest, IdleExtraInterpolatesFromZeroAndRoundTrips) {
+  Profile p = flatProfile(1, 0.25, 0.5, 0.125);
+  p.stages[0].idle.afterS = {0.002, 0.01};
+  p.stages[0].idle.extraS["forward"] = {0.001, 0.003};
+  const StageCost::IdleExtra& e = p.stages[0].idle;
+  EXPECT_DOUBLE_EQ(e.at("forward", 0), 0);
+  EXPECT_DOUBLE_EQ(e.at("forward", 0.001), 0.0005);
+  EXPECT_DOUBLE_EQ(e.at("forward", 0.006), 0.001 + 0.002 * 0.5);
+  EXPECT_DOUBLE_EQ(e.at("forward", 0.5), 0.003);
+  EXPECT_DOUBLE_EQ(e.at("backward", 0.5), 0);
+  const Profile back = profileFromJson(toJson(p), "p");
+  EXPECT_EQ(back.stages[0].idle.afterS, e.afterS);
+  EXPECT_EQ(back.stages[0].idle.extraS, e.extraS);
+  EXPECT_TRUE(profileFromJson(toJson(flatProfile(1, 1, 1)), "p").stages[0].idle.afterS.empty());
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& named) {
+    json bad = toJson(p);
+    edit(bad["stages"][0]["idle_extra_s"]);
+    try {
+      profileFromJson(bad, "p");
+      ADD_FAILURE() << "accepted: " << bad["stages"][0].dump();
+    } catch (const std::invalid_argument& err) {
+      EXPECT_NE(std::string(err.what()).find(named), std::string::npos) << err.what();
+    }
+  };
+  refused([](json& m) { m["after_s"] = {0.01, 0.002}; }, "idle_extra_s.after_s[1]");
+  refused([](json& m) { m["forward"] = {0.001}; }, "idle_extra_s.forward: 1 values, after_s has 2");
+  refused([](json& m) { m["recv"] = {0.0, 0.0}; }, "idle_extra_s.recv: not a compute event");
+  refused([](json& m) { m["forward"][0] = -1; }, "idle_extra_s.forward[0]");
+  refused([](json& m) { m.erase("after_s"); }, "idle_extra_s: expected");
+  // Snapshots that measured other lengths are not merged.
+  Profile other = p;
+  other.stages[0].idle.afterS = {0.002, 0.02};
+  EXPECT_THROW(medianProfile({p, other}), std::invalid_argument);
+  const Profile same = medianProfile({p, p, p});
+  EXPECT_EQ(same.stages[0].idle.extraS, e.extraS);
+}
+
+// A compute event after a wait pays the stage's idle extra: with stage 1's forward costing 0.5 s
+// more per second waited (one measured point at 1 s), step 0 of TwoStagesOneMicroBatchByHand's
+// pipeline is longer by half of stage 1's wait for the activation (0.010 + act + L); stage 0's
+// forward, which waited for nothing, and the kinds without an extra pay nothing.
+TEST(SimulatorTest, ComputeAfterAWaitPaysTheIdleExtra) {
+  const auto spec = tinySpec(2, 1, "gpipe", "pipelined");
+  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6, L = 1e-3;
+  Profile p = flatProfile(2, 0.010, 0.020, 0.005);
+  const json plain = simulateRun(spec, p, {2});
+  p.stages[1].idle.afterS = {1.0};
+  p.stages[1].idle.extraS["forward"] = {0.5};
+  const json idle = simulateRun(spec, p, {2});
+  EXPECT_NEAR(idle["steps"][0]["time_s"].get<double>() - plain["steps"][0]["time_s"].get<double>(), 0.5 * (0.010 + act + L), 1e-12);
+  p.stages[1].idle.extraS.clear();
+  p.stages[0].idle.afterS = {1.0};
+  p.stages[0].idle.extraS["forward"] = {0.5};
+  EXPECT_NEAR(simulateRun(spec, p, {2})["steps"][0]["time_s"].get<double>(), plain["steps"][0]["time_s"].get<double>(), 1e-12);
+}
+
+// The host-speed fit bills each compute event at its cost after the wait before it: stage 0
+// waited 1 s (recv) before a forward that costs 1 + 1 s there and ran 2.5 s, then a forward
+// without a wait ran 1.25 s: both at v1 = 0.8.
+TEST(SimulatorTest, HostSpeedFitBillsTheIdleExtra) {
+  std::vector<StageCost> stages = {{1.0, 2.0, 0.1, {}}};
+  stages[0].idle.afterS = {0.5};
+  stages[0].idle.extraS["forward"] = {1.0};
+  auto ev = [](const char* what, double start, double end) {
+    return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", 2}};
+  };
+  const json timeline = {{{"stage", 0}, {"events", {ev("recv", 0, 1), ev("forward", 1, 3.5), ev("send", 3.5, 3.6), ev("forward", 4, 5.25)}}}};
+  const HostSpeedFit fit = fitHostSpeed(timeline, stages, 1, 2, {1.0});
+  EXPECT_EQ(fit.events, 2);
+  EXPECT_NEAR(fit.rawSpeed[0], 0.8, 1e-12);
+  stages[0].idle = {};
+  EXPECT_GT(std::abs(fitHostSpeed(timeline, stages, 1, 2, {1.0}).rawSpeed[0] - 0.8), 0.1);
+}
+
+// Per-stage factors fitted with the speeds: stage 0 computes at 0.9 of its profiled cost, stage 1
+// at 1.1 (the factors keep the events' total cost), alone at v1 = 1 and side by side at v2 = 0.5;
+// two runs' timelines fitted together recover all four, and the factors are what a profile keeps.
+TEST(SimulatorTest, HostSpeedFitRecoversStageFactorsOverTwoRuns) {
+  const std::vector<StageCost> stages = {{1.0, 2.0, 0.1, {}}, {1.0, 2.0, 0.1, {}}};
+  auto ev = [](const char* what, double start, double end) {
+    return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", 2}};
+  };
+  // Run 1: each forward alone (0.9 s and 1.1 s of work at v1 = 1).
+  const json alone = {{{"stage", 0}, {"events", {ev("forward", 0, 0.9)}}}, {{"stage", 1}, {"events", {ev("forward", 1, 2.1)}}}};
+  // Run 2: both backwards from 3: side by side at 0.5 until stage 0's 1.8 s of work ends at 6.6,
+  // then stage 1 alone for the rest of its 2.2 s (0.4 s).
+  const json together = {{{"stage", 0}, {"events", {ev("backward", 3, 6.6)}}}, {{"stage", 1}, {"events", {ev("backward", 3, 7.0)}}}};
+  const HostSpeedFit fit = fitHostSpeed({alone, together}, stages, 2, 2, {1.0, 1.0}, true);
+  EXPECT_EQ(fit.events, 4);
+  ASSERT_EQ(fit.stageFactor.size(), 2u);
+  EXPECT_NEAR(fit.stageFactor[0], 0.9, 1e-6);
+  EXPECT_NEAR(fit.stageFactor[1], 1.1, 1e-6);
+  EXPECT_NEAR(fit.rawSpeed[0], 1.0, 1e-6);
+  EXPECT_NEAR(fit.rawSpeed[1], 0.5, 1e-6);
+  // Without stage factors the same events fit other speeds.
+  const HostSpeedFit plain = fitHostSpeed({alone, together}, stages, 2, 2, {1.0, 1.0}, false);
+  EXPECT_EQ(plain.stageFactor, std::vector<double>({1.0, 1.0}));
+  EXPECT_GT(std::abs(plain.rawSpeed[1] - 0.5) + std::abs(plain.rawSpeed[0] - 1.0), 1e-3);
+  // A profile keeps the factor and the simulator bills it: a 1-stage run at factor 2 computes twice as long.
+  const auto s = tinySpec(1, 2, "gpipe", "pipelined");
+  Profile p = flatProfile(1, 0.25, 0.5, 0.125);
+  const double once = simulateRun(s, p, {2})["steps"][1]["time_s"].get<double>();
+  p.stages[0].runFactor = 2.0;
+  const Profile back = profileFromJson(toJson(p), "p");
+  EXPECT_EQ(back.stages[0].runFactor, 2.0);
+  EXPECT_NEAR(simulateRun(s, back, {2})["steps"][1]["time_s"].get<double>(), 2 * once, 1e-12);
+  json bad = toJson(p);
+  bad["stages"][0]["run_factor"] = 0;
+  EXPECT_THROW(profileFromJson(bad, "p"), std::invalid_argument);
 }
 
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
