@@ -67,6 +67,11 @@ class Codec {
   virtual uint64_t maxPayloadBytes(const Shape& shape) const;
 };
 
+// "" if the codec has a device path (compression/cuda/device_codec.h: the CUDA build makes one for
+// it), else why not, naming the codec: plug-ins, TorchScript codecs and the built-ins without a
+// kernel run on the host (analytic GPU profiles cost them at their measured host speed).
+std::string devicePathMissing(const Codec& c);
+
 // Builds a codec from a spec string such as "quant:bits=4,scale=channel", "acsgd:bits=2",
 // "ef(quant:bits=4)". Unknown names or parameters throw CodecError listing what is valid.
 std::unique_ptr<Codec> makeCodec(const std::string& spec);

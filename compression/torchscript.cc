@@ -25,6 +25,17 @@ class TorchScriptCodec : public Codec {
       SP_REQUIRE(module_.find_method(m).has_value(),
                  "torchscript '" + path_ + "': the module has no method " + m +
                      " (export it with @torch.jit.export; see compression/torchscript.h for the contract)");
+    // encode(self, x, example_ids, epoch, step[, direction, micro_batch, key]) and decode(self,
+    // payload, shape, example_ids, epoch, step[, direction, micro_batch, key]): the context in full,
+    // or the older form without the last three.
+    const size_t encodeArgs = module_.get_method("encode").function().getSchema().arguments().size();
+    const size_t decodeArgs = module_.get_method("decode").function().getSchema().arguments().size();
+    SP_REQUIRE((encodeArgs == 5 && decodeArgs == 6) || (encodeArgs == 8 && decodeArgs == 9),
+               "torchscript '" + path_ + "': encode takes " + std::to_string(encodeArgs - 1) + " arguments and decode " +
+                   std::to_string(decodeArgs - 1) + "; expected encode(x, example_ids, epoch, step, direction, micro_batch, key) "
+                   "and decode(payload, shape, example_ids, epoch, step, direction, micro_batch, key), or both without the "
+                   "last three (compression/torchscript.h)");
+    fullContext_ = encodeArgs == 8;
     hasDigest_ = module_.find_method("state_digest").has_value();
     const bool hasConfigure = module_.find_method("configure").has_value();
     c10::Dict<std::string, std::string> dict;
@@ -39,7 +50,7 @@ class TorchScriptCodec : public Codec {
 
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override {
     const auto t = torch::from_blob(const_cast<float*>(x), shape, torch::kFloat32).clone();
-    const auto r = call("encode", {t, ids(ctx), static_cast<int64_t>(ctx.epoch), ctx.step});
+    const auto r = call("encode", withContext({t, ids(ctx), static_cast<int64_t>(ctx.epoch), ctx.step}, ctx));
     SP_REQUIRE(r.isTensor(), "torchscript '" + path_ + "': encode returned " + r.tagKind() + ", expected a uint8 tensor");
     const auto p = r.toTensor().contiguous();
     SP_REQUIRE(p.scalar_type() == torch::kUInt8, "torchscript '" + path_ + "': encode returned a tensor of " +
@@ -56,7 +67,7 @@ class TorchScriptCodec : public Codec {
 
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override {
     const auto p = torch::from_blob(const_cast<uint8_t*>(payload), {static_cast<int64_t>(size)}, torch::kUInt8).clone();
-    const auto r = call("decode", {p, c10::List<int64_t>(shape), ids(ctx), static_cast<int64_t>(ctx.epoch), ctx.step});
+    const auto r = call("decode", withContext({p, c10::List<int64_t>(shape), ids(ctx), static_cast<int64_t>(ctx.epoch), ctx.step}, ctx));
     SP_REQUIRE(r.isTensor(), "torchscript '" + path_ + "': decode returned " + r.tagKind() + ", expected a float32 tensor");
     const auto y = r.toTensor().contiguous();
     const int64_t n = numelOf(shape);
@@ -107,6 +118,15 @@ class TorchScriptCodec : public Codec {
     return torch::tensor(ctx.exampleIds.empty() ? std::vector<int64_t>{} : ctx.exampleIds, torch::kInt64);
   }
 
+  // The rest of the context for a module that takes it: direction (0 forward, 1 backward, 2
+  // data-parallel), micro-batch and key, as plug-ins get them.
+  std::vector<c10::IValue> withContext(std::vector<c10::IValue> args, const CodecContext& ctx) const {
+    if (!fullContext_) return args;
+    args.emplace_back(static_cast<int64_t>(ctx.direction));
+    args.emplace_back(static_cast<int64_t>(ctx.microBatch));
+    args.emplace_back(ctx.key);
+    return args;
+  }
   c10::IValue call(const char* method, std::vector<c10::IValue> args) {
     torch::NoGradGuard noGrad;
     try {
@@ -119,6 +139,7 @@ class TorchScriptCodec : public Codec {
   std::string path_, params_;
   torch::jit::Module module_;
   bool hasDigest_ = false;
+  bool fullContext_ = false;
 };
 
 }  // namespace

@@ -163,12 +163,17 @@ namespace {
 json sweepRecord(const SweepSpec& spec) {
   json axes = json::array();
   for (const auto& [path, values] : spec.axes) axes.push_back({{"path", path}, {"values", values}});
-  return {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats}, {"axes", axes}};
+  return {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats}, {"axes", axes},
+          {"target", toJson(spec.target)}};
 }
 
 }  // namespace
 
-json resummarize(const std::string& dir) {
+json readRunCopy(const std::string& dir, const std::string& point, int repeat) {
+  return settled(readOrNull(copyPath(dir, point, repeat)));
+}
+
+SweepSpec sweepOfFolder(const std::string& dir) {
   const fs::path file = fs::path(dir) / "sweep.json";
   json j = runtime::readJsonFile(file.string(), "sweep folder's record");
   if (!j.is_object()) throw std::invalid_argument("'" + file.string() + "': expected an object");
@@ -185,8 +190,9 @@ json resummarize(const std::string& dir) {
     throw std::invalid_argument("'" + file.string() + "': " + e.what());
   }
   if (!fs::is_directory(fs::path(dir) / "runs")) throw std::invalid_argument("'" + dir + "': no runs/ folder; not a sweep's output");
-  return writeSummaries(spec, dir);
+  return spec;
 }
+
 
 // Every point replayed in virtual time: deterministic, so one repeat; no pretraining (no losses).
 int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {

@@ -32,10 +32,12 @@ struct SweepOptions {
 int runSweep(const SweepSpec& spec, const SweepOptions& opt);
 // Recomputes DIR/summary.json and summary.csv from DIR/runs/<point>.r<k>.json; returns the summary.
 nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir);
-// `slowpipe summarize DIR`: the same, for a sweep folder as `sweep` left it (DIR/sweep.json names
-// the points), running nothing; e.g. after a change to the summary's definitions. Returns the
-// summary written.
-nlohmann::json resummarize(const std::string& dir);
+// The sweep a folder holds, as `sweep` recorded it in DIR/sweep.json (throws naming that file, or
+// the missing runs/ folder).
+SweepSpec sweepOfFolder(const std::string& dir);
+// DIR/runs/<point>.r<k>.json as it stands (null when absent or damaged; "running" by a launcher
+// that is gone: failed).
+nlohmann::json readRunCopy(const std::string& dir, const std::string& point, int repeat);
 
 // What makes two runs the same experiment (see above).
 nlohmann::json runIdentity(const nlohmann::json& pointSpec, const nlohmann::json& build);

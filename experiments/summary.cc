@@ -153,7 +153,7 @@ int putOwnStats(json& row, const Reps& me, size_t R, std::vector<double>& tp) {
 // Speed-up over the baseline codec at the same link, the ideal that bounds it (the codec's
 // fastest step over the sweep's links), efficiency, loss gap, time to the baseline's loss.
 void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::vector<std::pair<double, Reps>>& peers,
-                      const std::vector<double>& tp, size_t R, bool hasLinkAxis, int okCount) {
+                      const std::vector<double>& tp, size_t R, bool hasLinkAxis, int okCount, const SweepSpec::Target& target) {
   std::vector<double> speedup(R, NAN), ideal(R, NAN), eff(R, NAN), baseLoss(R, NAN);
   std::map<double, int> idealFrom;  // link bandwidth -> repeats whose fastest step it gave
   for (size_t k = 0; k < R; ++k) {
@@ -190,22 +190,31 @@ void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::ve
       }
     row["ideal_link_bps"] = orNull(from);
   }
-  std::vector<double> finite;
-  for (double x : baseLoss)
-    if (std::isfinite(x)) finite.push_back(x);
-  const double target = median(finite);
-  row["target_val_loss"] = orNull(target);
-  row["val_loss_gap_vs_baseline"] = orNull(num(row, "final_val_loss") / target - 1.0);
-  std::vector<double> ttt;
-  for (const json* d : me.byIndex) {
-    if (!d) continue;
+  // Quality, paired by repeat: the final validation loss over the baseline's of the same round,
+  // and the time to the target (a fixed loss, or the baseline's final loss x (1 + tolerance)).
+  std::vector<double> gap(R, NAN), targets(R, NAN), ttt(R, NAN);
+  int reached = 0;
+  for (size_t k = 0; k < R; ++k) {
+    gap[k] = me.stat(k, "final_val_loss") / baseLoss[k] - 1.0;
+    targets[k] = target.valLoss > 0 ? target.valLoss : baseLoss[k] * (1.0 + target.tolerance);
+    const json* d = k < me.byIndex.size() ? me.byIndex[k] : nullptr;
+    if (!d || !std::isfinite(targets[k])) continue;
     for (const auto& e : d->value("evals", json::array()))
-      if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= target) {
-        ttt.push_back(e["wall_s"].get<double>());
+      if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= targets[k] && e["wall_s"].is_number()) {
+        ttt[k] = e["wall_s"].get<double>();
+        ++reached;
         break;
       }
   }
-  row["time_to_target_s"] = ttt.size() == static_cast<size_t>(okCount) ? orNull(median(ttt)) : json();
+  putStat(row, gap, "val_loss_gap_vs_baseline", "val_loss_gap_lo", "val_loss_gap_hi");
+  std::vector<double> finite;
+  for (double x : targets)
+    if (std::isfinite(x)) finite.push_back(x);
+  row["target_val_loss"] = orNull(median(finite));
+  row["target_reached"] = reached;
+  // Every ok repeat must reach it, else "not reached" (null), not the median of the lucky ones.
+  if (reached == okCount) putStat(row, ttt, "time_to_target_s", "time_to_target_lo", "time_to_target_hi");
+  else row["time_to_target_s"] = json();
   if (const json* b = firstOk(base))
     row["wire_reduction"] = orNull(num((*b)["summary"], "wire_bytes_per_step") / num((*firstOk(me))["summary"], "wire_bytes_per_step"));
 }
@@ -255,7 +264,7 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
     if (okCount > 0 && b != baseline.end()) {
       std::vector<std::pair<double, Reps>> peers;  // this codec at every link
       for (const auto& [bw, q] : alongLinks[peerKey(p, -1, bwAxis)]) peers.push_back({bw, okReps(results, q->name)});
-      putBaselineStats(row, me, okReps(results, b->second->name), peers, tp, R, bwAxis >= 0, okCount);
+      putBaselineStats(row, me, okReps(results, b->second->name), peers, tp, R, bwAxis >= 0, okCount, spec.target);
     }
     rows.push_back(row);
   }
@@ -265,27 +274,22 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
           {"repeats", spec.repeats},
           {"interval", "95% percentile bootstrap of the median over repeats (" + std::to_string(kBootstrapResamples) +
                            " resamples, seed 1)"},
+          {"target", toJson(spec.target)},
           {"rows", rows}};
 }
 
-std::string summaryCsv(const json& summary) {
-  static const std::vector<std::string> kCols = {
-      "point", "label", "forward", "backward", "bandwidth_bps", "latency_s", "status", "repeats", "link_ok",
-      "throughput_tokens_per_s", "throughput_lo", "throughput_hi", "speedup", "speedup_lo", "speedup_hi",
-      "ideal_speedup", "ideal_lo", "ideal_hi", "efficiency", "efficiency_lo", "efficiency_hi", "ideal_link_bps", "time_to_target_s",
-      "final_val_loss", "target_val_loss", "wire_bytes_per_step", "wait_share", "mean_step_time_s", "step_time_lo",
-      "step_time_hi"};
+std::string csvTable(const std::vector<std::string>& columns, const json& rows) {
   std::ostringstream out;
-  for (size_t i = 0; i < kCols.size(); ++i) out << (i ? "," : "") << kCols[i];
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
   out << "\n";
-  for (const auto& r : summary["rows"]) {
-    for (size_t i = 0; i < kCols.size(); ++i) {
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < columns.size(); ++i) {
       if (i) out << ",";
-      if (!r.contains(kCols[i]) || r[kCols[i]].is_null()) continue;
-      const json& v = r[kCols[i]];
+      if (!r.contains(columns[i]) || r[columns[i]].is_null()) continue;
+      const json& v = r[columns[i]];
       if (v.is_string()) {
         std::string s = v.get<std::string>();
-        if (s.find_first_of(",\"") != std::string::npos) {
+        if (s.find_first_of(",\"\n\r") != std::string::npos) {
           std::string q = "\"";
           for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
           s = q + "\"";
@@ -298,6 +302,17 @@ std::string summaryCsv(const json& summary) {
     out << "\n";
   }
   return out.str();
+}
+
+std::string summaryCsv(const json& summary) {
+  static const std::vector<std::string> kCols = {
+      "point", "label", "forward", "backward", "bandwidth_bps", "latency_s", "status", "repeats", "link_ok",
+      "throughput_tokens_per_s", "throughput_lo", "throughput_hi", "speedup", "speedup_lo", "speedup_hi",
+      "ideal_speedup", "ideal_lo", "ideal_hi", "efficiency", "efficiency_lo", "efficiency_hi", "ideal_link_bps", "time_to_target_s",
+      "time_to_target_lo", "time_to_target_hi", "target_reached", "final_val_loss", "target_val_loss", "val_loss_gap_vs_baseline",
+      "val_loss_gap_lo", "val_loss_gap_hi", "wire_bytes_per_step", "wait_share", "mean_step_time_s", "step_time_lo",
+      "step_time_hi"};
+  return csvTable(kCols, summary["rows"]);
 }
 
 }  // namespace slowpipe::experiments

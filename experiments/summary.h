@@ -33,5 +33,8 @@ std::pair<double, double> bootstrapMedianInterval(const std::vector<double>& v, 
 nlohmann::json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points,
                               const std::map<std::string, std::vector<nlohmann::json>>& results);
 std::string summaryCsv(const nlohmann::json& summary);
+// A CSV table: a header of `columns`, then one line per object of `rows` (a missing or null value
+// empty; strings with a comma, quote or line break quoted, quotes doubled).
+std::string csvTable(const std::vector<std::string>& columns, const nlohmann::json& rows);
 
 }  // namespace slowpipe::experiments

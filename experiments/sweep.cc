@@ -1,6 +1,7 @@
 // Sweep spec parsing and expansion.
 #include "experiments/sweep.h"
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -32,8 +33,8 @@ std::string valueLabel(const json& v) {
 SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simulation) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
   for (const auto& [k, v] : j.items())
-    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats")
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain, repeats");
+    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats" && k != "target")
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain, repeats, target");
   SweepSpec s;
   s.simulation = simulation;
   s.name = j.value("name", "sweep");
@@ -62,8 +63,27 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
       throw std::invalid_argument(where + ".repeats: " + j["repeats"].dump() + " must be an integer in 1..1000");
     s.repeats = j["repeats"].get<int>();
   }
+  if (j.contains("target")) s.target = targetFromJson(j["target"], where + ".target");
   runtime::runSpecFromJson(s.base, where + ".base", simulation);  // the base must be valid on its own
   return s;
+}
+
+SweepSpec::Target targetFromJson(const json& j, const std::string& where) {
+  const char* form = ": expected {\"val_loss\": L > 0} or {\"tolerance\": r >= 0} (relative to the baseline's final "
+                     "validation loss)";
+  if (!j.is_object() || j.size() != 1 || !(j.contains("val_loss") || j.contains("tolerance"))) throw std::invalid_argument(where + form);
+  SweepSpec::Target t;
+  const std::string key = j.contains("val_loss") ? "val_loss" : "tolerance";
+  const json& v = j[key];
+  if (!v.is_number() || v.get<double>() < 0 || (key == "val_loss" && v.get<double>() == 0) || !std::isfinite(v.get<double>()))
+    throw std::invalid_argument(where + "." + key + ": " + v.dump() + form);
+  if (key == "val_loss") t.valLoss = v.get<double>();
+  else t.tolerance = v.get<double>();
+  return t;
+}
+
+json toJson(const SweepSpec::Target& t) {
+  return t.valLoss > 0 ? json{{"val_loss", t.valLoss}} : json{{"tolerance", t.tolerance}};
 }
 
 SweepSpec loadSweepSpec(const std::string& path, bool simulation, const std::vector<std::string>& sets) {

@@ -6,7 +6,8 @@
 //             {"path": "compression", "values": [{"label": "fp32", "forward": "none", "backward": "none"}, ...]}],
 //    "baseline": "fp32",                        // label of the compression value that is the baseline
 //    "pretrain": {"checkpoint": "base.pt", "max_steps": 300, "epochs": 1},   // optional
-//    "repeats": 3}                              // optional: real runs per point, interleaved
+//    "repeats": 3,                              // optional: real runs per point, interleaved
+//    "target": {"tolerance": 0.01} | {"val_loss": 3.1}}   // optional: what time_to_target reaches
 // Object values are merged into the base at `path`; others replace it. Every point gets a stable
 // name from its axis values, e.g. "bandwidth-100Mbps_compression-ac-sgd-fw2-bw4".
 #pragma once
@@ -33,7 +34,17 @@ struct SweepSpec {
   std::string sourceDir;    // folder of the sweep file (relative paths resolve against the cwd)
   int repeats = 1;          // runs per point; round-robin over all points (repeat k of every point before k+1)
   bool simulation = false;  // points are simulated, not run: validated as simulator specs (any vocab)
+  // What time_to_target is measured against ("target": {"val_loss": L} or {"tolerance": r}): a
+  // fixed validation loss (valLoss > 0), else the baseline's final validation loss at the same
+  // link settings times 1 + tolerance (default 1%, paired by repeat).
+  struct Target {
+    double valLoss = 0;
+    double tolerance = 0.01;
+  } target;
 };
+// "target" of a sweep spec (where: for errors); the default when absent.
+SweepSpec::Target targetFromJson(const nlohmann::json& j, const std::string& where);
+nlohmann::json toJson(const SweepSpec::Target& t);
 
 // `sets`: command-line `--set PATH=VALUE` assignments applied to the base (runtime::applySet); one
 // naming a field an axis varies is an error.

@@ -74,7 +74,6 @@ class RankLinks {
   RankLinks() = default;
   RankLinks(const nlohmann::json& links, int rank);
   const LinkEntry& at(int src, int dst) const;
-  bool empty() const { return entries_.empty(); }
 
  private:
   int rank_ = -1;

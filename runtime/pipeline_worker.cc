@@ -145,13 +145,16 @@ class PipelineWorker : public Backend {
     emulator::sleepUntil(startAt_);
     int64_t g = 0;
     for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
-      for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s, ++g)
+      for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s) {
         runList(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g,
                              layout_.chunks),
                 epoch, s, g, false);
-      // Replica 0 evaluates (with local steps: its own parameters, as they are at the epoch's end).
-      if (spec_.training.evalEachEpoch && id_.replica == 0)
-        runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0, g, true);
+        ++g;
+        // Replica 0 evaluates (with local steps: its own parameters, as they are after step g).
+        const bool epochEnd = s + 1 == plan_.epochs.stepsPerEpoch() || g == plan_.totalSteps;
+        if (id_.replica == 0 && spec_.training.evaluatesAfter(g, epochEnd))
+          runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0, g, true);
+      }
     }
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.

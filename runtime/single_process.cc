@@ -75,13 +75,13 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
   ActionContext where;
   for (int epoch = 0; epoch < spec.training.epochs && where.step < plan.totalSteps; ++epoch) {
     where.epoch = epoch;
-    for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && where.step < plan.totalSteps; ++s, ++where.step) {
+    for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && where.step < plan.totalSteps; ++s) {
       where.stepInEpoch = s;
       const double seconds = p.run(schedule, where);
       onRecord({{"type", "step"}, {"step", where.step}, {"epoch", epoch}, {"loss", p.compute().loss()}, {"time_s", seconds},
                 {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}});
-    }
-    if (spec.training.evalEachEpoch) {
+      ++where.step;
+      if (!spec.training.evaluatesAfter(where.step, s + 1 == plan.epochs.stepsPerEpoch() || where.step == plan.totalSteps)) continue;
       EvalRecord e;
       e.epoch = epoch;
       e.step = where.step;

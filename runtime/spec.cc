@@ -255,6 +255,9 @@ void parseTraining(const json& section, const std::string& where, [[maybe_unused
   f.get("seed", s.training.seed);
   f.get("init_checkpoint", s.training.initCheckpoint);
   f.get("eval_each_epoch", s.training.evalEachEpoch);
+  f.get("eval_every_steps", s.training.evalEverySteps);
+  if (s.training.evalEverySteps < 0)
+    fail(f.field("eval_every_steps"), std::to_string(s.training.evalEverySteps) + " is negative (0: only at epoch ends)");
   positive(f.field("epochs"), s.training.epochs);
   positive(f.field("lr"), s.training.lr);
 }
@@ -524,7 +527,8 @@ json toJson(const RunSpec& s) {
           {"training", {{"epochs", s.training.epochs}, {"max_steps", s.training.maxSteps}, {"lr", s.training.lr},
                         {"weight_decay", s.training.weightDecay}, {"warmup_steps", s.training.warmupSteps},
                         {"clip_norm", s.training.clipNorm}, {"seed", s.training.seed},
-                        {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch}}},
+                        {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch},
+                        {"eval_every_steps", s.training.evalEverySteps}}},
           {"compression", {{"forward", s.compression.forward}, {"backward", s.compression.backward},
                            {"label", s.compression.label}}},
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},

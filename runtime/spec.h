@@ -59,6 +59,13 @@ struct TrainingSpec {
   uint64_t seed = 1;
   std::string initCheckpoint;  // pretrained base; empty: random init from model.seed
   bool evalEachEpoch = true;
+  int64_t evalEverySteps = 0;  // > 0: also evaluate after every N-th step (a validation-loss curve)
+  // Whether the run evaluates after `done` steps (>= 1), the last of which ended an epoch or the
+  // run (epochEnd): at every epoch's end with eval_each_epoch, every eval_every_steps steps; once
+  // where both fall on the same step. The worker, the single process and the simulator ask this.
+  bool evaluatesAfter(int64_t done, bool epochEnd) const {
+    return (evalEachEpoch && epochEnd) || (evalEverySteps > 0 && done % evalEverySteps == 0);
+  }
 };
 
 struct CompressionSpec {

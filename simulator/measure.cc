@@ -27,6 +27,7 @@
 #include "runtime/dp.h"
 #include "runtime/executor.h"
 #include "runtime/protocol.h"
+#include "simulator/codec_cost.h"
 #include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
 
@@ -434,28 +435,6 @@ double transportCpuSeconds(size_t bytes) {
 
 // Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
 // (acsgd: deltas of examples seen before), as the transport calls it (frames included).
-simulator::CodecCost measureCodec(const std::string& spec, const std::vector<int64_t>& shape) {
-  auto tx = compression::makeCodec(spec), rx = compression::makeCodec(spec);
-  const int64_t n = compression::numelOf(shape);
-  std::vector<float> x(n), y;
-  const torch::Tensor r = torch::randn({n});
-  std::memcpy(x.data(), r.data_ptr<float>(), 4 * n);
-  compression::FrameHeader h;
-  h.shape = shape;
-  for (int64_t i = 0; i < shape[0]; ++i) h.exampleIds.push_back(i);
-  compression::CodecContext ctx;
-  ctx.exampleIds = h.exampleIds;
-  // Both ends see the same history: the first sighting (acsgd: full precision), then a delta.
-  compression::Bytes frame = compression::encodeFrame(*tx, x.data(), h, ctx);
-  compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y);
-  frame = compression::encodeFrame(*tx, x.data(), h, ctx);
-  compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y);
-  // Steady state from here: every encode is a delta, and decoding a delta again is as costly.
-  const double enc = medianSeconds([&] { compression::encodeFrame(*tx, x.data(), h, ctx); });
-  const double dec = medianSeconds([&] { compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y); });
-  const double bytes = 4.0 * static_cast<double>(n);
-  return {{0.0, enc / bytes}, {0.0, dec / bytes}};
-}
 
 
 
@@ -652,7 +631,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
   codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
   for (const auto& v : dpVariants) codecs.push_back(runtime::gradientCompressor(v.dp)->messageCodec());
-  for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = measureCodec(c, shape);
+  for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = simulator::measureCodecOnHost(c, shape);
   return p;
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "compression/codec.h"
+#include "simulator/codec_cost.h"
 #include "runtime/dp.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
@@ -648,7 +649,32 @@ Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceN
   }
   p.codecs["default"] = {{20e-6, 3.0 / dev.memoryBytesPerS}, {20e-6, 3.0 / dev.memoryBytesPerS}};
   p.codecs["none"] = {{0, 0}, {0, 0}};
+  addCodecPlaces(p, spec);
   return p;
+}
+
+void addCodecPlaces(Profile& p, const runtime::RunSpec& spec) {
+  std::vector<std::string> specs = {spec.compression.forward, spec.compression.backward};
+  if (spec.pipeline.replicas > 1) specs.push_back(runtime::gradientCompressor(spec.dp)->messageCodec());
+  const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
+  json& places = p.device["codecs"];
+  for (const auto& name : specs) {
+    const std::string canonical = compression::makeCodec(name)->spec();
+    if (places.contains(canonical)) continue;
+    const std::string why = compression::devicePathMissing(*compression::makeCodec(canonical));
+    if (why.empty()) {
+      places[canonical] = {{"runs_on", "device"}, {"cost", canonical == "none" ? "none" : "20 us + 3 passes over the fp32 message at "
+                                                                                           "the device's memory bandwidth"}};
+      continue;
+    }
+    const CodecCost host = measureCodecOnHost(canonical, shape);
+    p.codecs[canonical] = host;
+    places[canonical] = {{"runs_on", "host"}, {"why", why},
+                         {"encode_bytes_per_s", 1.0 / std::max(host.encode.bSPerByte, 1e-300)},
+                         {"decode_bytes_per_s", 1.0 / std::max(host.decode.bSPerByte, 1e-300)},
+                         {"cost", "measured on this machine's CPU (one thread, a message of the run's activation shape, "
+                                  "median in steady state), per fp32 byte; a GPU server's host may be faster or slower"}};
+  }
 }
 
 Profile profileFor(const std::string& source, const runtime::RunSpec& spec) {

@@ -192,8 +192,15 @@ const DeviceSpec& deviceSpec(const std::string& name);  // V100, A100, H100, H20
 // FLOPs of one GPT block for a micro-batch of b sequences of s tokens, width d:
 // forward 24·b·s·d² + 4·b·s²·d; backward twice that.
 double blockForwardFlops(double b, double s, double d);
-// Analytic profile of `spec` on `device` in `dtype` at model-FLOPs utilisation `mfu`.
+// Analytic profile of `spec` on `device` in `dtype` at model-FLOPs utilisation `mfu`. Its codecs
+// (addCodecPlaces) are costed where they run.
 Profile analyticProfile(const runtime::RunSpec& spec, const std::string& device, const std::string& dtype, double mfu);
+// Where each codec of `spec` (forward, backward, the data-parallel message codec) runs under an
+// analytic profile, in device["codecs"][canonical spec]: one with a device path on the device (the
+// profile's memory-bandwidth cost); one without (compression::devicePathMissing: plug-ins,
+// TorchScript codecs, built-ins without a kernel) on the host, costed at its speed measured here
+// (measureCodecOnHost), with its encode/decode bytes per second and why.
+void addCodecPlaces(Profile& p, const runtime::RunSpec& spec);
 // A profile from a file path, or "analytic:DEVICE[,dtype=bf16][,mfu=0.4]" built for `spec`.
 Profile profileFor(const std::string& source, const runtime::RunSpec& spec);
 

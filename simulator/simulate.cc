@@ -197,8 +197,8 @@ class Replay : public runtime::Backend {
   // Whether the run evaluates after step k (the end of an epoch; the run's last step when the
   // whole run is replayed); replica 0 of every stage evaluates, as in the runtime.
   bool evaluatesAfter(int k) const {
-    if (!spec_.training.evalEachEpoch || opt_.evalRows.empty() || opt_.stepsPerEpoch <= 0) return false;
-    return (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps);
+    if (opt_.evalRows.empty() || opt_.stepsPerEpoch <= 0) return false;
+    return spec_.training.evaluatesAfter(k + 1, (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps));
   }
   std::vector<runtime::EvalRecord> evals() const {
     std::vector<runtime::EvalRecord> out;

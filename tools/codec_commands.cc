@@ -2,11 +2,13 @@
 // `slowpipe codec list`.
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "compression/codec.h"
+#include "compression/codec_template.h"
 #include "compression/conformance.h"
 #include "runtime/result.h"
 #include "runtime/worker.h"
@@ -69,6 +71,18 @@ void addCodecCommands(CLI::App& app) {
       }
       if (!out->empty()) runtime::writeJsonAtomically(*out, {{"schema", "slowpipe.codec_check/1"}, {"results", all}, {"ok", ok}});
       if (!ok) std::exit(1);
+    });
+  }
+  {
+    auto name = std::make_shared<std::string>(), lang = std::make_shared<std::string>(), dir = std::make_shared<std::string>(".");
+    auto* cmd = codec->add_subcommand("new", "write a codec skeleton that builds and passes `codec check` as generated");
+    cmd->add_option("name", *name, "the codec's name: a lower-case C identifier")->required();
+    cmd->add_option("--lang", *lang, "c, cpp (a plug-in against the installed package) or torchscript (Python)")
+        ->required()->check(CLI::IsMember({"c", "cpp", "torchscript"}));
+    cmd->add_option("--dir", *dir, "where the folder NAME/ goes (default: here)");
+    cmd->callback([=] {
+      for (const auto& f : compression::writeCodecSkeleton(*name, *lang, *dir)) std::printf("wrote %s\n", f.c_str());
+      std::printf("next:\n%s", compression::codecSkeletonNextSteps(*name, *lang, (std::filesystem::path(*dir) / *name).string()).c_str());
     });
   }
   codec->add_subcommand("list", "codec names makeCodec accepts")->callback([] {

@@ -75,24 +75,70 @@ def losses(run):
     return [e for e in run.get("evals", []) if e.get("val_loss") is not None]
 
 
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def banded(ax, series, label):
+    """series: one [(x, y), ...] per repeat. The median over repeats at each x, and the repeats'
+    range as a band (x: the step, or a repeat's own wall time, matched by position)."""
+    n = min(len(s) for s in series)
+    if n == 0:
+        return
+    xs = [median([s[i][0] for s in series]) for i in range(n)]
+    ys = [median([s[i][1] for s in series]) for i in range(n)]
+    line = ax.plot(xs, ys, marker="o" if n <= 40 else None, markersize=3, label=label)
+    if len(series) > 1:
+        ax.fill_between(xs, [min(s[i][1] for s in series) for i in range(n)],
+                        [max(s[i][1] for s in series) for i in range(n)], color=line[0].get_color(), alpha=0.2, linewidth=0)
+
+
 def loss_curves(runs, rows, bandwidth, xkey, out, name):
-    if not any(losses(runs.get(r["point"], {})) for r in rows):
+    """Validation loss per codec at one bandwidth: the median over repeats, their range as a band."""
+    if not any(losses(run) for r in rows for run in runs.get(r["point"], [])):
         print(f"skipped {name} (no evaluation losses: a simulated sweep)")
         return
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in rows:
-        if r["bandwidth_bps"] != bandwidth or r["point"] not in runs:
+        if r["bandwidth_bps"] != bandwidth:
             continue
-        evals = losses(runs[r["point"]])
-        if not evals:
-            continue
-        xs = [e["step"] if xkey == "step" else e["wall_s"] for e in evals]
-        ax.plot(xs, [e["val_loss"] for e in evals], marker="o", label=name_of(r, rows))
+        series = [[(e["step"] if xkey == "step" else e["wall_s"], e["val_loss"]) for e in losses(run)]
+                  for run in runs.get(r["point"], [])]
+        series = [s for s in series if s]
+        if series:
+            banded(ax, series, name_of(r, rows))
     ax.set_xlabel("training step" if xkey == "step" else "wall time (s)")
     ax.set_ylabel("validation loss")
-    ax.set_title(f"validation loss vs {'step' if xkey == 'step' else 'time'} at {fmt_bw(bandwidth)}")
+    ax.set_title(f"validation loss vs {'step' if xkey == 'step' else 'time'} at {fmt_bw(bandwidth)} (band: repeats)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    save(fig, out, name)
+
+
+def quality(runs, rows, bandwidth, out, name):
+    """Training loss per step and validation loss per evaluation, per codec side by side, each the
+    median over repeats with the repeats' range as a band."""
+    have = [r for r in rows if r["bandwidth_bps"] == bandwidth and
+            any(st.get("loss") is not None for run in runs.get(r["point"], []) for st in run.get("steps", []))]
+    if not have:
+        print(f"skipped {name} (no training losses: a simulated sweep)")
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in have:
+        train = [[(st["step"], st["loss"]) for st in run.get("steps", []) if st.get("loss") is not None]
+                 for run in runs[r["point"]]]
+        banded(left, [t for t in train if t], name_of(r, rows))
+        val = [[(e["step"], e["val_loss"]) for e in losses(run)] for run in runs[r["point"]]]
+        if any(val):
+            banded(right, [v for v in val if v], name_of(r, rows))
+    for ax, what in ((left, "training loss (per step)"), (right, "validation loss (per evaluation)")):
+        ax.set_xlabel("training step")
+        ax.set_ylabel(what)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"quality at {fmt_bw(bandwidth)}: median over repeats, band: their range")
     save(fig, out, name)
 
 
@@ -158,14 +204,15 @@ def main():
     ok = [r for r in rows if r.get("status") == "ok"]
     if not ok:
         sys.exit(f"plot: {path} has no completed points")
-    runs = {}  # loss curves: repeat 0 of each point (training is deterministic; timings are not)
+    reps = json.load(open(path)).get("repeats", 1)
+    runs = {}  # every repeat of each point: loss curves with the repeats' band
     for r in ok:
-        f = os.path.join(d, "runs", r["point"] + ".r0.json")
-        if os.path.exists(f):
-            runs[r["point"]] = json.load(open(f))
+        for k in range(reps):
+            f = os.path.join(d, "runs", f"{r['point']}.r{k}.json")
+            if os.path.exists(f):
+                runs.setdefault(r["point"], []).append(json.load(open(f)))
     out = os.path.join(d, "figures")
     os.makedirs(out, exist_ok=True)
-    reps = json.load(open(path)).get("repeats", 1)
     versus_bandwidth(ok, "speedup", "speed-up over fp32 (throughput ratio)",
                      f"speed-up vs bandwidth, median of {reps} with 95% CI (dotted: ideal)",
                      out, "speedup_vs_bandwidth", "speedup_lo", "speedup_hi", ideal=True)
@@ -176,8 +223,22 @@ def main():
     for tag, bw in (("slowest", bws[0]), ("fastest", bws[-1])):
         loss_curves(runs, ok, bw, "step", out, f"loss_vs_step_{tag}")
         loss_curves(runs, ok, bw, "time", out, f"loss_vs_time_{tag}")
+    quality(runs, ok, bws[0], out, "quality_slowest")
+    if any(r.get("time_to_target_s") is not None for r in ok):
+        target = json.load(open(path)).get("target", {})
+        what = (f"val loss <= {target['val_loss']:g}" if "val_loss" in target else
+                f"baseline's final val loss + {100 * target.get('tolerance', 0.01):g}%")
+        versus_bandwidth(ok, "time_to_target_s", "time to target (s of wall time)",
+                         f"time to target ({what}), median of {reps} with 95% CI", out,
+                         "time_to_target_vs_bandwidth", "time_to_target_lo", "time_to_target_hi")
+    else:
+        print("skipped time_to_target_vs_bandwidth (no point reached its target in every repeat)")
+    if any(r.get("val_loss_gap_vs_baseline") is not None for r in ok):
+        versus_bandwidth(ok, "val_loss_gap_vs_baseline", "final val loss / baseline's - 1",
+                         f"quality gap vs the baseline, paired by repeat, median of {reps} with 95% CI", out,
+                         "val_loss_gap_vs_bandwidth", "val_loss_gap_lo", "val_loss_gap_hi")
     breakdown(ok, [bws[0], bws[-1]] if len(bws) > 1 else bws, out)
-    timeline(runs, ok, bws[0], out)
+    timeline({p: rs[0] for p, rs in runs.items()}, ok, bws[0], out)
 
 
 if __name__ == "__main__":

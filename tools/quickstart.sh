@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine (as root): install, build, then the quickstart sweep
 # (pretraining a small base model first; every point a real run, 3 interleaved repeats) and its
-# plots, into out/quickstart/. out/ is ignored by git: the committed results/ change only when
+# figures and report, into out/quickstart/. out/ is ignored by git: the committed results/ change only when
 # someone reruns the commands in results/README.md.
 #   tools/quickstart.sh [--repeats N] [--spec SWEEP.json] [--out DIR] [--no-setup] [--dry-run]
 # SLOWPIPE_BIN overrides the CLI binary (default ./build/slowpipe).
@@ -26,5 +26,5 @@ bin=${SLOWPIPE_BIN:-./build/slowpipe}
 run() { if [ "$dry" = 1 ]; then echo "$*"; else "$@"; fi; }
 [ "$setup" = 1 ] && run tools/setup.sh --build-dir build
 run "$bin" sweep "$spec" --out "$out" "${extra[@]}"
-run "$bin" plot "$out"
-[ "$dry" = 1 ] || echo "quickstart: $out/summary.csv and $out/figures/"
+run "$bin" report "$out"  # draws the figures, then one page with them, the table, the claims
+[ "$dry" = 1 ] || echo "quickstart: $out/summary.csv, $out/figures/ and the report: $out/report.html"

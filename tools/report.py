@@ -2,8 +2,10 @@
 """Markdown report of a sweep folder: the summary table (medians with 95% intervals over repeats)
 and the AC-SGD claims, each judged at the bound of its interval.
 
-Usage: report.py DIR [--baseline fp32] [--acsgd "AC-SGD fw2/bw4"] [--directq "DirectQ fw2/bw4"]
-Every number printed is read from DIR/summary.json (made by `slowpipe sweep`).
+Usage: report.py DIR [--baseline fp32] [--acsgd "AC-SGD fw2/bw4"] [--directq "DirectQ fw2/bw4"] [--html FILE]
+Every number printed is read from DIR/summary.json (made by `slowpipe sweep`). With --html (what
+`slowpipe report DIR` runs) it writes one self-contained page instead: the table, the claims,
+every figure of DIR/figures inline (SVG), the sweep as run, provenance and the link calibration.
 
 A claim passes only if it holds for the whole interval: "speed-up >= 2" needs speedup_lo >= 2,
 "A is faster than B" needs A's lower bound above B's upper bound. The ideal speed-up bounds the
@@ -29,17 +31,36 @@ def ci(r, key, lo, hi, digits=2):
     return f"{r[key]:.{digits}f} [{r.get(lo, r[key]):.{digits}f}, {r.get(hi, r[key]):.{digits}f}]"
 
 
-def table(rows):
-    print("| bandwidth | codec | tokens/s [95% CI] | speed-up [95% CI] | ideal [95% CI] | efficiency [95% CI] | "
-          "final val loss | vs fp32 | wire B/step | wait share | link ok | time to fp32 loss (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+COLUMNS = ["bandwidth", "codec", "tokens/s [95% CI]", "speed-up [95% CI]", "ideal [95% CI]", "efficiency [95% CI]",
+           "final val loss [95% CI]", "gap vs baseline [95% CI]", "time to target, s [95% CI]", "wire B/step",
+           "wait share", "link ok"]
+
+
+def table_cells(rows):
+    """One list of cell texts per row (COLUMNS), sorted by bandwidth then codec."""
+    out = []
     for r in sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"])):
-        gap = r.get("val_loss_gap_vs_baseline")
-        print(f"| {bw(r['bandwidth_bps'])} | {r['label']} | {ci(r, 'throughput_tokens_per_s', 'throughput_lo', 'throughput_hi', 0)} | "
-              f"{ci(r, 'speedup', 'speedup_lo', 'speedup_hi')} | {ci(r, 'ideal_speedup', 'ideal_lo', 'ideal_hi')} | "
-              f"{ci(r, 'efficiency', 'efficiency_lo', 'efficiency_hi')} | {f(r.get('final_val_loss'), 4)} | "
-              f"{f(100 * gap if gap is not None else None, 2)}% | {r['wire_bytes_per_step']:.0f} | {r['wait_share']:.2f} | "
-              f"{'-' if r.get('link_ok') is None else ('yes' if r['link_ok'] else 'NO')} | {f(r.get('time_to_target_s'), 1)} |")
+        g = r.get("val_loss_gap_vs_baseline")
+        gap = "-" if g is None else (f"{100 * g:+.2f} [{100 * r.get('val_loss_gap_lo', g):+.2f}, "
+                                     f"{100 * r.get('val_loss_gap_hi', g):+.2f}]")
+        ttt = ci(r, "time_to_target_s", "time_to_target_lo", "time_to_target_hi", 1)
+        if r.get("time_to_target_s") is None and r.get("target_reached") is not None:
+            ttt = f"not reached ({r['target_reached']} of {r.get('repeats', '?')})"
+        out.append([bw(r["bandwidth_bps"]), r["label"], ci(r, "throughput_tokens_per_s", "throughput_lo", "throughput_hi", 0),
+                    ci(r, "speedup", "speedup_lo", "speedup_hi"), ci(r, "ideal_speedup", "ideal_lo", "ideal_hi"),
+                    ci(r, "efficiency", "efficiency_lo", "efficiency_hi"),
+                    ci(r, "final_val_loss", "final_val_loss_lo", "final_val_loss_hi", 4), gap if gap == "-" else gap + " %",
+                    ttt, f"{r['wire_bytes_per_step']:.0f}" if r.get("wire_bytes_per_step") is not None else "-",
+                    f"{r['wait_share']:.2f}" if r.get("wait_share") is not None else "-",
+                    "-" if r.get("link_ok") is None else ("yes" if r["link_ok"] else "NO")])
+    return out
+
+
+def table(rows):
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for cells in table_cells(rows):
+        print("| " + " | ".join(cells) + " |")
 
 
 def claims(rows, a):
@@ -50,12 +71,17 @@ def claims(rows, a):
         ac, dq, base = by.get((a.acsgd, b)), by.get((a.directq, b)), by.get((a.baseline, b))
         if not (ac and dq and base) or base.get("final_val_loss") is None:
             continue  # no losses (a simulated sweep): no quality claims
-        # Training is deterministic: every repeat has the same losses, the interval is one value.
-        gap_ac = ac["final_val_loss"] / base["final_val_loss"] - 1
-        gap_dq = dq["final_val_loss"] / base["final_val_loss"] - 1
-        checks.append((f"quality @ {bw(b)}: AC-SGD within 2% of fp32 ({100 * gap_ac:+.2f}%)", abs(gap_ac) <= 0.02))
-        checks.append((f"quality @ {bw(b)}: DirectQ gap ({100 * gap_dq:+.2f}%) >= 2x AC-SGD's ({100 * gap_ac:+.2f}%)",
-                       gap_dq >= 2 * max(gap_ac, 0)))
+        # The gaps are paired by repeat (summary: val_loss_gap_vs_baseline with its interval);
+        # a summary without them (older) has the ratio of the medians, one value.
+        def gap(r):
+            g = r.get("val_loss_gap_vs_baseline", r["final_val_loss"] / base["final_val_loss"] - 1)
+            return g, r.get("val_loss_gap_lo", g), r.get("val_loss_gap_hi", g)
+        g_ac, lo_ac, hi_ac = gap(ac)
+        g_dq, lo_dq, hi_dq = gap(dq)
+        checks.append((f"quality @ {bw(b)}: AC-SGD within 2% of fp32 at both bounds ({100 * g_ac:+.2f}% "
+                       f"[{100 * lo_ac:+.2f}, {100 * hi_ac:+.2f}])", -0.02 <= lo_ac and hi_ac <= 0.02))
+        checks.append((f"quality @ {bw(b)}: DirectQ gap ({100 * g_dq:+.2f}%, lower bound {100 * lo_dq:+.2f}%) >= 2x "
+                       f"AC-SGD's upper bound ({100 * hi_ac:+.2f}%)", lo_dq >= 2 * max(hi_ac, 0)))
     sp = [(b, by[(a.acsgd, b)]) for b in bws if (a.acsgd, b) in by and by[(a.acsgd, b)].get("speedup") is not None]
     if sp:
         b0, slow = sp[0]
@@ -119,15 +145,107 @@ def levels(rows, a):
         print(f"| {r['label']} | {r['final_val_loss']:.4f} ({100 * g1:+.2f}%) | {sym['final_val_loss']:.4f} ({100 * g2:+.2f}%) |")
 
 
+def target_text(summary, baseline):
+    t = summary.get("target", {"tolerance": 0.01})
+    if "val_loss" in t:
+        return f"the first evaluation at or below validation loss {t['val_loss']:g}"
+    return (f"the first evaluation at or below {baseline}'s final validation loss of the same round + "
+            f"{100 * t.get('tolerance', 0.01):g}%")
+
+
+def html_page(d, summary, rows, a):
+    """The whole report as one HTML string: no file it needs besides itself."""
+    import datetime
+    import glob
+    import html
+
+    e = html.escape
+    reps = summary.get("repeats", 1)
+    runs = {}
+    for r in rows:
+        f = os.path.join(d, "runs", r["point"] + ".r0.json")
+        if os.path.exists(f):
+            runs[r["point"]] = json.load(open(f))
+    sweep_file = os.path.join(d, "sweep.json")
+    sweep = json.load(open(sweep_file)) if os.path.exists(sweep_file) else {}
+    env = next((run.get("environment") for run in runs.values() if run.get("environment")), {}) or {}
+    ident = next((run.get("sweep_identity") for run in runs.values() if run.get("sweep_identity")), {}) or {}
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>slowpipe report: {e(summary.get('sweep', os.path.basename(d)))}</title>",
+           "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+           "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #bbb;padding:3px 6px;text-align:right}"
+           "td:nth-child(2),th{text-align:left}.pass{color:#060}.fail{color:#a00;font-weight:bold}.note{color:#555}"
+           "figure{margin:1em 0}figure svg{max-width:100%;height:auto}pre{background:#f6f6f6;padding:8px;overflow:auto;"
+           "font-size:12px}</style></head><body>",
+           f"<h1>Sweep <code>{e(summary.get('sweep', ''))}</code></h1>",
+           f"<p>{len(rows)} point(s), {reps} repeat(s) each; every figure is the median over the repeats with its "
+           f"{e(summary.get('interval', '95% interval'))}. Speed-ups and quality gaps are paired by repeat against "
+           f"<b>{e(a.baseline)}</b>. Time to target: {e(target_text(summary, a.baseline))} (null where a repeat never "
+           f"reached it).</p>",
+           '<h2 id="summary">Summary</h2><table id="summary-table"><thead><tr>' +
+           "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr></thead><tbody>"]
+    for cells, r in zip(table_cells(rows), sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"]))):
+        out.append(f'<tr class="point" data-point="{e(r["point"])}">' + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    out.append('<h2 id="claims">Claims, each judged at its interval\'s bound</h2><ul>')
+    for text, ok in claims(rows, a):
+        cls, word = ("note", "NOTE") if ok is None else ("pass", "PASS") if ok else ("fail", "FAIL")
+        out.append(f'<li class="claim {cls}"><b>{word}</b>: {e(text)}</li>')
+    out.append("</ul>")
+    out.append('<h2 id="figures">Figures</h2>')
+    figures = sorted(glob.glob(os.path.join(d, "figures", "*.svg")))
+    if not figures:
+        out.append("<p>No figures: run <code>slowpipe plot</code> first.</p>")
+    for f in figures:
+        svg = open(f, encoding="utf-8").read()
+        svg = svg[svg.find("<svg"):]  # drop the XML prolog and doctype: inline SVG in HTML
+        name = os.path.splitext(os.path.basename(f))[0]
+        out.append(f'<figure class="figure" id="fig-{e(name)}">{svg}<figcaption>{e(name)}</figcaption></figure>')
+    out.append('<h2 id="links">Link calibration (repeat 0 of each point)</h2><table><thead><tr><th>point</th><th>link</th>'
+               "<th>configured</th><th>achieved bps</th><th>error</th><th>ok</th></tr></thead><tbody>")
+    for r in rows:
+        for c in (runs.get(r["point"], {}).get("calibration_links") or []):
+            cal = c.get("calibration", {})
+            err, got = cal.get("rate_error"), cal.get("achieved_bps")
+            out.append(f"<tr><td>{e(r['point'])}</td><td>{c.get('src', '?')} &rarr; {c.get('dst', '?')}</td>"
+                       f"<td>{e(str(c.get('link', '-')))}</td><td>{'-' if got is None else f'{got:.4g}'}</td>"
+                       f"<td>{'-' if err is None else f'{100 * err:+.1f}%'}</td>"
+                       f"<td>{e(str(c.get('link_ok', '-')))}</td></tr>")
+    out.append("</tbody></table>")
+    out.append('<h2 id="provenance">Provenance</h2><table>')
+    prov = {"report written": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "slowpipe commit": ident.get("commit", env.get("git_commit", "-")),
+            "working tree dirty": ident.get("dirty", env.get("git_dirty", "-")),
+            "spec digest (repeat 0 of a point)": ident.get("spec_digest", "-"),
+            "base checkpoint digest": ident.get("checkpoint_digest", "-") or "-"}
+    for k, v in env.items():
+        if not isinstance(v, (dict, list)) and k not in ("git_commit", "git_dirty"):
+            prov[f"environment: {k}"] = v
+    for k, v in prov.items():
+        out.append(f"<tr><th>{e(k)}</th><td style='text-align:left'>{e(str(v))}</td></tr>")
+    out.append("</table>")
+    out.append('<h2 id="spec">The sweep as run (<code>sweep.json</code>)</h2>')
+    out.append(f"<pre>{e(json.dumps(sweep, indent=2))}</pre></body></html>")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--baseline", default="fp32")
     ap.add_argument("--acsgd", default="AC-SGD fw2/bw4")
     ap.add_argument("--directq", default="DirectQ fw2/bw4")
+    ap.add_argument("--html", help="write a self-contained HTML page here instead of Markdown on stdout")
     a = ap.parse_args()
     summary = json.load(open(os.path.join(a.dir, "summary.json")))
     rows = [r for r in summary["rows"] if r.get("status") == "ok"]
+    if a.html:
+        tmp = a.html + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(html_page(a.dir, summary, rows, a))
+        os.replace(tmp, a.html)
+        print(a.html)
+        return
     print(f"{summary.get('repeats', 1)} repeats per point; intervals: {summary.get('interval', '-')}.\n")
     table(rows)
     levels(rows, a)

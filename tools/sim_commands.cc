@@ -117,6 +117,10 @@ void addSimulateCommand(CLI::App& app) {
   cmd->callback([=] {
     const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
     const simulator::Profile p = simulator::profileFor(*profile, s);
+    for (const auto& [codec, place] : p.device.value("codecs", json::object()).items())
+      if (place.value("runs_on", "") == "host")
+        std::fprintf(stderr, "simulate: codec %s has no device path: costed on this host's CPU at %.3g GB/s encode, %.3g GB/s decode\n",
+                     codec.c_str(), place["encode_bytes_per_s"].get<double>() / 1e9, place["decode_bytes_per_s"].get<double>() / 1e9);
     simulator::SimOptions o;
     o.steps = *steps;
     std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand

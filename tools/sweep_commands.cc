@@ -1,10 +1,13 @@
 // `slowpipe sweep SPEC --out DIR`, `slowpipe summarize DIR` and `slowpipe plot DIR`.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "emulator/command.h"
+#include "experiments/export.h"
 #include "experiments/runner.h"
 #include "tools/commands.h"
 
@@ -21,6 +24,37 @@ std::string installedScript(const std::string& name) {
     if (std::filesystem::exists(dir / name)) return (dir / name).string();
   throw std::runtime_error(name + " is not installed beside " + exe.string() + " (looked in " + (exe / "share/slowpipe").string() +
                            " and " + (exe.parent_path() / "share/slowpipe").string() + "): reinstall slowpipe");
+}
+
+// --target-loss / --target-tolerance: what time_to_target reaches (over the sweep's "target").
+struct TargetOptions {
+  double loss = 0, tolerance = -1;
+  void applyTo(experiments::SweepSpec& s) const {
+    if (loss > 0 && tolerance >= 0) throw std::invalid_argument("give --target-loss or --target-tolerance, not both");
+    if (loss > 0) s.target = {loss, 0.0};
+    if (tolerance >= 0) s.target = {0.0, tolerance};
+  }
+};
+std::shared_ptr<TargetOptions> addTargetOptions(CLI::App* cmd) {
+  auto t = std::make_shared<TargetOptions>();
+  cmd->add_option("--target-loss", t->loss, "time_to_target: the first evaluation at or below this validation loss")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--target-tolerance", t->tolerance,
+                  "time_to_target: the baseline's final validation loss x (1 + this), paired by repeat (default 0.01)")
+      ->check(CLI::Range(0.0, 10.0));
+  return t;
+}
+
+// Runs an installed script with Debian's interpreter (which has python3-matplotlib; a python3
+// earlier on PATH may not); its output is shown when `echo`, or when it fails.
+void runScript(const std::string& name, const std::vector<std::string>& args, bool echo) {
+  const std::string script = installedScript(name);
+  const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  std::vector<std::string> argv = {python, script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto r = emulator::runCommand(argv);
+  if (echo || r.status != 0) std::fputs(r.output.c_str(), stdout);
+  if (r.status != 0) throw std::runtime_error(name + " failed (python3 " + script + " exited " + std::to_string(r.status) + ")");
 }
 
 }  // namespace
@@ -43,9 +77,11 @@ void addSweepCommands(CLI::App& app) {
     cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
     cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
     cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
+    auto target = addTargetOptions(cmd);
     cmd->callback([=] {
       if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
-      const auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
+      auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
+      target->applyTo(s);
       experiments::expandSweep(s);  // every point validated before anything runs
       experiments::SweepOptions o;
       o.outDir = *out;
@@ -63,8 +99,11 @@ void addSweepCommands(CLI::App& app) {
     auto dir = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("summarize", "rewrite a sweep folder's summary.json/.csv from the runs in it; runs nothing");
     cmd->add_option("dir", *dir, "sweep output folder")->required();
-    cmd->callback([dir] {
-      const auto s = experiments::resummarize(*dir);
+    auto target = addTargetOptions(cmd);
+    cmd->callback([dir, target] {
+      experiments::SweepSpec spec = experiments::sweepOfFolder(*dir);
+      target->applyTo(spec);
+      const auto s = experiments::writeSummaries(spec, *dir);
       std::map<std::string, int> byStatus;
       for (const auto& r : s["rows"]) ++byStatus[r.value("status", "?")];
       std::string counts;
@@ -73,16 +112,54 @@ void addSweepCommands(CLI::App& app) {
     });
   }
   {
+    auto dir = std::make_shared<std::string>(), format = std::make_shared<std::string>("csv");
+    auto out = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand("export", "a sweep folder's steps and evaluations, one row per (point, repeat, step | eval), "
+                                             "as CSV or JSON lines (columns: README \"Exporting results\")");
+    cmd->add_option("dir", *dir, "sweep output folder")->required();
+    cmd->add_option("--format", *format, "csv or jsonl")->check(CLI::IsMember({"csv", "jsonl"}));
+    cmd->add_option("--out", *out, "file to write (whole or not at all); default: standard output");
+    cmd->callback([=] {
+      const experiments::ExportTable t = experiments::exportSweep(*dir);
+      const std::string text = experiments::formatExport(t, *format);
+      if (out->empty()) {
+        std::fputs(text.c_str(), stdout);
+      } else {
+        const std::string tmp = *out + ".tmp";
+        std::ofstream f(tmp, std::ios::binary);
+        f << text;
+        f.close();
+        if (!f) {
+          std::filesystem::remove(tmp);
+          throw std::runtime_error("export: could not write '" + tmp + "' (disk full? folder missing?)");
+        }
+        std::filesystem::rename(tmp, *out);
+      }
+      std::fprintf(stderr, "export: %zu row(s) from %d run(s)%s%s\n", t.rows.size(), t.runs,
+                   t.missing ? (", " + std::to_string(t.missing) + " (point, repeat)(s) without a run file").c_str() : "",
+                   out->empty() ? "" : (" -> " + *out).c_str());
+    });
+  }
+  {
     auto dir = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("plot", "figures (PNG + SVG) of a sweep folder, with matplotlib");
     cmd->add_option("dir", *dir, "sweep output folder")->required();
-    cmd->callback([dir] {
-      const std::string script = installedScript("plot.py");
-      // Debian's interpreter, which has python3-matplotlib (a python3 earlier on PATH may not).
-      const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-      const auto r = emulator::runCommand({python, script, *dir});
-      std::fputs(r.output.c_str(), stdout);
-      if (r.status != 0) throw std::runtime_error("plot failed (python3 " + script + " exited " + std::to_string(r.status) + ")");
+    cmd->callback([dir] { runScript("plot.py", {*dir}, true); });
+  }
+  {
+    auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+    auto baseline = std::make_shared<std::string>("fp32");
+    auto* cmd = app.add_subcommand("report", "one self-contained HTML page of a sweep folder: the summary with its intervals, "
+                                             "the claims judged at their bounds, every figure inline, the sweep, provenance "
+                                             "and link calibration (draws the figures first)");
+    cmd->add_option("dir", *dir, "sweep output folder")->required();
+    cmd->add_option("--out", *out, "the page (default DIR/report.html)");
+    cmd->add_option("--baseline", *baseline, "the compression label the claims compare with");
+    cmd->callback([=] {
+      const std::string page = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
+      runScript("plot.py", {*dir}, false);
+      runScript("report.py", {*dir, "--baseline", *baseline, "--html", page}, false);
+      std::printf("report: %s\n", page.c_str());
     });
   }
 }

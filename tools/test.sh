@@ -8,6 +8,12 @@ sanitize=1
 [ "${1:-}" = "--no-sanitize" ] && sanitize=0
 
 tools/setup.sh --build-dir build
+# What only the tests need: Debian's chromium renders `slowpipe report`'s page headless.
+if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+  [ "$(id -u)" -eq 0 ] || { echo "test.sh: the tests need chromium; run as root (or: sudo apt-get install chromium)" >&2; exit 1; }
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium > /dev/null
+fi
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 
 # The codec SDK as a user meets it: install, build the out-of-tree example plug-in against the
@@ -21,6 +27,19 @@ build/sdk/bin/slowpipe codec check --quick "plugin:path=$PWD/build/example-rowqu
 # The TorchScript example: written by its Python script, checked by the installed CLI.
 /usr/bin/python3 examples/codecs/torchscript/make_codec.py build/example-rowint8.pt  # Debian's, with python3-torch
 build/sdk/bin/slowpipe codec check --quick "torchscript:path=$PWD/build/example-rowint8.pt,bits=6"
+# `slowpipe codec new`: each skeleton as generated builds against the installed package (out of
+# tree) and passes the conformance check; the TorchScript one with error feedback per key too.
+rm -rf build/codec-new
+for lang in c cpp; do
+  build/sdk/bin/slowpipe codec new "new_$lang" --lang "$lang" --dir build/codec-new > /dev/null
+  cmake -S "build/codec-new/new_$lang" -B "build/codec-new/new_$lang/build" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/sdk" > /dev/null
+  cmake --build "build/codec-new/new_$lang/build" > /dev/null
+  build/sdk/bin/slowpipe codec check --quick "plugin:path=$PWD/build/codec-new/new_$lang/build/libnew_$lang.so,bits=8"
+done
+build/sdk/bin/slowpipe codec new new_ts --lang torchscript --dir build/codec-new > /dev/null
+/usr/bin/python3 build/codec-new/new_ts/new_ts.py build/codec-new/new_ts.pt > /dev/null
+build/sdk/bin/slowpipe codec check --quick "torchscript:path=$PWD/build/codec-new/new_ts.pt,bits=8" \
+  "torchscript:path=$PWD/build/codec-new/new_ts.pt,bits=4,ef=1"
 # The installed package without the source tree: `slowpipe plot` runs the plot.py installed beside
 # the binary (a copy of the package elsewhere, on a copy of a committed sweep folder).
 rm -rf build/sdk-moved build/plot-check
@@ -28,6 +47,8 @@ cp -r build/sdk build/sdk-moved
 mkdir -p build/plot-check && cp -r results/quickstart/summary.json results/quickstart/sweep.json results/quickstart/runs build/plot-check/
 build/sdk-moved/bin/slowpipe plot build/plot-check > /dev/null
 ls build/plot-check/figures/*.png > /dev/null
+build/sdk-moved/bin/slowpipe report build/plot-check > /dev/null  # and its report.py
+grep -q 'class="point"' build/plot-check/report.html
 # ... and in a real run, as a user sets it: every worker loads the module.
 rm -rf build/example-rowint8-run
 build/sdk/bin/slowpipe run experiments/smoke.json --out build/example-rowint8-run \

@@ -696,6 +696,7 @@ void DeviceCodec::encode(const float* dx, const Shape& shape, const CodecContext
 
 std::unique_ptr<DeviceCodec> DeviceCodec::make(const std::string& spec, BufferPlace buffers) {
   const std::unique_ptr<Codec> host = makeCodec(spec);
+  if (const std::string why = devicePathMissing(*host); !why.empty()) throw CodecError(why);
   switch (host->id()) {
     case CodecId::kNone:
     case CodecId::kFp16:
@@ -710,9 +711,7 @@ std::unique_ptr<DeviceCodec> DeviceCodec::make(const std::string& spec, BufferPl
     case CodecId::kRandk:
       return std::make_unique<RandkDevice>(static_cast<const RandkCodec&>(*host));
     default:
-      throw CodecError("codec '" + host->spec() +
-                       "' has no device path; on a device: none, fp16, bf16, quant, acsgd (scale=channel, "
-                       "round=nearest), topk, randk");
+      throw std::logic_error("DeviceCodec::make: devicePathMissing accepted codec '" + host->spec() + "'");
   }
 }
 

@@ -149,14 +149,87 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   EXPECT_EQ(countOf(r.output, "rerun: the base checkpoint changed"), 4u) << r.output;
   EXPECT_EQ(countOf(r.output, "skipped"), 0u) << r.output;
 
+  // `export`: one row per (point, repeat, step) and per evaluation, as CSV and as JSON lines,
+  // with the runs' own values (the folder's sweep is sweep2, one repeat).
+  size_t steps = 0, evals = 0;
+  json firstRun;
+  std::string firstPoint;
+  const json exported = json::parse(std::ifstream(out / "summary.json"));
+  for (const auto& row : exported["rows"]) {
+    const json run = json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    steps += run["steps"].size();
+    evals += run["evals"].size();
+    if (firstRun.is_null()) {
+      firstRun = run;
+      firstPoint = row["point"];
+    }
+  }
+  ASSERT_GT(evals, 0u);
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", out.string(), "--format", "jsonl", "--out", (root / "rows.jsonl").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream jl(root / "rows.jsonl");
+  size_t stepRows = 0, evalRows = 0;
+  bool matched = false;
+  for (std::string line; std::getline(jl, line);) {
+    const json row = json::parse(line);
+    EXPECT_EQ(row["repeat"], 0) << line;
+    EXPECT_TRUE(row.contains("axis:network.links.bandwidth") && row.contains("axis:compression")) << line;
+    if (row["kind"] == "step") {
+      ++stepRows;
+      EXPECT_TRUE(row.contains("loss") && row.contains("forward_wire_bytes") && row.contains("wait_s")) << line;
+      matched |= row["point"] == firstPoint && row["step"] == 0 && row["loss"] == firstRun["steps"][0]["loss"];
+    } else {
+      ++evalRows;
+      EXPECT_EQ(row["kind"], "eval") << line;
+      EXPECT_TRUE(row["val_loss"].is_number()) << line;
+    }
+  }
+  EXPECT_EQ(stepRows, steps);
+  EXPECT_EQ(evalRows, evals);
+  EXPECT_TRUE(matched) << "no row carries " << firstPoint << "'s step-0 loss";
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", out.string(), "--out", (root / "rows.csv").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream rowsCsv(root / "rows.csv");
+  std::string header;
+  std::getline(rowsCsv, header);
+  EXPECT_EQ(header.rfind("kind,point,label,axis:network.links.bandwidth,axis:compression,repeat,", 0), 0u) << header;
+  size_t lines = 0;
+  for (std::string line; std::getline(rowsCsv, line);) ++lines;
+  EXPECT_EQ(lines, steps + evals);
+  // A folder that is not a sweep's is named, and nothing is written.
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", (root / "corpus").string(), "--out", (root / "none.csv").string()});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find((root / "corpus" / "sweep.json").string()), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(root / "none.csv"));
+
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "plot", out.string()});
   ASSERT_EQ(r.status, 0) << r.output;
-  for (const char* name : {"speedup_vs_bandwidth", "throughput_vs_bandwidth", "loss_vs_step_slowest", "loss_vs_time_fastest", "time_breakdown"})
+  for (const char* name : {"speedup_vs_bandwidth", "throughput_vs_bandwidth", "loss_vs_step_slowest", "loss_vs_time_fastest", "time_breakdown",
+                           "quality_slowest", "val_loss_gap_vs_bandwidth"})
     for (const char* ext : {".png", ".svg"}) {
       const fs::path f = out / "figures" / (std::string(name) + ext);
       ASSERT_TRUE(fs::exists(f)) << f;
       EXPECT_GT(fs::file_size(f), 1000u) << f;
     }
+
+  // `report`: one self-contained page, rendered by headless Chromium as a reader's browser would:
+  // a table row per point, every figure inline, the claims, provenance and the sweep.
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", out.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("report: " + (out / "report.html").string()), std::string::npos) << r.output;
+  const char* chromium = "/usr/bin/chromium";
+  ASSERT_TRUE(fs::exists(chromium)) << "Debian's chromium renders the report in this test (tools/test.sh installs it)";
+  r = slowpipe::emulator::runCommand({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                                      "file://" + (out / "report.html").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string dom = r.output;
+  EXPECT_EQ(countOf(dom, "<tr class=\"point\""), 4u) << dom.substr(0, 2000);
+  size_t svgs = 0;
+  for (const auto& e : fs::directory_iterator(out / "figures")) svgs += e.path().extension() == ".svg";
+  EXPECT_EQ(countOf(dom, "<figure class=\"figure\""), svgs);
+  EXPECT_GE(countOf(dom, "<svg"), svgs);
+  for (const char* part : {"id=\"claims\"", "id=\"provenance\"", "id=\"spec\"", "id=\"links\"", "fig-quality_slowest"})
+    EXPECT_NE(dom.find(part), std::string::npos) << part;
   fs::remove_all(root);
 }
 
@@ -431,6 +504,9 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
   EXPECT_EQ(r.output.find("skipped"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[4/4]"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(fs::path(src) / out / "figures" / "speedup_vs_bandwidth.png"));
+  // It ends with the report and says where it is.
+  EXPECT_TRUE(fs::exists(fs::path(src) / out / "report.html"));
+  EXPECT_NE(r.output.find("the report: " + out + "/report.html"), std::string::npos) << r.output;
   EXPECT_EQ(runCommand({"git", "-C", src, "status", "--porcelain"}).output, before.output) << "the main job changed the tree";
   fs::remove_all(fs::path(src) / out);
   fs::remove_all(root);

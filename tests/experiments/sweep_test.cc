@@ -183,6 +183,63 @@ TEST(SummaryTest, RepeatsGiveMediansIntervalsAndPairedSpeedups) {
   EXPECT_EQ(summarizeSweep(spec, points, partial)["rows"][1]["status"], "incomplete");
 }
 
+// Quality, paired by repeat: the loss gap per round (this codec's final validation loss over the
+// baseline's of the same round) with its interval, and the time to a target that every repeat
+// must reach: by default the baseline's final loss + 1%, or a tolerance or a loss the sweep sets.
+TEST(SummaryTest, QualityGapAndTimeToTargetArePairedByRepeat) {
+  json j = sweepJson();
+  j["repeats"] = 3;
+  auto summaryWith = [&](const json& target) {
+    json jj = j;
+    if (!target.is_null()) jj["target"] = target;
+    const SweepSpec spec = sweepSpecFromJson(jj, "sweep");
+    const auto points = expandSweep(spec);
+    const Results results = {
+        {points[0].name, {run(0.4, 1000, {{10, 2.5}, {20, 2.0}}), run(0.4, 1000, {{10, 2.5}, {20, 2.2}}),
+                          run(0.4, 1000, {{10, 2.5}, {20, 2.1}})}},
+        {points[1].name, {run(0.2, 100, {{5, 2.5}, {9, 2.02}}), run(0.2, 100, {{5, 2.5}, {12, 2.2}}),
+                          run(0.2, 100, {{5, 2.5}, {10, 2.142}})}},
+        {points[2].name, {run(0.1, 1000, {}), run(0.1, 1000, {}), run(0.1, 1000, {})}},
+        {points[3].name, {run(0.1, 100, {}), run(0.1, 100, {}), run(0.1, 100, {})}}};
+    return summarizeSweep(spec, points, results);
+  };
+  json s = summaryWith(json());
+  EXPECT_EQ(s["target"], json({{"tolerance", 0.01}}));
+  json r = s["rows"][1];
+  // Gaps 1%, 0%, 2%: median 1%, the interval within the repeats' range.
+  EXPECT_NEAR(r["val_loss_gap_vs_baseline"].get<double>(), 0.01, 1e-12);
+  EXPECT_GE(r["val_loss_gap_lo"].get<double>(), -1e-12);
+  EXPECT_LE(r["val_loss_gap_hi"].get<double>(), 0.02 + 1e-12);
+  EXPECT_LT(r["val_loss_gap_lo"].get<double>(), r["val_loss_gap_hi"].get<double>());
+  // Targets 2.02, 2.222, 2.121: the third round's 2.142 misses its own, so no time to target.
+  EXPECT_EQ(r["target_reached"], 2);
+  EXPECT_TRUE(r["time_to_target_s"].is_null()) << r.dump();
+  EXPECT_NEAR(r["target_val_loss"].get<double>(), 2.121, 1e-12);
+  // A 5% tolerance: every round reaches it at its last evaluation (9, 12, 10 s).
+  r = summaryWith({{"tolerance", 0.05}})["rows"][1];
+  EXPECT_EQ(r["target_reached"], 3);
+  EXPECT_DOUBLE_EQ(r["time_to_target_s"].get<double>(), 10.0);
+  EXPECT_GE(r["time_to_target_lo"].get<double>(), 9.0);
+  EXPECT_LE(r["time_to_target_hi"].get<double>(), 12.0);
+  // A fixed loss: the first evaluation at or below it.
+  s = summaryWith({{"val_loss", 2.5}});
+  EXPECT_EQ(s["target"], json({{"val_loss", 2.5}}));
+  EXPECT_DOUBLE_EQ(s["rows"][1]["time_to_target_s"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(s["rows"][0]["time_to_target_s"].get<double>(), 10.0);
+  EXPECT_NE(summaryCsv(s).find("time_to_target_lo,time_to_target_hi,target_reached"), std::string::npos);
+  // A target that is not one is named.
+  for (const json& bad : {json({{"tolerance", -0.1}}), json({{"val_loss", 0}}), json({{"loss", 2}}), json(2.0)}) {
+    json jj = j;
+    jj["target"] = bad;
+    try {
+      sweepSpecFromJson(jj, "sweep");
+      ADD_FAILURE() << "accepted target " << bad.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("sweep.target"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(SummaryTest, BootstrapIntervalOfTheMedian) {
   EXPECT_EQ(median({3, 1, 2}), 2);
   EXPECT_EQ(median({4, 1, 2, 3}), 2.5);

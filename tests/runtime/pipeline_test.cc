@@ -177,6 +177,42 @@ TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
     }
 }
 
+// training.eval_every_steps: the pipeline evaluates after every 3rd step besides each epoch's end
+// (4 steps per epoch, 7 steps: after steps 3, 4, 6 and 7, the last ending the run), with the same
+// validation losses as a single process evaluating at the same steps; a negative value is named.
+TEST_F(PipelineTest, EvaluationsEveryNStepsMatchASingleProcess) {
+  json j = baseSpec(2, "1f1b");
+  j["data"]["max_train_examples"] = 32;  // 4 steps of 4 x 2 examples per epoch
+  j["training"]["max_steps"] = 7;
+  j["training"]["eval_each_epoch"] = true;
+  j["training"]["eval_every_steps"] = 3;
+  const json r = launch(j, "every3");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  std::vector<int64_t> steps, epochs;
+  for (const auto& e : r["evals"]) {
+    steps.push_back(e["step"].get<int64_t>());
+    epochs.push_back(e["epoch"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{3, 4, 6, 7}));
+  EXPECT_EQ(epochs, (std::vector<int64_t>{0, 0, 1, 1}));
+  std::vector<json> single;
+  runSingleProcess(runSpecFromJson(j), "finetune", [&](const json& rec) {
+    if (rec["type"] == "eval") single.push_back(rec);
+  });
+  ASSERT_EQ(single.size(), r["evals"].size());
+  for (size_t i = 0; i < single.size(); ++i) {
+    EXPECT_EQ(single[i]["step"], r["evals"][i]["step"]);
+    EXPECT_NEAR(single[i]["val_loss"].get<double>(), r["evals"][i]["val_loss"].get<double>(), 1e-6) << i;
+  }
+  j["training"]["eval_every_steps"] = -1;
+  try {
+    runSpecFromJson(j);
+    ADD_FAILURE() << "a negative eval_every_steps was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("training.eval_every_steps"), std::string::npos) << e.what();
+  }
+}
+
 // Interleaving needs what it needs, each refused by name before a process starts.
 TEST_F(PipelineTest, VirtualStagesAreCheckedByName) {
   auto errorOf = [&](json j) {

@@ -499,6 +499,45 @@ TEST(SimulatorTest, HostSpeedFitRecoversStageFactorsOverTwoRuns) {
   EXPECT_THROW(profileFromJson(bad, "p"), std::invalid_argument);
 }
 
+// A codec without a device path (a C plug-in) under analytic:A100 runs on the host: the profile
+// says so, with the throughput measured here, and a 1-micro-batch GPipe step over two stages
+// computed by hand (TwoStagesOneMicroBatchByHand with the forward message's encode and decode at
+// that host cost and its own frame size) is what the simulator replays; a built-in with a device
+// path (quant) stays on the device's memory-bandwidth cost.
+TEST(SimulatorTest, HostOnlyCodecsAreCostedOnTheHostUnderAnalyticProfiles) {
+  auto spec = tinySpec(2, 1, "gpipe", "pipelined");
+  spec.compression.forward = std::string("plugin:path=") + GOOD_PLUGIN;
+  spec.compression.backward = "quant:bits=4";
+  const Profile p = profileFor("analytic:A100", spec);
+  const std::string plugin = compression::makeCodec(spec.compression.forward)->spec();
+  const std::string quant = compression::makeCodec("quant:bits=4")->spec();
+  ASSERT_TRUE(p.device["codecs"].contains(plugin)) << p.device.dump(2);
+  EXPECT_EQ(p.device["codecs"][plugin]["runs_on"], "host");
+  EXPECT_NE(p.device["codecs"][plugin]["why"].get<std::string>().find("no device path"), std::string::npos);
+  EXPECT_EQ(p.device["codecs"][quant]["runs_on"], "device");
+  const CodecCost& host = p.codec(plugin);
+  ASSERT_GT(host.encode.bSPerByte, 0);
+  EXPECT_NEAR(p.device["codecs"][plugin]["encode_bytes_per_s"].get<double>(), 1 / host.encode.bSPerByte, 1e-6 / host.encode.bSPerByte);
+  const CodecCost& dev = p.codec(quant);
+  EXPECT_DOUBLE_EQ(dev.encode.bSPerByte, 3.0 / deviceSpec("A100").memoryBytesPerS);
+  // By hand, 8 Mbps = 1 byte per microsecond; the analytic stage costs are the profile's.
+  const std::vector<int64_t> shape = {2, 4, 8};
+  const double raw = 4.0 * 2 * 4 * 8, L = 1e-3;
+  const double actF = static_cast<double>(steadyFrameBytes(spec.compression.forward, shape)) * 1e-6;
+  const double actB = static_cast<double>(steadyFrameBytes(spec.compression.backward, shape)) * 1e-6;
+  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6;
+  const double e = host.encode.at(raw), d = host.decode.at(raw), eb = dev.encode.at(raw), db = dev.decode.at(raw);
+  const StageCost &c0 = p.stages[0], &c1 = p.stages[1];
+  const double s1Grad = c0.forwardS + e + actF + L + d + c1.forwardS + c1.backwardS + eb;
+  const double s0B0 = s1Grad + actB + L + db + c0.backwardS;
+  const double partialAt = s1Grad + actB + ctl + L;
+  const double s0Total = std::max(s0B0, partialAt);
+  const double end = std::max(s0Total + c0.stepS, s0Total + ctl + L + c1.stepS);
+  const json r = simulateRun(spec, p, {2});
+  EXPECT_NEAR(r["steps"][0]["time_s"].get<double>(), end, 1e-9);
+  EXPECT_EQ(r["profile"]["device"]["codecs"][plugin]["runs_on"], "host");
+}
+
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600), 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
   json j = {{"name", "xl"},
@@ -736,6 +775,18 @@ TEST(SimulatorTest, EvaluationsAreReplayedBetweenEpochs) {
   for (int k = 0; k < 4; ++k) EXPECT_EQ(r["steps"][k]["epoch"], k / 2);
   EXPECT_NEAR(r["steps"][2]["time_s"].get<double>(), r["steps"][0]["time_s"].get<double>(), 1e-6);
   EXPECT_EQ(r["simulator"]["data_plan"]["eval_batches"], 2);
+  // training.eval_every_steps 3 without epoch ends: after step 3 only; with them, after 2, 3 and 4.
+  spec.training.evalEverySteps = 3;
+  spec.training.evalEachEpoch = false;
+  const json every = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  ASSERT_EQ(every["evals"].size(), 1u);
+  EXPECT_EQ(every["evals"][0]["step"], 3);
+  spec.training.evalEachEpoch = true;
+  std::vector<int64_t> at;
+  const json both = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  for (const auto& e : both["evals"]) at.push_back(e["step"].get<int64_t>());
+  EXPECT_EQ(at, (std::vector<int64_t>{2, 3, 4}));
+  spec.training.evalEverySteps = 0;
   // Without the data plan: every step is epoch 0, no evaluation, the summary skips step 0.
   const json bare = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {4});
   EXPECT_TRUE(bare["evals"].empty());
