@@ -229,7 +229,9 @@ json calibrateKernel(const CalibrationOptions& o) {
   const std::string doneEp = "tcp://" + fabric.address(0, 0) + ":5556";
   const double userLat = fabric.userLatency(0, 0), userJit = fabric.userJitter(0, 0);
   int rxFd = -1, txFd = -1;
-  const pid_t rxPid = spawnIn(fabric.nsName(1), [&] {
+  pid_t rxPid = -1, txPid = -1;
+  // The children are forked without exec: the delay lines' threads hold still meanwhile.
+  fabric.withForwardersParked([&] { rxPid = spawnIn(fabric.nsName(1), [&] {
     zmq::context_t ctx(1);
     zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
     configure(pull, messageLimit(o.messageBytes));
@@ -242,8 +244,8 @@ json calibrateKernel(const CalibrationOptions& o) {
     for (const auto& x : s) arr.push_back({x.sent, x.delivered, x.bytes});
     usleep(100000);
     return arr.dump();
-  }, &rxFd);
-  const pid_t txPid = spawnIn(fabric.nsName(0), [&] {
+  }, &rxFd); });
+  fabric.withForwardersParked([&] { txPid = spawnIn(fabric.nsName(0), [&] {
     zmq::context_t ctx(1);
     zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
     configure(push);
@@ -251,13 +253,14 @@ json calibrateKernel(const CalibrationOptions& o) {
     done.bind(doneEp);
     push.connect(dataEp);
     ShapedSender tx(push, o.link, nullptr);  // the kernel paces
+    done.set(zmq::sockopt::rcvtimeo, 60000);  // a receiver that died must not leave the sender waiting
     sendAll(tx, o.messageBytes, bulk, o.probes, [&] {
       zmq::message_t m;
-      (void)done.recv(m);
+      if (!done.recv(m)) throw std::runtime_error("no go-ahead from the receiver for 60 s after the bulk transfer");
     }, o.link.bandwidthBps);
     usleep(200000);
     return std::string();
-  }, &txFd);
+  }, &txFd); });
   // Bandwidth trace: the kernel rate follows it, changed with `tc class change` at each step.
   std::atomic<bool> stop{false};
   std::thread tracer;

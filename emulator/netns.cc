@@ -197,6 +197,18 @@ nlohmann::json NetnsFabric::lineStats() const {
 
 NetnsFabric::~NetnsFabric() { destroy(); }
 
+void NetnsFabric::withForwardersParked(const std::function<void()>& fn) {
+  size_t parked = 0;
+  try {
+    for (; parked < lines_.size(); ++parked) lines_[parked]->park();
+    fn();
+  } catch (...) {
+    for (size_t i = 0; i < parked; ++i) lines_[i]->unpark();
+    throw;
+  }
+  for (auto& line : lines_) line->unpark();
+}
+
 void NetnsFabric::destroy() {
   lines_.clear();  // their forwarding threads stop, their devices go
   for (const auto& name : ns_) {

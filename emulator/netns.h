@@ -19,6 +19,7 @@
 // Every result records which mechanism carried each property (mechanism()).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,9 @@ class NetnsFabric {
   // Which mechanism carries each property, e.g. {"rate": "htb", "delay": "user-space", ...}.
   nlohmann::json mechanism() const { return mechanism_; }
   void destroy();
+  // Every delay line's forwarding thread held still (DelayLine::park) while `fn` runs: for a
+  // fork() without exec from this process.
+  void withForwardersParked(const std::function<void()>& fn);
 
  private:
   void shape(int edge, int from, const LinkSpec& spec);

@@ -539,6 +539,58 @@ ProfileTargets profileTargets(const json& j, const std::vector<std::string>& set
 }
 
 
+// host_speed, the stages' run factors and warm-ups fitted to two real calibration runs of the spec
+// here: links at 100 Gbps (the stages compute side by side) and links on which one fp32 activation
+// takes as long as the slowest stage's forward (they also compute alone, and after waits); each
+// other schedule the points use gets its speeds from the same two runs in its order, with the
+// spec's stage factors. p.hostSpeed holds the side-by-side speeds (the fallback) on entry.
+static void fitToCalibrationRuns(simulator::Profile& p, const json& runJson, const runtime::RunSpec& spec, int workers,
+                                 const std::set<std::string>& schedules) {
+  const double slowestForward = std::max_element(p.stages.begin(), p.stages.end(), [](const auto& a, const auto& b) {
+                                  return a.forwardS < b.forwardS;
+                                })->forwardS;
+  const double actBits = 8.0 * 4.0 * static_cast<double>(spec.pipeline.microBatchSize * spec.model.seqLen * spec.model.width);
+  char balanced[32];
+  std::snprintf(balanced, sizeof balanced, "%.0fMbps", std::max(1.0, std::round(actBits / std::max(slowestForward, 1e-6) / 1e6)));
+  auto calibrationOf = [&](const json& doc) {
+    return std::vector<json>{calibrationTimeline(doc, "100Gbps"), calibrationTimeline(doc, balanced)};
+  };
+  const std::vector<json> calibration = calibrationOf(runJson);
+  const std::vector<double> sideBySide = p.hostSpeed;
+  auto fitOf = [&](const std::vector<json>& timelines, bool perStage) {
+    return simulator::fitHostSpeed(timelines, p.stages, workers, /*firstStep=*/2, sideBySide, perStage);
+  };
+  auto describe = [](const simulator::HostSpeedFit& f) {
+    return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed},
+                {"stage_factor", f.stageFactor}};
+  };
+  const simulator::HostSpeedFit fit = fitOf(calibration, true);
+  p.device["host_speed_side_by_side"] = sideBySide;
+  p.device["host_speed_fit"] = describe(fit);
+  p.device["host_speed_fit"]["method"] = "least squares over the compute events of two real 12-step pipelined runs of the "
+                                         "spec here (user links at 100 Gbps and at " + std::string(balanced) + ", steps 2-11), against "
+                                         "the stage costs above plus their idle extras, with a factor per stage "
+                                         "(stages[].run_factor) by alternating least squares, speeds clamped to [0.05, 1.5]";
+  p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
+  p.device["warmup_fit"] = "stages[].warmup_s: per event kind, step 0's events of the 100 Gbps run minus as many times "
+                           "the median of its steps 2-11 (the first step's extra compute; simulated on step 0)";
+  p.hostSpeed = fit.speed;
+  for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].runFactor = fit.stageFactor[v];
+  // The same run's first step: what its compute events cost beyond the later steps' (warm-up).
+  const std::vector<std::map<std::string, double>> warmup = simulator::fitWarmup(calibration[0], p.stages.size());
+  for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].warmupS = warmup[v];
+  if (schedules.size() <= 1) return;
+  p.hostSpeedBySchedule[spec.pipeline.schedule] = fit.speed;
+  for (const auto& name : schedules) {
+    if (name == spec.pipeline.schedule) continue;
+    json doc = runJson;
+    doc["pipeline"]["schedule"] = name;
+    const simulator::HostSpeedFit other = fitOf(calibrationOf(doc), false);  // the spec's stage factors
+    p.device["host_speed_fit_by_schedule"][name] = describe(other);
+    p.hostSpeedBySchedule[name] = other.speed;
+  }
+}
+
 // `schedules`: every schedule the profiled points use (a sweep may vary it); with --host-from-run
 // each gets its own calibration run and fit (host_speed_by_schedule), host_speed is the spec's.
 simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
@@ -555,19 +607,6 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   const bool split = std::any_of(schedules.begin(), schedules.end(),
                                  [](const std::string& n) { return runtime::scheduleInfo(n).splitsBackward; });
   p.stages = measureStages(spec, reps, dpVariants, split);
-  // Two calibration runs: links at 100 Gbps (the stages compute side by side) and links on which
-  // one fp32 activation takes as long as the slowest stage's forward (the stages also compute
-  // alone, and after waits), fitted together.
-  const double slowestForward = std::max_element(p.stages.begin(), p.stages.end(), [](const auto& a, const auto& b) {
-                                  return a.forwardS < b.forwardS;
-                                })->forwardS;
-  const double actBits = 8.0 * 4.0 * static_cast<double>(spec.pipeline.microBatchSize * spec.model.seqLen * spec.model.width);
-  char balanced[32];
-  std::snprintf(balanced, sizeof balanced, "%.0fMbps", std::max(1.0, std::round(actBits / std::max(slowestForward, 1e-6) / 1e6)));
-  auto calibrationOf = [&](const json& doc) {
-    return std::vector<json>{calibrationTimeline(doc, "100Gbps"), calibrationTimeline(doc, balanced)};
-  };
-  const std::vector<json> calibration = host.fromRun && !host.dedicated ? calibrationOf(runJson) : std::vector<json>{};
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
   // worker's threads), at the speeds measured with n stages busy at once.
@@ -582,44 +621,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
     p.device["dedicated"] = "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
   } else {
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
-    if (!calibration.empty()) {
-      const std::vector<double> sideBySide = p.hostSpeed;
-      auto fitOf = [&](const std::vector<json>& timelines, bool perStage) {
-        return simulator::fitHostSpeed(timelines, p.stages, workers, /*firstStep=*/2, sideBySide, perStage);
-      };
-      auto describe = [](const simulator::HostSpeedFit& f) {
-        return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed},
-                    {"stage_factor", f.stageFactor}};
-      };
-      const simulator::HostSpeedFit fit = fitOf(calibration, true);
-      p.device["host_speed_side_by_side"] = sideBySide;
-      p.device["host_speed_fit"] = describe(fit);
-      p.device["host_speed_fit"]["method"] = "least squares over the compute events of two real 12-step pipelined runs of the "
-                                             "spec here (user links at 100 Gbps and at " + std::string(balanced) + ", steps 2-11), against "
-                                             "the stage costs above plus their idle extras, with a factor per stage "
-                                             "(stages[].run_factor) by alternating least squares, speeds clamped to [0.05, 1.5]";
-      p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
-      p.device["warmup_fit"] = "stages[].warmup_s: per event kind, step 0's events of the 100 Gbps run minus as many times "
-                               "the median of its steps 2-11 (the first step's extra compute; simulated on step 0)";
-      p.hostSpeed = fit.speed;
-      for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].runFactor = fit.stageFactor[v];
-      // The same run's first step: what its compute events cost beyond the later steps' (warm-up).
-      const std::vector<std::map<std::string, double>> warmup = simulator::fitWarmup(calibration[0], p.stages.size());
-      for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].warmupS = warmup[v];
-      // The other schedules the points use (`schedules` holds the spec's too): the same
-      // calibration run in each one's order.
-      if (schedules.size() > 1) {
-        p.hostSpeedBySchedule[spec.pipeline.schedule] = fit.speed;
-        for (const auto& name : schedules) {
-          if (name == spec.pipeline.schedule) continue;
-          json doc = runJson;
-          doc["pipeline"]["schedule"] = name;
-          const simulator::HostSpeedFit other = fitOf(calibrationOf(doc), false);  // the spec's stage factors
-          p.device["host_speed_fit_by_schedule"][name] = describe(other);
-          p.hostSpeedBySchedule[name] = other.speed;
-        }
-      }
-    }
+    if (host.fromRun) fitToCalibrationRuns(p, runJson, spec, workers, schedules);
   }
   p.device["runtime_device"] = spec.runtime.device;
   // Transport CPU cost, fitted through a small and an activation-sized message.

