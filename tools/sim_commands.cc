@@ -117,7 +117,8 @@ void addSimulateCommand(CLI::App& app) {
   cmd->callback([=] {
     const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
     const simulator::Profile p = simulator::profileFor(*profile, s);
-    for (const auto& [codec, place] : p.device.value("codecs", json::object()).items())
+    const json places = p.device.value("codecs", json::object());  // a named copy: items() must not outlive it
+    for (const auto& [codec, place] : places.items())
       if (place.value("runs_on", "") == "host")
         std::fprintf(stderr, "simulate: codec %s has no device path: costed on this host's CPU at %.3g GB/s encode, %.3g GB/s decode\n",
                      codec.c_str(), place["encode_bytes_per_s"].get<double>() / 1e9, place["decode_bytes_per_s"].get<double>() / 1e9);

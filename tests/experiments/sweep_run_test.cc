@@ -479,6 +479,25 @@ TEST(SweepRunTest, ProfileSurvivesAHostSpeedChildThatDies) {
   fs::remove_all(root);
 }
 
+// `slowpipe simulate` as a user runs it under an analytic profile, with a codec that has no device
+// path: it says the codec is costed on the host, and writes the result (the line that says so
+// once read a temporary's items() after it was gone).
+TEST(SweepRunTest, SimulateCliSaysWhereACodecRuns) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-simulate-cli-" + std::to_string(getpid()));
+  json spec = tinySweep(root)["base"];
+  spec["compression"] = {{"forward", "hadamard(quant:bits=4)"}, {"backward", "quant:bits=8"}};
+  std::ofstream(root / "spec.json") << spec.dump(2);
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / "spec.json").string(), "--profile",
+                                                 "analytic:A100", "--out", (root / "sim").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("has no device path: costed on this host's CPU"), std::string::npos) << r.output;
+  const json result = json::parse(std::ifstream(root / "sim" / "result.json"));
+  int host = 0;
+  for (const auto& [codec, place] : result["profile"]["device"]["codecs"].items()) host += place["runs_on"] == "host";
+  EXPECT_EQ(host, 1) << result["profile"]["device"].dump(2);
+  fs::remove_all(root);
+}
+
 // The main job writes into an ignored folder and runs every point: the first version wrote into
 // the committed results/quickstart/, found the committed runs complete and skipped them all.
 TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
