@@ -57,111 +57,121 @@ void runScript(const std::string& name, const std::vector<std::string>& args, bo
   if (r.status != 0) throw std::runtime_error(name + " failed (python3 " + script + " exited " + std::to_string(r.status) + ")");
 }
 
+void addSweepCommand(CLI::App& app) {
+  auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto force = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
+  auto repeats = std::make_shared<int>(0);
+  auto simulate = std::make_shared<bool>(false);
+  auto profile = std::make_shared<std::string>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
+  cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
+  cmd->add_option("--out", *out, "output folder")->required();
+  cmd->add_flag("--force", *force, "re-run points that are already complete");
+  cmd->add_flag("--quiet", *quiet, "no progress output");
+  cmd->add_option("--repeats", *repeats, "real runs per point, interleaved (overrides the spec's \"repeats\")")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
+  cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
+  cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
+  auto target = addTargetOptions(cmd);
+  cmd->callback([=] {
+    if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
+    auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
+    target->applyTo(s);
+    experiments::expandSweep(s);  // every point validated before anything runs
+    experiments::SweepOptions o;
+    o.outDir = *out;
+    o.force = *force;
+    o.progress = !*quiet;
+    o.repeats = *repeats;
+    o.simulate = *simulate;
+    o.profile = *profile;
+    const int failed = experiments::runSweep(s, o);
+    std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
+    if (failed) std::exit(1);
+  });
+}
+
+void addSummarizeCommand(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("summarize", "rewrite a sweep folder's summary.json/.csv from the runs in it; runs nothing");
+  cmd->add_option("dir", *dir, "sweep output folder")->required();
+  auto target = addTargetOptions(cmd);
+  cmd->callback([dir, target] {
+    experiments::SweepSpec spec = experiments::sweepOfFolder(*dir);
+    target->applyTo(spec);
+    const auto s = experiments::writeSummaries(spec, *dir);
+    std::map<std::string, int> byStatus;
+    for (const auto& r : s["rows"]) ++byStatus[r.value("status", "?")];
+    std::string counts;
+    for (const auto& [status, n] : byStatus) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + status;
+    std::printf("summarize: %s/summary.json, %zu point(s): %s\n", dir->c_str(), s["rows"].size(), counts.c_str());
+  });
+}
+
+void addExportCommand(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(), format = std::make_shared<std::string>("csv");
+  auto out = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("export", "a sweep folder's steps and evaluations, one row per (point, repeat, step | eval), "
+                                           "as CSV or JSON lines (columns: README \"Exporting results\")");
+  cmd->add_option("dir", *dir, "sweep output folder")->required();
+  cmd->add_option("--format", *format, "csv or jsonl")->check(CLI::IsMember({"csv", "jsonl"}));
+  cmd->add_option("--out", *out, "file to write (whole or not at all); default: standard output");
+  cmd->callback([=] {
+    const experiments::ExportTable t = experiments::exportSweep(*dir);
+    const std::string text = experiments::formatExport(t, *format);
+    if (out->empty()) {
+      std::fputs(text.c_str(), stdout);
+    } else {
+      const std::string tmp = *out + ".tmp";
+      std::ofstream f(tmp, std::ios::binary);
+      f << text;
+      f.close();
+      if (!f) {
+        std::filesystem::remove(tmp);
+        throw std::runtime_error("export: could not write '" + tmp + "' (disk full? folder missing?)");
+      }
+      std::filesystem::rename(tmp, *out);
+    }
+    std::fprintf(stderr, "export: %zu row(s) from %d run(s)%s%s\n", t.rows.size(), t.runs,
+                 t.missing ? (", " + std::to_string(t.missing) + " (point, repeat)(s) without a run file").c_str() : "",
+                 out->empty() ? "" : (" -> " + *out).c_str());
+  });
+}
+
+void addPlotCommand(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("plot", "figures (PNG + SVG) of a sweep folder, with matplotlib");
+  cmd->add_option("dir", *dir, "sweep output folder")->required();
+  cmd->callback([dir] { runScript("plot.py", {*dir}, true); });
+}
+
+void addReportCommand(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto baseline = std::make_shared<std::string>("fp32");
+  auto* cmd = app.add_subcommand("report", "one self-contained HTML page of a sweep folder: the summary with its intervals, "
+                                           "the claims judged at their bounds, every figure inline, the sweep, provenance "
+                                           "and link calibration (draws the figures first)");
+  cmd->add_option("dir", *dir, "sweep output folder")->required();
+  cmd->add_option("--out", *out, "the page (default DIR/report.html)");
+  cmd->add_option("--baseline", *baseline, "the compression label the claims compare with");
+  cmd->callback([=] {
+    const std::string page = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
+    runScript("plot.py", {*dir}, false);
+    runScript("report.py", {*dir, "--baseline", *baseline, "--html", page}, false);
+    std::printf("report: %s\n", page.c_str());
+  });
+}
+
 }  // namespace
 
 void addSweepCommands(CLI::App& app) {
-  {
-    auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
-    auto force = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
-    auto repeats = std::make_shared<int>(0);
-    auto simulate = std::make_shared<bool>(false);
-    auto profile = std::make_shared<std::string>();
-    auto sets = std::make_shared<std::vector<std::string>>();
-    auto* cmd = app.add_subcommand("sweep", "run every point of a sweep (resumable), write summary.json/.csv");
-    cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
-    cmd->add_option("--out", *out, "output folder")->required();
-    cmd->add_flag("--force", *force, "re-run points that are already complete");
-    cmd->add_flag("--quiet", *quiet, "no progress output");
-    cmd->add_option("--repeats", *repeats, "real runs per point, interleaved (overrides the spec's \"repeats\")")
-        ->check(CLI::Range(1, 1000));
-    cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
-    cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
-    cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
-    auto target = addTargetOptions(cmd);
-    cmd->callback([=] {
-      if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
-      auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
-      target->applyTo(s);
-      experiments::expandSweep(s);  // every point validated before anything runs
-      experiments::SweepOptions o;
-      o.outDir = *out;
-      o.force = *force;
-      o.progress = !*quiet;
-      o.repeats = *repeats;
-      o.simulate = *simulate;
-      o.profile = *profile;
-      const int failed = experiments::runSweep(s, o);
-      std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
-      if (failed) std::exit(1);
-    });
-  }
-  {
-    auto dir = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("summarize", "rewrite a sweep folder's summary.json/.csv from the runs in it; runs nothing");
-    cmd->add_option("dir", *dir, "sweep output folder")->required();
-    auto target = addTargetOptions(cmd);
-    cmd->callback([dir, target] {
-      experiments::SweepSpec spec = experiments::sweepOfFolder(*dir);
-      target->applyTo(spec);
-      const auto s = experiments::writeSummaries(spec, *dir);
-      std::map<std::string, int> byStatus;
-      for (const auto& r : s["rows"]) ++byStatus[r.value("status", "?")];
-      std::string counts;
-      for (const auto& [status, n] : byStatus) counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " " + status;
-      std::printf("summarize: %s/summary.json, %zu point(s): %s\n", dir->c_str(), s["rows"].size(), counts.c_str());
-    });
-  }
-  {
-    auto dir = std::make_shared<std::string>(), format = std::make_shared<std::string>("csv");
-    auto out = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("export", "a sweep folder's steps and evaluations, one row per (point, repeat, step | eval), "
-                                             "as CSV or JSON lines (columns: README \"Exporting results\")");
-    cmd->add_option("dir", *dir, "sweep output folder")->required();
-    cmd->add_option("--format", *format, "csv or jsonl")->check(CLI::IsMember({"csv", "jsonl"}));
-    cmd->add_option("--out", *out, "file to write (whole or not at all); default: standard output");
-    cmd->callback([=] {
-      const experiments::ExportTable t = experiments::exportSweep(*dir);
-      const std::string text = experiments::formatExport(t, *format);
-      if (out->empty()) {
-        std::fputs(text.c_str(), stdout);
-      } else {
-        const std::string tmp = *out + ".tmp";
-        std::ofstream f(tmp, std::ios::binary);
-        f << text;
-        f.close();
-        if (!f) {
-          std::filesystem::remove(tmp);
-          throw std::runtime_error("export: could not write '" + tmp + "' (disk full? folder missing?)");
-        }
-        std::filesystem::rename(tmp, *out);
-      }
-      std::fprintf(stderr, "export: %zu row(s) from %d run(s)%s%s\n", t.rows.size(), t.runs,
-                   t.missing ? (", " + std::to_string(t.missing) + " (point, repeat)(s) without a run file").c_str() : "",
-                   out->empty() ? "" : (" -> " + *out).c_str());
-    });
-  }
-  {
-    auto dir = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("plot", "figures (PNG + SVG) of a sweep folder, with matplotlib");
-    cmd->add_option("dir", *dir, "sweep output folder")->required();
-    cmd->callback([dir] { runScript("plot.py", {*dir}, true); });
-  }
-  {
-    auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
-    auto baseline = std::make_shared<std::string>("fp32");
-    auto* cmd = app.add_subcommand("report", "one self-contained HTML page of a sweep folder: the summary with its intervals, "
-                                             "the claims judged at their bounds, every figure inline, the sweep, provenance "
-                                             "and link calibration (draws the figures first)");
-    cmd->add_option("dir", *dir, "sweep output folder")->required();
-    cmd->add_option("--out", *out, "the page (default DIR/report.html)");
-    cmd->add_option("--baseline", *baseline, "the compression label the claims compare with");
-    cmd->callback([=] {
-      const std::string page = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
-      runScript("plot.py", {*dir}, false);
-      runScript("report.py", {*dir, "--baseline", *baseline, "--html", page}, false);
-      std::printf("report: %s\n", page.c_str());
-    });
-  }
+  addSweepCommand(app);
+  addSummarizeCommand(app);
+  addExportCommand(app);
+  addPlotCommand(app);
+  addReportCommand(app);
 }
 
 }  // namespace slowpipe::tools
