@@ -1,19 +1,24 @@
 // tcp: every directed link is one TCP connection (ZeroMQ opens one per peer pair), modelled as
 // Linux runs it, at the granularity of ACK-clocked bursts rather than whole rounds (a burst is at
-// most 16 segments; it is acknowledged one round trip after its last byte left, RTT = 2 x the
-// link's one-way latency). What it carries, each from the kernel's own rule:
+// most 2 segments, one ACK per two segments as delayed ACKs give; it is acknowledged one round trip
+// after its last byte left, RTT = 2 x the link's one-way latency). What it carries, each from the kernel's own rule:
 // - segments of the link's MTU (1500 by default) less 52 bytes of IP, TCP and timestamp headers;
 //   an initial window of 10 segments (RFC 6928);
 // - slow start: the window grows by what each ACK acknowledges, but only while the sender uses
 //   it (tcp_is_cwnd_limited: in slow start while cwnd < 2 x the most bytes in flight over the last
-//   window; in congestion avoidance while the window was full);
-// - congestion avoidance: Reno (one segment per window) or CUBIC (W(t) = C (t - K)^3 + Wmax,
-//   C = 0.4, beta = 0.7, with its Reno-friendly floor);
+//   window; in congestion avoidance while the window was full); CUBIC leaves it by HyStart
+//   (hystart_update: the round's ACK train has lasted half the minimum RTT, or its first 8 RTT
+//   samples exceed the minimum by clamp(min/8, 4 ms, 16 ms));
+// - congestion avoidance: Reno (one segment per window) or CUBIC as bictcp_update runs it
+//   (W(t) = origin + C (t - K)^3 from the epoch's first ACK, C = 0.4, beta = 0.7, fast
+//   convergence, at least 5% a round before the first loss, never below the Reno-friendly
+//   estimate counted per ACK, the epoch shifted by the idle when sending resumes);
 // - loss (the link's `loss`, per packet): drawn for every packet from the link's seeded generator,
 //   as the delay line drops them (a run is one draw; its repeats with other seeds are others);
 //   found one RTT after the burst that carried it (two RTT at the tail of the data, where only a
 //   probe timeout finds it), retransmitted then, and the window cut once per window of data (Reno
-//   to 1/2, CUBIC to 0.7);
+//   to 1/2, CUBIC to 0.7); until the retransmission is acknowledged (one RTT later) the send
+//   buffer keeps the hole and everything acknowledged selectively behind it;
 // - restart after idle (tcp_slow_start_after_idle, on by default): with nothing in flight for more
 //   than an RTO (max(200 ms, RTT + 200 ms)) the window halves per RTO of idle, not below the
 //   initial window; BBR never restarts;
@@ -21,16 +26,18 @@
 //   in flight plus data queued never exceed it; once full, the writer sleeps until it has drained
 //   to two thirds (sk_stream_min_wspace), so a long transfer at the cap averages about 5/6 of it;
 // - BBR: startup grows as slow start does while the bandwidth estimate (the largest delivery rate
-//   measured) rises by 25% a round, pacing at 2.89 x the estimate; after three rounds without it,
-//   the window becomes 2 x estimate x RTT and the pacing the estimate; every 10 s without a lower
-//   RTT sample the window drops to 4 segments for 200 ms (PROBE_RTT);
+//   measured) rises by 25% a round, pacing at 2.89 x the estimate (from 2.89 x the initial window
+//   per RTT, never falling during startup); after three rounds without it, the window becomes
+//   2 x estimate x RTT and the pacing the estimate; every 10 s without a lower RTT sample the
+//   window drops to 4 segments for 200 ms (PROBE_RTT);
 // - messages on one connection queue FIFO behind the previous message's last byte;
 // - `network.tcp.streams` N > 1: every message striped evenly over N connections that share the
 //   link, as N like flows: one aggregate with N initial windows and N send buffers, N segments of
 //   growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N of the
 //   aggregate (the MulTCP view of N flows; no kernel measurement behind it yet: the kernel path
 //   has one connection per peer pair).
-// Not modelled: delayed ACKs, HyStart, the receive window (Linux's autotuning grew it faster than
+// Not modelled: delayed ACKs beyond the 2-segment bursts, BBR's ProbeBW gain cycle and its loss
+// recovery (packet conservation), the receive window (Linux's autotuning grew it faster than
 // the sender's window on every message of the kernel grid), jitter and bandwidth traces (refused:
 // `modelsVariation` false), connections sharing a link (every directed link has its own).
 #include "emulator/link_model.h"
@@ -61,6 +68,13 @@ struct Burst {
   double tx, ackAt, bytes;
   bool lost;
   double deliveredAtSend, deliveredTimeAtSend;  // for BBR's delivery-rate sample
+  double seq;                                   // its first byte's offset on the connection
+};
+
+// A lost burst on its way to repair: its retransmission is acknowledged one RTT after the loss was
+// found. Until then the send buffer keeps it and everything acknowledged selectively behind it.
+struct Hole {
+  double seq, repairAt;
 };
 
 class Tcp : public LinkModel {
@@ -70,6 +84,7 @@ class Tcp : public LinkModel {
     const double latency = clock.spec().latencyS;
     double now = std::max(sentAt, free_);
     acknowledge(now);
+    shiftCubicEpoch(now);
     restartAfterIdle(now);
     double appLeft = static_cast<double>(bytes), arrival = now;
     while (appLeft > 0 || unsent_ > 0) {
@@ -81,17 +96,19 @@ class Tcp : public LinkModel {
         // serialises what it is handed in order at its rate.
         const double n = std::min(room, kBurstSegments * mss_);
         now = std::max(now, paceFree_);
+        if (cc_ == Cc::kBbr) paceFree_ = now + 8 * n / pacingRate(clock.rateAt(now));
         const double linkRate = clock.rateAt(now);
-        if (cc_ == Cc::kBbr) paceFree_ = now + 8 * n / pacingRate(linkRate);
         const double start = std::max(now, free_), end = start + 8 * n / linkRate;
         const bool last = appLeft == 0 && n == unsent_;
         send(now, start, end, n, clock);
         arrival = std::max(arrival, end + latency);
         if (inflight_.back().lost) arrival = std::max(arrival, inflight_.back().ackAt + (last ? rtt_ : 0) + latency);
       } else {
-        // Wait for the next acknowledgement (with nothing in flight the window always has room).
-        if (inflight_.empty()) throw std::logic_error("tcp model: no room in the window and nothing in flight");
-        now = std::max(now, inflight_.front().ackAt);
+        // Wait for the next acknowledgement or repaired hole (with neither the window and the buffer
+        // always have room).
+        const double next = nextEvent();
+        if (next == kInf) throw std::logic_error("tcp model: no room in the window and nothing in flight");
+        now = std::max(now, next);
       }
     }
     return arrival;
@@ -111,6 +128,7 @@ class Tcp : public LinkModel {
     flows_ = std::max(1, link.tcp.streams);
     buffer_ *= flows_;
     cwnd_ = initialWindow();
+    bbrPacing_ = kBbrHighGain * initialWindow() / std::max(rtt_, 1e-3);  // bbr_init_pacing_rate_from_rtt
     srtt_ = rtt_;  // the handshake's sample
     mdev_ = 2 * rtt_;
     mdevMax_ = rttvar_ = std::max(mdev_, kRtoMin);
@@ -142,10 +160,12 @@ class Tcp : public LinkModel {
 
   // The writer puts the message into the send buffer while it has room; once full it sleeps
   // until in flight + queued <= 2/3 of the buffer.
+  // What the buffer holds: in flight, queued, and acknowledged behind a hole.
   void fillBuffer(double& appLeft) {
-    if (writerAsleep_ && out_ + unsent_ <= buffer_ * 2 / 3) writerAsleep_ = false;
+    const double held = out_ + unsent_ + heldBytes_;
+    if (writerAsleep_ && held <= buffer_ * 2 / 3) writerAsleep_ = false;
     if (writerAsleep_ || appLeft <= 0) return;
-    const double take = std::min(appLeft, buffer_ - out_ - unsent_);
+    const double take = std::min(appLeft, std::max(0.0, buffer_ - held));
     appLeft -= take;
     unsent_ += take;
     if (appLeft > 0) writerAsleep_ = true;
@@ -157,10 +177,9 @@ class Tcp : public LinkModel {
   }
   // BBR's pacing rate (bit/s): the bandwidth estimate (before any, the initial window per RTT) times
   // its gain (2.89 in startup, 1 after).
-  double pacingRate(double linkRate) const {
-    const double bw = btlBw_ > 0 ? btlBw_ : initialWindow() / std::max(rtt_, 1e-3);  // bytes/s
-    const double gain = fullBw_ ? 1.0 : kBbrHighGain;
-    return std::min(linkRate, 8 * gain * bw);
+  double pacingRate(double linkRate) const { return std::min(linkRate, 8 * bbrPacing_); }
+  double nextEvent() const {
+    return std::min(inflight_.empty() ? kInf : inflight_.front().ackAt, holes_.empty() ? kInf : holes_.front().repairAt);
   }
 
   void send(double tx, double start, double end, double n, LinkClock& clock) {
@@ -170,7 +189,7 @@ class Tcp : public LinkModel {
     unsent_ -= n;
     bool lost = false;
     for (double p = 0; loss_ > 0 && p < n; p += mss_) lost = clock.uniform() < loss_ || lost;
-    inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_});
+    inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_, sndNxt_});
     out_ += n;
     sndNxt_ += n;
     // tcp_cwnd_validate: the most in flight over the last window, and whether the window was full.
@@ -182,30 +201,90 @@ class Tcp : public LinkModel {
   }
 
   void acknowledge(double now) {
-    while (!inflight_.empty() && inflight_.front().ackAt <= now) {
+    while (nextEvent() <= now) {
+      if (!holes_.empty() && holes_.front().repairAt <= (inflight_.empty() ? kInf : inflight_.front().ackAt)) {
+        repairHole();
+        continue;
+      }
       const Burst b = inflight_.front();
       inflight_.pop_front();
       out_ -= b.bytes;
       sndUna_ += b.bytes;
       delivered_ += b.bytes;
       deliveredTime_ = b.ackAt;
-      sampleRtt(b.ackAt - b.tx);
+      const double sample = b.ackAt - b.tx;
+      sampleRtt(sample);
+      minRtt_ = std::min(minRtt_, sample);
+      if (b.lost) holes_.push_back({b.seq, b.ackAt + rtt_});
+      if (!holes_.empty()) {  // selectively acknowledged (or lost): the buffer keeps it
+        held_.push_back({b.seq, b.bytes});
+        heldBytes_ += b.bytes;
+      }
       if (b.lost && sndUna_ > recoveryEnd_) enterRecovery(b.ackAt);
-      if (cc_ == Cc::kBbr) bbrOnAck(b);
-      else grow(b.bytes, b.ackAt);
+      if (cc_ == Cc::kBbr) {
+        bbrOnAck(b);
+      } else {
+        if (cc_ == Cc::kCubic && !hystartFound_ && cwnd_ < ssthresh_) hystart(b, sample);
+        grow(b.bytes, b.ackAt);
+      }
       if (sndUna_ >= usageSeq_) cwndLimited_ = false;
     }
     if (cc_ == Cc::kBbr && probeRttUntil_ > 0 && now >= probeRttUntil_) probeRttUntil_ = 0;
   }
 
-  void enterRecovery(double at) {
+  // The hole's retransmission acknowledged: the buffer frees what it held up to the next hole.
+  void repairHole() {
+    holes_.pop_front();
+    const double limit = holes_.empty() ? kInf : holes_.front().seq;
+    while (!held_.empty() && held_.front().first < limit) {
+      heldBytes_ -= held_.front().second;
+      held_.pop_front();
+    }
+  }
+
+  void enterRecovery(double) {
     recoveryEnd_ = sndNxt_;
     if (cc_ == Cc::kBbr) return;  // BBR does not cut on loss (it bounds the window by its model)
-    wMax_ = cwnd_;
+    // CUBIC's fast convergence: a loss below the last maximum remembers less of it.
+    wMax_ = cc_ == Cc::kCubic && cwnd_ < wMax_ ? cwnd_ * (1 + kCubicBeta) / 2 : cwnd_;
     const double beta = cc_ == Cc::kCubic ? kCubicBeta : 0.5;  // one flow of the N cut
     cwnd_ = std::max(2 * mss_ * flows_, cwnd_ * (1 - (1 - beta) / flows_));
     ssthresh_ = cwnd_;
-    epoch_ = at;
+    epoch_ = -1;  // the cubic epoch starts at the first ACK that grows the window again
+  }
+
+  // CUBIC's HyStart (hystart_update, Linux >= 5.7, both detectors): in slow start from 16 segments,
+  // leave it when the round's ACK train (ACKs at most 2 ms apart) has lasted half the minimum RTT
+  // (plus the ACK delay allowance), or when the round's first 8 RTT samples all exceed the
+  // minimum by clamp(min/8, 4 ms, 16 ms).
+  void hystart(const Burst& b, double sample) {
+    if (sndUna_ > hsEndSeq_) {  // a new round (counted from the first ACK on)
+      hsRoundStart_ = hsLastAck_ = b.ackAt;
+      hsEndSeq_ = sndNxt_;
+      hsCurrRtt_ = kInf;
+      hsSamples_ = 0;
+    }
+    if (cwnd_ < 16 * mss_ * flows_) return;  // hystart_low_window
+    bool found = false;
+    if (b.ackAt - hsLastAck_ <= 0.002) {
+      hsLastAck_ = b.ackAt;
+      const double pacing = 2 * cwnd_ / std::max(srtt_, 1e-6);  // tcp_update_pacing_rate in slow start
+      const double ackDelay = std::min(1e-3, 4 * 65536 / pacing);
+      found = b.ackAt - hsRoundStart_ > (minRtt_ + ackDelay) / 2;
+    }
+    hsCurrRtt_ = std::min(hsCurrRtt_, sample);
+    if (hsSamples_ < 8) ++hsSamples_;
+    else found = found || hsCurrRtt_ > minRtt_ + std::clamp(minRtt_ / 8, 0.004, 0.016);
+    if (found) {
+      hystartFound_ = true;
+      ssthresh_ = cwnd_;
+    }
+  }
+
+  // cubictcp_cwnd_event(CA_EVENT_TX_START): sending again after idle shifts the epoch by the idle.
+  void shiftCubicEpoch(double now) {
+    if (cc_ != Cc::kCubic || epoch_ < 0 || lastTx_ < 0 || out_ > 0 || now <= lastTx_) return;
+    epoch_ = std::min(now, epoch_ + (now - lastTx_));
   }
 
   void grow(double acked, double at) {
@@ -220,14 +299,29 @@ class Tcp : public LinkModel {
       cwnd_ += flows_ * mss_ * acked / cwnd_;
       return;
     }
-    // CUBIC, per flow in segments and seconds since the cut, times the flows; the Reno-friendly
-    // estimate as a floor.
-    const double wMaxSeg = wMax_ / mss_ / flows_, k = std::cbrt(wMaxSeg * (1 - kCubicBeta) / kCubicC), t = at - epoch_ + rtt_;
-    const double target = flows_ * (kCubicC * std::pow(t - k, 3) + wMaxSeg) * mss_;
-    const double friendly =
-        flows_ * (wMaxSeg * kCubicBeta + 3 * (1 - kCubicBeta) / (1 + kCubicBeta) * (at - epoch_) / rtt_) * mss_;
-    if (target > cwnd_) cwnd_ += std::min(target - cwnd_, cwnd_ / 2) * acked / cwnd_;
-    cwnd_ = std::max(cwnd_, friendly);
+    cubicGrow(acked, at);
+  }
+
+  // bictcp_update, per flow in segments and seconds, times the flows: the epoch starts at the first
+  // ACK in congestion avoidance (origin the last maximum, or the window if above it); the window
+  // moves towards W(t) = origin + C (t - K)^3, t counted from the epoch plus the minimum RTT;
+  // before any loss at least 5% a round; never slower than the Reno-friendly estimate (one segment
+  // per 1.875 windows acknowledged, counted per ACK); at most half a segment per segment acknowledged.
+  void cubicGrow(double acked, double at) {
+    const double cwndSeg = cwnd_ / mss_ / flows_, wMaxSeg = wMax_ / mss_ / flows_;
+    if (epoch_ < 0) {
+      epoch_ = at;
+      renoCwnd_ = cwnd_;
+      cubicK_ = wMaxSeg <= cwndSeg ? 0 : std::cbrt((wMaxSeg - cwndSeg) / kCubicC);
+      originSeg_ = std::max(wMaxSeg, cwndSeg);
+    }
+    const double t = at - epoch_ + (minRtt_ < kInf ? minRtt_ : rtt_);
+    const double target = flows_ * (originSeg_ + kCubicC * std::pow(t - cubicK_, 3)) * mss_;
+    double inc = target > cwnd_ ? acked * (target - cwnd_) / cwnd_ : acked * mss_ / (100 * cwnd_);
+    if (wMax_ == 0) inc = std::max(inc, acked / 20);
+    renoCwnd_ += flows_ * mss_ * acked / (1.875 * cwnd_);
+    if (renoCwnd_ > cwnd_) inc = std::max(inc, acked * (renoCwnd_ - cwnd_) / cwnd_);
+    cwnd_ += std::min(inc, acked / 2);
   }
 
   // BBR: the delivery rate of each acknowledged burst; the bandwidth estimate its largest; startup
@@ -247,6 +341,9 @@ class Tcp : public LinkModel {
         }
       }
     }
+    // Pacing: the gain times the estimate; in startup it never falls (bbr_set_pacing_rate).
+    const double rate = (fullBw_ ? 1.0 : kBbrHighGain) * btlBw_;
+    if (btlBw_ > 0) bbrPacing_ = fullBw_ ? rate : std::max(bbrPacing_, rate);
     const double target = (fullBw_ ? 2.0 : kBbrHighGain) * btlBw_ * rtt_;
     if (fullBw_) cwnd_ = std::min(cwnd_ + b.bytes, std::max(target, 4 * mss_));
     else if (cwnd_ < target || delivered_ < initialWindow() || btlBw_ == 0) cwnd_ += b.bytes;
@@ -272,7 +369,13 @@ class Tcp : public LinkModel {
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, buffer_ = kDefaultSendBuffer, loss_ = 0;
-  double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = 0;
+  double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0, renoCwnd_ = 0;
+  bool hystartFound_ = false;
+  double hsRoundStart_ = 0, hsLastAck_ = 0, hsEndSeq_ = -1, hsCurrRtt_ = kInf, minRtt_ = kInf;
+  int hsSamples_ = 0;
+  std::deque<Hole> holes_;
+  std::deque<std::pair<double, double>> held_;  // (seq, bytes) acknowledged behind a hole
+  double heldBytes_ = 0, bbrPacing_ = 0;
   double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
   double free_ = 0, paceFree_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
   double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0, minRttStamp_ = -1,
