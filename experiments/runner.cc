@@ -164,7 +164,7 @@ json sweepRecord(const SweepSpec& spec) {
   json axes = json::array();
   for (const auto& [path, values] : spec.axes) axes.push_back({{"path", path}, {"values", values}});
   return {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats}, {"axes", axes},
-          {"target", toJson(spec.target)}};
+          {"target", toJson(spec.target)}, {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"}};
 }
 
 }  // namespace
@@ -249,11 +249,15 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   struct Job {
     const SweepPoint* point;
     int repeat;
-    json identity;
+    json spec, identity;
   };
   std::vector<Job> jobs;
   for (int k = 0; k < spec.repeats; ++k)
-    for (const auto& p : points) jobs.push_back({&p, k, runIdentity(p.spec, build)});
+    for (const auto& p : points) {
+      json one = repeatSpec(spec, p.spec, k);
+      json identity = runIdentity(one, build);
+      jobs.push_back({&p, k, std::move(one), std::move(identity)});
+    }
   std::vector<std::string> why(jobs.size());
   size_t toRun = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -281,7 +285,7 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     lo.progress = opt.progress;
     int rc = 1;
     try {
-      rc = runtime::launchRun(runtime::runSpecFromJson(j.point->spec, "sweep point " + j.point->name), lo);
+      rc = runtime::launchRun(runtime::runSpecFromJson(j.spec, "sweep point " + j.point->name), lo);
     } catch (const std::exception& e) {  // this point fails with its reason; the sweep goes on
       fs::create_directories(lo.outDir);
       runtime::writeFinalResult((fs::path(lo.outDir) / "result.json").string(),

@@ -272,6 +272,7 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
   return {{"sweep", spec.name},
           {"baseline", base},
           {"repeats", spec.repeats},
+          {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"},
           {"interval", "95% percentile bootstrap of the median over repeats (" + std::to_string(kBootstrapResamples) +
                            " resamples, seed 1)"},
           {"target", toJson(spec.target)},

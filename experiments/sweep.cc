@@ -33,8 +33,10 @@ std::string valueLabel(const json& v) {
 SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simulation) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
   for (const auto& [k, v] : j.items())
-    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats" && k != "target")
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected name, base, axes, baseline, pretrain, repeats, target");
+    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats" && k != "target" &&
+        k != "repeat_seeds")
+      throw std::invalid_argument(where + "." + k +
+                                  ": unknown field; expected name, base, axes, baseline, pretrain, repeats, repeat_seeds, target");
   SweepSpec s;
   s.simulation = simulation;
   s.name = j.value("name", "sweep");
@@ -63,6 +65,14 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
       throw std::invalid_argument(where + ".repeats: " + j["repeats"].dump() + " must be an integer in 1..1000");
     s.repeats = j["repeats"].get<int>();
   }
+  if (j.contains("repeat_seeds")) {
+    const json& v = j["repeat_seeds"];
+    if (!v.is_string() || (v != "same" && v != "per_repeat"))
+      throw std::invalid_argument(where + ".repeat_seeds: " + v.dump() +
+                                  ": expected \"same\" (every repeat trains alike) or \"per_repeat\" (repeat k trains with "
+                                  "training.seed + k)");
+    s.seedPerRepeat = v == "per_repeat";
+  }
   if (j.contains("target")) s.target = targetFromJson(j["target"], where + ".target");
   runtime::runSpecFromJson(s.base, where + ".base", simulation);  // the base must be valid on its own
   return s;
@@ -80,6 +90,17 @@ SweepSpec::Target targetFromJson(const json& j, const std::string& where) {
   if (key == "val_loss") t.valLoss = v.get<double>();
   else t.tolerance = v.get<double>();
   return t;
+}
+
+json repeatSpec(const SweepSpec& s, const json& pointSpec, int repeat) {
+  if (!s.seedPerRepeat || repeat == 0) return pointSpec;
+  json spec = pointSpec;
+  json& training = spec["training"];
+  if (training.contains("seed") && !(training["seed"].is_number_integer() && training["seed"].get<int64_t>() >= 0))
+    return spec;  // the spec's own check says what is wrong with it
+  const uint64_t seed = training.contains("seed") ? training["seed"].get<uint64_t>() : 1;  // RunSpec's default
+  training["seed"] = seed + static_cast<uint64_t>(repeat);
+  return spec;
 }
 
 json toJson(const SweepSpec::Target& t) {

@@ -7,6 +7,7 @@
 //    "baseline": "fp32",                        // label of the compression value that is the baseline
 //    "pretrain": {"checkpoint": "base.pt", "max_steps": 300, "epochs": 1},   // optional
 //    "repeats": 3,                              // optional: real runs per point, interleaved
+//    "repeat_seeds": "per_repeat",              // optional: repeat k trains with training.seed + k ("same": default)
 //    "target": {"tolerance": 0.01} | {"val_loss": 3.1}}   // optional: what time_to_target reaches
 // Object values are merged into the base at `path`; others replace it. Every point gets a stable
 // name from its axis values, e.g. "bandwidth-100Mbps_compression-ac-sgd-fw2-bw4".
@@ -34,6 +35,11 @@ struct SweepSpec {
   std::string sourceDir;    // folder of the sweep file (relative paths resolve against the cwd)
   int repeats = 1;          // runs per point; round-robin over all points (repeat k of every point before k+1)
   bool simulation = false;  // points are simulated, not run: validated as simulator specs (any vocab)
+  // "repeat_seeds": "per_repeat": repeat k of every point trains with training.seed + k (the order
+  // of the examples), so the repeats' spread of a loss is the seeds' and a quality gap paired by repeat
+  // compares codecs on the same seed; "same" (default): every repeat trains alike and only the
+  // timings differ.
+  bool seedPerRepeat = false;
   // What time_to_target is measured against ("target": {"val_loss": L} or {"tolerance": r}): a
   // fixed validation loss (valLoss > 0), else the baseline's final validation loss at the same
   // link settings times 1 + tolerance (default 1%, paired by repeat).
@@ -46,6 +52,8 @@ struct SweepSpec {
 SweepSpec::Target targetFromJson(const nlohmann::json& j, const std::string& where);
 nlohmann::json toJson(const SweepSpec::Target& t);
 
+// The spec of one (point, repeat): the point's, with training.seed + repeat under "per_repeat".
+nlohmann::json repeatSpec(const SweepSpec& s, const nlohmann::json& pointSpec, int repeat);
 // `sets`: command-line `--set PATH=VALUE` assignments applied to the base (runtime::applySet); one
 // naming a field an axis varies is an error.
 SweepSpec loadSweepSpec(const std::string& path, bool simulation = false, const std::vector<std::string>& sets = {});

@@ -63,6 +63,15 @@ def table(rows):
         print("| " + " | ".join(cells) + " |")
 
 
+def seeds_text(summary):
+    if summary.get("repeat_seeds") == "per_repeat":
+        return ("Repeat k trains with training.seed + k: the loss intervals are over seeds, and each codec's "
+                "quality gap is paired with the baseline on the same seed.")
+    return ("Every repeat trains with the same seed: the loss intervals show only run-to-run nondeterminism "
+            "(none where training is deterministic), not how the seed moves a loss; a sweep with "
+            "\"repeat_seeds\": \"per_repeat\" judges quality against that.")
+
+
 def claims(rows, a):
     by = {(r["label"], r["bandwidth_bps"]): r for r in rows}
     bws = sorted({r["bandwidth_bps"] for r in rows})
@@ -181,7 +190,7 @@ def html_page(d, summary, rows, a):
            f"<p>{len(rows)} point(s), {reps} repeat(s) each; every figure is the median over the repeats with its "
            f"{e(summary.get('interval', '95% interval'))}. Speed-ups and quality gaps are paired by repeat against "
            f"<b>{e(a.baseline)}</b>. Time to target: {e(target_text(summary, a.baseline))} (null where a repeat never "
-           f"reached it).</p>",
+           f"reached it). {e(seeds_text(summary))}</p>",
            '<h2 id="summary">Summary</h2><table id="summary-table"><thead><tr>' +
            "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr></thead><tbody>"]
     for cells, r in zip(table_cells(rows), sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"]))):
@@ -246,7 +255,7 @@ def main():
         os.replace(tmp, a.html)
         print(a.html)
         return
-    print(f"{summary.get('repeats', 1)} repeats per point; intervals: {summary.get('interval', '-')}.\n")
+    print(f"{summary.get('repeats', 1)} repeats per point; intervals: {summary.get('interval', '-')}. {seeds_text(summary)}\n")
     table(rows)
     levels(rows, a)
     print("\nClaims (each judged at its interval's bound):\n")

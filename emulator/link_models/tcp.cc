@@ -184,7 +184,7 @@ class Tcp : public LinkModel {
 
   void send(double tx, double start, double end, double n, LinkClock& clock) {
     if (out_ == 0) deliveredTime_ = tx;  // Linux restarts the delivery clock when nothing is in flight
-    lastTx_ = tx;
+    lastTx_ = start;  // lsndtime: the kernel hands a segment over as the device drains (TCP small queues)
     free_ = end;
     unsent_ -= n;
     bool lost = false;

@@ -236,6 +236,40 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
 // The simulator's user path: `slowpipe profile` on a sweep (stage costs, codecs, the host speed
 // measured with real processes, the transport), then `sweep --simulate` over the same sweep and
 // `plot`. A simulated point is a result document like an emulated one, marked simulated.
+// Repeats on their own seeds, through the CLI: with "repeat_seeds": "per_repeat" repeat 1 trains
+// with seed 2 (its result's spec says so) and ends at another validation loss than repeat 0, so
+// the loss's interval has width and the quality gap is paired on the same seed; with the default
+// every repeat trains alike (training here is deterministic: the same final loss).
+TEST(SweepRunTest, RepeatSeedsTrainEachRepeatOnItsOwnSeed) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-seeds-test-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  sweep["axes"][0]["values"] = json::array({"1Gbps"});
+  auto finalLosses = [&](const std::string& seeds) {
+    sweep["repeat_seeds"] = seeds;
+    std::ofstream(root / "sweep.json") << sweep.dump(2);
+    const fs::path out = root / ("out-" + seeds);
+    auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
+                                             "--repeats", "2", "--quiet"});
+    EXPECT_EQ(r.status, 0) << r.output;
+    const json summary = json::parse(std::ifstream(out / "summary.json"));
+    EXPECT_EQ(summary["repeat_seeds"], seeds);
+    std::vector<double> losses;
+    for (int k = 0; k < 2; ++k) {
+      const json run = json::parse(std::ifstream(out / "runs" / ("bandwidth-1Gbps_compression-fp32.r" + std::to_string(k) + ".json")));
+      EXPECT_EQ(run["spec"]["training"]["seed"], seeds == "per_repeat" ? 1 + k : 1);
+      losses.push_back(run["summary"]["final_val_loss"].get<double>());
+    }
+    for (const auto& row : summary["rows"])
+      if (row["label"] == "fp32" && seeds == "per_repeat") EXPECT_LT(row["final_val_loss_lo"], row["final_val_loss_hi"]) << row.dump();
+    return losses;
+  };
+  const auto per = finalLosses("per_repeat"), same = finalLosses("same");
+  EXPECT_NE(per[0], per[1]);
+  EXPECT_EQ(same[0], same[1]);
+  EXPECT_EQ(same[0], per[0]);  // repeat 0 keeps the spec's seed
+  fs::remove_all(root);
+}
+
 TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   const fs::path root = fs::temp_directory_path() / ("slowpipe-sim-test-" + std::to_string(getpid()));
   json sweep = tinySweep(root);

@@ -52,6 +52,29 @@ TEST(SweepTest, BadSweepsNameTheProblem) {
   j = sweepJson();
   j["axis"] = 1;
   EXPECT_NE(errorOf(j).find("sweep.axis: unknown field"), std::string::npos) << errorOf(j);
+  j = sweepJson();
+  j["repeat_seeds"] = "each";
+  EXPECT_NE(errorOf(j).find("sweep.repeat_seeds: \"each\": expected \"same\""), std::string::npos) << errorOf(j);
+}
+
+// "repeat_seeds": "per_repeat" gives repeat k the point's training.seed + k (1 + k where the spec
+// leaves the seed at its default); "same" and the default leave every repeat's spec alone.
+TEST(SweepTest, RepeatSeedsShiftTheTrainingSeed) {
+  json j = sweepJson();
+  SweepSpec same = sweepSpecFromJson(j, "sweep");
+  const json point = expandSweep(same)[0].spec;
+  EXPECT_EQ(repeatSpec(same, point, 2), point);
+  j["repeat_seeds"] = "per_repeat";
+  SweepSpec per = sweepSpecFromJson(j, "sweep");
+  EXPECT_EQ(repeatSpec(per, point, 0), point);
+  ASSERT_FALSE(point.contains("training"));  // the RunSpec default, seed 1
+  EXPECT_EQ(repeatSpec(per, point, 2)["training"]["seed"], 3);
+  json seeded = point;
+  seeded["training"]["seed"] = 40;
+  json third = repeatSpec(per, seeded, 2);
+  EXPECT_EQ(third["training"]["seed"], 42);
+  third["training"]["seed"] = 40;
+  EXPECT_EQ(third, seeded);  // nothing else changes
 }
 
 // A run file with a constant step time and given evals.
