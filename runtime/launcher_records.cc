@@ -26,6 +26,10 @@ bool Launcher::handle(const json& rec) {
     state.erase("timeline");
     if (rec.contains("shaping") && !rec["shaping"].is_null()) result_["shaping"][std::to_string(r)] = rec["shaping"];
     state.erase("shaping");
+    // runtime.slowdown: what each rank's compute really ran at (its compute time at full speed
+    // over the time with its stalls).
+    if (!spec_.runtime.slowdown.empty() && rec.contains("slowdown")) result_["slowdown"][std::to_string(r)] = rec["slowdown"];
+    state.erase("slowdown");
     result_["codec_state"][std::to_string(r)] = state;
     timelines_[r] = rec.value("timeline", json::array());
     if (doneCount_ == N_) recordTimeline();

@@ -1,8 +1,11 @@
 // The worker of one rank (see pipeline_worker.h).
 #include "runtime/pipeline_worker.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
@@ -169,7 +172,8 @@ class PipelineWorker : public Backend {
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)},
-            {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_}});
+            {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_},
+            {"slowdown", {{"effective_speed", meter_.effectiveSpeed()}, {"compute_s", meter_.computeS}, {"stalled_s", meter_.stalledS}}}});
   }
 
   void report(json j) {
@@ -182,8 +186,23 @@ class PipelineWorker : public Backend {
   // Backend
   double now() override { return emulator::monotonicNow(); }
   Progress compute(const Action& a, const ActionContext& c) override {
+    const double t0 = now();
     compute_.compute(a, c);
+    straggle(t0, a.kind == Action::Kind::kEvalForward ? c.step - 1 : c.step);
     return Progress::kDone;
+  }
+  // runtime.slowdown: a rank at speed s stays off the CPU for t x (1/s - 1) after a compute
+  // action of t seconds, so its compute really takes t / s.
+  void straggle(double t0, int64_t step) {
+    const double speed = spec_.runtime.slowdown.speedAt(rank_, std::max<int64_t>(step, 0));
+    const double t = now() - t0;
+    meter_.computeS += t;
+    if (speed >= 1) return;
+    const double stall = t * (1 / speed - 1);
+    std::this_thread::sleep_for(std::chrono::duration<double>(stall));
+    const double stalled = now() - t0 - t;
+    meter_.stalledS += stalled;
+    stepStallS_ += stalled;  // the step record's compute: the rank computed this much slower
   }
   Progress dpBegin(const Action& a, const ActionContext& c) override {
     sync_->pack(a.microBatch, c.step, dpBuf_);
@@ -202,8 +221,10 @@ class PipelineWorker : public Backend {
   Progress step(const Action&, const ActionContext& c) override {
     // qadam after its warm-up: clipping and momentum only, OuterStep updates.
     const bool replaced = sync_ && sync_->replacesStep(c.step);
+    const double t0 = now();
     compute_.step(c, !replaced);
     if (replaced) sync_->clipAndMomentum(compute_.norm());
+    straggle(t0, c.step);
     return Progress::kDone;
   }
 
@@ -268,6 +289,7 @@ class PipelineWorker : public Backend {
     where.epoch = epoch;
     where.stepInEpoch = s;
     compute_.beginList();
+    stepStallS_ = 0;
     exec_.start(std::move(list), where, now(), /*recordEvents=*/!evaluation);
     if (!exec_.run(*this)) throw std::logic_error("the real backend left an action pending");
     const double seconds = now() - exec_.started();
@@ -296,7 +318,7 @@ class PipelineWorker : public Backend {
     r.step = g;
     r.epoch = epoch;
     r.timeS = seconds;
-    r.computeS = compute_.computeSeconds();
+    r.computeS = compute_.computeSeconds() + stepStallS_;
     r.encodeS = st.encodeS + dst.encodeS;
     r.decodeS = st.decodeS + dst.decodeS;
     r.waitS = st.waitS + dst.waitS;
@@ -323,6 +345,8 @@ class PipelineWorker : public Backend {
   std::string controlFrom_;  // across hosts: this end of the control connection
   std::unique_ptr<emulator::DeviceShaper> shaper_;  // tc-dev: this host's interface, removed with the worker
   json shaping_;                                     // what it installed
+  SlowdownMeter meter_;                              // runtime.slowdown: compute and stalls
+  double stepStallS_ = 0;                            // the stalls of the step in hand
   std::unique_ptr<StageTransport> transport_;
   std::unique_ptr<GradientCompressor> gc_;  // dp.codec / dp.local_steps (runtime/gradient_compressor.h)
   std::unique_ptr<DpExchange> dp_;     // replicas > 1

@@ -352,6 +352,8 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
   f.get("pin_cores", s.runtime.pinCores);
   f.get("device", s.runtime.device);
   f.get("timeline", s.runtime.timeline);
+  if (const json* slowdown = f.raw("slowdown"))
+    s.runtime.slowdown = slowdownFromJson(*slowdown, f.field("slowdown"), s.pipeline.stages * s.pipeline.replicas);
   if (s.runtime.timeline != "last" && s.runtime.timeline != "all")
     fail(where + ".runtime.timeline", "'" + s.runtime.timeline + "'; expected \"last\" or \"all\"");
   positive(f.field("step_timeout_s"), s.runtime.stepTimeoutS);
@@ -508,6 +510,7 @@ json runtimeJson(const RuntimeSpec& r) {
   json j = {{"step_timeout_s", r.stepTimeoutS}, {"threads_per_worker", r.threadsPerWorker}, {"pin_cores", r.pinCores}};
   if (r.device != "cpu") j["device"] = r.device;
   if (r.timeline != "last") j["timeline"] = r.timeline;
+  if (!r.slowdown.empty()) j["slowdown"] = toJson(r.slowdown);
   return j;
 }
 }  // namespace

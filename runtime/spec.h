@@ -3,6 +3,7 @@
 #pragma once
 
 #include "runtime/ranks.h"
+#include "runtime/slowdown.h"
 
 #include <cstdint>
 #include <string>
@@ -117,6 +118,8 @@ struct RuntimeSpec {
   // What result.json's "timeline" holds: "last", the last step's events of every rank; "all", every
   // step's (each event with its "step"): what `slowpipe profile --host-from-run` fits speeds to.
   std::string timeline = "last";
+  // Stragglers: ranks that compute slower, constant or over steps (runtime/slowdown.h).
+  SlowdownSpec slowdown;
 };
 
 struct RunSpec {

@@ -104,6 +104,7 @@ struct RankState {
   // waiting
   double waitStart = 0, arrival = -1;
   double waitedS = 0;  // waited since its last compute event (StageCost::idle: the next one pays it)
+  runtime::SlowdownMeter slowdown;  // runtime.slowdown: compute at full speed, and the straggler's extra
   int64_t recvBytes = 0;
   bool onTimeline = false;
   bool evaluating = false;  // replaying the evaluation after its step (evalSchedule)
@@ -181,6 +182,11 @@ class Replay : public runtime::Backend {
                          {"transport", {{"a_s", profile_.transport.aS}, {"b_s_per_byte", profile_.transport.bSPerByte}}}};
     result["message_bytes"] = {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_},
                                {"forward_first_epoch", fwdFirstBytes_}, {"backward_first_epoch", bwdFirstBytes_}};
+    if (!spec_.runtime.slowdown.empty())
+      for (int r = 0; r < N_; ++r)
+        result["slowdown"][std::to_string(r)] = {{"effective_speed", ranks_[r].slowdown.effectiveSpeed()},
+                                                 {"compute_s", ranks_[r].slowdown.computeS},
+                                                 {"stalled_s", ranks_[r].slowdown.stalledS}};
     json doc = result.snapshot();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
@@ -327,16 +333,24 @@ class Replay : public runtime::Backend {
     const StageCost& cost = profile_.stages[c.virtualStage];
     if (a.kind == Action::Kind::kGradNorm) return runtime::Progress::kDone;
     if (a.kind == Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
-      return startTask(c.rank, cost.runFactor * cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize +
-                       afterIdle(st, cost, "forward"), &st.record.computeS);
-    return startTask(c.rank, cost.runFactor * cost.of(a) + warmup(c, c.virtualStage, a) +
-                     afterIdle(st, cost, runtime::protocol::eventName(a)), &st.record.computeS);
+      return startTask(c.rank, slowed(st, cost.runFactor * cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize +
+                                              afterIdle(st, cost, "forward"), c.rank, c.step - 1), &st.record.computeS);
+    return startTask(c.rank, slowed(st, cost.runFactor * cost.of(a) + warmup(c, c.virtualStage, a) +
+                                            afterIdle(st, cost, runtime::protocol::eventName(a)), c.rank, c.step), &st.record.computeS);
+  }
+  // runtime.slowdown: a straggler's compute takes its cost / its speed at that step.
+  double slowed(RankState& st, double seconds, int rank, int64_t step) const {
+    const double speed = spec_.runtime.slowdown.speedAt(rank, std::max<int64_t>(step, 0));
+    st.slowdown.computeS += seconds;
+    st.slowdown.stalledS += seconds / speed - seconds;
+    return seconds / speed;
   }
   runtime::Progress step(const Action& a, const runtime::ActionContext& c) override {  // every model chunk's
     RankState& st = ranks_[c.rank];
     const size_t stage = static_cast<size_t>(c.rank / R_);
-    return startTask(c.rank, profile_.stages[stage].runFactor * stepSeconds(profile_.stages, stage, S_) + warmup(c, c.rank / R_, a) +
-                     afterIdle(st, profile_.stages[stage], "step"), &st.record.computeS);
+    return startTask(c.rank, slowed(st, profile_.stages[stage].runFactor * stepSeconds(profile_.stages, stage, S_) +
+                                            warmup(c, c.rank / R_, a) + afterIdle(st, profile_.stages[stage], "step"), c.rank, c.step),
+                     &st.record.computeS);
   }
   // What the wait since the rank's last compute event adds to this one (StageCost::idle).
   static double afterIdle(RankState& st, const StageCost& cost, const char* what) {

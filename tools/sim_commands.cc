@@ -108,14 +108,23 @@ void addProfileUnitCommand(CLI::App& app) {
 void addSimulateCommand(CLI::App& app) {
   auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), profile = std::make_shared<std::string>();
   auto steps = std::make_shared<int>(0);
+  auto sets = std::make_shared<std::vector<std::string>>();
   auto* cmd = app.add_subcommand("simulate", "replay a run's schedules over its link model in virtual time");
   cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
+  cmd->add_option("--set", *sets, "PATH=VALUE: set a spec field (repeatable), e.g. runtime.slowdown='[{\"rank\": 1, \"speed\": 0.5}]'");
   cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
   cmd->add_option("--out", *out, "output folder (result.json)")->required();
   cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace, else 4; "
                                      "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
   cmd->callback([=] {
-    const runtime::RunSpec s = runtime::runSpecFromJson(runtime::readJsonFile(*spec, "spec file"), "spec", /*simulation=*/true);
+    json j = runtime::readJsonFile(*spec, "spec file");
+    for (const auto& a : *sets) runtime::applySet(j, a);
+    runtime::RunSpec s;
+    try {
+      s = runtime::runSpecFromJson(j, "spec", /*simulation=*/true);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("'" + *spec + "'" + (sets->empty() ? "" : " with --set") + ": " + e.what());
+    }
     const simulator::Profile p = simulator::profileFor(*profile, s);
     const json places = p.device.value("codecs", json::object());  // a named copy: items() must not outlive it
     for (const auto& [codec, place] : places.items())

@@ -285,6 +285,32 @@ TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
   EXPECT_LT(steps[0]["bytes"]["forward"]["wire"].get<double>() * 12, fp32Wire * 13);  // epoch 0 is ~ fp32
 }
 
+// A straggler in emulation: rank 1 at half speed from step 6 of 12 (runtime.slowdown). Its compute
+// per step doubles from then on (the worker stays off the CPU for as long as each action took),
+// rank 0's does not, and the result records each rank's effective speed: half the run at 0.5 is
+// 2/3 over the whole run.
+TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
+  json spec = baseSpec(2, "gpipe");
+  spec["model"]["width"] = 64;
+  spec["pipeline"]["micro_batch_size"] = 8;
+  spec["training"]["max_steps"] = 12;
+  spec["runtime"]["slowdown"] = json::parse(R"([{"rank": 1, "trace": [[6, 0.5]]}])");
+  const json r = launch(spec, "straggler");
+  ASSERT_EQ(r["steps"].size(), 12u);
+  auto meanCompute = [&](int stage, int from, int to) {
+    double sum = 0;
+    for (int k = from; k < to; ++k) sum += r["steps"][k]["breakdown_s_per_stage"][stage]["compute"].get<double>();
+    return sum / (to - from);
+  };
+  const double slowed = meanCompute(1, 7, 12) / meanCompute(1, 1, 6), other = meanCompute(0, 7, 12) / meanCompute(0, 1, 6);
+  EXPECT_GT(slowed, 1.7) << "rank 1's compute per step, after / before";
+  EXPECT_LT(slowed, 2.4);
+  EXPECT_LT(other, 1.3) << "rank 0's compute per step, after / before";
+  EXPECT_NEAR(r["slowdown"]["1"]["effective_speed"].get<double>(), 2.0 / 3, 0.05) << r["slowdown"].dump();
+  EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
+  EXPECT_EQ(r["spec"]["runtime"]["slowdown"][0]["rank"], 1);
+}
+
 TEST_F(PipelineTest, KilledWorkerFailsTheRunWithin5sAndLeavesNoOrphans) {
   json spec = baseSpec(2, "gpipe");
   spec["training"]["max_steps"] = 0;

@@ -76,6 +76,36 @@ TEST(SpecTest, MalformedSpecsNameTheProblem) {
   EXPECT_EQ(toJson(runSpecFromJson(j, "spec"))["runtime"]["timeline"], "all");
 }
 
+// runtime.slowdown: a constant speed or a trace over steps per rank; the lookup and the round
+// trip through toJson; every malformed entry named with its field and what was expected.
+TEST(SpecTest, SlowdownIsCheckedAndLooksUpByStep) {
+  json j = valid();
+  j["runtime"]["slowdown"] = json::parse(R"([{"rank": 1, "trace": [[0, 1.0], [10, 0.5], [20, 0.8]]}, {"rank": 0, "speed": 0.25}])");
+  const RunSpec s = runSpecFromJson(j);
+  EXPECT_EQ(s.runtime.slowdown.speedAt(1, 0), 1.0);
+  EXPECT_EQ(s.runtime.slowdown.speedAt(1, 9), 1.0);
+  EXPECT_EQ(s.runtime.slowdown.speedAt(1, 10), 0.5);
+  EXPECT_EQ(s.runtime.slowdown.speedAt(1, 25), 0.8);
+  EXPECT_EQ(s.runtime.slowdown.speedAt(0, 3), 0.25);
+  const RunSpec back = runSpecFromJson(toJson(s));
+  EXPECT_EQ(back.runtime.slowdown.speedAt(1, 15), 0.5);
+  EXPECT_EQ(back.runtime.slowdown.speedAt(0, 0), 0.25);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"([{"rank": 2, "speed": 0.5}])", "spec.runtime.slowdown[0].rank: 2; expected a rank in 0..1 (stages x replicas)"},
+      {R"([{"rank": 0, "speed": 0}])", "spec.runtime.slowdown[0].speed: 0 is not a speed; expected a number in (0, 1]"},
+      {R"([{"rank": 0, "speed": 1.5}])", "spec.runtime.slowdown[0].speed: 1.5 is not a speed"},
+      {R"([{"rank": 0}])", "spec.runtime.slowdown[0]: give either \"speed\" or \"trace\""},
+      {R"([{"rank": 0, "trace": [[5, 0.5], [5, 0.7]]}])", "spec.runtime.slowdown[0].trace[1]: step 5 after step 5; expected increasing"},
+      {R"([{"rank": 0, "trace": [[-1, 0.5]]}])", "spec.runtime.slowdown[0].trace[0]: [-1,0.5]; expected [first step"},
+      {R"([{"rank": 0, "speed": 0.5}, {"rank": 0, "speed": 0.7}])", "spec.runtime.slowdown[1].rank: 0 is listed twice"},
+      {R"([{"rank": 0, "speed": 0.5, "every": 3}])", "spec.runtime.slowdown[0].every: unknown field"},
+      {R"({"rank": 0})", "spec.runtime.slowdown: expected an array"}};
+  for (const auto& [value, message] : bad) {
+    j["runtime"]["slowdown"] = json::parse(value);
+    EXPECT_NE(errorOf(j).find(message), std::string::npos) << value << " -> " << errorOf(j);
+  }
+}
+
 TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
   json j = valid();
   j["pipeline"]["replicas"] = 0;

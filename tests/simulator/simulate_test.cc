@@ -56,6 +56,30 @@ TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
   EXPECT_EQ(r["message_bytes"]["forward"].get<int64_t>(), steadyFrameBytes("none", {2, 4, 8}));
 }
 
+// A straggler by hand: the one-micro-batch run above with rank 1 at half speed from step 1 on
+// (runtime.slowdown trace): step 0 as above; in step 1 stage 1's forward, backward and optimizer
+// step take twice their cost. The result records each rank's effective speed: rank 1 computed
+// 2 x 0.035 s at full speed and 0.035 s more in step 1, so 0.070 / 0.105 = 2/3.
+TEST(SimulatorTest, StragglerComputesAtItsSpeedByHand) {
+  runtime::RunSpec spec = tinySpec(2, 1, "gpipe", "pipelined");
+  spec.runtime.slowdown = runtime::slowdownFromJson(json::parse(R"([{"rank": 1, "trace": [[1, 0.5]]}])"), "slowdown", 2);
+  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
+  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
+  auto s0Total = [&](double k) {  // stage 1 computes k times slower
+    const double s1Grad = 0.010 + act + L + k * (0.010 + 0.020);
+    return std::max(s1Grad + act + L + 0.020, s1Grad + act + ctl + L);
+  };
+  ASSERT_EQ(r["steps"].size(), 2u);
+  EXPECT_NEAR(r["steps"][0]["time_s"].get<double>(), s0Total(1) + ctl + L + 0.005, 1e-12);
+  // Each stage's step runs from its own start: stage 1 started step 1 ctl + L after stage 0 (it
+  // waited for the total of step 0), which its activation outran, so its step took
+  // s0Total + 2 x 0.005 and stage 0's s0Total + 0.005.
+  EXPECT_NEAR(r["steps"][1]["time_s"].get<double>(), s0Total(2) + 2 * 0.005, 1e-12);
+  EXPECT_NEAR(r["slowdown"]["1"]["effective_speed"].get<double>(), 2.0 / 3, 1e-9);
+  EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
+}
+
 // Zero-bubble H1 over two stages, two micro-batches, by hand: stage 1 sends each input gradient
 // right after its BackwardInput and runs both Ws at the end (stage 1 defers one W), stage 0 runs
 // each W right after its BackwardInput.
