@@ -120,7 +120,10 @@ void DeviceShaper::addDestination(const std::string& ip, int port, const LinkSpe
     std::vector<std::string> cmd = {"tc", "qdisc", "add", "dev", dev_, "parent", classid, "handle", std::to_string(id) + ":",
                                     "netem", "limit", "100000", "delay", std::to_string(static_cast<int64_t>(link.latencyS * 1e6)) + "us"};
     if (link.jitterS > 0) cmd.push_back(std::to_string(static_cast<int64_t>(link.jitterS * 1e6)) + "us");
-    if (link.loss > 0) cmd.insert(cmd.end(), {"loss", std::to_string(link.loss * 100) + "%"});
+    if (link.loss > 0) {
+      const auto args = netemLossArgs(link);
+      cmd.insert(cmd.end(), args.begin(), args.end());
+    }
     run(cmd, "add netem");
   }
   run({"tc", "filter", "add", "dev", dev_, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "dst", ip + "/32",

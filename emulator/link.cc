@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "emulator/packet_link.h"
+
 namespace slowpipe::emulator {
 namespace {
 
@@ -114,6 +116,97 @@ BandwidthTrace BandwidthTrace::load(const std::string& path) {
   return parse(ss.str(), path);
 }
 
+namespace {
+constexpr double kFloorBps = 1e3;  // a window without capacity (HTB takes no rate of 0)
+}
+
+BandwidthTrace BandwidthTrace::parseMbps(const std::string& text, const std::string& source) {
+  BandwidthTrace t;
+  t.source = source;
+  std::istringstream in(text);
+  std::string line;
+  double first = -1;
+  for (int no = 1; std::getline(in, line); ++no) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream fields(line);
+    double at = 0, mbps = 0;
+    std::string extra;
+    if (!(fields >> at)) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      throw std::invalid_argument(source + ":" + std::to_string(no) + ": expected '<seconds> <Mbit/s>', got '" + line + "'");
+    }
+    if (!(fields >> mbps) || (fields >> extra) || mbps < 0 || !std::isfinite(at) || !std::isfinite(mbps))
+      throw std::invalid_argument(source + ":" + std::to_string(no) + ": expected '<seconds> <Mbit/s>' (two numbers, the rate >= 0), got '" +
+                                  line + "'");
+    if (first < 0) first = at;
+    if (!t.points_.empty() && at - first <= t.points_.back().first)
+      throw std::invalid_argument(source + ":" + std::to_string(no) + ": time " + std::to_string(at) + " is not after the previous line's");
+    t.points_.emplace_back(at - first, std::max(mbps * 1e6, kFloorBps));
+  }
+  if (t.points_.empty()) throw std::invalid_argument(source + ": trace has no '<seconds> <Mbit/s>' lines");
+  return t;
+}
+
+BandwidthTrace BandwidthTrace::fromDeliveries(const std::vector<double>& deliveryMs, double windowS, int mtu, double horizonS,
+                                              const std::string& source) {
+  BandwidthTrace t;
+  t.source = source;
+  const double periodMs = deliveryMs.back(), windowMs = windowS * 1e3;
+  const auto windows = static_cast<size_t>(std::ceil(periodMs / windowMs));
+  std::vector<double> count(windows, 0);
+  for (double ms : deliveryMs) count[std::min(windows - 1, static_cast<size_t>(ms / windowMs))] += 1;
+  const double bitsPer = 8.0 * (mtu - 52);
+  for (double base = 0; base < horizonS * 1e3; base += periodMs)
+    for (size_t w = 0; w < windows; ++w) {
+      const double start = base + static_cast<double>(w) * windowMs, end = std::min(start + windowMs, base + periodMs);
+      if (start >= horizonS * 1e3) break;
+      const double rate = std::max(count[w] * bitsPer / ((end - start) * 1e-3), kFloorBps);
+      if (t.points_.empty() || t.points_.back().second != rate) t.points_.emplace_back(start * 1e-3, rate);
+    }
+  return t;
+}
+
+BandwidthTrace BandwidthTrace::fromJson(const nlohmann::json& j, const std::string& where) {
+  if (j.is_string()) return load(j.get<std::string>());
+  BandwidthTrace t = fromObject(j, where);
+  t.form = j.dump();
+  return t;
+}
+
+BandwidthTrace BandwidthTrace::fromObject(const nlohmann::json& j, const std::string& where) {
+  const char* form = ": expected a file path or {\"file\": PATH, \"format\": \"slowpipe\" | \"mbps\" | \"mahimahi\", "
+                     "\"window\": \"100ms\", \"mtu\": 1500, \"horizon\": \"1h\"}";
+  if (!j.is_object() || !j.contains("file") || !j["file"].is_string()) throw std::invalid_argument(where + form);
+  for (const auto& [k, v] : j.items())
+    if (k != "file" && k != "format" && k != "window" && k != "mtu" && k != "horizon")
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected file, format, window, mtu, horizon");
+  const std::string path = j["file"], format = j.value("format", "slowpipe");
+  auto text = [&] {
+    std::ifstream f(path);
+    if (!f) throw std::invalid_argument(where + ".file: trace file '" + path + "' cannot be read");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  if (format == "slowpipe") return parse(text(), path);
+  if (format == "mbps") return parseMbps(text(), path);
+  if (format != "mahimahi") throw std::invalid_argument(where + ".format: '" + format + "'; expected slowpipe, mbps or mahimahi");
+  auto duration = [&](const char* key, double dflt) {
+    if (!j.contains(key)) return dflt;
+    if (!j[key].is_string()) throw std::invalid_argument(where + "." + key + ": expected a string with a unit, e.g. \"100ms\"");
+    const double v = parseDuration(j[key].get<std::string>(), where + "." + key);
+    if (v < 1e-3) throw std::invalid_argument(where + "." + key + ": " + j[key].dump() + " is below 1 ms");
+    return v;
+  };
+  int mtu = 1500;
+  if (j.contains("mtu")) {
+    if (!j["mtu"].is_number_integer() || j["mtu"].get<int64_t>() < 576 || j["mtu"].get<int64_t>() > 65535)
+      throw std::invalid_argument(where + ".mtu: " + j["mtu"].dump() + " must be an integer in 576..65535");
+    mtu = j["mtu"].get<int>();
+  }
+  return fromDeliveries(loadDeliveryTrace(path), duration("window", 0.1), mtu, duration("horizon", 3600), path);
+}
+
 double BandwidthTrace::rateAt(double t) const {
   auto it = std::upper_bound(points_.begin(), points_.end(), std::make_pair(t, double(INFINITY)));
   return it == points_.begin() ? points_.front().second : std::prev(it)->second;
@@ -134,11 +227,42 @@ double BandwidthTrace::finishTime(double start, double bits) const {
   }
 }
 
+GilbertElliott gilbertElliottFromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object())
+    throw std::invalid_argument(where + ": expected {\"p\": P, \"r\": R, \"loss_good\": LG, \"loss_bad\": LB} (Gilbert-Elliott)");
+  GilbertElliott ge;
+  for (const auto& [k, v] : j.items()) {
+    const std::string f = where + "." + k;
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
+      throw std::invalid_argument(f + ": " + v.dump() + " must be a probability in [0, 1]");
+    const double x = v.get<double>();
+    if (k == "p") ge.p = x;
+    else if (k == "r") ge.r = x;
+    else if (k == "loss_good") ge.lossGood = x;
+    else if (k == "loss_bad") ge.lossBad = x;
+    else throw std::invalid_argument(f + ": unknown field; expected p, r, loss_good, loss_bad (Gilbert-Elliott)");
+  }
+  if (ge.r <= 0) throw std::invalid_argument(where + ".r: must be > 0 (else the bad state never ends)");
+  if (ge.meanLoss() >= 1) throw std::invalid_argument(where + ": a mean loss of 1 delivers nothing");
+  return ge;
+}
+
+nlohmann::json toJson(const GilbertElliott& ge) {
+  return {{"p", ge.p}, {"r", ge.r}, {"loss_good", ge.lossGood}, {"loss_bad", ge.lossBad}};
+}
+
+std::vector<std::string> netemLossArgs(const LinkSpec& s) {
+  auto pct = [](double x) { return std::to_string(x * 100) + "%"; };
+  if (s.gilbertElliott) return {"loss", "gemodel", pct(s.ge.p), pct(s.ge.r), pct(s.ge.lossBad), pct(s.ge.lossGood)};
+  return {"loss", pct(s.loss)};
+}
+
 std::string LinkSpec::describe() const {
   std::string s = trace.empty() ? formatBandwidth(bandwidthBps) : "trace " + trace.source;
   s += ", " + formatDuration(latencyS);
   if (jitterS > 0) s += " +-" + formatDuration(jitterS);
-  if (loss > 0) s += ", loss " + std::to_string(loss);
+  if (gilbertElliott) s += ", GE loss " + std::to_string(loss) + " (mean burst " + std::to_string(1 / ge.r) + ")";
+  else if (loss > 0) s += ", loss " + std::to_string(loss);
   if (mtu) s += ", mtu " + std::to_string(mtu);
   return s;
 }
@@ -146,8 +270,9 @@ std::string LinkSpec::describe() const {
 void to_json(nlohmann::json& j, const LinkSpec& s) {
   j = {{"bandwidth_bps", s.bandwidthBps}, {"latency_s", s.latencyS}, {"jitter_s", s.jitterS},
        {"loss", s.loss}, {"queue_bytes", s.queueBytes}};
+  if (s.gilbertElliott) j["loss"] = toJson(s.ge);
   if (s.mtu) j["mtu"] = s.mtu;
-  if (!s.trace.empty()) j["trace"] = s.trace.source;
+  if (!s.trace.empty()) j["trace"] = s.trace.form.empty() ? nlohmann::json(s.trace.source) : nlohmann::json::parse(s.trace.form);
   if (!s.tcp.empty()) j["tcp"] = toJson(s.tcp);
 }
 
@@ -191,9 +316,14 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   if (j.contains("latency_s")) s.latencyS = bounded("latency_s", false, kMaxDelayS, "1 h, the largest latency accepted");
   if (j.contains("jitter")) s.jitterS = bounded("jitter", false, kMaxDelayS, "1 h, the largest jitter accepted");
   if (j.contains("jitter_s")) s.jitterS = bounded("jitter_s", false, kMaxDelayS, "1 h, the largest jitter accepted");
-  if (j.contains("loss")) {
+  if (j.contains("loss") && j["loss"].is_object()) {  // bursts: Gilbert-Elliott
+    s.gilbertElliott = true;
+    s.ge = gilbertElliottFromJson(j["loss"], where + ".loss");
+    s.loss = s.ge.meanLoss();
+  } else if (j.contains("loss")) {
     if (!j["loss"].is_number() || j["loss"].get<double>() < 0 || j["loss"].get<double>() >= 1)
-      throw std::invalid_argument(where + ".loss: " + j["loss"].dump() + " must be a number in [0, 1)");
+      throw std::invalid_argument(where + ".loss: " + j["loss"].dump() +
+                                  " must be a number in [0, 1) or {\"p\", \"r\", \"loss_good\", \"loss_bad\"} (Gilbert-Elliott)");
     s.loss = j["loss"].get<double>();
   }
   if (j.contains("queue_bytes")) {
@@ -207,8 +337,7 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
     s.mtu = m.get<int>();
   }
   if (j.contains("trace")) {
-    if (!j["trace"].is_string()) throw std::invalid_argument(where + ".trace: expected a file path string");
-    s.trace = BandwidthTrace::load(j["trace"].get<std::string>());
+    s.trace = BandwidthTrace::fromJson(j["trace"], where + ".trace");
   }
   if (j.contains("tcp")) s.tcp = tcpSettingsFromJson(j["tcp"], where + ".tcp");
   return s;
@@ -268,6 +397,13 @@ void to_json(nlohmann::json& j, const Topology& t) {
 LinkClock::LinkClock(LinkSpec spec, double startTime, uint64_t seed)
     : spec_(std::move(spec)), start_(startTime), linkFree_(startTime), rng_(seed) {}
 
+bool LinkClock::lose() {
+  if (!spec_.gilbertElliott) return spec_.loss > 0 && uniform() < spec_.loss;
+  const bool lost = uniform() < (bad_ ? spec_.ge.lossBad : spec_.ge.lossGood);
+  bad_ = bad_ ? !(uniform() < spec_.ge.r) : uniform() < spec_.ge.p;  // then the state moves
+  return lost;
+}
+
 double LinkClock::send(double now, uint64_t bytes) {
   const double begin = std::max(now, linkFree_);
   const double bits = 8.0 * static_cast<double>(bytes);
@@ -279,8 +415,7 @@ double LinkClock::send(double now, uint64_t bytes) {
     delay += std::clamp(d(rng_), -3 * spec_.jitterS, 3 * spec_.jitterS);
     delay = std::max(delay, 0.0);
   }
-  if (spec_.loss > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < spec_.loss)
-    delay += spec_.retransmitS;
+  if (lose()) delay += spec_.retransmitS;
   lastArrival_ = std::max(linkFree_ + delay, lastArrival_);  // FIFO: never overtake
   return lastArrival_;
 }

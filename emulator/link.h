@@ -40,16 +40,49 @@ class BandwidthTrace {
   double finishTime(double start, double bits) const;
   const std::vector<std::pair<double, double>>& points() const { return points_; }
   std::string source;
+  std::string form;  // the "trace" JSON it was read from where not a plain path (compact), for the record
+
+  // Other trace forms, turned into the same piecewise-constant rate:
+  // - "mbps": two columns, seconds and Mbit/s (the Pensieve / FCC throughput logs); times count
+  //   from the first line's; the last rate holds after the end.
+  // - "mahimahi": one millisecond per line, each an MTU-sized delivery opportunity (Mahimahi's
+  //   packet-delivery traces), the file repeating after its last line as Mahimahi replays it: the
+  //   rate of each `windowS` is its opportunities x (mtu - 52) payload bytes (goodput, as every
+  //   LinkSpec rate), unrolled for `horizonS`.
+  // A window or line without capacity runs at 1 kbit/s (no shaper takes a rate of 0).
+  static BandwidthTrace parseMbps(const std::string& text, const std::string& source);
+  static BandwidthTrace fromDeliveries(const std::vector<double>& deliveryMs, double windowS, int mtu, double horizonS,
+                                       const std::string& source);
+  // A link's "trace": a path (this project's "<time> <rate>" lines), or {"file": PATH, "format":
+  // "slowpipe" | "mbps" | "mahimahi", "window": "100ms", "mtu": 1500, "horizon": "1h"}.
+  static BandwidthTrace fromJson(const nlohmann::json& j, const std::string& where);
 
  private:
+  static BandwidthTrace fromObject(const nlohmann::json& j, const std::string& where);
   std::vector<std::pair<double, double>> points_;  // (start second, bits/s), sorted
 };
+
+// Gilbert-Elliott loss: per packet (per message where a model has no packets) the state moves
+// good -> bad with probability p and bad -> good with r; a packet is lost with lossGood in the
+// good state, lossBad in the bad one. Mean loss = (r lossGood + p lossBad) / (p + r); with
+// lossGood 0 and lossBad 1 the mean burst of consecutive losses is 1 / r.
+struct GilbertElliott {
+  double p = 0, r = 1, lossGood = 0, lossBad = 1;
+  double meanLoss() const { return p + r > 0 ? (r * lossGood + p * lossBad) / (p + r) : lossGood; }
+};
+// {"p": .., "r": .., "loss_good": .., "loss_bad": ..} (loss_good 0 and loss_bad 1 by default);
+// errors name "<where>.<field>".
+GilbertElliott gilbertElliottFromJson(const nlohmann::json& j, const std::string& where);
+nlohmann::json toJson(const GilbertElliott& ge);
 
 struct LinkSpec {
   double bandwidthBps = 1e9;
   double latencyS = 0.0;       // one way
   double jitterS = 0.0;        // standard deviation of a normal delay added to latency (clipped at 3 sigma)
-  double loss = 0.0;           // probability a message needs a retransmission
+  double loss = 0.0;           // probability a message (the tcp model: a packet) is lost; with GE its mean
+  // "loss": {"p", "r", "loss_good", "loss_bad"}: bursts of loss (Gilbert-Elliott) instead of Bernoulli.
+  bool gilbertElliott = false;
+  GilbertElliott ge;
   double retransmitS = 0.2;    // delay a lost message adds (an RTO), on a reliable transport
   uint64_t queueBytes = 64ull << 20;  // sender blocks while more than this is waiting on the link
   BandwidthTrace trace;        // if set, overrides bandwidthBps over time
@@ -65,6 +98,9 @@ struct LinkSpec {
 };
 
 void to_json(nlohmann::json& j, const LinkSpec& s);
+// The link's loss as netem arguments: {"loss", "P%"}, or {"loss", "gemodel", p, r, 1-h, 1-k} in
+// percent for Gilbert-Elliott (tc-netem(8): 1-h the loss in the bad state, 1-k in the good one).
+std::vector<std::string> netemLossArgs(const LinkSpec& s);
 // Accepts strings with units or plain numbers (bits/s, seconds). Errors name "<where>.<field>".
 LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where);
 
@@ -91,14 +127,18 @@ class LinkClock {
   // Time 0 of the bandwidth trace (a run aligns it with its first step, so the trace's phases
   // fall alike in every rank, every repeat and the simulator). Before the first message only.
   void setTraceOrigin(double origin) { start_ = origin; }
-  // A uniform draw in [0, 1) from the link's seeded generator (what a model draws its loss from).
+  // A uniform draw in [0, 1) from the link's seeded generator.
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  // Whether the next packet (message) is lost: Bernoulli at `loss`, or a step of the link's
+  // Gilbert-Elliott chain. Draws from the link's seeded generator, as the delay line does.
+  bool lose();
 
  private:
   LinkSpec spec_;
   double start_;
   double linkFree_;
   double lastArrival_ = 0.0;
+  bool bad_ = false;  // Gilbert-Elliott state
   std::mt19937_64 rng_;
 };
 

@@ -127,13 +127,13 @@ NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
     mechanism_["rate"] = "delay line (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own, drop-tail 1000 packets)";
     mechanism_["delay"] = "delay line";
     mechanism_["jitter"] = "delay line (no reordering)";
-    mechanism_["loss"] = "delay line (Bernoulli, at ingress)";
+    mechanism_["loss"] = "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)";
   } else {
     mechanism_["path"] = "veth pair";
     mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own)";
     mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
     mechanism_["jitter"] = mechanism_["delay"];
-    mechanism_["loss"] = f.netem ? "netem" : "none (no netem: a spec with loss > 0 is refused)";
+    mechanism_["loss"] = f.netem ? "netem (gemodel for Gilbert-Elliott)" : "none (no netem: a spec with loss > 0 is refused)";
   }
   mechanism_["netem_available"] = f.netem;
 }
@@ -166,6 +166,8 @@ void NetnsFabric::joinByLine(int e) {
     p.delayS = l.latencyS;
     p.jitterS = l.jitterS;
     p.loss = l.loss;
+    p.gilbertElliott = l.gilbertElliott;
+    p.ge = l.ge;
     p.queuePackets = 1000;
     p.mtu = mtu;
     p.seed = seed;
@@ -243,7 +245,10 @@ void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
                                     "netem", "limit", "100000", "delay",
                                     std::to_string(static_cast<int64_t>(spec.latencyS * 1e6)) + "us"};
     if (spec.jitterS > 0) cmd.push_back(std::to_string(static_cast<int64_t>(spec.jitterS * 1e6)) + "us");
-    if (spec.loss > 0) cmd.insert(cmd.end(), {"loss", std::to_string(spec.loss * 100) + "%"});
+    if (spec.loss > 0) {
+      const auto args = netemLossArgs(spec);
+      cmd.insert(cmd.end(), args.begin(), args.end());
+    }
     runChecked(cmd, "add netem");
   }
 }

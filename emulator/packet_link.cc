@@ -82,15 +82,7 @@ PacketLinkSpec packetLinkSpecFromJson(const json& j, const std::string& where) {
     const json& l = j["loss"];
     if (l.is_object()) {
       s.gilbertElliott = true;
-      for (const auto& [k, v] : l.items()) {
-        const std::string f = where + ".loss." + k;
-        if (k == "p") s.ge.p = probability(v, f);
-        else if (k == "r") s.ge.r = probability(v, f);
-        else if (k == "loss_good") s.ge.lossGood = probability(v, f);
-        else if (k == "loss_bad") s.ge.lossBad = probability(v, f);
-        else throw std::invalid_argument(f + ": unknown field; expected p, r, loss_good, loss_bad (Gilbert-Elliott)");
-      }
-      if (s.ge.r <= 0) throw std::invalid_argument(where + ".loss.r: must be > 0 (else the bad state never ends)");
+      s.ge = gilbertElliottFromJson(l, where + ".loss");
     } else {
       s.loss = probability(l, where + ".loss");
     }

@@ -22,16 +22,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace slowpipe::emulator {
+#include "emulator/link.h"
 
-// Gilbert-Elliott loss: per packet the state moves good -> bad with probability p and bad -> good
-// with r; a packet is lost with lossGood in the good state, lossBad in the bad one. Mean loss
-// = (r lossGood + p lossBad) / (p + r); with lossGood 0 and lossBad 1 the mean burst of
-// consecutive losses is 1 / r.
-struct GilbertElliott {
-  double p = 0, r = 1, lossGood = 0, lossBad = 1;
-  double meanLoss() const { return p + r > 0 ? (r * lossGood + p * lossBad) / (p + r) : lossGood; }
-};
+namespace slowpipe::emulator {
 
 struct PacketLinkSpec {
   double rateBps = 0;                 // 0: no rate limit (unless a trace is set)

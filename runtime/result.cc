@@ -151,11 +151,13 @@ void codecInputs(const std::string& codec, const std::string& field, json& out) 
   }
 }
 
-// Every "trace" string in a topology's JSON (the default link and its overrides).
+// Every "trace" file in a topology's JSON (the default link and its overrides).
 void traceInputs(const json& j, const std::string& field, json& out) {
   if (j.is_object()) {
     for (const auto& [k, v] : j.items()) {
       if (k == "trace" && v.is_string()) out.push_back({{"path", v}, {"role", field + ".trace"}, {"digest", fileDigest(v)}});
+      else if (k == "trace" && v.is_object() && v.contains("file") && v["file"].is_string())  // another format
+        out.push_back({{"path", v["file"]}, {"role", field + ".trace"}, {"digest", fileDigest(v["file"])}});
       else traceInputs(v, field + "." + k, out);
     }
   } else if (j.is_array()) {

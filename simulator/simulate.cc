@@ -693,8 +693,11 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
     for (const auto& [pair, link] : t.overrides) any |= !link.trace.empty();
     return any;
   };
+  // A straggler whose speed changes during the run (runtime.slowdown trace) likewise.
+  bool slowdownChanges = false;
+  for (const auto& r : spec.runtime.slowdown.ranks) slowdownChanges |= r.trace.size() > 1 || r.trace.at(0).first > 0;
   const bool varies = traced(emulator::topologyFromJson(spec.network.links, "network.links")) ||
-                      (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec)));
+                      (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec))) || slowdownChanges;
   if (varies && opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
   if (spec.pipeline.replicas == 1) return 4;
   // The run's steps (max_steps, or fewer when the data plan ends first: it replayed 6 of a 2-step run).

@@ -114,7 +114,7 @@ void addSimulateCommand(CLI::App& app) {
   cmd->add_option("--set", *sets, "PATH=VALUE: set a spec field (repeatable), e.g. runtime.slowdown='[{\"rank\": 1, \"speed\": 0.5}]'");
   cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
   cmd->add_option("--out", *out, "output folder (result.json)")->required();
-  cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace, else 4; "
+  cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace or a straggler's speed changes, else 4; "
                                      "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
   cmd->callback([=] {
     json j = runtime::readJsonFile(*spec, "spec file");

@@ -188,7 +188,7 @@ class Tcp : public LinkModel {
     free_ = end;
     unsent_ -= n;
     bool lost = false;
-    for (double p = 0; loss_ > 0 && p < n; p += mss_) lost = clock.uniform() < loss_ || lost;
+    for (double p = 0; loss_ > 0 && p < n; p += mss_) lost = clock.lose() || lost;
     inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_, sndNxt_});
     out_ += n;
     sndNxt_ += n;

@@ -359,6 +359,24 @@ TEST(LinkModelTest, LossHoldsTheSendBuffer) {
   EXPECT_GT(lossy, 1.25 * clean) << "lossless " << clean << " s, 0.1% loss " << lossy << " s";
 }
 
+// Bursty loss under the tcp model: the same mean loss (0.1%) as Bernoulli draws or as bursts of
+// 10 packets (Gilbert-Elliott, r = 0.1) over Reno at 1 Gbps / RTT 100 ms. A burst costs one window
+// cut (the model cuts once per window of data), so the bursts make a tenth as many cuts: by
+// Mathis' rate with a tenth of the loss events, sqrt(10) = 3.2x the throughput; at least 2x here.
+TEST(LinkModelTest, TcpLossInBurstsCutsTheWindowOncePerBurst) {
+  auto timeFor = [](const nlohmann::json& loss) {
+    LinkSpec l = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", loss}}, "links");
+    l.tcp.congestionControl = "reno";
+    LinkClock clock(l, 0.0);
+    auto tcp = linkModel("tcp").make();
+    const double settled = tcp->stamp(clock, 0.0, 50000000) - 0.05;
+    return tcp->stamp(clock, settled, 50000000) - 0.05 - settled;
+  };
+  const double r = 0.1, p = 0.001 * r / (1 - 0.001);  // mean loss p / (p + r) = 0.1%
+  const double bernoulli = timeFor(0.001), bursts = timeFor({{"p", p}, {"r", r}});
+  EXPECT_GT(bernoulli, 2 * bursts) << "Bernoulli " << bernoulli << " s, bursts " << bursts << " s";
+}
+
 // Streams by hand: 8 connections carry the 8 MB of TcpSlowStartAfterIdleByHand, 1 MB each, from
 // 8 initial windows (80 segments in all): 80 x (2^k - 1) segments after k rounds, so 6 rounds carry
 // 5040 of the 5524.9 and the 7th the rest: 6 round trips + at most 64 ms + 50 ms, where one
