@@ -191,16 +191,21 @@ class PipelineWorker : public Backend {
     straggle(t0, a.kind == Action::Kind::kEvalForward ? c.step - 1 : c.step);
     return Progress::kDone;
   }
-  // runtime.slowdown: a rank at speed s stays off the CPU for t x (1/s - 1) after a compute
-  // action of t seconds, so its compute really takes t / s.
+  // runtime.slowdown: a rank at speed s owes t x (1/s - 1) off the CPU after a compute action of
+  // t seconds, so its compute really takes t / s. It sleeps what it owes in all: a sleep that
+  // overran (a loaded host wakes it late) is paid back by the next, so the duty cycle holds over
+  // the run, not only per action.
   void straggle(double t0, int64_t step) {
     const double speed = spec_.runtime.slowdown.speedAt(rank_, std::max<int64_t>(step, 0));
     const double t = now() - t0;
     meter_.computeS += t;
     if (speed >= 1) return;
-    const double stall = t * (1 / speed - 1);
-    std::this_thread::sleep_for(std::chrono::duration<double>(stall));
-    const double stalled = now() - t0 - t;
+    owedStallS_ += t * (1 / speed - 1);
+    const double owe = owedStallS_ - meter_.stalledS;
+    if (owe <= 0) return;
+    const double s0 = now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(owe));
+    const double stalled = now() - s0;
     meter_.stalledS += stalled;
     stepStallS_ += stalled;  // the step record's compute: the rank computed this much slower
   }
@@ -347,6 +352,7 @@ class PipelineWorker : public Backend {
   json shaping_;                                     // what it installed
   SlowdownMeter meter_;                              // runtime.slowdown: compute and stalls
   double stepStallS_ = 0;                            // the stalls of the step in hand
+  double owedStallS_ = 0;                            // what runtime.slowdown asked of the whole run so far
   std::unique_ptr<StageTransport> transport_;
   std::unique_ptr<GradientCompressor> gc_;  // dp.codec / dp.local_steps (runtime/gradient_compressor.h)
   std::unique_ptr<DpExchange> dp_;     // replicas > 1

@@ -184,10 +184,10 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
   const json r = launch(s, "loss", /*expectOk=*/netem || line);
   if (netem) {
     EXPECT_EQ(r["status"], "ok");
-    EXPECT_EQ(r["network"]["mechanism"]["loss"], "netem");
+    EXPECT_EQ(r["network"]["mechanism"]["loss"], "netem (gemodel for Gilbert-Elliott)");
   } else if (line) {
     EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
-    EXPECT_EQ(r["network"]["mechanism"]["loss"], "delay line (Bernoulli, at ingress)");
+    EXPECT_EQ(r["network"]["mechanism"]["loss"], "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)");
     int64_t lost = 0, offered = 0;
     for (const auto& e : r["network"]["delay_lines"])
       for (const char* d : {"a_to_b", "b_to_a"}) {
