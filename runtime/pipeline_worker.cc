@@ -173,7 +173,8 @@ class PipelineWorker : public Backend {
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)},
             {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_},
-            {"slowdown", {{"effective_speed", meter_.effectiveSpeed()}, {"compute_s", meter_.computeS}, {"stalled_s", meter_.stalledS}}}});
+            {"slowdown", {{"effective_speed", meter_.effectiveSpeed()}, {"compute_s", meter_.computeS}, {"stalled_s", meter_.stalledS},
+                          {"owed_s", meter_.owedS}}}});
   }
 
   void report(json j) {
@@ -200,8 +201,8 @@ class PipelineWorker : public Backend {
     const double t = now() - t0;
     meter_.computeS += t;
     if (speed >= 1) return;
-    owedStallS_ += t * (1 / speed - 1);
-    const double owe = owedStallS_ - meter_.stalledS;
+    meter_.owedS += t * (1 / speed - 1);
+    const double owe = meter_.owedS - meter_.stalledS;
     if (owe <= 0) return;
     const double s0 = now();
     std::this_thread::sleep_for(std::chrono::duration<double>(owe));
@@ -352,7 +353,6 @@ class PipelineWorker : public Backend {
   json shaping_;                                     // what it installed
   SlowdownMeter meter_;                              // runtime.slowdown: compute and stalls
   double stepStallS_ = 0;                            // the stalls of the step in hand
-  double owedStallS_ = 0;                            // what runtime.slowdown asked of the whole run so far
   std::unique_ptr<StageTransport> transport_;
   std::unique_ptr<GradientCompressor> gc_;  // dp.codec / dp.local_steps (runtime/gradient_compressor.h)
   std::unique_ptr<DpExchange> dp_;     // replicas > 1

@@ -186,7 +186,8 @@ class Replay : public runtime::Backend {
       for (int r = 0; r < N_; ++r)
         result["slowdown"][std::to_string(r)] = {{"effective_speed", ranks_[r].slowdown.effectiveSpeed()},
                                                  {"compute_s", ranks_[r].slowdown.computeS},
-                                                 {"stalled_s", ranks_[r].slowdown.stalledS}};
+                                                 {"stalled_s", ranks_[r].slowdown.stalledS},
+                                                 {"owed_s", ranks_[r].slowdown.owedS}};
     json doc = result.snapshot();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
@@ -343,6 +344,7 @@ class Replay : public runtime::Backend {
     const double speed = spec_.runtime.slowdown.speedAt(rank, std::max<int64_t>(step, 0));
     st.slowdown.computeS += seconds;
     st.slowdown.stalledS += seconds / speed - seconds;
+    st.slowdown.owedS += seconds / speed - seconds;
     return seconds / speed;
   }
   runtime::Progress step(const Action& a, const runtime::ActionContext& c) override {  // every model chunk's

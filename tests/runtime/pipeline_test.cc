@@ -285,11 +285,13 @@ TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
   EXPECT_LT(steps[0]["bytes"]["forward"]["wire"].get<double>() * 12, fp32Wire * 13);  // epoch 0 is ~ fp32
 }
 
-// A straggler in emulation: rank 1 at half speed from step 6 of 12 (runtime.slowdown). Its compute
-// per step doubles from then on (the worker stays off the CPU for as long as each action took),
-// rank 0's does not: the ratio of the two ranks' after/before ratios (so that a host that got
-// busier in the second half for both does not count) is about 2. The result records each rank's
-// effective speed: half the run at 0.5 is about 2/3 over the whole run.
+// A straggler in emulation: rank 1 at half speed from step 6 of 12 (runtime.slowdown). The worker
+// owes t x (1/0.5 - 1) = t off the CPU after each compute action of t seconds in steps 6-11 and
+// sleeps what it owes: the result says what it owed and stalled (stalled >= owed, by no more than
+// one sleep's overrun) and, with about half the run's compute slowed, owed about half its
+// compute and an effective speed about 2/3. Per step (timings of a loaded host move, so only a
+// bound that a slowed rank must pass): rank 1's compute after / before over rank 0's after /
+// before (a host busier in the second half for both does not count) above 1.4.
 TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
   json spec = baseSpec(2, "gpipe");
   spec["model"]["width"] = 128;
@@ -298,16 +300,22 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
   spec["runtime"]["slowdown"] = json::parse(R"([{"rank": 1, "trace": [[6, 0.5]]}])");
   const json r = launch(spec, "straggler");
   ASSERT_EQ(r["steps"].size(), 12u);
+  const json& m = r["slowdown"]["1"];
+  const double owed = m["owed_s"].get<double>(), stalled = m["stalled_s"].get<double>(), compute = m["compute_s"].get<double>();
+  EXPECT_GE(stalled, owed) << m.dump();
+  EXPECT_LT(stalled - owed, 0.05) << m.dump();
+  EXPECT_GT(owed / compute, 0.3) << m.dump();
+  EXPECT_LT(owed / compute, 0.7) << m.dump();
+  EXPECT_NEAR(m["effective_speed"].get<double>(), 2.0 / 3, 0.1) << m.dump();
+  EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
+  EXPECT_EQ(r["slowdown"]["0"]["owed_s"].get<double>(), 0.0);
   auto meanCompute = [&](int stage, int from, int to) {
     double sum = 0;
     for (int k = from; k < to; ++k) sum += r["steps"][k]["breakdown_s_per_stage"][stage]["compute"].get<double>();
     return sum / (to - from);
   };
   const double slowed = meanCompute(1, 7, 12) / meanCompute(1, 1, 6), other = meanCompute(0, 7, 12) / meanCompute(0, 1, 6);
-  EXPECT_GT(slowed / other, 1.6) << "rank 1's compute per step after / before " << slowed << ", rank 0's " << other;
-  EXPECT_LT(slowed / other, 2.5) << "rank 1's compute per step after / before " << slowed << ", rank 0's " << other;
-  EXPECT_NEAR(r["slowdown"]["1"]["effective_speed"].get<double>(), 2.0 / 3, 0.06) << r["slowdown"].dump();
-  EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
+  EXPECT_GT(slowed / other, 1.4) << "rank 1's compute per step after / before " << slowed << ", rank 0's " << other;
   EXPECT_EQ(r["spec"]["runtime"]["slowdown"][0]["rank"], 1);
 }
 
