@@ -6,9 +6,11 @@
 
 namespace slowpipe::compression::templates {
 
-const std::map<std::string, std::string>& all() {
-  static const std::map<std::string, std::string> kFiles = {
-      {"codec.c", R"TPL(/* @NAME@: a slowpipe codec plug-in in C, written by `slowpipe codec new @NAME@ --lang c`.
+namespace {
+
+
+// codec.c
+constexpr const char* kCodecC = R"TPL(/* @NAME@: a slowpipe codec plug-in in C, written by `slowpipe codec new @NAME@ --lang c`.
  *
  * Build against an installed slowpipe and check the contract:
  *   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
@@ -131,8 +133,10 @@ static const slowpipe_codec_api kApi = {SLOWPIPE_CODEC_ABI_VERSION, "@NAME@", cr
                                         max_payload, encode, decode, NULL};
 
 const slowpipe_codec_api* slowpipe_codec_plugin(void) { return &kApi; }
-)TPL"},
-      {"codec.cc", R"TPL(// @NAME@: a slowpipe codec plug-in in C++, written by `slowpipe codec new @NAME@ --lang cpp`.
+)TPL";
+
+// codec.cc
+constexpr const char* kCodecCpp = R"TPL(// @NAME@: a slowpipe codec plug-in in C++, written by `slowpipe codec new @NAME@ --lang cpp`.
 //
 // Build against an installed slowpipe and check the contract:
 //   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
@@ -246,8 +250,10 @@ const slowpipe_codec_api kApi = {SLOWPIPE_CODEC_ABI_VERSION, "@NAME@", create, d
 }  // namespace
 
 extern "C" const slowpipe_codec_api* slowpipe_codec_plugin(void) { return &kApi; }
-)TPL"},
-      {"codec.py", R"TPL(#!/usr/bin/env python3
+)TPL";
+
+// codec.py
+constexpr const char* kCodecTorchScript = R"TPL(#!/usr/bin/env python3
 """@NAME@: a slowpipe codec in Python (TorchScript), written by `slowpipe codec new @NAME@ --lang torchscript`.
 
     /usr/bin/python3 @NAME@.py @NAME@.pt                  # Debian's python3-torch (1.13, as libtorch-dev)
@@ -400,8 +406,10 @@ if __name__ == "__main__":
         sys.exit("usage: @NAME@.py OUT.pt")
     torch.jit.script(@CLASS@()).save(sys.argv[1])
     print(sys.argv[1])
-)TPL"},
-      {"CMakeLists.c", R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
+)TPL";
+
+// CMakeLists.c
+constexpr const char* kCMakeC = R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
 #   <slowpipe prefix>/bin/slowpipe codec check plugin:path=$PWD/build/lib@NAME@.so
 cmake_minimum_required(VERSION 3.22)
@@ -409,8 +417,10 @@ project(@NAME@ LANGUAGES C)
 find_package(slowpipe REQUIRED)
 add_library(@NAME@ MODULE @NAME@.c)
 target_link_libraries(@NAME@ PRIVATE slowpipe::codec m)
-)TPL"},
-      {"CMakeLists.cpp", R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
+)TPL";
+
+// CMakeLists.cpp
+constexpr const char* kCMakeCpp = R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
 #   <slowpipe prefix>/bin/slowpipe codec check plugin:path=$PWD/build/lib@NAME@.so
 cmake_minimum_required(VERSION 3.22)
@@ -419,7 +429,17 @@ set(CMAKE_CXX_STANDARD 17)
 find_package(slowpipe REQUIRED)
 add_library(@NAME@ MODULE @NAME@.cc)
 target_link_libraries(@NAME@ PRIVATE slowpipe::codec)
-)TPL"},
+)TPL";
+
+}  // namespace
+
+const std::map<std::string, std::string>& all() {
+  static const std::map<std::string, std::string> kFiles = {
+      {"codec.c", kCodecC},
+      {"codec.cc", kCodecCpp},
+      {"codec.py", kCodecTorchScript},
+      {"CMakeLists.c", kCMakeC},
+      {"CMakeLists.cpp", kCMakeCpp},
   };
   return kFiles;
 }
