@@ -69,6 +69,7 @@ void ShapedSender::send(zmq::message_t payload) {
   }
   e.sendTime = monotonicNow();
   if (model_) e.arrivalTime = std::max(0.0, model_->stamp(clock_, e.sendTime, e.bytes));  // 0: unstamped
+  if (access_ && e.arrivalTime > 0) e.arrivalTime = std::max(e.arrivalTime, access_->send(path_, e.sendTime, e.bytes));
   socket_.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
   socket_.send(std::move(payload), zmq::send_flags::none);
 }

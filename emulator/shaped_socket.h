@@ -22,6 +22,7 @@
 
 #include "emulator/link.h"
 #include "emulator/link_model.h"
+#include "emulator/nodes.h"
 
 namespace slowpipe::emulator {
 
@@ -63,12 +64,20 @@ class ShapedSender {
   void send(zmq::message_t payload);
   const LinkClock& clock() const { return clock_; }
   void setTraceOrigin(double origin) { clock_.setTraceOrigin(origin); }
+  // network.nodes: every message also books the access links of `path` on `links` (shared by the
+  // node's connections); it arrives at the later of the model's stamp and the access links'.
+  void shareAccess(AccessLinks* links, const AccessPath& path) {
+    access_ = links;
+    path_ = path;
+  }
 
  private:
   zmq::socket_t& socket_;
   LinkClock clock_;
   const LinkModelInfo* info_;
   std::unique_ptr<LinkModel> model_;  // the sender's part (stamp)
+  AccessLinks* access_ = nullptr;
+  AccessPath path_;
 };
 
 // Delivers messages at their emulated arrival times. While it waits for one message's time it keeps

@@ -42,6 +42,7 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
     push->connect(peerEndpoint);
     senders_.push_back(std::make_unique<emulator::ShapedSender>(
         *push, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model), senderSeed + 7919 * i));
+    if (out.access.active()) senders_.back()->shareAccess(&emulator::processAccessLinks(), out.access);
     pushes_.push_back(std::move(push));
   }
   receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS, in.receiverJitterS, opt_.receiverSeed);

@@ -96,6 +96,7 @@ int Launcher::run() {
       throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
                                   "' does not exist (make it with `slowpipe pretrain`)");
     writeJsonAtomically(resultPath_, finalDoc());
+    shareAccessLinks();
     setupNetwork();
     rc = opt_.external.enabled ? superviseExternal() : supervise();
   } catch (const std::exception& e) {
@@ -104,6 +105,11 @@ int Launcher::run() {
   }
   try {
     if (!opt_.external.enabled) stopWorkers();
+    if (accessFd_ >= 0) {
+      close(accessFd_);
+      unsetenv(emulator::kAccessFdEnv);
+      accessFd_ = -1;
+    }
     if (fabric_)
       if (json lines = fabric_->lineStats(); !lines.is_null()) result_["network"]["delay_lines"] = std::move(lines);
     fabric_.reset();
@@ -111,6 +117,21 @@ int Launcher::run() {
     rc = fail(std::string("launcher: cleanup: ") + e.what());
   }
   return writeResult(rc);
+}
+
+// network.nodes: the access links' calendars in memory every worker inherits (a memfd: nothing
+// to clean up after a crash), and which node each rank sits on, for the record.
+void Launcher::shareAccessLinks() {
+  if (spec_.network.nodes.is_null()) return;
+  if (opt_.external.enabled)
+    throw std::invalid_argument("network.nodes: access links are shared through memory the local launcher hands its workers; "
+                                "workers an external launcher (mpirun, srun) starts cannot share them");
+  const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
+  json ranks = json::array();
+  for (const int n : links().rankNodes()) ranks.push_back(net.node(n).name);
+  result_["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}, {"calendars", net.calendars()}};
+  accessFd_ = emulator::AccessLinks::createShared(links().accessCalendars());
+  setenv(emulator::kAccessFdEnv, std::to_string(accessFd_).c_str(), 1);
 }
 
 // The last write of result.json (short form on a full disk); 1 when even that failed.

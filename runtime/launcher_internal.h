@@ -86,6 +86,7 @@ class Launcher {
   // last did (a reader elsewhere tells a dead writer by a stale heartbeat): see resultStatus.
   json launcherInfo() const;
   void setupNetwork();
+  void shareAccessLinks();
   // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
   // the project's namespaces) and flags the run when a link misses its rate by more than 3%.
   void calibrate(const emulator::Topology& topo);
@@ -157,6 +158,7 @@ class Launcher {
   std::map<int64_t, std::map<int, RankStepRecord>> pending_;  // steps not every rank reported yet
   std::map<int, json> hellos_, timelines_;
   std::unique_ptr<LinkTable> links_;  // links(): made when the first peer table goes out
+  int accessFd_ = -1;                 // network.nodes: the access links' shared memory (workers inherit it)
   struct TraceCursor {
     int edge, from;
     emulator::BandwidthTrace trace;

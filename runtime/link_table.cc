@@ -17,7 +17,34 @@ LinkTable::LinkTable(const RunSpec& spec, LinkCarriage carriage)
     : layout_(rankLayout(spec)), model_(spec.network.model), topo_(emulator::topologyFromJson(spec.network.links, "network.links")),
       dpTopo_(layout_.replicas > 1 ? dpTopology(spec) : emulator::Topology{}),
       tcp_(spec.network.tcp.is_null() ? emulator::TcpSettings{} : emulator::tcpSettingsFromJson(spec.network.tcp, "network.tcp")),
-      carriage_(std::move(carriage)) {}
+      carriage_(std::move(carriage)) {
+  if (spec.network.nodes.is_null()) return;
+  nodes_ = std::make_shared<const emulator::NodeNetwork>(emulator::NodeNetwork::fromJson(spec.network.nodes, "network.nodes"));
+  rankNode_ = runtime::rankNodes(spec, *nodes_);
+}
+
+std::vector<int> rankNodes(const RunSpec& spec, const emulator::NodeNetwork& net) {
+  const RankLayout layout = rankLayout(spec);
+  std::vector<int> out(layout.size());
+  const json& p = spec.pipeline.placement;
+  if (p.is_null()) {
+    for (int r = 0; r < layout.size(); ++r) out[r] = r % net.size();
+    return out;
+  }
+  const std::string where = "pipeline.placement";
+  if (!p.is_array() || static_cast<int>(p.size()) != layout.stages)
+    throw std::invalid_argument(where + ": expected one node per stage (" + std::to_string(layout.stages) + " entries), got " + p.dump());
+  for (int s = 0; s < layout.stages; ++s) {
+    const std::string w = where + "[" + std::to_string(s) + "]";
+    const json& e = p[s];
+    if (e.is_array() && static_cast<int>(e.size()) != layout.replicas)
+      throw std::invalid_argument(w + ": " + std::to_string(e.size()) + " nodes for " + std::to_string(layout.replicas) +
+                                  " replicas; expected one node for all or one per replica");
+    for (int q = 0; q < layout.replicas; ++q)
+      out[layout.rank({s, q})] = e.is_array() ? net.index(e[q], w + "[" + std::to_string(q) + "]") : net.index(e, w);
+  }
+  return out;
+}
 
 LinkEntry LinkTable::at(int src, int dst) const {
   auto name = [&] { return "link " + std::to_string(src) + " -> " + std::to_string(dst); };
@@ -31,14 +58,16 @@ LinkEntry LinkTable::at(int src, int dst) const {
     // The replicas' links: user-space on every backend, always the pipelined model
     // (network.model is the pipeline's).
     e.dataParallel = true;
-    e.spec = dpTopo_.link(a.replica, b.replica);
+    e.spec = nodes_ ? nodes_->path(rankNode_[src], rankNode_[dst]) : dpTopo_.link(a.replica, b.replica);
     e.model = "pipelined";
+    if (nodes_) e.access = nodes_->access(rankNode_[src], rankNode_[dst]);
     return e;
   }
   if (dst != protocol::pipelinePeer(layout_, src, Action::Peer::kPrev) &&
       dst != protocol::pipelinePeer(layout_, src, Action::Peer::kNext))
     throw std::out_of_range(name() + ": the ranks are neither pipeline neighbours nor replicas of one stage");
-  e.spec = topo_.link(a.stage, b.stage);
+  e.spec = nodes_ ? nodes_->path(rankNode_[src], rankNode_[dst]) : topo_.link(a.stage, b.stage);
+  if (nodes_) e.access = nodes_->access(rankNode_[src], rankNode_[dst]);
   e.spec.tcp = tcp_;  // the kernel's connections (streams) or the tcp model's
   if (!carriage_.kernelPacesRate) {
     e.model = model_;
@@ -75,6 +104,7 @@ json toJson(const LinkEntry& e) {
             {"model", e.model.empty() ? json() : json(e.model)}};
   if (e.receiverLatencyS > 0 || e.receiverJitterS > 0)
     j["receiver_adds"] = {{"latency_s", e.receiverLatencyS}, {"jitter_s", e.receiverJitterS}};
+  if (e.access.active()) j["access"] = emulator::toJson(e.access);
   return j;
 }
 
@@ -93,6 +123,7 @@ LinkEntry linkEntryFromJson(const json& j, const std::string& where) {
     if (!j["model"].is_string()) throw std::invalid_argument(where + ".model: expected a link model's name or null (the kernel paces)");
     e.model = emulator::linkModel(j["model"].get<std::string>()).name;  // throws naming the registered ones
   }
+  if (j.contains("access")) e.access = emulator::accessPathFromJson(j["access"], where + ".access");
   if (j.contains("receiver_adds")) {
     const json& d = j["receiver_adds"];
     for (const auto& [k, out] : {std::pair{"latency_s", &e.receiverLatencyS}, std::pair{"jitter_s", &e.receiverJitterS}}) {

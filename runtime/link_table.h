@@ -9,12 +9,14 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "emulator/link.h"
+#include "emulator/nodes.h"
 #include "runtime/ranks.h"
 
 namespace slowpipe::runtime {
@@ -31,6 +33,8 @@ struct LinkEntry {
   // The delay and jitter the receiver adds itself (a kernel-paced link whose sender's kernel has
   // no netem); 0 where the model or the kernel carries them.
   double receiverLatencyS = 0, receiverJitterS = 0;
+  // network.nodes: the access links the message crosses (booked by the sender beside the model).
+  emulator::AccessPath access;
 };
 
 // How a backend carries the pipeline's links.
@@ -54,6 +58,9 @@ class LinkTable {
   // The links rank `rank` sends or receives on (its peer table's "links").
   std::vector<LinkEntry> ofRank(int rank) const;
   nlohmann::json ofRankJson(int rank) const;
+  // Calendars the run's access links need (0 without network.nodes).
+  int accessCalendars() const { return nodes_ ? nodes_->calendars() : 0; }
+  const std::vector<int>& rankNodes() const { return rankNode_; }
 
  private:
   RankLayout layout_;
@@ -61,7 +68,13 @@ class LinkTable {
   emulator::Topology topo_, dpTopo_;
   emulator::TcpSettings tcp_;  // network.tcp, copied into each link the tcp model runs
   LinkCarriage carriage_;
+  std::shared_ptr<const emulator::NodeNetwork> nodes_;  // network.nodes, or null
+  std::vector<int> rankNode_;                           // with nodes: each rank's node
 };
+
+// The node of every rank (pipeline.placement over network.nodes; without a placement rank r sits
+// on node r mod N). Errors name pipeline.placement[i].
+std::vector<int> rankNodes(const RunSpec& spec, const emulator::NodeNetwork& net);
 
 nlohmann::json toJson(const LinkEntry& e);
 // Errors name "<where>.<field>".

@@ -13,7 +13,9 @@
 #include "emulator/link.h"
 #include "emulator/tcp_settings.h"
 #include "emulator/link_model.h"
+#include "emulator/nodes.h"
 #include "runtime/dp.h"
+#include "runtime/link_table.h"
 #include "runtime/result.h"
 #include "runtime/protocol.h"
 #include "runtime/schedule.h"
@@ -241,6 +243,7 @@ void parsePipeline(const json& section, const std::string& where, [[maybe_unused
       s.pipeline.partition.emplace_back(r[0].get<int>(), r[1].get<int>());
     }
   }
+  if (const json* p = f.raw("placement"); p && !p->is_null()) s.pipeline.placement = *p;  // checked against network.nodes
 }
 
 // training: epochs, steps, optimizer.
@@ -306,6 +309,21 @@ void parseDp(const json& section, const std::string& where, [[maybe_unused]] boo
     fail(where + ".dp", "is set but pipeline.replicas is 1 (no data-parallel exchange to apply it to)");
 }
 
+// network.nodes: the network (read from its file, held inline) and what may go with it.
+void parseNodes(const json& given, const std::string& field, bool simulation, const emulator::LinkModelInfo& model, RunSpec& s) {
+  s.network.nodes = emulator::NodeNetwork::fromJson(given, field).document();  // throws naming the field (and file)
+  if (s.network.backend != "user" && !simulation)
+    fail(field, "access links are emulated in user space (backend user) and in the simulator; backend '" + s.network.backend +
+                    "' does not carry them yet");
+  if (!model.stampsAtSender)
+    fail(field, "network.model " + s.network.model + " bills at the receiver; access links need a model the sender stamps (" +
+                    "pipelined or tcp)");
+  if (s.network.links.is_object() && s.network.links.contains("links"))
+    fail(field, "with nodes every link comes from the nodes and their core; network.links.links (per-pair overrides) is set too");
+  if (!s.network.dpLinks.is_null())
+    fail(field, "with nodes the replicas' links come from the nodes too; network.dp_links is set");
+}
+
 // network: backend, link model, links and the replicas' links.
 void parseNetwork(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
   Fields f(section, where + ".network");
@@ -342,6 +360,7 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
       fail(f.field("dp_links"), "data-parallel links are shaped in user space; backend '" + s.network.backend +
                                     "' is not supported with them yet");
   }
+  if (const json* n = f.raw("nodes"); n && !n->is_null()) parseNodes(*n, f.field("nodes"), simulation, *model, s);
 }
 
 // runtime: timeouts, threads, pinning, device, timeline.
@@ -370,6 +389,12 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
 // What one section cannot check alone: backends against replicas and model chunks, link
 // overrides against the stages and replicas that exist, message sizes.
 void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
+  if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
+    fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
+  if (!s.network.nodes.is_null()) {  // every link the ranks use has a path (a rate that limits it)
+    const LinkTable table(s, {});
+    for (int r = 0; r < s.pipeline.stages * s.pipeline.replicas && r < 4096; ++r) table.ofRank(r);
+  }
   if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.replicas", std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
                                            s.network.backend + "' backend builds one namespace chain per pipeline");
@@ -526,7 +551,7 @@ json toJson(const RunSpec& s) {
                     {"max_val_examples", s.data.maxValExamples}}},
           {"pipeline", {{"stages", s.pipeline.stages}, {"replicas", s.pipeline.replicas}, {"schedule", s.pipeline.schedule},
                         {"micro_batches", s.pipeline.microBatches}, {"micro_batch_size", s.pipeline.microBatchSize},
-                        {"virtual_stages", s.pipeline.virtualStages}, {"partition", part}}},
+                        {"virtual_stages", s.pipeline.virtualStages}, {"partition", part}, {"placement", s.pipeline.placement}}},
           {"training", {{"epochs", s.training.epochs}, {"max_steps", s.training.maxSteps}, {"lr", s.training.lr},
                         {"weight_decay", s.training.weightDecay}, {"warmup_steps", s.training.warmupSteps},
                         {"clip_norm", s.training.clipNorm}, {"seed", s.training.seed},
@@ -537,7 +562,7 @@ json toJson(const RunSpec& s) {
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
           {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},
-                       {"dp_links", s.network.dpLinks}, {"tcp", s.network.tcp}}},
+                       {"dp_links", s.network.dpLinks}, {"tcp", s.network.tcp}, {"nodes", s.network.nodes}}},
           {"runtime", runtimeJson(s.runtime)}};
 }
 

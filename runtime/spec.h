@@ -48,6 +48,9 @@ struct PipelineSpec {
   int virtualStages = 1;
   // Explicit [begin, end) layer ranges, one per virtual stage; empty: balanced.
   std::vector<std::pair<int, int>> partition;
+  // Which node of network.nodes hosts each stage: one entry per stage, a node (name or index) for
+  // all its replicas or a list of one node per replica. Null: rank r on node r mod N (rank order).
+  nlohmann::json placement;
 };
 
 struct TrainingSpec {
@@ -103,6 +106,10 @@ struct NetworkSpec {
   // The kernel's TCP in the run's namespaces (backend tc only: namespace sysctls, never the
   // host's): congestion_control, slow_start_after_idle, wmem_max, rmem_max (emulator/tcp_settings.h).
   nlohmann::json tcp = nlohmann::json::object();
+  // Nodes and access links (emulator/nodes.h): null, or the network (a file named here is read and
+  // held inline with "file": its path). With it every link of the run comes from the nodes the
+  // ranks sit on (pipeline.placement).
+  nlohmann::json nodes;
 };
 
 struct RuntimeSpec {

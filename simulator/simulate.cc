@@ -189,6 +189,12 @@ class Replay : public runtime::Backend {
                                                  {"stalled_s", ranks_[r].slowdown.stalledS},
                                                  {"owed_s", ranks_[r].slowdown.owedS}};
     json doc = result.snapshot();
+    if (!spec_.network.nodes.is_null()) {
+      const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
+      json ranks = json::array();
+      for (const int n : linkTable_.rankNodes()) ranks.push_back(net.node(n).name);
+      doc["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}, {"calendars", net.calendars()}};
+    }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
                         {"loop", sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
@@ -471,6 +477,8 @@ class Replay : public runtime::Backend {
     Message m{now_, -1, st.postBytes};
     Link& l = link(i, execs_[i].context().peer);
     m.arrival = l.sender->stamp(l.clock, now_, static_cast<uint64_t>(st.postBytes));
+    if (l.entry.access.active() && m.arrival >= 0)  // network.nodes: the path's access links, shared by the nodes' connections
+      m.arrival = std::max(m.arrival, access_.send(l.entry.access, now_, static_cast<uint64_t>(st.postBytes)));
     mail_[st.postKey] = m;
     if (wake_) {
       const auto w = waiting_.find(st.postKey);
@@ -646,6 +654,7 @@ class Replay : public runtime::Backend {
   std::vector<runtime::StepExecutor> execs_;  // by rank
   std::map<int, std::vector<runtime::TimelineEvent>> lastEvents_;
   runtime::LinkTable linkTable_{spec_, {}};  // every link paced and billed in user (here: virtual) time
+  emulator::AccessLinks access_{linkTable_.accessCalendars()};  // network.nodes' access links
   std::unordered_map<uint64_t, Link> links_;                   // by (from rank, to rank)
   std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank (made at its first bill)
   std::unordered_map<MailKey, Message, MailKeyHash> mail_;

@@ -14,7 +14,7 @@ const std::vector<LinkModelInfo>& linkModels() {
       {"pipelined", "every directed link its own pipe (rate or trace, latency, jitter), billed by the sender", makePipelined,
        true, true, true},
       {"serial_fifo", "one inbound wire per receiving rank, billed in retrieval order", makeSerialFifo, false, false,
-       false},
+       false, false, false},
       {"tcp", "every directed link one TCP connection, ACK-clocked: slow start, Reno / CUBIC / BBR, packet loss, the "
               "send buffer, restart after idle (Linux's defaults unless network.tcp says)", makeTcp, true, false, false, true},
   };
