@@ -96,8 +96,8 @@ int Launcher::run() {
       throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
                                   "' does not exist (make it with `slowpipe pretrain`)");
     writeJsonAtomically(resultPath_, finalDoc());
-    shareAccessLinks();
     setupNetwork();
+    shareAccessLinks();
     rc = opt_.external.enabled ? superviseExternal() : supervise();
   } catch (const std::exception& e) {
     rc = fail(std::string("launcher: ") + e.what());
@@ -130,6 +130,15 @@ void Launcher::shareAccessLinks() {
   json ranks = json::array();
   for (const int n : links().rankNodes()) ranks.push_back(net.node(n).name);
   result_["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}, {"calendars", net.calendars()}};
+  // Every link comes from the nodes: the paths the ranks use, each with the access links it books.
+  json paths = json::array();
+  for (int r = 0; r < N_; ++r)
+    for (const auto& e : links().ofRank(r))
+      if (e.src == r) paths.push_back(toJson(e));
+  result_["network"]["links"] = {{"from", "network.nodes"}, {"paths", paths}};
+  result_["network"].erase("dp_links");
+  result_["network"]["mechanism"]["access_links"] = "user-space: the sender books its node's uplink, the core and the receiver's "
+                                                    "downlink in calendars the workers share (emulator/nodes.h)";
   accessFd_ = emulator::AccessLinks::createShared(links().accessCalendars());
   setenv(emulator::kAccessFdEnv, std::to_string(accessFd_).c_str(), 1);
 }

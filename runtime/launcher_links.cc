@@ -71,7 +71,7 @@ void Launcher::setupNetwork() {
     result_["network"]["dp_links"] = dpTopology(spec_);
     result_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
   }
-  if (opt_.calibrate && S_ > 1 && !opt_.external.enabled) calibrate(topo);
+  if (opt_.calibrate && S_ > 1 && !opt_.external.enabled && spec_.network.nodes.is_null()) calibrate(topo);
   if (opt_.external.enabled)
     result_["calibration_note"] = "not calibrated: the links run between the workers' hosts, not on this one";
 }

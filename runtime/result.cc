@@ -106,11 +106,14 @@ std::string codecStatesProblem(const json& codecState, int stages, int replicas,
     std::map<std::string, std::map<std::string, std::set<std::string>>> seen;  // key -> role -> digests
     for (int q = 0; q < replicas; ++q) {
       const json st = of(s, q);
-      if (!st.contains("dp_digests") || !st["dp_digests"].is_object()) continue;
+      if (!st.contains("dp_digests") || !st["dp_digests"].is_object()) {
+        if (replicas > 1) return "stage " + std::to_string(s) + " replica " + std::to_string(q) + ": no data-parallel codec state was reported";
+        continue;
+      }
       for (const auto& [key, ends] : st["dp_digests"].items())
         for (const auto& [role, d] : ends.items()) seen[key][role].insert(d.is_string() ? d.get<std::string>() : d.dump());
     }
-    if (replicas > 1 && seen.empty()) return "stage " + std::to_string(s) + ": no data-parallel codec state was reported";
+    // Every replica reported, none exchanged (dp.local_steps beyond the run's steps): nothing to compare.
     for (const auto& [key, roles] : seen) {
       const std::string where = "stage " + std::to_string(s) + " DP pair '" + key + "'";
       if (!roles.count("send") || !roles.count("recv")) return where + ": reported by its " + (roles.count("send") ? "sender" : "receiver") + " only";

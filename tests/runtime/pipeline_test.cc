@@ -319,6 +319,40 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
   EXPECT_EQ(r["spec"]["runtime"]["slowdown"][0]["rank"], 1);
 }
 
+// network.nodes across processes: two replicas of stage 0 on one node share its 8 Mbps uplink
+// (four worker processes booking one calendar in shared memory), so every step's forward traffic
+// takes twice as long as with the replicas on two nodes alike. dp.local_steps beyond the run: no
+// data-parallel exchange, the two placements differ only in the shared uplink. Each message is
+// about 32 KiB: 33 ms at 8 Mbps, 4 a step and replica: 131 ms alone, 262 ms shared.
+TEST_F(PipelineTest, ReplicasOnOneNodeShareItsUplink) {
+  json spec = baseSpec(2, "gpipe");
+  spec["model"]["width"] = 64;
+  spec["pipeline"]["micro_batch_size"] = 8;
+  spec["pipeline"]["replicas"] = 2;
+  spec["dp"] = {{"local_steps", 100}};
+  spec["training"]["max_steps"] = 6;
+  spec["network"] = {{"nodes", json::parse(R"({"nodes": [
+      {"name": "x", "up": "8Mbps", "down": "1Gbps"}, {"name": "w", "up": "8Mbps", "down": "1Gbps"},
+      {"name": "y", "up": "1Gbps", "down": "1Gbps"}, {"name": "z", "up": "1Gbps", "down": "1Gbps"}],
+      "core": {"default": {"latency": "1ms"}}})")}};
+  auto medianStep = [](const json& r) {
+    std::vector<double> t;
+    for (size_t k = 1; k < r["steps"].size(); ++k) t.push_back(r["steps"][k]["time_s"].get<double>());
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  spec["pipeline"]["placement"] = json::parse(R"([["x", "w"], ["y", "z"]])");
+  const json apart = launch(spec, "nodes-apart");
+  spec["pipeline"]["placement"] = json::parse(R"([["x", "x"], ["y", "z"]])");
+  const json shared = launch(spec, "nodes-shared");
+  ASSERT_EQ(shared["steps"].size(), 6u);
+  EXPECT_EQ(shared["network"]["nodes"]["rank_nodes"], json::parse(R"(["x", "x", "y", "z"])"));
+  const double a = medianStep(apart), s = medianStep(shared);
+  EXPECT_GT(a, 0.131) << "the uplink's 4 messages alone";
+  EXPECT_GT(s, 0.262) << "8 messages on one uplink";
+  EXPECT_GT(s / a, 1.35) << "apart " << a << " s, shared " << s << " s";
+}
+
 TEST_F(PipelineTest, KilledWorkerFailsTheRunWithin5sAndLeavesNoOrphans) {
   json spec = baseSpec(2, "gpipe");
   spec["training"]["max_steps"] = 0;

@@ -1,5 +1,6 @@
 // RunSpec validation: every malformed spec names its problem; partitions balance.
 #include "runtime/spec.h"
+#include "runtime/link_table.h"
 
 #include <gtest/gtest.h>
 
@@ -104,6 +105,32 @@ TEST(SpecTest, SlowdownIsCheckedAndLooksUpByStep) {
     j["runtime"]["slowdown"] = json::parse(value);
     EXPECT_NE(errorOf(j).find(message), std::string::npos) << value << " -> " << errorOf(j);
   }
+}
+
+// network.nodes and pipeline.placement: the network is held inline, the placement resolved,
+// and what cannot go with them is refused by name.
+TEST(SpecTest, NodesAndPlacementAreCheckedAndNamed) {
+  json j = valid();
+  const json net = json::parse(R"({"nodes": [{"name": "a", "up": "10Mbps"}, {"name": "b", "up": "20Mbps", "down": "5Mbps"}]})");
+  j["network"] = {{"nodes", net}};
+  j["pipeline"]["placement"] = {"b", 0};
+  const RunSpec s = runSpecFromJson(j);
+  EXPECT_EQ(rankNodes(s, emulator::NodeNetwork::fromJson(s.network.nodes, "n")), (std::vector<int>{1, 0}));
+  EXPECT_EQ(toJson(runSpecFromJson(toJson(s)))["network"]["nodes"], net);
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"pipeline", {{"placement", {"a", "c"}}}}}, "pipeline.placement[1]: \"c\" is not a node of network 'inline'"},
+      {{{"pipeline", {{"placement", {"a"}}}}}, "pipeline.placement: expected one node per stage (2 entries)"},
+      {{{"network", {{"backend", "tc"}}}}, "spec.network.nodes: access links are emulated in user space"},
+      {{{"network", {{"model", "serial_fifo"}}}}, "network.model serial_fifo bills at the receiver"},
+      {{{"network", {{"links", {{"links", json::array({{{"src", 0}, {"dst", 1}, {"latency", "1ms"}}})}}}}}}, "per-pair overrides"},
+      {{{"network", {{"nodes", "/nonexistent.json"}}}}, "spec.network.nodes: cannot read the network file '/nonexistent.json'"}};
+  for (const auto& [patch, message] : bad) {
+    json k = j;
+    k.merge_patch(patch);
+    EXPECT_NE(errorOf(k).find(message), std::string::npos) << patch.dump() << " -> " << errorOf(k);
+  }
+  j["network"].erase("nodes");
+  EXPECT_NE(errorOf(j).find("spec.pipeline.placement: places stages on nodes, but network.nodes is not set"), std::string::npos) << errorOf(j);
 }
 
 TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {

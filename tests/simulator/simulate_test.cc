@@ -80,6 +80,29 @@ TEST(SimulatorTest, StragglerComputesAtItsSpeedByHand) {
   EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
 }
 
+// Nodes by hand: the one-micro-batch run above with stage 0 on node "a" (4 Mbps up) and stage 1
+// on "b" (8 Mbps up), 1 ms between them: the activation and the total cross a's uplink at half
+// the rate, the gradient and the partial b's. Swapping the placement swaps the rates.
+TEST(SimulatorTest, AccessLinksByHand) {
+  runtime::RunSpec spec = tinySpec(2, 1, "gpipe", "pipelined");
+  spec.network.links = json::object();
+  spec.network.nodes = json::parse(R"({"nodes": [{"name": "a", "up": "4Mbps"}, {"name": "b", "up": "8Mbps"}],
+                                       "core": {"default": {"latency": "1ms"}}})");
+  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
+  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  auto expected = [&](double fw, double bw) {  // seconds a byte forward / backward, in units of 8 Mbps
+    const double s1Grad = 0.010 + fw * act + L + 0.030;
+    const double s0Total = std::max(s1Grad + bw * act + L + 0.020, s1Grad + bw * (act + ctl) + L);
+    return std::max(s0Total + 0.005, s0Total + fw * ctl + L + 0.005);
+  };
+  for (const auto& [placement, fw, bw] : {std::tuple{R"(["a", "b"])", 2.0, 1.0}, std::tuple{R"(["b", "a"])", 1.0, 2.0}}) {
+    spec.pipeline.placement = json::parse(placement);
+    const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
+    EXPECT_NEAR(r["steps"][0]["time_s"].get<double>(), expected(fw, bw), 1e-12) << placement;
+    EXPECT_EQ(r["network"]["nodes"]["rank_nodes"][0], json::parse(placement)[0]);
+  }
+}
+
 // Zero-bubble H1 over two stages, two micro-batches, by hand: stage 1 sends each input gradient
 // right after its BackwardInput and runs both Ws at the end (stage 1 defers one W), stage 0 runs
 // each W right after its BackwardInput.
