@@ -25,6 +25,7 @@
 #include "runtime/stage_runner.h"
 #include "emulator/shaped_socket.h"
 #include "simulator/measure.h"
+#include "simulator/place.h"
 #include "simulator/simulate.h"
 #include "tools/commands.h"
 
@@ -145,6 +146,55 @@ void addSimulateCommand(CLI::App& app) {
   });
 }
 
+// `slowpipe place SPEC --network FILE --profile P`: the best placements of the stages on the nodes.
+void addPlaceCommand(CLI::App& app) {
+  auto spec = std::make_shared<std::string>(), network = std::make_shared<std::string>(), profile = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  auto opt = std::make_shared<simulator::PlaceOptions>();
+  auto steps = std::make_shared<int>(0);
+  auto* cmd = app.add_subcommand("place", "search placements of the stages on network.nodes with the simulator and print the best");
+  cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
+  cmd->add_option("--network", *network, "network file (experiments/networks/*.json); default: the spec's network.nodes");
+  cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
+  cmd->add_option("--set", *sets, "PATH=VALUE: set a spec field (repeatable)");
+  cmd->add_option("--top", opt->top, "placements reported (default 5)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--method", opt->method, "auto (exhaustive up to --max-exhaustive placements, else local), exhaustive, local");
+  cmd->add_option("--max-exhaustive", opt->maxExhaustive, "auto: exhaustive up to this many placements (default 5040)");
+  cmd->add_option("--search-steps", opt->searchSteps, "steps each candidate is replayed for (default 3)")->check(CLI::Range(2, 1000));
+  cmd->add_option("--steps", *steps, "steps the reported placements are replayed for (default: as simulate)")->check(CLI::Range(2, 10000));
+  cmd->add_option("--per-node", opt->perNode, "ranks a node may host (default 1)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--restarts", opt->restarts, "local search: random starts besides rank order (default 8)")->check(CLI::Range(0, 100000));
+  cmd->add_option("--budget", opt->budget, "local search: candidates replayed at most (default 4000)")->check(CLI::Range(1, 100000000));
+  cmd->add_option("--seed", opt->seed, "local search: seed of the random starts (default 1)");
+  cmd->add_option("--out", *out, "write the search's JSON here");
+  cmd->callback([=] {
+    json j = runtime::readJsonFile(*spec, "spec file");
+    for (const auto& a : *sets) runtime::applySet(j, a);
+    if (!network->empty()) j["network"]["nodes"] = *network;
+    runtime::RunSpec s;
+    try {
+      s = runtime::runSpecFromJson(j, "spec", /*simulation=*/true);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("'" + *spec + "'" + (sets->empty() && network->empty() ? "" : " with --set / --network") + ": " + e.what());
+    }
+    const simulator::Profile p = simulator::profileFor(*profile, s);
+    simulator::SimOptions o;
+    o.steps = *steps;
+    std::string why;
+    if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "place: no data plan (%s): no epochs, no evaluation\n", why.c_str());
+    const json r = simulator::searchPlacements(s, p, *opt, o);
+    if (!out->empty()) runtime::writeJsonAtomically(*out, r);
+    std::printf("%s on %s: %s search, %lld placements replayed%s\n", s.name.c_str(), r["network"].get<std::string>().c_str(),
+                r["method"].get<std::string>().c_str(), static_cast<long long>(r["evaluated"].get<int64_t>()),
+                r["space"].is_null() ? "" : (" of " + std::to_string(r["space"].get<int64_t>())).c_str());
+    std::printf("  naive (rank order)  %10.4f s  %s\n", r["naive"]["step_s"].get<double>(), r["naive"]["placement"].dump().c_str());
+    for (size_t i = 0; i < r["best"].size(); ++i)
+      std::printf("  #%-2zu                %10.4f s  %s\n", i + 1, r["best"][i]["step_s"].get<double>(), r["best"][i]["placement"].dump().c_str());
+    if (!r["gain_over_naive"].is_null()) std::printf("  gain of #1 over naive: %.3fx\n", r["gain_over_naive"].get<double>());
+  });
+}
+
 // `slowpipe fit-host-speed --profile P RUN.json...`.
 void addFitHostSpeedCommand(CLI::App& app) {
   auto profile = std::make_shared<std::string>();
@@ -187,6 +237,7 @@ void addSimCommands(CLI::App& app) {
   addProfileCommand(app);
   addProfileUnitCommand(app);
   addSimulateCommand(app);
+  addPlaceCommand(app);
   addFitHostSpeedCommand(app);
 }
 
