@@ -219,9 +219,16 @@ void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::ve
     row["wire_reduction"] = orNull(num((*b)["summary"], "wire_bytes_per_step") / num((*firstOk(me))["summary"], "wire_bytes_per_step"));
 }
 
+// The point's default link (a spec without network.links has the default one; with network.nodes
+// it is what links between no nodes would be: the row's bandwidth then says little).
+emulator::LinkSpec defaultLinkOf(const SweepPoint& p) {
+  const json& n = p.spec.contains("network") ? p.spec["network"] : json();
+  return emulator::topologyFromJson(n.is_object() && n.contains("links") ? n["links"] : runtime::NetworkSpec{}.links, "links").defaultLink;
+}
+
 // The point's settings as the row reports them.
 json describePoint(const SweepSpec& spec, const SweepPoint& p, int comp) {
-  const auto link = emulator::topologyFromJson(p.spec["network"]["links"], "links").defaultLink;
+  const auto link = defaultLinkOf(p);
   json row = {{"point", p.name}, {"bandwidth_bps", link.bandwidthBps}, {"latency_s", link.latencyS},
               {"forward", p.spec["compression"].value("forward", "none")},
               {"backward", p.spec["compression"].value("backward", "none")},
@@ -246,7 +253,7 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
   // codec + other axes -> the same codec at every link of the sweep (bandwidth, point)
   std::map<std::string, std::vector<std::pair<double, const SweepPoint*>>> alongLinks;
   for (const auto& p : points) {
-    const double bw = emulator::topologyFromJson(p.spec["network"]["links"], "links").defaultLink.bandwidthBps;
+    const double bw = defaultLinkOf(p).bandwidthBps;
     alongLinks[peerKey(p, -1, bwAxis)].push_back({bw, &p});
     if (comp < 0 || p.axisLabels[comp] == spec.baseline) baseline[peerKey(p, comp)] = &p;
   }
