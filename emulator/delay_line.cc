@@ -43,9 +43,9 @@ std::atomic<int> gLineSeq{0};
 
 std::runtime_error sysError(const std::string& what) { return std::runtime_error("delay line: " + what + ": " + std::strerror(errno)); }
 
-// A non-persistent TUN device (it vanishes with its last descriptor), created in the calling
-// thread's network namespace; non-blocking.
-int openTun(const std::string& name) {
+}  // namespace
+
+int openTunDevice(const std::string& name) {
   const int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw sysError("open /dev/net/tun (is the tun module available?)");
   ifreq ifr{};
@@ -58,6 +58,8 @@ int openTun(const std::string& name) {
   }
   return fd;
 }
+
+namespace {
 
 json statsJson(const PacketLinkStats& s) {
   return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
@@ -107,8 +109,8 @@ DelayLine::DelayLine(const DelayLineOptions& opt, const std::string& nsA, const 
 void DelayLine::attach() {
   const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
   try {
-    inNamespace(nsA_, [&] { fdA_ = openTun(devA_); });
-    inNamespace(nsB_, [&] { fdB_ = openTun(devB_); });
+    inNamespace(nsA_, [&] { fdA_ = openTunDevice(devA_); });
+    inNamespace(nsB_, [&] { fdB_ = openTunDevice(devB_); });
     for (const auto& [ns, dev, me, peer] : {std::tuple{nsA_, devA_, addrA_, addrB_}, std::tuple{nsB_, devB_, addrB_, addrA_}}) {
       runChecked({"ip", "-n", ns, "addr", "add", me, "peer", peer, "dev", dev}, "address the TUN device");
       // A long transmit queue: the line's own queue is the bottleneck's, never the device's (its

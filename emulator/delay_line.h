@@ -89,6 +89,10 @@ class DelayLine {
   std::thread thread_;
 };
 
+// A non-persistent TUN device (it vanishes with its last descriptor), created in the calling
+// thread's network namespace; non-blocking, close-on-exec.
+int openTunDevice(const std::string& name);
+
 // Runs fn on a thread that has entered namespace `ns` (network namespaces are per thread) and
 // waits for it; rethrows what it threw.
 void inNamespace(const std::string& ns, const std::function<void()>& fn);

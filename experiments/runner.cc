@@ -204,6 +204,7 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   json record = sweepRecord(spec);
   record["simulated"] = true;
   record["profile"] = opt.profile;
+  record["sim_steps"] = opt.simSteps < 0 ? json("all") : json(opt.simSteps);
   runtime::writeJsonAtomically((out / "sweep.json").string(), record);
   const json build = runtime::environmentInfo("");
   // The run's epochs and evaluations, when its corpus is at hand: read once per data plan (the
@@ -220,7 +221,9 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       it = plans.emplace(planKey, simulator::SimOptions{}).first;
       simulator::dataPlanOf(rs, &it->second);
     }
-    const simulator::SimOptions& so = it->second;
+    simulator::SimOptions so = it->second;
+    if (opt.simSteps > 0) so.steps = opt.simSteps;
+    else if (opt.simSteps < 0 && so.runSteps >= 2) so.steps = static_cast<int>(so.runSteps);
     json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs), so);
     doc["environment"] = build;
     doc["sweep_identity"] = runIdentity(p.spec, build);

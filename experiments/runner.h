@@ -26,6 +26,7 @@ struct SweepOptions {
   int repeats = 0;        // > 0: overrides the spec's repeats
   bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
   std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
+  int simSteps = 0;       // simulate: steps replayed (0: the simulator's default; -1: every step of the run, when its data plan is known)
 };
 
 // Returns the number of runs that failed.

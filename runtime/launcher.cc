@@ -113,6 +113,11 @@ int Launcher::run() {
     if (fabric_)
       if (json lines = fabric_->lineStats(); !lines.is_null()) result_["network"]["delay_lines"] = std::move(lines);
     fabric_.reset();
+    if (nodeLine_) {
+      nodeLine_->stop();
+      result_["network"]["node_line"] = nodeLine_->stats();
+      nodeLine_.reset();
+    }
   } catch (const std::exception& e) {
     rc = fail(std::string("launcher: cleanup: ") + e.what());
   }
@@ -123,6 +128,13 @@ int Launcher::run() {
 // to clean up after a crash), and which node each rank sits on, for the record.
 void Launcher::shareAccessLinks() {
   if (spec_.network.nodes.is_null()) return;
+  if (spec_.network.backend != "user") {  // tc: the node line carries the access links
+    json ranks = json::array();
+    const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
+    for (const int n : links().rankNodes()) ranks.push_back(net.node(n).name);
+    result_["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}};
+    return;
+  }
   if (opt_.external.enabled)
     throw std::invalid_argument("network.nodes: access links are shared through memory the local launcher hands its workers; "
                                 "workers an external launcher (mpirun, srun) starts cannot share them");

@@ -26,6 +26,7 @@
 
 #include "emulator/calibrate.h"
 #include "emulator/netns.h"
+#include "emulator/node_line.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/data.h"
 #include "runtime/dp.h"
@@ -87,6 +88,7 @@ class Launcher {
   json launcherInfo() const;
   void setupNetwork();
   void shareAccessLinks();
+  void setupNodeLine();
   // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
   // the project's namespaces) and flags the run when a link misses its rate by more than 3%.
   void calibrate(const emulator::Topology& topo);
@@ -153,6 +155,7 @@ class Launcher {
   int N_;              // worker processes: stages x replicas
   std::vector<Worker> workers_;
   std::unique_ptr<emulator::NetnsFabric> fabric_;
+  std::unique_ptr<emulator::NodeLine> nodeLine_;  // tc with network.nodes
   std::string resultPath_, specPath_, controlEp_;
   ResultBuilder result_;  // result.json (runtime/records.h)
   std::map<int64_t, std::map<int, RankStepRecord>> pending_;  // steps not every rank reported yet

@@ -22,6 +22,21 @@ int Launcher::edgeBetween(int a, int b) const {
   throw std::logic_error("no pipeline edge joins stages " + std::to_string(a) + " and " + std::to_string(b));
 }
 
+// network.nodes on the kernel path: a namespace per node joined by the node line (uplink, core,
+// downlink as packet links; emulator/node_line.h); each rank runs in its node's namespace.
+void Launcher::setupNodeLine() {
+  const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
+  nodeLine_ = std::make_unique<emulator::NodeLine>(net);
+  json mech = nodeLine_->describe();
+  mech["rate"] = "node line: uplinks, downlinks and rated core pairs (goodput-compensated, mtu 1500, drop-tail 1000 packets)";
+  mech["delay"] = mech["jitter"] = mech["loss"] = "node line (the core pair's)";
+  result_["network"] = {{"backend", "tc"}, {"mechanism", mech}};
+  const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
+  result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
+  for (int n = 0; n < nodeLine_->size(); ++n)
+    result_["network"]["tcp"]["applied"].push_back(emulator::applyTcpSettings(nodeLine_->nsName(n), tcp));
+}
+
 void Launcher::setupNetwork() {
   const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
   if (geteuid() == 0 && spec_.network.backend == "tc") {
@@ -41,7 +56,9 @@ void Launcher::setupNetwork() {
   if (!opt_.external.enabled && spec_.network.backend == "tc-dev")
     throw std::invalid_argument("network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
                                 "mpirun or srun (README: Running on a cluster); on one host use backend tc");
-  if (spec_.network.backend == "tc") {
+  if (spec_.network.backend == "tc" && !spec_.network.nodes.is_null()) {
+    setupNodeLine();
+  } else if (spec_.network.backend == "tc") {
     // One veth pair per pipeline edge: the chain, and with model chunks the ring's S-1 -> 0
     // (with two stages the ring's two routes are the one edge 0 <-> 1).
     std::vector<emulator::FabricEdge> edges;

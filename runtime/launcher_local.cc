@@ -8,7 +8,11 @@ void Launcher::spawn(int r) {
   std::vector<std::string> args = {"slowpipe", "worker", "--spec", specPath_, "--rank", std::to_string(r),
                                    "--control", controlEp_, "--peers", peerEp(r), "--launcher-pid",
                                    std::to_string(getpid())};
-  if (fabric_) {
+  if (nodeLine_) {  // network.nodes on tc: the rank's node's namespace and address, toward both neighbours
+    const int node = links().rankNodes().at(r);
+    args.insert(args.end(), {"--netns", nodeLine_->nsName(node), "--bind-prev", nodeLine_->address(node), "--bind-next",
+                             nodeLine_->address(node)});
+  } else if (fabric_) {
     // The rank's namespace and its addresses; its links (the kernel paces them, who adds which
     // delay) come with its peer table.
     // Each side binds on the edge toward that neighbour (around the ring with model chunks).
@@ -196,7 +200,7 @@ const LinkTable& Launcher::links() {
     LinkCarriage c;
     const std::string& backend = spec_.network.backend;
     c.kernelPacesRate = backend == "tc" || backend == "tc-dev";
-    if (backend == "tc") c.pathDelays = [this](int) { return fabric_ && fabric_->pathCarriesDelay(); };
+    if (backend == "tc") c.pathDelays = [this](int) { return nodeLine_ || (fabric_ && fabric_->pathCarriesDelay()); };
     if (backend == "tc-dev")
       c.pathDelays = [this](int src) { return hellos_.count(src) && hellos_[src].value("kernel", json::object()).value("netem", false); };
     links_ = std::make_unique<LinkTable>(spec_, c);

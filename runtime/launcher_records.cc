@@ -59,11 +59,11 @@ void Launcher::onStep(const json& rec) {
   // when the second-to-last and the last step are done: a worker may close its connections right
   // after its last step, so the latest sample that found them is kept (its counters cover all
   // but at most the last step).
-  if (fabric_ && r.step + 2 >= totalSteps()) {
+  if ((fabric_ || nodeLine_) && r.step + 2 >= totalSteps()) {
     json& info = result_["network"]["tcp_info"];
     if (!info.is_array()) info = json::array();
     for (int s = 0; s < S_; ++s) {
-      json connections = emulator::tcpInfo(fabric_->nsName(s));
+      json connections = emulator::tcpInfo(fabric_ ? fabric_->nsName(s) : nodeLine_->nsName(links().rankNodes().at(s)));
       if (static_cast<int>(info.size()) <= s) info.push_back({{"stage", s}, {"connections", json::array()}});
       if (connections.is_array() && !connections.empty())
         info[s] = {{"stage", s}, {"after_step", r.step}, {"connections", std::move(connections)}};

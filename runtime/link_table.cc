@@ -67,7 +67,7 @@ LinkEntry LinkTable::at(int src, int dst) const {
       dst != protocol::pipelinePeer(layout_, src, Action::Peer::kNext))
     throw std::out_of_range(name() + ": the ranks are neither pipeline neighbours nor replicas of one stage");
   e.spec = nodes_ ? nodes_->path(rankNode_[src], rankNode_[dst]) : topo_.link(a.stage, b.stage);
-  if (nodes_) e.access = nodes_->access(rankNode_[src], rankNode_[dst]);
+  if (nodes_ && !carriage_.kernelPacesRate) e.access = nodes_->access(rankNode_[src], rankNode_[dst]);  // tc: the node line
   e.spec.tcp = tcp_;  // the kernel's connections (streams) or the tcp model's
   if (!carriage_.kernelPacesRate) {
     e.model = model_;

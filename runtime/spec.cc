@@ -312,9 +312,9 @@ void parseDp(const json& section, const std::string& where, [[maybe_unused]] boo
 // network.nodes: the network (read from its file, held inline) and what may go with it.
 void parseNodes(const json& given, const std::string& field, bool simulation, const emulator::LinkModelInfo& model, RunSpec& s) {
   s.network.nodes = emulator::NodeNetwork::fromJson(given, field).document();  // throws naming the field (and file)
-  if (s.network.backend != "user" && !simulation)
-    fail(field, "access links are emulated in user space (backend user) and in the simulator; backend '" + s.network.backend +
-                    "' does not carry them yet");
+  if (s.network.backend == "tc-dev" && !simulation)
+    fail(field, "access links are emulated in user space (backend user), by the node line (backend tc) and in the simulator; "
+                "backend 'tc-dev' shapes real interfaces and does not carry them");
   if (!model.stampsAtSender)
     fail(field, "network.model " + s.network.model + " bills at the receiver; access links need a model the sender stamps (" +
                     "pipelined or tcp)");
@@ -394,6 +394,17 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
   if (!s.network.nodes.is_null()) {  // every link the ranks use has a path (a rate that limits it)
     const LinkTable table(s, {});
     for (int r = 0; r < s.pipeline.stages * s.pipeline.replicas && r < 4096; ++r) table.ofRank(r);
+    if (s.network.backend == "tc" && !simulation) {  // the node line: one rank a node, no traces
+      const std::vector<int>& nodes = table.rankNodes();
+      for (size_t r = 0; r < nodes.size(); ++r)
+        for (size_t q = 0; q < r; ++q)
+          if (nodes[q] == nodes[r])
+            fail(where + ".pipeline.placement", "ranks " + std::to_string(q) + " and " + std::to_string(r) +
+                                                    " on one node: backend tc runs one rank a node (its namespace); use backend user");
+      for (size_t r = 0; r < nodes.size(); ++r)
+        for (const auto& e : table.ofRank(static_cast<int>(r)))
+          if (!e.spec.trace.empty()) fail(where + ".network.nodes", "a core pair with a trace: the node line carries constant rates");
+    }
   }
   if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.replicas", std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +

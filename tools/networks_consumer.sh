@@ -41,7 +41,7 @@ if [[ " $PARTS " == *" emulated "* ]]; then
 fi
 if [[ " $PARTS " == *" sim "* ]]; then
   rm -rf "$OUT/simulated"
-  "$BIN" sweep "$OUT/sweep.json" --simulate --profile "$OUT/profile.json" --out "$OUT/simulated" --quiet
+  "$BIN" sweep "$OUT/sweep.json" --simulate --sim-steps all --profile "$OUT/profile.json" --out "$OUT/simulated" --quiet
 fi
 /usr/bin/python3 - "$OUT" <<'PY'
 import glob, json, statistics, sys

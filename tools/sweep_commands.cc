@@ -73,6 +73,9 @@ void addSweepCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--simulate", *simulate, "replay every point in the simulator (needs --profile) instead of running it");
   cmd->add_option("--profile", *profile, "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
+  auto simSteps = std::make_shared<std::string>("0");
+  cmd->add_option("--sim-steps", *simSteps, "with --simulate: steps replayed per point, a number >= 2 or 'all' (every step of "
+                                            "the run, its first epoch's AC-SGD messages full size); default as simulate");
   cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
   auto target = addTargetOptions(cmd);
   cmd->callback([=] {
@@ -87,6 +90,16 @@ void addSweepCommand(CLI::App& app) {
     o.repeats = *repeats;
     o.simulate = *simulate;
     o.profile = *profile;
+    if (*simSteps == "all") {
+      o.simSteps = -1;
+    } else {
+      try {
+        o.simSteps = std::stoi(*simSteps);
+      } catch (const std::exception&) {
+        o.simSteps = -2;
+      }
+      if (o.simSteps != 0 && o.simSteps < 2) throw std::invalid_argument("--sim-steps: '" + *simSteps + "'; expected a number >= 2 or 'all'");
+    }
     const int failed = experiments::runSweep(s, o);
     std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(), out->c_str(), failed);
     if (failed) std::exit(1);

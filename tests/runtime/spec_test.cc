@@ -120,7 +120,7 @@ TEST(SpecTest, NodesAndPlacementAreCheckedAndNamed) {
   const std::vector<std::pair<json, std::string>> bad = {
       {{{"pipeline", {{"placement", {"a", "c"}}}}}, "pipeline.placement[1]: \"c\" is not a node of network 'inline'"},
       {{{"pipeline", {{"placement", {"a"}}}}}, "pipeline.placement: expected one node per stage (2 entries)"},
-      {{{"network", {{"backend", "tc"}}}}, "spec.network.nodes: access links are emulated in user space"},
+      {{{"network", {{"backend", "tc-dev"}}}}, "spec.network.nodes: access links are emulated in user space"},
       {{{"network", {{"model", "serial_fifo"}}}}, "network.model serial_fifo bills at the receiver"},
       {{{"network", {{"links", {{"links", json::array({{{"src", 0}, {"dst", 1}, {"latency", "1ms"}}})}}}}}}, "per-pair overrides"},
       {{{"network", {{"nodes", "/nonexistent.json"}}}}, "spec.network.nodes: cannot read the network file '/nonexistent.json'"}};

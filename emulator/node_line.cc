@@ -1,0 +1,276 @@
+// The node line (see node_line.h).
+#include "emulator/node_line.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <unordered_map>
+
+#include "emulator/command.h"
+#include "emulator/delay_line.h"
+#include "emulator/shaped_socket.h"
+
+namespace slowpipe::emulator {
+
+using nlohmann::json;
+
+namespace {
+
+std::atomic<int> gNodeLineSeq{0};
+
+json linkStats(const PacketLinkStats& s) {
+  return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
+          {"dropped_queue", s.droppedQueue}, {"bytes_delivered", s.bytesDelivered}, {"max_queue_bytes", s.maxQueueBytes}};
+}
+
+// A goodput rate (0: none) as the packet link's IP-packet rate.
+PacketLinkSpec accessLink(double goodputBps, int mtu, uint64_t seed) {
+  PacketLinkSpec p;
+  p.rateBps = goodputBps > 0 ? goodputBps * mtu / (mtu - 52.0) : 0;
+  p.queuePackets = 1000;
+  p.mtu = mtu;
+  p.seed = seed;
+  return p;
+}
+
+}  // namespace
+
+NodeLine::NodeLine(const NodeNetwork& net, int mtu) : net_(net), mtu_(mtu > 0 ? mtu : 1500) {
+  const int N = net_.size(), k = gNodeLineSeq.fetch_add(1) % 250;
+  if (N > 250) throw std::invalid_argument("network.nodes: the node line addresses at most 250 nodes, the network has " + std::to_string(N));
+  fabric_ = std::make_unique<NetnsFabric>(N, std::vector<FabricEdge>{}, mtu_);  // namespaces only
+  try {
+    const std::string base = "sp" + std::to_string(getpid() % 10000000) + "n" + std::to_string(k) + "-";
+    for (int n = 0; n < N; ++n) {
+      ns_.push_back(fabric_->nsName(n));
+      addr_.push_back("10.215." + std::to_string(k) + "." + std::to_string(n + 1));
+      const std::string dev = base + std::to_string(n);
+      inNamespace(ns_[n], [&] { tun_.push_back(openTunDevice(dev)); });
+      runChecked({"ip", "-n", ns_[n], "addr", "add", addr_[n] + "/24", "dev", dev}, "address the node's TUN device");
+      runChecked({"ip", "-n", ns_[n], "link", "set", "dev", dev, "mtu", std::to_string(mtu_), "txqueuelen", "100000", "up"},
+                 "bring up the node's TUN device");
+    }
+    wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_ < 0) throw std::runtime_error(std::string("node line: eventfd: ") + std::strerror(errno));
+  } catch (...) {
+    stop();
+    throw;
+  }
+  for (int n = 0; n < N; ++n) {
+    up_.push_back(std::make_unique<PacketLink>(accessLink(net_.node(n).upBps, mtu_, 3000 + n)));
+    down_.push_back(std::make_unique<PacketLink>(accessLink(net_.node(n).downBps, mtu_, 4000 + n)));
+  }
+  for (int a = 0; a < N; ++a)
+    for (int b = 0; b < N; ++b) {
+      const AccessPath path = net_.access(a, b);
+      PacketLinkSpec p = accessLink(path.coreSlot >= 0 ? path.coreBps : 0, mtu_, 5000 + a * N + b);
+      if (a != b) {
+        const LinkSpec core = net_.path(a, b);
+        p.delayS = core.latencyS;
+        p.jitterS = core.jitterS;
+        p.loss = core.loss;
+        p.gilbertElliott = core.gilbertElliott;
+        p.ge = core.ge;
+        if (path.coreSlot < 0) p.queuePackets = 0;  // no rate: no queue
+      }
+      core_.push_back(std::make_unique<PacketLink>(p));
+    }
+  thread_ = std::thread([this] { forward(); });
+}
+
+NodeLine::~NodeLine() { stop(); }
+
+void NodeLine::stop() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    parkCv_.notify_all();
+    const uint64_t one = 1;
+    (void)!write(wake_, &one, sizeof one);
+    thread_.join();
+  }
+  for (int& fd : tun_)
+    if (fd >= 0) close(fd), fd = -1;
+  if (wake_ >= 0) close(wake_), wake_ = -1;
+  if (fabric_) fabric_->destroy();
+}
+
+void NodeLine::park() {
+  if (!thread_.joinable()) return;
+  std::unique_lock<std::mutex> lock(parkMutex_);
+  parkWanted_ = true;
+  const uint64_t one = 1;
+  (void)!write(wake_, &one, sizeof one);
+  parkCv_.wait(lock, [&] { return parked_ || stop_.load(); });
+}
+
+void NodeLine::unpark() {
+  {
+    std::lock_guard<std::mutex> lock(parkMutex_);
+    parkWanted_ = false;
+  }
+  parkCv_.notify_all();
+}
+
+json NodeLine::stats() const {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  const int N = net_.size();
+  json s = {{"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
+  if (statsRaw_.size() != static_cast<size_t>(2 * N + N * N)) return s;
+  // links: the uplinks, the core pairs, the downlinks (forward()'s order)
+  for (int n = 0; n < N; ++n) {
+    s["uplinks"].push_back(linkStats(statsRaw_[n]));
+    s["downlinks"].push_back(linkStats(statsRaw_[N + N * N + n]));
+  }
+  for (int i = 0; i < N * N; ++i)
+    if (statsRaw_[N + i].offered > 0) s["core"].push_back({{"a", i / N}, {"b", i % N}, {"stats", linkStats(statsRaw_[N + i])}});
+  return s;
+}
+
+json NodeLine::describe() const {
+  return {{"mechanism", "node line: a namespace and TUN device per node, one forwarding thread: uplink -> core -> downlink "
+                        "packet links (no netem)"},
+          {"nodes", net_.size()}, {"mtu", mtu_}, {"addresses", addr_}};
+}
+
+namespace {
+
+// A packet inside the line: its bytes, its nodes and the link it is in (0 up, 1 core, 2 down).
+struct Held {
+  std::vector<uint8_t> bytes;
+  int a, b, hop;
+};
+
+// The destination node of an IPv4 packet addressed inside the line's /24; -1 otherwise.
+int destinationOf(const uint8_t* p, ssize_t n, const std::string& anyAddress, int nodes) {
+  if (n < 20 || (p[0] >> 4) != 4) return -1;
+  const std::string prefix = anyAddress.substr(0, anyAddress.rfind('.') + 1);
+  const std::string dst = std::to_string(p[16]) + "." + std::to_string(p[17]) + "." + std::to_string(p[18]) + ".";
+  if (dst != prefix) return -1;
+  const int host = p[19];
+  return host >= 1 && host <= nodes ? host - 1 : -1;
+}
+
+}  // namespace
+
+// Reads what each node's kernel sends into its uplink; moves every packet due at a link's end to
+// the next link (in the order of their due times) or, off a downlink, into the destination's
+// TUN device; sleeps on a timer until the next event. No spinning: the workers need the cores.
+void NodeLine::forward() {
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  const int N = net_.size();
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  std::vector<int> watch = tun_;
+  watch.push_back(wake_);
+  watch.push_back(timer);
+  for (int fd : watch) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  }
+  const double start = hostClockNow();
+  auto now = [&] { return hostClockNow() - start; };
+  std::vector<PacketLink*> links;  // every link, with its last offer time
+  for (auto* v : {&up_, &core_, &down_})
+    for (auto& l : *v) links.push_back(l.get());
+  std::unordered_map<const PacketLink*, double> lastOffer;
+  std::unordered_map<uint64_t, Held> held;
+  uint64_t nextId = 0, foreign = 0;
+  double statsAt = -1;
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    statsRaw_.assign(links.size(), PacketLinkStats{});
+  }
+  std::vector<uint8_t> buf(65536);
+  std::vector<double> due;
+  auto offer = [&](PacketLink* l, double t, uint64_t id, uint32_t bytes) {
+    double& last = lastOffer[l];
+    last = std::max(last, t);
+    return l->offer(last, bytes, id);
+  };
+  while (!stop_) {
+    {
+      std::unique_lock<std::mutex> lock(parkMutex_);
+      if (parkWanted_) {
+        parked_ = true;
+        parkCv_.notify_all();
+        parkCv_.wait(lock, [&] { return !parkWanted_ || stop_.load(); });
+        parked_ = false;
+      }
+    }
+    for (int a = 0; a < N; ++a)
+      for (ssize_t n; (n = read(tun_[a], buf.data(), buf.size())) > 0;) {
+        const int b = destinationOf(buf.data(), n, addr_[0], N);
+        if (b < 0 || b == a) {
+          ++foreign;
+          continue;
+        }
+        const uint64_t id = nextId++;
+        if (offer(up_[a].get(), now(), id, static_cast<uint32_t>(n)))
+          held.emplace(id, Held{std::vector<uint8_t>(buf.begin(), buf.begin() + n), a, b, 0});
+      }
+    // Hop by hop, in the order packets became due, until nothing more is due by now.
+    for (bool moved = true; moved;) {
+      moved = false;
+      std::vector<std::tuple<double, uint64_t>> ready;
+      const double t = now();
+      for (PacketLink* l : links) {
+        due.clear();
+        const std::vector<uint64_t> ids = l->pop(t, &due);
+        for (size_t i = 0; i < ids.size(); ++i) ready.emplace_back(due[i], ids[i]);
+      }
+      std::sort(ready.begin(), ready.end());
+      for (const auto& [at, id] : ready) {
+        moved = true;
+        auto it = held.find(id);
+        Held& h = it->second;
+        const auto bytes = static_cast<uint32_t>(h.bytes.size());
+        bool kept = true;
+        if (h.hop == 0) kept = offer(core_[h.a * N + h.b].get(), at, id, bytes);
+        else if (h.hop == 1) kept = offer(down_[h.b].get(), at, id, bytes);
+        else (void)!write(tun_[h.b], h.bytes.data(), h.bytes.size());
+        if (h.hop == 2 || !kept) held.erase(it);
+        else ++h.hop;
+      }
+    }
+    if (const double t = now(); t - statsAt >= 0.05) {  // a copy for stats(), 20 times a second
+      statsAt = t;
+      std::lock_guard<std::mutex> lock(statsMutex_);
+      for (size_t i = 0; i < links.size(); ++i) statsRaw_[i] = links[i]->stats();
+      foreign_ = foreign;
+    }
+    double next = std::numeric_limits<double>::infinity();
+    for (const PacketLink* l : links) next = std::min(next, l->nextEvent());
+    if (next - now() <= 0) continue;
+    itimerspec its{};
+    if (std::isfinite(next)) {
+      const double at = start + next + 1e-9;
+      its.it_value.tv_sec = static_cast<time_t>(at);
+      its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
+    }
+    timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, nullptr);
+    epoll_event evs[16];
+    const int n = epoll_wait(ep, evs, 16, -1);
+    for (int i = 0; i < n; ++i)
+      if (evs[i].data.fd == timer || evs[i].data.fd == wake_) {
+        uint64_t count;
+        (void)!read(evs[i].data.fd, &count, sizeof count);
+      }
+  }
+  close(timer);
+  close(ep);
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  for (size_t i = 0; i < links.size(); ++i) statsRaw_[i] = links[i]->stats();
+  foreign_ = foreign;
+}
+
+}  // namespace slowpipe::emulator

@@ -1,0 +1,71 @@
+// The node line: network.nodes on the kernel path (backend tc). One namespace per node, a TUN
+// device in each (10.215.<k>.<n+1>/24: the node's address; the /24 routes every other node through
+// the device), and one forwarding thread that carries each IP packet from node a to node b through
+// three packet links in a row (emulator/packet_link.h, as Mahimahi chains its shells):
+//   a's uplink (a's `up` rate, drop-tail queue) -> the core a -> b (its latency, jitter, loss,
+//   rate if it has one) -> b's downlink (b's `down` rate, drop-tail queue)
+// so every connection of a node shares its uplink and downlink as packets, and the workers' own
+// kernel TCP (congestion control, windows, retransmissions) runs on top. Rates are goodput
+// (LinkSpec), run as IP-packet rates x mtu / (mtu - 52). A packet leaves one link at its due time
+// and is offered to the next at that time (never before what that link was last offered).
+// The namespaces are a NetnsFabric's (removed on exit, on signals and by `slowpipe emulator
+// cleanup`); the TUN devices vanish with this process. Root only.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "emulator/netns.h"
+#include "emulator/nodes.h"
+#include "emulator/packet_link.h"
+
+namespace slowpipe::emulator {
+
+class NodeLine {
+ public:
+  // Namespaces for every node of `net` (mtu: the TUN devices', 1500 unless `mtu` > 0) and the
+  // forwarding thread. Throws (after removing what it made) if not root or without TUN.
+  NodeLine(const NodeNetwork& net, int mtu = 0);
+  ~NodeLine();
+  NodeLine(const NodeLine&) = delete;
+  NodeLine& operator=(const NodeLine&) = delete;
+
+  int size() const { return static_cast<int>(ns_.size()); }
+  const std::string& nsName(int node) const { return fabric_->nsName(node); }
+  const std::string& address(int node) const { return addr_.at(node); }
+  // Per link (uplinks, downlinks, rated or lossy core pairs): offered, delivered, lost, dropped.
+  nlohmann::json stats() const;
+  nlohmann::json describe() const;
+  void stop();
+  // As DelayLine::park / unpark: the thread held still around a fork() without exec.
+  void park();
+  void unpark();
+
+ private:
+  void forward();
+
+  const NodeNetwork net_;
+  int mtu_;
+  std::unique_ptr<NetnsFabric> fabric_;
+  std::vector<std::string> ns_, addr_;
+  std::vector<int> tun_;
+  int wake_ = -1;
+  std::vector<std::unique_ptr<PacketLink>> up_, down_, core_;  // core_[a * N + b]
+  mutable std::mutex statsMutex_;
+  std::vector<PacketLinkStats> statsRaw_;  // the forwarder's copy: uplinks, core pairs, downlinks
+  uint64_t foreign_ = 0;                   // packets not addressed to another node
+  std::atomic<bool> stop_{false};
+  std::mutex parkMutex_;
+  std::condition_variable parkCv_;
+  bool parkWanted_ = false, parked_ = false;
+  std::thread thread_;
+};
+
+}  // namespace slowpipe::emulator
