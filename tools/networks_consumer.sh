@@ -9,12 +9,13 @@
 # OUT/networks_consumer.json.
 #
 #   tools/networks_consumer.sh [OUT]   (default results/networks/consumer; ~15 minutes)
-#   PARTS="profile place emulated sim" (default) chooses what is run again (PARTS=none: only the table).
+#   PARTS="profile place emulated kernel sim" (default) chooses what is run again (PARTS=none: only the table);
+#   kernel: the same sweep on backend tc (the node line: the kernel's TCP sharing the access links), root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/networks/consumer}
 BIN=${SLOWPIPE_BIN:-build/slowpipe}
-PARTS=${PARTS:-profile place emulated sim}
+PARTS=${PARTS:-profile place emulated kernel sim}
 mkdir -p "$OUT"
 if [[ " $PARTS " == *" profile "* ]]; then
   "$BIN" profile experiments/networks_consumer.json --host-from-run --out "$OUT/profile.json" > /dev/null
@@ -39,37 +40,54 @@ if [[ " $PARTS " == *" emulated "* ]]; then
   rm -rf "$OUT/emulated"
   "$BIN" sweep "$OUT/sweep.json" --out "$OUT/emulated" --quiet
 fi
+if [[ " $PARTS " == *" kernel "* ]]; then  # the tier below: the kernel's TCP through the node line (root)
+  rm -rf "$OUT/kernel"
+  "$BIN" sweep "$OUT/sweep.json" --set 'network.backend="tc"' --set 'network.model="pipelined"' --out "$OUT/kernel" --quiet
+fi
 if [[ " $PARTS " == *" sim "* ]]; then
   rm -rf "$OUT/simulated"
   "$BIN" sweep "$OUT/sweep.json" --simulate --sim-steps all --profile "$OUT/profile.json" --out "$OUT/simulated" --quiet
 fi
 /usr/bin/python3 - "$OUT" <<'PY'
-import glob, json, statistics, sys
+import glob, json, os, statistics, sys
 out = sys.argv[1]
 summary = json.load(open(f"{out}/emulated/summary.json"))
 def mean_step(kind, point):
     docs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/{kind}/runs/{point}.r*.json"))]
     if not docs:
         raise SystemExit(f"no runs for {kind} {point}")
-    return statistics.median(statistics.mean(s["time_s"] for s in d["steps"][1:]) for d in docs), len(docs)
-rows, errs = [], []
+    return statistics.median(statistics.mean(s["time_s"] for s in d["steps"][1:]) for d in docs)
+kernel = os.path.isdir(f"{out}/kernel/runs")
+rows = []
 for r in summary["rows"]:
     p = r["point"]
-    e, n = mean_step("emulated", p)
-    s, _ = mean_step("simulated", p)
-    placement, codec = p.split("_compression-")[0], r["label"]
-    rows.append({"point": p, "placement": placement, "codec": codec, "emulated_s": e, "simulated_s": s, "error": s / e - 1, "repeats": n})
-    errs.append(abs(s / e - 1))
+    row = {"point": p, "placement": p.split("_compression-")[0], "codec": r["label"],
+           "emulated_s": mean_step("emulated", p), "simulated_s": mean_step("simulated", p)}
+    row["error"] = row["simulated_s"] / row["emulated_s"] - 1
+    if kernel:
+        row["kernel_s"] = mean_step("kernel", p)
+        row["error_vs_kernel"] = {"user": row["emulated_s"] / row["kernel_s"] - 1, "sim": row["simulated_s"] / row["kernel_s"] - 1}
+    rows.append(row)
+kinds = ("emulated_s", "simulated_s") + (("kernel_s",) if kernel else ())
 for r in rows:
     fp = next(x for x in rows if x["placement"] == r["placement"] and x["codec"] == "fp32")
-    naive = next(x for x in rows if x["placement"] != r["placement"] and x["codec"] == r["codec"]) if "placed" in r["placement"] else r
-    r["speedup_over_fp32"] = {k: fp[k] / r[k] for k in ("emulated_s", "simulated_s")}
-    r["placement_gain"] = {k: naive[k] / r[k] for k in ("emulated_s", "simulated_s")}
+    naive = next(x for x in rows if "rank-order" in x["placement"] and x["codec"] == r["codec"])
+    r["speedup_over_fp32"] = {k: fp[k] / r[k] for k in kinds}
+    r["placement_gain"] = {k: naive[k] / r[k] for k in kinds}
+    k = (f"; kernel {r['kernel_s']:.3f} s (user {100 * r['error_vs_kernel']['user']:+.1f}%, sim {100 * r['error_vs_kernel']['sim']:+.1f}%)"
+         if kernel else "")
     print(f"{r['placement']:>22} {r['codec']:>16}: emulated {r['emulated_s']:.3f} s, simulated {r['simulated_s']:.3f} s "
-          f"({100 * r['error']:+.1f}%); over fp32 {r['speedup_over_fp32']['emulated_s']:.2f}x (sim {r['speedup_over_fp32']['simulated_s']:.2f}x); "
+          f"({100 * r['error']:+.1f}%){k}; over fp32 {r['speedup_over_fp32']['emulated_s']:.2f}x (sim {r['speedup_over_fp32']['simulated_s']:.2f}x); "
           f"placement gain {r['placement_gain']['emulated_s']:.2f}x (sim {r['placement_gain']['simulated_s']:.2f}x)")
-s = {"points": len(rows), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs), "within_10pct": sum(x <= 0.10 for x in errs)}
-print(f"simulated against emulated: {s['points']} points, median |error| {100 * s['median_abs_error']:.1f}%, "
-      f"max {100 * s['max_abs_error']:.1f}%, {s['within_10pct']} within 10%")
+def stats(errs):
+    return {"points": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
+            "within_10pct": sum(x <= 0.10 for x in errs)}
+s = {"sim_vs_user": stats([abs(r["error"]) for r in rows])}
+if kernel:
+    s["user_vs_kernel"] = stats([abs(r["error_vs_kernel"]["user"]) for r in rows])
+    s["sim_vs_kernel"] = stats([abs(r["error_vs_kernel"]["sim"]) for r in rows])
+for k, v in s.items():
+    print(f"{k}: {v['points']} points, median |error| {100 * v['median_abs_error']:.1f}%, max {100 * v['max_abs_error']:.1f}%, "
+          f"{v['within_10pct']} within 10%")
 json.dump({"summary": s, "rows": rows}, open(f"{out}/networks_consumer.json", "w"), indent=1)
 PY
