@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "emulator/command.h"
+#include "emulator/nodes.h"
 
 namespace {
 
@@ -562,6 +564,71 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
   EXPECT_NE(r.output.find("the report: " + out + "/report.html"), std::string::npos) << r.output;
   EXPECT_EQ(runCommand({"git", "-C", src, "status", "--porcelain"}).output, before.output) << "the main job changed the tree";
   fs::remove_all(fs::path(src) / out);
+  fs::remove_all(root);
+}
+
+}  // namespace
+
+// The network library (experiments/networks/*.json): every file loads, names its source, and the
+// transcriptions hold at the figures the issue and the sources name.
+namespace {
+
+TEST(NetworkLibraryTest, FilesLoadAndTranscribeTheirSources) {
+  const fs::path dir = fs::path(SLOWPIPE_SOURCE_DIR) / "experiments" / "networks";
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (f.path().extension() != ".json") continue;
+    ++files;
+    const auto net = slowpipe::emulator::NodeNetwork::fromJson(json(f.path().string()), f.path().filename().string());
+    EXPECT_FALSE(net.document().value("source", "").empty()) << f.path();
+    EXPECT_GE(net.size(), 8) << f.path();
+  }
+  EXPECT_GE(files, 8);
+  auto load = [&](const char* name) { return slowpipe::emulator::NodeNetwork::fromJson(json((dir / name).string()), name); };
+  const auto w8 = load("yuan2022_worldwide_8.json");
+  auto node = [](const slowpipe::emulator::NodeNetwork& n, const char* name) { return n.index(json(name), "test"); };
+  const auto ov = w8.path(node(w8, "Oregon"), node(w8, "Virginia")), sl = w8.path(node(w8, "London"), node(w8, "Seoul"));
+  EXPECT_DOUBLE_EQ(ov.latencyS, 0.067);
+  EXPECT_DOUBLE_EQ(ov.bandwidthBps, 790e6);
+  EXPECT_DOUBLE_EQ(sl.latencyS, 0.238);
+  EXPECT_DOUBLE_EQ(sl.bandwidthBps, 342e6);
+  const auto w64 = load("yuan2022_worldwide.json");
+  ASSERT_EQ(w64.size(), 64);
+  const auto city = w64.path(node(w64, "Tokyo-0"), node(w64, "Tokyo-7"));
+  EXPECT_DOUBLE_EQ(city.latencyS, 0.005);
+  EXPECT_DOUBLE_EQ(city.bandwidthBps, 2e9);
+  const auto gc = load("erben2024_gc_multicontinent.json");
+  const auto useu = gc.path(node(gc, "US-0"), node(gc, "EU-1"));
+  EXPECT_NEAR(useu.latencyS, 0.10310 / 2, 1e-9);
+  EXPECT_DOUBLE_EQ(useu.bandwidthBps, 210e6);
+  const auto home = load("consumer_500_110.json");
+  EXPECT_DOUBLE_EQ(home.node(0).upBps, 110e6);
+  EXPECT_DOUBLE_EQ(home.node(0).downBps, 500e6);
+}
+
+// A sweep axis may name network files: one point per file, each run on its network.
+TEST(NetworkLibraryTest, SweepAxisNamesNetworkFiles) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-netaxis-test-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  sweep.erase("pretrain");
+  const std::string a = (fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/networks/consumer_500_110.json").string();
+  const std::string b = (fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/networks/yuan2022_worldwide_8.json").string();
+  sweep["base"]["network"] = {{"model", "tcp"}};
+  sweep["axes"][0] = {{"path", "network.nodes"}, {"values", {a, b}}};
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const fs::path out = root / "out";
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+                                                 "analytic:A100", "--out", out.string(), "--quiet"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json summary = json::parse(std::ifstream(out / "summary.json"));
+  ASSERT_EQ(summary["rows"].size(), 4u);
+  std::set<std::string> networks;
+  for (const auto& row : summary["rows"]) {
+    const json run = json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    networks.insert(run["network"]["nodes"]["network"].get<std::string>());
+    EXPECT_EQ(run["spec"]["network"]["nodes"]["file"], row["axes"][0]) << row.dump();
+  }
+  EXPECT_EQ(networks, (std::set<std::string>{"consumer_500_110", "yuan2022_worldwide_8"}));
   fs::remove_all(root);
 }
 

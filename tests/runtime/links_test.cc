@@ -141,6 +141,32 @@ TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
   EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast)) << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
 }
 
+// network.nodes on tc: each stage in its node's namespace, joined by the node line. Stage 0's
+// node has an 8 Mbps uplink: every step's four 32 KiB activations take at least 4 x 33 ms there;
+// the losses equal the user backend's step by step; the line's counters show the uplink used;
+// nothing is left behind.
+TEST_F(TcRunTest, NodesRunThroughTheNodeLine) {
+  json s = baseSpec(3, "gpipe");
+  s["model"]["width"] = 64;
+  s["model"]["seq_len"] = 32;
+  s["pipeline"]["micro_batch_size"] = 4;
+  s["training"]["max_steps"] = 5;
+  s["network"] = {{"backend", "tc"}, {"nodes", json::parse(R"({"nodes": [
+      {"name": "slow", "up": "8Mbps", "down": "100Mbps"}, {"name": "mid", "up": "100Mbps", "down": "100Mbps"},
+      {"name": "end", "up": "100Mbps", "down": "100Mbps"}], "core": {"default": {"latency": "2ms"}}})")}};
+  s["pipeline"]["placement"] = {"slow", "mid", "end"};
+  const json k = launch(s, "nodes-tc");
+  ASSERT_EQ(k["status"], "ok") << k.value("reason", "");
+  EXPECT_EQ(k["network"]["nodes"]["rank_nodes"], json::parse(R"(["slow", "mid", "end"])"));
+  EXPECT_GT(k["network"]["node_line"]["uplinks"][0]["delivered"].get<uint64_t>(), 100u) << k["network"]["node_line"].dump();
+  for (size_t i = 1; i < k["steps"].size(); ++i) EXPECT_GT(k["steps"][i]["time_s"].get<double>(), 4 * 0.033) << "step " << i;
+  s["network"]["backend"] = "user";
+  const json u = launch(s, "nodes-user");
+  ASSERT_EQ(u["steps"].size(), k["steps"].size());
+  for (size_t i = 0; i < u["steps"].size(); ++i) EXPECT_EQ(u["steps"][i]["loss"], k["steps"][i]["loss"]) << "step " << i;
+  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
 // Interleaved model chunks make the pipeline a ring: on tc the fabric joins stage 2 back to stage
 // 0 with a veth pair of its own, shaped at the ring link's own rate (calibrated as every link);
 // the run's losses equal the user backend's step by step (timing never changes the arithmetic);
