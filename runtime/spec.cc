@@ -338,6 +338,9 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
   } catch (const std::invalid_argument& e) {
     fail(f.field("model"), e.what());
   }
+  if (s.network.model == "ns3" && !simulation)
+    fail(f.field("model"), "ns3 is the simulator's packet-level tier (slowpipe simulate, sweep --simulate); a run emulates "
+                           "with pipelined, serial_fifo or tcp");
   if (!model->kernelBackends && !simulation && s.network.backend != "user")
     fail(f.field("model"), s.network.model + " is a user-space (or simulated) link model; backend '" + s.network.backend +
                                "' shapes with the kernel");

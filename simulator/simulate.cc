@@ -1,6 +1,10 @@
 // The discrete-event replay (see simulate.h).
 #include "simulator/simulate.h"
 
+#include <functional>
+
+#include "simulator/packet_network.h"
+
 #include <algorithm>
 #include <limits>
 #include <chrono>
@@ -63,6 +67,7 @@ namespace {
 struct Message {
   double sentAt = 0, arrival = -1;  // arrival < 0: unstamped, the receiver's part of the link model bills it
   int64_t bytes = 0;
+  bool inFlight = false;  // network.model ns3: on its way through the packet network, arrival not yet known
 };
 
 // A message's key on its link (runtime/protocol.h: kind, step, micro-batch, boundary chunk; DP
@@ -158,8 +163,17 @@ class Replay : public runtime::Backend {
     evalEnds_.assign(steps_, 0.0);
     stepEnds_.assign(steps_, 0.0);
     for (int i = 0; i < N_; ++i) startList(i, planOf(i, 0), false);
-    if (sharedHost_) loopShared();
-    else loopDedicated();
+    if (spec_.network.model == "ns3") {
+      if (sharedHost_)
+        throw std::invalid_argument("network.model ns3: the profile describes workers sharing a host's cores; the ns-3 tier "
+                                    "replays workers with a device each (an analytic profile, or one without host_speed)");
+      packet_ = makeNs3Network(spec_, linkTable_);
+      loopPacket();
+    } else if (sharedHost_) {
+      loopShared();
+    } else {
+      loopDedicated();
+    }
     // The same result document as the launcher's (runtime/records.h ResultBuilder), on virtual time.
     runtime::ResultBuilder result(spec_, layout_, "ok");
     for (int k = 0; k < steps_; ++k) result.addStep(perRank_[k], stepEnds_[k]);
@@ -196,6 +210,8 @@ class Replay : public runtime::Backend {
       doc["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}, {"calendars", net.calendars()}};
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    if (opt_.recordMessages) doc["messages"] = messages_;
+    if (packet_) doc["network"]["packet_network"] = packet_->describe();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
                         {"loop", sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
                         {"timeline_ranks", N_ <= kTimelineRanks ? "all" : "replica 0 of every stage"}};
@@ -266,9 +282,71 @@ class Replay : public runtime::Backend {
       if (ranks_[i].mode != Mode::kDone) throw deadlock(i);
   }
 
+  // network.model ns3: the same replay as loopDedicated on the packet network's scheduler; a
+  // message's arrival is its delivery there (delivered), which wakes the rank waiting for it.
+  void loopPacket() {
+    std::deque<int> ready;
+    for (int i = 0; i < N_; ++i) ready.push_back(i);
+    wake_ = &ready;
+    drain_ = [this, &ready] {
+      while (!ready.empty()) {
+        const int i = ready.front();
+        ready.pop_front();
+        while (act(i)) {
+        }
+        schedule(i);
+      }
+    };
+    packet_->at(0, [this] {
+      now_ = 0;
+      drain_();
+    });
+    packet_->run();
+    drain_ = nullptr;
+    wake_ = nullptr;
+    for (int i = 0; i < N_; ++i)
+      if (ranks_[i].mode != Mode::kDone) throw deadlock(i);
+  }
+  void packetEvent(int i, uint64_t generation) {
+    RankState& st = ranks_[i];
+    if (generation != st.generation) return;  // superseded
+    now_ = packet_->now();
+    if (st.mode == Mode::kBusy) {
+      st.remaining = 0;
+      finishTask(i);
+    } else if (st.mode == Mode::kWaiting) {
+      finishWait(i);
+    }
+    wake_->push_back(i);
+    drain_();
+  }
+  void logMessage(const MailKey& k, const Message& m, double arrival) {
+    messages_.push_back({k.from, k.to, k.step, k.microBatch, k.chunk, k.round, static_cast<int>(k.message), m.bytes, m.sentAt, arrival});
+  }
+  void delivered(const MailKey& k, double t) {
+    now_ = t;
+    auto it = mail_.find(k);
+    it->second.inFlight = false;
+    it->second.arrival = t;
+    if (opt_.recordMessages) logMessage(k, it->second, t);
+    const auto w = waiting_.find(k);
+    if (w == waiting_.end()) return;  // nobody waits yet: the receiver finds it arrived
+    const int i = w->second;
+    waiting_.erase(w);
+    if (!collect(i)) throw std::logic_error("simulator: a delivered message was not found by its receiver");
+    finishWait(i);
+    wake_->push_back(i);
+    drain_();
+  }
+
   // Rank i's next event, if it has one: the end of its task, or its message's arrival.
   void schedule(int i) {
     RankState& st = ranks_[i];
+    if (packet_) {
+      if (st.mode == Mode::kBusy) packet_->at(now_ + st.remaining, [this, i, g = ++st.generation] { packetEvent(i, g); });
+      if (st.mode == Mode::kWaiting && st.arrival >= 0) packet_->at(st.arrival, [this, i, g = ++st.generation] { packetEvent(i, g); });
+      return;
+    }
     if (st.mode == Mode::kBusy) queue_.push({now_ + st.remaining, i, ++st.generation});
     if (st.mode == Mode::kWaiting && st.arrival >= 0) queue_.push({st.arrival, i, ++st.generation});
   }
@@ -422,6 +500,10 @@ class Replay : public runtime::Backend {
       if (wake_) waiting_[k] = i;  // woken when it is posted
       return false;
     }
+    if (it->second.inFlight) {  // posted, still in the packet network
+      waiting_[k] = i;
+      return false;
+    }
     Message m = it->second;
     mail_.erase(it);
     if (m.arrival < 0) {  // the sender's part left it to the receiving rank's (serial_fifo)
@@ -475,11 +557,19 @@ class Replay : public runtime::Backend {
   void post(int i) {
     RankState& st = ranks_[i];
     Message m{now_, -1, st.postBytes};
+    if (packet_) {  // the packet network delivers it; whoever waits for it wakes then (delivered)
+      m.inFlight = true;
+      mail_[st.postKey] = m;
+      packet_->send(i, execs_[i].context().peer, static_cast<uint64_t>(st.postBytes), [this, k = st.postKey](double t) { delivered(k, t); });
+      st.postAfter = false;
+      return;
+    }
     Link& l = link(i, execs_[i].context().peer);
     m.arrival = l.sender->stamp(l.clock, now_, static_cast<uint64_t>(st.postBytes));
     if (l.entry.access.active() && m.arrival >= 0)  // network.nodes: the path's access links, shared by the nodes' connections
       m.arrival = std::max(m.arrival, access_.send(l.entry.access, now_, static_cast<uint64_t>(st.postBytes)));
     mail_[st.postKey] = m;
+    if (opt_.recordMessages && m.arrival >= 0) logMessage(st.postKey, m, m.arrival);
     if (wake_) {
       const auto w = waiting_.find(st.postKey);
       if (w != waiting_.end()) {
@@ -655,6 +745,9 @@ class Replay : public runtime::Backend {
   std::map<int, std::vector<runtime::TimelineEvent>> lastEvents_;
   runtime::LinkTable linkTable_{spec_, {}};  // every link paced and billed in user (here: virtual) time
   emulator::AccessLinks access_{linkTable_.accessCalendars()};  // network.nodes' access links
+  std::unique_ptr<PacketNetwork> packet_;                       // network.model ns3
+  std::function<void()> drain_;                                 // loopPacket: act on every ready rank
+  json messages_ = json::array();                               // SimOptions::recordMessages
   std::unordered_map<uint64_t, Link> links_;                   // by (from rank, to rank)
   std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank (made at its first bill)
   std::unordered_map<MailKey, Message, MailKeyHash> mail_;

@@ -42,6 +42,9 @@ struct SimOptions {
   // run it (runtime/schedule.h evalSchedule); unknown, every step is epoch 0 and none evaluates.
   int64_t stepsPerEpoch = 0, runSteps = 0;
   std::vector<int> evalRows;
+  // The result's "messages": every message's [from rank, to rank, step, micro-batch, chunk, round,
+  // kind, bytes, sent_s, arrival_s] (a model's completion times, message by message).
+  bool recordMessages = false;
 };
 // The data plan of `spec` from its corpus (prepared if it is not yet): false, leaving opt as it
 // is, if the corpus cannot be read (`why` says why).

@@ -110,7 +110,10 @@ void addSimulateCommand(CLI::App& app) {
   auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), profile = std::make_shared<std::string>();
   auto steps = std::make_shared<int>(0);
   auto sets = std::make_shared<std::vector<std::string>>();
+  auto messages = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("simulate", "replay a run's schedules over its link model in virtual time");
+  cmd->add_flag("--messages", *messages, "record every message (from, to, step, micro-batch, chunk, round, kind, bytes, sent_s, "
+                                         "arrival_s) in result.json's \"messages\"");
   cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
   cmd->add_option("--set", *sets, "PATH=VALUE: set a spec field (repeatable), e.g. runtime.slowdown='[{\"rank\": 1, \"speed\": 0.5}]'");
   cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
@@ -134,6 +137,7 @@ void addSimulateCommand(CLI::App& app) {
                      codec.c_str(), place["encode_bytes_per_s"].get<double>() / 1e9, place["decode_bytes_per_s"].get<double>() / 1e9);
     simulator::SimOptions o;
     o.steps = *steps;
+    o.recordMessages = *messages;
     std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand
     if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "simulate: no data plan (%s): no epochs, no evaluation\n", why.c_str());
     const json doc = simulator::simulateRun(s, p, o);

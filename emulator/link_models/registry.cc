@@ -8,6 +8,7 @@ namespace slowpipe::emulator {
 std::unique_ptr<LinkModel> makePipelined();
 std::unique_ptr<LinkModel> makeSerialFifo();
 std::unique_ptr<LinkModel> makeTcp();
+std::unique_ptr<LinkModel> makeNs3();
 
 const std::vector<LinkModelInfo>& linkModels() {
   static const std::vector<LinkModelInfo> models = {
@@ -17,6 +18,8 @@ const std::vector<LinkModelInfo>& linkModels() {
        false, false, false},
       {"tcp", "every directed link one TCP connection, ACK-clocked: slow start, Reno / CUBIC / BBR, packet loss, the "
               "send buffer, restart after idle (Linux's defaults unless network.tcp says)", makeTcp, true, false, false, true},
+      {"ns3", "the simulator's packet-level tier: every message a TCP flow over ns-3 links built from network.nodes "
+              "(simulator only; -DSLOWPIPE_NS3=ON)", makeNs3, false, false, false, false, true},
   };
   return models;
 }
