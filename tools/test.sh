@@ -7,13 +7,16 @@ cd "$(dirname "$0")/.."
 sanitize=1
 [ "${1:-}" = "--no-sanitize" ] && sanitize=0
 
-tools/setup.sh --build-dir build
-# What only the tests need: Debian's chromium renders `slowpipe report`'s page headless.
-if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
-  [ "$(id -u)" -eq 0 ] || { echo "test.sh: the tests need chromium; run as root (or: sudo apt-get install chromium)" >&2; exit 1; }
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium > /dev/null
-fi
+# What only the tests need: Debian's chromium renders `slowpipe report`'s page headless;
+# libns3-dev builds the simulator's ns-3 tier (-DSLOWPIPE_NS3=ON), tested here.
+for pkg in chromium libns3-dev; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    [ "$(id -u)" -eq 0 ] || { echo "test.sh: the tests need $pkg; run as root (or: sudo apt-get install $pkg)" >&2; exit 1; }
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" > /dev/null
+  fi
+done
+tools/setup.sh --build-dir build --cmake-arg -DSLOWPIPE_NS3=ON
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 
 # The codec SDK as a user meets it: install, build the out-of-tree example plug-in against the

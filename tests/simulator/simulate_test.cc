@@ -1,6 +1,7 @@
 // The simulator against hand-computed timelines, both link models, exact message sizes, profiles.
 #include "simulator/simulate.h"
 #include "simulator/place.h"
+#include "simulator/packet_network.h"
 
 #include <gtest/gtest.h>
 
@@ -156,6 +157,56 @@ TEST(PlaceTest, LocalSearchFindsTheChain) {
     const int c = best[i].get<std::string>()[1] - '0';
     if (i > 0) EXPECT_EQ(std::abs(c - a), 1) << best.dump();
     a = c;
+  }
+}
+
+// The ns-3 tier (network.model ns3): a build without it refuses by name; with it, a run over two
+// nodes replays on ns-3's scheduler with each message a TCP flow, within 10% of the tcp model's
+// step time where one connection per direction has its links to itself, every message recorded;
+// latencies that no two-level star fits are refused naming the pair.
+TEST(SimulatorTest, Ns3TierAgreesWithTheTcpModelAlone) {
+  runtime::RunSpec spec = tinySpec(2, 4, "gpipe", "tcp");
+  spec.network.links = json::object();
+  spec.network.nodes = json::parse(R"({"nodes": [{"name": "a", "up": "8Mbps", "down": "50Mbps"}, {"name": "b", "up": "8Mbps", "down": "50Mbps"}],
+                                       "core": {"default": {"latency": "10ms"}}})");
+  SimOptions o(6);
+  o.recordMessages = true;
+  const json tcp = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  spec.network.model = "ns3";
+  if (!haveNs3()) {
+    try {
+      simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+      FAIL() << "network.model ns3 ran in a build without ns-3";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("-DSLOWPIPE_NS3=ON"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << "built without the ns-3 tier";
+  }
+  const json ns3 = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  ASSERT_EQ(ns3["steps"].size(), 6u);
+  for (size_t k = 1; k < 6; ++k)
+    EXPECT_NEAR(ns3["steps"][k]["time_s"].get<double>() / tcp["steps"][k]["time_s"].get<double>(), 1.0, 0.10) << "step " << k;
+  EXPECT_EQ(ns3["messages"].size(), tcp["messages"].size());
+  EXPECT_EQ(ns3["network"]["packet_network"]["packets_dropped"], 0);
+  EXPECT_EQ(ns3["network"]["packet_network"]["connections"], 2);
+  spec.network.nodes = json::parse(R"({"nodes": [{"name": "a", "up": "8Mbps"}, {"name": "b", "up": "8Mbps"}, {"name": "c", "up": "8Mbps"}],
+      "core": {"default": {"latency": "10ms"}, "pairs": [{"a": "b", "b": "c", "latency": "50ms"}]}})");
+  spec.pipeline.placement = json::parse(R"(["b", "c"])");
+  spec.pipeline.stages = 2;
+  try {
+    simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);  // b and c alone fit a star: 25 + 25
+  } catch (const std::exception& e) {
+    FAIL() << e.what();
+  }
+  runtime::RunSpec three = tinySpec(3, 4, "gpipe", "ns3");
+  three.network.links = json::object();
+  three.network.nodes = spec.network.nodes;
+  three.pipeline.placement = json::parse(R"(["a", "b", "c"])");
+  try {
+    simulateRun(three, flatProfile(3, 0.010, 0.020, 0.005), o);
+    FAIL() << "a network no star fits was replayed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit them"), std::string::npos) << e.what();
   }
 }
 
