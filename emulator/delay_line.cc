@@ -138,28 +138,21 @@ void DelayLine::setRate(bool aToB, double bps) {
 DelayLine::~DelayLine() { stop(); }
 
 void DelayLine::park() {
-  if (!thread_.joinable()) return;
-  std::unique_lock<std::mutex> lock(parkMutex_);
-  parkWanted_ = true;
-  const uint64_t one = 1;
-  (void)!write(wake_, &one, sizeof one);
-  parkCv_.wait(lock, [&] { return parked_ || stop_.load(); });
+  if (thread_.joinable()) gate_.park([this] { wakeUp(); }, stop_);
 }
 
-void DelayLine::unpark() {
-  {
-    std::lock_guard<std::mutex> lock(parkMutex_);
-    parkWanted_ = false;
-  }
-  parkCv_.notify_all();
+void DelayLine::unpark() { gate_.unpark(); }
+
+void DelayLine::wakeUp() {
+  const uint64_t one = 1;
+  (void)!write(wake_, &one, sizeof one);
 }
 
 void DelayLine::stop() {
   if (thread_.joinable()) {
     stop_ = true;
-    parkCv_.notify_all();
-    const uint64_t one = 1;
-    (void)!write(wake_, &one, sizeof one);
+    gate_.release();
+    wakeUp();
     thread_.join();
   }
   for (int* fd : {&fdA_, &fdB_, &wake_})
@@ -252,15 +245,7 @@ void DelayLine::forward() {
   Forwarder f{{{fdA_, fdB_, ab_.get(), &lateAB}, {fdB_, fdA_, ba_.get(), &lateBA}}};
   constexpr double kLongS = 200e-6;
   while (!stop_) {
-    {  // park() asks the thread to hold still (no lock held, nothing allocated) around a fork
-      std::unique_lock<std::mutex> lock(parkMutex_);
-      if (parkWanted_) {
-        parked_ = true;
-        parkCv_.notify_all();
-        parkCv_.wait(lock, [&] { return !parkWanted_ || stop_.load(); });
-        parked_ = false;
-      }
-    }
+    gate_.checkpoint(stop_);  // park(): held still (no lock held, nothing allocated) around a fork
     for (auto [pending, link] : {std::pair{&rateAB_, ab_.get()}, std::pair{&rateBA_, ba_.get()}})
       if (const double r = pending->exchange(-1); r >= 0) link->setRate(f.now(), r);
     f.readAll();

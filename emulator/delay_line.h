@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "emulator/netns.h"
+#include "emulator/park_gate.h"
 #include "emulator/packet_link.h"
 
 namespace slowpipe::emulator {
@@ -72,6 +73,7 @@ class DelayLine {
  private:
   void attach();   // the TUN devices, their addresses, the forwarding thread
   void forward();  // the forwarding thread's loop
+  void wakeUp();   // makes the loop come round (the eventfd)
 
   DelayLineOptions opt_;
   std::unique_ptr<NetnsFabric> fabric_;  // the namespaces, when this line made them
@@ -83,9 +85,7 @@ class DelayLine {
   PacketLinkStats statsAB_, statsBA_;
   std::vector<double> lateAB_, lateBA_;  // seconds each packet was written after its delivery time (first 10^6)
   std::atomic<bool> stop_{false};
-  std::mutex parkMutex_;
-  std::condition_variable parkCv_;
-  bool parkWanted_ = false, parked_ = false;  // under parkMutex_
+  ParkGate gate_;
   std::thread thread_;
 };
 

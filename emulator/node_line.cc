@@ -91,9 +91,8 @@ NodeLine::~NodeLine() { stop(); }
 void NodeLine::stop() {
   if (thread_.joinable()) {
     stop_ = true;
-    parkCv_.notify_all();
-    const uint64_t one = 1;
-    (void)!write(wake_, &one, sizeof one);
+    gate_.release();
+    wakeUp();
     thread_.join();
   }
   for (int& fd : tun_)
@@ -102,22 +101,16 @@ void NodeLine::stop() {
   if (fabric_) fabric_->destroy();
 }
 
-void NodeLine::park() {
-  if (!thread_.joinable()) return;
-  std::unique_lock<std::mutex> lock(parkMutex_);
-  parkWanted_ = true;
+void NodeLine::wakeUp() {
   const uint64_t one = 1;
   (void)!write(wake_, &one, sizeof one);
-  parkCv_.wait(lock, [&] { return parked_ || stop_.load(); });
 }
 
-void NodeLine::unpark() {
-  {
-    std::lock_guard<std::mutex> lock(parkMutex_);
-    parkWanted_ = false;
-  }
-  parkCv_.notify_all();
+void NodeLine::park() {
+  if (thread_.joinable()) gate_.park([this] { wakeUp(); }, stop_);
 }
+
+void NodeLine::unpark() { gate_.unpark(); }
 
 json NodeLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
@@ -160,65 +153,52 @@ int destinationOf(const uint8_t* p, ssize_t n, const std::string& anyAddress, in
 
 }  // namespace
 
-// Reads what each node's kernel sends into its uplink; moves every packet due at a link's end to
-// the next link (in the order of their due times) or, off a downlink, into the destination's
-// TUN device; sleeps on a timer until the next event. No spinning: the workers need the cores.
-void NodeLine::forward() {
-  prctl(PR_SET_TIMERSLACK, 1UL);
-  const int N = net_.size();
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
-  const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  std::vector<int> watch = tun_;
-  watch.push_back(wake_);
-  watch.push_back(timer);
-  for (int fd : watch) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-  }
-  const double start = hostClockNow();
-  auto now = [&] { return hostClockNow() - start; };
-  std::vector<PacketLink*> links;  // every link, with its last offer time
-  for (auto* v : {&up_, &core_, &down_})
-    for (auto& l : *v) links.push_back(l.get());
+// What the forwarding thread holds: the links in a row (uplinks, core pairs, downlinks), the
+// packets inside them, each link's last offer time, its clock.
+struct NodeLine::Forwarder {
+  NodeLine& line;
+  int N;
+  std::vector<PacketLink*> links;
   std::unordered_map<const PacketLink*, double> lastOffer;
   std::unordered_map<uint64_t, Held> held;
   uint64_t nextId = 0, foreign = 0;
-  double statsAt = -1;
-  {
-    std::lock_guard<std::mutex> lock(statsMutex_);
-    statsRaw_.assign(links.size(), PacketLinkStats{});
-  }
-  std::vector<uint8_t> buf(65536);
+  std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
   std::vector<double> due;
-  auto offer = [&](PacketLink* l, double t, uint64_t id, uint32_t bytes) {
+  double start = hostClockNow();
+
+  explicit Forwarder(NodeLine& l) : line(l), N(l.net_.size()) {
+    for (auto* v : {&l.up_, &l.core_, &l.down_})
+      for (auto& link : *v) links.push_back(link.get());
+  }
+  double now() const { return hostClockNow() - start; }
+  double next() const {
+    double t = std::numeric_limits<double>::infinity();
+    for (const PacketLink* l : links) t = std::min(t, l->nextEvent());
+    return t;
+  }
+  // A link's offer at t, never before what it was last offered.
+  bool offer(PacketLink* l, double t, uint64_t id, uint32_t bytes) {
     double& last = lastOffer[l];
     last = std::max(last, t);
     return l->offer(last, bytes, id);
-  };
-  while (!stop_) {
-    {
-      std::unique_lock<std::mutex> lock(parkMutex_);
-      if (parkWanted_) {
-        parked_ = true;
-        parkCv_.notify_all();
-        parkCv_.wait(lock, [&] { return !parkWanted_ || stop_.load(); });
-        parked_ = false;
-      }
-    }
+  }
+  // What each node's kernel sent, into its uplink.
+  void readAll() {
     for (int a = 0; a < N; ++a)
-      for (ssize_t n; (n = read(tun_[a], buf.data(), buf.size())) > 0;) {
-        const int b = destinationOf(buf.data(), n, addr_[0], N);
+      for (ssize_t n; (n = read(line.tun_[a], buf.data(), buf.size())) > 0;) {
+        const int b = destinationOf(buf.data(), n, line.addr_[0], N);
         if (b < 0 || b == a) {
           ++foreign;
           continue;
         }
         const uint64_t id = nextId++;
-        if (offer(up_[a].get(), now(), id, static_cast<uint32_t>(n)))
+        if (offer(line.up_[a].get(), now(), id, static_cast<uint32_t>(n)))
           held.emplace(id, Held{std::vector<uint8_t>(buf.begin(), buf.begin() + n), a, b, 0});
       }
-    // Hop by hop, in the order packets became due, until nothing more is due by now.
+  }
+  // Hop by hop, in the order packets became due, until nothing more is due by now: uplink ->
+  // core -> downlink -> the destination's TUN device.
+  void moveDue() {
     for (bool moved = true; moved;) {
       moved = false;
       std::vector<std::tuple<double, uint64_t>> ready;
@@ -235,25 +215,52 @@ void NodeLine::forward() {
         Held& h = it->second;
         const auto bytes = static_cast<uint32_t>(h.bytes.size());
         bool kept = true;
-        if (h.hop == 0) kept = offer(core_[h.a * N + h.b].get(), at, id, bytes);
-        else if (h.hop == 1) kept = offer(down_[h.b].get(), at, id, bytes);
-        else (void)!write(tun_[h.b], h.bytes.data(), h.bytes.size());
+        if (h.hop == 0) kept = offer(line.core_[h.a * N + h.b].get(), at, id, bytes);
+        else if (h.hop == 1) kept = offer(line.down_[h.b].get(), at, id, bytes);
+        else (void)!write(line.tun_[h.b], h.bytes.data(), h.bytes.size());
         if (h.hop == 2 || !kept) held.erase(it);
         else ++h.hop;
       }
     }
-    if (const double t = now(); t - statsAt >= 0.05) {  // a copy for stats(), 20 times a second
-      statsAt = t;
-      std::lock_guard<std::mutex> lock(statsMutex_);
-      for (size_t i = 0; i < links.size(); ++i) statsRaw_[i] = links[i]->stats();
-      foreign_ = foreign;
+  }
+  void copyStats() {
+    std::lock_guard<std::mutex> lock(line.statsMutex_);
+    line.statsRaw_.resize(links.size());
+    for (size_t i = 0; i < links.size(); ++i) line.statsRaw_[i] = links[i]->stats();
+    line.foreign_ = foreign;
+  }
+};
+
+// Reads, moves what is due, sleeps on a timer until the next event (or a packet, or a wake-up).
+// No spinning: the workers need the cores.
+void NodeLine::forward() {
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  std::vector<int> watch = tun_;
+  watch.push_back(wake_);
+  watch.push_back(timer);
+  for (int fd : watch) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  }
+  Forwarder f(*this);
+  double statsAt = -1;
+  while (!stop_) {
+    gate_.checkpoint(stop_);
+    f.readAll();
+    f.moveDue();
+    if (f.now() - statsAt >= 0.05) {  // a copy for stats(), 20 times a second
+      statsAt = f.now();
+      f.copyStats();
     }
-    double next = std::numeric_limits<double>::infinity();
-    for (const PacketLink* l : links) next = std::min(next, l->nextEvent());
-    if (next - now() <= 0) continue;
+    const double next = f.next();
+    if (next - f.now() <= 0) continue;
     itimerspec its{};
     if (std::isfinite(next)) {
-      const double at = start + next + 1e-9;
+      const double at = f.start + next + 1e-9;
       its.it_value.tv_sec = static_cast<time_t>(at);
       its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
     }
@@ -268,9 +275,7 @@ void NodeLine::forward() {
   }
   close(timer);
   close(ep);
-  std::lock_guard<std::mutex> lock(statsMutex_);
-  for (size_t i = 0; i < links.size(); ++i) statsRaw_[i] = links[i]->stats();
-  foreign_ = foreign;
+  f.copyStats();
 }
 
 }  // namespace slowpipe::emulator

@@ -25,6 +25,7 @@
 #include "emulator/netns.h"
 #include "emulator/nodes.h"
 #include "emulator/packet_link.h"
+#include "emulator/park_gate.h"
 
 namespace slowpipe::emulator {
 
@@ -49,7 +50,9 @@ class NodeLine {
   void unpark();
 
  private:
+  struct Forwarder;
   void forward();
+  void wakeUp();
 
   const NodeNetwork net_;
   int mtu_;
@@ -62,9 +65,7 @@ class NodeLine {
   std::vector<PacketLinkStats> statsRaw_;  // the forwarder's copy: uplinks, core pairs, downlinks
   uint64_t foreign_ = 0;                   // packets not addressed to another node
   std::atomic<bool> stop_{false};
-  std::mutex parkMutex_;
-  std::condition_variable parkCv_;
-  bool parkWanted_ = false, parked_ = false;
+  ParkGate gate_;
   std::thread thread_;
 };
 
