@@ -180,6 +180,7 @@ SweepSpec sweepOfFolder(const std::string& dir) {
   const bool simulated = j.value("simulated", false);
   j.erase("simulated");  // what simulateSweep adds to the record of a sweep
   j.erase("profile");
+  j.erase("sim_steps");
   if (!j.contains("axes"))
     throw std::invalid_argument("'" + file.string() + "' records no axes: written by a slowpipe before simulated sweeps recorded "
                                 "them; rerun the sweep to summarize it");
