@@ -2,10 +2,11 @@
 // the network's own scheduler and every message travels as bytes on a TCP connection per directed
 // rank pair, so its arrival is known only when its last byte is delivered. The ns-3 tier
 // (simulator/ns3_network.cc, built with -DSLOWPIPE_NS3=ON) implements it over the run's
-// network.nodes: each node joined to one core router by a point-to-point link whose node-side
-// device sends at the node's uplink rate and router-side device at its downlink rate, the core
-// pair's latency split between the two access links (a star: the pair latencies must be sums of
-// per-node delays), drop-tail device queues of 1000 packets as the node line's, no queue discs;
+// network.nodes as two stars: each node joined to its region's router by a point-to-point link
+// whose node-side device sends at the node's uplink rate and router-side device at its downlink
+// rate, each region router joined to one core router, the pair latencies split into per-node and
+// per-region delays (latencies no such split fits are refused), drop-tail device queues of 1000
+// packets as the node line's, no queue discs;
 // ns-3's TCP (its CUBIC, Linux Reno or BBR as network.tcp says, 1448-byte segments, initial window
 // 10, delayed ACKs every 2 segments or 40 ms, minimum RTO 200 ms, send buffer network.tcp.wmem_max or 4 MiB).
 // Connections between pipeline neighbours are opened before time 0, as ZeroMQ's are before a
