@@ -32,8 +32,9 @@ struct Calendar {
   double e[kSlots];
 };
 
-// The earliest start >= from at which `d` seconds are free; books them.
-double book(Calendar& c, double from, double d) {
+// The earliest start >= from at which `d` seconds are free; books them. `now`: the booking's send
+// time (what ended before it is over for every later booking).
+double book(Calendar& c, double from, double d, double now) {
   if (d <= 0) return from;
   double s = from;
   uint32_t i = 0;
@@ -52,11 +53,19 @@ double book(Calendar& c, double from, double d) {
     }
     return s;
   }
-  if (c.n == kSlots) {  // forget the oldest interval
-    std::memmove(c.s, c.s + 1, (c.n - 1) * sizeof(double));
-    std::memmove(c.e, c.e + 1, (c.n - 1) * sizeof(double));
+  if (c.n == kSlots) {  // full: forget the oldest interval if it is over, else close the smallest gap
+    uint32_t k = 0;
+    if (c.e[0] > now) {  // (never the gap the new interval goes into: the one before i)
+      k = i == 1 ? 1 : 0;
+      for (uint32_t j = 0; j + 1 < c.n; ++j)
+        if (j + 1 != i && c.s[j + 1] - c.e[j] < c.s[k + 1] - c.e[k]) k = j;
+      c.e[k] = c.e[k + 1];  // intervals k and k + 1 become one (the gap counts as busy)
+      ++k;
+    }
+    std::memmove(c.s + k, c.s + k + 1, (c.n - k - 1) * sizeof(double));
+    std::memmove(c.e + k, c.e + k + 1, (c.n - k - 1) * sizeof(double));
     --c.n;
-    if (i > 0) --i;
+    if (i > k) --i;
   }
   std::memmove(c.s + i + 1, c.s + i, (c.n - i) * sizeof(double));
   std::memmove(c.e + i + 1, c.e + i, (c.n - i) * sizeof(double));
@@ -358,16 +367,16 @@ double AccessLinks::send(const AccessPath& p, double t, uint64_t bytes) {
   if (const int rc = pthread_mutex_lock(&region_->mu); rc == EOWNERDEAD) pthread_mutex_consistent(&region_->mu);
   Calendar* cal = region_->cal();
   const double d1 = p.upSlot >= 0 ? bits / p.upBps : 0;
-  const double s1 = p.upSlot >= 0 ? book(cal[p.upSlot], t, d1) : t;
+  const double s1 = p.upSlot >= 0 ? book(cal[p.upSlot], t, d1, t) : t;
   const double f1 = s1 + d1;
   double s2 = s1, f2 = f1;
   if (p.coreSlot >= 0) {
     const double d2 = bits / p.coreBps;
-    s2 = book(cal[p.coreSlot], s1, d2);
+    s2 = book(cal[p.coreSlot], s1, d2, t);
     f2 = std::max(f1, s2 + d2);
   }
   const double d3 = p.downSlot >= 0 ? bits / p.downBps : 0;
-  const double s3 = p.downSlot >= 0 ? book(cal[p.downSlot], s2 + p.latencyS, d3) : s2 + p.latencyS;
+  const double s3 = p.downSlot >= 0 ? book(cal[p.downSlot], s2 + p.latencyS, d3, t) : s2 + p.latencyS;
   const double f3 = std::max(f2 + p.latencyS, s3 + d3);
   pthread_mutex_unlock(&region_->mu);
   return f3;

@@ -123,6 +123,30 @@ TEST(NodesTest, DownlinkServesInArrivalOrder) {
   EXPECT_NEAR(links.send(net.access(0, 2), 0.0, 10000), 0.070, 1e-12);
 }
 
+// A calendar that fills (more future bookings than it keeps) closes its smallest gaps rather
+// than forgetting a booking: no later booking overlaps an earlier one. At t = 0, 60 senders 2k ms
+// away each send 1 ms of the sink's 8 Mbps downlink (60 intervals with 1 ms gaps), then a sender
+// 0 ms away sends 60 more: each lands in a gap or after the last, never on top of another.
+TEST(NodesTest, AFullCalendarNeverDoubleBooks) {
+  json pairs = json::array();
+  for (int k = 0; k < 60; ++k)
+    pairs.push_back({{"a", "src-" + std::to_string(k)}, {"b", "sink"}, {"latency", std::to_string(2 * k) + "ms"}, {"directed", true}});
+  const NodeNetwork net = NodeNetwork::fromJson({{"nodes", json::parse(R"([{"name": "src", "count": 60, "up": "100Gbps"},
+      {"name": "near", "up": "100Gbps"}, {"name": "sink", "down": "8Mbps"}])")}, {"core", {{"default", {{"latency", "0ms"}}}, {"pairs", pairs}}}}, "n");
+  AccessLinks links(net.calendars());
+  const int near = net.index("near", "n"), sink = net.index("sink", "n");
+  std::vector<std::pair<double, double>> busy;
+  for (int k = 0; k < 60; ++k) {
+    const double end = links.send(net.access(k, sink), 0.0, 1000);  // 1 ms at 8 Mbps
+    busy.emplace_back(end - 0.001, end);
+  }
+  for (int k = 0; k < 60; ++k) {
+    const double end = links.send(net.access(near, sink), 0.0, 1000), start = end - 0.001;
+    for (const auto& [s, e] : busy) EXPECT_FALSE(start < e - 1e-9 && s < end - 1e-9) << "[" << start << ", " << end << ") on [" << s << ", " << e << ")";
+    busy.emplace_back(start, end);
+  }
+}
+
 // Across processes: a child books through the shared descriptor, the parent sees its booking.
 TEST(NodesTest, SharedAccessLinksSpanProcesses) {
   const NodeNetwork net = NodeNetwork::fromJson(consumer(), "network.nodes");
