@@ -43,9 +43,15 @@ PacketLinkSpec accessLink(double goodputBps, int mtu, uint64_t seed) {
 
 }  // namespace
 
-NodeLine::NodeLine(const NodeNetwork& net, int mtu) : net_(net), mtu_(mtu > 0 ? mtu : 1500) {
-  const int N = net_.size(), k = gNodeLineSeq.fetch_add(1) % 250;
-  if (N > 250) throw std::invalid_argument("network.nodes: the node line addresses at most 250 nodes, the network has " + std::to_string(N));
+NodeLine::NodeLine(const NodeNetwork& net, std::vector<int> used, int mtu) : net_(net), mtu_(mtu > 0 ? mtu : 1500) {
+  if (used.empty())
+    for (int n = 0; n < net_.size(); ++n) used.push_back(n);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  nodes_ = used;
+  for (size_t i = 0; i < nodes_.size(); ++i) slotOf_[nodes_[i]] = static_cast<int>(i);
+  const int N = static_cast<int>(nodes_.size()), k = gNodeLineSeq.fetch_add(1) % 250;
+  if (N > 250) throw std::invalid_argument("network.nodes: the node line joins at most 250 nodes, the run uses " + std::to_string(N));
   fabric_ = std::make_unique<NetnsFabric>(N, std::vector<FabricEdge>{}, mtu_);  // namespaces only
   try {
     const std::string base = "sp" + std::to_string(getpid() % 10000000) + "n" + std::to_string(k) + "-";
@@ -64,14 +70,14 @@ NodeLine::NodeLine(const NodeNetwork& net, int mtu) : net_(net), mtu_(mtu > 0 ? 
     stop();
     throw;
   }
-  for (int n = 0; n < N; ++n) {
+  for (const int n : nodes_) {  // seeded by node, whichever nodes the run uses
     up_.push_back(std::make_unique<PacketLink>(accessLink(net_.node(n).upBps, mtu_, 3000 + n)));
     down_.push_back(std::make_unique<PacketLink>(accessLink(net_.node(n).downBps, mtu_, 4000 + n)));
   }
-  for (int a = 0; a < N; ++a)
-    for (int b = 0; b < N; ++b) {
+  for (const int a : nodes_)
+    for (const int b : nodes_) {
       const AccessPath path = net_.access(a, b);
-      PacketLinkSpec p = accessLink(path.coreSlot >= 0 ? path.coreBps : 0, mtu_, 5000 + a * N + b);
+      PacketLinkSpec p = accessLink(path.coreSlot >= 0 ? path.coreBps : 0, mtu_, 5000 + a * net_.size() + b);
       if (a != b) {
         const LinkSpec core = net_.path(a, b);
         p.delayS = core.latencyS;
@@ -114,23 +120,25 @@ void NodeLine::unpark() { gate_.unpark(); }
 
 json NodeLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
-  const int N = net_.size();
-  json s = {{"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
+  const int N = static_cast<int>(nodes_.size());
+  json s = {{"nodes", json::array()}, {"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
   if (statsRaw_.size() != static_cast<size_t>(2 * N + N * N)) return s;
   // links: the uplinks, the core pairs, the downlinks (forward()'s order)
   for (int n = 0; n < N; ++n) {
+    s["nodes"].push_back(net_.node(nodes_[n]).name);
     s["uplinks"].push_back(linkStats(statsRaw_[n]));
     s["downlinks"].push_back(linkStats(statsRaw_[N + N * N + n]));
   }
   for (int i = 0; i < N * N; ++i)
-    if (statsRaw_[N + i].offered > 0) s["core"].push_back({{"a", i / N}, {"b", i % N}, {"stats", linkStats(statsRaw_[N + i])}});
+    if (statsRaw_[N + i].offered > 0)
+      s["core"].push_back({{"a", net_.node(nodes_[i / N]).name}, {"b", net_.node(nodes_[i % N]).name}, {"stats", linkStats(statsRaw_[N + i])}});
   return s;
 }
 
 json NodeLine::describe() const {
   return {{"mechanism", "node line: a namespace and TUN device per node, one forwarding thread: uplink -> core -> downlink "
                         "packet links (no netem)"},
-          {"nodes", net_.size()}, {"mtu", mtu_}, {"addresses", addr_}};
+          {"nodes", nodes_.size()}, {"mtu", mtu_}, {"addresses", addr_}};
 }
 
 namespace {
@@ -166,7 +174,7 @@ struct NodeLine::Forwarder {
   std::vector<double> due;
   double start = hostClockNow();
 
-  explicit Forwarder(NodeLine& l) : line(l), N(l.net_.size()) {
+  explicit Forwarder(NodeLine& l) : line(l), N(static_cast<int>(l.nodes_.size())) {
     for (auto* v : {&l.up_, &l.core_, &l.down_})
       for (auto& link : *v) links.push_back(link.get());
   }

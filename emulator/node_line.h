@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -31,17 +32,20 @@ namespace slowpipe::emulator {
 
 class NodeLine {
  public:
-  // Namespaces for every node of `net` (mtu: the TUN devices', 1500 unless `mtu` > 0) and the
-  // forwarding thread. Throws (after removing what it made) if not root or without TUN.
-  NodeLine(const NodeNetwork& net, int mtu = 0);
+  // Namespaces for the nodes of `net` the run uses (`used`; empty: all of them; mtu: the TUN
+  // devices', 1500 unless `mtu` > 0) and the forwarding thread. Throws (after removing what it
+  // made) if not root or without TUN.
+  explicit NodeLine(const NodeNetwork& net, std::vector<int> used = {}, int mtu = 0);
   ~NodeLine();
   NodeLine(const NodeLine&) = delete;
   NodeLine& operator=(const NodeLine&) = delete;
 
-  int size() const { return static_cast<int>(ns_.size()); }
-  const std::string& nsName(int node) const { return fabric_->nsName(node); }
-  const std::string& address(int node) const { return addr_.at(node); }
-  // Per link (uplinks, downlinks, rated or lossy core pairs): offered, delivered, lost, dropped.
+  // The nodes it joins (indices into the network), each with its namespace and address.
+  const std::vector<int>& nodes() const { return nodes_; }
+  const std::string& nsName(int node) const { return fabric_->nsName(slotOf_.at(node)); }
+  const std::string& address(int node) const { return addr_.at(slotOf_.at(node)); }
+  // Per node it joins ("nodes"), its uplink and downlink, and every core pair that carried
+  // packets: offered, delivered, lost, dropped.
   nlohmann::json stats() const;
   nlohmann::json describe() const;
   void stop();
@@ -55,6 +59,8 @@ class NodeLine {
   void wakeUp();
 
   const NodeNetwork net_;
+  std::vector<int> nodes_;       // slot -> node index
+  std::map<int, int> slotOf_;    // node index -> slot
   int mtu_;
   std::unique_ptr<NetnsFabric> fabric_;
   std::vector<std::string> ns_, addr_;

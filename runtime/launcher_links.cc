@@ -26,14 +26,14 @@ int Launcher::edgeBetween(int a, int b) const {
 // downlink as packet links; emulator/node_line.h); each rank runs in its node's namespace.
 void Launcher::setupNodeLine() {
   const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
-  nodeLine_ = std::make_unique<emulator::NodeLine>(net);
+  nodeLine_ = std::make_unique<emulator::NodeLine>(net, links().rankNodes());  // the nodes the ranks sit on
   json mech = nodeLine_->describe();
   mech["rate"] = "node line: uplinks, downlinks and rated core pairs (goodput-compensated, mtu 1500, drop-tail 1000 packets)";
   mech["delay"] = mech["jitter"] = mech["loss"] = "node line (the core pair's)";
   result_["network"] = {{"backend", "tc"}, {"mechanism", mech}};
   const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
   result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
-  for (int n = 0; n < nodeLine_->size(); ++n)
+  for (const int n : nodeLine_->nodes())
     result_["network"]["tcp"]["applied"].push_back(emulator::applyTcpSettings(nodeLine_->nsName(n), tcp));
 }
 

@@ -141,7 +141,8 @@ TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
   EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast)) << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
 }
 
-// network.nodes on tc: each stage in its node's namespace, joined by the node line. Stage 0's
+// network.nodes on tc: each stage in its node's namespace, joined by the node line (the nodes no
+// rank uses get none). Stage 0's
 // node has an 8 Mbps uplink: every step's four 32 KiB activations take at least 4 x 33 ms there;
 // the losses equal the user backend's step by step; the line's counters show the uplink used;
 // nothing is left behind.
@@ -153,11 +154,12 @@ TEST_F(TcRunTest, NodesRunThroughTheNodeLine) {
   s["training"]["max_steps"] = 5;
   s["network"] = {{"backend", "tc"}, {"nodes", json::parse(R"({"nodes": [
       {"name": "slow", "up": "8Mbps", "down": "100Mbps"}, {"name": "mid", "up": "100Mbps", "down": "100Mbps"},
-      {"name": "end", "up": "100Mbps", "down": "100Mbps"}], "core": {"default": {"latency": "2ms"}}})")}};
+      {"name": "end", "up": "100Mbps", "down": "100Mbps"}, {"name": "idle", "up": "1Mbps"}], "core": {"default": {"latency": "2ms"}}})")}};
   s["pipeline"]["placement"] = {"slow", "mid", "end"};
   const json k = launch(s, "nodes-tc");
   ASSERT_EQ(k["status"], "ok") << k.value("reason", "");
   EXPECT_EQ(k["network"]["nodes"]["rank_nodes"], json::parse(R"(["slow", "mid", "end"])"));
+  EXPECT_EQ(k["network"]["node_line"]["nodes"], json::parse(R"(["slow", "mid", "end"])"));  // no namespace for an idle node
   EXPECT_GT(k["network"]["node_line"]["uplinks"][0]["delivered"].get<uint64_t>(), 100u) << k["network"]["node_line"].dump();
   for (size_t i = 1; i < k["steps"].size(); ++i) EXPECT_GT(k["steps"][i]["time_s"].get<double>(), 4 * 0.033) << "step " << i;
   s["network"]["backend"] = "user";
