@@ -23,7 +23,7 @@ using nlohmann::json;
 namespace {
 
 constexpr uint64_t kMagic = 0x73706163636573ull;  // "spacces"
-constexpr int kSlots = 48;                         // busy intervals a calendar keeps (the oldest go first)
+constexpr int kSlots = 48;  // busy intervals a calendar keeps (when full: the oldest if over, else the smallest gap closed)
 
 // Busy intervals [s, e) of one access link, sorted and disjoint.
 struct Calendar {
@@ -115,6 +115,8 @@ std::vector<NodeSpec> nodesFromJson(const json& list, const std::string& where) 
         throw std::invalid_argument(w + "." + k + ": unknown field; expected name, region, up, down, count, notes");
     NodeSpec s;
     s.name = n["name"].get<std::string>();
+    if (n.contains("region") && (!n["region"].is_string() || n["region"].get<std::string>().empty()))
+      throw std::invalid_argument(w + ".region: " + n["region"].dump() + "; expected a region's name");
     s.region = n.contains("region") ? n["region"].get<std::string>() : s.name;
     s.upBps = rateOf(n, "up", w);
     s.downBps = rateOf(n, "down", w);
@@ -355,8 +357,6 @@ AccessLinks::~AccessLinks() {
   if (mapped_) munmap(region_, bytes_);
   else std::free(region_);
 }
-
-int AccessLinks::calendars() const { return region_->calendars; }
 
 double AccessLinks::send(const AccessPath& p, double t, uint64_t bytes) {
   if (!p.active()) return t;

@@ -93,7 +93,6 @@ class AccessLinks {
   ~AccessLinks();
   // Books a message of `bytes` sent at `t` over `p`; returns its arrival (see the rule above).
   double send(const AccessPath& p, double t, uint64_t bytes);
-  int calendars() const;
 
  private:
   AccessLinks() = default;

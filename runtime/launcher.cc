@@ -128,20 +128,11 @@ int Launcher::run() {
 // to clean up after a crash), and which node each rank sits on, for the record.
 void Launcher::shareAccessLinks() {
   if (spec_.network.nodes.is_null()) return;
-  if (spec_.network.backend != "user") {  // tc: the node line carries the access links
-    json ranks = json::array();
-    const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
-    for (const int n : links().rankNodes()) ranks.push_back(net.node(n).name);
-    result_["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}};
-    return;
-  }
+  result_["network"]["nodes"] = links().nodesRecord();
+  if (spec_.network.backend != "user") return;  // tc: the node line carries the access links
   if (opt_.external.enabled)
     throw std::invalid_argument("network.nodes: access links are shared through memory the local launcher hands its workers; "
                                 "workers an external launcher (mpirun, srun) starts cannot share them");
-  const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
-  json ranks = json::array();
-  for (const int n : links().rankNodes()) ranks.push_back(net.node(n).name);
-  result_["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}, {"calendars", net.calendars()}};
   // Every link comes from the nodes: the paths the ranks use, each with the access links it books.
   json paths = json::array();
   for (int r = 0; r < N_; ++r)

@@ -25,8 +25,7 @@ int Launcher::edgeBetween(int a, int b) const {
 // network.nodes on the kernel path: a namespace per node joined by the node line (uplink, core,
 // downlink as packet links; emulator/node_line.h); each rank runs in its node's namespace.
 void Launcher::setupNodeLine() {
-  const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
-  nodeLine_ = std::make_unique<emulator::NodeLine>(net, links().rankNodes());  // the nodes the ranks sit on
+  nodeLine_ = std::make_unique<emulator::NodeLine>(*links().nodeNetwork(), links().rankNodes());  // the nodes the ranks sit on
   json mech = nodeLine_->describe();
   mech["rate"] = "node line: uplinks, downlinks and rated core pairs (goodput-compensated, mtu 1500, drop-tail 1000 packets)";
   mech["delay"] = mech["jitter"] = mech["loss"] = "node line (the core pair's)";

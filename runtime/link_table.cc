@@ -78,6 +78,13 @@ LinkEntry LinkTable::at(int src, int dst) const {
   return e;
 }
 
+json LinkTable::nodesRecord() const {
+  if (!nodes_) return nullptr;
+  json ranks = json::array();
+  for (const int n : rankNode_) ranks.push_back(nodes_->node(n).name);
+  return {{"network", nodes_->name}, {"rank_nodes", ranks}, {"calendars", nodes_->calendars()}};
+}
+
 std::vector<LinkEntry> LinkTable::ofRank(int rank) const {
   const RankId me = layout_.id(rank);
   std::set<int> peers;  // with two stages in a ring both sides lead to one peer

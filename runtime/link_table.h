@@ -60,7 +60,11 @@ class LinkTable {
   nlohmann::json ofRankJson(int rank) const;
   // Calendars the run's access links need (0 without network.nodes).
   int accessCalendars() const { return nodes_ ? nodes_->calendars() : 0; }
+  // network.nodes (null without it) and each rank's node.
+  const emulator::NodeNetwork* nodeNetwork() const { return nodes_.get(); }
   const std::vector<int>& rankNodes() const { return rankNode_; }
+  // For result.json's network.nodes: {"network", "rank_nodes" (names), "calendars"}; null without nodes.
+  nlohmann::json nodesRecord() const;
 
  private:
   RankLayout layout_;

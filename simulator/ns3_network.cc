@@ -83,8 +83,8 @@ Hierarchy hierarchy(const emulator::NodeNetwork& net, const std::vector<int>& us
 class Ns3Network : public PacketNetwork {
  public:
   Ns3Network(const runtime::RunSpec& spec, const runtime::LinkTable& links)
-      : net_(emulator::NodeNetwork::fromJson(spec.network.nodes, "network.nodes")), rankNode_(links.rankNodes()) {
-    if (spec.network.nodes.is_null()) throw std::invalid_argument("network.model ns3: the ns-3 tier needs network.nodes");
+      : net_(links.nodeNetwork() ? *links.nodeNetwork() : throw std::invalid_argument("network.model ns3: the ns-3 tier needs network.nodes")),
+        rankNode_(links.rankNodes()) {
     std::set<int> usedSet(rankNode_.begin(), rankNode_.end());
     const std::vector<int> used(usedSet.begin(), usedSet.end());
     for (const int a : used)
@@ -253,7 +253,8 @@ class Ns3Network : public PacketNetwork {
     listen->Listen();
     listen->SetAcceptCallback(ns3::MakeNullCallback<bool, ns3::Ptr<ns3::Socket>, const ns3::Address&>(),
                               ns3::MakeCallback(&Ns3Network::accepted, this));
-    listening_[listen] = conn;
+    listeners_.push_back(listen);  // kept alive until the run ends
+    listening_[{listen->GetNode()->GetId(), port}] = conn;
     conn->tx = ns3::Socket::CreateSocket(node_.at(rankNode_[src]), ns3::TcpSocketFactory::GetTypeId());
     conn->tx->Bind();
     senders_[conn->tx] = conn;
@@ -266,20 +267,13 @@ class Ns3Network : public PacketNetwork {
   void dropped(ns3::Ptr<const ns3::Packet>) { ++drops_; }
 
   void accepted(ns3::Ptr<ns3::Socket> s, const ns3::Address&) {
-    // The listening socket this connection came in on is the one whose port it holds: match by node and port.
+    // Every connection has a listening port of its own on its receiver's node: the one it came in on.
     ns3::Address local;
     s->GetSockName(local);
-    const uint16_t port = ns3::InetSocketAddress::ConvertFrom(local).GetPort();
-    for (auto& [l, conn] : listening_) {
-      ns3::Address la;
-      l->GetSockName(la);
-      if (l->GetNode() == s->GetNode() && ns3::InetSocketAddress::ConvertFrom(la).GetPort() == port && !conn->rx) {
-        conn->rx = s;
-        receivers_[s] = conn;
-        s->SetRecvCallback(ns3::MakeCallback(&Ns3Network::readable, this));
-        return;
-      }
-    }
+    Conn* conn = listening_.at({s->GetNode()->GetId(), ns3::InetSocketAddress::ConvertFrom(local).GetPort()});
+    conn->rx = s;
+    receivers_[s] = conn;
+    s->SetRecvCallback(ns3::MakeCallback(&Ns3Network::readable, this));
   }
   void connected(ns3::Ptr<ns3::Socket> s) {
     Conn* c = senders_.at(s);
@@ -321,7 +315,9 @@ class Ns3Network : public PacketNetwork {
   std::map<int, ns3::Ipv4Address> address_;
   std::map<int, int> nextPort_;
   std::map<std::pair<int, int>, std::unique_ptr<Conn>> conns_;
-  std::map<ns3::Ptr<ns3::Socket>, Conn*> senders_, receivers_, listening_;
+  std::map<ns3::Ptr<ns3::Socket>, Conn*> senders_, receivers_;
+  std::map<std::pair<uint32_t, uint16_t>, Conn*> listening_;  // (receiver's node id, port)
+  std::vector<ns3::Ptr<ns3::Socket>> listeners_;
   std::map<std::pair<int, int>, double> localFree_;
   json devices_ = json::array(), regions_ = json::array(), tcp_;
   int64_t messages_ = 0, drops_ = 0;

@@ -15,9 +15,7 @@ namespace slowpipe::simulator {
 
 using nlohmann::json;
 
-json placementJson(const runtime::RunSpec& spec, const std::vector<int>& rankNode) {
-  const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec.network.nodes, "network.nodes");
-  const runtime::RankLayout layout = runtime::rankLayout(spec);
+json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwork& net, const std::vector<int>& rankNode) {
   json out = json::array();
   for (int s = 0; s < layout.stages; ++s) {
     if (layout.replicas == 1) {
@@ -58,7 +56,7 @@ class Search {
 
   double stepTime(const std::vector<int>& p, const SimOptions& o) const {
     runtime::RunSpec s = spec_;
-    s.pipeline.placement = placementJson(spec_, p);
+    s.pipeline.placement = placementJson(runtime::rankLayout(spec_), net_, p);
     return simulateRun(s, profile_, o)["summary"]["mean_step_time_s"].get<double>();
   }
 
@@ -198,11 +196,11 @@ json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, cons
     replayed.emplace_back(search.stepTime(ranked[i].second, replay), ranked[i].second);
   std::stable_sort(replayed.begin(), replayed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [t, p] : replayed)
-    best.push_back({{"placement", placementJson(spec, p)}, {"rank_nodes", p}, {"step_s", t}});
+    best.push_back({{"placement", placementJson(runtime::rankLayout(spec), search.net(), p)}, {"rank_nodes", p}, {"step_s", t}});
   const double naiveT = search.stepTime(naive, replay);
   return {{"method", method}, {"space", space < 0 ? json() : json(space)}, {"evaluated", search.evaluated()},
           {"search_steps", opt.searchSteps}, {"network", search.net().name},
-          {"naive", {{"placement", placementJson(spec, naive)}, {"rank_nodes", naive}, {"step_s", naiveT}}},
+          {"naive", {{"placement", placementJson(runtime::rankLayout(spec), search.net(), naive)}, {"rank_nodes", naive}, {"step_s", naiveT}}},
           {"best", best}, {"gain_over_naive", best.empty() ? json() : json(naiveT / best[0]["step_s"].get<double>())}};
 }
 

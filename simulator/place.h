@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "emulator/nodes.h"
+#include "runtime/ranks.h"
 #include "runtime/spec.h"
 #include "simulator/profile.h"
 #include "simulator/simulate.h"
@@ -30,8 +32,8 @@ struct PlaceOptions {
   int perNode = 1;                  // ranks a node may host
 };
 
-// The placement of each rank (node indices) as pipeline.placement JSON (node names).
-nlohmann::json placementJson(const runtime::RunSpec& spec, const std::vector<int>& rankNode);
+// The placement of each rank (node indices of `net`) as pipeline.placement JSON (node names).
+nlohmann::json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwork& net, const std::vector<int>& rankNode);
 
 // Searches placements of `spec` (which has network.nodes) costed by `profile`. Returns
 // {"method", "space", "evaluated", "naive": {"placement", "rank_nodes", "step_s"}, "best": [{...}],

@@ -203,12 +203,7 @@ class Replay : public runtime::Backend {
                                                  {"stalled_s", ranks_[r].slowdown.stalledS},
                                                  {"owed_s", ranks_[r].slowdown.owedS}};
     json doc = result.snapshot();
-    if (!spec_.network.nodes.is_null()) {
-      const emulator::NodeNetwork net = emulator::NodeNetwork::fromJson(spec_.network.nodes, "network.nodes");
-      json ranks = json::array();
-      for (const int n : linkTable_.rankNodes()) ranks.push_back(net.node(n).name);
-      doc["network"]["nodes"] = {{"network", net.name}, {"rank_nodes", ranks}, {"calendars", net.calendars()}};
-    }
+    if (!spec_.network.nodes.is_null()) doc["network"]["nodes"] = linkTable_.nodesRecord();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     if (opt_.recordMessages) doc["messages"] = messages_;
     if (packet_) doc["network"]["packet_network"] = packet_->describe();
