@@ -1,11 +1,8 @@
 // The discrete-event replay (see simulate.h).
 #include "simulator/simulate.h"
 
-#include <functional>
-
-#include "simulator/packet_network.h"
-
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <chrono>
 #include <deque>
@@ -30,6 +27,7 @@
 #include "runtime/records.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
+#include "simulator/packet_network.h"
 
 namespace slowpipe::simulator {
 
@@ -208,7 +206,7 @@ class Replay : public runtime::Backend {
     if (opt_.recordMessages) doc["messages"] = messages_;
     if (packet_) doc["network"]["packet_network"] = packet_->describe();
     doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
-                        {"loop", sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
+                        {"loop", packet_ ? "ns-3's scheduler" : sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
                         {"timeline_ranks", N_ <= kTimelineRanks ? "all" : "replica 0 of every stage"}};
     return doc;
   }
@@ -251,30 +249,39 @@ class Replay : public runtime::Backend {
     for (int i = 0; i < N_; ++i) ready.push_back(i);
     wake_ = &ready;
     while (true) {
-      while (!ready.empty()) {
-        const int i = ready.front();
-        ready.pop_front();
-        while (act(i)) {
-        }
-        schedule(i);
-      }
+      drain(ready);
       if (queue_.empty()) break;
       const auto [t, i, generation] = queue_.top();
       queue_.pop();
-      RankState& st = ranks_[i];
-      if (generation != st.generation) continue;  // superseded
+      if (generation != ranks_[i].generation) continue;  // superseded
       now_ = t;
-      if (st.mode == Mode::kBusy) {
-        st.remaining = 0;
-        finishTask(i);
-      } else if (st.mode == Mode::kWaiting) {
-        finishWait(i);
-      }
+      endOfEvent(i);
       ready.push_back(i);
     }
     wake_ = nullptr;
     for (int i = 0; i < N_; ++i)
       if (ranks_[i].mode != Mode::kDone) throw deadlock(i);
+  }
+
+  // Every ready rank acts until it is busy, waiting or done, and its next event is scheduled.
+  void drain(std::deque<int>& ready) {
+    while (!ready.empty()) {
+      const int i = ready.front();
+      ready.pop_front();
+      while (act(i)) {
+      }
+      schedule(i);
+    }
+  }
+  // Rank i's event at now_: its task ended, or the message it waits for arrived.
+  void endOfEvent(int i) {
+    RankState& st = ranks_[i];
+    if (st.mode == Mode::kBusy) {
+      st.remaining = 0;
+      finishTask(i);
+    } else if (st.mode == Mode::kWaiting) {
+      finishWait(i);
+    }
   }
 
   // network.model ns3: the same replay as loopDedicated on the packet network's scheduler; a
@@ -283,37 +290,21 @@ class Replay : public runtime::Backend {
     std::deque<int> ready;
     for (int i = 0; i < N_; ++i) ready.push_back(i);
     wake_ = &ready;
-    drain_ = [this, &ready] {
-      while (!ready.empty()) {
-        const int i = ready.front();
-        ready.pop_front();
-        while (act(i)) {
-        }
-        schedule(i);
-      }
-    };
     packet_->at(0, [this] {
       now_ = 0;
-      drain_();
+      drain(*wake_);
     });
     packet_->run();
-    drain_ = nullptr;
     wake_ = nullptr;
     for (int i = 0; i < N_; ++i)
       if (ranks_[i].mode != Mode::kDone) throw deadlock(i);
   }
   void packetEvent(int i, uint64_t generation) {
-    RankState& st = ranks_[i];
-    if (generation != st.generation) return;  // superseded
+    if (generation != ranks_[i].generation) return;  // superseded
     now_ = packet_->now();
-    if (st.mode == Mode::kBusy) {
-      st.remaining = 0;
-      finishTask(i);
-    } else if (st.mode == Mode::kWaiting) {
-      finishWait(i);
-    }
+    endOfEvent(i);
     wake_->push_back(i);
-    drain_();
+    drain(*wake_);
   }
   void logMessage(const MailKey& k, const Message& m, double arrival) {
     messages_.push_back({k.from, k.to, k.step, k.microBatch, k.chunk, k.round, static_cast<int>(k.message), m.bytes, m.sentAt, arrival});
@@ -331,19 +322,16 @@ class Replay : public runtime::Backend {
     if (!collect(i)) throw std::logic_error("simulator: a delivered message was not found by its receiver");
     finishWait(i);
     wake_->push_back(i);
-    drain_();
+    drain(*wake_);
   }
 
   // Rank i's next event, if it has one: the end of its task, or its message's arrival.
   void schedule(int i) {
     RankState& st = ranks_[i];
-    if (packet_) {
-      if (st.mode == Mode::kBusy) packet_->at(now_ + st.remaining, [this, i, g = ++st.generation] { packetEvent(i, g); });
-      if (st.mode == Mode::kWaiting && st.arrival >= 0) packet_->at(st.arrival, [this, i, g = ++st.generation] { packetEvent(i, g); });
-      return;
-    }
-    if (st.mode == Mode::kBusy) queue_.push({now_ + st.remaining, i, ++st.generation});
-    if (st.mode == Mode::kWaiting && st.arrival >= 0) queue_.push({st.arrival, i, ++st.generation});
+    const double t = st.mode == Mode::kBusy ? now_ + st.remaining : st.mode == Mode::kWaiting ? st.arrival : -1;
+    if (t < 0) return;
+    if (packet_) packet_->at(t, [this, i, g = ++st.generation] { packetEvent(i, g); });
+    else queue_.push({t, i, ++st.generation});
   }
 
   std::runtime_error deadlock(int i) const {
@@ -741,7 +729,6 @@ class Replay : public runtime::Backend {
   runtime::LinkTable linkTable_{spec_, {}};  // every link paced and billed in user (here: virtual) time
   emulator::AccessLinks access_{linkTable_.accessCalendars()};  // network.nodes' access links
   std::unique_ptr<PacketNetwork> packet_;                       // network.model ns3
-  std::function<void()> drain_;                                 // loopPacket: act on every ready rank
   json messages_ = json::array();                               // SimOptions::recordMessages
   std::unordered_map<uint64_t, Link> links_;                   // by (from rank, to rank)
   std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank (made at its first bill)
