@@ -59,15 +59,6 @@ int openTunDevice(const std::string& name) {
   return fd;
 }
 
-namespace {
-
-json statsJson(const PacketLinkStats& s) {
-  return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
-          {"dropped_queue", s.droppedQueue}, {"bytes_delivered", s.bytesDelivered}, {"max_queue_bytes", s.maxQueueBytes}};
-}
-
-}  // namespace
-
 void inNamespace(const std::string& ns, const std::function<void()>& fn) {
   std::exception_ptr error;
   std::thread t([&] {
@@ -165,7 +156,7 @@ void DelayLine::stop() {
 
 json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
-  json out = {{"a_to_b", statsJson(statsAB_)}, {"b_to_a", statsJson(statsBA_)}};
+  json out = {{"a_to_b", toJson(statsAB_)}, {"b_to_a", toJson(statsBA_)}};
   for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
     if (late->empty()) continue;  // (known once forwarding has stopped)
     std::vector<double> v = *late;

@@ -26,11 +26,6 @@ namespace {
 
 std::atomic<int> gNodeLineSeq{0};
 
-json linkStats(const PacketLinkStats& s) {
-  return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
-          {"dropped_queue", s.droppedQueue}, {"bytes_delivered", s.bytesDelivered}, {"max_queue_bytes", s.maxQueueBytes}};
-}
-
 // A goodput rate (0: none) as the packet link's IP-packet rate.
 PacketLinkSpec accessLink(double goodputBps, int mtu, uint64_t seed) {
   PacketLinkSpec p;
@@ -56,12 +51,12 @@ NodeLine::NodeLine(const NodeNetwork& net, std::vector<int> used, int mtu) : net
   try {
     const std::string base = "sp" + std::to_string(getpid() % 10000000) + "n" + std::to_string(k) + "-";
     for (int n = 0; n < N; ++n) {
-      ns_.push_back(fabric_->nsName(n));
+      const std::string& ns = fabric_->nsName(n);
       addr_.push_back("10.215." + std::to_string(k) + "." + std::to_string(n + 1));
       const std::string dev = base + std::to_string(n);
-      inNamespace(ns_[n], [&] { tun_.push_back(openTunDevice(dev)); });
-      runChecked({"ip", "-n", ns_[n], "addr", "add", addr_[n] + "/24", "dev", dev}, "address the node's TUN device");
-      runChecked({"ip", "-n", ns_[n], "link", "set", "dev", dev, "mtu", std::to_string(mtu_), "txqueuelen", "100000", "up"},
+      inNamespace(ns, [&] { tun_.push_back(openTunDevice(dev)); });
+      runChecked({"ip", "-n", ns, "addr", "add", addr_[n] + "/24", "dev", dev}, "address the node's TUN device");
+      runChecked({"ip", "-n", ns, "link", "set", "dev", dev, "mtu", std::to_string(mtu_), "txqueuelen", "100000", "up"},
                  "bring up the node's TUN device");
     }
     wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -97,7 +92,6 @@ NodeLine::~NodeLine() { stop(); }
 void NodeLine::stop() {
   if (thread_.joinable()) {
     stop_ = true;
-    gate_.release();
     wakeUp();
     thread_.join();
   }
@@ -112,12 +106,6 @@ void NodeLine::wakeUp() {
   (void)!write(wake_, &one, sizeof one);
 }
 
-void NodeLine::park() {
-  if (thread_.joinable()) gate_.park([this] { wakeUp(); }, stop_);
-}
-
-void NodeLine::unpark() { gate_.unpark(); }
-
 json NodeLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   const int N = static_cast<int>(nodes_.size());
@@ -126,12 +114,12 @@ json NodeLine::stats() const {
   // links: the uplinks, the core pairs, the downlinks (forward()'s order)
   for (int n = 0; n < N; ++n) {
     s["nodes"].push_back(net_.node(nodes_[n]).name);
-    s["uplinks"].push_back(linkStats(statsRaw_[n]));
-    s["downlinks"].push_back(linkStats(statsRaw_[N + N * N + n]));
+    s["uplinks"].push_back(toJson(statsRaw_[n]));
+    s["downlinks"].push_back(toJson(statsRaw_[N + N * N + n]));
   }
   for (int i = 0; i < N * N; ++i)
     if (statsRaw_[N + i].offered > 0)
-      s["core"].push_back({{"a", net_.node(nodes_[i / N]).name}, {"b", net_.node(nodes_[i % N]).name}, {"stats", linkStats(statsRaw_[N + i])}});
+      s["core"].push_back({{"a", net_.node(nodes_[i / N]).name}, {"b", net_.node(nodes_[i % N]).name}, {"stats", toJson(statsRaw_[N + i])}});
   return s;
 }
 
@@ -257,7 +245,6 @@ void NodeLine::forward() {
   Forwarder f(*this);
   double statsAt = -1;
   while (!stop_) {
-    gate_.checkpoint(stop_);
     f.readAll();
     f.moveDue();
     if (f.now() - statsAt >= 0.05) {  // a copy for stats(), 20 times a second

@@ -14,7 +14,6 @@
 
 #include <atomic>
 #include <map>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,7 +25,6 @@
 #include "emulator/netns.h"
 #include "emulator/nodes.h"
 #include "emulator/packet_link.h"
-#include "emulator/park_gate.h"
 
 namespace slowpipe::emulator {
 
@@ -49,9 +47,6 @@ class NodeLine {
   nlohmann::json stats() const;
   nlohmann::json describe() const;
   void stop();
-  // As DelayLine::park / unpark: the thread held still around a fork() without exec.
-  void park();
-  void unpark();
 
  private:
   struct Forwarder;
@@ -63,7 +58,7 @@ class NodeLine {
   std::map<int, int> slotOf_;    // node index -> slot
   int mtu_;
   std::unique_ptr<NetnsFabric> fabric_;
-  std::vector<std::string> ns_, addr_;
+  std::vector<std::string> addr_;  // by slot
   std::vector<int> tun_;
   int wake_ = -1;
   std::vector<std::unique_ptr<PacketLink>> up_, down_, core_;  // core_[a * N + b]
@@ -71,7 +66,6 @@ class NodeLine {
   std::vector<PacketLinkStats> statsRaw_;  // the forwarder's copy: uplinks, core pairs, downlinks
   uint64_t foreign_ = 0;                   // packets not addressed to another node
   std::atomic<bool> stop_{false};
-  ParkGate gate_;
   std::thread thread_;
 };
 

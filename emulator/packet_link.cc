@@ -219,4 +219,9 @@ std::vector<uint64_t> PacketLink::pop(double now, std::vector<double>* due) {
   return out;
 }
 
+nlohmann::json toJson(const PacketLinkStats& s) {
+  return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
+          {"dropped_queue", s.droppedQueue}, {"bytes_delivered", s.bytesDelivered}, {"max_queue_bytes", s.maxQueueBytes}};
+}
+
 }  // namespace slowpipe::emulator

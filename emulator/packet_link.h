@@ -52,6 +52,8 @@ struct PacketLinkStats {
   uint64_t offered = 0, delivered = 0, lostIngress = 0, droppedQueue = 0, bytesDelivered = 0;
   uint64_t maxQueueBytes = 0;
 };
+// {"offered", "delivered", "lost_ingress", "dropped_queue", "bytes_delivered", "max_queue_bytes"}
+nlohmann::json toJson(const PacketLinkStats& s);
 
 class PacketLink {
  public:
