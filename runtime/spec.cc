@@ -394,6 +394,8 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
 void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
   if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
     fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
+  if (s.network.model == "ns3" && s.network.nodes.is_null())
+    fail(where + ".network.model", "ns3 builds its network from network.nodes, which is not set");
   if (!s.network.nodes.is_null()) {  // every link the ranks use has a path (a rate that limits it)
     const LinkTable table(s, {});
     for (int r = 0; r < s.pipeline.stages * s.pipeline.replicas && r < 4096; ++r) table.ofRank(r);

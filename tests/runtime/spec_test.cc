@@ -131,6 +131,14 @@ TEST(SpecTest, NodesAndPlacementAreCheckedAndNamed) {
   }
   j["network"].erase("nodes");
   EXPECT_NE(errorOf(j).find("spec.pipeline.placement: places stages on nodes, but network.nodes is not set"), std::string::npos) << errorOf(j);
+  j["pipeline"].erase("placement");
+  j["network"]["model"] = "ns3";
+  try {
+    runSpecFromJson(j, "spec", /*simulation=*/true);
+    FAIL() << "ns3 without network.nodes was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("spec.network.model: ns3 builds its network from network.nodes"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
