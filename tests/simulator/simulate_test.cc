@@ -198,7 +198,8 @@ TEST(SimulatorTest, Ns3TierAgreesWithTheTcpModelAlone) {
   } catch (const std::exception& e) {
     FAIL() << e.what();
   }
-  runtime::RunSpec three = tinySpec(3, 4, "gpipe", "ns3");
+  runtime::RunSpec three = tinySpec(3, 4, "gpipe", "tcp");
+  three.network.model = "ns3";
   three.network.links = json::object();
   three.network.nodes = spec.network.nodes;
   three.pipeline.placement = json::parse(R"(["a", "b", "c"])");
