@@ -325,6 +325,7 @@ class PipelineWorker : public Backend {
     r.epoch = epoch;
     r.timeS = seconds;
     r.computeS = compute_.computeSeconds() + stepStallS_;
+    r.stallS = stepStallS_;
     r.encodeS = st.encodeS + dst.encodeS;
     r.decodeS = st.decodeS + dst.decodeS;
     r.waitS = st.waitS + dst.waitS;

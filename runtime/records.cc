@@ -35,7 +35,7 @@ std::optional<double> optionalField(const json& j, const char* key) {
 json toJson(const RankStepRecord& r) {
   json j = {{"type", "step"}, {"rank", r.rank}, {"step", r.step}, {"epoch", r.epoch}, {"time_s", r.timeS},
             {"compute_s", r.computeS}, {"encode_s", r.encodeS}, {"decode_s", r.decodeS}, {"wait_s", r.waitS},
-            {"dp_s", r.dpS}, {"fwd_raw", r.fwdRaw}, {"fwd_wire", r.fwdWire}, {"bwd_raw", r.bwdRaw},
+            {"dp_s", r.dpS}, {"stall_s", r.stallS}, {"fwd_raw", r.fwdRaw}, {"fwd_wire", r.fwdWire}, {"bwd_raw", r.bwdRaw},
             {"bwd_wire", r.bwdWire}, {"grad_raw", r.gradRaw}, {"grad_wire", r.gradWire}};
   if (r.loss) j["loss"] = *r.loss;
   if (r.gradNorm) j["grad_norm"] = *r.gradNorm;
@@ -55,6 +55,7 @@ RankStepRecord rankStepFromJson(const json& j) {
   r.decodeS = field<double>(j, "decode_s");
   r.waitS = field<double>(j, "wait_s");
   r.dpS = field<double>(j, "dp_s");
+  r.stallS = optionalField(j, "stall_s").value_or(0.0);
   r.fwdRaw = field<int64_t>(j, "fwd_raw");
   r.fwdWire = field<int64_t>(j, "fwd_wire");
   r.bwdRaw = field<int64_t>(j, "bwd_raw");
@@ -107,6 +108,7 @@ json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<
                                std::pair{"wait", p.waitS}, std::pair{"allreduce", p.dpS}})
       if (breakdown.contains(k)) breakdown[k] = breakdown[k].get<double>() + v / N;
     json row = {{"time_s", p.timeS}, {"compute", p.computeS}, {"encode", p.encodeS}, {"decode", p.decodeS}, {"wait", p.waitS}};
+    if (!spec.runtime.slowdown.empty()) row["stalled"] = p.stallS;  // the straggler's share of "compute"
     if (R > 1) {
       const RankId id = layout.id(r);
       row["stage"] = id.stage;

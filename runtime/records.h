@@ -28,6 +28,8 @@ struct RankStepRecord {
   // limit held up), the data-parallel exchange's wall time (a share of the step: its encode,
   // decode and wait are in the other fields too).
   double computeS = 0, encodeS = 0, decodeS = 0, waitS = 0, dpS = 0;
+  // runtime.slowdown: the part of computeS a straggler spent off the CPU (its stalls this step).
+  double stallS = 0;
   // Bytes this rank sent: activations, their gradients, data-parallel messages (raw: 4 per value).
   int64_t fwdRaw = 0, fwdWire = 0, bwdRaw = 0, bwdWire = 0, gradRaw = 0, gradWire = 0;
   std::optional<double> loss;            // the last stage's mean loss of its micro-batches
