@@ -20,16 +20,19 @@
 //   to 1/2, CUBIC to 0.7); until the retransmission is acknowledged (one RTT later) the send
 //   buffer keeps the hole and everything acknowledged selectively behind it;
 // - restart after idle (tcp_slow_start_after_idle, on by default): with nothing in flight for more
-//   than an RTO (max(200 ms, RTT + 200 ms)) the window halves per RTO of idle, not below the
-//   initial window; BBR never restarts;
+//   than an RTO (srtt + rttvar, rttvar at least 200 ms, in 4 ms jiffies rounded up) the window
+//   halves per RTO of idle, not below the initial window; BBR never restarts;
 // - the send buffer (net.ipv4.tcp_wmem's maximum, 4 MiB unless network.tcp.wmem_max says): data
 //   in flight plus data queued never exceed it; once full, the writer sleeps until it has drained
 //   to two thirds (sk_stream_min_wspace), so a long transfer at the cap averages about 5/6 of it;
 // - BBR: startup grows as slow start does while the bandwidth estimate (the largest delivery rate
 //   measured) rises by 25% a round, pacing at 2.89 x the estimate (from 2.89 x the initial window
-//   per RTT, never falling during startup); after three rounds without it, the window becomes
-//   2 x estimate x RTT and the pacing the estimate; every 10 s without a lower RTT sample the
-//   window drops to 4 segments for 200 ms (PROBE_RTT);
+//   per RTT, never falling during startup; less 1%); after three rounds without it, the window
+//   becomes 2 x estimate x RTT and the pacing the estimate; paced per TSO chunk as Linux does
+//   without fq (tcp_tso_autosize: about 1 ms at the pacing rate leaves at once, at most 64 KiB);
+//   PROBE_RTT as bbr_update_min_rtt: once the minimum RTT sample is 10 s old (not on the first
+//   ACK after an idle restart), the window at 4 segments until that little is in flight, then
+//   200 ms and a round trip, cut short by sending after idle once the 200 ms are over;
 // - messages on one connection queue FIFO behind the previous message's last byte;
 // - `network.tcp.streams` N > 1: every message striped evenly over N connections that share the
 //   link, as N like flows: one aggregate with N initial windows and N send buffers, N segments of
@@ -86,6 +89,7 @@ class Tcp : public LinkModel {
     acknowledge(now);
     shiftCubicEpoch(now);
     restartAfterIdle(now);
+    if (cc_ == Cc::kBbr && out_ == 0 && lastTx_ >= 0) bbrTxStart(now);
     double appLeft = static_cast<double>(bytes), arrival = now;
     while (appLeft > 0 || unsent_ > 0) {
       acknowledge(now);
@@ -95,8 +99,7 @@ class Tcp : public LinkModel {
         // The sender hands the burst to the link at once (BBR: when its pacing allows); the link
         // serialises what it is handed in order at its rate.
         const double n = std::min(room, kBurstSegments * mss_);
-        now = std::max(now, paceFree_);
-        if (cc_ == Cc::kBbr) paceFree_ = now + 8 * n / pacingRate(clock.rateAt(now));
+        if (cc_ == Cc::kBbr) now = pace(now, n);
         const double linkRate = clock.rateAt(now);
         const double start = std::max(now, free_), end = start + 8 * n / linkRate;
         const bool last = appLeft == 0 && n == unsent_;
@@ -155,7 +158,8 @@ class Tcp : public LinkModel {
       mdevMax_ = kRtoMin;
     }
   }
-  double rto() const { return srtt_ + rttvar_; }
+  // In jiffies, rounded up (usecs_to_jiffies): 4 ms at Debian's CONFIG_HZ=250.
+  double rto() const { return std::ceil((srtt_ + rttvar_) / kJiffy - 1e-9) * kJiffy; }
   double initialWindow() const { return 10 * mss_ * flows_; }  // RFC 6928, Linux's default, per flow
 
   // The writer puts the message into the send buffer while it has room; once full it sleeps
@@ -172,19 +176,36 @@ class Tcp : public LinkModel {
   }
 
   double window() const {
-    if (cc_ == Cc::kBbr && probeRttUntil_ > 0) return 4 * mss_ * flows_;
+    if (cc_ == Cc::kBbr && probeRtt_) return std::min(cwnd_, kProbeRttSegments * mss_ * flows_);
     return cwnd_;
   }
   // BBR's pacing rate (bit/s): the bandwidth estimate (before any, the initial window per RTT) times
-  // its gain (2.89 in startup, 1 after).
-  double pacingRate(double linkRate) const { return std::min(linkRate, 8 * bbrPacing_); }
+  // its gain (2.89 in startup, 1 after), less bbr_pacing_margin_percent (1%).
+  double pacingRate() const { return 0.99 * 8 * bbrPacing_; }
+  // Linux paces per TSO chunk (tcp_tso_autosize): a chunk of about 1 ms at the pacing rate (plus
+  // 64 KiB >> (min RTT in us >> 9) on short paths; at most 64 KiB, at least 2 segments) leaves at
+  // once when the pacing clock allows (tcp_wstamp_ns), which then moves on by the chunk's bytes at
+  // the pacing rate. A burst joins the chunk in hand while it fits and the sender did not wait.
+  // Returns when the burst of n bytes leaves.
+  double pace(double now, double n) {
+    if (now > chunkAt_ || chunkLeft_ < n) {
+      now = std::max(now, paceFree_);
+      chunkAt_ = now;
+      const long minRttUs = std::lround(1e6 * (minRtt_ < kInf ? minRtt_ : rtt_)) >> 9;
+      double bytes = pacingRate() / 8 / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
+      chunkLeft_ = std::max(2.0, std::floor(std::min(bytes, 65536.0) / mss_)) * mss_ * flows_;
+    }
+    chunkLeft_ -= n;
+    paceFree_ = std::max(paceFree_, chunkAt_) + 8 * n / pacingRate();
+    return now;
+  }
   double nextEvent() const {
     return std::min(inflight_.empty() ? kInf : inflight_.front().ackAt, holes_.empty() ? kInf : holes_.front().repairAt);
   }
 
   void send(double tx, double start, double end, double n, LinkClock& clock) {
     if (out_ == 0) deliveredTime_ = tx;  // Linux restarts the delivery clock when nothing is in flight
-    lastTx_ = start;  // lsndtime: the kernel hands a segment over as the device drains (TCP small queues)
+    lastTx_ = tx;  // lsndtime: the TUN device orphans what it queues, so TCP small queues never hold it
     free_ = end;
     unsent_ -= n;
     bool lost = false;
@@ -229,7 +250,6 @@ class Tcp : public LinkModel {
       }
       if (sndUna_ >= usageSeq_) cwndLimited_ = false;
     }
-    if (cc_ == Cc::kBbr && probeRttUntil_ > 0 && now >= probeRttUntil_) probeRttUntil_ = 0;
   }
 
   // The hole's retransmission acknowledged: the buffer frees what it held up to the next hole.
@@ -325,8 +345,7 @@ class Tcp : public LinkModel {
   }
 
   // BBR: the delivery rate of each acknowledged burst; the bandwidth estimate its largest; startup
-  // ends after three rounds without 25% growth; every 10 s the window drops to 4 segments for
-  // 200 ms (its RTT here never falls below the first sample).
+  // ends after three rounds without 25% growth; PROBE_RTT as bbr_update_min_rtt runs it.
   void bbrOnAck(const Burst& b) {
     const double interval = std::max(b.ackAt - b.deliveredTimeAtSend, rtt_);
     if (interval > 0) btlBw_ = std::max(btlBw_, (delivered_ - b.deliveredAtSend) / interval);
@@ -347,11 +366,43 @@ class Tcp : public LinkModel {
     const double target = (fullBw_ ? 2.0 : kBbrHighGain) * btlBw_ * rtt_;
     if (fullBw_) cwnd_ = std::min(cwnd_ + b.bytes, std::max(target, 4 * mss_));
     else if (cwnd_ < target || delivered_ < initialWindow() || btlBw_ == 0) cwnd_ += b.bytes;
-    if (minRttStamp_ < 0) minRttStamp_ = b.ackAt;
-    if (b.ackAt - minRttStamp_ > 10) {
-      probeRttUntil_ = b.ackAt + std::max(0.2, rtt_);
-      minRttStamp_ = probeRttUntil_;
+    bbrMinRtt(b);
+  }
+
+  // bbr_update_min_rtt: the minimum RTT sample is kept 10 s (a lower sample, or any once it
+  // expired, renews it); on expiry, unless this is the first ACK after an idle restart, PROBE_RTT:
+  // the window at 4 segments until no more than that is in flight, then 200 ms and a round trip
+  // more; leaving it renews the minimum's stamp.
+  void bbrMinRtt(const Burst& b) {
+    const double sample = b.ackAt - b.tx;
+    const bool expired = minRttStamp_ >= 0 && b.ackAt > minRttStamp_ + 10;
+    if (minRttStamp_ < 0 || sample < bbrMinRtt_ || expired) {
+      bbrMinRtt_ = sample;
+      minRttStamp_ = b.ackAt;
     }
+    if (expired && !idleRestart_ && !probeRtt_) {
+      probeRtt_ = true;
+      probeRttDone_ = -1;
+    }
+    if (probeRtt_) {
+      if (probeRttDone_ < 0 && out_ <= kProbeRttSegments * mss_ * flows_) {
+        probeRttDone_ = b.ackAt + 0.2;
+        probeRttRoundEnd_ = sndNxt_;
+      } else if (probeRttDone_ >= 0 && b.seq >= probeRttRoundEnd_) {
+        probeRttCheckDone(b.ackAt);
+      }
+    }
+    idleRestart_ = false;
+  }
+  void probeRttCheckDone(double now) {
+    if (probeRttDone_ < 0 || now <= probeRttDone_) return;
+    probeRtt_ = false;
+    minRttStamp_ = now;
+  }
+  // bbr_cwnd_event(CA_EVENT_TX_START): sending after idle; PROBE_RTT ends if its time is up.
+  void bbrTxStart(double now) {
+    idleRestart_ = true;
+    if (probeRtt_) probeRttCheckDone(now);
   }
 
   // Linux's tcp_cwnd_restart: the window halves for every RTO of idle, down to the initial window.
@@ -366,6 +417,8 @@ class Tcp : public LinkModel {
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   static constexpr double kRtoMin = 0.2;
+  static constexpr double kJiffy = 0.004;  // 1 / CONFIG_HZ (250 in Debian's kernels)
+  static constexpr double kProbeRttSegments = 4;  // bbr_cwnd_min_target
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, buffer_ = kDefaultSendBuffer, loss_ = 0;
@@ -377,9 +430,10 @@ class Tcp : public LinkModel {
   std::deque<std::pair<double, double>> held_;  // (seq, bytes) acknowledged behind a hole
   double heldBytes_ = 0, bbrPacing_ = 0;
   double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
-  double free_ = 0, paceFree_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
-  double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0, minRttStamp_ = -1,
-         probeRttUntil_ = 0;
+  double free_ = 0, paceFree_ = 0, chunkAt_ = -1, chunkLeft_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
+  double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0;
+  double bbrMinRtt_ = kInf, minRttStamp_ = -1, probeRttDone_ = -1, probeRttRoundEnd_ = 0;
+  bool probeRtt_ = false, idleRestart_ = false;
   double srtt_ = 0, mdev_ = 0, mdevMax_ = kRtoMin, rttvar_ = kRtoMin, rttSeq_ = 0;
   int flatRounds_ = 0, flows_ = 1;
   std::deque<Burst> inflight_;

@@ -381,6 +381,34 @@ TEST(LinkModelTest, TcpLossInBurstsCutsTheWindowOncePerBurst) {
   EXPECT_GT(bernoulli, 2 * bursts) << "Bernoulli " << bernoulli << " s, bursts " << bursts << " s";
 }
 
+// BBR's pacing by hand, as Linux runs it without fq (internal pacing per TSO chunk). A 10 Gbps link
+// with 1 ms one way: the first message is the initial window (10 segments, 14480 bytes); the
+// pacing rate before any ACK is 2.885 x 14480 B / 2 ms less 1% = 20.68 MB/s, so a chunk is
+// 20.68e6 / 1024 + 64 KiB >> (2000 us >> 9) = 28387 bytes, 19 segments: the whole window leaves
+// at once at the link's rate and arrives 11.6 us + 1 ms later (paced segment by segment it would
+// take 0.56 ms more). PROBE_RTT: a transfer that crosses the 10 s of the minimum RTT's life pays the
+// drain to 4 segments (one round trip, nothing new sent), 200 ms at 4 segments and the round that
+// ends it: 100 Mbps / 50 ms, 150 MB against 90 MB (7.2 s, over before the 10 s) plus 60 MB at the
+// rate: between RTT + 200 ms and 2 RTT + 200 ms + what 4 segments a round trip left unsent.
+TEST(LinkModelTest, BbrPacesPerTsoChunkAndProbesRttByTheKernelsRule) {
+  LinkSpec fast = linkSpecFromJson({{"bandwidth", "10Gbps"}, {"latency", "1ms"}}, "links");
+  fast.tcp.congestionControl = "bbr";
+  LinkClock c(fast, 0.0);
+  EXPECT_NEAR(linkModel("tcp").make()->stamp(c, 0.0, 14480), 14480 * 8 / 1e10 + 0.001, 1e-9);
+  LinkSpec l = linkSpecFromJson({{"bandwidth", "100Mbps"}, {"latency", "50ms"}}, "links");
+  l.tcp.congestionControl = "bbr";
+  auto timeFor = [&](double bytes) {
+    LinkClock clock(l, 0.0);
+    return linkModel("tcp").make()->stamp(clock, 0.0, static_cast<uint64_t>(bytes));
+  };
+  const double shorter = timeFor(90e6), longer = timeFor(150e6);
+  ASSERT_LT(shorter, 10.0);
+  const double probe = longer - shorter - 60e6 * 8 / 100e6;
+  EXPECT_GE(probe, 0.1 + 0.2) << shorter << " s, " << longer << " s";
+  EXPECT_LE(probe, 0.2 + 0.2 + 0.02) << shorter << " s, " << longer << " s";
+}
+
+
 // Streams by hand: 8 connections carry the 8 MB of TcpSlowStartAfterIdleByHand, 1 MB each, from
 // 8 initial windows (80 segments in all): 80 x (2^k - 1) segments after k rounds, so 6 rounds carry
 // 5040 of the 5524.9 and the 7th the rest: 6 round trips + at most 64 ms + 50 ms, where one
