@@ -9,13 +9,15 @@
 # Writes OUT/ns3_validation.json and prints per size the median and 90th percentile |error|.
 #
 #   tools/ns3_validate.sh [OUT]   (default results/networks/ns3; needs a build with -DSLOWPIPE_NS3=ON)
-#   SIZES="8 16 32 64" replicas (ranks = 8 x R); STEPS=2.
+#   SIZES="8 16 32 64" replicas (ranks = 8 x R); STEPS=2; MODELS="tcp" re-simulates the tcp side only
+#   (the ns-3 runs already in OUT are compared again: ns-3's replay is deterministic).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/networks/ns3}
 BIN=${SLOWPIPE_BIN:-build/slowpipe}
 SIZES=${SIZES:-8 16 32 64}
 STEPS=${STEPS:-2}
+MODELS=${MODELS:-tcp ns3}
 mkdir -p "$OUT"
 for R in $SIZES; do
   homes=$((8 * R / 2))
@@ -26,7 +28,7 @@ json.dump({"name": f"consumer_{sys.argv[2]}_homes",
            "nodes": [{"name": "home", "count": int(sys.argv[2]), "up": "110Mbps", "down": "500Mbps"}],
            "core": {"default": {"latency": "20ms"}}}, open(sys.argv[1], "w"), indent=1)
 PY
-  for m in tcp ns3; do
+  for m in $MODELS; do
     /usr/bin/time -f "%e s wall, %M KB" "$BIN" simulate experiments/networks_ns3.json --profile analytic:A100 --steps "$STEPS" --messages \
       --set "pipeline.replicas=$R" --set "network.model=\"$m\"" --set "network.nodes=\"$OUT/homes_$homes.json\"" \
       --out "$OUT/r${R}_$m" 2>&1 | tail -2
