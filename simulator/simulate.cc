@@ -493,6 +493,7 @@ class Replay : public runtime::Backend {
       const Link& l = link(peer, i);
       if (!inbound_[i]) inbound_[i] = emulator::linkModel(l.entry.model).make();
       m.arrival = inbound_[i]->bill(l.entry.spec, m.sentAt, static_cast<uint64_t>(m.bytes));
+      if (opt_.recordMessages) logMessage(k, m, m.arrival);  // billed only now
     }
     st.arrival = m.arrival;
     st.recvBytes = m.bytes;

@@ -172,6 +172,9 @@ TEST(SimulatorTest, Ns3TierAgreesWithTheTcpModelAlone) {
   SimOptions o(6);
   o.recordMessages = true;
   const json tcp = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  EXPECT_GT(tcp["messages"].size(), 0u);
+  runtime::RunSpec fifo = tinySpec(2, 4, "gpipe", "serial_fifo");  // billed at the receiver, recorded there
+  EXPECT_EQ(simulateRun(fifo, flatProfile(2, 0.010, 0.020, 0.005), o)["messages"].size(), tcp["messages"].size());
   spec.network.model = "ns3";
   if (!haveNs3()) {
     try {
