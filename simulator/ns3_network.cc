@@ -14,6 +14,7 @@
 #include "ns3/network-module.h"
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
+#include "ns3/version-defines.h"
 
 #include "emulator/nodes.h"
 #include "emulator/tcp_settings.h"
@@ -66,7 +67,7 @@ Hierarchy hierarchy(const emulator::NodeNetwork& net, const std::vector<int>& us
     const int a = members[names[x]][0], b = members[names[y]][0];
     return L(a, b) - h.node[a] - h.node[b];
   });
-  for (const auto& [i, d] : r) h.region[names[i]] = members.size() > 1 ? d : 0.0;
+  for (const auto& [i, d] : r) h.region[names[i]] = d;  // one region: 0
   for (const int a : used)
     for (const int b : used) {
       if (a == b) continue;
@@ -140,7 +141,7 @@ class Ns3Network : public PacketNetwork {
   }
 
   json describe() const override {
-    return {{"tier", "ns-3 " + std::string("3.37")}, {"nodes", devices_}, {"regions", regions_}, {"connections", conns_.size()},
+    return {{"tier", "ns-3 " + std::to_string(NS3_VERSION_MAJOR) + "." + std::to_string(NS3_VERSION_MINOR)}, {"nodes", devices_}, {"regions", regions_}, {"connections", conns_.size()},
             {"messages", messages_}, {"packets_dropped", drops_},
             {"topology", "two stars: each node's point-to-point link to its region's router (uplink rate node -> router, downlink "
                          "rate router -> node, the node's delay), each region router's to one core router (unlimited, the "
