@@ -1,4 +1,4 @@
-// Holds a forwarding thread (the delay line's, the node line's) still around a fork() without exec:
+// Holds a forwarding thread (the delay line's) still around a fork() without exec:
 // parked at the top of its loop it holds no lock and allocates nothing, so the child copies no
 // lock it held (AddressSanitizer's allocator has no fork handlers: a child forked while the
 // forwarder allocated deadlocked in its first malloc).
