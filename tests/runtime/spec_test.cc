@@ -139,6 +139,8 @@ TEST(SpecTest, NodesAndPlacementAreCheckedAndNamed) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("spec.network.model: ns3 builds its network from network.nodes"), std::string::npos) << e.what();
   }
+  // A run (not a simulation) cannot emulate with ns3, nodes or not.
+  EXPECT_NE(errorOf(j).find("spec.network.model: ns3 is the simulator's packet-level tier"), std::string::npos) << errorOf(j);
 }
 
 TEST(SpecTest, DataParallelFieldsAreCheckedAndNamed) {
