@@ -440,12 +440,13 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
 
 // a's side: one connection (its congestion control set first); each message after its idle time,
 // the next only once b has read the last one whole.
-// Samples [host time, cwnd, packets unacked, bytes acked] of connection `fd` every `everyS` while `on`.
+// Samples [host time, cwnd, packets unacked, bytes acked, bytes sent, bytes not sent, send buffer, pacing rate] of connection `fd` every `everyS` while `on`.
 void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& trace) {
   trace = json::array();
   while (on) {
     const json i = socketTcpInfo(fd);
-    trace.push_back({hostClockNow(), i["cwnd"], i["unacked"], i["bytes_acked"]});
+    trace.push_back({hostClockNow(), i["cwnd"], i["unacked"], i["bytes_acked"], i["bytes_sent"], i["notsent_bytes"], i["sndbuf"],
+                     i["pacing_rate_bps"]});
     std::this_thread::sleep_for(std::chrono::duration<double>(everyS));
   }
 }
@@ -488,7 +489,8 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
 json kernelDuring(const json& before, const json& after) {
   auto grew = [&](const char* k) { return after[k].get<double>() - before[k].get<double>(); };
   return {{"cwnd_before", before["cwnd"]}, {"ssthresh_before", before["ssthresh"]}, {"snd_wnd_before", before["snd_wnd"]},
-          {"rto_before_s", before["rto_s"]}, {"cwnd_after", after["cwnd"]}, {"retrans", grew("total_retrans")},
+          {"rto_before_s", before["rto_s"]}, {"sndbuf_before", before["sndbuf"]},
+          {"pacing_rate_before_bps", before["pacing_rate_bps"]}, {"min_rtt_before_s", before["min_rtt_s"]}, {"cwnd_after", after["cwnd"]}, {"retrans", grew("total_retrans")},
           {"busy_s", grew("busy_s")}, {"rwnd_limited_s", grew("rwnd_limited_s")}, {"sndbuf_limited_s", grew("sndbuf_limited_s")}};
 }
 
@@ -548,7 +550,7 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   billTcpModel(out);
   if (probe.traceS > 0) {
     for (auto& row : trace) row[0] = row[0].get<double>() - sent[0];
-    out["trace"] = {{"columns", {"t_s", "cwnd", "unacked", "bytes_acked"}}, {"rows", std::move(trace)}};
+    out["trace"] = {{"columns", {"t_s", "cwnd", "unacked", "bytes_acked", "bytes_sent", "notsent_bytes", "sndbuf", "pacing_rate_bps"}}, {"rows", std::move(trace)}};
   }
   return out;
 }

@@ -161,6 +161,10 @@ json socketTcpInfo(int fd) {
   socklen_t len = sizeof i;
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &i, &len) != 0)
     throw std::runtime_error(std::string("getsockopt TCP_INFO: ") + std::strerror(errno));
+  int sndbuf = 0;  // sk_sndbuf: what the send buffer may hold (truesize), as autotuning left it
+  socklen_t sndbufLen = sizeof sndbuf;
+  if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sndbufLen) != 0)
+    throw std::runtime_error(std::string("getsockopt SO_SNDBUF: ") + std::strerror(errno));
   constexpr uint32_t kInfiniteSsthresh = 0x7fffffff;
   return {{"cwnd", i.tcpi_snd_cwnd},
           {"ssthresh", i.tcpi_snd_ssthresh >= kInfiniteSsthresh ? json(nullptr) : json(i.tcpi_snd_ssthresh)},
@@ -175,7 +179,12 @@ json socketTcpInfo(int fd) {
           {"total_retrans", i.tcpi_total_retrans},
           {"busy_s", i.tcpi_busy_time * 1e-6},
           {"rwnd_limited_s", i.tcpi_rwnd_limited * 1e-6},
-          {"sndbuf_limited_s", i.tcpi_sndbuf_limited * 1e-6}};
+          {"sndbuf_limited_s", i.tcpi_sndbuf_limited * 1e-6},
+          {"sndbuf", sndbuf},
+          {"notsent_bytes", i.tcpi_notsent_bytes},
+          {"min_rtt_s", i.tcpi_min_rtt * 1e-6},
+          {"pacing_rate_bps", 8.0 * static_cast<double>(i.tcpi_pacing_rate)},
+          {"delivery_rate_bps", 8.0 * static_cast<double>(i.tcpi_delivery_rate)}};
 }
 
 }  // namespace slowpipe::emulator
