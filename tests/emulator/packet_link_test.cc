@@ -212,5 +212,44 @@ TEST(DelayLineTest, OneStreamDrawsTheRateAtMtu1500) {
   EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
 
+// The message probe records what the sender's kernel had before each message (TCP_INFO and
+// SO_SNDBUF) and, traced, every sample's send buffer and pacing: the evidence that showed a send
+// buffer autotuned behind the window (results/README.md section 16).
+TEST(DelayLineTest, MessageProbeRecordsTheSendBufferAndPacing) {
+  std::string why;
+  if (!lineUsable(&why)) GTEST_SKIP() << why;
+  DelayLineOptions o;
+  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 1500}}, "line");
+  o.bToA = o.aToB;
+  MessageProbe p;
+  p.bytes = {65536, 1048576, 1048576};
+  p.idleS = {0, 0, 0.02};
+  p.cc = "cubic";
+  p.traceS = 0.002;
+  const nlohmann::json r = messageTimes(o, p);
+  ASSERT_EQ(r["messages"].size(), 3u) << r.dump();
+  double lastBuffer = 0;
+  for (const auto& m : r["messages"]) {
+    const auto& k = m["kernel"];
+    // The initial buffer holds at least the initial window; autotuning never shrinks it.
+    EXPECT_GE(k["sndbuf_before"].get<double>(), 10 * 1448.0) << k.dump();
+    EXPECT_GE(k["sndbuf_before"].get<double>(), lastBuffer) << k.dump();
+    lastBuffer = k["sndbuf_before"].get<double>();
+    EXPECT_GE(k["min_rtt_before_s"].get<double>(), 0.020) << k.dump();
+    EXPECT_LE(k["min_rtt_before_s"].get<double>(), 0.025) << k.dump();
+    EXPECT_GT(k["pacing_rate_before_bps"].get<double>(), 0) << k.dump();
+  }
+  const auto& columns = r["trace"]["columns"];
+  ASSERT_EQ(columns.size(), 9u) << columns.dump();
+  EXPECT_EQ(columns[6], "sndbuf");
+  double tracedBuffer = 0;
+  for (const auto& row : r["trace"]["rows"]) {
+    ASSERT_EQ(row.size(), columns.size()) << row.dump();
+    tracedBuffer = std::max(tracedBuffer, row[6].get<double>());
+  }
+  EXPECT_GE(tracedBuffer, lastBuffer) << "the trace's send buffer never reached what the last message started with";
+  EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
 }  // namespace
 }  // namespace slowpipe::emulator
