@@ -22,9 +22,20 @@
 // - restart after idle (tcp_slow_start_after_idle, on by default): with nothing in flight for more
 //   than an RTO (srtt + rttvar, rttvar at least 200 ms, in 4 ms jiffies rounded up) the window
 //   halves per RTO of idle, not below the initial window; BBR never restarts;
-// - the send buffer (net.ipv4.tcp_wmem's maximum, 4 MiB unless network.tcp.wmem_max says): data
-//   in flight plus data queued never exceed it; once full, the writer sleeps until it has drained
-//   to two thirds (sk_stream_min_wspace), so a long transfer at the cap averages about 5/6 of it;
+// - the send buffer as Linux autotunes it: it starts at 2 x 10 segments' worth (tcp_init_buffer_space)
+//   and grows only on an ACK that finds the writer asleep on it and the window not full after the
+//   ACK's sending (tcp_new_space), to 2 x max(10, cwnd) x the worst-case memory of one segment
+//   (tcp_sndbuf_expand: roundup_pow_of_two(MSS + headers) + the skb, 2304 bytes at MSS 1448 and
+//   16640 at MSS 8948 as measured here; BBR 3 x), never above net.ipv4.tcp_wmem's maximum (4 MiB
+//   unless network.tcp.wmem_max says). So a window that grew while the writer kept up leaves the
+//   buffer behind: a later, larger message waits a round trip for its tail. The buffer is charged
+//   the payload plus 768 bytes per skb (fitted to `ss -m` on this kernel: the charge within 1% at
+//   the median): queued data in 64 KiB skbs (the GSO size goal), data in flight in the skbs it was
+//   sent as, of tcp_tso_autosize's size at the pacing rate (CUBIC and Reno: 2 x cwnd / srtt in slow
+//   start, 1.2 x after, tcp_update_pacing_rate), so at long RTTs 2 segments an skb. The writer adds
+//   64 KiB while the charge is below the buffer, so it may overshoot by one skb; once full it sleeps
+//   until the charge has drained to two thirds (sk_stream_min_wspace), so a long transfer at the cap
+//   averages about 5/6 of it;
 // - BBR: startup grows as slow start does while the bandwidth estimate (the largest delivery rate
 //   measured) rises by 25% a round, pacing at 2.89 x the estimate (from 2.89 x the initial window
 //   per RTT, never falling during startup; less 1%); after three rounds without it, the window
@@ -72,6 +83,7 @@ struct Burst {
   bool lost;
   double deliveredAtSend, deliveredTimeAtSend;  // for BBR's delivery-rate sample
   double seq;                                   // its first byte's offset on the connection
+  double memory;                                // what the send buffer is charged for it (skb overhead included)
 };
 
 // A lost burst on its way to repair: its retransmission is acknowledged one RTT after the loss was
@@ -125,12 +137,13 @@ class Tcp : public LinkModel {
     mss_ = (link.mtu > 0 ? link.mtu : 1500) - 52.0;
     rtt_ = 2 * link.latencyS;
     cc_ = ccOf(link.tcp.congestionControl);
-    buffer_ = link.tcp.wmemMax ? static_cast<double>(link.tcp.wmemMax) : kDefaultSendBuffer;
+    bufferMax_ = link.tcp.wmemMax ? static_cast<double>(link.tcp.wmemMax) : kDefaultSendBuffer;
     restartAfterIdle_ = link.tcp.slowStartAfterIdle.value_or(true) && cc_ != Cc::kBbr;
     loss_ = link.loss;
     flows_ = std::max(1, link.tcp.streams);
-    buffer_ *= flows_;
+    bufferMax_ *= flows_;
     cwnd_ = initialWindow();
+    sendBuffer_ = sendBufferFor(cwnd_);  // tcp_init_buffer_space at the handshake
     bbrPacing_ = kBbrHighGain * initialWindow() / std::max(rtt_, 1e-3);  // bbr_init_pacing_rate_from_rtt
     srtt_ = rtt_;  // the handshake's sample
     mdev_ = 2 * rtt_;
@@ -166,13 +179,46 @@ class Tcp : public LinkModel {
   // until in flight + queued <= 2/3 of the buffer.
   // What the buffer holds: in flight, queued, and acknowledged behind a hole.
   void fillBuffer(double& appLeft) {
-    const double held = out_ + unsent_ + heldBytes_;
-    if (writerAsleep_ && held <= buffer_ * 2 / 3) writerAsleep_ = false;
+    const double unit = std::floor(65536.0 / (mss_ * flows_)) * mss_ * flows_;  // a 64 KiB skb per flow
+    const double unitMemory = unit + kSkbOverhead * flows_;
+    const double held = outMemory_ + unsent_ * unitMemory / unit + heldMemory_;
+    if (writerAsleep_ && held <= sendBuffer_ * 2 / 3) writerAsleep_ = false;
     if (writerAsleep_ || appLeft <= 0) return;
-    const double take = std::min(appLeft, std::max(0.0, buffer_ - held));
+    // Whole skbs while the charge is below the buffer (sk_stream_memory_free before each new skb).
+    const double room = held < sendBuffer_ ? std::ceil((sendBuffer_ - held) / unitMemory) * unit : 0;
+    const double take = std::min(appLeft, room);
     appLeft -= take;
     unsent_ += take;
     if (appLeft > 0) writerAsleep_ = true;
+  }
+  // tcp_sndbuf_expand: 2 (BBR 3) x max(10, cwnd in segments) x the worst-case memory of one segment,
+  // per flow; never below what it was, never above the maximum.
+  double sendBufferFor(double cwnd) const {
+    double perSegment = 1;
+    while (perSegment < mss_ + 576) perSegment *= 2;  // roundup_pow_of_two(MSS + MAX_TCP_HEADER + shared info)
+    perSegment += 256;                                // + the sk_buff
+    const double segments = std::max(10.0, std::floor(cwnd / mss_ / flows_ + 1e-9));
+    return std::min(bufferMax_, std::max(sendBuffer_, (cc_ == Cc::kBbr ? 3 : 2) * segments * perSegment * flows_));
+  }
+  // tcp_tso_autosize: the segments an skb leaves in, about 1 ms at the pacing rate (CUBIC and Reno:
+  // 2 x cwnd / srtt in slow start, 1.2 x after, tcp_update_pacing_rate), at least 2, at most 64 KiB.
+  double tsoSegments() const {
+    const double perFlowRate = cc_ == Cc::kBbr ? pacingRate() / 8 / flows_
+                                               : (cwnd_ < ssthresh_ ? 2.0 : 1.2) * cwnd_ / flows_ / std::max(srtt_, 1e-6);
+    const long minRttUs = std::lround(1e6 * (minRtt_ < kInf ? minRtt_ : rtt_)) >> 9;
+    const double bytes = perFlowRate / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
+    return std::clamp(std::floor(std::min(bytes, 65536.0) / mss_), 2.0, std::floor(65536.0 / mss_));
+  }
+  // What the buffer is charged for n bytes sent now: the payload and an skb's overhead per chunk.
+  double sentMemory(double n) const { return n * (1 + kSkbOverhead / (tsoSegments() * mss_)); }
+  // tcp_check_space after an ACK's sending: an ACK that finds the writer asleep on the buffer grows
+  // it unless the sender then fills the window. It does not fill it when the buffer ran dry, nor when
+  // TSO deferral holds the segments back (tcp_tso_should_defer: the room is less than one autosized
+  // skb and less than a third of the window; with 2-segment skbs, at long RTTs, never).
+  void expandSendBufferOnAck() {
+    if (!writerAsleep_) return;
+    const double room = window() - out_;
+    if (unsent_ < room || room < std::min(tsoSegments() * mss_ * flows_, window() / 3)) sendBuffer_ = sendBufferFor(cwnd_);
   }
 
   double window() const {
@@ -210,7 +256,8 @@ class Tcp : public LinkModel {
     unsent_ -= n;
     bool lost = false;
     for (double p = 0; loss_ > 0 && p < n; p += mss_) lost = clock.lose() || lost;
-    inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_, sndNxt_});
+    inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_, sndNxt_, sentMemory(n)});
+    outMemory_ += inflight_.back().memory;
     out_ += n;
     sndNxt_ += n;
     // tcp_cwnd_validate: the most in flight over the last window, and whether the window was full.
@@ -230,6 +277,7 @@ class Tcp : public LinkModel {
       const Burst b = inflight_.front();
       inflight_.pop_front();
       out_ -= b.bytes;
+      outMemory_ = inflight_.empty() ? 0 : outMemory_ - b.memory;
       sndUna_ += b.bytes;
       delivered_ += b.bytes;
       deliveredTime_ = b.ackAt;
@@ -238,8 +286,8 @@ class Tcp : public LinkModel {
       minRtt_ = std::min(minRtt_, sample);
       if (b.lost) holes_.push_back({b.seq, b.ackAt + rtt_});
       if (!holes_.empty()) {  // selectively acknowledged (or lost): the buffer keeps it
-        held_.push_back({b.seq, b.bytes});
-        heldBytes_ += b.bytes;
+        held_.push_back({b.seq, b.memory});
+        heldMemory_ += b.memory;
       }
       if (b.lost && sndUna_ > recoveryEnd_) enterRecovery(b.ackAt);
       if (cc_ == Cc::kBbr) {
@@ -249,6 +297,7 @@ class Tcp : public LinkModel {
         grow(b.bytes, b.ackAt);
       }
       if (sndUna_ >= usageSeq_) cwndLimited_ = false;
+      expandSendBufferOnAck();
     }
   }
 
@@ -257,7 +306,7 @@ class Tcp : public LinkModel {
     holes_.pop_front();
     const double limit = holes_.empty() ? kInf : holes_.front().seq;
     while (!held_.empty() && held_.front().first < limit) {
-      heldBytes_ -= held_.front().second;
+      heldMemory_ -= held_.front().second;
       held_.pop_front();
     }
   }
@@ -417,18 +466,19 @@ class Tcp : public LinkModel {
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   static constexpr double kRtoMin = 0.2;
+  static constexpr double kSkbOverhead = 768;  // bytes charged per skb beyond its payload (fitted to ss -m here)
   static constexpr double kJiffy = 0.004;  // 1 / CONFIG_HZ (250 in Debian's kernels)
   static constexpr double kProbeRttSegments = 4;  // bbr_cwnd_min_target
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
-  double mss_ = 1448, rtt_ = 0, buffer_ = kDefaultSendBuffer, loss_ = 0;
+  double mss_ = 1448, rtt_ = 0, bufferMax_ = kDefaultSendBuffer, sendBuffer_ = 0, loss_ = 0;
   double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0, renoCwnd_ = 0;
   bool hystartFound_ = false;
   double hsRoundStart_ = 0, hsLastAck_ = 0, hsEndSeq_ = -1, hsCurrRtt_ = kInf, minRtt_ = kInf;
   int hsSamples_ = 0;
   std::deque<Hole> holes_;
-  std::deque<std::pair<double, double>> held_;  // (seq, bytes) acknowledged behind a hole
-  double heldBytes_ = 0, bbrPacing_ = 0;
+  std::deque<std::pair<double, double>> held_;  // (seq, memory) acknowledged behind a hole
+  double heldMemory_ = 0, outMemory_ = 0, bbrPacing_ = 0;
   double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
   double free_ = 0, paceFree_ = 0, chunkAt_ = -1, chunkLeft_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
   double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0;

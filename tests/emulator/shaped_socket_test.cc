@@ -260,9 +260,10 @@ TEST(LinkModelTest, TcpSlowStartAfterIdleByHand) {
   const double second = tcp->stamp(clock, free, 8000000) - free;
   EXPECT_GE(second, 0.1 + 8.0 * (8000000 - 4194304) / 1e9 + 0.05);
   EXPECT_LT(second, first / 2);
-  // After 100 s idle (hundreds of RTOs) the window is back to 10 segments: as slow as the first.
+  // After 100 s idle (hundreds of RTOs) the window is back to 10 segments: as slow as the first
+  // (within 0.1 ms: the send buffer the first grew from 2 x 10 segments is kept).
   const double later = 100.0;
-  EXPECT_NEAR(tcp->stamp(clock, later, 8000000) - later, first, 1e-9);
+  EXPECT_NEAR(tcp->stamp(clock, later, 8000000) - later, first, 1e-4);
   // Without latency there is no round trip to wait for: the ideal pipe.
   LinkSpec lan = l;
   lan.latencyS = 0;
@@ -408,6 +409,41 @@ TEST(LinkModelTest, BbrPacesPerTsoChunkAndProbesRttByTheKernelsRule) {
   EXPECT_LE(probe, 0.2 + 0.2 + 0.02) << shorter << " s, " << longer << " s";
 }
 
+
+// The send buffer as Linux autotunes it, by hand (Reno, 1 Gbps, 10 ms one way, MSS 1448). The buffer
+// starts at 2 x 10 segments x 2304 bytes = 46080 and grows only while the writer waits on it. Three
+// 45-segment messages (65160 bytes, one 64 KiB skb, charged 65928: the writer never waits), each 20 ms
+// after the last arrived (an RTT, far below the RTO), grow the window to 2 x 45 = 90 segments
+// (slow start grows it only while it is under twice what was in flight) and leave the buffer at
+// 46080. A 90-segment message then fits the window but not the buffer: its first skb leaves at
+// once, the second when the first ACK (an RTT later) finds the writer waiting and grows the buffer
+// to 2 x 90 x 2304: RTT + its 45 segments + the one-way delay, where a buffer at its 4 MiB maximum
+// (the model before) sent all 90 at once.
+TEST(LinkModelTest, TcpSendBufferGrowsOnlyWhileTheWriterWaits) {
+  LinkSpec l = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "10ms"}}, "links");
+  l.tcp.congestionControl = "reno";
+  LinkClock clock(l, 0.0);
+  auto model = linkModel("tcp").make();
+  const double segment = 8 * 1448 / 1e9;
+  double at = 0;
+  for (int k = 0; k < 3; ++k) {
+    const double arrived = model->stamp(clock, at, 65160);
+    if (k > 0) EXPECT_NEAR(arrived - at, 45 * segment + 0.010, 1e-6) << "message " << k << " waited";
+    at = arrived + 0.020;
+  }
+  const double t = model->stamp(clock, at, 130320) - at;
+  // The first skb's first 2 segments are acknowledged 20 ms + 2 segments after they left.
+  EXPECT_NEAR(t, 0.020 + 2 * segment + 45 * segment + 0.010, 1e-6);
+  // Written again with the buffer at its maximum, all 90 segments leave at once.
+  LinkSpec big = l;
+  big.tcp.wmemMax = 4194304;
+  LinkClock clock2(big, 0.0);
+  auto model2 = linkModel("tcp").make();
+  at = 0;
+  for (int k = 0; k < 3; ++k) at = model2->stamp(clock2, at, 65160) + 0.020;
+  EXPECT_NEAR(model2->stamp(clock2, at, 130320) - at, 0.020 + 2 * segment + 45 * segment + 0.010, 1e-6)
+      << "the maximum is a cap: autotuning starts small whatever it is";
+}
 
 // Streams by hand: 8 connections carry the 8 MB of TcpSlowStartAfterIdleByHand, 1 MB each, from
 // 8 initial windows (80 segments in all): 80 x (2^k - 1) segments after k rounds, so 6 rounds carry
