@@ -176,8 +176,8 @@ class Tcp : public LinkModel {
   double initialWindow() const { return 10 * mss_ * flows_; }  // RFC 6928, Linux's default, per flow
 
   // The writer puts the message into the send buffer while it has room; once full it sleeps
-  // until in flight + queued <= 2/3 of the buffer.
-  // What the buffer holds: in flight, queued, and acknowledged behind a hole.
+  // until the charge for what the buffer holds (in flight, queued, and acknowledged behind a hole)
+  // is at most 2/3 of the buffer.
   void fillBuffer(double& appLeft) {
     const double unit = std::floor(65536.0 / (mss_ * flows_)) * mss_ * flows_;  // a 64 KiB skb per flow
     const double unitMemory = unit + kSkbOverhead * flows_;
