@@ -329,11 +329,12 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
   EXPECT_EQ(r["spec"]["runtime"]["slowdown"][0]["rank"], 1);
 }
 
-// network.nodes across processes: two replicas of stage 0 on one node share its 8 Mbps uplink
+// network.nodes across processes: two replicas of stage 0 on one node share its 4 Mbps uplink
 // (four worker processes booking one calendar in shared memory), so every step's forward traffic
 // takes twice as long as with the replicas on two nodes alike. dp.local_steps beyond the run: no
 // data-parallel exchange, the two placements differ only in the shared uplink. Each message is
-// about 32 KiB: 33 ms at 8 Mbps, 4 a step and replica: 131 ms alone, 262 ms shared.
+// about 32 KiB: 66 ms at 4 Mbps, 4 a step and replica: 262 ms alone, 524 ms shared. (At 8 Mbps a
+// slow, loaded host's compute, 0.1-0.2 s a step, hid enough of the difference to fail the ratio.)
 TEST_F(PipelineTest, ReplicasOnOneNodeShareItsUplink) {
   json spec = baseSpec(2, "gpipe");
   spec["model"]["width"] = 64;
@@ -342,7 +343,7 @@ TEST_F(PipelineTest, ReplicasOnOneNodeShareItsUplink) {
   spec["dp"] = {{"local_steps", 100}};
   spec["training"]["max_steps"] = 6;
   spec["network"] = {{"nodes", json::parse(R"({"nodes": [
-      {"name": "x", "up": "8Mbps", "down": "1Gbps"}, {"name": "w", "up": "8Mbps", "down": "1Gbps"},
+      {"name": "x", "up": "4Mbps", "down": "1Gbps"}, {"name": "w", "up": "4Mbps", "down": "1Gbps"},
       {"name": "y", "up": "1Gbps", "down": "1Gbps"}, {"name": "z", "up": "1Gbps", "down": "1Gbps"}],
       "core": {"default": {"latency": "1ms"}}})")}};
   auto medianStep = [](const json& r) {
@@ -358,8 +359,8 @@ TEST_F(PipelineTest, ReplicasOnOneNodeShareItsUplink) {
   ASSERT_EQ(shared["steps"].size(), 6u);
   EXPECT_EQ(shared["network"]["nodes"]["rank_nodes"], json::parse(R"(["x", "x", "y", "z"])"));
   const double a = medianStep(apart), s = medianStep(shared);
-  EXPECT_GT(a, 0.131) << "the uplink's 4 messages alone";
-  EXPECT_GT(s, 0.262) << "8 messages on one uplink";
+  EXPECT_GT(a, 0.262) << "the uplink's 4 messages alone";
+  EXPECT_GT(s, 0.524) << "8 messages on one uplink";
   EXPECT_GT(s / a, 1.35) << "apart " << a << " s, shared " << s << " s";
 }
 
