@@ -108,6 +108,16 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
 #else
   const double tolerance = 0.05;
 #endif
+  if (rates[1] < 1.0 - tolerance && o.link.bandwidthBps >= 1e9) {
+    // Whether this host can carry the rate at all: the same path with a rate 10x higher. A host
+    // whose line cannot forward 1.05x the rate unshaped says nothing about the shaper (one CI run
+    // on a slower host read 0.62-0.72 at 1 Gbps with another test beside it).
+    CalibrationOptions open = o;
+    open.link.bandwidthBps = 10 * o.link.bandwidthBps;
+    const double capacity = calibrateLink(open)["achieved_bps"].get<double>();
+    if (capacity < 1.05 * o.link.bandwidthBps)
+      GTEST_SKIP() << "this host forwarded only " << capacity / 1e9 << " Gbit/s unshaped; shaped runs:\n" << runs;
+  }
   EXPECT_NEAR(rates[1], 1.0, tolerance) << runs;
   // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
   EXPECT_NEAR(latencies[1], 0.002, 0.5e-3) << runs;
