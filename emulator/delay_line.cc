@@ -441,12 +441,14 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
 // a's side: one connection (its congestion control set first); each message after its idle time,
 // the next only once b has read the last one whole.
 // Samples [host time, cwnd, packets unacked, bytes acked, bytes sent, bytes not sent, send buffer, send window, pacing rate] of connection `fd` every `everyS` while `on`.
+constexpr const char* kTraceColumns[] = {"cwnd", "unacked", "bytes_acked", "bytes_sent", "notsent_bytes", "sndbuf", "snd_wnd", "pacing_rate_bps"};
 void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& trace) {
   trace = json::array();
   while (on) {
     const json i = socketTcpInfo(fd);
-    trace.push_back({hostClockNow(), i["cwnd"], i["unacked"], i["bytes_acked"], i["bytes_sent"], i["notsent_bytes"], i["sndbuf"], i["snd_wnd"],
-                     i["pacing_rate_bps"]});
+    json row = {hostClockNow()};
+    for (const char* c : kTraceColumns) row.push_back(i[c]);
+    trace.push_back(std::move(row));
     std::this_thread::sleep_for(std::chrono::duration<double>(everyS));
   }
 }
@@ -550,7 +552,9 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   billTcpModel(out);
   if (probe.traceS > 0) {
     for (auto& row : trace) row[0] = row[0].get<double>() - sent[0];
-    out["trace"] = {{"columns", {"t_s", "cwnd", "unacked", "bytes_acked", "bytes_sent", "notsent_bytes", "sndbuf", "snd_wnd", "pacing_rate_bps"}}, {"rows", std::move(trace)}};
+    json columns = {"t_s"};
+    for (const char* c : kTraceColumns) columns.push_back(c);
+    out["trace"] = {{"columns", std::move(columns)}, {"rows", std::move(trace)}};
   }
   return out;
 }

@@ -143,6 +143,9 @@ class Tcp : public LinkModel {
     flows_ = std::max(1, link.tcp.streams);
     bufferMax_ *= flows_;
     cwnd_ = initialWindow();
+    segmentMemory_ = 1;
+    while (segmentMemory_ < mss_ + 576) segmentMemory_ *= 2;  // roundup_pow_of_two(MSS + MAX_TCP_HEADER + shared info)
+    segmentMemory_ += 256;                                    // + the sk_buff
     sendBuffer_ = sendBufferFor(cwnd_);  // tcp_init_buffer_space at the handshake
     bbrPacing_ = kBbrHighGain * initialWindow() / std::max(rtt_, 1e-3);  // bbr_init_pacing_rate_from_rtt
     srtt_ = rtt_;  // the handshake's sample
@@ -194,11 +197,8 @@ class Tcp : public LinkModel {
   // tcp_sndbuf_expand: 2 (BBR 3) x max(10, cwnd in segments) x the worst-case memory of one segment,
   // per flow; never below what it was, never above the maximum.
   double sendBufferFor(double cwnd) const {
-    double perSegment = 1;
-    while (perSegment < mss_ + 576) perSegment *= 2;  // roundup_pow_of_two(MSS + MAX_TCP_HEADER + shared info)
-    perSegment += 256;                                // + the sk_buff
     const double segments = std::max(10.0, std::floor(cwnd / mss_ / flows_ + 1e-9));
-    return std::min(bufferMax_, std::max(sendBuffer_, (cc_ == Cc::kBbr ? 3 : 2) * segments * perSegment * flows_));
+    return std::min(bufferMax_, std::max(sendBuffer_, (cc_ == Cc::kBbr ? 3 : 2) * segments * segmentMemory_ * flows_));
   }
   // tcp_tso_autosize: the segments an skb leaves in, about 1 ms at the pacing rate (CUBIC and Reno:
   // 2 x cwnd / srtt in slow start, 1.2 x after, tcp_update_pacing_rate), at least 2, at most 64 KiB.
@@ -472,6 +472,7 @@ class Tcp : public LinkModel {
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, bufferMax_ = kDefaultSendBuffer, sendBuffer_ = 0, loss_ = 0;
+  double segmentMemory_ = 0;  // tcp_sndbuf_expand's worst-case memory of one segment
   double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0, renoCwnd_ = 0;
   bool hystartFound_ = false;
   double hsRoundStart_ = 0, hsLastAck_ = 0, hsEndSeq_ = -1, hsCurrRtt_ = kInf, minRtt_ = kInf;
