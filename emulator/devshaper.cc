@@ -30,15 +30,8 @@ const char* kRegistryDir = "/run/slowpipe/tc-dev";
 LiveNames<16> gLive;  // what the signal handler removes
 
 void deleteRootFromSignal(const char* dev) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const char* argv[] = {"tc", "qdisc", "del", "dev", dev, "root", nullptr};
-    const int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, 2);
-    execvp("tc", const_cast<char* const*>(argv));
-    _exit(127);
-  }
-  if (pid > 0) waitpid(pid, nullptr, 0);
+  const char* argv[] = {"tc", "qdisc", "del", "dev", dev, "root", nullptr};
+  runFromSignal(argv, true);
 }
 
 void installHandlers() { addSignalCleanup(removeAllDeviceShaping); }

@@ -1,7 +1,12 @@
 // The shared fatal-signal handler of the kernel backends (see live_names.h).
 #include "emulator/live_names.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 namespace slowpipe::emulator {
 
@@ -20,6 +25,21 @@ void onFatalSignal(int sig) {
 }
 
 }  // namespace
+
+void runFromSignal(const char* const argv[], bool quiet) {
+  const pid_t pid = _Fork();
+  if (pid == 0) {
+    if (quiet) {
+      const int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) dup2(devnull, 2);
+    }
+    execvp(argv[0], const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  if (pid > 0)
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+}
 
 void addSignalCleanup(void (*cleanup)()) {
   std::lock_guard<std::mutex> lock(gCleanupMutex);

