@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -340,11 +341,36 @@ double loopbackCeilingBps(uint64_t messageBytes, int messages) {
   return 8.0 * static_cast<double>(messageBytes) * (messages - 1) / (last - first);
 }
 
+CpuTimes cpuTimes() {
+  CpuTimes t;
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  in >> cpu;
+  if (cpu != "cpu") return t;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  // user nice system idle iowait irq softirq steal (guest time is counted in user already)
+  for (int k = 0; k < 8; ++k) {
+    double v = 0;
+    if (!(in >> v)) return CpuTimes{};
+    t.total += v / tick;
+    if (k == 7) t.steal = v / tick;
+  }
+  return t;
+}
+
+double stealShare(const CpuTimes& from, const CpuTimes& to) {
+  const double total = to.total - from.total;
+  return total > 0 ? (to.steal - from.steal) / total : 0.0;
+}
+
 json calibrateLink(const CalibrationOptions& o) {
   if (o.messageBytes < kProbeBytes) throw std::invalid_argument("--message-bytes " + std::to_string(o.messageBytes) + ": expected >= 64");
-  if (o.backend == "user") return calibrateUser(o);
-  if (o.backend == "tc") return calibrateKernelPath(o);
-  throw std::invalid_argument("--backend '" + o.backend + "': expected 'user' or 'tc'");
+  if (o.backend != "user" && o.backend != "tc") throw std::invalid_argument("--backend '" + o.backend + "': expected 'user' or 'tc'");
+  const CpuTimes before = cpuTimes();
+  json j = o.backend == "user" ? calibrateUser(o) : calibrateKernelPath(o);
+  const CpuTimes after = cpuTimes();
+  if (after.total > before.total) j["host_cpu_steal"] = stealShare(before, after);
+  return j;
 }
 
 }  // namespace slowpipe::emulator

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/link.h"
 #include "emulator/link_model.h"
@@ -564,7 +565,9 @@ json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe
   json out = {{"line", line.describe()}, {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
   if (json rtt = roundTrips(line, lineOpt, probe); !rtt.is_null()) out["rtt_s"] = std::move(rtt);
   if (probe.iperfS > 0) {
+    const CpuTimes before = cpuTimes();
     out["iperf3"] = iperfThrough(line, lineOpt, probe);
+    if (const CpuTimes after = cpuTimes(); after.total > before.total) out["host_cpu_steal"] = stealShare(before, after);
     // A set rate not reached within 3% (a machine too slow to forward it, or a window too small
     // for the path) says link_ok false.
     if (lineOpt.aToB.rateBps > 0 && lineOpt.aToB.deliveryMs.empty()) {

@@ -138,9 +138,11 @@ void Launcher::calibrate(const emulator::Topology& topo) {
       entry["link_ok"] = std::isfinite(err) && std::fabs(err) <= kTolerance;
       if (!entry["link_ok"].get<bool>()) {
         ok = false;
+        const double steal = seen[key].value("host_cpu_steal", 0.0);
         std::fprintf(stderr, "slowpipe: warning: link %d->%d (%s) achieved %.4g bps, %+.1f%% off its configured rate "
-                     "(tolerance 3%%); results at this setting are flagged link_ok=false\n", src, dst,
-                     l.describe().c_str(), seen[key].value("achieved_bps", 0.0), 100 * err);
+                     "(tolerance 3%%; the hypervisor took %.1f%% of this machine's CPU meanwhile); results at this "
+                     "setting are flagged link_ok=false\n", src, dst,
+                     l.describe().c_str(), seen[key].value("achieved_bps", 0.0), 100 * err, 100 * steal);
       }
       all.push_back(entry);
     }

@@ -40,7 +40,9 @@
 //   measured) rises by 25% a round, pacing at 2.89 x the estimate (from 2.89 x the initial window
 //   per RTT, never falling during startup; less 1%); after three rounds without it, the window
 //   becomes 2 x estimate x RTT and the pacing the estimate; paced per TSO chunk as Linux does
-//   without fq (tcp_tso_autosize: about 1 ms at the pacing rate leaves at once, at most 64 KiB);
+//   without fq (tcp_tso_autosize: about 1 ms at the pacing rate leaves at once, at most 64 KiB),
+//   a chunk that leaves late on the pacing clock paced for its time less the lateness, half its
+//   time at least, and a flow's first 10 segments unpaced (tcp_update_skb_after_send);
 //   PROBE_RTT as bbr_update_min_rtt: once the minimum RTT sample is 10 s old (not on the first
 //   ACK after an idle restart), the window at 4 segments until that little is in flight, then
 //   200 ms and a round trip, cut short by sending after idle once the 200 ms are over;
@@ -232,17 +234,29 @@ class Tcp : public LinkModel {
   // 64 KiB >> (min RTT in us >> 9) on short paths; at most 64 KiB, at least 2 segments) leaves at
   // once when the pacing clock allows (tcp_wstamp_ns), which then moves on by the chunk's bytes at
   // the pacing rate. A burst joins the chunk in hand while it fits and the sender did not wait.
+  // tcp_update_skb_after_send, two rules of it: a chunk that leaves late on the pacing clock (after
+  // an idle, or held by the window) moves the clock on by its time less what it was late, by half
+  // its time at most ("take into account OS jitter"); and a flow's first 10 segments are not paced
+  // (data_segs_out < 10, counted with the chunk; here with the chunk's size as allotted).
   // Returns when the burst of n bytes leaves.
   double pace(double now, double n) {
     if (now > chunkAt_ || chunkLeft_ < n) {
+      const double prior = paceFree_;
       now = std::max(now, paceFree_);
       chunkAt_ = now;
+      paceCredit_ = now - prior;
       const long minRttUs = std::lround(1e6 * (minRtt_ < kInf ? minRtt_ : rtt_)) >> 9;
       double bytes = pacingRate() / 8 / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
       chunkLeft_ = std::max(2.0, std::floor(std::min(bytes, 65536.0) / mss_)) * mss_ * flows_;
+      chunkPaced_ = (sndNxt_ + chunkLeft_) / (mss_ * flows_) >= 10 - 1e-9;
     }
     chunkLeft_ -= n;
-    paceFree_ = std::max(paceFree_, chunkAt_) + 8 * n / pacingRate();
+    paceFree_ = std::max(paceFree_, chunkAt_);
+    if (chunkPaced_) {
+      const double t = 8 * n / pacingRate(), credit = std::min(t / 2, paceCredit_);
+      paceCredit_ -= credit;
+      paceFree_ += t - credit;
+    }
     return now;
   }
   double nextEvent() const {
@@ -482,6 +496,8 @@ class Tcp : public LinkModel {
   double heldMemory_ = 0, outMemory_ = 0, bbrPacing_ = 0;
   double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
   double free_ = 0, paceFree_ = 0, chunkAt_ = -1, chunkLeft_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
+  double paceCredit_ = 0;  // what the chunk in hand may still take off the pacing clock
+  bool chunkPaced_ = true;
   double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0;
   double bbrMinRtt_ = kInf, minRttStamp_ = -1, probeRttDone_ = -1, probeRttRoundEnd_ = 0;
   bool probeRtt_ = false, idleRestart_ = false;

