@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -21,11 +22,15 @@ struct RateCase {
 class UserRateTest : public ::testing::TestWithParam<RateCase> {};
 
 // The test's clock readings include its own send and receive calls; under AddressSanitizer those
-// calls are several times slower, so the latency tolerance widens there (the rate's does not).
+// calls are several times slower, so the latency tolerance widens there, and so does how far the
+// rate may fall short (a stall of the instrumented test threads costs a run its rate; the Release
+// suite makes the 3% claim, this build checks memory). The rate is bounded above by 3% in both.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr double kLatencyTolerance = 0.6e-3;
+constexpr double kRateShortfall = 0.10;
 #else
 constexpr double kLatencyTolerance = 0.2e-3;
+constexpr double kRateShortfall = 0.03;
 #endif
 
 // Measured with the test's own clock readings, not with anything the emulator stamps: the sender
@@ -95,7 +100,10 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
     received = bulk + 2 * k + 2;
   }
   sender.join();
-  const double achieved = 8.0 * bytes * (bulk - 1) / (gotAt[bulk - 1] - gotAt[0]);
+  // From the first send (less the latency) to the last delivery: a stall anywhere, the first
+  // receipt's included, can only lower it. Measured from the first delivery, as it was, a first
+  // receipt held up 33 ms by the host read 1.067 of 1 Gbps under AddressSanitizer in CI.
+  const double achieved = 8.0 * bytes * bulk / (gotAt[bulk - 1] - sentAt[0] - link.latencyS);
   std::vector<double> lat, raw;
   for (int k = 0; k < probes; ++k) {
     const int i = bulk + k;
@@ -105,7 +113,9 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   std::sort(lat.begin(), lat.end());
   std::sort(raw.begin(), raw.end());
   const double transport = raw[raw.size() / 2];
-  EXPECT_NEAR(achieved / link.bandwidthBps, 1.0, 0.03) << "achieved " << achieved << " bps";
+  std::printf("achieved %.4f of the rate; median probe %.3f ms\n", achieved / link.bandwidthBps, 1e3 * lat[lat.size() / 2]);
+  EXPECT_LE(achieved / link.bandwidthBps, 1.03) << "achieved " << achieved << " bps";
+  EXPECT_GE(achieved / link.bandwidthBps, 1.0 - kRateShortfall) << "achieved " << achieved << " bps";
   EXPECT_NEAR(lat[lat.size() / 2], std::max(link.latencyS, transport), kLatencyTolerance)
       << "median shaped probe " << lat[lat.size() / 2] << " s, unshaped transport " << transport << " s";
   EXPECT_GE(lat.front(), link.latencyS - 1e-5) << "a probe arrived before its latency had passed";
