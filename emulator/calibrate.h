@@ -40,6 +40,10 @@ struct CpuTimes {
 CpuTimes cpuTimes();
 // The stolen share of the CPU time between two readings (0 when none passed).
 double stealShare(const CpuTimes& from, const CpuTimes& to);
+// Past this share, timing on these 2-core machines is the hypervisor's: measured at 1 Gbps, 12%
+// steal went with 0.90-0.91 of the rate and 0.15-6% with 0.97 and more. The tests that check a
+// shaped rate or delay skip, with the figures, when they miss it while steal passed this.
+constexpr double kStealNoticeable = 0.03;
 // Unshaped ZeroMQ goodput over TCP loopback with this message size: the user backend's ceiling.
 double loopbackCeilingBps(uint64_t messageBytes, int messages);
 

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/delay_line.h"
 
@@ -207,6 +208,8 @@ TEST(DelayLineTest, OneStreamDrawsTheRateAtMtu1500) {
   const double err = r["rate_error"].get<double>();
   EXPECT_EQ(r["link_ok"].get<bool>(), std::fabs(err) <= 0.03) << r.dump();
   EXPECT_LE(err, 0.03) << "the line carried more than its rate: " << r.dump();
+  if (!r["link_ok"].get<bool>() && r.value("host_cpu_steal", 0.0) > kStealNoticeable)
+    GTEST_SKIP() << "the hypervisor took " << 100 * r["host_cpu_steal"].get<double>() << "% of the CPU: " << r["iperf3"].dump();
 #ifndef __SANITIZE_ADDRESS__
   // Under AddressSanitizer the forwarding thread runs 2-3x slower (a CI run on a slower host read
   // 0.86 of 1 Gbps, 0.96 past slow start): there the probe must only say so, as checked above.

