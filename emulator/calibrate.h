@@ -28,8 +28,7 @@ struct CalibrationOptions {
 
 // Also records host_cpu_steal: the share of this machine's CPU time the hypervisor took during the
 // calibration (/proc/stat's steal over all of its time; absent where /proc/stat cannot be read). A
-// user-space delay line or shaper loses rate and adds delay when it is high: on these 2-core VMs,
-// 12% steal went with 0.70-0.91 of 1 Gbps and under 1% with 0.97-1.0.
+// user-space delay line or shaper loses rate and adds delay when it is high (kStealNoticeable).
 nlohmann::json calibrateLink(const CalibrationOptions& opt);
 
 // The machine's CPU time (seconds, all CPUs) and the part of it stolen by a hypervisor, from
@@ -40,9 +39,10 @@ struct CpuTimes {
 CpuTimes cpuTimes();
 // The stolen share of the CPU time between two readings (0 when none passed).
 double stealShare(const CpuTimes& from, const CpuTimes& to);
-// Past this share, timing on these 2-core machines is the hypervisor's: measured at 1 Gbps, 12%
-// steal went with 0.90-0.91 of the rate and 0.15-6% with 0.97 and more. The tests that check a
-// shaped rate or delay skip, with the figures, when they miss it while steal passed this.
+// Past this share, timing on these 2-core machines is the hypervisor's: three tc calibrations at
+// 1 Gbps read 0.70-0.91 of the rate (best 0.91, 0.90) with 11.9% and 12.4% steal over them, and
+// passed the 5% bound with 0.15% and about 6%. The tests that check a shaped rate or delay skip,
+// with the figures, when they miss it while steal passed this.
 constexpr double kStealNoticeable = 0.03;
 // Unshaped ZeroMQ goodput over TCP loopback with this message size: the user backend's ceiling.
 double loopbackCeilingBps(uint64_t messageBytes, int messages);

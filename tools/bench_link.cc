@@ -1,5 +1,6 @@
 // `slowpipe bench link`: calibrate a shaped link (user or tc backend), one point or the sweep.
 // `slowpipe emulator cleanup|probe`: remove leftovers of killed runs; show what the kernel offers.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -74,6 +75,12 @@ void run(const LinkBenchOptions& o) {
     all.push_back(p);
   }
   if (!o.json && o.backend == "tc") std::printf("mechanism: %s\n", all.back()["mechanism"].dump().c_str());
+  if (!o.json) {
+    double steal = 0;
+    for (const auto& p : all) steal = std::max(steal, p.value("host_cpu_steal", 0.0));
+    std::printf("hypervisor steal during a point, at most: %.1f%% of this machine's CPU%s\n", 100 * steal,
+                steal > emulator::kStealNoticeable ? " (past 3%: rates and delays above are partly the host's)" : "");
+  }
   if (!o.json && ceiling > 0) std::printf("ZeroMQ TCP loopback ceiling here: %s\n", emulator::formatBandwidth(ceiling).c_str());
   if (o.json) std::cout << (o.sweep ? json{{"points", all}, {"loopback_ceiling_bps", ceiling}} : all[0]).dump(2) << std::endl;
 }
