@@ -563,11 +563,12 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
 json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
   DelayLine line(lineOpt);
   json out = {{"line", line.describe()}, {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
+  // The hypervisor's share of the CPU over the whole probe (round trips and stream): a stalled
+  // forwarding thread lowers the rate and lengthens round trips alike.
+  const CpuTimes before = cpuTimes();
   if (json rtt = roundTrips(line, lineOpt, probe); !rtt.is_null()) out["rtt_s"] = std::move(rtt);
   if (probe.iperfS > 0) {
-    const CpuTimes before = cpuTimes();
     out["iperf3"] = iperfThrough(line, lineOpt, probe);
-    if (const CpuTimes after = cpuTimes(); after.total > before.total) out["host_cpu_steal"] = stealShare(before, after);
     // A set rate not reached within 3% (a machine too slow to forward it, or a window too small
     // for the path) says link_ok false.
     if (lineOpt.aToB.rateBps > 0 && lineOpt.aToB.deliveryMs.empty()) {
@@ -576,6 +577,7 @@ json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe
       out["link_ok"] = std::fabs(err) <= 0.03;
     }
   }
+  if (const CpuTimes after = cpuTimes(); after.total > before.total) out["host_cpu_steal"] = stealShare(before, after);
   line.stop();
   out["stats"] = line.stats();
   return out;
