@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 
 #include <cmath>
@@ -56,8 +57,12 @@ class MultiHostTest : public PipelineTest {
     av.push_back(nullptr);
     for (auto& v : vars) ev.push_back(v.data());
     ev.push_back(nullptr);
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) {
+      // Dies with the test, also when the test is killed (ctest's timeout): nothing runs on.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
@@ -463,10 +468,13 @@ TEST_F(MultiHostTest, KilledRankStopsEveryRankWithin5Seconds) {
   EXPECT_GE(r["steps"].size(), 2u);
 }
 
-// Network namespaces standing in for hosts: a bridge in the root namespace (10.215.0.1/24) and one
-// veth per "host" namespace with its own address (10.215.0.10 + i); mpirun starts the workers in
-// them through tools/netns_rsh_agent.sh, so the real launcher, real TCP between distinct
-// addresses, CURVE and tc-dev on the veths are all exercised. Root only; everything is removed.
+// Network namespaces standing in for hosts: a hub namespace holding a bridge, and one veth pair per
+// "host" namespace (10.215.0.10 + i) into it; mpirun runs inside host 0 and starts the workers in
+// their namespaces through tools/netns_rsh_agent.sh, so the real launcher, real TCP between distinct
+// addresses, CURVE and tc-dev on the veths are all exercised. Root only. Nothing lives in the root
+// namespace: a test killed midway (ctest's timeout) leaves only namespaces named slowpipe-<pid>-*,
+// which `slowpipe emulator cleanup` removes with everything in them (it used to leave its bridge
+// and veths in the root namespace, which nothing removed).
 class NamespaceHostsTest : public MultiHostTest {
  protected:
   void SetUp() override {
@@ -474,33 +482,26 @@ class NamespaceHostsTest : public MultiHostTest {
     if (geteuid() != 0) GTEST_SKIP() << "namespaces need root";
     if (system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
     const std::string p = std::to_string(getpid());
-    bridge_ = "sp" + p + "br";
-    ASSERT_EQ(sh("ip link add " + bridge_ + " type bridge && ip addr add 10.215.0.1/24 dev " + bridge_ + " && ip link set " + bridge_ + " up"), 0);
+    hub_ = "slowpipe-" + p + "-hub";
+    ASSERT_EQ(sh("ip netns add " + hub_ + " && ip -n " + hub_ + " link add br0 type bridge && ip -n " + hub_ + " link set br0 up"), 0);
     for (int i = 0; i < 3; ++i) {
-      const std::string ns = "slowpipe-" + p + "-h" + std::to_string(i), outer = "sp" + p + "h" + std::to_string(i);
+      const std::string ns = "slowpipe-" + p + "-h" + std::to_string(i), outer = "h" + std::to_string(i);
       const std::string inner = "sph" + std::to_string(i), ip = "10.215.0." + std::to_string(10 + i);
       hosts_.push_back(ns);
       addresses_.push_back(ip);
       devs_.push_back(inner);
-      ASSERT_EQ(sh("ip netns add " + ns + " && ip link add " + outer + " type veth peer name " + inner + " netns " + ns +
-                   " && ip link set " + outer + " master " + bridge_ + " up && ip -n " + ns + " addr add " + ip + "/24 dev " + inner +
+      ASSERT_EQ(sh("ip netns add " + ns + " && ip -n " + hub_ + " link add " + outer + " type veth peer name " + inner + " netns " + ns +
+                   " && ip -n " + hub_ + " link set " + outer + " master br0 up && ip -n " + ns + " addr add " + ip + "/24 dev " + inner +
                    " && ip -n " + ns + " link set " + inner + " up && ip -n " + ns + " link set lo up"),
                 0);
     }
+    EXPECT_NE(sh("ip link show | grep -q -e sph -e sp" + p), 0) << "a device of this test is in the root namespace";
   }
   void TearDown() override {
     for (const auto& ns : hosts_) sh("ip netns delete " + ns);
-    if (!bridge_.empty()) sh("ip link delete " + bridge_);
-    // Nothing left: no namespace, no bridge, no veth of this test.
-    const std::string p = std::to_string(getpid());
-    EXPECT_NE(sh("ip netns list | grep -q slowpipe-" + p + "-h"), 0);
-    // (The kernel removes a deleted namespace's veths asynchronously: give it a moment.)
-    bool gone = false;
-    for (int i = 0; i < 50 && !gone; ++i) {
-      gone = sh("ip link show | grep -q sp" + p) != 0;
-      if (!gone) usleep(100000);
-    }
-    EXPECT_TRUE(gone) << "a veth or bridge of this test is left: " << p;
+    if (!hub_.empty()) sh("ip netns delete " + hub_);
+    // Nothing left: no namespace of this test.
+    EXPECT_NE(sh("ip netns list | grep -q slowpipe-" + std::to_string(getpid()) + "-"), 0);
   }
   static int sh(const std::string& cmd) { return system(("(" + cmd + ") > /dev/null 2>&1").c_str()); }
 
@@ -512,7 +513,7 @@ class NamespaceHostsTest : public MultiHostTest {
     // topology to shared memory here (hwloc_shmem_topology_write), and workers need no binding.
     const fs::path session = root_ / (tag + "-ompi");
     fs::create_directories(session);
-    const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np 3 -H " + hosts_[0] + "," + hosts_[1] + "," + hosts_[2] +
+    const std::string cmd = "exec ip netns exec " + hosts_[0] + " mpirun --allow-run-as-root --oversubscribe -np 3 -H " + hosts_[0] + "," + hosts_[1] + "," + hosts_[2] +
                             " --mca orte_tmpdir_base " + session.string() + " --mca rtc ^hwloc --mca plm_rsh_agent " + agent + " --mca oob_tcp_if_include 10.215.0.0/24 --mca btl self,tcp"
                             " --mca btl_tcp_if_include 10.215.0.0/24 -x SLOWPIPE_SECRET_FILE " + SLOWPIPE_BINARY +
                             " worker --spec " + writeSpec(spec, tag).string() + " --out " + (root_ / tag).string() +
@@ -526,7 +527,7 @@ class NamespaceHostsTest : public MultiHostTest {
     EXPECT_EQ(waitFor(p, 240), 0) << readFile(root_ / (tag + ".log"));
     return json::parse(std::ifstream(root_ / tag / "result.json"));
   }
-  std::string bridge_;
+  std::string hub_;
   std::vector<std::string> hosts_, addresses_, devs_;
 };
 
