@@ -2,8 +2,10 @@
 #include "emulator/calibrate.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -356,6 +358,19 @@ CpuTimes cpuTimes() {
     if (k == 7) t.steal = v / tick;
   }
   return t;
+}
+
+double threadCpuSeconds() {
+  timespec t{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return -1;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+double threadCpuSeconds(unsigned long pthreadHandle) {
+  clockid_t clock;
+  timespec t{};
+  if (pthread_getcpuclockid(static_cast<pthread_t>(pthreadHandle), &clock) != 0 || clock_gettime(clock, &t) != 0) return -1;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 double stealShare(const CpuTimes& from, const CpuTimes& to) {

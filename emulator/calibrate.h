@@ -44,6 +44,10 @@ double stealShare(const CpuTimes& from, const CpuTimes& to);
 // passed the 5% bound with 0.15% and about 6%. The tests that check a shaped rate or delay skip,
 // with the figures, when they miss it while steal passed this.
 constexpr double kStealNoticeable = 0.03;
+// CPU time (seconds) the calling thread has used (CLOCK_THREAD_CPUTIME_ID), and a running thread
+// of this process has used (its pthread's CPU clock; -1 once it has ended or where unreadable).
+double threadCpuSeconds();
+double threadCpuSeconds(unsigned long pthreadHandle);
 // Unshaped ZeroMQ goodput over TCP loopback with this message size: the user backend's ceiling.
 double loopbackCeilingBps(uint64_t messageBytes, int messages);
 

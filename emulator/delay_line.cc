@@ -7,6 +7,7 @@
 #include <linux/if_tun.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -158,6 +159,14 @@ void DelayLine::stop() {
 json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   json out = {{"a_to_b", toJson(statsAB_)}, {"b_to_a", toJson(statsBA_)}};
+  // What forwarding cost this machine: the thread's CPU time over its life (the workers of a run
+  // share the cores with it), so far while it runs.
+  double cpu = cpuS_, wall = endedAt_ - startedAt_;
+  if (forwarding_ && startedAt_ >= 0) {
+    const double now = threadCpuSeconds(forwarder_);
+    if (now >= 0) cpu = now, wall = monotonicNow() - startedAt_;
+  }
+  if (cpu >= 0 && wall > 0) out["forwarding"] = {{"cpu_s", cpu}, {"wall_s", wall}, {"cpu_share", cpu / wall}};
   for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
     if (late->empty()) continue;  // (known once forwarding has stopped)
     std::vector<double> v = *late;
@@ -224,6 +233,12 @@ struct Forwarder {
 // a gap of more than 200 us is slept until min(spinS, half the gap) before the event and the rest
 // spun (polling the devices), so deliveries keep their time; shorter gaps sleep on the timer alone.
 void DelayLine::forward() {
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    startedAt_ = monotonicNow();
+    forwarder_ = static_cast<unsigned long>(pthread_self());
+    forwarding_ = true;
+  }
   prctl(PR_SET_TIMERSLACK, 1UL);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -274,6 +289,9 @@ void DelayLine::forward() {
   std::lock_guard<std::mutex> lock(statsMutex_);
   lateAB_ = std::move(lateAB);
   lateBA_ = std::move(lateBA);
+  cpuS_ = threadCpuSeconds();
+  endedAt_ = monotonicNow();
+  forwarding_ = false;
 }
 
 namespace {

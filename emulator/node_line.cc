@@ -14,6 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/delay_line.h"
 #include "emulator/shaped_socket.h"
@@ -110,6 +111,9 @@ json NodeLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   const int N = static_cast<int>(nodes_.size());
   json s = {{"nodes", json::array()}, {"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
+  // What forwarding cost this machine (the workers share its cores): the thread's CPU time over its
+  // life, as of its last copy of the statistics (20 a second, and as it ends).
+  if (cpuS_ >= 0 && wallS_ > 0) s["forwarding"] = {{"cpu_s", cpuS_}, {"wall_s", wallS_}, {"cpu_share", cpuS_ / wallS_}};
   if (statsRaw_.size() != static_cast<size_t>(2 * N + N * N)) return s;
   // links: the uplinks, the core pairs, the downlinks (forward()'s order)
   for (int n = 0; n < N; ++n) {
@@ -224,6 +228,8 @@ struct NodeLine::Forwarder {
     line.statsRaw_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) line.statsRaw_[i] = links[i]->stats();
     line.foreign_ = foreign;
+    line.cpuS_ = threadCpuSeconds();
+    line.wallS_ = now();
   }
 };
 

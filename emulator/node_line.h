@@ -65,6 +65,7 @@ class NodeLine {
   mutable std::mutex statsMutex_;
   std::vector<PacketLinkStats> statsRaw_;  // the forwarder's copy: uplinks, core pairs, downlinks
   uint64_t foreign_ = 0;                   // packets not addressed to another node
+  double cpuS_ = -1, wallS_ = 0;           // the forwarding thread's CPU time and age at that copy
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

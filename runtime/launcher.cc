@@ -111,11 +111,19 @@ int Launcher::run() {
       accessFd_ = -1;
     }
     if (fabric_)
-      if (json lines = fabric_->lineStats(); !lines.is_null()) result_["network"]["delay_lines"] = std::move(lines);
+      if (json lines = fabric_->lineStats(); !lines.is_null()) {
+        // The delay lines' forwarding threads share the cores with the workers: their CPU time.
+        double cpu = 0;
+        for (const auto& l : lines) cpu += l["stats"].contains("forwarding") ? l["stats"]["forwarding"]["cpu_s"].get<double>() : 0.0;
+        result_["network"]["forwarding_cpu_s"] = cpu;
+        result_["network"]["delay_lines"] = std::move(lines);
+      }
     fabric_.reset();
     if (nodeLine_) {
       nodeLine_->stop();
       result_["network"]["node_line"] = nodeLine_->stats();
+      if (const auto& n = result_["network"]["node_line"]; n.contains("forwarding"))
+        result_["network"]["forwarding_cpu_s"] = n["forwarding"]["cpu_s"];
       nodeLine_.reset();
     }
   } catch (const std::exception& e) {

@@ -129,6 +129,11 @@ TEST(NodeLineTest, ConnectionsShareTheirNodesAccessLinks) {
     // a's uplink (20 Mbps) carries a -> b and a -> c; c's downlink (30 Mbps) carries b -> c too.
     double steal = 0;
     const std::vector<double> up = bestRun(line, {{0, 1}, {0, 2}}, 20e6, &steal);
+    // The forwarding thread's own CPU clock: above 0 after thousands of packets, never past its age.
+    const json fw = line.stats().value("forwarding", json());
+    ASSERT_TRUE(fw.is_object()) << line.stats().dump();
+    EXPECT_GT(fw["cpu_s"].get<double>(), 0.0) << fw.dump();
+    EXPECT_LE(fw["cpu_s"].get<double>(), fw["wall_s"].get<double>() * 1.001) << fw.dump();
     if (std::abs((up[0] + up[1]) / 20e6 - 1.0) > 0.08 && steal > kStealNoticeable)
       GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of the CPU; best uplink run " << up[0] << " + " << up[1];
     EXPECT_NEAR((up[0] + up[1]) / 20e6, 1.0, 0.08) << up[0] << " + " << up[1];
