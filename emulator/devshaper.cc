@@ -157,9 +157,10 @@ std::vector<std::string> cleanupDeviceShaping() {
     std::vector<std::string> cmd = {"tc"};
     if (!ns.empty()) cmd.insert(cmd.end(), {"-n", ns});
     cmd.insert(cmd.end(), {"qdisc", "del", "dev", dev, "root"});
-    if (!dev.empty()) runCommand(cmd);  // gone already with its namespace: nothing to do
+    // Said removed only if it was: an interface gone with its namespace left only the record.
+    const bool deleted = !dev.empty() && runCommand(cmd).status == 0;
     fs::remove(e.path(), ec);
-    removed.push_back(dev + (ns.empty() ? "" : " (" + ns + ")"));
+    if (deleted) removed.push_back(dev + (ns.empty() ? "" : " (" + ns + ")"));
   }
   return removed;
 }

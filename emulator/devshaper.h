@@ -45,7 +45,9 @@ class DeviceShaper {
 
 // Removes every live shaper's qdisc (async-signal-safe enough for an abort path: fork + exec).
 void removeAllDeviceShaping();
-// Removes what shapers of processes that are gone left behind (registry files). Returns "dev (netns)".
+// Removes what shapers of processes that are gone left behind (registry files). Returns "dev (netns)"
+// for each root qdisc it deleted; a record whose interface is gone (with its namespace) is dropped
+// and not returned.
 std::vector<std::string> cleanupDeviceShaping();
 
 }  // namespace slowpipe::emulator

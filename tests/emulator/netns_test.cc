@@ -2,7 +2,9 @@
 // namespaces and veths, and cleanup on destruction, on SIGTERM and after kill -9.
 #include "emulator/netns.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
+#include "emulator/devshaper.h"
 #include "emulator/live_names.h"
 
 namespace slowpipe::emulator {
@@ -285,6 +288,62 @@ TEST_F(KernelBackendTest, CleanupRemovesWhatKill9Left) {
   const auto removed = cleanupNamespaces(false);
   EXPECT_EQ(namespacesOf(child), 0);
   EXPECT_GE(removed.size(), 2u);
+}
+
+// tc-dev's leftovers after kill -9: `emulator cleanup` deletes the qdisc a dead shaper left and says
+// so; where the interface went with its namespace, it drops the record and says nothing was removed
+// (it used to list such an interface as removed).
+TEST_F(KernelBackendTest, DeviceCleanupReportsOnlyWhatItRemoved) {
+  // A child that shapes a veth in a namespace of its own, then is killed.
+  auto shapeAndDie = [](std::string* ns) {
+    int ready[2];
+    if (pipe(ready) != 0) return pid_t{-1};
+    const pid_t child = fork();
+    if (child == 0) {
+      close(ready[0]);
+      const std::string name = "slowpipe-" + std::to_string(getpid()) + "-shaped";
+      std::string ok = "no";
+      if (runCommand({"ip", "netns", "add", name}).status == 0 &&
+          runCommand({"ip", "-n", name, "link", "add", "sp0", "type", "veth", "peer", "name", "sp1"}).status == 0 &&
+          runCommand({"ip", "-n", name, "link", "set", "sp0", "up"}).status == 0) {
+        const int fd = open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && setns(fd, CLONE_NEWNET) == 0) {
+          static DeviceShaper* shaper = new DeviceShaper("sp0");  // never destroyed: the kill leaves it
+          (void)shaper;
+          ok = "ok";
+        }
+      }
+      (void)!write(ready[1], ok.data(), ok.size());
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    char buf[2] = {};
+    const bool ok = read(ready[0], buf, 2) == 2 && std::string(buf, 2) == "ok";
+    close(ready[0]);
+    *ns = "slowpipe-" + std::to_string(child) + "-shaped";
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    return ok ? child : pid_t{-1};
+  };
+  auto htbOn = [](const std::string& ns) { return runCommand({"tc", "-n", ns, "qdisc", "show", "dev", "sp0"}).output.find("htb") != std::string::npos; };
+  auto listed = [](const std::vector<std::string>& v, const std::string& ns) {
+    return std::find(v.begin(), v.end(), "sp0 (" + ns + ")") != v.end();
+  };
+  std::string ns;
+  ASSERT_GT(shapeAndDie(&ns), 0) << "the child could not shape its veth";
+  ASSERT_TRUE(htbOn(ns)) << "kill -9 left no qdisc to clean";
+  const auto removed = cleanupDeviceShaping();
+  EXPECT_TRUE(listed(removed, ns)) << "the qdisc it deleted is not reported";
+  EXPECT_FALSE(htbOn(ns)) << "cleanup left the qdisc";
+  runCommand({"ip", "netns", "delete", ns});
+
+  std::string gone;
+  const pid_t second = shapeAndDie(&gone);
+  ASSERT_GT(second, 0);
+  runCommand({"ip", "netns", "delete", gone});  // as namespace cleanup does first
+  EXPECT_FALSE(listed(cleanupDeviceShaping(), gone)) << "an interface that no longer exists was reported removed";
+  EXPECT_NE(access(("/run/slowpipe/tc-dev/" + std::to_string(second) + "-sp0.json").c_str(), F_OK), 0) << "the stale record was kept";
 }
 
 TEST_F(KernelBackendTest, CleanupLeavesLiveOwnersAlone) {
