@@ -87,7 +87,7 @@ class DelayLine {
   // The forwarding thread's CPU time, as it ended (-1 while it runs), and its start and end.
   double cpuS_ = -1, startedAt_ = -1, endedAt_ = -1;
   unsigned long forwarder_ = 0;  // its pthread, while it runs
-  bool forwarding_ = false;  // (these four under statsMutex_)
+  bool forwarding_ = false;  // (all five under statsMutex_)
   std::atomic<bool> stop_{false};
   ParkGate gate_;
   std::thread thread_;
