@@ -55,7 +55,10 @@ for case, runs in sorted(cases.items()):
         model = statistics.mean(r["messages"][k]["model_s"] for r in runs)
         rows.append({"case": case, "seeds": len(runs), "bytes": m["bytes"], "idle_s": m["idle_s"], "measured_s": measured,
                      "model_s": model, "error": model / measured - 1,
-                     "retrans": [r["messages"][k]["kernel"]["retrans"] for r in runs]})
+                     "retrans": [r["messages"][k]["kernel"]["retrans"] for r in runs],
+                     # the receiver's window at the message's start, and the time the kernel said it limited the sender
+                     "snd_wnd_before": [r["messages"][k]["kernel"].get("snd_wnd_before") for r in runs],
+                     "rwnd_limited_s": [r["messages"][k]["kernel"].get("rwnd_limited_s") for r in runs]})
 errs = [abs(r["error"]) for r in rows]
 summary = {"messages": len(rows), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
            "within_10pct": sum(e <= 0.10 for e in errs), "within_25pct": sum(e <= 0.25 for e in errs),
@@ -75,5 +78,9 @@ for part, b in summary["by"].items():
           f"{b['within_10pct']} within 10%, {b['within_25pct']} within 25%")
 for r in summary["worst"]:
     print(f"  {r['case']} {r['bytes']} B after {r['idle_s']:.3g} s: measured {r['measured_s']:.4f} s, model {r['model_s']:.4f} s "
-          f"({100 * r['error']:+.1f}%), retransmits {r['retrans']}")
+          f"({100 * r['error']:+.1f}%), retransmits {r['retrans']}, receive window {r['snd_wnd_before']} B, "
+          f"receive-window-limited {r['rwnd_limited_s']} s")
+rw = [r for r in rows if any(x for x in r["rwnd_limited_s"] if x)]
+print(f"  receive-window-limited in some seed: {len(rw)} messages, "
+      f"{sum(abs(r['error']) > 0.05 for r in rw)} of them off by more than 5%")
 PY
