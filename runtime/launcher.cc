@@ -1,6 +1,9 @@
 // Launcher: the run, its result file, the shared helpers (see launcher_internal.h).
 #include "runtime/launcher_internal.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "runtime/plan.h"
 
 namespace slowpipe::runtime::detail {
@@ -113,17 +116,21 @@ int Launcher::run() {
     if (fabric_)
       if (json lines = fabric_->lineStats(); !lines.is_null()) {
         // The delay lines' forwarding threads share the cores with the workers: their CPU time.
-        double cpu = 0;
-        for (const auto& l : lines) cpu += l["stats"].contains("forwarding") ? l["stats"]["forwarding"]["cpu_s"].get<double>() : 0.0;
-        result_["network"]["forwarding_cpu_s"] = cpu;
+        double cpu = 0, wall = 0;
+        for (const auto& l : lines)
+          if (l["stats"].contains("forwarding")) {
+            cpu += l["stats"]["forwarding"]["cpu_s"].get<double>();
+            wall = std::max(wall, l["stats"]["forwarding"]["wall_s"].get<double>());
+          }
         result_["network"]["delay_lines"] = std::move(lines);
+        noteForwardingCost(cpu, wall);
       }
     fabric_.reset();
     if (nodeLine_) {
       nodeLine_->stop();
       result_["network"]["node_line"] = nodeLine_->stats();
       if (const auto& n = result_["network"]["node_line"]; n.contains("forwarding"))
-        result_["network"]["forwarding_cpu_s"] = n["forwarding"]["cpu_s"];
+        noteForwardingCost(n["forwarding"]["cpu_s"].get<double>(), n["forwarding"]["wall_s"].get<double>());
       nodeLine_.reset();
     }
   } catch (const std::exception& e) {
@@ -152,6 +159,20 @@ void Launcher::shareAccessLinks() {
                                                     "downlink in calendars the workers share (emulator/nodes.h)";
   accessFd_ = emulator::AccessLinks::createShared(links().accessCalendars());
   setenv(emulator::kAccessFdEnv, std::to_string(accessFd_).c_str(), 1);
+}
+
+// On the tc backend without netem, packets go through the delay lines' forwarding threads, which
+// run on the cores the stages compute on: on 2 cores a 4-stage run at 200 Mbps / 25 ms computed
+// 18-40% slower than on the user backend (results/README.md section 17). The run says how much.
+void Launcher::noteForwardingCost(double cpuS, double wallS) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  result_["network"]["forwarding_cpu_s"] = cpuS;
+  if (wallS <= 0) return;
+  const double share = cpuS / (wallS * cores);
+  result_["network"]["forwarding_cpu_share"] = share;
+  if (share > 0.05)
+    std::fprintf(stderr, "slowpipe: note: the delay lines' forwarding took %.1f CPU-s, %.1f%% of this machine's %u cores over "
+                 "%.1f s; the stages computed on the rest (result: network.forwarding_cpu_s)\n", cpuS, 100 * share, cores, wallS);
 }
 
 // The last write of result.json (short form on a full disk); 1 when even that failed.

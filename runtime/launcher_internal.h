@@ -88,6 +88,9 @@ class Launcher {
   json launcherInfo() const;
   void setupNetwork();
   void shareAccessLinks();
+  // Records what the delay lines' forwarding cost (network.forwarding_cpu_s, and its share of this
+  // machine's CPU over the lines' life) and says so on stderr past 5%.
+  void noteForwardingCost(double cpuS, double wallS);
   void setupNodeLine();
   // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
   // the project's namespaces) and flags the run when a link misses its rate by more than 3%.

@@ -171,6 +171,8 @@ TEST_F(TcRunTest, NodesRunThroughTheNodeLine) {
   EXPECT_EQ(k["network"]["nodes"]["rank_nodes"], json::parse(R"(["slow", "mid", "end"])"));
   EXPECT_EQ(k["network"]["node_line"]["nodes"], json::parse(R"(["slow", "mid", "end"])"));  // no namespace for an idle node
   EXPECT_GT(k["network"]["node_line"]["uplinks"][0]["delivered"].get<uint64_t>(), 100u) << k["network"]["node_line"].dump();
+  EXPECT_GT(k["network"]["forwarding_cpu_s"].get<double>(), 0.0) << k["network"].dump();  // the node line's, as the delay lines'
+  EXPECT_LE(k["network"]["forwarding_cpu_share"].get<double>(), 1.0) << k["network"].dump();
   for (size_t i = 1; i < k["steps"].size(); ++i) EXPECT_GT(k["steps"][i]["time_s"].get<double>(), 4 * 0.033) << "step " << i;
   s["network"]["backend"] = "user";
   const json u = launch(s, "nodes-user");
@@ -242,6 +244,11 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
     EXPECT_GT(offered, 100) << r["network"]["delay_lines"].dump();
     EXPECT_GT(lost, 0) << r["network"]["delay_lines"].dump();
     EXPECT_LT(static_cast<double>(lost) / offered, 0.05 + 4 * std::sqrt(0.05 * 0.95 / offered)) << r["network"]["delay_lines"].dump();
+    // What the lines' forwarding cost the host: some CPU for hundreds of packets, and no more than
+    // the whole machine over their life.
+    EXPECT_GT(r["network"]["forwarding_cpu_s"].get<double>(), 0.0) << r["network"].dump();
+    EXPECT_GT(r["network"]["forwarding_cpu_share"].get<double>(), 0.0) << r["network"].dump();
+    EXPECT_LE(r["network"]["forwarding_cpu_share"].get<double>(), 1.0) << r["network"].dump();
   } else {
     EXPECT_EQ(r["status"], "failed");
     EXPECT_NE(r["reason"].get<std::string>().find("needs netem"), std::string::npos) << r["reason"];
