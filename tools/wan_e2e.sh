@@ -5,7 +5,9 @@
 # the kernel's own TCP over the delay line where there is no netem), on the user backend with
 # network.model tcp, and in the simulator with tcp (a profile measured here per stage count);
 # 3 repeats of each emulated point. Compares every step's time (median over repeats) of the model
-# and the simulator with the kernel's: median and max |error|, written to OUT/e2e.json.
+# and the simulator with the kernel's: median and max |error|, written to OUT/e2e.json; per point
+# also the compute a step on both emulated paths and the delay lines' share of the CPU (runs that
+# record network.forwarding_cpu_share).
 #
 #   sudo tools/wan_e2e.sh [OUT]     (default results/wan/e2e; needs build/slowpipe)
 #   PARTS="kernel user sim" (the default) chooses what is run again (PARTS=none: only the comparison).
@@ -43,6 +45,14 @@ def repeats(kind, point):  # per step, every repeat's time
     return [[d["steps"][i]["time_s"] for d in docs] for i in range(n)]
 def steps(kind, point):
     return [statistics.median(r) for r in repeats(kind, point)]
+def docs(kind, point):
+    return [json.load(open(f)) for f in sorted(glob.glob(f"{out}/{kind}/runs/{point}.r*.json"))]
+def compute(kind, point):  # a step's compute (the stages' mean), median over steps 1.. and repeats
+    v = [s["breakdown_s"]["compute"] for d in docs(kind, point) for s in d["steps"][1:] if "breakdown_s" in s]
+    return statistics.median(v) if v else None
+def forwarding(kind, point):  # the delay lines' share of the machine's CPU (runs that record it)
+    v = [d["network"]["forwarding_cpu_share"] for d in docs(kind, point) if "forwarding_cpu_share" in d.get("network", {})]
+    return statistics.median(v) if v else None
 rows, errs = [], {"user_tcp": [], "simulated_tcp": []}
 by_cc = {}  # (kind, cc) -> |errors|
 spread, outside = [], []  # the kernel's own spread per step (max / min of its repeats - 1); steps past 10%
@@ -67,9 +77,15 @@ for stages in (2, 4):
                                         "within_kernel_repeats": min(kernelRepeats[i]) <= mine[i] <= max(kernelRepeats[i])})
                 errs[kind] += [abs(x) for x in e]
                 by_cc.setdefault((kind, cc), []).extend(abs(x) for x in e)
+            # On 2 cores the kernel path's compute is not the user backend's: the delay lines take CPU.
+            row["compute_s"] = {"kernel": compute(f"{stages}stage_kernel", point), "user_tcp": compute(f"{stages}stage_user_tcp", point)}
+            row["kernel_forwarding_cpu_share"] = forwarding(f"{stages}stage_kernel", point)
             rows.append(row)
+            c, fw = row["compute_s"], row["kernel_forwarding_cpu_share"]
             print(f"{stages} stages {setting} {cc}: kernel step 0 {kernel[0]:.3f} s, later {statistics.median(kernel[1:]):.3f} s; "
-                  + "; ".join(f"{k} step 0 {100 * row[k + '_error'][0]:+.1f}%, later median {100 * statistics.median(row[k + '_error'][1:]):+.1f}%" for k in errs))
+                  + "; ".join(f"{k} step 0 {100 * row[k + '_error'][0]:+.1f}%, later median {100 * statistics.median(row[k + '_error'][1:]):+.1f}%" for k in errs)
+                  + (f"; compute a step: kernel {c['kernel']:.3f} s, user {c['user_tcp']:.3f} s" if c["kernel"] and c["user_tcp"] else "")
+                  + (f"; delay lines {100 * fw:.1f}% of the CPU" if fw is not None else ""))
 summary = {k: {"steps": len(v), "median_abs_error": statistics.median(v), "max_abs_error": max(v),
                "within_5pct": sum(x <= 0.05 for x in v), "within_10pct": sum(x <= 0.10 for x in v)} for k, v in errs.items()}
 for k, s in summary.items():
