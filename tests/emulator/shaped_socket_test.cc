@@ -218,6 +218,7 @@ TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   rxB.billWith(inbound.get(), link);
   const size_t bytes = 250000;  // 20 ms at 100 Mbps
   std::vector<uint8_t> buf(bytes, 7);
+  const CpuTimes start = cpuTimes();
   const double sent = monotonicNow();
   txA.send(buf.data(), bytes);
   txB.send(buf.data(), bytes);
@@ -226,11 +227,16 @@ TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   ASSERT_TRUE(rxB.recv(5000).has_value());
   const double gotB = monotonicNow();
   const double one = 8.0 * bytes / link.bandwidthBps + link.latencyS;  // 30 ms
-  // Never early; late by a wake-up at most (a loaded host wakes the test late: 10 ms allowed, a
-  // third of what the shared wire adds).
+  // Never early, whatever the host did; late by a wake-up at most (a loaded host wakes the test
+  // late: 10 ms allowed, a third of what the shared wire adds), unless the hypervisor held this
+  // machine meanwhile (a CI run under ASan: 69.4 and 74.4 ms against 30 and 60, the second 5 ms
+  // after the first, so both waited on the host, not on the wire).
   EXPECT_GE(gotA - sent, one - 1e-3);
-  EXPECT_LT(gotA - sent, one + 10e-3);
   EXPECT_GE(gotB - sent, 2 * one - 1e-3) << "the second message did not wait for the shared wire";
+  const double steal = stealShare(start, cpuTimes());
+  if ((gotA - sent >= one + 10e-3 || gotB - sent >= 2 * one + 10e-3) && steal > kStealNoticeable)
+    GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of the CPU: arrivals after " << gotA - sent << " and " << gotB - sent << " s";
+  EXPECT_LT(gotA - sent, one + 10e-3);
   EXPECT_LT(gotB - sent, 2 * one + 10e-3);
 }
 
