@@ -360,17 +360,34 @@ CpuTimes cpuTimes() {
   return t;
 }
 
-double threadCpuSeconds() {
-  timespec t{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return -1;
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+namespace {
+double seconds(const timespec& t) { return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec); }
+}  // namespace
+
+void ThreadCpuClock::start() {
+  startedAt_ = monotonicNow();
+  thread_ = static_cast<unsigned long>(pthread_self());
+  running_ = true;
 }
 
-double threadCpuSeconds(unsigned long pthreadHandle) {
-  clockid_t clock;
+void ThreadCpuClock::end() {
   timespec t{};
-  if (pthread_getcpuclockid(static_cast<pthread_t>(pthreadHandle), &clock) != 0 || clock_gettime(clock, &t) != 0) return -1;
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  cpuS_ = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0 ? seconds(t) : -1;
+  endedAt_ = monotonicNow();
+  running_ = false;
+}
+
+json ThreadCpuClock::read() const {
+  double cpu = cpuS_, wall = endedAt_ - startedAt_;
+  if (running_) {
+    clockid_t clock;
+    timespec t{};
+    const bool ok = pthread_getcpuclockid(static_cast<pthread_t>(thread_), &clock) == 0 && clock_gettime(clock, &t) == 0;
+    cpu = ok ? seconds(t) : -1;
+    wall = monotonicNow() - startedAt_;
+  }
+  if (startedAt_ < 0 || cpu < 0 || wall <= 0) return nullptr;
+  return {{"cpu_s", cpu}, {"wall_s", wall}, {"cpu_share", cpu / wall}};
 }
 
 double stealShare(const CpuTimes& from, const CpuTimes& to) {

@@ -44,10 +44,21 @@ double stealShare(const CpuTimes& from, const CpuTimes& to);
 // passed the 5% bound with 0.15% and about 6%. The tests that check a shaped rate or delay skip,
 // with the figures, when they miss it while steal passed this.
 constexpr double kStealNoticeable = 0.03;
-// CPU time (seconds) the calling thread has used (CLOCK_THREAD_CPUTIME_ID), and a running thread
-// of this process has used (its pthread's CPU clock; -1 once it has ended or where unreadable).
-double threadCpuSeconds();
-double threadCpuSeconds(unsigned long pthreadHandle);
+// What a thread of this process costs the machine: its CPU time over its life. The thread calls
+// start() as it begins and end() as it finishes; any thread may read() it meanwhile (the running
+// thread's pthread CPU clock) or after. Not synchronised: the owner guards it with its own mutex.
+class ThreadCpuClock {
+ public:
+  void start();
+  void end();
+  // {"cpu_s", "wall_s", "cpu_share"}; null before start() or where the clock cannot be read.
+  nlohmann::json read() const;
+
+ private:
+  double startedAt_ = -1, endedAt_ = -1, cpuS_ = -1;
+  unsigned long thread_ = 0;
+  bool running_ = false;
+};
 // Unshaped ZeroMQ goodput over TCP loopback with this message size: the user backend's ceiling.
 double loopbackCeilingBps(uint64_t messageBytes, int messages);
 

@@ -7,7 +7,6 @@
 #include <linux/if_tun.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -159,14 +158,8 @@ void DelayLine::stop() {
 json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   json out = {{"a_to_b", toJson(statsAB_)}, {"b_to_a", toJson(statsBA_)}};
-  // What forwarding cost this machine: the thread's CPU time over its life (the workers of a run
-  // share the cores with it), so far while it runs.
-  double cpu = cpuS_, wall = endedAt_ - startedAt_;
-  if (forwarding_ && startedAt_ >= 0) {
-    const double now = threadCpuSeconds(forwarder_);
-    if (now >= 0) cpu = now, wall = monotonicNow() - startedAt_;
-  }
-  if (cpu >= 0 && wall > 0) out["forwarding"] = {{"cpu_s", cpu}, {"wall_s", wall}, {"cpu_share", cpu / wall}};
+  // What forwarding cost this machine (the workers of a run share the cores with it), so far.
+  if (json cpu = forwardingCpu_.read(); !cpu.is_null()) out["forwarding"] = std::move(cpu);
   for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
     if (late->empty()) continue;  // (known once forwarding has stopped)
     std::vector<double> v = *late;
@@ -235,9 +228,7 @@ struct Forwarder {
 void DelayLine::forward() {
   {
     std::lock_guard<std::mutex> lock(statsMutex_);
-    startedAt_ = monotonicNow();
-    forwarder_ = static_cast<unsigned long>(pthread_self());
-    forwarding_ = true;
+    forwardingCpu_.start();
   }
   prctl(PR_SET_TIMERSLACK, 1UL);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -289,9 +280,7 @@ void DelayLine::forward() {
   std::lock_guard<std::mutex> lock(statsMutex_);
   lateAB_ = std::move(lateAB);
   lateBA_ = std::move(lateBA);
-  cpuS_ = threadCpuSeconds();
-  endedAt_ = monotonicNow();
-  forwarding_ = false;
+  forwardingCpu_.end();
 }
 
 namespace {

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "emulator/calibrate.h"
 #include "emulator/netns.h"
 #include "emulator/park_gate.h"
 #include "emulator/packet_link.h"
@@ -84,10 +85,7 @@ class DelayLine {
   mutable std::mutex statsMutex_;
   PacketLinkStats statsAB_, statsBA_;
   std::vector<double> lateAB_, lateBA_;  // seconds each packet was written after its delivery time (first 10^6)
-  // The forwarding thread's CPU time, as it ended (-1 while it runs), and its start and end.
-  double cpuS_ = -1, startedAt_ = -1, endedAt_ = -1;
-  unsigned long forwarder_ = 0;  // its pthread, while it runs
-  bool forwarding_ = false;  // (all five under statsMutex_)
+  ThreadCpuClock forwardingCpu_;  // the forwarding thread's (under statsMutex_)
   std::atomic<bool> stop_{false};
   ParkGate gate_;
   std::thread thread_;

@@ -111,9 +111,8 @@ json NodeLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   const int N = static_cast<int>(nodes_.size());
   json s = {{"nodes", json::array()}, {"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
-  // What forwarding cost this machine (the workers share its cores): the thread's CPU time over its
-  // life, as of its last copy of the statistics (20 a second, and as it ends).
-  if (cpuS_ >= 0 && wallS_ > 0) s["forwarding"] = {{"cpu_s", cpuS_}, {"wall_s", wallS_}, {"cpu_share", cpuS_ / wallS_}};
+  // What forwarding cost this machine (the workers share its cores), so far.
+  if (json cpu = forwardingCpu_.read(); !cpu.is_null()) s["forwarding"] = std::move(cpu);
   if (statsRaw_.size() != static_cast<size_t>(2 * N + N * N)) return s;
   // links: the uplinks, the core pairs, the downlinks (forward()'s order)
   for (int n = 0; n < N; ++n) {
@@ -228,14 +227,16 @@ struct NodeLine::Forwarder {
     line.statsRaw_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) line.statsRaw_[i] = links[i]->stats();
     line.foreign_ = foreign;
-    line.cpuS_ = threadCpuSeconds();
-    line.wallS_ = now();
   }
 };
 
 // Reads, moves what is due, sleeps on a timer until the next event (or a packet, or a wake-up).
 // No spinning: the workers need the cores.
 void NodeLine::forward() {
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    forwardingCpu_.start();
+  }
   prctl(PR_SET_TIMERSLACK, 1UL);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -277,6 +278,8 @@ void NodeLine::forward() {
   close(timer);
   close(ep);
   f.copyStats();
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  forwardingCpu_.end();
 }
 
 }  // namespace slowpipe::emulator

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "emulator/calibrate.h"
 #include "emulator/netns.h"
 #include "emulator/nodes.h"
 #include "emulator/packet_link.h"
@@ -65,7 +66,7 @@ class NodeLine {
   mutable std::mutex statsMutex_;
   std::vector<PacketLinkStats> statsRaw_;  // the forwarder's copy: uplinks, core pairs, downlinks
   uint64_t foreign_ = 0;                   // packets not addressed to another node
-  double cpuS_ = -1, wallS_ = 0;           // the forwarding thread's CPU time and age at that copy
+  ThreadCpuClock forwardingCpu_;           // the forwarding thread's
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

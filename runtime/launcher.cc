@@ -163,7 +163,7 @@ void Launcher::shareAccessLinks() {
 
 // On the tc backend without netem, packets go through the delay lines' forwarding threads, which
 // run on the cores the stages compute on: on 2 cores a 4-stage run at 200 Mbps / 25 ms computed
-// 18-40% slower than on the user backend (results/README.md section 17). The run says how much.
+// 18-41% slower than on the user backend (results/README.md section 17). The run says how much.
 void Launcher::noteForwardingCost(double cpuS, double wallS) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   result_["network"]["forwarding_cpu_s"] = cpuS;

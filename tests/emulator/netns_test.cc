@@ -19,6 +19,7 @@
 #include "emulator/command.h"
 #include "emulator/devshaper.h"
 #include "emulator/live_names.h"
+#include "tests/host_time.h"
 
 namespace slowpipe::emulator {
 namespace {
@@ -48,10 +49,6 @@ constexpr double kRateTolerance = 0.10;
 constexpr double kRateTolerance = 0.05;
 #endif
 
-// A shaped rate or delay that misses while the hypervisor took more than kStealNoticeable of the
-// machine's CPU is host time, not the shaper's: the test skips with the figures.
-constexpr double kStealLimit = kStealNoticeable;
-
 // Three calibrations of one link: each run's rate (of the configured) and median delay, their
 // JSON, and the hypervisor's share of the CPU over the three. Every run is bounded where host time
 // cannot push it: no rate past 1.05 of the configured, no delay below `delay - slack`.
@@ -66,7 +63,7 @@ struct ThreeRuns {
 
 ThreeRuns calibrateThrice(const CalibrationOptions& o, double slack) {
   ThreeRuns t;
-  const CpuTimes start = cpuTimes();
+  const testsupport::StealMeter meter;
   for (int run = 0; run < 3; ++run) {
     t.docs.push_back(calibrateLink(o));
     const auto& r = t.docs.back();
@@ -76,7 +73,7 @@ ThreeRuns calibrateThrice(const CalibrationOptions& o, double slack) {
     EXPECT_LT(t.rates.back(), 1.05) << "run " << run << " beat the configured rate:\n" << r.dump(2);
     EXPECT_GE(t.latencies.back(), o.link.latencyS - slack) << "run " << run << " delivered before its delay:\n" << r.dump(2);
   }
-  t.steal = stealShare(start, cpuTimes());
+  t.steal = meter.share();
   return t;
 }
 
@@ -146,8 +143,7 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
     EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
   }
   const double steal = t.steal, best = t.best(), least = t.least();
-  if ((best < 1.0 - kRateTolerance || least > 0.002 + 0.5e-3) && steal > kStealLimit)
-    GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of this machine's CPU during the runs; shaped runs:\n" << runs;
+  SKIP_IF_HOST_TIME(best < 1.0 - kRateTolerance || least > 0.002 + 0.5e-3, steal) << "shaped runs:\n" << runs;
   if (best < 1.0 - kRateTolerance && o.link.bandwidthBps >= 1e9) {
     // Whether this host can carry the rate at all: the same path with a rate 10x higher. A host
     // whose line cannot forward 1.05x the rate unshaped says nothing about the shaper (one CI run
@@ -193,8 +189,7 @@ TEST_F(KernelBackendTest, WanDelayCalibratesTheRateNotTheConnectionsWindow) {
     EXPECT_TRUE(r.contains("host_cpu_steal")) << r.dump(2);
   }
   const double shortfall = std::max(0.08, kRateTolerance);
-  if ((t.best() < 1.0 - shortfall || t.least() > 0.025 + 1e-3) && t.steal > kStealLimit)
-    GTEST_SKIP() << "the hypervisor took " << 100 * t.steal << "% of this machine's CPU during the runs; runs:\n" << t.dump;
+  SKIP_IF_HOST_TIME(t.best() < 1.0 - shortfall || t.least() > 0.025 + 1e-3, t.steal) << "runs:\n" << t.dump;
   EXPECT_GE(t.best(), 1.0 - shortfall) << t.dump;
   EXPECT_LE(t.least(), 0.025 + 1e-3) << t.dump;
 }

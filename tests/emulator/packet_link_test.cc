@@ -16,6 +16,7 @@
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/delay_line.h"
+#include "tests/host_time.h"
 
 namespace slowpipe::emulator {
 namespace {
@@ -192,8 +193,7 @@ TEST(DelayLineTest, RoundTripsAreTwiceTheDelay) {
   // A stalled forwarding thread only lengthens round trips (checked above that none came early);
   // a CI run under ASan read a median of 20.34 ms (p99 27.6 ms) while 1 Gbps read short beside it.
   const double median = r["rtt_s"]["median"].get<double>();
-  if (median > 0.020 + 3e-4 && r.value("host_cpu_steal", 0.0) > kStealNoticeable)
-    GTEST_SKIP() << "the hypervisor took " << 100 * r["host_cpu_steal"].get<double>() << "% of the CPU: " << r["rtt_s"].dump();
+  SKIP_IF_HOST_TIME(median > 0.020 + 3e-4, r.value("host_cpu_steal", 0.0)) << r["rtt_s"].dump();
   EXPECT_LE(median, 0.020 + 3e-4) << r.dump();
 }
 
@@ -221,8 +221,7 @@ TEST(DelayLineTest, OneStreamDrawsTheRateAtMtu1500) {
   const double err = r["rate_error"].get<double>();
   EXPECT_EQ(r["link_ok"].get<bool>(), std::fabs(err) <= 0.03) << r.dump();
   EXPECT_LE(err, 0.03) << "the line carried more than its rate: " << r.dump();
-  if (!r["link_ok"].get<bool>() && r.value("host_cpu_steal", 0.0) > kStealNoticeable)
-    GTEST_SKIP() << "the hypervisor took " << 100 * r["host_cpu_steal"].get<double>() << "% of the CPU: " << r["iperf3"].dump();
+  SKIP_IF_HOST_TIME(!r["link_ok"].get<bool>(), r.value("host_cpu_steal", 0.0)) << r["iperf3"].dump();
 #ifndef __SANITIZE_ADDRESS__
   // Under AddressSanitizer the forwarding thread runs 2-3x slower (a CI run on a slower host read
   // 0.86 of 1 Gbps, 0.96 past slow start): there the probe must only say so, as checked above.

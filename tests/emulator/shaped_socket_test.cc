@@ -3,14 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
 #include "emulator/calibrate.h"
 #include "emulator/shaped_socket.h"
+#include "tests/host_time.h"
 
 namespace slowpipe::emulator {
 namespace {
@@ -67,7 +68,7 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   ShapedReceiver rawRx(rawPull);
   std::vector<double> sentAt(bulk + probes), gotAt(bulk + probes), rawSent(probes), rawGot(probes);
   std::atomic<int> received{0};
-  const CpuTimes start = cpuTimes();
+  const testsupport::StealMeter meter;
   std::thread sender([&] {
     std::vector<uint8_t> buf(bytes, 1);
     for (int i = 0; i < bulk; ++i) {
@@ -114,7 +115,7 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   std::sort(lat.begin(), lat.end());
   std::sort(raw.begin(), raw.end());
   const double transport = raw[raw.size() / 2], median = lat[lat.size() / 2];
-  const double steal = stealShare(start, cpuTimes());
+  const double steal = meter.share();
   std::printf("achieved %.4f of the rate; median probe %.3f ms (hypervisor steal %.1f%%)\n", achieved / link.bandwidthBps,
               1e3 * median, 100 * steal);
   // Never faster than the rate, never earlier than the latency, whatever the host did.
@@ -122,13 +123,11 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   EXPECT_GE(lat.front(), link.latencyS - 1e-5) << "a probe arrived before its latency had passed";
   EXPECT_GE(median, std::max(link.latencyS, transport) - kLatencyTolerance)
       << "median shaped probe " << median << " s, unshaped transport " << transport << " s";
-  // A stall of the host only lowers the rate and lengthens probes: missed while the hypervisor took
-  // the CPU (see kStealNoticeable), it is host time, said with the figures.
+  // A stall of the host only lowers the rate and lengthens probes (tests/host_time.h).
   const bool missed = achieved / link.bandwidthBps < 1.0 - kRateShortfall ||
                       median > std::max(link.latencyS, transport) + kLatencyTolerance;
-  if (missed && steal > kStealNoticeable)
-    GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of the CPU: achieved " << achieved / link.bandwidthBps
-                 << " of the rate, median probe " << median << " s (transport " << transport << " s)";
+  SKIP_IF_HOST_TIME(missed, steal) << "achieved " << achieved / link.bandwidthBps << " of the rate, median probe " << median
+                                   << " s (transport " << transport << " s)";
   EXPECT_GE(achieved / link.bandwidthBps, 1.0 - kRateShortfall) << "achieved " << achieved << " bps";
   EXPECT_LE(median, std::max(link.latencyS, transport) + kLatencyTolerance)
       << "median shaped probe " << median << " s, unshaped transport " << transport << " s";
@@ -189,8 +188,7 @@ TEST(ShapedSocketTest, TraceStepChangesAchievedRate) {
   const double first = seg[0]["achieved_bps"].get<double>() / 400e6, second = seg[1]["achieved_bps"].get<double>() / 100e6;
   EXPECT_LE(first, 1.05) << r.dump(2);
   EXPECT_LE(second, 1.05) << r.dump(2);
-  if ((first < 0.95 || second < 0.95) && r.value("host_cpu_steal", 0.0) > kStealNoticeable)
-    GTEST_SKIP() << "the hypervisor took " << 100 * r["host_cpu_steal"].get<double>() << "% of the CPU: " << seg.dump();
+  SKIP_IF_HOST_TIME(first < 0.95 || second < 0.95, r.value("host_cpu_steal", 0.0)) << seg.dump();
   EXPECT_GE(first, 0.95) << r.dump(2);
   EXPECT_GE(second, 0.95) << r.dump(2);
 }
@@ -218,7 +216,7 @@ TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   rxB.billWith(inbound.get(), link);
   const size_t bytes = 250000;  // 20 ms at 100 Mbps
   std::vector<uint8_t> buf(bytes, 7);
-  const CpuTimes start = cpuTimes();
+  const testsupport::StealMeter meter;
   const double sent = monotonicNow();
   txA.send(buf.data(), bytes);
   txB.send(buf.data(), bytes);
@@ -233,9 +231,8 @@ TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   // after the first, so both waited on the host, not on the wire).
   EXPECT_GE(gotA - sent, one - 1e-3);
   EXPECT_GE(gotB - sent, 2 * one - 1e-3) << "the second message did not wait for the shared wire";
-  const double steal = stealShare(start, cpuTimes());
-  if ((gotA - sent >= one + 10e-3 || gotB - sent >= 2 * one + 10e-3) && steal > kStealNoticeable)
-    GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of the CPU: arrivals after " << gotA - sent << " and " << gotB - sent << " s";
+  SKIP_IF_HOST_TIME(gotA - sent >= one + 10e-3 || gotB - sent >= 2 * one + 10e-3, meter.share())
+      << "arrivals after " << gotA - sent << " and " << gotB - sent << " s";
   EXPECT_LT(gotA - sent, one + 10e-3);
   EXPECT_LT(gotB - sent, 2 * one + 10e-3);
 }
@@ -266,6 +263,13 @@ TEST(LinkModelTest, EachModelBillsByHand) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("pipelined, serial_fifo, tcp"), std::string::npos) << e.what();
   }
+}
+
+// A link of `bandwidth` and one-way `latency` under the tcp model's congestion control `cc`.
+LinkSpec tcpLink(const char* bandwidth, const char* latency, const char* cc) {
+  LinkSpec l = linkSpecFromJson({{"bandwidth", bandwidth}, {"latency", latency}}, "links");
+  l.tcp.congestionControl = cc;
+  return l;
 }
 
 // The tcp model against the ideal pipe, by hand: 8 MB over 1 Gbps with 50 ms one way (RTT 100 ms,
@@ -430,8 +434,7 @@ TEST(LinkModelTest, BbrPacesPerTsoChunkAndProbesRttByTheKernelsRule) {
   fast.tcp.congestionControl = "bbr";
   LinkClock c(fast, 0.0);
   EXPECT_NEAR(linkModel("tcp").make()->stamp(c, 0.0, 14480), 14480 * 8 / 1e10 + 0.001, 1e-9);
-  LinkSpec l = linkSpecFromJson({{"bandwidth", "100Mbps"}, {"latency", "50ms"}}, "links");
-  l.tcp.congestionControl = "bbr";
+  const LinkSpec l = tcpLink("100Mbps", "50ms", "bbr");
   auto timeFor = [&](double bytes) {
     LinkClock clock(l, 0.0);
     return linkModel("tcp").make()->stamp(clock, 0.0, static_cast<uint64_t>(bytes));
@@ -452,8 +455,7 @@ TEST(LinkModelTest, BbrPacesPerTsoChunkAndProbesRttByTheKernelsRule) {
 // other nine by t each: the last leaves 8.5 t after the first, where the model before (every chunk
 // paced, no credit) took 4 t for the first message and 9 t here.
 TEST(LinkModelTest, BbrPacingSparesTheFirstTenSegmentsAndCreditsLateness) {
-  LinkSpec l = linkSpecFromJson({{"bandwidth", "100Mbps"}, {"latency", "125ms"}}, "links");
-  l.tcp.congestionControl = "bbr";
+  const LinkSpec l = tcpLink("100Mbps", "125ms", "bbr");
   LinkClock clock(l, 0.0);
   auto model = linkModel("tcp").make();
   const double segment = 8 * 1448 / 1e8;
@@ -472,8 +474,7 @@ TEST(LinkModelTest, BbrPacingSparesTheFirstTenSegmentsAndCreditsLateness) {
 // to 2 x 90 x 2304: RTT + its 45 segments + the one-way delay, where a buffer at its 4 MiB maximum
 // (the model before) sent all 90 at once.
 TEST(LinkModelTest, TcpSendBufferGrowsOnlyWhileTheWriterWaits) {
-  LinkSpec l = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "10ms"}}, "links");
-  l.tcp.congestionControl = "reno";
+  const LinkSpec l = tcpLink("1Gbps", "10ms", "reno");
   LinkClock clock(l, 0.0);
   auto model = linkModel("tcp").make();
   const double segment = 8 * 1448 / 1e9;

@@ -13,6 +13,7 @@
 #include "emulator/command.h"
 #include "emulator/netns.h"
 #include "runtime/link_table.h"
+#include "tests/host_time.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -43,9 +44,9 @@ TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
   // Forward 0 -> 1: no latency. Backward 1 -> 0: 20 ms, an override for that direction only.
   s["network"]["links"] = {{"bandwidth", "1Gbps"}, {"latency", "0ms"},
                            {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
-  const emulator::CpuTimes start = emulator::cpuTimes();
+  const testsupport::StealMeter meter;
   const json r = launch(s, "latency-" + GetParam());
-  const double steal = emulator::stealShare(start, emulator::cpuTimes());
+  const double steal = meter.share();
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   bool late = false;
   for (const auto& st : r["steps"])
@@ -53,7 +54,7 @@ TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
            st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"]["min"].get<double>() > 5e-3;
   // Host time only adds delay: a late delivery while the hypervisor took the CPU is its (one CI
   // run here read 26.4 ms of a 20 ms link with 27% steal).
-  if (late && steal > emulator::kStealNoticeable) GTEST_SKIP() << "the hypervisor took " << 100 * steal << "% of the CPU";
+  SKIP_IF_HOST_TIME(late, steal) << "a delivery came more than 5 ms late";
   for (const auto& st : r["steps"]) {
     const json& into0 = st["breakdown_s_per_stage"][0]["recv_delay_s"]["from_next"];
     const json& into1 = st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"];
@@ -204,8 +205,7 @@ TEST_F(TcRunTest, InterleavedChunksRunAroundARingOfNamespaces) {
   // The rates: a calibration that missed while the hypervisor took the CPU is host time (one CI
   // run here: 0.68 of 200 Mbps with 27% steal).
   for (const auto& l : tc["calibration_links"])
-    if (!l["link_ok"].get<bool>() && l["calibration"].value("host_cpu_steal", 0.0) > emulator::kStealNoticeable)
-      GTEST_SKIP() << "the hypervisor took " << 100 * l["calibration"]["host_cpu_steal"].get<double>() << "% of the CPU: " << l.dump();
+    SKIP_IF_HOST_TIME(!l["link_ok"].get<bool>(), l["calibration"].value("host_cpu_steal", 0.0)) << l.dump();
   bool ring = false;
   for (const auto& l : tc["calibration_links"]) {
     EXPECT_TRUE(l["link_ok"].get<bool>()) << l.dump();

@@ -500,8 +500,16 @@ class NamespaceHostsTest : public MultiHostTest {
   void TearDown() override {
     for (const auto& ns : hosts_) sh("ip netns delete " + ns);
     if (!hub_.empty()) sh("ip netns delete " + hub_);
-    // Nothing left: no namespace of this test.
-    EXPECT_NE(sh("ip netns list | grep -q slowpipe-" + std::to_string(getpid()) + "-"), 0);
+    // Nothing left: no namespace of this test, no device of it in the root namespace.
+    const std::string p = std::to_string(getpid());
+    EXPECT_NE(sh("ip netns list | grep -q slowpipe-" + p + "-"), 0);
+    // (The kernel removes a deleted namespace's veths asynchronously: give it a moment.)
+    bool gone = false;
+    for (int i = 0; i < 50 && !gone; ++i) {
+      gone = sh("ip link show | grep -q -e sph -e sp" + p) != 0;
+      if (!gone) usleep(100000);
+    }
+    EXPECT_TRUE(gone) << "a veth or bridge of this test is left in the root namespace: " << p;
   }
   static int sh(const std::string& cmd) { return system(("(" + cmd + ") > /dev/null 2>&1").c_str()); }
 
