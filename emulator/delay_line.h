@@ -36,7 +36,19 @@ struct DelayLineOptions {
   // rest spun. 0: sleep on the timer alone (no spinning: what a run's fabric uses, its workers
   // need the cores).
   double spinS = 500e-6;
+  // Interrupt moderation: while packets stream, the line wakes to deliver at most once per batchS
+  // and writes everything due by then (each packet at most batchS late; a packet after a quiet
+  // spell of batchS goes on time), as a NIC coalesces its interrupts. Every wake-up costs this host
+  // a timer's arming (a hypervisor exit in a virtual machine) and the receiver's wake-up: at 0 (no
+  // moderation) both come per packet, 35 us of forwarding CPU a packet at 200 Mbps / 25 ms here
+  // (results/README.md section 18). What runs and the probes use: moderationFor().
+  double batchS = 0;
 };
+
+// The moderation the project's lines use: a fiftieth of the one-way delay, at most 100 us (what
+// real NICs' interrupt coalescing spans), so that no packet is held later than 2% of its delay;
+// a 0 ms link is not moderated.
+double moderationFor(double oneWayDelayS);
 
 class DelayLine {
  public:

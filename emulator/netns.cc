@@ -172,9 +172,12 @@ void NetnsFabric::joinByLine(int e) {
   o.aToB = packetLink(edge.aToB, 1000 + 2 * e);
   o.bToA = packetLink(edge.bToA, 1001 + 2 * e);
   o.spinS = 0;  // the workers need the cores
+  o.batchS = moderationFor(std::min(o.aToB.delayS, o.bToA.delayS));
   lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b), address(e, edge.a), address(e, edge.b),
                                                vethName(e, edge.a), vethName(e, edge.b)));
   mechanism_["offloads"] = "none on TUN devices (no virtio header): every packet is at most one MTU";
+  mechanism_["moderation"] = "interrupt moderation: while packets stream, a line writes them in batches at most "
+                             "min(delay / 50, 100 us) apart, none later than that (per line: delay_lines[].moderation_us)";
 }
 
 int NetnsFabric::edgeMtu(int edge) const {
@@ -188,7 +191,8 @@ bool NetnsFabric::pathCarriesDelay() const { return kernelFeatures().netem || !l
 nlohmann::json NetnsFabric::lineStats() const {
   if (lines_.empty()) return nullptr;
   nlohmann::json out = nlohmann::json::array();
-  for (size_t e = 0; e < lines_.size(); ++e) out.push_back({{"edge", e}, {"stats", lines_[e]->stats()}});
+  for (size_t e = 0; e < lines_.size(); ++e)
+    out.push_back({{"edge", e}, {"moderation_us", lines_[e]->describe()["moderation_us"]}, {"stats", lines_[e]->stats()}});
   return out;
 }
 

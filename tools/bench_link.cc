@@ -104,6 +104,17 @@ void addBenchLink(CLI::App& bench) {
   cmd->callback([o] { run(*o); });
 }
 
+// --moderation-us: the line's interrupt moderation (DelayLineOptions::batchS); -1, the default, is
+// what runs use (moderationFor the shorter direction's delay).
+void addModerationOption(CLI::App* cmd, double& us) {
+  cmd->add_option("--moderation-us", us, "deliver at most once per this many us while packets stream "
+                                         "(-1: as runs do, a fiftieth of the delay, at most 100 us)")
+      ->check(CLI::Range(-1.0, 10000.0))->capture_default_str();
+}
+double moderation(double us, const emulator::DelayLineOptions& o) {
+  return us < 0 ? emulator::moderationFor(std::min(o.aToB.delayS, o.bToA.delayS)) : us * 1e-6;
+}
+
 // `slowpipe emulator delayline`: the delay line alone (emulator/delay_line.h), both directions alike.
 void addDelayLineCommand(CLI::App& emu) {
   auto link = std::make_shared<json>(json::object());
@@ -126,6 +137,8 @@ void addDelayLineCommand(CLI::App& emu) {
   cmd->add_option("--probes", probe->probes, "UDP round trips")->capture_default_str();
   cmd->add_option("--iperf", probe->iperfS, "seconds of one iperf3 TCP stream a -> b (0: none)");
   cmd->add_option("--cc", probe->cc, "iperf3's congestion control (cubic, bbr, reno: what the kernel offers)");
+  auto batchUs = std::make_shared<double>(-1);
+  addModerationOption(cmd, *batchUs);
   cmd->callback([=] {
     json j = {{"mtu", *mtu}, {"reorder", *reorder}};
     for (const auto& [k, v] : *text)
@@ -138,6 +151,7 @@ void addDelayLineCommand(CLI::App& emu) {
     o.aToB = emulator::packetLinkSpecFromJson(j, "delayline");
     o.bToA = o.aToB;
     o.bToA.seed = o.aToB.seed + 1;
+    o.batchS = moderation(*batchUs, o);
     std::cout << emulator::probeDelayLine(o, *probe).dump(2) << std::endl;
   });
 }
@@ -163,6 +177,8 @@ void addTcpMessagesCommand(CLI::App& emu) {
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });
+  auto batchUs = std::make_shared<double>(-1);
+  addModerationOption(cmd, *batchUs);
   cmd->callback([=] {
     emulator::DelayLineOptions o;
     o.aToB = emulator::packetLinkSpecFromJson({{"rate", (*text)["rate"]}, {"delay", (*text)["delay"]}, {"mtu", *mtu}}, "tcp-messages");
@@ -170,6 +186,7 @@ void addTcpMessagesCommand(CLI::App& emu) {
     o.aToB.loss = *loss;
     o.aToB.seed = *seed;
     o.bToA.seed = *seed + 1;
+    o.batchS = moderation(*batchUs, o);
     std::cout << emulator::messageTimes(o, *probe).dump(2) << std::endl;
   });
 }

@@ -4,9 +4,18 @@
 #include "emulator/packet_link.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <chrono>
+#include <vector>
+#include <thread>
+#include <cstring>
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -16,6 +25,7 @@
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/delay_line.h"
+#include "emulator/shaped_socket.h"
 #include "tests/host_time.h"
 
 namespace slowpipe::emulator {
@@ -229,6 +239,120 @@ TEST(DelayLineTest, OneStreamDrawsTheRateAtMtu1500) {
 #endif
   EXPECT_EQ(r["stats"]["a_to_b"]["dropped_queue"], 0);
   EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
+// Interrupt moderation (DelayLineOptions::batchS): a lone packet after a quiet spell goes on time;
+// a stream is written in batches at most batchS apart, none before its due time and none more than
+// batchS after it. Without moderation the same stream arrives a packet every 114 us, one gap of a
+// millisecond or more at most where the host stalled.
+TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
+  std::string why;
+  if (!lineUsable(&why)) GTEST_SKIP() << why;
+  EXPECT_DOUBLE_EQ(moderationFor(0.025), 100e-6);
+  EXPECT_DOUBLE_EQ(moderationFor(0.001), 20e-6);
+  EXPECT_DOUBLE_EQ(moderationFor(0), 0);
+  testsupport::StealMeter steal;
+  DelayLineOptions o;
+  o.aToB = packetLinkSpecFromJson({{"rate", "100Mbps"}, {"delay", "5ms"}}, "line");
+  o.bToA = o.aToB;
+  o.batchS = 2e-3;
+  DelayLine line(o);
+  EXPECT_DOUBLE_EQ(line.describe()["moderation_us"].get<double>(), 2000);
+  constexpr int kBurst = 200, kLone = 5, kPort = 9123;
+  constexpr size_t kPayload = 1400;                       // 1428 bytes on the line (IPv4 + UDP)
+  const double tx = (kPayload + 28) * 8 / 100e6, delay = 0.005;
+  struct Seen {
+    int index;
+    double sent, arrived;
+  };
+  std::vector<Seen> seen;
+  std::atomic<bool> ready{false};
+  std::thread receiver([&] {
+    inNamespace(line.nsB(), [&] {
+      const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(kPort);
+      inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
+      const int size = 4 << 20;
+      setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+      if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ready = true;
+        close(s);
+        return;
+      }
+      timeval tv{0, 300000};
+      setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      ready = true;
+      char b[2048];
+      for (ssize_t n; (n = recv(s, b, sizeof b, 0)) > 0;) {
+        Seen x{};
+        std::memcpy(&x.index, b, sizeof x.index);
+        std::memcpy(&x.sent, b + sizeof x.index, sizeof x.sent);
+        x.arrived = hostClockNow();
+        seen.push_back(x);
+      }
+      close(s);
+    });
+  });
+  while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  double burstStart = 0;
+  inNamespace(line.nsA(), [&] {
+    const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(kPort);
+    inet_pton(AF_INET, line.addressB().c_str(), &to.sin_addr);
+    std::vector<char> b(kPayload);
+    auto send = [&](int index) {
+      const double t = hostClockNow();
+      std::memcpy(b.data(), &index, sizeof index);
+      std::memcpy(b.data() + sizeof index, &t, sizeof t);
+      sendto(s, b.data(), b.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+      return t;
+    };
+    for (int k = 0; k < kLone; ++k) {  // lone packets, 20 ms apart
+      send(-1 - k);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    burstStart = send(0);
+    for (int i = 1; i < kBurst; ++i) send(i);
+    close(s);
+  });
+  receiver.join();
+  line.stop();
+  // How late the line itself wrote each packet (not the receiver's wake-up): its p99.
+  const double lineLateP99 = 1e-6 * line.stats()["a_to_b"]["lateness_us"]["p99"].get<double>();
+  const double stealShare = steal.share();
+  ASSERT_EQ(seen.size(), kBurst + kLone + 0u) << "packets lost on an unlossy line";
+  // Never early: a lone packet not before its delay, the burst's i-th not before the rate allows.
+  std::vector<double> loneLate;
+  for (int k = 0; k < kLone; ++k) {
+    ASSERT_EQ(seen[k].index, -1 - k);
+    EXPECT_GE(seen[k].arrived - seen[k].sent, delay);
+    loneLate.push_back(seen[k].arrived - seen[k].sent - delay - tx);
+  }
+  std::sort(loneLate.begin(), loneLate.end());
+  int gaps = 0;
+  for (int i = 0; i < kBurst; ++i) {
+    const Seen& x = seen[kLone + i];
+    ASSERT_EQ(x.index, i) << "reordered";
+    EXPECT_GE(x.arrived, burstStart + delay + (i + 1) * tx - 1e-6) << "burst packet " << i << " came before its due time";
+    if (i > 0 && x.arrived - seen[kLone + i - 1].arrived >= 1e-3) ++gaps;
+  }
+  // Batches at most batchS apart: a stall merges batches, it never splits one.
+  const double span = seen.back().arrived - seen[kLone].arrived;
+  EXPECT_LE(gaps + 1, span / o.batchS + 2) << gaps << " gaps over " << span << " s";
+  // What a stall can mimic or spoil: the batches themselves (a stream of 23 ms in batches of 2 ms),
+  // the lone packets' promptness (the median; a receiver woken from idle takes 0.5 ms here), the
+  // line's own lateness.
+  const double loneMedian = loneLate[kLone / 2];
+  SKIP_IF_HOST_TIME(gaps < 5 || loneMedian > 1e-3 || lineLateP99 > o.batchS + 5e-4, stealShare)
+      << gaps << " gaps of 1 ms or more, the lone packets' median " << 1e6 * loneMedian << " us late, the line's p99 "
+      << 1e6 * lineLateP99 << " us";
+  EXPECT_GE(gaps, 5) << "the stream was not batched (span " << span << " s)";
+  EXPECT_LE(loneMedian, 1e-3) << "packets after a quiet spell were held";
+  EXPECT_LE(lineLateP99, o.batchS + 5e-4) << "packets held longer than the moderation allows";
 }
 
 // The message probe records what the sender's kernel had before each message (TCP_INFO and

@@ -234,6 +234,10 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
     EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
     EXPECT_EQ(r["network"]["mechanism"]["loss"], "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)");
     int64_t lost = 0, offered = 0;
+    for (const auto& e : r["network"]["delay_lines"]) {
+      EXPECT_EQ(e["moderation_us"].get<double>(), 0.0) << "a 0 ms link is not moderated: " << e.dump();
+    }
+    EXPECT_TRUE(r["network"]["mechanism"].contains("moderation")) << r["network"]["mechanism"].dump();
     for (const auto& e : r["network"]["delay_lines"])
       for (const char* d : {"a_to_b", "b_to_a"}) {
         lost += e["stats"][d]["lost_ingress"].get<int64_t>();
