@@ -247,7 +247,6 @@ void DelayLine::forward() {
   f.sides[0] = {fdA_, fdB_, ab_.get(), &lateAB};
   f.sides[1] = {fdB_, fdA_, ba_.get(), &lateBA};
   constexpr double kLongS = 200e-6;
-  timespec armed{};  // the timer's expiry as last set (zero: disarmed)
   double lastTimedWake = -1;  // the forwarder's clock
   while (!stop_) {
     gate_.checkpoint(stop_);  // park(): held still (no lock held, nothing allocated) around a fork
@@ -270,13 +269,7 @@ void DelayLine::forward() {
       its.it_value.tv_sec = static_cast<time_t>(at);
       its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
     }
-    // Arming a timer is the line's dearest call in a virtual machine (the deadline register's write
-    // exits to the hypervisor): a wake-up by a packet read leaves the earliest delivery, and so the
-    // armed time, as it was more often than not.
-    if (its.it_value.tv_sec != armed.tv_sec || its.it_value.tv_nsec != armed.tv_nsec) {
-      timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, nullptr);  // zero: disarmed
-      armed = its.it_value;
-    }
+    timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, nullptr);  // zero: disarmed
     epoll_event evs[4];
     const int n = epoll_wait(ep, evs, 4, -1);
     bool timed = false;
@@ -286,10 +279,7 @@ void DelayLine::forward() {
         (void)!read(evs[i].data.fd, &count, sizeof count);
         timed |= evs[i].data.fd == timer;
       }
-    if (timed) {
-      armed = {};  // fired: a one-shot timer is disarmed
-      lastTimedWake = f.now();
-    }
+    if (timed) lastTimedWake = f.now();
     if (spin && timed)
       while (!stop_ && f.now() < f.next()) f.readAll();
   }

@@ -40,14 +40,15 @@ struct DelayLineOptions {
   // and writes everything due by then (each packet at most batchS late; a packet after a quiet
   // spell of batchS goes on time), as a NIC coalesces its interrupts. Every wake-up costs this host
   // a timer's arming (a hypervisor exit in a virtual machine) and the receiver's wake-up: at 0 (no
-  // moderation) both come per packet, 35 us of forwarding CPU a packet at 200 Mbps / 25 ms here
-  // (results/README.md section 18). What runs and the probes use: moderationFor().
+  // moderation, the default) both come per packet, 35 us of forwarding CPU a packet at 200 Mbps /
+  // 25 ms here, 18 us at 100 us; at 1 Gbps it slows the kernel's slow start (results/README.md
+  // section 14). Runs: network.moderation_us.
   double batchS = 0;
 };
 
-// The moderation the project's lines use: a fiftieth of the one-way delay, at most 100 us (what
-// real NICs' interrupt coalescing spans), so that no packet is held later than 2% of its delay;
-// a 0 ms link is not moderated.
+// Moderation "auto": a fiftieth of the one-way delay, at most 100 us (what real NICs' interrupt
+// coalescing spans), so that no packet is held later than 2% of its delay; a 0 ms link is not
+// moderated.
 double moderationFor(double oneWayDelayS);
 
 class DelayLine {

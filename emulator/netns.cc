@@ -172,12 +172,13 @@ void NetnsFabric::joinByLine(int e) {
   o.aToB = packetLink(edge.aToB, 1000 + 2 * e);
   o.bToA = packetLink(edge.bToA, 1001 + 2 * e);
   o.spinS = 0;  // the workers need the cores
-  o.batchS = moderationFor(std::min(o.aToB.delayS, o.bToA.delayS));
+  o.batchS = edge.moderationS < 0 ? moderationFor(std::min(o.aToB.delayS, o.bToA.delayS)) : edge.moderationS;
   lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b), address(e, edge.a), address(e, edge.b),
                                                vethName(e, edge.a), vethName(e, edge.b)));
   mechanism_["offloads"] = "none on TUN devices (no virtio header): every packet is at most one MTU";
-  mechanism_["moderation"] = "interrupt moderation: while packets stream, a line writes them in batches at most "
-                             "min(delay / 50, 100 us) apart, none later than that (per line: delay_lines[].moderation_us)";
+  mechanism_["moderation"] = "interrupt moderation (network.moderation_us): while packets stream, a line writes them in "
+                             "batches at most that far apart, none later; 0: every packet at its time (per line: "
+                             "delay_lines[].moderation_us)";
 }
 
 int NetnsFabric::edgeMtu(int edge) const {

@@ -61,7 +61,8 @@ void Launcher::setupNetwork() {
     // One veth pair per pipeline edge: the chain, and with model chunks the ring's S-1 -> 0
     // (with two stages the ring's two routes are the one edge 0 <-> 1).
     std::vector<emulator::FabricEdge> edges;
-    for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a)});
+    const double moderationS = spec_.network.moderationUs < 0 ? -1 : spec_.network.moderationUs * 1e-6;
+    for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
     result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
     // network.tcp: every stage namespace's TCP as the spec says, read back into the result.

@@ -364,6 +364,13 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
                                     "' is not supported with them yet");
   }
   if (const json* n = f.raw("nodes"); n && !n->is_null()) parseNodes(*n, f.field("nodes"), simulation, *model, s);
+  if (const json* m = f.raw("moderation_us"); m && !m->is_null()) {
+    if (m->is_string() && *m == "auto") s.network.moderationUs = -1;
+    else if (m->is_number() && m->get<double>() >= 0 && m->get<double>() <= 10000) s.network.moderationUs = m->get<double>();
+    else fail(f.field("moderation_us"), m->dump() + " is not a moderation; expected microseconds from 0 to 10000, or \"auto\"");
+    if (s.network.moderationUs != 0 && s.network.backend != "tc" && !simulation)
+      fail(f.field("moderation_us"), "moderates the tc backend's delay lines; backend '" + s.network.backend + "' has none");
+  }
 }
 
 // runtime: timeouts, threads, pinning, device, timeline.
@@ -578,7 +585,8 @@ json toJson(const RunSpec& s) {
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
           {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},
-                       {"dp_links", s.network.dpLinks}, {"tcp", s.network.tcp}, {"nodes", s.network.nodes}}},
+                       {"dp_links", s.network.dpLinks}, {"tcp", s.network.tcp}, {"nodes", s.network.nodes},
+                       {"moderation_us", s.network.moderationUs < 0 ? json("auto") : json(s.network.moderationUs)}}},
           {"runtime", runtimeJson(s.runtime)}};
 }
 

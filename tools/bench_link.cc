@@ -104,11 +104,11 @@ void addBenchLink(CLI::App& bench) {
   cmd->callback([o] { run(*o); });
 }
 
-// --moderation-us: the line's interrupt moderation (DelayLineOptions::batchS); -1, the default, is
-// what runs use (moderationFor the shorter direction's delay).
+// --moderation-us: the line's interrupt moderation (DelayLineOptions::batchS; 0, the default: none);
+// -1 as network.moderation_us "auto" (moderationFor the shorter direction's delay).
 void addModerationOption(CLI::App* cmd, double& us) {
-  cmd->add_option("--moderation-us", us, "deliver at most once per this many us while packets stream "
-                                         "(-1: as runs do, a fiftieth of the delay, at most 100 us)")
+  cmd->add_option("--moderation-us", us, "write streaming packets in batches at most this many us apart "
+                                         "(0: none; -1: auto, a fiftieth of the delay, at most 100 us)")
       ->check(CLI::Range(-1.0, 10000.0))->capture_default_str();
 }
 double moderation(double us, const emulator::DelayLineOptions& o) {
@@ -137,7 +137,7 @@ void addDelayLineCommand(CLI::App& emu) {
   cmd->add_option("--probes", probe->probes, "UDP round trips")->capture_default_str();
   cmd->add_option("--iperf", probe->iperfS, "seconds of one iperf3 TCP stream a -> b (0: none)");
   cmd->add_option("--cc", probe->cc, "iperf3's congestion control (cubic, bbr, reno: what the kernel offers)");
-  auto batchUs = std::make_shared<double>(-1);
+  auto batchUs = std::make_shared<double>(0);
   addModerationOption(cmd, *batchUs);
   cmd->callback([=] {
     json j = {{"mtu", *mtu}, {"reorder", *reorder}};
@@ -177,7 +177,7 @@ void addTcpMessagesCommand(CLI::App& emu) {
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });
-  auto batchUs = std::make_shared<double>(-1);
+  auto batchUs = std::make_shared<double>(0);
   addModerationOption(cmd, *batchUs);
   cmd->callback([=] {
     emulator::DelayLineOptions o;

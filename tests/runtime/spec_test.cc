@@ -275,6 +275,31 @@ TEST(SpecTest, SerialFifoRefusesWhatItDoesNotModel) {
   EXPECT_EQ(errorOf(j), "");
 }
 
+// network.moderation_us: microseconds or "auto", tc only, round-tripped through toJson (what
+// result.json's spec holds); anything else named.
+TEST(SpecTest, ModerationIsCheckedAndNamed) {
+  json j = valid();
+  EXPECT_EQ(runSpecFromJson(j).network.moderationUs, 0);
+  j["network"]["backend"] = "tc";
+  j["network"]["moderation_us"] = 100;
+  EXPECT_EQ(runSpecFromJson(j).network.moderationUs, 100);
+  EXPECT_EQ(runSpecFromJson(toJson(runSpecFromJson(j))).network.moderationUs, 100);
+  j["network"]["moderation_us"] = "auto";
+  EXPECT_EQ(runSpecFromJson(j).network.moderationUs, -1);
+  EXPECT_EQ(toJson(runSpecFromJson(j))["network"]["moderation_us"], "auto");
+  for (const json& bad : {json(-5), json(20000), json("fast"), json(true)}) {
+    j["network"]["moderation_us"] = bad;
+    EXPECT_NE(errorOf(j).find("spec.network.moderation_us: " + bad.dump() + " is not a moderation; expected microseconds"),
+              std::string::npos) << errorOf(j);
+  }
+  j["network"]["backend"] = "user";
+  j["network"]["moderation_us"] = 50;
+  EXPECT_NE(errorOf(j).find("spec.network.moderation_us: moderates the tc backend's delay lines; backend 'user'"),
+            std::string::npos) << errorOf(j);
+  j["network"]["moderation_us"] = 0;
+  EXPECT_EQ(errorOf(j), "");
+}
+
 // A bandwidth, latency or jitter without a unit (what `--set network.links.bandwidth=50` makes)
 // was taken as bit/s or seconds: the run sat silent for 10 minutes. Refused as the strings are.
 TEST(SpecTest, UnitlessLinkNumbersAreRefused) {
