@@ -267,13 +267,13 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
   };
   std::vector<Seen> seen;
   std::atomic<bool> ready{false};
+  sockaddr_in a{};  // b's end
+  a.sin_family = AF_INET;
+  a.sin_port = htons(kPort);
+  inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
   std::thread receiver([&] {
     inNamespace(line.nsB(), [&] {
       const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(kPort);
-      inet_pton(AF_INET, line.addressB().c_str(), &a.sin_addr);
       const int size = 4 << 20;
       setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
       if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
@@ -299,16 +299,12 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
   double burstStart = 0;
   inNamespace(line.nsA(), [&] {
     const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(kPort);
-    inet_pton(AF_INET, line.addressB().c_str(), &to.sin_addr);
     std::vector<char> b(kPayload);
     auto send = [&](int index) {
       const double t = hostClockNow();
       std::memcpy(b.data(), &index, sizeof index);
       std::memcpy(b.data() + sizeof index, &t, sizeof t);
-      sendto(s, b.data(), b.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+      sendto(s, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&a), sizeof a);
       return t;
     };
     for (int k = 0; k < kLone; ++k) {  // lone packets, 20 ms apart
