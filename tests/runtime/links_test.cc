@@ -152,6 +152,14 @@ TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
   EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast)) << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
 }
 
+// The launcher's stderr note on what forwarding cost: there exactly when the lines (or the node
+// line) took more than 5% of the machine, as the result records it.
+void expectForwardingNote(const json& r, const std::string& err) {
+  const bool noted = err.find("slowpipe: note: the delay lines' forwarding took") != std::string::npos;
+  EXPECT_EQ(noted, r["network"]["forwarding_cpu_share"].get<double>() > 0.05) << r["network"].dump() << "\nstderr:\n" << err;
+  std::printf("forwarding share %.3f, noted: %d\n", r["network"]["forwarding_cpu_share"].get<double>(), noted);
+}
+
 // network.nodes on tc: each stage in its node's namespace, joined by the node line (the nodes no
 // rank uses get none). Stage 0's
 // node has an 8 Mbps uplink: every step's four 32 KiB activations take at least 4 x 33 ms there;
@@ -167,8 +175,11 @@ TEST_F(TcRunTest, NodesRunThroughTheNodeLine) {
       {"name": "slow", "up": "8Mbps", "down": "100Mbps"}, {"name": "mid", "up": "100Mbps", "down": "100Mbps"},
       {"name": "end", "up": "100Mbps", "down": "100Mbps"}, {"name": "idle", "up": "1Mbps"}], "core": {"default": {"latency": "2ms"}}})")}};
   s["pipeline"]["placement"] = {"slow", "mid", "end"};
+  testing::internal::CaptureStderr();
   const json k = launch(s, "nodes-tc");
+  const std::string err = testing::internal::GetCapturedStderr();
   ASSERT_EQ(k["status"], "ok") << k.value("reason", "");
+  expectForwardingNote(k, err);
   EXPECT_EQ(k["network"]["nodes"]["rank_nodes"], json::parse(R"(["slow", "mid", "end"])"));
   EXPECT_EQ(k["network"]["node_line"]["nodes"], json::parse(R"(["slow", "mid", "end"])"));  // no namespace for an idle node
   EXPECT_GT(k["network"]["node_line"]["uplinks"][0]["delivered"].get<uint64_t>(), 100u) << k["network"]["node_line"].dump();
@@ -226,7 +237,9 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
   s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "1Gbps"}, {"loss", 0.05}}}};
   s["training"]["max_steps"] = 8;
   const bool netem = emulator::kernelFeatures().netem, line = !netem && access("/dev/net/tun", R_OK | W_OK) == 0;
+  testing::internal::CaptureStderr();  // the launcher runs in this process: its note on what forwarding cost
   const json r = launch(s, "loss", /*expectOk=*/netem || line);
+  const std::string err = testing::internal::GetCapturedStderr();
   if (netem) {
     EXPECT_EQ(r["status"], "ok");
     EXPECT_EQ(r["network"]["mechanism"]["loss"], "netem (gemodel for Gilbert-Elliott)");
@@ -253,6 +266,7 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
     EXPECT_GT(r["network"]["forwarding_cpu_s"].get<double>(), 0.0) << r["network"].dump();
     EXPECT_GT(r["network"]["forwarding_cpu_share"].get<double>(), 0.0) << r["network"].dump();
     EXPECT_LE(r["network"]["forwarding_cpu_share"].get<double>(), 1.0) << r["network"].dump();
+    expectForwardingNote(r, err);
   } else {
     EXPECT_EQ(r["status"], "failed");
     EXPECT_NE(r["reason"].get<std::string>().find("needs netem"), std::string::npos) << r["reason"];
