@@ -99,6 +99,7 @@ DelayLine::DelayLine(const DelayLineOptions& opt, const std::string& nsA, const 
 }
 
 void DelayLine::attach() {
+  if (opt_.batchS < 0) opt_.batchS = moderationFor(std::min(opt_.aToB.delayS, opt_.bToA.delayS));  // "auto"
   const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
   try {
     inNamespace(nsA_, [&] { fdA_ = openTunDevice(devA_); });

@@ -42,7 +42,8 @@ struct DelayLineOptions {
   // a timer's arming (a hypervisor exit in a virtual machine) and the receiver's wake-up: at 0 (no
   // moderation, the default) both come per packet, 35 us of forwarding CPU a packet at 200 Mbps /
   // 25 ms here, 18 us at 100 us; at 1 Gbps it slows the kernel's slow start (results/README.md
-  // section 14). Runs: network.moderation_us.
+  // section 14). Negative: "auto", moderationFor the shorter direction's delay. Runs:
+  // network.moderation_us.
   double batchS = 0;
 };
 

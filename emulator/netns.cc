@@ -172,7 +172,7 @@ void NetnsFabric::joinByLine(int e) {
   o.aToB = packetLink(edge.aToB, 1000 + 2 * e);
   o.bToA = packetLink(edge.bToA, 1001 + 2 * e);
   o.spinS = 0;  // the workers need the cores
-  o.batchS = edge.moderationS < 0 ? moderationFor(std::min(o.aToB.delayS, o.bToA.delayS)) : edge.moderationS;
+  o.batchS = edge.moderationS;
   lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b), address(e, edge.a), address(e, edge.b),
                                                vethName(e, edge.a), vethName(e, edge.b)));
   mechanism_["offloads"] = "none on TUN devices (no virtio header): every packet is at most one MTU";

@@ -42,8 +42,8 @@ const KernelFeatures& kernelFeatures();
 struct FabricEdge {
   int a = 0, b = 1;           // endpoints
   LinkSpec aToB, bToA;        // shaping per direction
-  // The delay line's interrupt moderation (DelayLineOptions::batchS; where no netem makes one):
-  // seconds, or -1 for moderationFor the shorter direction's delay.
+  // The delay line's interrupt moderation where no netem makes one (DelayLineOptions::batchS:
+  // seconds; negative: auto).
   double moderationS = 0;
 };
 

@@ -111,9 +111,6 @@ void addModerationOption(CLI::App* cmd, double& us) {
                                          "(0: none; -1: auto, a fiftieth of the delay, at most 100 us)")
       ->check(CLI::Range(-1.0, 10000.0))->capture_default_str();
 }
-double moderation(double us, const emulator::DelayLineOptions& o) {
-  return us < 0 ? emulator::moderationFor(std::min(o.aToB.delayS, o.bToA.delayS)) : us * 1e-6;
-}
 
 // `slowpipe emulator delayline`: the delay line alone (emulator/delay_line.h), both directions alike.
 void addDelayLineCommand(CLI::App& emu) {
@@ -151,7 +148,7 @@ void addDelayLineCommand(CLI::App& emu) {
     o.aToB = emulator::packetLinkSpecFromJson(j, "delayline");
     o.bToA = o.aToB;
     o.bToA.seed = o.aToB.seed + 1;
-    o.batchS = moderation(*batchUs, o);
+    o.batchS = *batchUs < 0 ? -1 : *batchUs * 1e-6;  // negative: auto
     std::cout << emulator::probeDelayLine(o, *probe).dump(2) << std::endl;
   });
 }
@@ -186,7 +183,7 @@ void addTcpMessagesCommand(CLI::App& emu) {
     o.aToB.loss = *loss;
     o.aToB.seed = *seed;
     o.bToA.seed = *seed + 1;
-    o.batchS = moderation(*batchUs, o);
+    o.batchS = *batchUs < 0 ? -1 : *batchUs * 1e-6;  // negative: auto
     std::cout << emulator::messageTimes(o, *probe).dump(2) << std::endl;
   });
 }

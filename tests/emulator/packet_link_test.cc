@@ -3,22 +3,22 @@
 // the loss models over 10^6 packets (mean loss and mean burst within 5% of configured).
 #include "emulator/packet_link.h"
 
-#include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cmath>
-#include <chrono>
-#include <vector>
-#include <thread>
-#include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -255,6 +255,12 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
   DelayLineOptions o;
   o.aToB = packetLinkSpecFromJson({{"rate", "100Mbps"}, {"delay", "5ms"}}, "line");
   o.bToA = o.aToB;
+  o.bToA.delayS = 0.002;
+  {  // negative: "auto", resolved by the line from its shorter direction (2 ms / 50)
+    o.batchS = -1;
+    EXPECT_DOUBLE_EQ(DelayLine(o).describe()["moderation_us"].get<double>(), 40.0);
+    o.bToA.delayS = o.aToB.delayS;
+  }
   o.batchS = 2e-3;
   DelayLine line(o);
   EXPECT_DOUBLE_EQ(line.describe()["moderation_us"].get<double>(), 2000);
@@ -266,7 +272,7 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
     double sent, arrived;
   };
   std::vector<Seen> seen;
-  std::atomic<bool> ready{false};
+  std::atomic<bool> ready{false}, bound{false};
   sockaddr_in a{};  // b's end
   a.sin_family = AF_INET;
   a.sin_port = htons(kPort);
@@ -283,6 +289,7 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
       }
       timeval tv{0, 300000};
       setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      bound = true;
       ready = true;
       char b[2048];
       for (ssize_t n; (n = recv(s, b, sizeof b, 0)) > 0;) {
@@ -296,6 +303,8 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
     });
   });
   while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!bound) receiver.join();
+  ASSERT_TRUE(bound) << "could not bind " << line.addressB() << ":" << kPort << " in " << line.nsB();
   double burstStart = 0;
   inNamespace(line.nsA(), [&] {
     const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
