@@ -40,8 +40,8 @@ struct DelayLineOptions {
   // and writes everything due by then (each packet at most batchS late; a packet after a quiet
   // spell of batchS goes on time), as a NIC coalesces its interrupts. Every wake-up costs this host
   // a timer's arming (a hypervisor exit in a virtual machine) and the receiver's wake-up: at 0 (no
-  // moderation, the default) both come per packet, 35 us of forwarding CPU a packet at 200 Mbps /
-  // 25 ms here, 18 us at 100 us; at 1 Gbps it slows the kernel's slow start (results/README.md
+  // moderation, the default) both come per packet, 32-36 us of forwarding CPU a packet at 200 Mbps
+  // / 25 ms here, 19-27 us at 100 us; at 1 Gbps it slows the kernel's slow start (results/README.md
   // section 14). Negative: "auto", moderationFor the shorter direction's delay. Runs:
   // network.moderation_us.
   double batchS = 0;

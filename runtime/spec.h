@@ -112,8 +112,8 @@ struct NetworkSpec {
   nlohmann::json nodes;
   // The delay lines' interrupt moderation (backend tc without netem; emulator::DelayLineOptions::
   // batchS): 0, the default, writes every packet at its time; N writes streaming packets in batches
-  // at most N us apart; -1 ("auto" in JSON) min(delay / 50, 100 us) per line. Halves the lines' CPU
-  // at 100 us, and changes the kernel's TCP at 1 Gbps (results/README.md section 14).
+  // at most N us apart; -1 ("auto" in JSON) min(delay / 50, 100 us) per line. Cuts the lines' CPU by a
+  // quarter to a half at 100 us, and changes the kernel's TCP at 1 Gbps (results/README.md section 14).
   double moderationUs = 0;
 };
 
