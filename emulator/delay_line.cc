@@ -160,7 +160,12 @@ json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   json out = {{"a_to_b", toJson(statsAB_)}, {"b_to_a", toJson(statsBA_)}};
   // What forwarding cost this machine (the workers of a run share the cores with it), so far.
-  if (json cpu = forwardingCpu_.read(); !cpu.is_null()) out["forwarding"] = std::move(cpu);
+  if (json cpu = forwardingCpu_.read(); !cpu.is_null()) {
+    // Each wake-up takes a core from whatever ran there (a stage's compute, on a small machine).
+    cpu["wakeups"] = wakeups_;
+    if (cpu["wall_s"].get<double>() > 0) cpu["wakeups_per_s"] = static_cast<double>(wakeups_) / cpu["wall_s"].get<double>();
+    out["forwarding"] = std::move(cpu);
+  }
   for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
     if (late->empty()) continue;  // (known once forwarding has stopped)
     std::vector<double> v = *late;
@@ -249,6 +254,7 @@ void DelayLine::forward() {
   f.sides[1] = {fdB_, fdA_, ba_.get(), &lateBA};
   constexpr double kLongS = 200e-6;
   double lastTimedWake = -1;  // the forwarder's clock
+  int64_t wakes = 0;
   while (!stop_) {
     gate_.checkpoint(stop_);  // park(): held still (no lock held, nothing allocated) around a fork
     for (auto [pending, link] : {std::pair{&rateAB_, ab_.get()}, std::pair{&rateBA_, ba_.get()}})
@@ -259,6 +265,7 @@ void DelayLine::forward() {
       std::lock_guard<std::mutex> lock(statsMutex_);
       statsAB_ = ab_->stats();
       statsBA_ = ba_->stats();
+      wakeups_ = wakes;
     }
     const double nextDue = f.next(), gap = nextDue - f.now();
     if (gap <= 0) continue;
@@ -273,6 +280,7 @@ void DelayLine::forward() {
     timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, nullptr);  // zero: disarmed
     epoll_event evs[4];
     const int n = epoll_wait(ep, evs, 4, -1);
+    wakes += n > 0;
     bool timed = false;
     for (int i = 0; i < n; ++i)
       if (evs[i].data.fd == timer || evs[i].data.fd == wake_) {

@@ -100,6 +100,7 @@ class DelayLine {
   PacketLinkStats statsAB_, statsBA_;
   std::vector<double> lateAB_, lateBA_;  // seconds each packet was written after its delivery time (first 10^6)
   ThreadCpuClock forwardingCpu_;  // the forwarding thread's (under statsMutex_)
+  int64_t wakeups_ = 0;           // times the forwarding thread woke: a packet, its timer (under statsMutex_)
   std::atomic<bool> stop_{false};
   ParkGate gate_;
   std::thread thread_;

@@ -7,6 +7,8 @@
 #include <map>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
@@ -31,6 +33,19 @@ namespace {
 
 using compression::MessageKind;
 using nlohmann::json;
+
+// What this process has had of the machine so far, all its threads together: CPU time, and the
+// times the scheduler took a CPU from one of them (getrusage's involuntary context switches).
+struct ProcessUsage {
+  double cpuS = 0;
+  int64_t preempted = 0;
+};
+ProcessUsage processUsage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return {s(u.ru_utime) + s(u.ru_stime), static_cast<int64_t>(u.ru_nivcsw)};
+}
 
 // Tensor32 -> torch without a copy: the tensor takes ownership of the decoded values.
 torch::Tensor fromTransport(Tensor32& t) {
@@ -296,9 +311,11 @@ class PipelineWorker : public Backend {
     where.stepInEpoch = s;
     compute_.beginList();
     stepStallS_ = 0;
+    const ProcessUsage before = processUsage();
     exec_.start(std::move(list), where, now(), /*recordEvents=*/!evaluation);
     if (!exec_.run(*this)) throw std::logic_error("the real backend left an action pending");
     const double seconds = now() - exec_.started();
+    const ProcessUsage after = processUsage();
     if (evaluation) {
       transport_->takeStats();  // evaluation traffic is not training traffic
       EvalRecord e;
@@ -313,10 +330,10 @@ class PipelineWorker : public Backend {
     // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
     if (spec_.runtime.timeline != "all") events_.clear();
     events_.insert(events_.end(), exec_.events().begin(), exec_.events().end());
-    report(stepRecord(g, epoch, seconds));
+    report(stepRecord(g, epoch, seconds, {after.cpuS - before.cpuS, after.preempted - before.preempted}));
   }
 
-  json stepRecord(int64_t g, int epoch, double seconds) {
+  json stepRecord(int64_t g, int epoch, double seconds, const ProcessUsage& used) {
     const TransportStats st = transport_->takeStats();
     const DpStats dst = dp_ ? dp_->takeStats() : DpStats{};
     RankStepRecord r;
@@ -330,6 +347,8 @@ class PipelineWorker : public Backend {
     r.decodeS = st.decodeS + dst.decodeS;
     r.waitS = st.waitS + dst.waitS;
     r.dpS = exec_.dpSeconds();  // what the data-parallel exchange alone took (its share of the breakdown)
+    r.cpuS = used.cpuS;
+    r.preempted = used.preempted;
     r.fwdRaw = st.fwdRaw, r.fwdWire = st.fwdWire, r.bwdRaw = st.bwdRaw, r.bwdWire = st.bwdWire;
     r.gradRaw = dst.raw, r.gradWire = dst.wire;
     r.gradNorm = compute_.norm();

@@ -41,6 +41,8 @@ json toJson(const RankStepRecord& r) {
   if (r.gradNorm) j["grad_norm"] = *r.gradNorm;
   if (r.lr) j["lr"] = *r.lr;
   if (!r.recvDelay.is_null()) j["recv_delay_s"] = r.recvDelay;
+  if (r.cpuS) j["cpu_s"] = *r.cpuS;
+  if (r.preempted) j["preempted"] = *r.preempted;
   return j;
 }
 
@@ -66,6 +68,8 @@ RankStepRecord rankStepFromJson(const json& j) {
   r.gradNorm = optionalField(j, "grad_norm");
   r.lr = optionalField(j, "lr");
   r.recvDelay = j.value("recv_delay_s", json());
+  r.cpuS = optionalField(j, "cpu_s");
+  if (j.contains("preempted")) r.preempted = field<int64_t>(j, "preempted");
   return r;
 }
 
@@ -116,6 +120,8 @@ json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<
       row["allreduce"] = p.dpS;
     }
     if (!p.recvDelay.is_null()) row["recv_delay_s"] = p.recvDelay;
+    if (p.cpuS) row["cpu_s"] = *p.cpuS;
+    if (p.preempted) row["preempted"] = *p.preempted;
     perStage.push_back(std::move(row));
   }
   // Tokens of the global batch; the loss is the replicas' mean (each the mean over its micro-batches).

@@ -35,6 +35,11 @@ struct RankStepRecord {
   std::optional<double> loss;            // the last stage's mean loss of its micro-batches
   std::optional<double> gradNorm, lr;    // what the step clipped with and its learning rate
   nlohmann::json recvDelay;              // emulated: one-way times observed per inbound side
+  // The rank's process over the step, every thread (compute, codecs, ZeroMQ's I/O): the CPU time
+  // it got, and how often the scheduler took a CPU from one of its threads (involuntary context
+  // switches: another process or a delay line woke and ran). Absent where nothing ran (simulator).
+  std::optional<double> cpuS;
+  std::optional<int64_t> preempted;
 };
 // The worker's "step" message (type, rank and the fields above).
 nlohmann::json toJson(const RankStepRecord& r);

@@ -77,6 +77,20 @@ json summarizeSteps(const json& steps, const json& evals) {
     s["raw_bytes_per_step_gradient"] = gradRaw / n;
     s["breakdown_share"]["allreduce"] = allreduce / time;
   }
+  // What each stage's process had of the machine (runs that measured it, not the simulator): CPU
+  // seconds a step, that over the step's time (the share of one core), preemptions a second.
+  double cpu = 0, preempted = 0, stageTime = 0, rows = 0;
+  for (const json* st : steady)
+    for (const json& row : (*st).value("breakdown_s_per_stage", json::array()))
+      if (row.contains("cpu_s")) {
+        rows += 1;
+        cpu += row["cpu_s"].get<double>();
+        preempted += row.value("preempted", 0.0);
+        stageTime += (*st)["time_s"].get<double>();
+      }
+  if (rows > 0 && stageTime > 0)
+    s["stage_cpu"] = {{"cpu_s_per_step", cpu / rows}, {"core_share", cpu / stageTime},
+                      {"preemptions_per_s", preempted / stageTime}};
   s["final_train_loss"] = steps.back().value("loss", json());
   s["wall_time_s"] = steps.back().value("wall_s", 0.0);
   if (!evals.empty()) s["final_val_loss"] = evals.back()["val_loss"];

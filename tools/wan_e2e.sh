@@ -6,8 +6,9 @@
 # network.model tcp, and in the simulator with tcp (a profile measured here per stage count);
 # 3 repeats of each emulated point. Compares every step's time (median over repeats) of the model
 # and the simulator with the kernel's: median and max |error|, written to OUT/e2e.json; per point
-# also the compute a step on both emulated paths and the delay lines' share of the CPU (runs that
-# record network.forwarding_cpu_share).
+# also the compute a step on both emulated paths, the delay lines' share of the CPU and their
+# wake-ups, and how often each stage was preempted on each path (runs that record them:
+# network.forwarding_cpu_share, delay_lines[].stats.forwarding.wakeups_per_s, summary.stage_cpu).
 #
 #   sudo tools/wan_e2e.sh [OUT]     (default results/wan/e2e; needs build/slowpipe)
 #   PARTS="kernel user sim" (the default) chooses what is run again (PARTS=none: only the comparison).
@@ -50,6 +51,13 @@ def docs(kind, point):
 def compute(kind, point):  # a step's compute (the stages' mean), median over steps 1.. and repeats
     v = [s["breakdown_s"]["compute"] for d in docs(kind, point) for s in d["steps"][1:] if "breakdown_s" in s]
     return statistics.median(v) if v else None
+def stage_cpu(kind, point):  # the stages' share of a core and preemptions a second (summary.stage_cpu), median over repeats
+    v = [d["summary"]["stage_cpu"] for d in docs(kind, point) if "stage_cpu" in d.get("summary", {})]
+    return {k: statistics.median(x[k] for x in v) for k in ("core_share", "preemptions_per_s")} if v else None
+def wakeups(kind, point):  # the delay lines' wake-ups a second, summed over the run's lines, median over repeats
+    v = [sum(l["stats"]["forwarding"]["wakeups_per_s"] for l in d["network"]["delay_lines"])
+         for d in docs(kind, point) if all("wakeups_per_s" in l.get("stats", {}).get("forwarding", {}) for l in d.get("network", {}).get("delay_lines", [{}]))]
+    return statistics.median(v) if v else None
 def forwarding(kind, point):  # the delay lines' share of the machine's CPU (runs that record it)
     v = [d["network"]["forwarding_cpu_share"] for d in docs(kind, point) if "forwarding_cpu_share" in d.get("network", {})]
     return statistics.median(v) if v else None
@@ -80,12 +88,18 @@ for stages in (2, 4):
             # On 2 cores the kernel path's compute is not the user backend's: the delay lines take CPU.
             row["compute_s"] = {"kernel": compute(f"{stages}stage_kernel", point), "user_tcp": compute(f"{stages}stage_user_tcp", point)}
             row["kernel_forwarding_cpu_share"] = forwarding(f"{stages}stage_kernel", point)
+            # Why: each stage's process, its CPU and how often the scheduler took it away (the lines' wake-ups among them).
+            row["stage_cpu"] = {"kernel": stage_cpu(f"{stages}stage_kernel", point), "user_tcp": stage_cpu(f"{stages}stage_user_tcp", point)}
+            row["kernel_line_wakeups_per_s"] = wakeups(f"{stages}stage_kernel", point)
             rows.append(row)
-            c, fw = row["compute_s"], row["kernel_forwarding_cpu_share"]
+            c, fw, sc = row["compute_s"], row["kernel_forwarding_cpu_share"], row["stage_cpu"]
             print(f"{stages} stages {setting} {cc}: kernel step 0 {kernel[0]:.3f} s, later {statistics.median(kernel[1:]):.3f} s; "
                   + "; ".join(f"{k} step 0 {100 * row[k + '_error'][0]:+.1f}%, later median {100 * statistics.median(row[k + '_error'][1:]):+.1f}%" for k in errs)
                   + (f"; compute a step: kernel {c['kernel']:.3f} s, user {c['user_tcp']:.3f} s" if c["kernel"] and c["user_tcp"] else "")
-                  + (f"; delay lines {100 * fw:.1f}% of the CPU" if fw is not None else ""))
+                  + (f"; delay lines {100 * fw:.1f}% of the CPU" if fw is not None else "")
+                  + (f", {row['kernel_line_wakeups_per_s']:.0f} wake-ups/s" if row["kernel_line_wakeups_per_s"] is not None else "")
+                  + (f"; stages preempted {sc['kernel']['preemptions_per_s']:.0f}/s (kernel) vs {sc['user_tcp']['preemptions_per_s']:.0f}/s (user)"
+                     if sc["kernel"] and sc["user_tcp"] else ""))
 summary = {k: {"steps": len(v), "median_abs_error": statistics.median(v), "max_abs_error": max(v),
                "within_5pct": sum(x <= 0.05 for x in v), "within_10pct": sum(x <= 0.10 for x in v)} for k, v in errs.items()}
 for k, s in summary.items():
@@ -103,5 +117,11 @@ for o in outside:
 summary["kernel_repeat_spread"] = {"steps": len(spread), "median": statistics.median(spread), "max": max(spread),
                                    "over_10pct": sum(x > 0.10 for x in spread)}
 summary["past_10pct"] = outside
+pre = {k: [r["stage_cpu"][k]["preemptions_per_s"] for r in rows if r["stage_cpu"][k]] for k in ("kernel", "user_tcp")}
+if pre["kernel"] and pre["user_tcp"]:
+    summary["stage_preemptions_per_s"] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v)} for k, v in pre.items()}
+    print("stages preempted a second (per stage, median over points): kernel path "
+          f"{statistics.median(pre['kernel']):.0f} ({min(pre['kernel']):.0f}-{max(pre['kernel']):.0f}), user backend "
+          f"{statistics.median(pre['user_tcp']):.0f} ({min(pre['user_tcp']):.0f}-{max(pre['user_tcp']):.0f})")
 json.dump({"summary": summary, "rows": rows}, open(f"{out}/e2e.json", "w"), indent=1)
 PY

@@ -227,6 +227,11 @@ TEST(DelayLineTest, OneStreamDrawsTheRateAtMtu1500) {
   EXPECT_GT(fw["wall_s"].get<double>(), 3.0) << fw.dump();
   EXPECT_LE(fw["cpu_s"].get<double>(), fw["wall_s"].get<double>() * 1.001) << fw.dump();
   EXPECT_GT(fw["cpu_share"].get<double>(), 0.02) << fw.dump();
+  // Its wake-ups: each one a packet read or a packet due (both directions), a few more to stop.
+  const double packets = r["stats"]["a_to_b"]["offered"].get<double>() + r["stats"]["b_to_a"]["offered"].get<double>();
+  EXPECT_GT(fw["wakeups"].get<double>(), 0) << fw.dump();
+  EXPECT_LE(fw["wakeups"].get<double>(), 2 * packets + 10) << fw.dump() << " for " << packets << " packets";
+  EXPECT_NEAR(fw["wakeups_per_s"].get<double>(), fw["wakeups"].get<double>() / fw["wall_s"].get<double>(), 1e-6) << fw.dump();
   std::printf("forwarding: %s\n", fw.dump().c_str());
   const double err = r["rate_error"].get<double>();
   EXPECT_EQ(r["link_ok"].get<bool>(), std::fabs(err) <= 0.03) << r.dump();

@@ -309,9 +309,14 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
   EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
   EXPECT_EQ(r["slowdown"]["0"]["owed_s"].get<double>(), 0.0);
   double stallSum = 0, computeSlowed = 0;  // rank 1 in steps 6-11: its stalls, its compute without them
+  double cpuSlowed = 0;                    // and the CPU its process had then
   for (int k = 0; k < 12; ++k) {
     const json& row = r["steps"][k]["breakdown_s_per_stage"][1];
     const double s = row["stalled"].get<double>();
+    for (const json& stage : r["steps"][k]["breakdown_s_per_stage"]) {  // every worker measures its process
+      EXPECT_GT(stage["cpu_s"].get<double>(), 0.0) << "step " << k;
+      EXPECT_GE(stage["preempted"].get<int64_t>(), 0) << "step " << k;
+    }
     EXPECT_EQ(r["steps"][k]["breakdown_s_per_stage"][0]["stalled"].get<double>(), 0.0) << "step " << k;
     if (k < 6) {
       EXPECT_EQ(s, 0.0) << "step " << k;
@@ -321,7 +326,11 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
     EXPECT_GE(row["compute"].get<double>(), s) << "step " << k;
     stallSum += s;
     computeSlowed += row["compute"].get<double>() - s;
+    cpuSlowed += row["cpu_s"].get<double>();
   }
+  // A stall sleeps: the straggler's CPU is its work, not its work and stalls (as wall time would be).
+  EXPECT_LT(cpuSlowed, computeSlowed + 0.5 * stallSum) << cpuSlowed << " CPU-s for " << computeSlowed << " s of compute and "
+                                                       << stallSum << " s of stalls";
   EXPECT_NEAR(stallSum, stalled, 1e-9);  // no evaluation in this run: every stall is in a step
   // What it owed is what it computed in those steps (t x (1/0.5 - 1) = t per action), measured
   // around the same calls; what it slept is that plus at most the last sleep's overrun.

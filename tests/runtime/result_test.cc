@@ -172,7 +172,11 @@ TEST(RecordsTest, StepRecordsRoundTripAndAggregateByHand) {
   ranks[2].loss = 3.0;  // rank 2: stage 1, replica 0
   ranks[3].loss = 5.0;
   ranks[3].recvDelay = {{"from_prev", {{"min", 0.01}, {"max", 0.02}, {"messages", 4}}}};
+  ranks[1].cpuS = 0.25;  // measured by a worker; the simulator's records have none
+  ranks[1].preempted = 12;
   for (const auto& r : ranks) EXPECT_EQ(toJson(rankStepFromJson(toJson(r))), toJson(r));
+  EXPECT_EQ(rankStepFromJson(toJson(ranks[1])).preempted, 12);
+  EXPECT_FALSE(rankStepFromJson(toJson(ranks[0])).cpuS.has_value());
   json broken = toJson(ranks[0]);
   broken.erase("wait_s");
   try {
@@ -201,11 +205,39 @@ TEST(RecordsTest, StepRecordsRoundTripAndAggregateByHand) {
   EXPECT_EQ(st["breakdown_s_per_stage"][3]["stage"], 1);
   EXPECT_EQ(st["breakdown_s_per_stage"][3]["replica"], 1);
   EXPECT_EQ(st["breakdown_s_per_stage"][3]["recv_delay_s"], ranks[3].recvDelay);
+  EXPECT_DOUBLE_EQ(st["breakdown_s_per_stage"][1]["cpu_s"].get<double>(), 0.25);
+  EXPECT_EQ(st["breakdown_s_per_stage"][1]["preempted"], 12);
+  EXPECT_FALSE(st["breakdown_s_per_stage"][0].contains("cpu_s"));
   EXPECT_DOUBLE_EQ(st["grad_norm"].get<double>(), 2.5);
   ranks[3].loss.reset();
   EXPECT_TRUE(stepEntry(spec, layout, ranks)["loss"].is_null());
   ranks.pop_back();
   EXPECT_THROW(stepEntry(spec, layout, ranks), std::logic_error);
+}
+
+// The stages' share of the machine over the steady steps (epoch 1 on), by hand: CPU seconds per
+// stage and step, over the stages' step time (the share of one core), preemptions a second; none
+// where no row measured it (the simulator).
+TEST(RecordsTest, StageCpuIsSummarisedOverTheSteadyStepsByHand) {
+  auto step = [](int k, int epoch, double time, std::vector<std::pair<double, int>> rows) {
+    json st = {{"step", k}, {"epoch", epoch}, {"time_s", time}, {"tokens", 10}, {"loss", 1.0},
+               {"bytes", {{"forward", {{"raw", 4}, {"wire", 4}}}, {"backward", {{"raw", 4}, {"wire", 4}}}}},
+               {"breakdown_s", {{"compute", 0.1}, {"wait", 0.1}}}, {"breakdown_s_per_stage", json::array()}};
+    for (auto [cpu, preempted] : rows) st["breakdown_s_per_stage"].push_back({{"time_s", time}, {"cpu_s", cpu}, {"preempted", preempted}});
+    return st;
+  };
+  // Step 0 (epoch 0) is warm-up and left out: its 9 s of CPU must not count.
+  const json steps = {step(0, 0, 3.0, {{9.0, 900}, {9.0, 900}}), step(1, 1, 1.0, {{0.5, 10}, {0.3, 30}}),
+                      step(2, 1, 2.0, {{0.4, 20}, {0.8, 40}})};
+  const json s = summarizeSteps(steps, json::array());
+  ASSERT_TRUE(s.contains("stage_cpu")) << s.dump();
+  EXPECT_DOUBLE_EQ(s["stage_cpu"]["cpu_s_per_step"].get<double>(), (0.5 + 0.3 + 0.4 + 0.8) / 4);
+  EXPECT_DOUBLE_EQ(s["stage_cpu"]["core_share"].get<double>(), 2.0 / (1.0 * 2 + 2.0 * 2));
+  EXPECT_DOUBLE_EQ(s["stage_cpu"]["preemptions_per_s"].get<double>(), 100.0 / 6.0);
+  json simulated = steps;
+  for (json& st : simulated)
+    for (json& row : st["breakdown_s_per_stage"]) row.erase("cpu_s");
+  EXPECT_FALSE(summarizeSteps(simulated, json::array()).contains("stage_cpu"));
 }
 
 }  // namespace
