@@ -2,6 +2,7 @@
 #include "emulator/calibrate.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,10 +11,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -158,16 +162,6 @@ json calibrateUser(const CalibrationOptions& o) {
   return j;
 }
 
-// Reads everything from fd into a string.
-std::string readAll(int fd) {
-  std::string s;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) s.append(buf, static_cast<size_t>(n));
-  return s;
-}
-
 // Runs fn in a child process inside namespace ns; fn's string result comes back through a pipe.
 pid_t spawnIn(const std::string& ns, const std::function<std::string()>& fn, int* readFd) {
   int fds[2];
@@ -197,12 +191,75 @@ pid_t spawnIn(const std::string& ns, const std::function<std::string()>& fn, int
   return pid;
 }
 
-std::string collect(pid_t pid, int fd, const char* who) {
-  std::string s = readAll(fd);
-  close(fd);
-  waitpid(pid, nullptr, 0);
-  if (s.rfind("OK", 0) != 0) throw std::runtime_error(std::string("calibration ") + who + ": " + (s.size() > 2 ? s.substr(2) : "died"));
-  return s.substr(2);
+// How a child that sent no report ended.
+std::string howItEnded(int status) {
+  if (WIFSIGNALED(status)) return "died: killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFEXITED(status)) return "died: exit status " + std::to_string(WEXITSTATUS(status)) + " without a report";
+  return "died";
+}
+
+// Both children's reports (receiver, sender). The first to fail, by an error or by dying, stops
+// the other at once: otherwise the survivor waits out its own timeout (up to a minute) for a peer
+// that is gone, or blocks for good on a send nobody takes, and the run with it.
+std::pair<std::string, std::string> collectBoth(pid_t rxPid, int rxFd, pid_t txPid, int txFd) {
+  struct Child {
+    pid_t pid;
+    int fd;
+    const char* who;
+    std::string out;
+    bool reaped = false;
+  };
+  Child c[2] = {{rxPid, rxFd, "receiver", {}}, {txPid, txFd, "sender", {}}};
+  auto stop = [](Child& x) {
+    if (x.fd >= 0) close(x.fd);
+    x.fd = -1;
+    if (!x.reaped) {
+      kill(x.pid, SIGKILL);
+      while (waitpid(x.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      x.reaped = true;
+    }
+  };
+  while (c[0].fd >= 0 || c[1].fd >= 0) {
+    pollfd p[2];
+    int at[2], n = 0;
+    for (int i = 0; i < 2; ++i)
+      if (c[i].fd >= 0) {
+        p[n] = {c[i].fd, POLLIN, 0};
+        at[n++] = i;
+      }
+    if (poll(p, static_cast<nfds_t>(n), -1) < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::string("calibration: poll failed: ") + std::strerror(errno);
+      stop(c[0]);
+      stop(c[1]);
+      throw std::runtime_error(why);
+    }
+    for (int k = 0; k < n; ++k) {
+      if (p[k].revents == 0) continue;
+      Child& x = c[at[k]];
+      char buf[65536];
+      const ssize_t got = read(x.fd, buf, sizeof buf);
+      if (got > 0) {
+        x.out.append(buf, static_cast<size_t>(got));
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      close(x.fd);  // end of its report
+      x.fd = -1;
+      int status = 0;
+      while (waitpid(x.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      x.reaped = true;
+      if (x.out.rfind("OK", 0) != 0) {
+        const std::string why = std::string("calibration ") + x.who + ": " + (x.out.size() > 2 ? x.out.substr(2) : howItEnded(status));
+        stop(c[0]);
+        stop(c[1]);
+        throw std::runtime_error(why);
+      }
+    }
+  }
+  return {c[0].out.substr(2), c[1].out.substr(2)};
 }
 
 double iperfCheck(NetnsFabric& fabric, double seconds) {
@@ -276,18 +333,17 @@ json calibrateKernel(const CalibrationOptions& o) {
       }
     });
   }
+  std::pair<std::string, std::string> reports;
   try {
-    collect(txPid, txFd, "sender");
+    reports = collectBoth(rxPid, rxFd, txPid, txFd);
   } catch (...) {
     stop = true;
     if (tracer.joinable()) tracer.join();
-    kill(rxPid, SIGKILL);
-    waitpid(rxPid, nullptr, 0);
     throw;
   }
   stop = true;
   if (tracer.joinable()) tracer.join();
-  const json arr = json::parse(collect(rxPid, rxFd, "receiver"));
+  const json arr = json::parse(reports.first);
   std::vector<Sample> samples;
   for (const auto& x : arr) samples.push_back({x[0].get<double>(), x[1].get<double>(), x[2].get<uint64_t>()});
   json j = summarize(o, samples, bulk);

@@ -4,6 +4,8 @@
 // (netns.cc, devshaper.cc).
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -23,6 +25,9 @@ void addSignalCleanup(void (*cleanup)());
 // atfork lock) cannot deadlock the handler; the child only dups, execs and exits.
 void runFromSignal(const char* const argv[], bool quiet);
 
+// Each name belongs to the process that added it: a child forked without exec (a calibration's
+// sender and receiver) inherits the list and the handler, and a signal that reaches only the child
+// must not remove what its parent is still using.
 template <int N>
 class LiveNames {
  public:
@@ -32,10 +37,12 @@ class LiveNames {
     for (int i = 0; i < count_.load(); ++i)
       if (!names_[i][0]) {
         std::snprintf(names_[i], sizeof names_[i], "%s", name.c_str());
+        owners_[i] = getpid();
         return;
       }
     if (count_.load() >= N) throw std::runtime_error(std::string("more than ") + std::to_string(N) + " live " + what);
     std::snprintf(names_[count_.load()], sizeof names_[0], "%s", name.c_str());
+    owners_[count_.load()] = getpid();
     count_.fetch_add(1);
   }
   void remove(const std::string& name) {
@@ -43,16 +50,18 @@ class LiveNames {
     for (int i = 0; i < count_.load(); ++i)
       if (name == names_[i]) names_[i][0] = '\0';
   }
-  // For signal handlers: no lock, no allocation.
+  // For signal handlers: no lock, no allocation; the names this process added.
   template <typename F>
   void forEach(F f) const {
     const int n = count_.load();
+    const pid_t self = getpid();
     for (int i = 0; i < n; ++i)
-      if (names_[i][0]) f(names_[i]);
+      if (names_[i][0] && owners_[i] == self) f(names_[i]);
   }
 
  private:
   char names_[N][64] = {};
+  pid_t owners_[N] = {};
   std::atomic<int> count_{0};
   std::mutex mu_;
 };

@@ -1,13 +1,13 @@
 // The worker of one rank (see pipeline_worker.h).
 #include "runtime/pipeline_worker.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <thread>
-
-#include <sys/resource.h>
 
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"

@@ -10,7 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,6 +121,95 @@ TEST_F(KernelBackendTest, WithoutRootTheErrorSaysSo) {
   waitpid(child, nullptr, 0);
   EXPECT_NE(std::string(buf).find("not root"), std::string::npos) << buf;
   EXPECT_EQ(namespacesOf(child), 0);
+}
+
+// The children `parent` forked without exec (they carry this binary's name), oldest first.
+std::vector<pid_t> forkedChildren(pid_t parent) {
+  auto statOf = [](const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  const std::string self = statOf("/proc/self/stat");
+  const std::string comm = self.substr(self.find('('), self.rfind(')') - self.find('(') + 1);
+  std::vector<std::pair<unsigned long long, pid_t>> found;  // (start time, pid)
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string st = statOf(e.path().string() + "/stat");
+    const size_t close = st.rfind(')');
+    if (close == std::string::npos || st.substr(st.find('('), close - st.find('(') + 1) != comm) continue;
+    std::istringstream rest(st.substr(close + 2));
+    std::string field;
+    std::vector<std::string> f;  // from field 3 (state) on
+    while (rest >> field) f.push_back(field);
+    if (f.size() < 20 || std::stoi(f[1]) != parent) continue;
+    found.push_back({std::stoull(f[19]), std::stoi(name)});  // field 22: start time
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<pid_t> out;
+  for (const auto& [start, pid] : found) out.push_back(pid);
+  return out;
+}
+
+// A kernel-path calibration whose receiver dies (a signal, a crash) ends at once with an error that
+// says so, and leaves nothing: its sender used to wait out a minute for a go-ahead or block for good
+// on a send, and the run with it (a SIGTERM that reached the forked receiver of a sweep's
+// calibration, and not its sender, held the sweep 90 s).
+TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(report[0]);
+    std::string said = "the calibration returned";
+    try {
+      CalibrationOptions o;
+      o.backend = "tc";
+      o.link.bandwidthBps = 100e6;
+      o.messages = 400;  // 1 MiB each: 34 s at 100 Mbps, far longer than this test waits
+      calibrateLink(o);
+    } catch (const std::exception& e) {
+      said = e.what();
+    }
+    (void)!write(report[1], said.data(), said.size());
+    _exit(0);
+  }
+  close(report[1]);
+  std::vector<pid_t> kids;  // its receiver and its sender, forked in that order
+  for (int i = 0; i < 300 && kids.size() < 2; ++i) {
+    usleep(50000);
+    kids = forkedChildren(child);
+  }
+  if (kids.size() < 2) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    cleanupNamespaces(false);  // what the killed calibration left
+    FAIL() << "the calibration's two children did not appear within 15 s";
+  }
+  usleep(500000);  // into the transfer
+  kill(kids[0], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 300 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) usleep(100000);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    for (pid_t k : kids) kill(k, SIGKILL);
+    cleanupNamespaces(false);  // what the killed calibration left
+  }
+  char buf[1024] = {0};
+  (void)!read(report[0], buf, sizeof buf - 1);
+  close(report[0]);
+  ASSERT_NE(done, 0) << "still calibrating 30 s after its receiver was killed";
+  EXPECT_LT(took, 5.0) << buf;
+  EXPECT_NE(std::string(buf).find("calibration receiver: died: killed by signal 9"), std::string::npos) << buf;
+  EXPECT_TRUE(forkedChildren(child).empty());
+  EXPECT_EQ(kill(kids[1], 0), -1) << "its sender " << kids[1] << " outlived it";
+  EXPECT_EQ(namespacesOf(child), 0) << "the calibration's namespaces outlived it";
 }
 
 class KernelRateTest : public KernelBackendTest, public ::testing::WithParamInterface<double> {};
@@ -266,6 +359,31 @@ TEST_F(KernelBackendTest, SigtermRemovesEverything) {
   waitpid(child, &status, 0);
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(namespacesOf(child), 0);
+}
+
+// A child forked without exec inherits the handler and the list of live namespaces: a SIGTERM that
+// reaches only the child ends the child and must leave its parent's namespaces alone (it used to
+// delete them from under the parent, which was still using them).
+TEST_F(KernelBackendTest, ASignalToAForkedChildLeavesItsParentsNamespaces) {
+  NetnsFabric fabric(2, {FabricEdge{0, 1, LinkSpec{}, LinkSpec{}}});
+  ASSERT_EQ(namespacesOf(getpid()), 2);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    (void)!write(ready[1], "r", 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char r = 0;
+  ASSERT_EQ(read(ready[0], &r, 1), 1);
+  close(ready[0]);
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+  EXPECT_EQ(namespacesOf(getpid()), 2) << "the child's handler removed its parent's namespaces";
 }
 
 TEST_F(KernelBackendTest, CleanupRemovesWhatKill9Left) {
