@@ -4,7 +4,7 @@
 # streams per peer pair), on the kernel path (backend tc:
 # the kernel's own TCP over the delay line where there is no netem), on the user backend with
 # network.model tcp, and in the simulator with tcp (a profile measured here per stage count);
-# 3 repeats of each emulated point. Compares every step's time (median over repeats) of the model
+# 3 repeats of each emulated point, in rounds (below). Compares every step's time (median over repeats) of the model
 # and the simulator with the kernel's: median and max |error|, written to OUT/e2e.json; per point
 # also the compute a step on both emulated paths, the delay lines' share of the CPU and their
 # wake-ups, and how often each stage was preempted on each path (runs that record them:
@@ -19,15 +19,24 @@ BIN=${SLOWPIPE_BIN:-build/slowpipe}
 REPEATS=${REPEATS:-3}
 mkdir -p "$OUT"
 PARTS=${PARTS:-kernel user sim}
+# The emulated runs go in rounds: each round adds one repeat of every point on the kernel path, then
+# on the user backend, so that a host whose speed drifts over the half hour moves both alike (the
+# sweeps resume: a call with --repeats r runs only repeat r - 1).
 for stages in 2 4; do
-  if [[ " $PARTS " == *" kernel "* ]]; then
-    rm -rf "$OUT/${stages}stage_kernel"
-    "$BIN" sweep "experiments/wan_e2e_${stages}stage_tc.json" --out "$OUT/${stages}stage_kernel" --repeats "$REPEATS" --quiet
-  fi
-  if [[ " $PARTS " == *" user "* ]]; then
-    rm -rf "$OUT/${stages}stage_user_tcp"
-    "$BIN" sweep "experiments/wan_e2e_${stages}stage.json" --out "$OUT/${stages}stage_user_tcp" --repeats "$REPEATS" --quiet
-  fi
+  if [[ " $PARTS " == *" kernel "* ]]; then rm -rf "$OUT/${stages}stage_kernel"; fi
+  if [[ " $PARTS " == *" user "* ]]; then rm -rf "$OUT/${stages}stage_user_tcp"; fi
+done
+for round in $(seq 1 "$REPEATS"); do
+  for stages in 2 4; do
+    if [[ " $PARTS " == *" kernel "* ]]; then
+      "$BIN" sweep "experiments/wan_e2e_${stages}stage_tc.json" --out "$OUT/${stages}stage_kernel" --repeats "$round" --quiet
+    fi
+    if [[ " $PARTS " == *" user "* ]]; then
+      "$BIN" sweep "experiments/wan_e2e_${stages}stage.json" --out "$OUT/${stages}stage_user_tcp" --repeats "$round" --quiet
+    fi
+  done
+done
+for stages in 2 4; do
   if [[ " $PARTS " == *" sim "* ]]; then
     "$BIN" profile "experiments/wan_e2e_${stages}stage.json" --host-from-run --out "$OUT/${stages}stage_profile.json" > /dev/null
     rm -rf "$OUT/${stages}stage_simulated_tcp"
