@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -166,8 +167,13 @@ json calibrateUser(const CalibrationOptions& o) {
 pid_t spawnIn(const std::string& ns, const std::function<std::string()>& fn, int* readFd) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
+    // It dies with the process that forked it: a launcher killed outright (kill -9, a crash) must
+    // not leave its calibration's children running out their own timeouts, up to a minute.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);  // that process died before the line above
     close(fds[0]);
     std::string out;
     try {

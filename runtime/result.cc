@@ -81,7 +81,7 @@ json summarizeSteps(const json& steps, const json& evals) {
   // seconds a step, that over the step's time (the share of one core), preemptions a second.
   double cpu = 0, preempted = 0, stageTime = 0, rows = 0;
   for (const json* st : steady)
-    for (const json& row : (*st).value("breakdown_s_per_stage", json::array()))
+    for (const json& row : st->value("breakdown_s_per_stage", json::array()))
       if (row.contains("cpu_s")) {
         rows += 1;
         cpu += row["cpu_s"].get<double>();

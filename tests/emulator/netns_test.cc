@@ -212,6 +212,47 @@ TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
   EXPECT_EQ(namespacesOf(child), 0) << "the calibration's namespaces outlived it";
 }
 
+// The calibration's children die with the process that forked them: a launcher killed outright
+// (kill -9) used to leave them running out their own timeouts (up to a minute).
+TEST_F(KernelBackendTest, CalibrationChildrenDieWithTheirParent) {
+  const pid_t child = fork();
+  if (child == 0) {
+    CalibrationOptions o;
+    o.backend = "tc";
+    o.link.bandwidthBps = 100e6;
+    o.messages = 400;  // 34 s at 100 Mbps
+    try {
+      calibrateLink(o);
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 300 && kids.size() < 2; ++i) {
+    usleep(50000);
+    kids = forkedChildren(child);
+  }
+  usleep(500000);  // into the transfer
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto alive = [](pid_t p) {  // neither gone nor a zombie waiting for init
+    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const size_t close = stat.rfind(')');
+    return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
+  };
+  bool any = true;
+  for (int i = 0; i < 40 && any; ++i) {
+    any = std::any_of(kids.begin(), kids.end(), alive);
+    if (any) usleep(50000);
+  }
+  for (pid_t k : kids) kill(k, SIGKILL);
+  cleanupNamespaces(false);  // kill -9 leaves the namespaces: `emulator cleanup` removes them
+  ASSERT_EQ(kids.size(), 2u) << "the calibration's two children did not appear within 15 s";
+  EXPECT_FALSE(any) << "a calibration child outlived its parent by 2 s";
+}
+
 class KernelRateTest : public KernelBackendTest, public ::testing::WithParamInterface<double> {};
 
 TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
