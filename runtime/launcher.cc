@@ -170,9 +170,18 @@ void Launcher::noteForwardingCost(double cpuS, double wallS) {
   if (wallS <= 0) return;
   const double share = cpuS / (wallS * cores);
   result_["network"]["forwarding_cpu_share"] = share;
-  if (share > 0.05)
-    std::fprintf(stderr, "slowpipe: note: the delay lines' forwarding took %.1f CPU-s, %.1f%% of this machine's %u cores over "
-                 "%.1f s; the stages computed on the rest (result: network.forwarding_cpu_s)\n", cpuS, 100 * share, cores, wallS);
+  if (share <= 0.05) return;
+  // And what it cost the stages: each wake-up of a line takes a core from whatever ran there.
+  std::string preempted;
+  if (const json doc = result_.snapshot(); doc.contains("summary") && doc["summary"].contains("stage_cpu")) {
+    char b[160];
+    std::snprintf(b, sizeof b, "; each stage's process was preempted %.0f times a second (summary.stage_cpu)",
+                  doc["summary"]["stage_cpu"]["preemptions_per_s"].get<double>());
+    preempted = b;
+  }
+  std::fprintf(stderr, "slowpipe: note: the delay lines' forwarding took %.1f CPU-s, %.1f%% of this machine's %u cores over "
+               "%.1f s; the stages computed on the rest (result: network.forwarding_cpu_s)%s\n", cpuS, 100 * share, cores, wallS,
+               preempted.c_str());
 }
 
 // The last write of result.json (short form on a full disk); 1 when even that failed.

@@ -157,6 +157,12 @@ TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
 void expectForwardingNote(const json& r, const std::string& err) {
   const bool noted = err.find("slowpipe: note: the delay lines' forwarding took") != std::string::npos;
   EXPECT_EQ(noted, r["network"]["forwarding_cpu_share"].get<double>() > 0.05) << r["network"].dump() << "\nstderr:\n" << err;
+  if (noted && r["summary"].contains("stage_cpu")) {  // and what it cost the stages, as the result says
+    char said[96];
+    std::snprintf(said, sizeof said, "was preempted %.0f times a second (summary.stage_cpu)",
+                  r["summary"]["stage_cpu"]["preemptions_per_s"].get<double>());
+    EXPECT_NE(err.find(said), std::string::npos) << "stderr:\n" << err << "\nsummary: " << r["summary"].dump();
+  }
   std::printf("forwarding share %.3f, noted: %d\n", r["network"]["forwarding_cpu_share"].get<double>(), noted);
 }
 
