@@ -384,6 +384,14 @@ json calibrateKernelPath(const CalibrationOptions& o) {
 
 }  // namespace
 
+json forwardingCost(const ThreadCpuClock& clock, int64_t wakeups) {
+  json cpu = clock.read();
+  if (cpu.is_null()) return cpu;
+  cpu["wakeups"] = wakeups;
+  if (cpu["wall_s"].get<double>() > 0) cpu["wakeups_per_s"] = static_cast<double>(wakeups) / cpu["wall_s"].get<double>();
+  return cpu;
+}
+
 double loopbackCeilingBps(uint64_t messageBytes, int messages) {
   zmq::context_t ctx(2);
   zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);

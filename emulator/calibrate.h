@@ -59,6 +59,10 @@ class ThreadCpuClock {
   unsigned long thread_ = 0;
   bool running_ = false;
 };
+// A forwarding thread's cost so far (a delay line's, the node line's): clock.read() and its
+// wake-ups ("wakeups", "wakeups_per_s": each one takes a core from whatever ran there, a stage's
+// compute on a small machine); null before the clock started.
+nlohmann::json forwardingCost(const ThreadCpuClock& clock, int64_t wakeups);
 // Unshaped ZeroMQ goodput over TCP loopback with this message size: the user backend's ceiling.
 double loopbackCeilingBps(uint64_t messageBytes, int messages);
 

@@ -160,12 +160,7 @@ json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   json out = {{"a_to_b", toJson(statsAB_)}, {"b_to_a", toJson(statsBA_)}};
   // What forwarding cost this machine (the workers of a run share the cores with it), so far.
-  if (json cpu = forwardingCpu_.read(); !cpu.is_null()) {
-    // Each wake-up takes a core from whatever ran there (a stage's compute, on a small machine).
-    cpu["wakeups"] = wakeups_;
-    if (cpu["wall_s"].get<double>() > 0) cpu["wakeups_per_s"] = static_cast<double>(wakeups_) / cpu["wall_s"].get<double>();
-    out["forwarding"] = std::move(cpu);
-  }
+  if (json cpu = forwardingCost(forwardingCpu_, wakeups_); !cpu.is_null()) out["forwarding"] = std::move(cpu);
   for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
     if (late->empty()) continue;  // (known once forwarding has stopped)
     std::vector<double> v = *late;

@@ -112,7 +112,7 @@ json NodeLine::stats() const {
   const int N = static_cast<int>(nodes_.size());
   json s = {{"nodes", json::array()}, {"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
   // What forwarding cost this machine (the workers share its cores), so far.
-  if (json cpu = forwardingCpu_.read(); !cpu.is_null()) s["forwarding"] = std::move(cpu);
+  if (json cpu = forwardingCost(forwardingCpu_, wakeups_.load()); !cpu.is_null()) s["forwarding"] = std::move(cpu);
   if (statsRaw_.size() != static_cast<size_t>(2 * N + N * N)) return s;
   // links: the uplinks, the core pairs, the downlinks (forward()'s order)
   for (int n = 0; n < N; ++n) {
@@ -269,6 +269,7 @@ void NodeLine::forward() {
     timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, nullptr);
     epoll_event evs[16];
     const int n = epoll_wait(ep, evs, 16, -1);
+    if (n > 0) wakeups_.fetch_add(1, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i)
       if (evs[i].data.fd == timer || evs[i].data.fd == wake_) {
         uint64_t count;

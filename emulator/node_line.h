@@ -67,6 +67,7 @@ class NodeLine {
   std::vector<PacketLinkStats> statsRaw_;  // the forwarder's copy: uplinks, core pairs, downlinks
   uint64_t foreign_ = 0;                   // packets not addressed to another node
   ThreadCpuClock forwardingCpu_;           // the forwarding thread's
+  std::atomic<int64_t> wakeups_{0};        // times the forwarding thread woke: a packet, its timer
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

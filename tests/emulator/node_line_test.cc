@@ -135,6 +135,8 @@ TEST(NodeLineTest, ConnectionsShareTheirNodesAccessLinks) {
     ASSERT_TRUE(fw.is_object()) << line.stats().dump();
     EXPECT_GT(fw["cpu_s"].get<double>(), 0.0) << fw.dump();
     EXPECT_LE(fw["cpu_s"].get<double>(), fw["wall_s"].get<double>() * 1.001) << fw.dump();
+    EXPECT_GT(fw["wakeups"].get<double>(), 100) << fw.dump();  // thousands of packets: a wake-up per packet or batch
+    EXPECT_NEAR(fw["wakeups_per_s"].get<double>(), fw["wakeups"].get<double>() / fw["wall_s"].get<double>(), 1e-6) << fw.dump();
     SKIP_IF_HOST_TIME(std::abs((up[0] + up[1]) / 20e6 - 1.0) > 0.08, steal) << "best uplink run " << up[0] << " + " << up[1];
     EXPECT_NEAR((up[0] + up[1]) / 20e6, 1.0, 0.08) << up[0] << " + " << up[1];
     for (double r : up) EXPECT_GT(r, 0.2 * 20e6) << "a stream starved on the shared uplink";
