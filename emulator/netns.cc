@@ -149,6 +149,8 @@ void NetnsFabric::joinByVeth(int e) {
   }
   shape(e, edge.a, edge.aToB);
   shape(e, edge.b, edge.bToA);
+  if (edge.moderationS != 0)  // nothing here forwards packets in user space: there is nothing to moderate
+    mechanism_["moderation"] = "not applied: the edges are veth pairs (no delay line), so network.moderation_us has no effect";
 }
 
 // The delay line between the edge's namespaces: each direction's link as a PacketLink.

@@ -1,6 +1,8 @@
 // Launcher: link setup per backend, calibration, traces (see launcher_internal.h).
 #include "runtime/launcher_internal.h"
 
+#include <cstdio>
+
 #include "emulator/tcp_settings.h"
 
 namespace slowpipe::runtime::detail {
@@ -65,6 +67,8 @@ void Launcher::setupNetwork() {
     for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
     result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+    if (const json& m = result_["network"]["mechanism"]; m.contains("moderation") && m["moderation"].get<std::string>().rfind("not applied", 0) == 0)
+      std::fprintf(stderr, "slowpipe: warning: network.moderation_us: %s\n", m["moderation"].get<std::string>().c_str());
     // network.tcp: every stage namespace's TCP as the spec says, read back into the result.
     const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
     result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};

@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -251,6 +254,44 @@ TEST_F(KernelBackendTest, CalibrationChildrenDieWithTheirParent) {
   cleanupNamespaces(false);  // kill -9 leaves the namespaces: `emulator cleanup` removes them
   ASSERT_EQ(kids.size(), 2u) << "the calibration's two children did not appear within 15 s";
   EXPECT_FALSE(any) << "a calibration child outlived its parent by 2 s";
+}
+
+// On veth pairs (where the kernel has netem, or has no TUN device) nothing forwards packets in user
+// space, so nothing can be moderated: a moderated edge says so in the mechanism (the launcher warns)
+// instead of being recorded as if it had been applied. This kernel has no netem: a child hides
+// /dev/net/tun in a mount namespace of its own to get that path.
+TEST_F(KernelBackendTest, ModerationOnVethPairsSaysItIsNotApplied) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    std::string said;
+    try {
+      if (!kernelFeatures().netem &&
+          (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/dev", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+           mount("none", "/dev/net", "tmpfs", 0, nullptr) != 0))
+        throw std::runtime_error(std::string("hiding /dev/net/tun: ") + std::strerror(errno));
+      for (double moderationS : {100e-6, 0.0}) {
+        NetnsFabric fabric(2, {FabricEdge{0, 1, LinkSpec{}, LinkSpec{}, moderationS}});
+        const nlohmann::json m = fabric.mechanism();
+        said += m.value("path", "?") + " | " + m.value("moderation", "(none)") + "\n";
+      }
+    } catch (const std::exception& e) {
+      said = std::string("error: ") + e.what();
+    }
+    (void)!write(out[1], said.data(), said.size());
+    _exit(0);
+  }
+  close(out[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(said, "veth pair | not applied: the edges are veth pairs (no delay line), so network.moderation_us has no effect\n"
+                  "veth pair | (none)\n");
+  EXPECT_EQ(namespacesOf(child), 0);
 }
 
 class KernelRateTest : public KernelBackendTest, public ::testing::WithParamInterface<double> {};
