@@ -156,6 +156,20 @@ std::vector<pid_t> forkedChildren(pid_t parent) {
   return out;
 }
 
+// A calibration's receiver and sender (forked without exec by `parent`, in that order): the same
+// two children in two looks 100 ms apart, since the ip and tc commands the calibration runs first
+// carry this binary's name too for the moment between their fork and exec. Empty after 15 s.
+std::vector<pid_t> calibrationChildren(pid_t parent) {
+  std::vector<pid_t> last;
+  for (int i = 0; i < 150; ++i) {
+    usleep(100000);
+    const std::vector<pid_t> now = forkedChildren(parent);
+    if (now.size() == 2 && now == last) return now;
+    last = now;
+  }
+  return {};
+}
+
 // A kernel-path calibration whose receiver dies (a signal, a crash) ends at once with an error that
 // says so, and leaves nothing: its sender used to wait out a minute for a go-ahead or block for good
 // on a send, and the run with it (a SIGTERM that reached the forked receiver of a sweep's
@@ -180,11 +194,7 @@ TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
     _exit(0);
   }
   close(report[1]);
-  std::vector<pid_t> kids;  // its receiver and its sender, forked in that order
-  for (int i = 0; i < 300 && kids.size() < 2; ++i) {
-    usleep(50000);
-    kids = forkedChildren(child);
-  }
+  const std::vector<pid_t> kids = calibrationChildren(child);  // its receiver and its sender, in that order
   if (kids.size() < 2) {
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
@@ -230,11 +240,7 @@ TEST_F(KernelBackendTest, CalibrationChildrenDieWithTheirParent) {
     }
     _exit(0);
   }
-  std::vector<pid_t> kids;
-  for (int i = 0; i < 300 && kids.size() < 2; ++i) {
-    usleep(50000);
-    kids = forkedChildren(child);
-  }
+  const std::vector<pid_t> kids = calibrationChildren(child);
   usleep(500000);  // into the transfer
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
