@@ -197,13 +197,6 @@ pid_t spawnIn(const std::string& ns, const std::function<std::string()>& fn, int
   return pid;
 }
 
-// How a child that sent no report ended.
-std::string howItEnded(int status) {
-  if (WIFSIGNALED(status)) return "died: killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
-  if (WIFEXITED(status)) return "died: exit status " + std::to_string(WEXITSTATUS(status)) + " without a report";
-  return "died";
-}
-
 // Both children's reports (receiver, sender). The first to fail, by an error or by dying, stops
 // the other at once: otherwise the survivor waits out its own timeout (up to a minute) for a peer
 // that is gone, or blocks for good on a send nobody takes, and the run with it.
@@ -258,7 +251,7 @@ std::pair<std::string, std::string> collectBoth(pid_t rxPid, int rxFd, pid_t txP
       }
       x.reaped = true;
       if (x.out.rfind("OK", 0) != 0) {
-        const std::string why = std::string("calibration ") + x.who + ": " + (x.out.size() > 2 ? x.out.substr(2) : howItEnded(status));
+        const std::string why = std::string("calibration ") + x.who + ": " + (x.out.size() > 2 ? x.out.substr(2) : "died: " + exitStatusText(status) + " without a report");
         stop(c[0]);
         stop(c[1]);
         throw std::runtime_error(why);

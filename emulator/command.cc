@@ -54,4 +54,9 @@ std::string runChecked(const std::vector<std::string>& argv, const std::string& 
   return r.output;
 }
 
+std::string exitStatusText(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
 }  // namespace slowpipe::emulator

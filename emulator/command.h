@@ -16,5 +16,7 @@ CommandResult runCommand(const std::vector<std::string>& argv);
 // runCommand, throwing std::runtime_error naming the command and its output if it fails.
 std::string runChecked(const std::vector<std::string>& argv, const std::string& purpose);
 std::string joinArgs(const std::vector<std::string>& argv);
+// A waitpid status in words: "killed by signal 9 (Killed)" or "exited with status 3".
+std::string exitStatusText(int status);
 
 }  // namespace slowpipe::emulator

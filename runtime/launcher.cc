@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "emulator/command.h"
 #include "runtime/plan.h"
 
 namespace slowpipe::runtime::detail {
@@ -70,13 +71,13 @@ std::string recordProblem(const json& rec) {
 
 
 std::string describeExit(int status) {
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status)) return emulator::exitStatusText(status);
   const int code = WEXITSTATUS(status);
   const char* why = code == kExitNoPin    ? " (could not be pinned to its CPU: sched_setaffinity failed, see its log)"
                     : code == kExitNoLog  ? " (could not redirect its output to its log: dup2 failed)"
                     : code == kExitNoExec ? " (the slowpipe binary could not be executed, see its log)"
                                           : "";
-  return "exited with status " + std::to_string(code) + why;
+  return emulator::exitStatusText(status) + why;
 }
 
 // Never throws: every failure, setup included, ends in a result.json with status "failed" and

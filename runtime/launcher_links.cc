@@ -67,8 +67,9 @@ void Launcher::setupNetwork() {
     for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
     result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
-    if (const json& m = result_["network"]["mechanism"]; m.contains("moderation") && m["moderation"].get<std::string>().rfind("not applied", 0) == 0)
-      std::fprintf(stderr, "slowpipe: warning: network.moderation_us: %s\n", m["moderation"].get<std::string>().c_str());
+    if (spec_.network.moderationUs != 0 && fabric_->lineStats().is_null())  // veth pairs: no line to moderate
+      std::fprintf(stderr, "slowpipe: warning: network.moderation_us: %s\n",
+                   result_["network"]["mechanism"].value("moderation", std::string("not applied")).c_str());
     // network.tcp: every stage namespace's TCP as the spec says, read back into the result.
     const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
     result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
