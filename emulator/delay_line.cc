@@ -526,6 +526,11 @@ void billTcpModel(json& run) {
   l.mtu = mtu;
   l.loss = run.at("loss").get<double>();
   l.tcp.congestionControl = run.at("cc").get<std::string>();
+  if (run.contains("tcp")) {  // the buffers' maxima the run set (absent: the kernel's defaults)
+    const TcpSettings t = tcpSettingsFromJson(run["tcp"], "tcp");
+    l.tcp.wmemMax = t.wmemMax;
+    l.tcp.rmemMax = t.rmemMax;
+  }
   LinkClock clock(l, 0.0, run.at("seed").get<uint64_t>());  // the model draws its losses with the line's seed
   auto model = linkModel("tcp").make();
   for (auto& m : run.at("messages")) {
@@ -539,6 +544,12 @@ void billTcpModel(json& run) {
 json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
   DelayLine line(lineOpt);
+  TcpSettings buffers;
+  buffers.wmemMax = probe.wmemMax;
+  buffers.rmemMax = probe.rmemMax;
+  json applied;
+  if (!buffers.empty())
+    for (const std::string& ns : {line.nsA(), line.nsB()}) applied[ns == line.nsA() ? "a" : "b"] = applyTcpSettings(ns, buffers);
   std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
   std::vector<json> info;
   json trace;
@@ -566,6 +577,10 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   json out = {{"line", line.describe()}, {"rate_bps", lineOpt.aToB.rateBps}, {"delay_s", lineOpt.aToB.delayS},
               {"mtu", lineOpt.aToB.mtu}, {"cc", probe.cc}, {"loss", lineOpt.aToB.loss}, {"seed", lineOpt.aToB.seed},
               {"messages", json::array()}};
+  if (!buffers.empty()) {
+    out["tcp"] = toJson(buffers);
+    out["tcp_applied"] = applied;
+  }
   for (size_t k = 0; k < probe.bytes.size(); ++k)
     out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"sent_s", sent[k] - sent[0]},
                                {"measured_s", done[k] - sent[k]}, {"kernel", kernelDuring(info[k], info[k + 1])}});

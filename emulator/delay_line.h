@@ -140,6 +140,9 @@ struct MessageProbe {
   std::vector<double> idleS;
   std::string cc;
   double traceS = 0;  // > 0: the sender's cwnd and bytes in flight sampled this often ("trace")
+  // The maxima of net.ipv4.tcp_wmem and tcp_rmem set in both namespaces (0: the kernel's), and
+  // given to the model as network.tcp.wmem_max / rmem_max; recorded as "tcp".
+  uint64_t wmemMax = 0, rmemMax = 0;
 };
 nlohmann::json messageTimes(const DelayLineOptions& line, const MessageProbe& probe);
 // Bills the tcp link model on the messages of a messageTimes result (their send times, the line's

@@ -124,13 +124,10 @@ void refuseUnmodelled(const json& links, const std::string& where, const std::st
     for (size_t i = 0; i < links["links"].size(); ++i) check(links["links"][i], where + ".links[" + std::to_string(i) + "]");
 }
 
-// The tcp link model runs what network.tcp names: cubic, reno or bbr, its send buffer and restart
-// after idle; it has no receive window, so rmem_max would be a setting that does nothing.
+// The tcp link model runs what network.tcp names: cubic, reno or bbr, its send buffer, the
+// receive buffer's maximum and restart after idle.
 void checkTcpModelSettings(const emulator::TcpSettings& t, const std::string& where) {
   emulator::checkTcpModelCongestionControl(t.congestionControl, where);
-  if (t.rmemMax)
-    throw std::invalid_argument(where + ".rmem_max: the tcp link model has no receive window (Linux's autotuning kept "
-                                        "ahead of the sender's window in results/wan); set it on backend tc only");
 }
 
 // Layers are bounded, and a run's model with its gradients and AdamW state (16 bytes a parameter)

@@ -171,6 +171,12 @@ void addTcpMessagesCommand(CLI::App& emu) {
   cmd->add_option("--cc", probe->cc, "congestion control of the sending socket");
   cmd->add_option("--loss", *loss, "Bernoulli loss probability per packet, data direction only")->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--seed", *seed, "of the line's loss draws (and the model's)")->capture_default_str();
+  cmd->add_option("--wmem-max", probe->wmemMax, "net.ipv4.tcp_wmem's maximum in both namespaces, bytes (and the model's "
+                                                "network.tcp.wmem_max; default: the kernel's)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--rmem-max", probe->rmemMax, "net.ipv4.tcp_rmem's maximum in both namespaces, bytes (and the model's "
+                                                "network.tcp.rmem_max; default: the kernel's)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });

@@ -409,5 +409,44 @@ TEST(DelayLineTest, MessageProbeRecordsTheSendBufferAndPacing) {
   EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
 
+// The receive buffer's maximum, set through the probe as a user would (`tcp-messages --wmem-max
+// --rmem-max`): applied in both namespaces and recorded, the kernel's window stops at the ceiling
+// the tcp model uses (rmem_max x 160/256 at MTU 1500, less a segment at most), and the model,
+// given the same settings, bills the capped message within the grid's bound (25%). Fails on a
+// model without a receive window: 8 MiB at 1 Gbps / RTT 20 ms would take it 0.09 s, not 0.25.
+TEST(DelayLineTest, TheReceiveBufferCapsTheWindowAsTheModelSays) {
+  std::string why;
+  if (!lineUsable(&why)) GTEST_SKIP() << why;
+  DelayLineOptions o;
+  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 1500}}, "line");
+  o.bToA = o.aToB;
+  MessageProbe p;
+  p.bytes = {1048576, 8388608};
+  p.idleS = {0, 0};
+  p.cc = "cubic";
+  p.traceS = 0.005;
+  p.wmemMax = 67108864;
+  p.rmemMax = 1048576;
+  const testsupport::StealMeter steal;
+  const nlohmann::json r = messageTimes(o, p);
+  ASSERT_EQ(r["messages"].size(), 2u) << r.dump();
+  EXPECT_EQ(r["tcp"]["rmem_max"], 1048576) << r.dump();
+  EXPECT_NE(r["tcp_applied"]["b"]["tcp_rmem"].get<std::string>().find("1048576"), std::string::npos) << r["tcp_applied"].dump();
+  EXPECT_NE(r["tcp_applied"]["a"]["tcp_wmem"].get<std::string>().find("67108864"), std::string::npos) << r["tcp_applied"].dump();
+  double window = 0;
+  for (const auto& row : r["trace"]["rows"]) window = std::max(window, row[7].get<double>());  // snd_wnd
+  const double ceiling = 1048576 * 160.0 / 256;
+  EXPECT_LE(window, ceiling) << "the kernel's window passed the model's ceiling";
+  EXPECT_GE(window, ceiling - 1448) << "the kernel's window stopped short of the model's ceiling";
+  const auto& m = r["messages"][1];
+  EXPECT_GT(m["kernel"]["rwnd_limited_s"].get<double>(), 0) << m.dump();
+  // A window a round trip: the last of 12.8 windows leaves 11.8 round trips in and takes 10 ms.
+  EXPECT_GE(m["model_s"].get<double>(), (8388608 / ceiling - 1) * 0.020 + 0.010) << m.dump();
+  EXPECT_LE(m["error"].get<double>(), 0.25) << m.dump();  // the model slower than the kernel: no stall does that
+  SKIP_IF_HOST_TIME(m["error"].get<double>() < -0.25, steal.share()) << m.dump();
+  EXPECT_GE(m["error"].get<double>(), -0.25) << m.dump();
+  EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
+}
+
 }  // namespace
 }  // namespace slowpipe::emulator

@@ -498,6 +498,33 @@ TEST(LinkModelTest, TcpSendBufferGrowsOnlyWhileTheWriterWaits) {
       << "the maximum is a cap: autotuning starts small whatever it is";
 }
 
+// The receiver's window by hand: with the send buffer out of the way (64 MiB), a connection over
+// 1 Gbps / 50 ms each way (BDP 12.5 MB) whose receiver may buffer 2 MiB (net.ipv4.tcp_rmem's
+// maximum) has at most 2 MiB x 160/256 = 1310720 bytes in flight (the kernel's window at the end
+// of the same transfer through the delay line: 1309312), so 64 MiB take at least 51.2 round trips
+// of 100 ms, and at most 8 more for slow start (10 segments to 905 doubling) and the last byte's
+// way. At MTU 9000 a segment's memory is 12544 bytes, not 2304: the ratio is 182/256 (the kernel's
+// window with 4 MiB: 2973056). With the kernel's default (32 MiB: 20.9 MB) the link is the limit.
+TEST(LinkModelTest, TcpReceiveWindowCapsALongFatConnectionByHand) {
+  const double bytes = 67108864;
+  auto transfer = [&](uint64_t rmem, int mtu) {
+    LinkSpec l = tcpLink("1Gbps", "50ms", "cubic");
+    l.mtu = mtu;
+    l.tcp.wmemMax = 67108864;
+    l.tcp.rmemMax = rmem;
+    LinkClock clock(l, 0.0);
+    return linkModel("tcp").make()->stamp(clock, 0.0, static_cast<uint64_t>(bytes));
+  };
+  const double capped = bytes / (2097152 * 160.0 / 256) * 0.1;  // 5.12 s
+  EXPECT_GE(transfer(2097152, 1500), capped);
+  EXPECT_LE(transfer(2097152, 1500), capped + 0.8);
+  const double jumbo = bytes / (4194304 * 182.0 / 256) * 0.1;  // 2.25 s
+  EXPECT_GE(transfer(4194304, 9000), jumbo);
+  EXPECT_LE(transfer(4194304, 9000), jumbo + 0.8);
+  EXPECT_LT(transfer(0, 1500), 1.5) << "the default receive buffer held back a link the send buffer does not";
+  EXPECT_NEAR(transfer(0, 1500), transfer(33554432, 1500), 1e-9) << "the default is 32 MiB";
+}
+
 // Streams by hand: 8 connections carry the 8 MB of TcpSlowStartAfterIdleByHand, 1 MB each, from
 // 8 initial windows (80 segments in all): 80 x (2^k - 1) segments after k rounds, so 6 rounds carry
 // 5040 of the 5524.9 and the 7th the rest: 6 round trips + at most 64 ms + 50 ms, where one

@@ -327,18 +327,20 @@ TEST_F(TcRunTest, TcpSettingsApplyInTheRunsNamespacesAndTcpInfoShowsThem) {
 }
 
 // network.tcp with network.model tcp on the user backend (and in the simulator) sets the model's
-// connection: the link table copies it into every pipeline link; what the model cannot run is
+// connection (congestion control, both buffers' maxima): the link table copies it into every
+// pipeline link; what the model cannot run is
 // refused by name, and TCP settings written into a link are refused (they are the run's).
 TEST_F(PipelineTest, NetworkTcpReachesTheTcpModelsLinksAndBadOnesAreRefused) {
   json s = baseSpec(2, "gpipe");
   s["network"] = {{"backend", "user"}, {"model", "tcp"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
-  s["network"]["tcp"] = {{"congestion_control", "bbr"}, {"wmem_max", 8388608}};
+  s["network"]["tcp"] = {{"congestion_control", "bbr"}, {"wmem_max", 8388608}, {"rmem_max", 2097152}};
   const RunSpec spec = runSpecFromJson(s);
   const LinkTable table(spec, {});
   const LinkEntry e = table.at(0, 1);
   EXPECT_EQ(e.model, "tcp");
   EXPECT_EQ(e.spec.tcp.congestionControl, "bbr");
   EXPECT_EQ(e.spec.tcp.wmemMax, 8388608u);
+  EXPECT_EQ(e.spec.tcp.rmemMax, 2097152u);  // the model's receive window (it was refused before it had one)
   EXPECT_DOUBLE_EQ(e.spec.loss, 0.001);
   // Through the JSON the workers receive, unchanged.
   const LinkEntry back = linkEntryFromJson(toJson(e), "links[0]");
@@ -354,7 +356,7 @@ TEST_F(PipelineTest, NetworkTcpReachesTheTcpModelsLinksAndBadOnesAreRefused) {
   json bad = s;
   bad["network"]["tcp"] = {{"congestion_control", "vegas"}};
   refused(bad, "network.tcp.congestion_control");
-  bad["network"]["tcp"] = {{"rmem_max", 8388608}};
+  bad["network"]["tcp"] = {{"rmem_max", 0}};
   refused(bad, "network.tcp.rmem_max");
   bad = s;
   bad["network"]["links"]["tcp"] = {{"congestion_control", "reno"}};
