@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "emulator/link_model.h"
 #include "emulator/tcp_settings.h"
 
 namespace slowpipe::runtime::detail {
@@ -23,6 +24,27 @@ int Launcher::edgeBetween(int a, int b) const {
     if ((edges[e].first == a && edges[e].second == b) || (edges[e].first == b && edges[e].second == a)) return static_cast<int>(e);
   throw std::logic_error("no pipeline edge joins stages " + std::to_string(a) + " and " + std::to_string(b));
 }
+
+namespace {
+
+// What carries each link property on the user backend: the sender stamps every message in user
+// space with the run's link model, which also says what becomes of jitter and loss.
+json userMechanism(const std::string& modelName) {
+  const emulator::LinkModelInfo& m = emulator::linkModel(modelName);
+  const std::string by = "user-space, billed by the " + std::string(m.name) + " link model";
+  json mech = {{"rate", by}, {"delay", by}, {"model", std::string(m.name) + ": " + m.summary}};
+  if (m.modelsVariation) {
+    mech["jitter"] = "user-space";
+    mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
+  } else {
+    mech["jitter"] = "not modelled (refused with this model)";
+    mech["loss"] = m.modelsLoss ? "per packet in the " + std::string(m.name) + " link model (a retransmission and the model's loss response)"
+                                : "not modelled (refused with this model)";
+  }
+  return mech;
+}
+
+}  // namespace
 
 // network.nodes on the kernel path: a namespace per node joined by the node line (uplink, core,
 // downlink as packet links; emulator/node_line.h); each rank runs in its node's namespace.
@@ -84,9 +106,7 @@ void Launcher::setupNetwork() {
     result_["network"] = {{"backend", "tc-dev"}, {"dev", spec_.network.dev},
                        {"mechanism", "per worker: htb per destination on its interface (result.json workers[].shaping)"}};
   } else {
-    json mech = {{"rate", "user-space"}, {"delay", "user-space"}, {"jitter", "user-space"}};
-    mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
-    result_["network"] = {{"backend", "user"}, {"mechanism", mech}};
+    result_["network"] = {{"backend", "user"}, {"mechanism", userMechanism(spec_.network.model)}};
   }
   result_["network"]["links"] = topo;
   if (layout_.replicas > 1) {

@@ -17,7 +17,7 @@ const std::vector<LinkModelInfo>& linkModels() {
       {"serial_fifo", "one inbound wire per receiving rank, billed in retrieval order", makeSerialFifo, false, false,
        false, false, false},
       {"tcp", "every directed link one TCP connection, ACK-clocked: slow start, Reno / CUBIC / BBR, packet loss, the "
-              "send buffer, restart after idle (Linux's defaults unless network.tcp says)", makeTcp, true, false, false, true},
+              "send buffer and the receive window's ceiling, restart after idle (Linux's defaults unless network.tcp says)", makeTcp, true, false, false, true},
       {"ns3", "the simulator's packet-level tier: every message a TCP flow over ns-3 links built from network.nodes "
               "(simulator only; -DSLOWPIPE_NS3=ON)", makeNs3, false, false, false, false, true},
   };

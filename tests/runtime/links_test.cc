@@ -97,6 +97,11 @@ TEST_F(PipelineTest, SerialFifoRunMatchesPipelinedLossesAndIsSlower) {
   for (size_t i = 0; i < a["steps"].size(); ++i)
     EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>());
   EXPECT_GT(b["summary"]["mean_step_time_s"].get<double>(), a["summary"]["mean_step_time_s"].get<double>() + 0.02);
+  // Each result says which model billed its links and what became of loss and jitter.
+  EXPECT_EQ(a["network"]["mechanism"]["rate"], "user-space, billed by the pipelined link model") << a["network"].dump();
+  EXPECT_EQ(a["network"]["mechanism"]["loss"], "user-space retransmission delay (a lost message arrives retransmit_s later)");
+  EXPECT_EQ(b["network"]["mechanism"]["rate"], "user-space, billed by the serial_fifo link model") << b["network"].dump();
+  EXPECT_EQ(b["network"]["mechanism"]["loss"], "not modelled (refused with this model)");
   // GPipe sends the 4 activations back to back. Pipelined, each arrives ~one latency after it was
   // sent; on the serial FIFO the 4th waits for the 3 before it: 4 latencies less the 3 forwards
   // computed between the sends (a few ms each here).
@@ -108,6 +113,24 @@ TEST_F(PipelineTest, SerialFifoRunMatchesPipelinedLossesAndIsSlower) {
     EXPECT_GE(fifoDelay["min"].get<double>(), 0.010 - 1e-4);
     EXPECT_GE(fifoDelay["max"].get<double>(), 0.025) << "step " << i;
   }
+}
+
+// The tcp model in a run on the user backend, with loss and both buffers' maxima as a user sets
+// them: the run ends ok, the spec it recorded keeps network.tcp, and its mechanism says the model
+// carries the loss per packet (it said "retransmission delay", the pipelined model's, before).
+TEST_F(PipelineTest, TcpModelRunSaysTheModelCarriesTheLoss) {
+  json s = baseSpec(2, "gpipe");
+  s["training"]["max_steps"] = 2;
+  s["network"] = {{"backend", "user"}, {"model", "tcp"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
+  s["network"]["tcp"] = {{"congestion_control", "reno"}, {"wmem_max", 8388608}, {"rmem_max", 1048576}};
+  const json r = launch(s, "model-tcp");
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["spec"]["network"]["tcp"]["rmem_max"], 1048576) << r["spec"]["network"].dump();
+  const json& m = r["network"]["mechanism"];
+  EXPECT_EQ(m["rate"], "user-space, billed by the tcp link model") << m.dump();
+  EXPECT_EQ(m["loss"], "per packet in the tcp link model (a retransmission and the model's loss response)") << m.dump();
+  EXPECT_EQ(m["jitter"], "not modelled (refused with this model)") << m.dump();
+  EXPECT_NE(m["model"].get<std::string>().find("receive window"), std::string::npos) << m.dump();
 }
 
 class TcRunTest : public PipelineTest {
