@@ -173,10 +173,10 @@ void addTcpMessagesCommand(CLI::App& emu) {
   cmd->add_option("--seed", *seed, "of the line's loss draws (and the model's)")->capture_default_str();
   cmd->add_option("--wmem-max", probe->wmemMax, "net.ipv4.tcp_wmem's maximum in both namespaces, bytes (and the model's "
                                                 "network.tcp.wmem_max; default: the kernel's)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(uint64_t{65536}, uint64_t{1} << 31));
   cmd->add_option("--rmem-max", probe->rmemMax, "net.ipv4.tcp_rmem's maximum in both namespaces, bytes (and the model's "
                                                 "network.tcp.rmem_max; default: the kernel's)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(uint64_t{65536}, uint64_t{1} << 31));  // as network.tcp takes them
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });
