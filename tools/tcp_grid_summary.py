@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Summary of a grid of `slowpipe emulator tcp-messages` runs (tools/tcp_model_grid.sh,
-tools/tcp_rwnd_grid.sh): OUT/<case>_seed<s>.json, the runs of one case (its seeds or repeats)
+"""Summary of a grid of `slowpipe emulator tcp-messages` runs (tools/tcp_model_grid.sh, both
+grids): OUT/<case>_seed<s>.json, the runs of one case (its seeds or repeats)
 averaged per message; writes OUT.json (median and max |error| of the model per message, the
 worst messages, splits by loss, congestion control, rate and receive buffer) and prints it.
 
@@ -29,7 +29,7 @@ summary = {"messages": len(rows), "median_abs_error": statistics.median(errs), "
 parts = [("loss 0", lambda r: r["case"].endswith("loss0")), ("loss 0.1%", lambda r: not r["case"].endswith("loss0")),
          ("cubic", lambda r: "_cubic_" in r["case"]), ("bbr", lambda r: "_bbr_" in r["case"]),
          ("100Mbps", lambda r: r["case"].startswith("100Mbps")), ("1Gbps", lambda r: r["case"].startswith("1Gbps"))]
-for rmem in sorted({t for r in rows for t in r["case"].split("_") if t.startswith("rmem")}):  # tools/tcp_rwnd_grid.sh's buffers
+for rmem in sorted({t for r in rows for t in r["case"].split("_") if t.startswith("rmem")}):  # GRID=rwnd's buffers
     parts.append((rmem, lambda r, t=rmem: f"_{t}_" in r["case"]))
 for part, keep in parts:
     e = [abs(r["error"]) for r in rows if keep(r)]
