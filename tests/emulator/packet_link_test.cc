@@ -370,15 +370,21 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
 #endif
 }
 
+// Both ways 1 Gbps, 10 ms, MTU 1500: the message probes' line.
+DelayLineOptions lineOf1GbpsAnd10ms() {
+  DelayLineOptions o;
+  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 1500}}, "line");
+  o.bToA = o.aToB;
+  return o;
+}
+
 // The message probe records what the sender's kernel had before each message (TCP_INFO and
 // SO_SNDBUF) and, traced, every sample's send buffer and pacing: the evidence that showed a send
 // buffer autotuned behind the window (results/README.md section 16).
 TEST(DelayLineTest, MessageProbeRecordsTheSendBufferAndPacing) {
   std::string why;
   if (!lineUsable(&why)) GTEST_SKIP() << why;
-  DelayLineOptions o;
-  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 1500}}, "line");
-  o.bToA = o.aToB;
+  const DelayLineOptions o = lineOf1GbpsAnd10ms();
   MessageProbe p;
   p.bytes = {65536, 1048576, 1048576};
   p.idleS = {0, 0, 0.02};
@@ -417,9 +423,7 @@ TEST(DelayLineTest, MessageProbeRecordsTheSendBufferAndPacing) {
 TEST(DelayLineTest, TheReceiveBufferCapsTheWindowAsTheModelSays) {
   std::string why;
   if (!lineUsable(&why)) GTEST_SKIP() << why;
-  DelayLineOptions o;
-  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 1500}}, "line");
-  o.bToA = o.aToB;
+  const DelayLineOptions o = lineOf1GbpsAnd10ms();
   MessageProbe p;
   p.bytes = {1048576, 8388608};
   p.idleS = {0, 0};
