@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -102,6 +103,16 @@ json applyTcpSettings(const std::string& ns, const TcpSettings& t) {
           {"slow_start_after_idle", sysctlRead(ns, "net.ipv4.tcp_slow_start_after_idle") == "1"},
           {"tcp_wmem", sysctlRead(ns, "net.ipv4.tcp_wmem")},
           {"tcp_rmem", sysctlRead(ns, "net.ipv4.tcp_rmem")}};
+}
+
+double receiveWindowCeiling(uint64_t rmemMax, int mtu) {
+  constexpr double kDefaultReceiveBuffer = 33554432;  // net.ipv4.tcp_rmem's maximum on this kernel
+  const double head = mtu + 384.0;
+  double alloc = 1;
+  while (alloc < std::min(head, 4096.0)) alloc *= 2;
+  if (head > 4096) alloc = std::ceil(head / 4096) * 4096;
+  const double ratio = std::floor(256 * (mtu - 52.0) / (alloc + 256));
+  return (rmemMax ? static_cast<double>(rmemMax) : kDefaultReceiveBuffer) * ratio / 256;
 }
 
 json parseSsTcpInfo(const std::string& text) {

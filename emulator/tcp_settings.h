@@ -44,6 +44,18 @@ nlohmann::json parseSsTcpInfo(const std::string& text);
 // limited by the receive window, limited by the send buffer. Throws naming errno.
 nlohmann::json socketTcpInfo(int fd);
 
+// The largest window a Linux receiver advertises: net.ipv4.tcp_rmem's maximum (`rmemMax`; 0: 32 MiB,
+// this kernel's default, 6.18; older kernels have 6 MiB) times its scaling ratio, a segment's
+// payload over the memory the kernel charges for it (skb->truesize; tcp_measure_rcv_mss: 256 x
+// len / truesize, rounded down). Packets the delay line writes into a TUN device are charged a head
+// buffer of the packet plus 384 bytes (NET_SKB_PAD and skb_shared_info), rounded up to a power of
+// two up to a page and to whole pages above, plus 256 for the sk_buff: 2304 bytes at MTU 1500
+// (ratio 160/256), 12544 at MTU 9000 (182/256). Measured here: the peer's window at the end of a
+// long transfer with the send buffer out of the way (`slowpipe emulator tcp-messages --wmem-max
+// 67108864 --rmem-max R --trace-ms 50`) was R x the ratio within a segment at MTU 1500, 3000, 4000,
+// 6000 and 9000. The tcp link model and the simulator's ns-3 tier both cap a connection at it.
+double receiveWindowCeiling(uint64_t rmemMax, int mtu);
+
 // The congestion controls the tcp link model runs (emulator/link_models/tcp.cc): cubic, reno, bbr,
 // or empty (Linux's default, cubic); anything else throws naming "<where>.congestion_control".
 void checkTcpModelCongestionControl(const std::string& name, const std::string& where);

@@ -163,7 +163,9 @@ class Ns3Network : public PacketNetwork {
     const std::string type = cc == "cubic" ? "ns3::TcpCubic" : cc == "reno" ? "ns3::TcpLinuxReno" : cc == "bbr" ? "ns3::TcpBbr" : "";
     if (type.empty()) throw std::invalid_argument("network.tcp.congestion_control: '" + cc + "' is not in the ns-3 tier (cubic, reno, bbr)");
     const uint32_t sndBuf = t.wmemMax > 0 ? static_cast<uint32_t>(t.wmemMax) : 4194304;
-    const uint32_t rcvBuf = t.rmemMax > 0 ? static_cast<uint32_t>(t.rmemMax) : 6291456;
+    // ns-3's receive buffer is its advertised window: Linux's ceiling for the same tcp_rmem maximum
+    // (emulator::receiveWindowCeiling, as the tcp link model has it).
+    const uint32_t rcvBuf = static_cast<uint32_t>(emulator::receiveWindowCeiling(t.rmemMax, kSegment + 52));
     ns3::Config::SetDefault("ns3::TcpL4Protocol::SocketType", ns3::TypeIdValue(ns3::TypeId::LookupByName(type)));
     ns3::Config::SetDefault("ns3::TcpSocket::SegmentSize", ns3::UintegerValue(kSegment));
     ns3::Config::SetDefault("ns3::TcpSocket::InitialCwnd", ns3::UintegerValue(10));

@@ -53,7 +53,7 @@
 //   aggregate (the MulTCP view of N flows; measured against the kernel path's N connections end
 //   to end only: results/README.md section 17, reno over 4 streams).
 // - the receive window's ceiling: net.ipv4.tcp_rmem's maximum (32 MiB unless network.tcp.rmem_max
-//   says) times the receiver's scaling ratio (receiveWindowMax), counted from the receiver's next
+//   says) times the receiver's scaling ratio (receiveWindowCeiling), counted from the receiver's next
 //   expected byte (the first hole not yet repaired); it limits a connection once the send buffer
 //   is raised past it (network.tcp.wmem_max). Not its growth: Linux's autotuning kept the window
 //   ahead of the sender's on all but 7 of the kernel grid's 864 messages, and not the window a
@@ -63,6 +63,7 @@
 // recovery (packet conservation), jitter and bandwidth traces (refused:
 // `modelsVariation` false), connections sharing a link (every directed link has its own).
 #include "emulator/link_model.h"
+#include "emulator/tcp_settings.h"
 
 #include <algorithm>
 #include <cmath>
@@ -75,25 +76,6 @@ namespace slowpipe::emulator {
 namespace {
 
 constexpr double kDefaultSendBuffer = 4194304;     // net.ipv4.tcp_wmem's default maximum
-constexpr double kDefaultReceiveBuffer = 33554432; // net.ipv4.tcp_rmem's maximum on this kernel (6.18; older ones 6 MiB)
-
-// The largest window a Linux receiver advertises: tcp_rmem's maximum (the receive buffer
-// autotuning may reach) times its scaling ratio, a segment's payload over the memory the kernel
-// charges for it (skb->truesize, tcp_measure_rcv_mss: 256 x len / truesize, rounded down). Packets
-// the delay line writes into a TUN device are charged a head buffer of the packet plus 384 bytes
-// (NET_SKB_PAD and skb_shared_info), rounded up to a power of two up to a page and to whole pages
-// above, plus 256 for the sk_buff: 2304 bytes at MTU 1500 (ratio 160/256), 12544 at MTU 9000
-// (182/256). Measured here: the peer's window at the end of a long transfer with the send buffer
-// out of the way (`slowpipe emulator tcp-messages --wmem-max 67108864 --rmem-max R --trace-ms 50`)
-// was R x the ratio within a segment at MTU 1500, 3000, 4000, 6000 and 9000.
-double receiveWindowMax(double receiveBuffer, int mtu) {
-  const double head = mtu + 384.0;
-  double alloc = 1;
-  while (alloc < std::min(head, 4096.0)) alloc *= 2;
-  if (head > 4096) alloc = std::ceil(head / 4096) * 4096;
-  const double ratio = std::floor(256 * (mtu - 52.0) / (alloc + 256));
-  return receiveBuffer * ratio / 256;
-}
 constexpr double kBurstSegments = 2;
 constexpr double kBbrHighGain = 2.885;  // 2 / ln 2
 constexpr double kCubicC = 0.4, kCubicBeta = 0.7;
@@ -166,7 +148,7 @@ class Tcp : public LinkModel {
     cc_ = ccOf(link.tcp.congestionControl);
     bufferMax_ = link.tcp.wmemMax ? static_cast<double>(link.tcp.wmemMax) : kDefaultSendBuffer;
     const int mtu = link.mtu > 0 ? link.mtu : 1500;
-    receiveWindow_ = std::max(mss_, receiveWindowMax(link.tcp.rmemMax ? static_cast<double>(link.tcp.rmemMax) : kDefaultReceiveBuffer, mtu));
+    receiveWindow_ = std::max(mss_, receiveWindowCeiling(link.tcp.rmemMax, mtu));
     restartAfterIdle_ = link.tcp.slowStartAfterIdle.value_or(true) && cc_ != Cc::kBbr;
     loss_ = link.loss;
     flows_ = std::max(1, link.tcp.streams);
@@ -525,7 +507,7 @@ class Tcp : public LinkModel {
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, bufferMax_ = kDefaultSendBuffer, sendBuffer_ = 0, loss_ = 0;
-  double receiveWindow_ = 0;  // the receiver's largest window (receiveWindowMax), all flows
+  double receiveWindow_ = 0;  // the receiver's largest window (receiveWindowCeiling), all flows
   double segmentMemory_ = 0;  // tcp_sndbuf_expand's worst-case memory of one segment
   double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0, renoCwnd_ = 0;
   bool hystartFound_ = false;
