@@ -50,7 +50,7 @@ nlohmann::json socketTcpInfo(int fd);
 // len / truesize, rounded down). Packets the delay line writes into a TUN device are charged a head
 // buffer of the packet plus 384 bytes (NET_SKB_PAD and skb_shared_info), rounded up to a power of
 // two up to a page and to whole pages above, plus 256 for the sk_buff: 2304 bytes at MTU 1500
-// (ratio 160/256), 12544 at MTU 9000 (182/256). Measured here: the peer's window at the end of a
+// (ratio 160/256), 12544 at MTU 9000 (182/256); a NIC's driver charges its own. Measured here: the peer's window at the end of a
 // long transfer with the send buffer out of the way (`slowpipe emulator tcp-messages --wmem-max
 // 67108864 --rmem-max R --trace-ms 50`) was R x the ratio within a segment at MTU 1500, 3000, 4000,
 // 6000 and 9000. The tcp link model and the simulator's ns-3 tier both cap a connection at it.

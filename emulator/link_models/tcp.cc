@@ -63,7 +63,6 @@
 // recovery (packet conservation), jitter and bandwidth traces (refused:
 // `modelsVariation` false), connections sharing a link (every directed link has its own).
 #include "emulator/link_model.h"
-#include "emulator/tcp_settings.h"
 
 #include <algorithm>
 #include <cmath>
@@ -71,11 +70,13 @@
 #include <limits>
 #include <stdexcept>
 
+#include "emulator/tcp_settings.h"
+
 namespace slowpipe::emulator {
 
 namespace {
 
-constexpr double kDefaultSendBuffer = 4194304;     // net.ipv4.tcp_wmem's default maximum
+constexpr double kDefaultSendBuffer = 4194304;  // net.ipv4.tcp_wmem's default maximum
 constexpr double kBurstSegments = 2;
 constexpr double kBbrHighGain = 2.885;  // 2 / ln 2
 constexpr double kCubicC = 0.4, kCubicBeta = 0.7;
@@ -233,10 +234,9 @@ class Tcp : public LinkModel {
     if (unsent_ < room || room < std::min(tsoSegments() * mss_ * flows_, window() / 3)) sendBuffer_ = sendBufferFor(cwnd_);
   }
 
-  // What the sender may have in flight: the congestion window (BBR in PROBE_RTT: 4 segments) and
-  // the receiver's window, which never limits below its ceiling here (the receiver reads at once,
-  // and its autotuning kept ahead of the sender's window on all but 7 of section 16's 864 kernel
-  // messages).
+  // The congestion window (BBR in PROBE_RTT: 4 segments); window(): with the receiver's, which the
+  // model holds at its ceiling (the receiver reads at once, and its autotuning kept ahead of the
+  // sender's window on all but 7 of section 16's 864 kernel messages).
   double congestionWindow() const {
     if (cc_ == Cc::kBbr && probeRtt_) return std::min(cwnd_, kProbeRttSegments * mss_ * flows_);
     return cwnd_;
