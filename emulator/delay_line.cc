@@ -7,6 +7,7 @@
 #include <linux/if_tun.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -20,9 +21,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -422,8 +426,23 @@ namespace {
 
 constexpr int kMessagePort = 5301;
 
-// b's side: accepts one connection and reads the messages whole, each one's end time in done[k]
-// before `received` counts it.
+// Message k's stripe on connection c of n, as the runtime's channel cuts a frame (runtime/channel.cc
+// sendStriped): ceil(bytes / n) each, the last what is left.
+uint64_t stripeBytes(uint64_t bytes, int n, int c) {
+  const uint64_t per = (bytes + n - 1) / n, at = std::min<uint64_t>(bytes, per * c);
+  return std::min(per, bytes - at);
+}
+
+// Waits (poll) until one of `fds` can do `events`; throws naming `what` after 300 s.
+void awaitAny(std::vector<pollfd>& fds, short events, const std::string& what) {
+  for (auto& p : fds) p.events = p.fd >= 0 ? events : 0, p.revents = 0;
+  const int n = poll(fds.data(), fds.size(), 300000);
+  if (n < 0 && errno != EINTR) throw sysError("poll while " + what);
+  if (n == 0) throw std::runtime_error("delay line: nothing moved for 300 s while " + what);
+}
+
+// b's side: accepts probe.streams connections and reads the messages whole (each its stripe on
+// every connection), each one's end time in done[k] before `received` counts it.
 void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& done, std::atomic<size_t>& received,
                      std::atomic<bool>& listening) {
   const int l = ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, true, [](int fd) {
@@ -432,34 +451,55 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
   });
   timeval tv{30, 0};  // a client that failed never connects: the accept gives up
   setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (listen(l, 1) != 0) {
+  if (listen(l, probe.streams) != 0) {
     close(l);
     throw sysError("listen in b");
   }
   listening = true;
-  const int c = accept(l, nullptr, nullptr);
-  close(l);
-  if (c < 0) throw sysError("accept in b");
-  timeval rt{300, 0};
-  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
-  std::vector<char> buf(1 << 20);
-  for (size_t k = 0; k < probe.bytes.size(); ++k) {
-    for (uint64_t got = 0; got < probe.bytes[k];) {
-      const ssize_t n = recv(c, buf.data(), std::min<uint64_t>(buf.size(), probe.bytes[k] - got), 0);
-      if (n <= 0) {
-        close(c);
-        throw sysError("receive message " + std::to_string(k));
-      }
-      got += static_cast<uint64_t>(n);
+  std::vector<pollfd> conns;
+  auto closeAll = [&] {
+    for (auto& p : conns) close(p.fd);
+  };
+  for (int c = 0; c < probe.streams; ++c) {
+    // One connection reads blocking, as it always did; several are polled.
+    const int fd = accept4(l, nullptr, nullptr, (probe.streams > 1 ? SOCK_NONBLOCK : 0) | SOCK_CLOEXEC);
+    if (fd < 0) {
+      close(l);
+      closeAll();
+      throw sysError("accept connection " + std::to_string(c) + " in b");
     }
-    done[k] = hostClockNow();
-    received = k + 1;
+    timeval rt{300, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+    conns.push_back({fd, 0, 0});
   }
-  close(c);
+  close(l);
+  std::vector<char> buf(1 << 20);
+  try {
+    for (size_t k = 0; k < probe.bytes.size(); ++k) {
+      std::vector<uint64_t> left(conns.size());
+      uint64_t total = 0;
+      for (size_t c = 0; c < conns.size(); ++c) total += left[c] = stripeBytes(probe.bytes[k], probe.streams, static_cast<int>(c));
+      while (total > 0) {
+        std::vector<pollfd> waiting;
+        for (size_t c = 0; c < conns.size(); ++c) waiting.push_back({left[c] ? conns[c].fd : -1, 0, POLLIN});
+        if (conns.size() > 1) awaitAny(waiting, POLLIN, "receiving message " + std::to_string(k));
+        for (size_t c = 0; c < conns.size(); ++c) {
+          if (!waiting[c].revents) continue;
+          const ssize_t n = recv(conns[c].fd, buf.data(), std::min<uint64_t>(buf.size(), left[c]), 0);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) throw sysError("receive message " + std::to_string(k));
+          if (n > 0) left[c] -= static_cast<uint64_t>(n), total -= static_cast<uint64_t>(n);
+        }
+      }
+      done[k] = hostClockNow();
+      received = k + 1;
+    }
+  } catch (...) {
+    closeAll();
+    throw;
+  }
+  closeAll();
 }
 
-// a's side: one connection (its congestion control set first); each message after its idle time,
-// the next only once b has read the last one whole.
 // Samples [host time, cwnd, packets unacked, bytes acked, bytes sent, bytes not sent, send buffer, send window, pacing rate] of connection `fd` every `everyS` while `on`.
 constexpr const char* kTraceColumns[] = {"cwnd", "unacked", "bytes_acked", "bytes_sent", "notsent_bytes", "sndbuf", "snd_wnd", "pacing_rate_bps"};
 void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& trace) {
@@ -473,38 +513,94 @@ void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& t
   }
 }
 
-// The connection's TCP_INFO is read before each message and once after the last (info: one more
-// entry than messages).
+// Writes all of `bytes` to blocking socket `fd` from `payload` (repeated); throws naming message k.
+void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k) {
+  for (uint64_t put = 0; put < bytes;) {
+    const ssize_t n = send(fd, payload.data(), std::min<uint64_t>(payload.size(), bytes - put), 0);
+    if (n <= 0) throw sysError("send message " + std::to_string(k));
+    put += static_cast<uint64_t>(n);
+  }
+}
+
+// a's side: probe.streams connections (their congestion control set first); each message after
+// its idle time, cut into one stripe per connection (stripeBytes), all written at once (blocking
+// writes: connection 0's by this thread, the others' by one thread each), the next only once b has
+// read the last one whole. Connection 0's TCP_INFO is read before each message and once after the
+// last (info: one more entry than messages).
 void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, std::vector<json>& info,
                   json& trace, const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
-  const int s = ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, false, [&](int fd) {
-    if (!probe.cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
-      throw sysError("congestion control '" + probe.cc + "'");
-  });
-  std::vector<char> payload(1 << 20, 'x');
-  std::atomic<bool> sending{true};
-  std::thread tracer;
-  if (probe.traceS > 0) tracer = std::thread([&] { traceConnection(s, probe.traceS, sending, trace); });
-  for (size_t k = 0; k < probe.bytes.size(); ++k) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(probe.idleS[k]));
-    info.push_back(socketTcpInfo(s));
-    sent[k] = hostClockNow();
-    for (uint64_t put = 0; put < probe.bytes[k];) {
-      const ssize_t n = send(s, payload.data(), std::min<uint64_t>(payload.size(), probe.bytes[k] - put), 0);
-      if (n <= 0) {
-        sending = false;
-        if (tracer.joinable()) tracer.join();
-        close(s);
-        throw sysError("send message " + std::to_string(k));
-      }
-      put += static_cast<uint64_t>(n);
-    }
-    while (received <= k && !failed) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  std::vector<int> fds;
+  try {
+    for (int c = 0; c < probe.streams; ++c)
+      fds.push_back(ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, false, [&](int fd) {
+        if (!probe.cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
+          throw sysError("congestion control '" + probe.cc + "'");
+      }));
+  } catch (...) {
+    for (int fd : fds) close(fd);
+    throw;
   }
-  info.push_back(socketTcpInfo(s));
-  sending = false;
-  if (tracer.joinable()) tracer.join();
-  close(s);
+  const std::vector<char> payload(1 << 20, 'x');
+  std::atomic<bool> sending{true};
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t go = 0;  // messages released to the stripe writers
+  std::exception_ptr writerError;
+  std::vector<std::thread> writers;
+  for (int c = 1; c < probe.streams; ++c)
+    writers.emplace_back([&, c] {
+      for (size_t k = 0; k < probe.bytes.size(); ++k) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return go > k || !sending; });
+          if (go <= k) return;
+        }
+        try {
+          sendAll(fds[c], stripeBytes(probe.bytes[k], probe.streams, c), payload, k);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!writerError) writerError = std::current_exception();
+          return;
+        }
+      }
+    });
+  std::thread tracer;
+  if (probe.traceS > 0) tracer = std::thread([&] { traceConnection(fds[0], probe.traceS, sending, trace); });
+  auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      sending = false;
+    }
+    cv.notify_all();
+    for (auto& w : writers) w.join();
+    if (tracer.joinable()) tracer.join();
+    for (int fd : fds) close(fd);
+  };
+  try {
+    for (size_t k = 0; k < probe.bytes.size(); ++k) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(probe.idleS[k]));
+      info.push_back(socketTcpInfo(fds[0]));
+      sent[k] = hostClockNow();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        go = k + 1;
+      }
+      cv.notify_all();
+      sendAll(fds[0], stripeBytes(probe.bytes[k], probe.streams, 0), payload, k);
+      while (received <= k && !failed) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (writerError) std::rethrow_exception(writerError);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    info.push_back(socketTcpInfo(fds[0]));
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
 }
 
 // What the sender's TCP_INFO says of one message: the window it started with and what held it back.
@@ -530,6 +626,7 @@ void billTcpModel(json& run) {
     const TcpSettings t = tcpSettingsFromJson(run["tcp"], "tcp");
     l.tcp.wmemMax = t.wmemMax;
     l.tcp.rmemMax = t.rmemMax;
+    l.tcp.streams = t.streams;
   }
   LinkClock clock(l, 0.0, run.at("seed").get<uint64_t>());  // the model draws its losses with the line's seed
   auto model = linkModel("tcp").make();
@@ -544,12 +641,14 @@ void billTcpModel(json& run) {
 json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
   DelayLine line(lineOpt);
+  if (probe.streams < 1 || probe.streams > 64) throw std::invalid_argument("message probe: streams must be in 1..64");
   TcpSettings buffers;
   buffers.wmemMax = probe.wmemMax;
   buffers.rmemMax = probe.rmemMax;
   json applied;
-  if (!buffers.empty())
+  if (buffers.wmemMax || buffers.rmemMax)
     for (const std::string& ns : {line.nsA(), line.nsB()}) applied[ns == line.nsA() ? "a" : "b"] = applyTcpSettings(ns, buffers);
+  buffers.streams = probe.streams;  // the model's, recorded with the buffers
   std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
   std::vector<json> info;
   json trace;
@@ -577,10 +676,8 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   json out = {{"line", line.describe()}, {"rate_bps", lineOpt.aToB.rateBps}, {"delay_s", lineOpt.aToB.delayS},
               {"mtu", lineOpt.aToB.mtu}, {"cc", probe.cc}, {"loss", lineOpt.aToB.loss}, {"seed", lineOpt.aToB.seed},
               {"messages", json::array()}};
-  if (!buffers.empty()) {
-    out["tcp"] = toJson(buffers);
-    out["tcp_applied"] = applied;
-  }
+  if (!buffers.empty()) out["tcp"] = toJson(buffers);
+  if (!applied.is_null()) out["tcp_applied"] = applied;
   for (size_t k = 0; k < probe.bytes.size(); ++k)
     out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"sent_s", sent[k] - sent[0]},
                                {"measured_s", done[k] - sent[k]}, {"kernel", kernelDuring(info[k], info[k + 1])}});

@@ -143,6 +143,10 @@ struct MessageProbe {
   // The maxima of net.ipv4.tcp_wmem and tcp_rmem set in both namespaces (0: the kernel's), and
   // given to the model as network.tcp.wmem_max / rmem_max; recorded as "tcp".
   uint64_t wmemMax = 0, rmemMax = 0;
+  // Connections a message is striped over, as the runtime's channel stripes a frame (network.tcp.
+  // streams; the model bills N flows): each message is done when its last stripe is read; the
+  // kernel's TCP_INFO is connection 0's.
+  int streams = 1;
 };
 nlohmann::json messageTimes(const DelayLineOptions& line, const MessageProbe& probe);
 // Bills the tcp link model on the messages of a messageTimes result (their send times, the line's

@@ -177,6 +177,9 @@ void addTcpMessagesCommand(CLI::App& emu) {
   cmd->add_option("--rmem-max", probe->rmemMax, "net.ipv4.tcp_rmem's maximum in both namespaces, bytes (and the model's "
                                                 "network.tcp.rmem_max; default: the kernel's)")
       ->check(CLI::Range(uint64_t{65536}, uint64_t{1} << 31));  // as network.tcp takes them
+  cmd->add_option("--streams", probe->streams, "connections a message is striped over (and the model's network.tcp.streams)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
       ->check(CLI::NonNegativeNumber)
       ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });

@@ -29,7 +29,7 @@ summary = {"messages": len(rows), "median_abs_error": statistics.median(errs), "
 parts = [("loss 0", lambda r: r["case"].endswith("loss0")), ("loss 0.1%", lambda r: not r["case"].endswith("loss0")),
          ("cubic", lambda r: "_cubic_" in r["case"]), ("bbr", lambda r: "_bbr_" in r["case"]),
          ("100Mbps", lambda r: r["case"].startswith("100Mbps")), ("1Gbps", lambda r: r["case"].startswith("1Gbps"))]
-for rmem in sorted({t for r in rows for t in r["case"].split("_") if t.startswith("rmem")}):  # GRID=rwnd's buffers
+for rmem in sorted({t for r in rows for t in r["case"].split("_") if t.startswith(("rmem", "streams"))}):  # GRID=rwnd's buffers, GRID=streams' N
     parts.append((rmem, lambda r, t=rmem: f"_{t}_" in r["case"]))
 for part, keep in parts:
     e = [abs(r["error"]) for r in rows if keep(r)]

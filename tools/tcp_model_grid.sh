@@ -18,19 +18,26 @@
 # 16 MiB after 0, 1 RTT and 5 RTO; three repeats. Writes
 # OUT/<rate>_<delay>_<cc>_rmem<bytes>_loss0_seed<r>.json (OUT: results/wan/rwnd_validation).
 #
+# GRID=streams (network.tcp.streams, fixed before the model was compared per message): every
+# message striped over N connections as the runtime's channel stripes a frame, N {4, 8} x rate
+# {100 Mbps, 1 Gbps} x one-way delay {10, 50} ms x {cubic, bbr}, Linux's default buffers, no
+# loss; the messages of GRID=rwnd; three repeats. Writes
+# OUT/<rate>_<delay>_<cc>_streams<N>_loss0_seed<r>.json (OUT: results/wan/streams_validation).
+#
 # The comparison is of the means over a case's three runs (tools/tcp_grid_summary.py): OUT.json
 # (median and max |error|, worst cases) and the printout. SKIP_MEASURE=1 re-bills the saved runs
 # with the current model (slowpipe emulator tcp-rebill) instead of measuring; MISSING_ONLY=1
 # measures only the runs that have no file yet.
 #
-#   sudo [GRID=rwnd] tools/tcp_model_grid.sh [OUT]     (needs build/slowpipe)
+#   sudo [GRID=rwnd|streams] tools/tcp_model_grid.sh [OUT]     (needs build/slowpipe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GRID=${GRID:-main}
 case "$GRID" in
-  main) OUT=${1:-results/wan/model_validation}; delays="1 10 50 125"; ccs="cubic bbr"; losses="0 0.001"; rmems="kernel" ;;
-  rwnd) OUT=${1:-results/wan/rwnd_validation}; delays="10 50"; ccs="cubic bbr"; losses="0"; rmems="1048576 4194304" ;;
-  *) echo "GRID=$GRID: expected main or rwnd" >&2; exit 2 ;;
+  main) OUT=${1:-results/wan/model_validation}; delays="1 10 50 125"; ccs="cubic bbr"; losses="0 0.001"; variants="kernel" ;;
+  rwnd) OUT=${1:-results/wan/rwnd_validation}; delays="10 50"; ccs="cubic bbr"; losses="0"; variants="1048576 4194304" ;;
+  streams) OUT=${1:-results/wan/streams_validation}; delays="10 50"; ccs="cubic bbr"; losses="0"; variants="streams4 streams8" ;;
+  *) echo "GRID=$GRID: expected main, rwnd or streams" >&2; exit 2 ;;
 esac
 BIN=${SLOWPIPE_BIN:-build/slowpipe}
 mkdir -p "$OUT"
@@ -40,7 +47,7 @@ for rate in 100Mbps 1Gbps; do
     rtt=$(/usr/bin/python3 -c "print(2 * $delay / 1000)")
     rto=$(/usr/bin/python3 -c "print(5 * (2 * $delay / 1000 + 0.2))")
     args=()
-    if [ "$GRID" = main ]; then
+    if [ "$GRID" = main ]; then  # per connection (group): 9 messages, else 4
       for bytes in 65536 1048576 16777216; do
         for idle in 0 "$rtt" "$rto"; do args+=(--bytes "$bytes" --idle "$idle"); done
       done
@@ -48,11 +55,15 @@ for rate in 100Mbps 1Gbps; do
       args=(--bytes 1048576 --idle 0 --bytes 16777216 --idle 0 --bytes 16777216 --idle "$rtt" --bytes 16777216 --idle "$rto")
     fi
     for cc in $ccs; do
-      for rmem in $rmems; do
+      for variant in $variants; do
         for loss in $losses; do
           for seed in 1 2 3; do
             buffers=() name="${rate}_${delay}ms_${cc}"
-            if [ "$rmem" != kernel ]; then buffers=(--wmem-max 67108864 --rmem-max "$rmem"); name="${name}_rmem${rmem}"; fi
+            case "$variant" in
+              kernel) ;;
+              streams*) buffers=(--streams "${variant#streams}"); name="${name}_${variant}" ;;
+              *) buffers=(--wmem-max 67108864 --rmem-max "$variant"); name="${name}_rmem${variant}" ;;
+            esac
             f="$OUT/${name}_loss${loss}_seed${seed}.json"
             [ "${MISSING_ONLY:-0}" = 1 ] && [ -s "$f" ] && continue
             "$BIN" emulator tcp-messages --rate "$rate" --delay "${delay}ms" --mtu 1500 --cc "$cc" --loss "$loss" --seed "$seed" \

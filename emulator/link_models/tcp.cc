@@ -50,8 +50,10 @@
 // - `network.tcp.streams` N > 1: every message striped evenly over N connections that share the
 //   link, as N like flows: one aggregate with N initial windows and N send buffers, N segments of
 //   growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N of the
-//   aggregate (the MulTCP view of N flows; measured against the kernel path's N connections end
-//   to end only: results/README.md section 17, reno over 4 streams).
+//   aggregate (the MulTCP view of N flows), its stripes ending together at the link's rate: per
+//   message against N kernel connections median 2.0%, max 31.4% (results/README.md section 16,
+//   "Streams per message": the kernel's stripes finish apart, the model is faster), end to end
+//   section 17 (reno over 4 streams).
 // - the receive window's ceiling: net.ipv4.tcp_rmem's maximum (32 MiB unless network.tcp.rmem_max
 //   says) times the receiver's scaling ratio (receiveWindowCeiling), counted from the receiver's next
 //   expected byte (the first hole not yet repaired); it limits a connection once the send buffer
@@ -195,7 +197,7 @@ class Tcp : public LinkModel {
   // until the charge for what the buffer holds (in flight, queued, and acknowledged behind a hole)
   // is at most 2/3 of the buffer.
   void fillBuffer(double& appLeft) {
-    const double unit = std::floor(65536.0 / (mss_ * flows_)) * mss_ * flows_;  // a 64 KiB skb per flow
+    const double unit = std::floor(65536.0 / mss_) * mss_ * flows_;  // a 64 KiB skb per flow
     const double unitMemory = unit + kSkbOverhead * flows_;
     const double held = outMemory_ + unsent_ * unitMemory / unit + heldMemory_;
     if (writerAsleep_ && held <= sendBuffer_ * 2 / 3) writerAsleep_ = false;
