@@ -526,9 +526,9 @@ void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k)
 // its idle time, cut into one stripe per connection (stripeBytes), all written at once (blocking
 // writes: connection 0's by this thread, the others' by one thread each), the next only once b has
 // read the last one whole. Connection 0's TCP_INFO is read before each message and once after the
-// last (info: one more entry than messages).
+// last (info: one more entry than messages); with several, every connection's after the last.
 void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, std::vector<json>& info,
-                  json& trace, const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
+                  json& trace, json& connections, const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
   std::vector<int> fds;
   try {
     for (int c = 0; c < probe.streams; ++c)
@@ -596,6 +596,8 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
       }
     }
     info.push_back(socketTcpInfo(fds[0]));
+    if (fds.size() > 1)
+      for (int fd : fds) connections.push_back(socketTcpInfo(fd));  // every stripe's connection at the end
   } catch (...) {
     finish();
     throw;
@@ -651,7 +653,7 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   buffers.streams = probe.streams;  // the model's, recorded with the buffers
   std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
   std::vector<json> info;
-  json trace;
+  json trace, connections = json::array();
   std::exception_ptr serverError, clientError;
   std::atomic<bool> listening{false}, failed{false};
   std::atomic<size_t> received{0};
@@ -666,7 +668,7 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   });
   while (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   try {
-    inNamespace(line.nsA(), [&] { sendMessages(line, probe, sent, info, trace, received, failed); });
+    inNamespace(line.nsA(), [&] { sendMessages(line, probe, sent, info, trace, connections, received, failed); });
   } catch (...) {
     clientError = std::current_exception();
   }
@@ -678,6 +680,7 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
               {"messages", json::array()}};
   if (!buffers.empty()) out["tcp"] = toJson(buffers);
   if (!applied.is_null()) out["tcp_applied"] = applied;
+  if (!connections.empty()) out["connections_at_end"] = connections;  // streams > 1: each connection's TCP_INFO
   for (size_t k = 0; k < probe.bytes.size(); ++k)
     out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"sent_s", sent[k] - sent[0]},
                                {"measured_s", done[k] - sent[k]}, {"kernel", kernelDuring(info[k], info[k + 1])}});

@@ -145,7 +145,8 @@ struct MessageProbe {
   uint64_t wmemMax = 0, rmemMax = 0;
   // Connections a message is striped over, as the runtime's channel stripes a frame (network.tcp.
   // streams; the model bills N flows): each message is done when its last stripe is read; the
-  // kernel's TCP_INFO is connection 0's.
+  // kernel's TCP_INFO per message is connection 0's, and every connection's at the end is in
+  // "connections_at_end".
   int streams = 1;
 };
 nlohmann::json messageTimes(const DelayLineOptions& line, const MessageProbe& probe);

@@ -476,6 +476,9 @@ TEST(DelayLineTest, StreamsStripeAMessageOverConnections) {
     const nlohmann::json one = once(1), four = once(4);
     EXPECT_FALSE(one.contains("tcp")) << one.dump();
     ASSERT_EQ(four["tcp"]["streams"], 4) << four.dump();
+    ASSERT_EQ(four["connections_at_end"].size(), 4u) << four.dump();
+    for (const auto& c : four["connections_at_end"])  // every stripe went over its own connection
+      EXPECT_GE(c["bytes_sent"].get<double>(), 1048579 / 4) << c.dump();
     if (m1.is_null() || one["messages"][0]["measured_s"] < m1["measured_s"]) m1 = one["messages"][0];
     if (m4.is_null() || four["messages"][0]["measured_s"] < m4["measured_s"]) m4 = four["messages"][0];
   }
