@@ -513,10 +513,11 @@ void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& t
   }
 }
 
-// Writes all of `bytes` to blocking socket `fd` from `payload` (repeated); throws naming message k.
+// Writes all of `bytes` to blocking socket `fd` from `payload` (repeated); throws naming message k
+// (a peer that closed gives an error, not SIGPIPE).
 void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k) {
   for (uint64_t put = 0; put < bytes;) {
-    const ssize_t n = send(fd, payload.data(), std::min<uint64_t>(payload.size(), bytes - put), 0);
+    const ssize_t n = send(fd, payload.data(), std::min<uint64_t>(payload.size(), bytes - put), MSG_NOSIGNAL);
     if (n <= 0) throw sysError("send message " + std::to_string(k));
     put += static_cast<uint64_t>(n);
   }
