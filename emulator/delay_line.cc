@@ -480,13 +480,17 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
       uint64_t total = 0;
       for (size_t c = 0; c < conns.size(); ++c) total += left[c] = stripeBytes(probe.bytes[k], probe.streams, static_cast<int>(c));
       while (total > 0) {
+        // Several connections: read those poll says are readable. One: read it (blocking), as if
+        // poll had said so; its EAGAIN is SO_RCVTIMEO's 300 s running out.
+        const bool polled = conns.size() > 1;
         std::vector<pollfd> waiting;
         for (size_t c = 0; c < conns.size(); ++c) waiting.push_back({left[c] ? conns[c].fd : -1, 0, POLLIN});
-        if (conns.size() > 1) awaitAny(waiting, POLLIN, "receiving message " + std::to_string(k));
+        if (polled) awaitAny(waiting, POLLIN, "receiving message " + std::to_string(k));
         for (size_t c = 0; c < conns.size(); ++c) {
           if (!waiting[c].revents) continue;
           const ssize_t n = recv(conns[c].fd, buf.data(), std::min<uint64_t>(buf.size(), left[c]), 0);
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) throw sysError("receive message " + std::to_string(k));
+          if (n == 0 || (n < 0 && errno != EINTR && !(polled && errno == EAGAIN)))
+            throw sysError("receive message " + std::to_string(k));
           if (n > 0) left[c] -= static_cast<uint64_t>(n), total -= static_cast<uint64_t>(n);
         }
       }
