@@ -124,12 +124,6 @@ void refuseUnmodelled(const json& links, const std::string& where, const std::st
     for (size_t i = 0; i < links["links"].size(); ++i) check(links["links"][i], where + ".links[" + std::to_string(i) + "]");
 }
 
-// The tcp link model runs what network.tcp names: cubic, reno or bbr, its send buffer, the
-// receive buffer's maximum and restart after idle.
-void checkTcpModelSettings(const emulator::TcpSettings& t, const std::string& where) {
-  emulator::checkTcpModelCongestionControl(t.congestionControl, where);
-}
-
 // Layers are bounded, and a run's model with its gradients and AdamW state (16 bytes a parameter)
 // must fit in this machine's memory: out-of-range sizes are refused before any process starts
 // (model.layers = 100000000 made the workers allocate without bound). The simulator runs any
@@ -347,7 +341,9 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
   if (const json* t = f.raw("tcp"); t && !t->is_null()) {
     const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(*t, where + ".network.tcp");  // validates
     s.network.tcp = *t;
-    if (s.network.model == "tcp" && (s.network.backend == "user" || simulation)) checkTcpModelSettings(tcp, where + ".network.tcp");
+    // The tcp link model runs every other field of network.tcp (buffers, restart after idle, streams).
+    if (s.network.model == "tcp" && (s.network.backend == "user" || simulation))
+      emulator::checkTcpModelCongestionControl(tcp.congestionControl, where + ".network.tcp");
     else if (s.network.backend != "tc" && !simulation && !tcp.empty())
       fail(f.field("tcp"), "sets the kernel's TCP of the run's own namespaces (backend tc) or the tcp link model's "
                            "(network.model tcp); backend '" + s.network.backend + "' with network.model " + s.network.model +
