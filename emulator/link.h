@@ -127,6 +127,7 @@ class LinkClock {
   // Time 0 of the bandwidth trace (a run aligns it with its first step, so the trace's phases
   // fall alike in every rank, every repeat and the simulator). Before the first message only.
   void setTraceOrigin(double origin) { start_ = origin; }
+  double origin() const { return start_; }
   // A uniform draw in [0, 1) from the link's seeded generator.
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
   // Whether the next packet (message) is lost: Bernoulli at `loss`, or a step of the link's

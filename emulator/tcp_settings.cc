@@ -105,14 +105,28 @@ json applyTcpSettings(const std::string& ns, const TcpSettings& t) {
           {"tcp_rmem", sysctlRead(ns, "net.ipv4.tcp_rmem")}};
 }
 
-double receiveWindowCeiling(uint64_t rmemMax, int mtu) {
-  constexpr double kDefaultReceiveBuffer = 33554432;  // net.ipv4.tcp_rmem's maximum on this kernel
+namespace {
+constexpr uint64_t kDefaultRmemMax = 33554432;  // net.ipv4.tcp_rmem's maximum on this kernel
+}  // namespace
+
+int receiveScalingRatio(int mtu) {
   const double head = mtu + 384.0;
   double alloc = 1;
   while (alloc < std::min(head, 4096.0)) alloc *= 2;
   if (head > 4096) alloc = std::ceil(head / 4096) * 4096;
-  const double ratio = std::floor(256 * (mtu - 52.0) / (alloc + 256));
-  return (rmemMax ? static_cast<double>(rmemMax) : kDefaultReceiveBuffer) * ratio / 256;
+  return static_cast<int>(std::floor(256 * (mtu - 52.0) / (alloc + 256)));
+}
+
+double receiveWindowCeiling(uint64_t rmemMax, int mtu) {
+  return static_cast<double>(rmemMax ? rmemMax : kDefaultRmemMax) * receiveScalingRatio(mtu) / 256;
+}
+
+uint64_t receiveBufferAfterMeasure(uint64_t copied, uint64_t space, int ratio, uint64_t rmemMax) {
+  if (copied <= space || space == 0 || ratio <= 0) throw std::invalid_argument("receiveBufferAfterMeasure: copied must exceed space > 0");
+  uint64_t window = copied << 1;
+  const uint64_t grow = window * (copied - space) / space;
+  window += grow << 1;
+  return std::min(window * 256 / static_cast<uint64_t>(ratio), rmemMax ? rmemMax : kDefaultRmemMax);
 }
 
 json parseSsTcpInfo(const std::string& text) {

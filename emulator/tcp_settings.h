@@ -55,6 +55,16 @@ nlohmann::json socketTcpInfo(int fd);
 // 67108864 --rmem-max R --trace-ms 50`) was R x the ratio within a segment at MTU 1500, 3000, 4000,
 // 6000 and 9000. The tcp link model and the simulator's ns-3 tier both cap a connection at it.
 double receiveWindowCeiling(uint64_t rmemMax, int mtu);
+// That scaling ratio x 256 for MTU-sized packets off a TUN device: 160 at MTU 1500, 182 at 9000.
+int receiveScalingRatio(int mtu);
+
+// The receive buffer Linux 6.18 sizes when a read finds `copied` bytes read in the receiver's last
+// RTT, more than the last such figure `space` (tcp_rcv_space_adjust, tcp_rcvbuf_grow): room for a
+// window of 2 copied ("DRS is always one RTT late") plus twice its growth over space (slow start),
+// in the kernel's integer arithmetic, at most net.ipv4.tcp_rmem's maximum (`rmemMax`, 0: 32 MiB).
+// The window's clamp follows as the buffer x ratio / 256. Transcribed from the tcp_rcvbuf_grow
+// tracepoint here: copied 31,856 after 14,480 -> 346,592 at ratio 160 (clamp 216,620).
+uint64_t receiveBufferAfterMeasure(uint64_t copied, uint64_t space, int ratio, uint64_t rmemMax);
 
 // The congestion controls the tcp link model runs (emulator/link_models/tcp.cc): cubic, reno, bbr,
 // or empty (Linux's default, cubic); anything else throws naming "<where>.congestion_control".

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The tcp link model against the kernel's TCP through the delay line, per message, on two grids
-# fixed before looking (results/README.md section 16). MTU 1500 throughout.
+# The tcp link model against the kernel's TCP through the delay line, per message, on four grids
+# fixed before looking (results/README.md section 16). MTU 1500 but in GRID=mtu9000.
 #
 # GRID=main (the default; issue 25's): one-way delay {1, 10, 50, 125} ms (RTT 2, 20, 100, 250) x
 # rate {100 Mbps, 1 Gbps} x congestion control {cubic, bbr} x packet loss {0, 0.1%} (Bernoulli,
@@ -24,12 +24,18 @@
 # loss; the messages of GRID=rwnd; three repeats. Writes
 # OUT/<rate>_<delay>_<cc>_streams<N>_loss0_seed<r>.json (OUT: results/wan/streams_validation).
 #
+# GRID=mtu9000 (the receiver's window growth, fixed before the model was compared at this MTU):
+# MTU 9000, where Linux's first receive window (64 KiB) is below the initial congestion window (10
+# segments, 89,480 bytes), rate {100 Mbps, 1 Gbps} x one-way delay {10, 50} ms x {cubic, bbr},
+# Linux's default buffers, no loss; per connection the main grid's 9 messages; three repeats.
+# Writes OUT/<rate>_<delay>_<cc>_mtu9000_loss0_seed<r>.json (OUT: results/wan/mtu9000_validation).
+#
 # The comparison is of the means over a case's three runs (tools/tcp_grid_summary.py): OUT.json
 # (median and max |error|, worst cases) and the printout. SKIP_MEASURE=1 re-bills the saved runs
 # with the current model (slowpipe emulator tcp-rebill) instead of measuring; MISSING_ONLY=1
 # measures only the runs that have no file yet.
 #
-#   sudo [GRID=rwnd|streams] tools/tcp_model_grid.sh [OUT]     (needs build/slowpipe)
+#   sudo [GRID=rwnd|streams|mtu9000] tools/tcp_model_grid.sh [OUT]     (needs build/slowpipe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GRID=${GRID:-main}
@@ -37,7 +43,8 @@ case "$GRID" in
   main) OUT=${1:-results/wan/model_validation}; delays="1 10 50 125"; ccs="cubic bbr"; losses="0 0.001"; variants="kernel" ;;
   rwnd) OUT=${1:-results/wan/rwnd_validation}; delays="10 50"; ccs="cubic bbr"; losses="0"; variants="1048576 4194304" ;;
   streams) OUT=${1:-results/wan/streams_validation}; delays="10 50"; ccs="cubic bbr"; losses="0"; variants="streams4 streams8" ;;
-  *) echo "GRID=$GRID: expected main, rwnd or streams" >&2; exit 2 ;;
+  mtu9000) OUT=${1:-results/wan/mtu9000_validation}; delays="10 50"; ccs="cubic bbr"; losses="0"; variants="mtu9000" ;;
+  *) echo "GRID=$GRID: expected main, rwnd, streams or mtu9000" >&2; exit 2 ;;
 esac
 BIN=${SLOWPIPE_BIN:-build/slowpipe}
 mkdir -p "$OUT"
@@ -47,7 +54,7 @@ for rate in 100Mbps 1Gbps; do
     rtt=$(/usr/bin/python3 -c "print(2 * $delay / 1000)")
     rto=$(/usr/bin/python3 -c "print(5 * (2 * $delay / 1000 + 0.2))")
     args=()
-    if [ "$GRID" = main ]; then  # per connection (group): 9 messages, else 4
+    if [ "$GRID" = main ] || [ "$GRID" = mtu9000 ]; then  # per connection (group): 9 messages, else 4
       for bytes in 65536 1048576 16777216; do
         for idle in 0 "$rtt" "$rto"; do args+=(--bytes "$bytes" --idle "$idle"); done
       done
@@ -58,15 +65,16 @@ for rate in 100Mbps 1Gbps; do
       for variant in $variants; do
         for loss in $losses; do
           for seed in 1 2 3; do
-            buffers=() name="${rate}_${delay}ms_${cc}"
+            buffers=() name="${rate}_${delay}ms_${cc}" mtu=1500
             case "$variant" in
               kernel) ;;
+              mtu9000) mtu=9000; name="${name}_mtu9000" ;;
               streams*) buffers=(--streams "${variant#streams}"); name="${name}_${variant}" ;;
               *) buffers=(--wmem-max 67108864 --rmem-max "$variant"); name="${name}_rmem${variant}" ;;
             esac
             f="$OUT/${name}_loss${loss}_seed${seed}.json"
             [ "${MISSING_ONLY:-0}" = 1 ] && [ -s "$f" ] && continue
-            "$BIN" emulator tcp-messages --rate "$rate" --delay "${delay}ms" --mtu 1500 --cc "$cc" --loss "$loss" --seed "$seed" \
+            "$BIN" emulator tcp-messages --rate "$rate" --delay "${delay}ms" --mtu "$mtu" --cc "$cc" --loss "$loss" --seed "$seed" \
               "${buffers[@]}" "${args[@]}" > "$f.tmp"
             mv "$f.tmp" "$f"
             echo "$name loss $loss seed $seed"

@@ -48,19 +48,26 @@
 //   200 ms and a round trip, cut short by sending after idle once the 200 ms are over;
 // - messages on one connection queue FIFO behind the previous message's last byte;
 // - `network.tcp.streams` N > 1: every message striped evenly over N connections that share the
-//   link, as N like flows: one aggregate with N initial windows and N send buffers, N segments of
+//   link, as N like flows: one aggregate with N initial windows, N send and receive buffers, N segments of
 //   growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N of the
 //   aggregate (the MulTCP view of N flows), its stripes ending together at the link's rate: per
 //   message against N kernel connections median 2.0%, max 31.4% (results/README.md section 16,
 //   "Streams per message": the kernel's stripes finish apart, the model is faster), end to end
 //   section 17 (reno over 4 streams).
-// - the receive window's ceiling: net.ipv4.tcp_rmem's maximum (32 MiB unless network.tcp.rmem_max
-//   says) times the receiver's scaling ratio (receiveWindowCeiling), counted from the receiver's next
-//   expected byte (the first hole not yet repaired); it limits a connection once the send buffer
-//   is raised past it (network.tcp.wmem_max). Not its growth: Linux's autotuning kept the window
-//   ahead of the sender's on all but 7 of the kernel grid's 864 messages, and not the window a
-//   receiver leaves announced after a repaired loss (two of those 7 the model misses by more than
-//   5%, the grid's largest miss among them: results/README.md section 16).
+// - the receiver's window as Linux grows it (the tcp_rcvbuf_grow tracepoint on this kernel, 6.18,
+//   printed every step of it): the receive buffer starts at net.ipv4.tcp_rmem's default (128 KiB,
+//   at most rmem_max) and the window at half of it; each segment received raises the window by
+//   twice its size (tcp_grow_window), up to the buffer times the receiver's scaling ratio. Once a
+//   receiver's RTT after the last measure, a read measures what was read since (tcp_rcv_space_adjust);
+//   when that exceeds the last such figure s, the buffer grows to hold a window of
+//   2c (1 + 2 (c - s) / s) for c read ("DRS is always one RTT late" and slow start doubles), at most
+//   net.ipv4.tcp_rmem's maximum (32 MiB unless network.tcp.rmem_max says: the window's ceiling,
+//   receiveWindowCeiling). The window counts from the receiver's next expected byte (the first hole
+//   not yet repaired). At MTU 9000 the first window (65,535 bytes at most) is 7 segments, not the
+//   initial congestion window's 10: per message against the kernel there median 1.1%, max 38.3%
+//   (1.5% / 66.6% with the window at its ceiling; results/README.md section 16, "The receiver's
+//   window as Linux grows it"). Not modelled: what a receiver announces after a loss while it
+//   queues data out of order (the main grid's largest miss).
 // Not modelled: delayed ACKs beyond the 2-segment bursts, BBR's ProbeBW gain cycle and its loss
 // recovery (packet conservation), jitter and bandwidth traces (refused:
 // `modelsVariation` false), connections sharing a link (every directed link has its own).
@@ -107,7 +114,7 @@ struct Hole {
 class Tcp : public LinkModel {
  public:
   double stamp(LinkClock& clock, double sentAt, uint64_t bytes) override {
-    configure(clock.spec());
+    configure(clock);
     const double latency = clock.spec().latencyS;
     double now = std::max(sentAt, free_);
     acknowledge(now);
@@ -118,6 +125,8 @@ class Tcp : public LinkModel {
     while (appLeft > 0 || unsent_ > 0) {
       acknowledge(now);
       fillBuffer(appLeft);
+      // A burst leaves when its first segment fits (or the message's tail: tcp_snd_wnd_test), up to
+      // what the windows leave (tcp_mss_split_point).
       const double room = std::min(this->room(), unsent_);
       if (room >= std::min(unsent_, mss_) && room > 0) {
         // The sender hands the burst to the link at once (BBR: when its pacing allows); the link
@@ -143,20 +152,30 @@ class Tcp : public LinkModel {
   double bill(const LinkSpec&, double sentAt, uint64_t) override { return sentAt; }  // never unstamped
 
  private:
-  void configure(const LinkSpec& link) {
+  void configure(const LinkClock& clock) {
     if (configured_) return;
     configured_ = true;
+    const LinkSpec& link = clock.spec();
     mss_ = (link.mtu > 0 ? link.mtu : 1500) - 52.0;
     rtt_ = 2 * link.latencyS;
     cc_ = ccOf(link.tcp.congestionControl);
     bufferMax_ = link.tcp.wmemMax ? static_cast<double>(link.tcp.wmemMax) : kDefaultSendBuffer;
     const int mtu = link.mtu > 0 ? link.mtu : 1500;
-    receiveWindow_ = std::max(mss_, receiveWindowCeiling(link.tcp.rmemMax, mtu));
     restartAfterIdle_ = link.tcp.slowStartAfterIdle.value_or(true) && cc_ != Cc::kBbr;
     loss_ = link.loss;
     flows_ = std::max(1, link.tcp.streams);
     bufferMax_ *= flows_;
-    receiveWindow_ *= flows_;
+    // The receiver (per flow, times the flows): its scaling ratio, its buffer at the start
+    // (tcp_rmem's default, at most its maximum), the window it first announces (the buffer at the
+    // default ratio of 1/2, at most 65,535 bytes: at MTU 9000 7 segments, not 10), and the first measure's
+    // figure (tcp_init_buffer_space: that window less a segment, at most 10 segments; 56,588 bytes
+    // at MTU 9000 in the tracepoint).
+    rcvRatio_ = receiveScalingRatio(mtu);
+    rmemMax_ = link.tcp.rmemMax;
+    rcvBuf_ = (rmemMax_ ? std::min<double>(kReceiveBufferDefault, rmemMax_) : kReceiveBufferDefault) * flows_;
+    rcvClamp_ = std::max(mss_ * flows_, rcvBuf_ * rcvRatio_ / 256);
+    rcvSsthresh_ = std::min(rcvBuf_ / 2, 65535.0 * flows_);  // the SYN's window field is not scaled
+    rcvSpace_ = std::max(mss_, std::min(rcvBuf_ / 2 / flows_ - mss_, 10 * mss_)) * flows_;
     cwnd_ = initialWindow();
     segmentMemory_ = 1;
     while (segmentMemory_ < mss_ + 576) segmentMemory_ *= 2;  // roundup_pow_of_two(MSS + MAX_TCP_HEADER + shared info)
@@ -166,6 +185,10 @@ class Tcp : public LinkModel {
     srtt_ = rtt_;  // the handshake's sample
     mdev_ = 2 * rtt_;
     mdevMax_ = rttvar_ = std::max(mdev_, kRtoMin);
+    // The receiver's first measure runs from the handshake, taken as the link clock's origin (on
+    // the ACKs' clock a round trip later): a fresh connection's first read within a round trip of it
+    // measures nothing, one that idled since measures its first read and starts again from it.
+    rcvSpaceTime_ = clock.origin() + rtt_;
   }
 
   // Linux's RTT estimator (tcp_rtt_estimator, in seconds; mdev and rttvar hold 4 x the mean
@@ -236,19 +259,19 @@ class Tcp : public LinkModel {
     if (unsent_ < room || room < std::min(tsoSegments() * mss_ * flows_, window() / 3)) sendBuffer_ = sendBufferFor(cwnd_);
   }
 
-  // The congestion window (BBR in PROBE_RTT: 4 segments); window(): with the receiver's, which the
-  // model holds at its ceiling (the receiver reads at once, and its autotuning kept ahead of the
-  // sender's window on all but 7 of section 16's 864 kernel messages).
+  // The congestion window (BBR in PROBE_RTT: 4 segments); window(): with the receiver's.
   double congestionWindow() const {
     if (cc_ == Cc::kBbr && probeRtt_) return std::min(cwnd_, kProbeRttSegments * mss_ * flows_);
     return cwnd_;
   }
-  double window() const { return std::min(congestionWindow(), receiveWindow_); }
+  double window() const { return std::min(congestionWindow(), receiveWindow()); }
+  // What the receiver announces (__tcp_select_window; it reads at once, so its buffer is free).
+  double receiveWindow() const { return std::min(rcvSsthresh_, rcvClamp_); }
   // What may be sent now: the congestion window less what is in flight, and the receiver's window
   // from its next expected byte (the first hole not yet repaired) less what was sent beyond it.
   double room() const {
     const double rcvNxt = holes_.empty() ? sndUna_ : holes_.front().seq;
-    return std::min(congestionWindow() - out_, rcvNxt + receiveWindow_ - sndNxt_);
+    return std::min(congestionWindow() - out_, rcvNxt + receiveWindow() - sndNxt_);
   }
   // BBR's pacing rate (bit/s): the bandwidth estimate (before any, the initial window per RTT) times
   // its gain (2.89 in startup, 1 after), less bbr_pacing_margin_percent (1%).
@@ -308,13 +331,16 @@ class Tcp : public LinkModel {
   void acknowledge(double now) {
     while (nextEvent() <= now) {
       if (!holes_.empty() && holes_.front().repairAt <= (inflight_.empty() ? kInf : inflight_.front().ackAt)) {
+        const double at = holes_.front().repairAt, before = holes_.front().seq;
         repairHole();
+        receiverRead(at, before);
         continue;
       }
       const Burst b = inflight_.front();
       inflight_.pop_front();
       out_ -= b.bytes;
       outMemory_ = inflight_.empty() ? 0 : outMemory_ - b.memory;
+      const double readBefore = holes_.empty() ? sndUna_ : holes_.front().seq;
       sndUna_ += b.bytes;
       delivered_ += b.bytes;
       deliveredTime_ = b.ackAt;
@@ -326,6 +352,7 @@ class Tcp : public LinkModel {
         held_.push_back({b.seq, b.memory});
         heldMemory_ += b.memory;
       }
+      receive(b.bytes, b.ackAt, readBefore);
       if (b.lost && sndUna_ > recoveryEnd_) enterRecovery(b.ackAt);
       if (cc_ == Cc::kBbr) {
         bbrOnAck(b);
@@ -346,6 +373,37 @@ class Tcp : public LinkModel {
       heldMemory_ -= held_.front().second;
       held_.pop_front();
     }
+  }
+
+  // The receiver gets a burst (its ACK, one way later, carries the window it then announces; the
+  // receiver's clock here is the ACKs', a constant one-way latency later): tcp_grow_window raises
+  // the window by twice what arrived, up to the buffer's window (window_clamp); then the receiving
+  // application reads what is in order.
+  void receive(double bytes, double at, double readBefore) {
+    rcvSsthresh_ = std::min(rcvClamp_, rcvSsthresh_ + 2 * bytes);
+    receiverRead(at, readBefore);
+  }
+  // tcp_rcv_space_adjust: a read at least the receiver's RTT (its smallest sample) after the last
+  // measure measures what was read since (c), not counting what this read finds (`read`: the
+  // kernel subtracts what is still queued; in its trace c is the previous round trip's data, as
+  // 62,636 bytes, the first flight at MTU 9000); above the last figure s it grows the buffer to hold
+  // a window of 2c (1 + 2 (c - s) / s) (tcp_rcvbuf_grow), at most tcp_rmem's maximum, and the
+  // window's clamp follows.
+  void receiverRead(double at, double read) {
+    const double rtt = rtt_ > 0 ? rtt_ : minRtt_;
+    if (!(rtt < kInf) || at - rcvSpaceTime_ < rtt) return;
+    const double copied = read - rcvSpaceSeq_;
+    if (copied > rcvSpace_) {
+      const auto c = static_cast<uint64_t>(std::ceil(copied / flows_)), sp = static_cast<uint64_t>(std::ceil(rcvSpace_ / flows_));
+      const double buf = c > sp ? flows_ * static_cast<double>(receiveBufferAfterMeasure(c, sp, rcvRatio_, rmemMax_)) : 0;
+      rcvSpace_ = copied;
+      if (buf > rcvBuf_) {
+        rcvBuf_ = buf;
+        rcvClamp_ = std::max(rcvClamp_, rcvBuf_ * rcvRatio_ / 256);
+      }
+    }
+    rcvSpaceSeq_ = read;
+    rcvSpaceTime_ = at;
   }
 
   void enterRecovery(double) {
@@ -504,12 +562,18 @@ class Tcp : public LinkModel {
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   static constexpr double kRtoMin = 0.2;
   static constexpr double kSkbOverhead = 768;  // bytes charged per skb beyond its payload (fitted to ss -m here)
+  static constexpr double kReceiveBufferDefault = 131072;  // net.ipv4.tcp_rmem's default
   static constexpr double kJiffy = 0.004;  // 1 / CONFIG_HZ (250 in Debian's kernels)
   static constexpr double kProbeRttSegments = 4;  // bbr_cwnd_min_target
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, bufferMax_ = kDefaultSendBuffer, sendBuffer_ = 0, loss_ = 0;
-  double receiveWindow_ = 0;  // the receiver's largest window (receiveWindowCeiling), all flows
+  // The receiver, all flows: scaling ratio, buffer and its maximum, the window's clamp and what it
+  // has grown to (rcv_ssthresh), the last measure's figure, where and when it was taken.
+  int rcvRatio_ = 160;      // x 256
+  uint64_t rmemMax_ = 0;    // net.ipv4.tcp_rmem's maximum (0: the kernel's default)
+  double rcvBuf_ = 0, rcvClamp_ = 0, rcvSsthresh_ = 0;
+  double rcvSpace_ = 0, rcvSpaceSeq_ = 0, rcvSpaceTime_ = -kInf;
   double segmentMemory_ = 0;  // tcp_sndbuf_expand's worst-case memory of one segment
   double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0, renoCwnd_ = 0;
   bool hystartFound_ = false;
