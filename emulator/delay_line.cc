@@ -636,6 +636,7 @@ void billTcpModel(json& run) {
     l.tcp.streams = t.streams;
   }
   LinkClock clock(l, 0.0, run.at("seed").get<uint64_t>());  // the model draws its losses with the line's seed
+  clock.setOpenedAt(0.0);  // the probe connects right before its first message
   auto model = linkModel("tcp").make();
   for (auto& m : run.at("messages")) {
     const double at = m.at("sent_s").get<double>();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -127,7 +128,11 @@ class LinkClock {
   // Time 0 of the bandwidth trace (a run aligns it with its first step, so the trace's phases
   // fall alike in every rank, every repeat and the simulator). Before the first message only.
   void setTraceOrigin(double origin) { start_ = origin; }
-  double origin() const { return start_; }
+  // When the connection this link carries was opened (its handshake), for a model that keeps
+  // connection state (tcp: the receiver's first buffer measure). -infinity (the default): long
+  // before its first message, as the runtime's connections, opened at start-up.
+  void setOpenedAt(double t) { opened_ = t; }
+  double openedAt() const { return opened_; }
   // A uniform draw in [0, 1) from the link's seeded generator.
   double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
   // Whether the next packet (message) is lost: Bernoulli at `loss`, or a step of the link's
@@ -137,6 +142,7 @@ class LinkClock {
  private:
   LinkSpec spec_;
   double start_;
+  double opened_ = -std::numeric_limits<double>::infinity();
   double linkFree_;
   double lastArrival_ = 0.0;
   bool bad_ = false;  // Gilbert-Elliott state

@@ -52,7 +52,9 @@ void sleepUntil(double t) {
 }
 
 ShapedSender::ShapedSender(zmq::socket_t& socket, LinkSpec spec, const LinkModelInfo* model, uint64_t seed)
-    : socket_(socket), clock_(std::move(spec), monotonicNow(), seed), info_(model), model_(model ? model->make() : nullptr) {}
+    : socket_(socket), clock_(std::move(spec), monotonicNow(), seed), info_(model), model_(model ? model->make() : nullptr) {
+  clock_.setOpenedAt(monotonicNow());  // the peer's connection is opened now (ZeroMQ connects at once)
+}
 
 void ShapedSender::send(const void* data, size_t size) {
   send(zmq::message_t(data, size));

@@ -185,10 +185,11 @@ class Tcp : public LinkModel {
     srtt_ = rtt_;  // the handshake's sample
     mdev_ = 2 * rtt_;
     mdevMax_ = rttvar_ = std::max(mdev_, kRtoMin);
-    // The receiver's first measure runs from the handshake, taken as the link clock's origin (on
-    // the ACKs' clock a round trip later): a fresh connection's first read within a round trip of it
-    // measures nothing, one that idled since measures its first read and starts again from it.
-    rcvSpaceTime_ = clock.origin() + rtt_;
+    // The receiver's first measure runs from the handshake (the clock's openedAt; on the ACKs'
+    // clock a round trip later): a fresh connection's first read within a round trip of it
+    // measures nothing, one that idled since (the default) measures its first read and starts
+    // again from it.
+    rcvSpaceTime_ = clock.openedAt() + rtt_;
   }
 
   // Linux's RTT estimator (tcp_rtt_estimator, in seconds; mdev and rttvar hold 4 x the mean

@@ -319,6 +319,7 @@ TEST(LinkModelTest, TcpSlowStartAfterIdleByHand) {
   LinkSpec jumbo = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"mtu", 9000}}, "links");
   EXPECT_EQ(jumbo.mtu, 9000);
   LinkClock cj(jumbo, 0.0);
+  cj.setOpenedAt(0.0);  // a fresh connection, as the kernel's
   const double j = linkModel("tcp").make()->stamp(cj, 0.0, 8000000);
   EXPECT_GE(j, 0.75);
   EXPECT_LE(j, 0.75 + 0.064);
@@ -565,6 +566,7 @@ TEST(LinkModelTest, TcpFirstReceiveWindowHoldsBackAJumboInitialWindowByHand) {
     LinkSpec l = tcpLink("1Gbps", "50ms", "cubic");
     l.mtu = mtu;
     LinkClock clock(l, 0.0);
+    clock.setOpenedAt(0.0);
     return linkModel("tcp").make()->stamp(clock, 0.0, bytes);
   };
   EXPECT_GE(first(9000, 80000), 0.150);
