@@ -56,7 +56,8 @@
 //   section 17 (reno over 4 streams).
 // - the receiver's window as Linux grows it (the tcp_rcvbuf_grow tracepoint on this kernel, 6.18,
 //   printed every step of it): the receive buffer starts at net.ipv4.tcp_rmem's default (128 KiB,
-//   at most rmem_max) and the window at half of it; each segment received raises the window by
+//   at most rmem_max) and the first window at half of it, at most 65,535 bytes (the SYN's
+//   unscaled field); each segment received raises the window by
 //   twice its size (tcp_grow_window), up to the buffer times the receiver's scaling ratio. Once a
 //   receiver's RTT after the last measure, a read measures what was read since (tcp_rcv_space_adjust);
 //   when that exceeds the last such figure s, the buffer grows to hold a window of
@@ -569,8 +570,8 @@ class Tcp : public LinkModel {
   bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, bufferMax_ = kDefaultSendBuffer, sendBuffer_ = 0, loss_ = 0;
-  // The receiver, all flows: scaling ratio, buffer and its maximum, the window's clamp and what it
-  // has grown to (rcv_ssthresh), the last measure's figure, where and when it was taken.
+  // The receiver, all flows: scaling ratio, tcp_rmem's maximum, the buffer, the window's clamp and
+  // what the window has grown to (rcv_ssthresh), the last measure's figure, where and when it was taken.
   int rcvRatio_ = 160;      // x 256
   uint64_t rmemMax_ = 0;    // net.ipv4.tcp_rmem's maximum (0: the kernel's default)
   double rcvBuf_ = 0, rcvClamp_ = 0, rcvSsthresh_ = 0;
