@@ -52,7 +52,8 @@
 //   growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N of the
 //   aggregate (the MulTCP view of N flows), its stripes ending together at the link's rate: per
 //   message against N kernel connections median 2.0%, max 31.4% (results/README.md section 16,
-//   "Streams per message": the kernel's stripes finish apart, the model is faster), end to end
+//   "Streams per message": the kernel's stripes finish apart, so the first to finish may idle past
+//   their RTO and restart before the next message; the model is faster), end to end
 //   section 17 (reno over 4 streams).
 // - the receiver's window as Linux grows it (the tcp_rcvbuf_grow tracepoint on this kernel, 6.18,
 //   printed every step of it): the receive buffer starts at net.ipv4.tcp_rmem's default (128 KiB,
