@@ -426,11 +426,9 @@ namespace {
 
 constexpr int kMessagePort = 5301;
 
-// Message k's stripe on connection c of n, as the runtime's channel cuts a frame (runtime/channel.cc
-// sendStriped): ceil(bytes / n) each, the last what is left.
+// Message k's stripe on connection c of n, as the runtime's channel cuts a frame (stripeOf).
 uint64_t stripeBytes(uint64_t bytes, int n, int c) {
-  const uint64_t per = (bytes + n - 1) / n, at = std::min<uint64_t>(bytes, per * c);
-  return std::min(per, bytes - at);
+  return stripeOf(bytes, static_cast<uint64_t>(n), static_cast<uint64_t>(c)).bytes;
 }
 
 // Waits (poll) until one of `fds` can do `events`; throws naming `what` after 300 s.
@@ -648,8 +646,8 @@ void billTcpModel(json& run) {
 
 json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
-  DelayLine line(lineOpt);
   if (probe.streams < 1 || probe.streams > 64) throw std::invalid_argument("message probe: streams must be in 1..64");
+  DelayLine line(lineOpt);
   TcpSettings buffers;
   buffers.wmemMax = probe.wmemMax;
   buffers.rmemMax = probe.rmemMax;

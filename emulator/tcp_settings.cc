@@ -129,6 +129,11 @@ uint64_t receiveBufferAfterMeasure(uint64_t copied, uint64_t space, int ratio, u
   return std::min(window * 256 / static_cast<uint64_t>(ratio), rmemMax ? rmemMax : kDefaultRmemMax);
 }
 
+Stripe stripeOf(uint64_t bytes, uint64_t count, uint64_t index) {
+  const uint64_t per = (bytes + count - 1) / count, at = std::min(bytes, index * per);
+  return {at, std::min(per, bytes - at)};
+}
+
 json parseSsTcpInfo(const std::string& text) {
   json out = json::array();
   std::istringstream in(text);

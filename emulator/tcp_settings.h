@@ -66,6 +66,14 @@ int receiveScalingRatio(int mtu);
 // tracepoint here: copied 31,856 after 14,480 -> 346,592 at ratio 160 (clamp 216,620).
 uint64_t receiveBufferAfterMeasure(uint64_t copied, uint64_t space, int ratio, uint64_t rmemMax);
 
+// Where stripe `index` of `count` lies in a message of `bytes` (network.tcp.streams): ceil(bytes /
+// count) bytes each, the last what is left (possibly none). The runtime's channel cuts its frames
+// so, and `slowpipe emulator tcp-messages --streams` its messages.
+struct Stripe {
+  uint64_t offset, bytes;
+};
+Stripe stripeOf(uint64_t bytes, uint64_t count, uint64_t index);
+
 // The congestion controls the tcp link model runs (emulator/link_models/tcp.cc): cubic, reno, bbr,
 // or empty (Linux's default, cubic); anything else throws naming "<where>.congestion_control".
 void checkTcpModelCongestionControl(const std::string& name, const std::string& where);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "emulator/tcp_settings.h"
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -69,11 +70,12 @@ constexpr size_t kStripeHeader = 16;           // magic u32, index u16, count u1
 }  // namespace
 
 void Channel::sendStriped(zmq::message_t frame) {
-  const size_t bytes = frame.size(), count = senders_.size(), per = (bytes + count - 1) / count;
+  const size_t bytes = frame.size(), count = senders_.size();
   const uint64_t seq = stripeSeq_++;
   const auto* data = static_cast<const uint8_t*>(frame.data());
   for (size_t i = 0; i < count; ++i) {
-    const size_t at = std::min(bytes, i * per), len = std::min(per, bytes - at);
+    const emulator::Stripe stripe = emulator::stripeOf(bytes, count, i);
+    const size_t at = stripe.offset, len = stripe.bytes;
     zmq::message_t part(kStripeHeader + len);
     auto* p = static_cast<uint8_t*>(part.data());
     const uint16_t index = static_cast<uint16_t>(i), n = static_cast<uint16_t>(count);

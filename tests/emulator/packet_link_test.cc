@@ -370,10 +370,10 @@ TEST(DelayLineTest, ModerationBatchesAStreamAndKeepsALonePacketOnTime) {
 #endif
 }
 
-// Both ways 1 Gbps, 10 ms, MTU 1500: the message probes' line.
-DelayLineOptions lineOf1GbpsAnd10ms() {
+// Both ways 1 Gbps, 10 ms, MTU 1500 unless said: the message probes' line.
+DelayLineOptions lineOf1GbpsAnd10ms(int mtu = 1500) {
   DelayLineOptions o;
-  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 1500}}, "line");
+  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", mtu}}, "line");
   o.bToA = o.aToB;
   return o;
 }
@@ -461,9 +461,7 @@ TEST(DelayLineTest, TheReceiveBufferCapsTheWindowAsTheModelSays) {
 TEST(DelayLineTest, AJumboInitialWindowWaitsForTheReceiversFirstWindow) {
   std::string why;
   if (!lineUsable(&why)) GTEST_SKIP() << why;
-  DelayLineOptions o;
-  o.aToB = packetLinkSpecFromJson({{"rate", "1Gbps"}, {"delay", "10ms"}, {"mtu", 9000}}, "line");
-  o.bToA = o.aToB;
+  const DelayLineOptions o = lineOf1GbpsAnd10ms(9000);
   const testsupport::StealMeter steal;
   auto first = [&](uint64_t bytes) {
     MessageProbe p;
