@@ -12,6 +12,8 @@
 #
 #   sudo tools/wan_e2e.sh [OUT]     (default results/wan/e2e; needs build/slowpipe)
 #   PARTS="kernel user sim" (the default) chooses what is run again (PARTS=none: only the comparison).
+#   REPEATS=N (default 3): repeats per emulated point, one per round; with an even N,
+#   tools/e2e_noise_floor.py OUT compares each tier with itself (even rounds against odd ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/wan/e2e}
