@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How well a tier of the end-to-end comparison (tools/wan_e2e.sh) agrees with itself: the floor
-under any model's error on this host (results/README.md section 17, "The comparison's floor").
+under any model's error on this host (results/README.md section 17, "The comparison's own floor").
 
 Needs a run of the script with an even number of repeats (REPEATS=6 sudo tools/wan_e2e.sh OUT): its
 rounds alternate the tiers, so repeats 0, 2, 4 and 1, 3, 5 are two runs of the same experiment
