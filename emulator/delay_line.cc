@@ -426,11 +426,6 @@ namespace {
 
 constexpr int kMessagePort = 5301;
 
-// Message k's stripe on connection c of n, as the runtime's channel cuts a frame (stripeOf).
-uint64_t stripeBytes(uint64_t bytes, int n, int c) {
-  return stripeOf(bytes, static_cast<uint64_t>(n), static_cast<uint64_t>(c)).bytes;
-}
-
 // Waits (poll) until one of `fds` can do `events`; throws naming `what` after 300 s.
 void awaitAny(std::vector<pollfd>& fds, short events, const std::string& what) {
   for (auto& p : fds) p.events = p.fd >= 0 ? events : 0, p.revents = 0;
@@ -476,7 +471,7 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
     for (size_t k = 0; k < probe.bytes.size(); ++k) {
       std::vector<uint64_t> left(conns.size());
       uint64_t total = 0;
-      for (size_t c = 0; c < conns.size(); ++c) total += left[c] = stripeBytes(probe.bytes[k], probe.streams, static_cast<int>(c));
+      for (size_t c = 0; c < conns.size(); ++c) total += left[c] = stripeOf(probe.bytes[k], probe.streams, c).bytes;
       while (total > 0) {
         // Several connections: read those poll says are readable. One: read it (blocking), as if
         // poll had said so; its EAGAIN is SO_RCVTIMEO's 300 s running out.
@@ -526,9 +521,9 @@ void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k)
 }
 
 // a's side: probe.streams connections (their congestion control set first); each message after
-// its idle time, cut into one stripe per connection (stripeBytes), all written at once (blocking
-// writes: connection 0's by this thread, the others' by one thread each), the next only once b has
-// read the last one whole. Connection 0's TCP_INFO is read before each message and once after the
+// its idle time, cut into one stripe per connection as the runtime's channel cuts a frame
+// (stripeOf), all written at once (blocking writes: connection 0's by this thread, the others' by
+// one thread each), the next only once b has read the last one whole. Connection 0's TCP_INFO is read before each message and once after the
 // last (info: one more entry than messages); with several, every connection's after the last.
 void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, std::vector<json>& info,
                   json& trace, json& connections, const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
@@ -559,7 +554,7 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
           if (go <= k) return;
         }
         try {
-          sendAll(fds[c], stripeBytes(probe.bytes[k], probe.streams, c), payload, k);
+          sendAll(fds[c], stripeOf(probe.bytes[k], probe.streams, c).bytes, payload, k);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           if (!writerError) writerError = std::current_exception();
@@ -589,7 +584,7 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
         go = k + 1;
       }
       cv.notify_all();
-      sendAll(fds[0], stripeBytes(probe.bytes[k], probe.streams, 0), payload, k);
+      sendAll(fds[0], stripeOf(probe.bytes[k], probe.streams, 0).bytes, payload, k);
       while (received <= k && !failed) {
         {
           std::lock_guard<std::mutex> lock(mu);

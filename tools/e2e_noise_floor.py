@@ -52,6 +52,13 @@ PAIRS = {"kernel vs kernel": ("kernel", EVEN, "kernel", ODD), "user_tcp vs user_
 
 def floor(out):
     result = {"repeats": {}, "comparisons": {}}
+    # Halves of equal size, or the "floor" would compare a median of n + 1 runs with one of n.
+    for tier in ("kernel", "user_tcp"):
+        counts = sorted({len(repeats(out, tier, s, f"links-{p}_tcp-{c}")) for s, p, c in POINTS})
+        if len(counts) != 1 or counts[0] % 2:
+            raise SystemExit(f"{out}: {tier} has {' or '.join(map(str, counts))} repeats a point; expected the same even "
+                             "number at every point (REPEATS=6 sudo tools/wan_e2e.sh OUT)")
+        result["repeats"][tier] = counts
     for name, (ta, ka, tb, kb) in PAIRS.items():
         errs, rows = [], []
         for stages, setting, cc in POINTS:
@@ -62,8 +69,6 @@ def floor(out):
                 rows.append({"stages": stages, "setting": setting, "cc": cc, "step": i, "a_s": x, "b_s": y, "error": x / y - 1})
         result["comparisons"][name] = summary(errs)
         result["comparisons"][name]["worst"] = sorted(rows, key=lambda r: -abs(r["error"]))[:5]
-    for tier in ("kernel", "user_tcp"):
-        result["repeats"][tier] = sorted({len(repeats(out, tier, s, f"links-{p}_tcp-{c}")) for s, p, c in POINTS})
     return result
 
 
@@ -92,6 +97,14 @@ def self_test():
         check("kernel vs user_tcp (halves)", 0.074074074, 0.074074074, 30)  # 1 / 1.08 - 1: the kernel's odd rounds unused
         check("user_tcp vs kernel (all repeats)", 0.08, 0.08, 30)  # the median of 1, 1, 1, 1.25 x 3 is 1.125: 1.08 / 1.125 - 1 = -4%
         check("simulated_tcp vs kernel (all repeats)", 0.15, 0.244444444, 0)  # 0.85 / 1.125 - 1 there
+        # An odd number of repeats (the script's default, 3) has no equal halves: refused by name.
+        os.remove(f"{out}/4stage_user_tcp/runs/links-1Gbps-50ms_tcp-bbr.r5.json")
+        try:
+            floor(out)
+            raise SystemExit("e2e_noise_floor self-test: 5 repeats at one point were accepted")
+        except SystemExit as e:
+            if "user_tcp has 5 or 6 repeats a point" not in str(e):
+                raise
     print("e2e_noise_floor self-test: PASS")
 
 
