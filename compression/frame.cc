@@ -133,16 +133,18 @@ FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecCon
 }
 
 void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data, size_t at, CodecContext ctx,
-                       std::vector<float>& out) {
+                       std::vector<float>& out, int64_t maxElements) {
   SP_REQUIRE(h.codec == codec.id(), std::string("frame: encoded with codec '") + codecName(h.codec) +
                                      "', receiver expects '" + codecName(codec.id()) + "'");
   ctx.step = h.step;
   ctx.microBatch = h.microBatch;
   ctx.exampleIds = h.exampleIds;
   const int64_t n = numelOf(h.shape);
-  SP_REQUIRE(n <= kMaxFrameElements, "frame: shape " + shapeString(h.shape) + " has " +
-                                      std::to_string(n) + " elements, more than a frame may carry (" +
-                                      std::to_string(kMaxFrameElements) + ")");
+  SP_REQUIRE(n <= std::min(maxElements, kMaxFrameElements),
+             "frame: shape " + shapeString(h.shape) + " has " + std::to_string(n) + " elements, more than a frame of " +
+                 (maxElements < kMaxFrameElements ? "this run may carry (" + std::to_string(maxElements) + ")"
+                                                  : "any run may carry (" + std::to_string(kMaxFrameElements) + ")") +
+                 "; refused before anything was allocated (its payload is " + std::to_string(h.payloadBytes) + " bytes)");
   out.resize(static_cast<size_t>(n));
   codec.decode(data + at, h.payloadBytes, h.shape, ctx, out.data());
 }

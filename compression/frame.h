@@ -51,8 +51,10 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset);
 FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecContext ctx,
                         std::vector<float>& out);
 // The second half of decodeFrame for a frame already parsed (header h, payload at `payloadOffset`):
-// the receive path parses once, checks the header against the schedule, then decodes.
+// the receive path parses once, checks the header against the schedule, then decodes. A shape of
+// more than maxElements elements (what the receiver's largest message holds) is refused before
+// `out` is allocated.
 void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data, size_t payloadOffset,
-                       CodecContext ctx, std::vector<float>& out);
+                       CodecContext ctx, std::vector<float>& out, int64_t maxElements = kMaxFrameElements);
 
 }  // namespace slowpipe::compression

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -48,6 +49,18 @@ std::string errText(const char* buf) {
   return buf[0] ? std::string(buf) : std::string("(no message)");
 }
 
+std::atomic<const char*> gPluginInUse{nullptr};
+
+// Marks the plug-in's code as running for the scope (calls nest only through a plug-in, never).
+class InPlugin {
+ public:
+  explicit InPlugin(const std::string& where) : previous_(gPluginInUse.exchange(where.c_str())) {}
+  ~InPlugin() { gPluginInUse = previous_; }
+
+ private:
+  const char* previous_;
+};
+
 class PluginCodec : public Codec {
  public:
   PluginCodec(std::string path, const slowpipe_codec_api* api, slowpipe_codec* c) : path_(std::move(path)), api_(api), c_(c) {
@@ -55,17 +68,20 @@ class PluginCodec : public Codec {
     std::string params(n, '\0');
     api_->canonical_params(c_, params.data(), n + 1);
     spec_ = "plugin:path=" + path_ + (params.empty() ? "" : "," + params);
+    for (const char* f : {"encode", "decode", "max_payload", "state_digest"}) inside_[f] = where() + ", in its " + f;
   }
   ~PluginCodec() override { api_->destroy(c_); }
 
   CodecId id() const override { return CodecId::kPlugin; }
   std::string spec() const override { return spec_; }
   uint64_t maxPayloadBytes(const Shape& shape) const override {
+    const InPlugin in(inside_.at("max_payload"));
     return api_->max_payload(c_, shape.data(), static_cast<int>(shape.size()));
   }
 
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override {
-    const size_t cap = api_->max_payload(c_, shape.data(), static_cast<int>(shape.size()));
+    const size_t cap = maxPayloadBytes(shape);
+    const InPlugin in(inside_.at("encode"));
     const size_t at = out.size();
     out.resize(at + cap);
     char err[512] = {0};
@@ -78,13 +94,17 @@ class PluginCodec : public Codec {
   }
 
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override {
+    const InPlugin in(inside_.at("decode"));
     char err[512] = {0};
     const slowpipe_codec_context cx = context(ctx);
     if (api_->decode(c_, payload, size, shape.data(), static_cast<int>(shape.size()), &cx, out, err, sizeof err) != 0)
       throw CodecError(where() + ": " + errText(err));
   }
 
-  uint64_t stateDigest() const override { return api_->state_digest ? api_->state_digest(c_) : 0; }
+  uint64_t stateDigest() const override {
+    const InPlugin in(inside_.at("state_digest"));
+    return api_->state_digest ? api_->state_digest(c_) : 0;
+  }
 
  private:
   std::string where() const { return "codec plugin '" + path_ + "' (" + api_->name + ")"; }
@@ -101,11 +121,14 @@ class PluginCodec : public Codec {
   }
 
   std::string path_, spec_;
+  std::map<std::string, std::string> inside_;  // what pluginInUse() says while each entry point runs
   const slowpipe_codec_api* api_;
   slowpipe_codec* c_;
 };
 
 }  // namespace
+
+const char* pluginInUse() { return gPluginInUse.load(); }
 
 std::unique_ptr<Codec> makePluginCodec(const std::string& path, const std::string& params) {
   const Library& lib = load(path);

@@ -12,4 +12,8 @@ namespace slowpipe::compression {
 // version and builds a codec with `params` ("key=value,..."). Errors name the library.
 std::unique_ptr<Codec> makePluginCodec(const std::string& path, const std::string& params);
 
+// The plug-in whose code runs now ("codec plug-in '<path>' (<name>), in its encode"), or nullptr:
+// a crash handler reads it (one pointer, async-signal-safe) to name the plug-in that crashed.
+const char* pluginInUse();
+
 }  // namespace slowpipe::compression

@@ -106,6 +106,10 @@ bool ShapedReceiver::pull(bool wait, int timeoutMs) {
                              " bytes, envelope says " + std::to_string(m.envelope.bytes));
   m.receivedAt = now;
   m.due = m.envelope.arrivalTime;
+  if (maxAheadS_ > 0 && !(m.due - now <= maxAheadS_))  // also NaN
+    throw std::runtime_error("shaped socket: a message stamped to arrive " + std::to_string(m.due - now) +
+                             " s from now (envelope arrivalTime " + std::to_string(m.due) + "), more than the " +
+                             std::to_string(maxAheadS_) + " s this receiver waits for one");
   if (m.due == 0) {  // kernel-paced: the receiver adds latency (+ jitter) to the real receipt
     double delay = latencyS_;
     if (jitterS_ > 0) {

@@ -96,6 +96,10 @@ class ShapedReceiver {
     model_ = model;
     link_ = link;
   }
+  // A message stamped to arrive more than `seconds` from now is refused at once (an error naming
+  // the envelope's arrivalTime): a receiver that waits at most that long could never take it, and
+  // a peer that sends one would otherwise hold the receiver until its timeout. 0: no limit.
+  void refuseArrivalsBeyond(double seconds) { maxAheadS_ = seconds; }
 
  private:
   bool pull(bool wait, int timeoutMs);  // moves one message from the socket into pending_
@@ -104,6 +108,7 @@ class ShapedReceiver {
   zmq::socket_t& socket_;
   double latencyS_, jitterS_;
   double lastDue_ = 0;
+  double maxAheadS_ = 0;
   std::mt19937_64 rng_;
   std::deque<ShapedMessage> pending_;
   LinkModel* model_ = nullptr;  // billWith

@@ -142,18 +142,41 @@ std::string identityDifference(const json& previous, const json& current) {
   return "";
 }
 
-json writeSummaries(const SweepSpec& spec, const std::string& outDir) {
+// Whether a copy is of the experiment the sweep now asks for: its resolved spec, checkpoint and
+// loaded files (a build's commit does not change which experiment it is; resuming reruns those).
+bool sameExperiment(const json& copy, const json& identity) {
+  if (!copy.is_object() || !copy.contains("sweep_identity") || !copy["sweep_identity"].is_object()) return false;
+  for (const char* key : {"spec_digest", "checkpoint_digest", "inputs"})
+    if (copy["sweep_identity"].value(key, json()) != identity.value(key, json())) return false;
+  return true;
+}
+
+json writeSummaries(const SweepSpec& spec, const std::string& outDir, const Identities* known) {
   const auto points = expandSweep(spec);
+  Identities computed;
+  if (!known) {
+    const json build = runtime::environmentInfo("");
+    for (const auto& p : points)
+      for (int k = 0; k < spec.repeats; ++k) computed[{p.name, k}] = runIdentity(repeatSpec(spec, p.spec, k), build);
+    known = &computed;
+  }
   std::map<std::string, std::vector<json>> results;
+  json stale = json::array();
   for (const auto& p : points)
     for (int k = 0; k < spec.repeats; ++k) {
-      results[p.name].push_back(settled(readOrNull(copyPath(outDir, p.name, k))));
+      json copy = settled(readOrNull(copyPath(outDir, p.name, k)));
+      const auto it = known->find({p.name, k});
+      if (!copy.is_null() && (it == known->end() || !sameExperiment(copy, it->second))) {
+        // A copy of another experiment (the spec changed since it ran): not summarized as this one.
+        stale.push_back(copyPath(outDir, p.name, k).filename().string());
+        copy = json();
+      }
+      results[p.name].push_back(std::move(copy));
     }
-  const json summary = summarizeSweep(spec, points, results);
+  json summary = summarizeSweep(spec, points, results);
+  summary["stale_copies"] = stale;  // runs of an earlier version of the sweep, left out
   runtime::writeJsonAtomically((fs::path(outDir) / "summary.json").string(), summary);
-  const std::string tmp = (fs::path(outDir) / "summary.csv.tmp").string();
-  std::ofstream(tmp) << summaryCsv(summary);
-  fs::rename(tmp, fs::path(outDir) / "summary.csv");
+  runtime::writeFileAtomically((fs::path(outDir) / "summary.csv").string(), summaryCsv(summary));
   return summary;
 }
 
@@ -201,6 +224,7 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   spec.repeats = 1;
   spec.simulation = true;
   const fs::path out = opt.outDir;
+  const runtime::FolderLock lock(out.string(), "sweep --simulate");
   fs::create_directories(out / "runs");
   json record = sweepRecord(spec);
   record["simulated"] = true;
@@ -240,6 +264,7 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   SweepSpec spec = specIn;
   if (opt.repeats > 0) spec.repeats = opt.repeats;
   const fs::path out = opt.outDir;
+  const runtime::FolderLock lock(out.string(), "sweep");  // also its pretraining's base.pt
   fs::create_directories(out / "runs");
   if (!spec.pretrain.is_null()) {
     const std::string ckpt = pretrain(spec, out);
@@ -262,6 +287,8 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       json identity = runIdentity(one, build);
       jobs.push_back({&p, k, std::move(one), std::move(identity)});
     }
+  Identities identities;
+  for (const auto& j : jobs) identities[{j.point->name, j.repeat}] = j.identity;
   std::vector<std::string> why(jobs.size());
   size_t toRun = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -290,6 +317,8 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     int rc = 1;
     try {
       rc = runtime::launchRun(runtime::runSpecFromJson(j.spec, "sweep point " + j.point->name), lo);
+    } catch (const runtime::FolderInUse&) {
+      throw;  // another process writes there: nothing of this point is ours to write
     } catch (const std::exception& e) {  // this point fails with its reason; the sweep goes on
       fs::create_directories(lo.outDir);
       runtime::writeFinalResult((fs::path(lo.outDir) / "result.json").string(),
@@ -302,13 +331,13 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     doc["sweep_identity"] = j.identity;
     doc["sweep_repeat"] = j.repeat;
     runtime::writeJsonAtomically(copyPath(out, j.point->name, j.repeat).string(), doc);
-    writeSummaries(spec, opt.outDir);
+    writeSummaries(spec, opt.outDir, &identities);
     if (const int sig = runtime::launchInterrupted()) {
       std::fprintf(stderr, "sweep interrupted by signal %d after %s; rerun to resume\n", sig, tag.c_str());
       return failed;
     }
   }
-  writeSummaries(spec, opt.outDir);
+  writeSummaries(spec, opt.outDir, &identities);
   return failed;
 }
 

@@ -10,7 +10,9 @@
 // with status "running" by a launcher that no longer exists counts as failed.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +34,11 @@ struct SweepOptions {
 // Returns the number of runs that failed.
 int runSweep(const SweepSpec& spec, const SweepOptions& opt);
 // Recomputes DIR/summary.json and summary.csv from DIR/runs/<point>.r<k>.json; returns the summary.
-nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir);
+// The identity of each (point name, repeat) the sweep asks for (runIdentity).
+using Identities = std::map<std::pair<std::string, int>, nlohmann::json>;
+// summary.json/.csv from the copies whose experiment is the one the sweep asks for now (its
+// identities; computed when null); copies of another are listed as stale_copies, not summarized.
+nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir, const Identities* identities = nullptr);
 // The sweep a folder holds, as `sweep` recorded it in DIR/sweep.json (throws naming that file, or
 // the missing runs/ folder).
 SweepSpec sweepOfFolder(const std::string& dir);

@@ -42,9 +42,7 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
   s.name = j.value("name", "sweep");
   if (!j.contains("base")) throw std::invalid_argument(where + ".base: missing (a RunSpec object or a path to one)");
   if (j["base"].is_string()) {
-    std::ifstream in(j["base"].get<std::string>());
-    if (!in) throw std::invalid_argument(where + ".base: '" + j["base"].get<std::string>() + "' cannot be read");
-    s.base = json::parse(in);
+    s.base = runtime::readJsonFile(j["base"].get<std::string>(), where + ".base: the file");
   } else {
     s.base = j["base"];
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "emulator/tcp_settings.h"
+#include "runtime/listen_guard.h"
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -21,6 +22,7 @@ Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
   pull_->set(zmq::sockopt::linger, 0);
   pull_->set(zmq::sockopt::maxmsgsize, opt_.maxMessageBytes);
   if (opt_.security) opt_.security->server(*pull_, opt_.peer);
+  if (opt_.guard) opt_.guard->watch(*pull_, "data from rank " + std::to_string(opt_.peer), opt_.security != nullptr);
   pull_->bind("tcp://" + opt_.bindHost + ":*");
   endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
 }
@@ -47,6 +49,8 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
     pushes_.push_back(std::move(push));
   }
   receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS, in.receiverJitterS, opt_.receiverSeed);
+  receiver_->refuseArrivalsBeyond(opt_.maxAheadS);
+  maxStripes_ = in.model.empty() ? std::max(1, in.spec.tcp.streams) : 1;
   if (inbound) receiver_->billWith(inbound, in.spec);
 }
 
@@ -98,11 +102,23 @@ std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMess
   std::memcpy(&index, p + 4, 2);
   std::memcpy(&count, p + 6, 2);
   std::memcpy(&seq, p + 8, 8);
+  const std::string what = "channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) + " of " +
+                           std::to_string(count) + " of frame " + std::to_string(seq);
+  // Checked before anything is kept: the count against the link's streams, the number and bytes
+  // of incomplete frames against their bounds.
+  if (count == 0 || count > maxStripes_)
+    throw std::runtime_error(what + ": a frame of this link comes in 1 to " + std::to_string(maxStripes_) +
+                             " stripes (network.tcp.streams), the header says " + std::to_string(count));
+  if (!stripes_.count(seq) && stripes_.size() >= kMaxPartialFrames)
+    throw std::runtime_error(what + ": more than " + std::to_string(kMaxPartialFrames) + " frames are incomplete");
+  if (partialBytes_ + m.payload.size() > maxPartialBytes())
+    throw std::runtime_error(what + ": incomplete frames would hold " + std::to_string(partialBytes_ + m.payload.size()) +
+                             " bytes, more than " + std::to_string(maxPartialBytes()));
   Stripes& s = stripes_[seq];
   if (s.parts.empty()) s.parts.resize(count);
-  if (count == 0 || index >= count || s.parts.size() != count || s.parts[index].payload.size() > 0)
-    throw std::runtime_error("channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) + " of " +
-                             std::to_string(count) + " of frame " + std::to_string(seq) + " does not fit the stripes received");
+  if (index >= count || s.parts.size() != count || s.parts[index].payload.size() > 0)
+    throw std::runtime_error(what + " does not fit the stripes received");
+  partialBytes_ += m.payload.size();
   s.parts[index] = std::move(m);
   if (++s.got < count) return std::nullopt;
   // All stripes are in: the frame, sent when its first stripe was, delivered with its last.
@@ -122,8 +138,17 @@ std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMess
     whole.due = std::max(whole.due, part.due);
     whole.deliveredAt = std::max(whole.deliveredAt, part.deliveredAt);
   }
+  for (const auto& part : s.parts) partialBytes_ -= part.payload.size();
   stripes_.erase(seq);
   return whole;
+}
+
+// What incomplete frames may hold: 64 frames of the largest size (a step's micro-batches racing
+// over their connections, one connection behind), at least 256 MiB; 4 GiB where messages have no
+// size limit.
+size_t Channel::maxPartialBytes() const {
+  if (opt_.maxMessageBytes <= 0) return size_t{4} << 30;
+  return std::max<size_t>(size_t{256} << 20, 64 * static_cast<size_t>(opt_.maxMessageBytes));
 }
 
 std::optional<Channel::Received> Channel::take(const std::function<Verdict(const compression::FrameHeader&)>& judge,
@@ -139,12 +164,20 @@ std::optional<Channel::Received> Channel::take(const std::function<Verdict(const
     }
   while (!got) {
     const double left = timeoutS - (emulator::monotonicNow() - t0);
-    auto got0 = left > 0 ? receiver_->recv(static_cast<int>(left * 1000)) : std::nullopt;
-    if (!got0) break;
-    auto m = joinStripes(std::move(*got0));
-    if (!m) continue;  // a stripe of a frame not yet whole
-    Received r{std::move(*m), {}, 0};
-    r.header = compression::parseFrame(r.bytes(), r.message.payload.size(), &r.payloadAt);
+    std::optional<emulator::ShapedMessage> got0;
+    Received r;
+    try {  // what the peer sent is refused in its name
+      got0 = left > 0 ? receiver_->recv(static_cast<int>(left * 1000)) : std::nullopt;
+      if (!got0) break;
+      auto m = joinStripes(std::move(*got0));
+      if (!m) continue;  // a stripe of a frame not yet whole
+      r = Received{std::move(*m), {}, 0};
+      r.header = compression::parseFrame(r.bytes(), r.message.payload.size(), &r.payloadAt);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      if (what.rfind("channel from rank", 0) == 0) throw;
+      throw std::runtime_error("channel from rank " + std::to_string(opt_.peer) + ": " + what);
+    }
     const Verdict v = judge(r.header);
     if (v == Verdict::kStash) {
       stash_.push_back(std::move(r));  // ahead of its turn

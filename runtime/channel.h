@@ -34,12 +34,15 @@
 namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
+class ListenGuard;     // runtime/listen_guard.h
 
 struct ChannelOptions {
   int peer = 0;                        // the rank at the other end
   std::string bindHost = "127.0.0.1";  // where the inbound PULL socket binds
   const SocketSecurity* security = nullptr;  // across hosts: CURVE (nullptr: plain, one host)
   int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the inbound socket (-1: no limit)
+  ListenGuard* guard = nullptr;              // watches the inbound socket (handshake timeout, cap, refusals)
+  double maxAheadS = 0;                      // refuse arrivals stamped further ahead (the receive timeout; 0: none)
   uint64_t receiverSeed = 2;                 // of the jitter a receiver adds itself
 };
 
@@ -104,6 +107,13 @@ class Channel {
   std::deque<Received> stash_;  // arrived ahead of their turn
   uint64_t stripeSeq_ = 0;
   std::map<uint64_t, Stripes> stripes_;
+  // Bounds on frames not yet whole, so that a peer cannot make this rank hold memory without end:
+  // a frame comes in at most maxStripes_ stripes (network.tcp.streams of the inbound link), at
+  // most kMaxPartialFrames frames are incomplete at a time, holding at most maxPartialBytes().
+  static constexpr size_t kMaxPartialFrames = 1024;
+  int maxStripes_ = 1;
+  size_t partialBytes_ = 0;
+  size_t maxPartialBytes() const;
 };
 
 }  // namespace slowpipe::runtime

@@ -1,6 +1,8 @@
 // Corpus preparation, example sets and epoch plans.
 #include "runtime/data.h"
 
+#include "runtime/result.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,14 +42,7 @@ std::string cleanText(const std::string& raw) {
 }
 
 void writeAtomically(const fs::path& p, const std::string& bytes) {
-  // A name of this process's own: workers on one host may prepare the same corpus at once.
-  const fs::path tmp = p.string() + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, p);
+  writeFileAtomically(p.string(), bytes);  // a temporary name of its own: workers may prepare it at once
 }
 
 }  // namespace

@@ -75,6 +75,8 @@ DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)
     c.peer = opt_.stage * opt_.replicas + q;
     c.bindHost = opt_.bindHost;
     c.security = opt_.security;
+    c.guard = opt_.guard;
+    c.maxAheadS = opt_.recvTimeoutS;
     c.maxMessageBytes = opt_.maxMessageBytes;
     c.receiverSeed = 300 + 1000 * opt_.rank + q;
     links_[q] = std::make_unique<Channel>(ctx_, c);
@@ -195,7 +197,8 @@ void DpExchange::decodeMessage(compression::Codec& c, const zmq::message_t& fram
   size_t at = 0;
   const auto* bytes = static_cast<const uint8_t*>(frame.data());
   const compression::FrameHeader h = compression::parseFrame(bytes, frame.size(), &at);
-  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), out);
+  const int64_t maxElements = opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;
+  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), out, maxElements);
 }
 
 void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add) {

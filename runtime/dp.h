@@ -44,6 +44,7 @@
 namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
+class ListenGuard;     // runtime/listen_guard.h
 
 // The schedule's view of a run's data parallelism.
 DpShape dpShape(const RunSpec& spec);
@@ -73,6 +74,7 @@ struct DpOptions {
   std::string bindHost = "127.0.0.1";
   double recvTimeoutS = 120;
   const SocketSecurity* security = nullptr;  // across hosts: CURVE, see TransportOptions
+  ListenGuard* guard = nullptr;              // watches every socket it binds
   int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the sockets it binds
 };
 

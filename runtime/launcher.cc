@@ -232,6 +232,7 @@ int Launcher::fail(const std::string& reason) {
 
 json Launcher::finalDoc() {
   result_["launcher"]["heartbeat_unix_s"] = unixNow();
+  result_["refused_connections"] = refusalsReport();
   return result_.snapshot();
 }
 
@@ -241,6 +242,21 @@ void Launcher::writeHeartbeat() {
   if (now() - lastWrite_ < kHeartbeatWriteS) return;
   writeJsonAtomically(resultPath_, finalDoc());
   lastWrite_ = now();
+}
+
+// What every listening socket refused (runtime/listen_guard.h): the coordinator's and each rank's,
+// summed by kind; count is the total.
+json Launcher::refusalsReport() const {
+  json total = {{"count", 0}, {"by_kind", json::object()}, {"coordinator", coordinatorRefusals_}, {"ranks", rankRefusals_}};
+  std::vector<json> parts;
+  if (coordinatorRefusals_.is_object()) parts.push_back(coordinatorRefusals_);
+  for (const auto& [r, j] : rankRefusals_.items()) parts.push_back(j);
+  for (const json& j : parts) {
+    total["count"] = total["count"].get<int64_t>() + j.value("count", int64_t{0});
+    for (const auto& [kind, n] : j.value("by_kind", json::object()).items())
+      total["by_kind"][kind] = total["by_kind"].value(kind, int64_t{0}) + (n.is_number_integer() ? n.get<int64_t>() : 0);
+  }
+  return total;
 }
 
 // One malformed message from a holder of the secret: refused, counted, the first 20 kept.
@@ -257,6 +273,17 @@ namespace slowpipe::runtime {
 int launchInterrupted() { return detail::gInterrupt.load(); }
 
 int launchRun(const RunSpec& spec, const LaunchOptions& opt) {
+  namespace fs = std::filesystem;
+  // Before anything is written: the folder may hold another live run's files.
+  FolderLock lock(opt.outDir, "run");
+  for (const char* name : {"result.json", "spec.json"}) {
+    const fs::path p = fs::path(opt.outDir) / name;
+    std::error_code ec;
+    const auto st = fs::symlink_status(p, ec);
+    if (!ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_symlink(st))
+      throw std::invalid_argument("'" + p.string() + "' is a " + (fs::is_directory(st) ? "folder" : "special file") +
+                                  ", not a file: the run writes its " + name + " there; remove it or choose another --out");
+  }
   detail::Launcher l(spec, opt);
   return l.run();
 }

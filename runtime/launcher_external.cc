@@ -34,7 +34,10 @@ class ExternalCoordinator {
         lastBeat_ = now();
       }
       serveRendezvous();
-      if (!collectRecords()) return finish(l_.fail(l_.error_));
+      // A signal first: rank 0's worker shares this process, and its blocking call returns EINTR
+      // ("Interrupted system call") as an error record the moment the signal lands.
+      if (gInterrupt) return finish(l_.fail(membershipProblem()));
+      if (!collectRecords()) return finish(l_.fail(gInterrupt ? membershipProblem() : l_.error_));
       watchConnections();
       if (!tablesSent_ && static_cast<int>(l_.hellos_.size()) == l_.N_ && static_cast<int>(tableIds_.size()) == l_.N_) {
         for (const auto& [r, id] : tableIds_) reply(id, l_.peerTable(r));
@@ -57,8 +60,8 @@ class ExternalCoordinator {
     makeCurveServer(rv_, curveKeyPairFromSecret(ex_.secret, "rendezvous/server"), "rendezvous", Launcher::kRendezvousMaxBytes);
     makeCurveServer(control_, me_, "control", Launcher::kControlMaxBytes);
     makeCurveServer(events_, me_, "control", 4096);
-    refusals_.watch(rv_, "rendezvous");
-    refusals_.watch(events_, "events");
+    refusals_.watch(rv_, "rendezvous", true);
+    refusals_.watch(events_, "events", true);
     rvEp_ = "tcp://" + ip + ":" + std::to_string(ex_.listenPort);
     try {
       rv_.bind(rvEp_);
@@ -67,7 +70,7 @@ class ExternalCoordinator {
     }
     // Connections to the control socket, by the peer's address:port: a worker's hello names its
     // end of the connection, so a connection that drops before its "done" names the rank at once.
-    refusals_.watch(control_, "control", ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
+    refusals_.watch(control_, "control", true, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     control_.bind("tcp://" + ip + ":*");
     events_.bind("tcp://" + ip + ":*");
     controlEp_ = control_.get(zmq::sockopt::last_endpoint);
@@ -81,6 +84,7 @@ class ExternalCoordinator {
     sa.sa_handler = onInterrupt;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);  // an ssh session closing: stopped like SIGTERM, with a result
     l_.start_ = now();
     l_.lastProgress_ = now();
   }
@@ -95,9 +99,8 @@ class ExternalCoordinator {
   int finish(int rc) {
     // The result first: a worker in this process exits as soon as it hears "abort".
     if (rc == 0) l_.result_.ok();
-    refusals_.poll();
-    l_.result_["refused_connections"] = refusals_.report();
-    l_.result_["refused_connections"]["zap"] = gate_.refusals();
+    l_.coordinatorRefusals_ = refusals_.report();
+    l_.coordinatorRefusals_["zap"] = gate_.refusals();
     l_.result_["bad_messages"] = {{"count", l_.badMessages_}, {"first", l_.badFirst_}};
     writeJsonAtomically(l_.resultPath_, l_.finalDoc());
     for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
@@ -118,9 +121,10 @@ class ExternalCoordinator {
       while (parts.back().more() && rv_.recv(part)) parts.push_back(std::move(part));
       const std::string id = parts[0].to_string();
       const json req = parts.size() == 3 ? json::parse(parts[2].to_string(), nullptr, false) : json();
-      const std::string problem = parts.size() != 3 ? "expected [empty][json] after the routing id, got " +
-                                                          std::to_string(parts.size() - 1) + " part(s)"
-                                                    : requestProblem(req);
+      std::string problem = parts.size() != 3 ? "expected [empty][json] after the routing id, got " +
+                                                    std::to_string(parts.size() - 1) + " part(s)"
+                                              : requestProblem(req);
+      if (problem.empty() && req["type"] == "table") problem = tableProblem(req["rank"].get<int64_t>());
       if (!problem.empty()) {  // refused, counted; the run goes on
         l_.badMessage("rendezvous", problem);
         reply(id, {{"error", "bad request: " + problem}});
@@ -131,6 +135,15 @@ class ExternalCoordinator {
       else if (type == "join") join(id, req);
       else tableIds_[req["rank"].get<int>()] = id;  // "table": requestProblem admits no other type
     }
+  }
+
+  // A "table" request may come only from a rank of this run that has joined (an unknown rank hung
+  // the run until its step timeout: it was never range-checked).
+  std::string tableProblem(int64_t r) const {
+    if (r < 0 || r >= l_.N_) return "'table' for rank " + std::to_string(r) + ", not a rank of this run (0.." + std::to_string(l_.N_ - 1) + ")";
+    if (!joins_.count(static_cast<int>(r))) return "'table' for rank " + std::to_string(r) + ", which has not joined";
+    if (tableIds_.count(static_cast<int>(r))) return "'table' for rank " + std::to_string(r) + " asked twice";
+    return "";
   }
 
   // A join: refused (world size, a taken or unknown rank) or taken; once every rank has joined,
@@ -195,15 +208,24 @@ class ExternalCoordinator {
   // The control connections as the socket monitor sees them: a rank whose connection drops
   // before its "done" is noted (membershipProblem names it after 0.5 s).
   void watchConnections() {
-    refusals_.poll([&](const std::string&, int id, int fd) {
-      if (id == ZMQ_EVENT_ACCEPTED) {
-        peerOfFd_[fd] = peerOf(fd);
-      } else if (id == ZMQ_EVENT_DISCONNECTED) {
-        const auto it = rankOfPeer_.find(peerOfFd_[fd]);
-        if (it != rankOfPeer_.end() && !l_.workers_[it->second].done) droppedAt_.emplace(it->second, now());
-        peerOfFd_.erase(fd);
-      }
+    refusals_.poll([&](const ListenGuard::Event& e) {
+      if (e.event != ZMQ_EVENT_DISCONNECTED) return;
+      const auto it = rankOfPeer_.find(e.peer);
+      if (it != rankOfPeer_.end() && !l_.workers_[it->second].done) droppedAt_.emplace(it->second, now());
     });
+  }
+
+  // A rank's host as its join named it: the peer's own words, quoted and said to be (any holder of
+  // the secret may join under any name), with the address its control connection came from.
+  std::string claimedHost(int r) const {
+    const auto it = joins_.find(r);
+    std::string host = it == joins_.end() ? "?" : it->second.value("host", "?").substr(0, 64);
+    for (char& ch : host)
+      if (!std::isprint(static_cast<unsigned char>(ch))) ch = '?';
+    std::string from;
+    for (const auto& [peer, rank] : rankOfPeer_)
+      if (rank == r) from = peer;
+    return "host '" + host + "' as it said at its join" + (from.empty() ? "" : ", connected from " + from);
   }
 
   std::string lastStepOf(int r) const {
@@ -214,9 +236,18 @@ class ExternalCoordinator {
   // joined, a signal, no progress for the step timeout.
   std::string membershipProblem() {
     const int N = l_.N_;
+    if (gInterrupt) {
+      // Under mpirun/srun a SIGTERM usually follows a rank's death by milliseconds: say which
+      // rank's connection had dropped, if one had.
+      std::string why;
+      for (const auto& [r, at] : droppedAt_)
+        if (!l_.workers_[r].done) why += (why.empty() ? "" : ", ") + ("rank " + std::to_string(r));
+      return std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load()) +
+             (why.empty() ? "" : "; before it, the connection of " + why + " had dropped (died?)");
+    }
     for (const auto& [r, at] : droppedAt_)  // a dropped connection whose "done" has not come within 0.5 s
       if (!l_.workers_[r].done && now() - at > 0.5)
-        return "rank " + std::to_string(r) + " (host " + joins_[r].value("host", "?") + ", " + joins_[r].value("address", "?") +
+        return "rank " + std::to_string(r) + " (" + claimedHost(r) +
                ") lost its connection to the coordinator: it died or its host is unreachable" + lastStepOf(r);
     if (!joined_ && now() - l_.start_ > ex_.joinTimeoutS) {
       std::string missing;
@@ -230,17 +261,8 @@ class ExternalCoordinator {
     if (joined_)
       for (int r = 0; r < N; ++r)
         if (!l_.workers_[r].done && now() - lastSeen_[r] > Launcher::kSilentS)
-          return "rank " + std::to_string(r) + " (host " + joins_[r].value("host", "?") + ") sent nothing for " +
+          return "rank " + std::to_string(r) + " (" + claimedHost(r) + ") sent nothing for " +
                  std::to_string(static_cast<int>(Launcher::kSilentS)) + " s: it died or its host is unreachable" + lastStepOf(r);
-    if (gInterrupt) {
-      // Under mpirun/srun a SIGTERM usually follows a rank's death by milliseconds: say which
-      // rank's connection had dropped, if one had.
-      std::string why;
-      for (const auto& [r, at] : droppedAt_)
-        if (!l_.workers_[r].done) why += (why.empty() ? "" : ", ") + std::to_string(r);
-      return std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load()) +
-             (why.empty() ? "" : "; the connection of rank(s) " + why + " had dropped before (died?)");
-    }
     if (joined_ && now() - l_.lastProgress_ > l_.spec_.runtime.stepTimeoutS) return l_.diagnoseHang();
     return "";
   }
@@ -251,9 +273,8 @@ class ExternalCoordinator {
   CurveGate gate_;
   const CurveKeyPair me_ = newCurveKeyPair();
   zmq::socket_t rv_, control_, events_;
-  HandshakeMonitor refusals_;
+  ListenGuard refusals_;  // declared after the sockets it watches: its monitors close first
   std::string rvEp_, controlEp_, eventsEp_;
-  std::map<int, std::string> peerOfFd_;
   std::map<std::string, int> rankOfPeer_;
   std::map<int, double> droppedAt_;  // rank -> when its control connection dropped
   std::map<int, json> joins_;

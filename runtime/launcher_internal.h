@@ -31,12 +31,14 @@
 #include "runtime/data.h"
 #include "runtime/dp.h"
 #include "runtime/link_table.h"
+#include "runtime/listen_guard.h"
 #include "runtime/progress.h"
 #include "runtime/ranks.h"
 #include "runtime/records.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
 #include "runtime/security.h"
+#include "runtime/worker.h"
 
 namespace slowpipe::runtime::detail {
 
@@ -140,6 +142,7 @@ class Launcher {
   void writeHeartbeat();
   // One malformed message from a holder of the secret: refused, counted, the first 20 kept.
   void badMessage(const std::string& socket, const std::string& problem);
+  json refusalsReport() const;
 
   static constexpr double kCalibrationLimitS = 120;  // the longest a link's calibration may take
   static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
@@ -150,6 +153,8 @@ class Launcher {
   ProgressLine progressLine_;
   int64_t badMessages_ = 0;
   json badFirst_ = json::array();
+  json coordinatorRefusals_;                 // the coordinator's sockets (null: none watched)
+  json rankRefusals_ = json::object();       // rank -> what its sockets refused (from its "done")
   bool readySent_ = false;
   const RunSpec& spec_;
   LaunchOptions opt_;

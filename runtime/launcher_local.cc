@@ -27,8 +27,7 @@ void Launcher::spawn(int r) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create worker log '" + log + "': " + std::strerror(errno));
+  const int fd = createFileNoFollow(log);  // a link planted at worker-N.log is refused, its target untouched
   const pid_t pid = fork();
   if (pid < 0) {
     close(fd);
@@ -85,6 +84,8 @@ int Launcher::supervise() {
   controlEp_ = "ipc:///tmp/slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(static_cast<long>(now() * 1000) % 1000000);
   zmq::socket_t control(ctx, zmq::socket_type::pull);
   control.set(zmq::sockopt::maxmsgsize, kControlMaxBytes);
+  ListenGuard guard(ctx);  // handshake timeout and refusals of the sockets this launcher binds
+  guard.watch(control, "control", false);
   control.bind(controlEp_);
   std::vector<std::unique_ptr<zmq::socket_t>> peers;
   for (int r = 0; r < N_; ++r) {
@@ -92,12 +93,14 @@ int Launcher::supervise() {
     peers.back()->set(zmq::sockopt::linger, 0);
     peers.back()->set(zmq::sockopt::sndtimeo, 5000);  // a worker connects before its hello
     peers.back()->set(zmq::sockopt::maxmsgsize, int64_t{4096});  // a PUSH takes nothing in
+    guard.watch(*peers.back(), "peer table of rank " + std::to_string(r), false);
     peers.back()->bind(peerEp(r));
   }
   struct sigaction sa {};
   sa.sa_handler = onInterrupt;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // an ssh session closing: stopped like SIGTERM, with a result
   start_ = now();
   result_["workers"] = json::array();
   planPlacement();
@@ -108,6 +111,7 @@ int Launcher::supervise() {
   while (doneCount_ < N_) {
     pollControl(control, pollMs());
     applyTraces();
+    coordinatorRefusals_ = guard.report(0);
     writeHeartbeat();
     zmq::message_t m;
     while (control.recv(m, zmq::recv_flags::dontwait))
@@ -137,8 +141,12 @@ int Launcher::supervise() {
             if (!handle(json::parse(m.to_string()))) return fail(error_);
         }
         if (!clean || !w.done) {
+          // A crash names itself in the rank's log (runtime/worker.h installCrashReport), with the
+          // plug-in it happened in.
+          const std::string crash = WIFSIGNALED(status) ? crashLineIn((fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string()) : "";
           return fail("rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
-                      (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step"));
+                      (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step") +
+                      (crash.empty() ? "" : "; its log: " + crash));
         }
       }
     }

@@ -30,6 +30,11 @@ bool Launcher::handle(const json& rec) {
     // over the time with its stalls).
     if (!spec_.runtime.slowdown.empty() && rec.contains("slowdown")) result_["slowdown"][std::to_string(r)] = rec["slowdown"];
     state.erase("slowdown");
+    // What this rank's sockets refused (runtime/listen_guard.h): summed into the result's
+    // refused_connections by refusalsReport().
+    if (rec.contains("refused_connections") && rec["refused_connections"].is_object())
+      rankRefusals_[std::to_string(r)] = rec["refused_connections"];
+    state.erase("refused_connections");
     result_["codec_state"][std::to_string(r)] = state;
     timelines_[r] = rec.value("timeline", json::array());
     if (doneCount_ == N_) recordTimeline();

@@ -23,6 +23,7 @@
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
+#include "runtime/listen_guard.h"
 #include "runtime/security.h"
 #include "runtime/stage_compute.h"
 #include "runtime/transport.h"
@@ -79,7 +80,7 @@ class PipelineWorker : public Backend {
   PipelineWorker(const RunSpec& spec, const Context& c, zmq::context_t& ctx)
       : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
         id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"),
-        compute_(spec, plan_, layout_, id_), dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push),
+        compute_(spec, plan_, layout_, id_), dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), guard_(ctx),
         gc_(gradientCompressor(spec.dp)), exec_(layout_, c.rank) {
     controlFrom_ = connectControl(ctx, control_, c);
     TransportOptions o;
@@ -91,6 +92,7 @@ class PipelineWorker : public Backend {
     o.bindPrevHost = c.bindPrev;
     o.bindNextHost = c.bindNext;
     o.security = c.security;
+    o.guard = &guard_;
     // Computed once (it builds the run's codecs): across hosts SocketSecurity already holds it.
     o.maxMessageBytes = c.security && c.security->maxMessageBytes > 0 ? c.security->maxMessageBytes : largestFrameBytes(spec);
     o.prevRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kPrev);
@@ -111,6 +113,7 @@ class PipelineWorker : public Backend {
       d.codec = gc_->messageCodec();
       d.recvTimeoutS = 2 * spec.runtime.stepTimeoutS;
       d.security = c.security;
+      d.guard = &guard_;
       d.maxMessageBytes = o.maxMessageBytes;
       d.bindHost = c.bindDp;
       dp_ = std::make_unique<DpExchange>(ctx, d);
@@ -188,6 +191,7 @@ class PipelineWorker : public Backend {
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)},
             {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_},
+            {"refused_connections", guard_.report()},
             {"slowdown", {{"effective_speed", meter_.effectiveSpeed()}, {"compute_s", meter_.computeS}, {"stalled_s", meter_.stalledS},
                           {"owed_s", meter_.owedS}}}});
   }
@@ -261,7 +265,17 @@ class PipelineWorker : public Backend {
       if (a.message == Msg::kActivation && t.exampleIds != compute_.planIds(c, a.microBatch))
         throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " + std::to_string(a.microBatch) +
                                  " differ from the data plan");
-      compute_.input(a, fromTransport(t));
+      // A frame that passed every check of its own but does not fit this stage (a payload of
+      // another shape) is the sender's error, said so, not libtorch's.
+      const compression::Shape shape = t.shape;
+      try {
+        compute_.input(a, fromTransport(t));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("rank " + std::to_string(rank_) + ": the " + (a.message == Msg::kActivation ? "activation" : "gradient") +
+                                 " of micro-batch " + std::to_string(a.microBatch) + " from rank " +
+                                 std::to_string(protocol::pipelinePeer(layout_, rank_, a.peer)) + " (shape " +
+                                 compression::shapeString(shape) + ") does not fit this stage: " + errorText(e));
+      }
     } else {
       const Tensor32 t = transport_->recv(fromPrev, MessageKind::kControl, c.step, c.epoch, protocol::controlTag(a.message));
       const double v = scalarOf(t);
@@ -368,6 +382,7 @@ class PipelineWorker : public Backend {
   StageCompute compute_;
   DpShape dpShape_;
   zmq::socket_t control_;
+  ListenGuard guard_;  // every socket this rank binds (before the transports: it outlives them)
   std::string controlFrom_;  // across hosts: this end of the control connection
   std::unique_ptr<emulator::DeviceShaper> shaper_;  // tc-dev: this host's interface, removed with the worker
   json shaping_;                                     // what it installed

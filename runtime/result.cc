@@ -2,6 +2,8 @@
 #include "runtime/result.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -197,15 +199,36 @@ json specInputs(const json& spec) {
   return out;
 }
 
-json readJsonFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(what + " '" + path + "' cannot be read");
+namespace {
+
+// Refuses nesting deeper than kMaxJsonDepth while parsing, before the document exists (a spec
+// nested 100,000 deep crashed the CLI in a recursive copy).
+template <typename Input>
+json parseLimited(Input&& in, const std::string& name) {
+  const json::parser_callback_t limit = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxJsonDepth)
+      throw std::invalid_argument(name + " is nested more than " + std::to_string(kMaxJsonDepth) +
+                                  " objects or arrays deep (refused: no spec, trace or profile needs that)");
+    return true;
+  };
   try {
-    return json::parse(in);
+    return json::parse(std::forward<Input>(in), limit);
   } catch (const json::parse_error& e) {
-    throw std::invalid_argument(what + " '" + path + "' is not valid JSON: " + e.what());
+    throw std::invalid_argument(name + " is not valid JSON: " + e.what());
   }
 }
+
+}  // namespace
+
+json readJsonFile(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw std::invalid_argument(what + " '" + path + "' is a folder, not a file");
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(what + " '" + path + "' cannot be read");
+  return parseLimited(in, what + " '" + path + "'");
+}
+
+json parseJsonText(const std::string& text, const std::string& what) { return parseLimited(text, what); }
 
 std::string resultStatus(const json& r, std::string* why) {
   if (!r.is_object()) return "missing";
@@ -269,14 +292,16 @@ bool writeAll(int fd, const std::string& text) {
 
 }  // namespace
 
-void writeJsonAtomically(const std::string& path, const json& doc) {
-  const std::string tmp = path + ".tmp";
-  const std::string text = doc.dump(2) + "\n";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create '" + tmp + "': " + errnoText(errno));
+void writeFileAtomically(const std::string& path, const std::string& text) {
+  // A temporary name of our own, made with O_EXCL (mkstemp): a symbolic link or file planted at a
+  // predictable "path.tmp" is never written through. rename() replaces `path` itself, a link
+  // there included, never its target.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file beside '" + path + "': " + errnoText(errno));
   // Every step that can fail is checked; on a failure the temporary file goes and `path` keeps
   // its last complete version.
-  const bool wrote = writeAll(fd, text);
+  const bool wrote = ::fchmod(fd, 0644) == 0 && writeAll(fd, text);
   const int writeErr = errno;
   const bool closed = ::close(fd) == 0;
   const int err = !wrote ? writeErr : errno;
@@ -288,8 +313,48 @@ void writeJsonAtomically(const std::string& path, const json& doc) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + errnoText(e));
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + errnoText(e) +
+                             (e == EISDIR ? " ('" + path + "' is a folder)" : ""));
   }
+}
+
+void writeJsonAtomically(const std::string& path, const json& doc) { writeFileAtomically(path, doc.dump(2) + "\n"); }
+
+int createFileNoFollow(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    throw std::runtime_error("cannot create '" + path + "': " +
+                             (e == ELOOP ? std::string("it is a symbolic link (refused: a file here is never written through a link)")
+                                         : errnoText(e)));
+  }
+  return fd;
+}
+
+FolderLock::FolderLock(const std::string& dir, const std::string& what) {
+  std::filesystem::create_directories(dir);
+  const std::string path = (std::filesystem::path(dir) / ".slowpipe.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot open the folder lock '" + path + "': " + errnoText(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    char holder[256] = {0};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (e != EWOULDBLOCK) throw std::runtime_error("cannot lock '" + path + "': " + errnoText(e));
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    throw FolderInUse("'" + dir + "' is in use by " + who + ": two runs or sweeps writing into one folder overwrite each other's "
+                      "files; wait for it to end or choose another --out");
+  }
+  const std::string me = "slowpipe " + what + " (pid " + std::to_string(getpid()) + " on " + hostName() + ")\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+    std::fprintf(stderr, "slowpipe: could not write the holder into '%s' (the lock holds)\n", path.c_str());
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race a waiter)
 }
 
 bool writeFinalResult(const std::string& path, json doc) {
@@ -310,11 +375,17 @@ bool writeFinalResult(const std::string& path, json doc) {
       return false;
     } catch (const std::exception&) {
     }
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // In place, never through a link; a short form that did not fit is removed rather than left
+    // as an empty or cut file (a full disk at the start left a 0-byte result.json).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     const bool ok = fd >= 0 && writeAll(fd, small.dump() + "\n");
     const int err = errno;
-    if (fd >= 0 && ::close(fd) != 0 && ok) throw std::runtime_error("cannot write '" + path + "': " + errnoText(errno));
-    if (!ok) throw std::runtime_error("cannot write '" + path + "' even in short form: " + errnoText(err));
+    const bool closed = fd >= 0 && ::close(fd) == 0;
+    if (!ok || !closed) {
+      if (fd >= 0) ::unlink(path.c_str());
+      throw std::runtime_error("cannot write '" + path + "' even in short form: " + errnoText(ok ? errno : err) +
+                               (fd >= 0 ? " (the cut file was removed)" : ""));
+    }
     return false;
   }
 }

@@ -25,6 +25,9 @@ std::string codecStatesProblem(const nlohmann::json& codecState, int stages, int
 // Reads a JSON file; a missing or malformed file is std::invalid_argument "<what> '<path>' cannot
 // be read" / "... is not valid JSON: <parser message>".
 nlohmann::json readJsonFile(const std::string& path, const std::string& what);
+// JSON text of `what` (named in errors), with the same depth limit as readJsonFile.
+nlohmann::json parseJsonText(const std::string& text, const std::string& what);
+constexpr int kMaxJsonDepth = 128;  // objects and arrays nested deeper are refused
 // FNV-1a of a file's bytes as 16 hex digits; "" when it cannot be read.
 std::string fileDigest(const std::string& path);
 // Every file a run spec loads (a plug-in codec's library, a TorchScript codec's module, a link's
@@ -44,6 +47,30 @@ std::string hostName();
 // Every write and the close are checked; a failure throws std::runtime_error naming the file and
 // the errno, removes the temporary file and leaves `path` as it was.
 void writeJsonAtomically(const std::string& path, const nlohmann::json& doc);
+// The same for any text. The temporary file has a name of its own (mkstemp, O_EXCL): a link
+// planted beside `path` is never written through.
+void writeFileAtomically(const std::string& path, const std::string& text);
+// Opens `path` for writing (created or truncated) without following a symbolic link there; throws
+// naming the file (a link is refused as such). The caller closes the descriptor.
+int createFileNoFollow(const std::string& path);
+
+// Another slowpipe process holds the folder (FolderLock).
+struct FolderInUse : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// An exclusive lock on an output folder for as long as the object lives (flock on
+// DIR/.slowpipe.lock, which names its holder): two runs or sweeps writing into one folder
+// overwrote each other's files. Creates the folder; throws FolderInUse naming the holder.
+class FolderLock {
+ public:
+  FolderLock(const std::string& dir, const std::string& what);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 // A run's last write: writeJsonAtomically, and when that fails (a full disk) a short document with
 // status "failed", the reason and "truncated": true, in place if need be, so that no reader finds
 // "running" for a run that ended. Returns false when it wrote the short form; throws only when

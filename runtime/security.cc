@@ -133,38 +133,4 @@ void SocketSecurity::client(zmq::socket_t& s, int toRank) const {
   makeCurveClient(s, own, it->second);
 }
 
-void HandshakeMonitor::watch(zmq::socket_t& s, const std::string& name, int extraEvents) {
-  const std::string ep = "inproc://slowpipe-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
-                         std::to_string(monitors_.size());
-  if (zmq_socket_monitor(s.handle(), ep.c_str(), kRefusedEvents | extraEvents) != 0)
-    throw std::runtime_error("cannot monitor the " + name + " socket: " + zmq_strerror(zmq_errno()));
-  Monitor m{name, std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair)};
-  m.pair->set(zmq::sockopt::linger, 0);
-  m.pair->connect(ep);
-  monitors_.push_back(std::move(m));
-}
-
-std::string HandshakeMonitor::kindOf(int event, int value) {
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return "key not admitted (ZAP status " + std::to_string(value) + ")";
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) return "not CURVE (mechanism mismatch, e.g. a NULL client)";
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) return "CURVE handshake failed (wrong server key: another secret?)";
-    return "protocol error " + std::to_string(value);
-  }
-  return "handshake failed (no detail)";
-}
-
-void HandshakeMonitor::record(const std::string& socket, const std::string& kind, const std::string& address) {
-  ++refused_;
-  ++byKind_[kind];
-  if (kind.rfind("key not admitted", 0) != 0)  // those the ZAP handler (CurveGate) has printed already
-    std::fprintf(stderr, "slowpipe: refused a connection on the %s socket from %s: %s\n", socket.c_str(), address.c_str(),
-                 kind.c_str());
-  if (first_.size() < 100) first_.push_back({{"socket", socket}, {"kind", kind}, {"address", address}});
-}
-
-nlohmann::json HandshakeMonitor::report() const {
-  return {{"count", refused_}, {"by_kind", byKind_}, {"first", first_}};
-}
-
 }  // namespace slowpipe::runtime

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstring>
 #include <memory>
 #include <cstdint>
 #include <map>
@@ -81,59 +80,6 @@ struct SocketSecurity {
 // the server whose public key is `serverKey`.
 void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain, int64_t maxMessageBytes);
 
-// Handshakes that server sockets refused, from their socket monitors: a client without CURVE
-// (NULL mechanism), one whose server key is not this server's (another secret, random keys: the
-// cryptographic handshake fails before ZAP), one whose key ZAP did not admit. ZAP alone sees only
-// the last kind.
-class HandshakeMonitor {
- public:
-  explicit HandshakeMonitor(zmq::context_t& ctx) : ctx_(ctx) {}
-  // Monitors `s` (before bind), calling it `name` in the refusals; `extraEvents` are passed to
-  // `onEvent` of poll() (e.g. ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED).
-  void watch(zmq::socket_t& s, const std::string& name, int extraEvents = 0);
-  // Drains every monitor: counts refusals; other events go to onEvent(socket name, event, value).
-  template <typename F>
-  void poll(F&& onEvent) {
-    for (auto& m : monitors_) drain(m, onEvent);
-  }
-  void poll() {
-    poll([](const std::string&, int, int) {});
-  }
-  int64_t refused() const { return refused_; }
-  // {"count", "by_kind": {kind: n}, "first": [{"socket", "kind", "address"}...] (the first 100)}.
-  nlohmann::json report() const;
-  // The kind of a refused handshake event (ZMQ_EVENT_HANDSHAKE_FAILED_*) with its value.
-  static std::string kindOf(int event, int value);
-
- private:
-  struct Monitor {
-    std::string name;
-    std::unique_ptr<zmq::socket_t> pair;
-  };
-  template <typename F>
-  void drain(Monitor& m, F& onEvent) {
-    zmq::message_t ev, addr;
-    while (m.pair->recv(ev, zmq::recv_flags::dontwait)) {
-      if (ev.more()) (void)m.pair->recv(addr);
-      uint16_t id = 0;
-      int32_t value = 0;
-      if (ev.size() >= 6) {
-        std::memcpy(&id, ev.data(), 2);
-        std::memcpy(&value, static_cast<const uint8_t*>(ev.data()) + 2, 4);
-      }
-      if (id & kRefusedEvents) record(m.name, kindOf(id, value), addr.to_string());
-      else onEvent(m.name, static_cast<int>(id), static_cast<int>(value));
-    }
-  }
-  void record(const std::string& socket, const std::string& kind, const std::string& address);
-  static constexpr int kRefusedEvents =
-      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
-  zmq::context_t& ctx_;
-  std::vector<Monitor> monitors_;
-  int64_t refused_ = 0;
-  std::map<std::string, int64_t> byKind_;
-  std::vector<nlohmann::json> first_;
-};
 void makeCurveClient(zmq::socket_t& s, const CurveKeyPair& own, const std::string& serverKey);
 
 }  // namespace slowpipe::runtime

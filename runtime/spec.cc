@@ -516,8 +516,13 @@ void applySet(json& doc, const std::string& assignment) {
   if (eq == std::string::npos || eq == 0)
     throw std::invalid_argument("--set '" + assignment + "': expected PATH=VALUE, e.g. compression.forward=quant:bits=4");
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;
+  json value;
+  try {
+    value = parseJsonText(text, "--set " + path);
+  } catch (const std::invalid_argument& e) {
+    if (std::string(e.what()).find("nested more than") != std::string::npos) throw;
+    value = text;  // not JSON: a string
+  }
   try {
     setJsonPath(doc, path, value);
   } catch (const std::invalid_argument& e) {

@@ -48,6 +48,8 @@ StageTransport::StageTransport(zmq::context_t& ctx, TransportOptions opt)
     c.peer = peer;
     c.bindHost = fromPrev ? opt_.bindPrevHost : opt_.bindNextHost;
     c.security = opt_.security;
+    c.guard = opt_.guard;
+    c.maxAheadS = opt_.recvTimeoutS;
     c.maxMessageBytes = opt_.maxMessageBytes;
     c.receiverSeed = (fromPrev ? 100 : 200) + opt_.rank;
     p.channel = std::make_unique<Channel>(ctx, c);
@@ -173,7 +175,14 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   const bool forward = travelsForward(kind, !fromPrev);
   const compression::CodecContext ctx = messageContext(forward, step, epoch, mb);
   compression::Codec& dec = isPlain(kind) ? *p.plainDecoder : codec(p, false, forward, chunk);
-  compression::decodeParsedFrame(dec, got->header, got->bytes(), got->payloadAt, ctx, t.data);
+  // No legal message of this run holds more fp32 values than its largest frame has bytes / 4.
+  const int64_t maxElements = opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;
+  try {
+    compression::decodeParsedFrame(dec, got->header, got->bytes(), got->payloadAt, ctx, t.data, maxElements);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": the " + describeKey(kind, step, mb, chunk) + " from rank " +
+                             std::to_string(p.rank) + " was refused: " + e.what());
+  }
   t.shape = got->header.shape;
   t.exampleIds = got->header.exampleIds;
   stats_.decodeS += emulator::monotonicNow() - t1;

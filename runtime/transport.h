@@ -38,6 +38,7 @@
 namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
+class ListenGuard;     // runtime/listen_guard.h
 
 struct Tensor32 {  // a float tensor as the transport sees it
   compression::Shape shape;
@@ -74,6 +75,7 @@ struct TransportOptions {
   // Runs across hosts: CURVE on every socket, each PULL admitting only its peer's key.
   // nullptr: plain sockets (one host).
   const SocketSecurity* security = nullptr;
+  ListenGuard* guard = nullptr;  // watches every socket it binds (runtime/listen_guard.h)
   // ZMQ_MAXMSGSIZE of the sockets this rank binds (largestFrameBytes; -1: no limit).
   int64_t maxMessageBytes = -1;
   // The ranks of the previous and the next stage (runtime/protocol.h pipelinePeer; -1: none).

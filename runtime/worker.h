@@ -31,6 +31,26 @@ struct WorkerArgs {
 // activation and of its DP codecs on the largest chunk, plus the frame header.
 int64_t largestFrameBytes(const RunSpec& spec);
 
+// An exception as a reason a result can carry: libtorch's errors without their backtrace (a
+// 25-frame backtrace was a run's reason), at most 1,000 characters.
+std::string errorText(const std::exception& e);
+
+// On SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT this process writes one line, "slowpipe worker:
+// crashed with signal N (NAME)[ inside codec plug-in '...', in its encode]", to stderr (and to
+// `alsoFd` when >= 0), then dies of the signal as it would have. The launcher puts the line in
+// the run's reason (the plug-in that crashed, by name).
+void installCrashReport(int alsoFd = -1);
+// The crash line in the last 8 KiB of a worker's log (or a crash file), or "".
+std::string crashLineIn(const std::string& path);
+
+// Rank 0 of an external launcher holds the coordinator: when its process dies (a crash, SIGKILL)
+// nobody would finish result.json. A keeper process (the same binary, started here, in its own
+// session) waits for this process to end and then, if result.json still says "running", writes
+// it as failed with the reason (the crash line of `crashFile` when there is one).
+void startResultKeeper(const std::string& resultPath, const std::string& crashFile);
+// The keeper's own work (`slowpipe worker --keep-result PATH --keep-pid PID --crash-file F`).
+int keepResult(int pid, const std::string& resultPath, const std::string& crashFile);
+
 int runWorker(const WorkerArgs& args);
 
 // A worker started by an external launcher: `mpirun -np N slowpipe worker --spec S --out DIR`,

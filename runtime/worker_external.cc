@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -240,7 +241,17 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
   try {
     id = identify(a);
     who += " " + std::to_string(id.rank);
-    if (id.rank == 0) coordinator.start(a, id);  // the coordinator, in this process
+    if (id.rank == 0 && !a.outDir.empty()) {
+      // The coordinator runs in this process: if it dies (a plug-in's crash, SIGKILL), a keeper
+      // finishes result.json as failed, with the crash line this process writes.
+      const std::string crashFile = (std::filesystem::path(a.outDir) / ".rank0-crash").string();
+      std::filesystem::create_directories(a.outDir);
+      installCrashReport(createFileNoFollow(crashFile));
+      startResultKeeper((std::filesystem::path(a.outDir) / "result.json").string(), crashFile);
+      coordinator.start(a, id);
+    } else {
+      installCrashReport();
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
     return coordinator.finish(2);
@@ -259,8 +270,12 @@ int runExternalWorker(const ExternalWorkerArgs& a) {
     try {
       joinAndRun(a, id, ctx, security, c, id.rank == 0 ? coordinator.done() : nullptr);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
-      if (!c.control.empty()) reportError(ctx, c, e.what());
+      // A signal to this process (rank 0: the coordinator's handler) interrupts a blocking call:
+      // the signal is the reason, not the call it cut short.
+      const int sig = launchInterrupted();
+      const std::string why = sig ? "interrupted by signal " + std::to_string(sig) : errorText(e);
+      std::fprintf(stderr, "%s: %s\n", who.c_str(), why.c_str());
+      if (!c.control.empty()) reportError(ctx, c, why);
       rc = 3;
     }
   }

@@ -21,6 +21,7 @@ int runWorker(const WorkerArgs& args) {
   const bool orphanGuard = prctl(PR_SET_PDEATHSIG, SIGKILL) == 0;  // never outlive the launcher
   const int prctlErrno = errno;
   tuneAllocator();
+  installCrashReport();  // a crash names itself (and the plug-in it happened in) in this rank's log
   // The launcher died before prctl took effect: our parent is no longer the pid it told us. (Not
   // getppid() == 1: in a container the launcher itself may be pid 1.)
   if (args.launcherPid > 0 && getppid() != args.launcherPid) return 4;
@@ -57,12 +58,13 @@ int runWorker(const WorkerArgs& args) {
     };
     runPipelineWorker(spec, c, ctx);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "slowpipe worker %d: %s\n", args.rank, e.what());
+    const std::string why = errorText(e);
+    std::fprintf(stderr, "slowpipe worker %d: %s\n", args.rank, why.c_str());
     zmq::socket_t control(ctx, zmq::socket_type::push);
     control.set(zmq::sockopt::linger, 2000);
     control.set(zmq::sockopt::sndtimeo, 2000);
     control.connect(args.control);
-    const std::string s = json{{"type", "error"}, {"rank", args.rank}, {"message", e.what()}}.dump();
+    const std::string s = json{{"type", "error"}, {"rank", args.rank}, {"message", why}}.dump();
     (void)control.send(zmq::buffer(s), zmq::send_flags::none);
     return 3;
   }

@@ -33,7 +33,7 @@ void addRunCommand(CLI::App& app) {
     o.outDir = *out;
     o.progress = !*quiet;
     const int rc = runtime::launchRun(s, o);
-    const json r = json::parse(std::ifstream(*out + "/result.json"));
+    const json r = runtime::readJsonFile(*out + "/result.json", "the run's result");
     if (rc != 0) {
       std::fprintf(stderr, "slowpipe run: failed: %s\n", r.value("reason", "unknown").c_str());
       std::exit(1);
@@ -64,7 +64,13 @@ void addWorkerCommand(CLI::App& app) {
   cmd->add_option("--bind-prev", a->bindPrev);
   cmd->add_option("--bind-next", a->bindNext);
   cmd->add_option("--launcher-pid", a->launcherPid);
-  cmd->callback([a, x, cmd] {
+  auto keep = std::make_shared<std::string>(), crashFile = std::make_shared<std::string>();
+  auto keepPid = std::make_shared<int>(0);
+  cmd->add_option("--keep-result", *keep)->group("");  // internal: rank 0's result keeper
+  cmd->add_option("--keep-pid", *keepPid)->group("");
+  cmd->add_option("--crash-file", *crashFile)->group("");
+  cmd->callback([a, x, cmd, keep, keepPid, crashFile] {
+    if (!keep->empty()) std::exit(runtime::keepResult(*keepPid, *keep, *crashFile));
     if (!a->control.empty()) std::exit(runtime::runWorker(*a));  // a child of `slowpipe run`
     x->specPath = a->specPath;
     x->rank = cmd->count("--rank") ? a->rank : -1;

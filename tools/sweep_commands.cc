@@ -9,6 +9,7 @@
 #include "emulator/command.h"
 #include "experiments/export.h"
 #include "experiments/runner.h"
+#include "runtime/result.h"
 #include "tools/commands.h"
 
 
@@ -137,15 +138,7 @@ void addExportCommand(CLI::App& app) {
     if (out->empty()) {
       std::fputs(text.c_str(), stdout);
     } else {
-      const std::string tmp = *out + ".tmp";
-      std::ofstream f(tmp, std::ios::binary);
-      f << text;
-      f.close();
-      if (!f) {
-        std::filesystem::remove(tmp);
-        throw std::runtime_error("export: could not write '" + tmp + "' (disk full? folder missing?)");
-      }
-      std::filesystem::rename(tmp, *out);
+      runtime::writeFileAtomically(*out, text);  // whole or not at all, never through a planted link
     }
     std::fprintf(stderr, "export: %zu row(s) from %d run(s)%s%s\n", t.rows.size(), t.runs,
                  t.missing ? (", " + std::to_string(t.missing) + " (point, repeat)(s) without a run file").c_str() : "",
