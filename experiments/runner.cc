@@ -142,12 +142,27 @@ std::string identityDifference(const json& previous, const json& current) {
   return "";
 }
 
-// Whether a copy is of the experiment the sweep now asks for: its resolved spec, checkpoint and
-// loaded files (a build's commit does not change which experiment it is; resuming reruns those).
+// Whether a copy is of the experiment the sweep now asks for: its resolved spec, and the
+// checkpoint and loaded files where they are here to be read (a folder moved to another machine
+// is still summarized; "" is a file not found, unknown rather than different). A build's commit
+// does not change which experiment it is (resuming reruns those).
 bool sameExperiment(const json& copy, const json& identity) {
   if (!copy.is_object() || !copy.contains("sweep_identity") || !copy["sweep_identity"].is_object()) return false;
-  for (const char* key : {"spec_digest", "checkpoint_digest", "inputs"})
-    if (copy["sweep_identity"].value(key, json()) != identity.value(key, json())) return false;
+  const json& was = copy["sweep_identity"];
+  if (was.value("spec_digest", json()) != identity.value("spec_digest", json())) return false;
+  const std::string ckpt = identity.value("checkpoint_digest", "");
+  if (!ckpt.empty() && was.value("checkpoint_digest", "") != ckpt) return false;
+  // inputs: [{"path", "role", "digest"}...] (runtime::specInputs)
+  const json inputs = identity.value("inputs", json::array()), before = was.value("inputs", json::array());
+  for (const json& now : inputs.is_array() ? inputs : json::array()) {
+    const std::string digest = now.value("digest", "");
+    if (digest.empty()) continue;
+    bool same = false;
+    for (const json& then : before.is_array() ? before : json::array())
+      same = same || (then.value("path", "") == now.value("path", "") && then.value("role", "") == now.value("role", "") &&
+                      then.value("digest", "") == digest);
+    if (!same) return false;
+  }
   return true;
 }
 

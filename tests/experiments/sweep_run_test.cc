@@ -242,6 +242,36 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
 // with seed 2 (its result's spec says so) and ends at another validation loss than repeat 0, so
 // the loss's interval has width and the quality gap is paired on the same seed; with the default
 // every repeat trains alike (training here is deterministic: the same final loss).
+// A sweep whose spec changed since its copies ran (epochs 1 -> 3): the summary counts none of the
+// old copies as the new experiment (it summarized them as ok; the summary never checked
+// sweep_identity). The committed quickstart sweep, moved here: its checkpoint is not on this
+// machine, which alone does not make a copy another experiment.
+TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-stale-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const fs::path src = fs::path(SLOWPIPE_SOURCE_DIR) / "results" / "quickstart";
+  fs::copy(src / "sweep.json", root / "sweep.json");
+  fs::copy(src / "runs", root / "runs", fs::copy_options::recursive);
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", root.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json before = json::parse(std::ifstream(root / "summary.json"));
+  const size_t points = before["rows"].size();
+  EXPECT_NE(r.output.find(std::to_string(points) + " point(s): " + std::to_string(points) + " ok"), std::string::npos) << r.output;
+  EXPECT_TRUE(before["stale_copies"].empty()) << before["stale_copies"].dump();
+  json sweep = json::parse(std::ifstream(root / "sweep.json"));
+  sweep["base"]["training"]["epochs"] = sweep["base"]["training"].value("epochs", 1) + 2;
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", root.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json after = json::parse(std::ifstream(root / "summary.json"));
+  for (const auto& row : after["rows"]) EXPECT_NE(row["status"], "ok") << row.dump();
+  size_t copies = 0;
+  for (const auto& e : fs::directory_iterator(root / "runs")) copies += e.path().extension() == ".json";
+  EXPECT_EQ(after["stale_copies"].size(), copies);
+  fs::remove_all(root);
+}
+
 TEST(SweepRunTest, RepeatSeedsTrainEachRepeatOnItsOwnSeed) {
   const fs::path root = fs::temp_directory_path() / ("slowpipe-seeds-test-" + std::to_string(getpid()));
   json sweep = tinySweep(root);

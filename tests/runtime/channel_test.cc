@@ -8,8 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cstring>
 #include <functional>
 #include <thread>
+
+#include "compression/crc32c.h"
+#include "compression/frame.h"
+#include "emulator/shaped_socket.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -39,7 +46,7 @@ RankLinks linksOf(int r, bool ring, int streams = 1) {
 struct Pair {
   zmq::context_t ctx{1};
   std::unique_ptr<StageTransport> t[2];
-  Pair(const std::string& fwd, const std::string& bwd, bool ring, int streams = 1) {
+  Pair(const std::string& fwd, const std::string& bwd, bool ring, int streams = 1, int64_t maxMessageBytes = -1) {
     for (int r = 0; r < 2; ++r) {
       TransportOptions o;
       o.rank = o.stage = r;
@@ -47,6 +54,7 @@ struct Pair {
       o.forwardCodec = fwd;
       o.backwardCodec = bwd;
       o.recvTimeoutS = 5;
+      o.maxMessageBytes = maxMessageBytes;
       const int other = 1 - r;
       o.prevRank = r == 1 || ring ? other : -1;
       o.nextRank = r == 0 || ring ? other : -1;
@@ -236,6 +244,114 @@ TEST(LinkTableTest, KernelPacedLinksSayWhoAddsTheDelay) {
   nlohmann::json bad = toJson(f);
   bad["model"] = "ideal";
   EXPECT_THROW(linkEntryFromJson(bad, "links[0]"), std::invalid_argument);
+}
+
+// A holder of the right to send on a data socket (rank 0's socket to rank 1) who lies in its
+// headers. Each lie is refused at once, in rank 0's name and naming the field, and costs the
+// receiver no memory the lie announced: a shape of 1 G elements over a 96-byte payload (rank 0
+// allocated 4.33 GB before checking), stripes "of 65,535" on a link of one stream (100 of them
+// held 717 MB), an arrival a million seconds ahead (held until the step timeout).
+class ImpostorTest : public ::testing::Test {
+ protected:
+  // 1 MiB frames at most, as largestFrameBytes gives a small run.
+  Pair p{"none", "none", false, 1, int64_t{1} << 20};
+  zmq::socket_t push{p.ctx, zmq::socket_type::push};
+
+  void SetUp() override {
+    push.set(zmq::sockopt::linger, 0);
+    push.connect(p.t[1]->endpoints()["0"].get<std::string>());
+  }
+  // A genuine frame of activation (step 3, micro-batch 0) of shape [2, 3, 4], then `patch`.
+  static compression::Bytes frame() {
+    const auto codec = compression::makeCodec("none");
+    compression::FrameHeader h;
+    h.step = 3;
+    h.src = 0;
+    h.dst = 1;
+    h.shape = {2, 3, 4};
+    h.exampleIds = {5, 6};
+    const auto x = ramp(1, 24);
+    return compression::encodeFrame(*codec, x.data(), h, {});
+  }
+  // The frame with its shape replaced (ndim kept) and its checksum made right again.
+  static compression::Bytes withShape(compression::Bytes f, const compression::Shape& shape) {
+    std::memcpy(f.data() + 32, shape.data(), 8 * shape.size());
+    const size_t lenAt = 32 + 8 * shape.size() + 4 + 8 * 2, payloadAt = lenAt + 12;
+    uint32_t crc = compression::crc32c(f.data(), lenAt + 8);
+    crc = compression::crc32c(f.data() + payloadAt, f.size() - payloadAt, crc);
+    std::memcpy(f.data() + lenAt + 8, &crc, 4);
+    return f;
+  }
+  void sendRaw(const std::string& payload, double arrival) {
+    emulator::Envelope e;
+    e.sendTime = emulator::monotonicNow();
+    e.arrivalTime = arrival;
+    e.bytes = payload.size();
+    push.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
+    push.send(zmq::buffer(payload), zmq::send_flags::none);
+  }
+  // Receives the activation rank 1 waits for: the error it fails with, the seconds it took and
+  // the peak-memory growth of this process (MiB).
+  std::string refusal(double* seconds, double* grewMiB) {
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    const double t0 = emulator::monotonicNow();
+    std::string what = "(no error)";
+    try {
+      p.t[1]->recv(true, MessageKind::kActivation, 3, 0, 0);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    *seconds = emulator::monotonicNow() - t0;
+    getrusage(RUSAGE_SELF, &after);
+    *grewMiB = (after.ru_maxrss - before.ru_maxrss) / 1024.0;
+    return what;
+  }
+};
+
+TEST_F(ImpostorTest, AShapeLargerThanAnyFrameOfTheRunIsRefusedBeforeItIsAllocated) {
+  const compression::Bytes f = withShape(frame(), {2, 128, 4194304});
+  sendRaw(std::string(f.begin(), f.end()), 0);
+  double s = 0, grew = 0;
+  const std::string what = refusal(&s, &grew);
+  std::printf("%.3f s, +%.1f MiB: %s\n", s, grew, what.c_str());
+  EXPECT_NE(what.find("from rank 0"), std::string::npos) << what;
+  EXPECT_NE(what.find("shape [2, 128, 4194304]"), std::string::npos) << what;
+  EXPECT_NE(what.find("refused before anything was allocated"), std::string::npos) << what;
+  EXPECT_LT(s, 5.0);
+  EXPECT_LT(grew, 64.0);
+}
+
+TEST_F(ImpostorTest, StripesOfMoreConnectionsThanTheLinkHasAreRefusedAtTheFirst) {
+  for (int i = 0; i < 100; ++i) {
+    std::string stripe(16 + 150, 'x');
+    const uint32_t magic = 0x54535053;
+    const uint16_t index = 0, count = 65535;
+    const uint64_t seq = static_cast<uint64_t>(i);
+    std::memcpy(stripe.data(), &magic, 4);
+    std::memcpy(stripe.data() + 4, &index, 2);
+    std::memcpy(stripe.data() + 6, &count, 2);
+    std::memcpy(stripe.data() + 8, &seq, 8);
+    sendRaw(stripe, 0);
+  }
+  double s = 0, grew = 0;
+  const std::string what = refusal(&s, &grew);
+  std::printf("%.3f s, +%.1f MiB: %s\n", s, grew, what.c_str());
+  EXPECT_NE(what.find("channel from rank 0"), std::string::npos) << what;
+  EXPECT_NE(what.find("the header says 65535"), std::string::npos) << what;
+  EXPECT_LT(s, 5.0);
+  EXPECT_LT(grew, 64.0);
+}
+
+TEST_F(ImpostorTest, AnArrivalBeyondTheReceiveTimeoutIsRefusedAtOnce) {
+  const compression::Bytes f = frame();
+  sendRaw(std::string(f.begin(), f.end()), emulator::monotonicNow() + 1e6);
+  double s = 0, grew = 0;
+  const std::string what = refusal(&s, &grew);
+  std::printf("%.3f s: %s\n", s, what.c_str());
+  EXPECT_NE(what.find("channel from rank 0"), std::string::npos) << what;
+  EXPECT_NE(what.find("arrivalTime"), std::string::npos) << what;
+  EXPECT_LT(s, 1.0);  // not the 5 s receive timeout
 }
 
 }  // namespace

@@ -35,6 +35,12 @@ class SmallDisk : public ::testing::Test {
     fs::remove_all(dir_);
   }
   static json big(size_t kib) { return {{"status", "running"}, {"blob", std::string(kib << 10, 'x')}}; }
+  // No temporary file of any name is left beside the result.
+  bool noTemporaries() const {
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().find(".tmp") != std::string::npos) return false;
+    return true;
+  }
   fs::path dir_;
   bool mounted_ = false;
 };
@@ -48,7 +54,7 @@ TEST_F(SmallDisk, FailedWriteSaysTheErrnoKeepsTheLastGoodFileAndLeavesNoTmp) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("No space left on device (errno 28)"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(noTemporaries());
   EXPECT_EQ(json::parse(std::ifstream(path))["blob"].get<std::string>().size(), 2u << 10);
 }
 
@@ -65,7 +71,98 @@ TEST_F(SmallDisk, FinalResultOnAFullDiskIsAShortFailedDocumentNotRunning) {
   EXPECT_EQ(r["truncated"], true);
   EXPECT_NE(r["reason"].get<std::string>().find("No space left on device"), std::string::npos) << r["reason"];
   EXPECT_EQ(r["launcher"]["pid"], 1);
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(noTemporaries());
+}
+
+// A disk full before the first write: no result at all rather than a 0-byte result.json (which
+// readers took for a run that wrote nothing yet), and the error says why.
+TEST_F(SmallDisk, FullDiskAtTheStartLeavesNoEmptyResult) {
+  {
+    std::ofstream filler(dir_ / "filler");
+    const std::string block(1024, 'f');
+    for (int i = 0; i < 64 && filler; ++i) filler << block << std::flush;
+  }
+  const std::string path = (dir_ / "result.json").string();
+  json doc = big(4);
+  doc["launcher"] = {{"pid", 1}, {"host", "h"}};
+  try {
+    writeFinalResult(path, doc);
+    FAIL() << "a result was written to a full disk";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path)) << fs::file_size(path) << "-byte result.json left";
+  EXPECT_TRUE(noTemporaries());
+}
+
+// A folder of the test's own, removed at the end.
+class OutputFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("slowpipe-out-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "target") << "precious\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string target() const {
+    std::ifstream in(dir_ / "target");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  fs::path dir_;
+};
+
+// Links planted where a run writes (as root, the run overwrote their targets): a temporary file's
+// predictable name and a worker's log. The targets stay as they were.
+TEST_F(OutputFolder, LinksPlantedWhereARunWritesAreNeverWrittenThrough) {
+  fs::create_symlink(dir_ / "target", dir_ / "result.json.tmp");
+  writeJsonAtomically((dir_ / "result.json").string(), {{"status", "ok"}});
+  EXPECT_EQ(target(), "precious\n");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir_ / "result.json")));
+  EXPECT_EQ(json::parse(std::ifstream(dir_ / "result.json"))["status"], "ok");
+  fs::create_symlink(dir_ / "target", dir_ / "worker-0.log");
+  try {
+    close(createFileNoFollow((dir_ / "worker-0.log").string()));
+    FAIL() << "a log was opened through a link";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(target(), "precious\n");
+}
+
+// Two writers of one output folder (two sweeps pretrained into one --out for 114 s before one was
+// refused): the second is refused at once, naming the first; the lock goes with its holder.
+TEST_F(OutputFolder, ASecondWriterOfAFolderIsRefusedNamingTheFirst) {
+  {
+    const FolderLock first(dir_.string(), "sweep");
+    try {
+      const FolderLock second(dir_.string(), "run");
+      FAIL() << "two writers held one folder";
+    } catch (const FolderInUse& e) {
+      EXPECT_NE(std::string(e.what()).find("slowpipe sweep (pid " + std::to_string(getpid())), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(FolderLock(dir_.string(), "run"));
+}
+
+// A document nested 100,000 deep (it crashed the CLI with SIGSEGV in a recursive copy) is refused
+// while parsing, by name.
+TEST_F(OutputFolder, JsonNestedBeyondTheLimitIsRefusedByName) {
+  std::ofstream(dir_ / "deep.json") << std::string(100000, '[') << std::string(100000, ']');
+  try {
+    readJsonFile((dir_ / "deep.json").string(), "spec file");
+    FAIL() << "a document nested 100,000 deep was read";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("deep.json' is nested more than 128"), std::string::npos) << e.what();
+  }
+  fs::create_directories(dir_ / "folder.json");
+  try {
+    readJsonFile((dir_ / "folder.json").string(), "the run's result");
+    FAIL() << "a folder was read as JSON";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder, not a file"), std::string::npos) << e.what();
+  }
 }
 
 json pipelineState(int ranks) {
