@@ -268,13 +268,19 @@ class PipelineWorker : public Backend {
       // A frame that passed every check of its own but does not fit this stage (a payload of
       // another shape) is the sender's error, said so, not libtorch's.
       const compression::Shape shape = t.shape;
+      const std::string what = "rank " + std::to_string(rank_) + ": the " + (a.message == Msg::kGradient ? "gradient" : "activation") +
+                               " of micro-batch " + std::to_string(a.microBatch) + " from rank " +
+                               std::to_string(protocol::pipelinePeer(layout_, rank_, a.peer)) + " (shape " +
+                               compression::shapeString(shape) + ") does not fit this stage: ";
+      // Every message between stages is hidden states [rows <= micro_batch_size, seq_len, width].
+      const int64_t mb = spec_.pipeline.microBatchSize;
+      if (shape.size() != 3 || shape[0] < 1 || shape[0] > mb || shape[1] != spec_.model.seqLen || shape[2] != spec_.model.width)
+        throw std::runtime_error(what + "expected [1.." + std::to_string(mb) + ", " + std::to_string(spec_.model.seqLen) + ", " +
+                                 std::to_string(spec_.model.width) + "] (pipeline.micro_batch_size, model.seq_len, model.width)");
       try {
         compute_.input(a, fromTransport(t));
       } catch (const std::exception& e) {
-        throw std::runtime_error("rank " + std::to_string(rank_) + ": the " + (a.message == Msg::kActivation ? "activation" : "gradient") +
-                                 " of micro-batch " + std::to_string(a.microBatch) + " from rank " +
-                                 std::to_string(protocol::pipelinePeer(layout_, rank_, a.peer)) + " (shape " +
-                                 compression::shapeString(shape) + ") does not fit this stage: " + errorText(e));
+        throw std::runtime_error(what + errorText(e));
       }
     } else {
       const Tensor32 t = transport_->recv(fromPrev, MessageKind::kControl, c.step, c.epoch, protocol::controlTag(a.message));

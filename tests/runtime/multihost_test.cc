@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <cmath>
@@ -45,7 +46,8 @@ class MultiHostTest : public PipelineTest {
   }
 
   // Starts `argv` with this process's environment plus `env`; output to `log`.
-  static pid_t spawn(const std::vector<std::string>& argv, const Env& env, const fs::path& log) {
+  // nofile > 0: the process's descriptor limit (soft and hard), as a user's ulimit -n sets it.
+  static pid_t spawn(const std::vector<std::string>& argv, const Env& env, const fs::path& log, rlim_t nofile = 0) {
     std::vector<std::string> vars;
     for (char** e = environ; *e; ++e) {
       const std::string v = *e;
@@ -63,6 +65,10 @@ class MultiHostTest : public PipelineTest {
       // Dies with the test, also when the test is killed (ctest's timeout): nothing runs on.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);
+      if (nofile > 0) {
+        const rlimit lim{nofile, nofile};
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);
+      }
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
@@ -100,7 +106,7 @@ class MultiHostTest : public PipelineTest {
       argv.insert(argv.end(), args.begin(), args.end());
       Env e = env(r);
       e["SLOWPIPE_SECRET_FILE"] = secret_.string();
-      pids.push_back(spawn(argv, e, root_ / (tag + "-w" + std::to_string(r) + ".log")));
+      pids.push_back(spawn(argv, e, root_ / (tag + "-w" + std::to_string(r) + ".log"), r == 0 ? rank0NoFile_ : 0));
     }
     return pids;
   }
@@ -130,6 +136,7 @@ class MultiHostTest : public PipelineTest {
   }
 
   fs::path secret_;
+  rlim_t rank0NoFile_ = 0;  // rank 0's descriptor limit (0: inherited)
 };
 
 // torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): 3 ranks, 3 stages, the
@@ -317,7 +324,9 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
   const int port = freePort();
   const auto pids = startRun(2, spec, "mh-attack", port);
   ASSERT_TRUE(waitForSteps(root_ / "mh-attack" / "result.json", 1)) << "the run made no progress";
-  for (const std::string bad : {"[1,2,3]", "{\"type\": 5}", "{\"type\": \"join\", \"rank\": \"x\", \"size\": 2}", "not json"}) {
+  // {"type": "table", "rank": 7}: never range-checked, it hung the run until its step timeout.
+  for (const std::string bad : {"[1,2,3]", "{\"type\": 5}", "{\"type\": \"join\", \"rank\": \"x\", \"size\": 2}", "not json",
+                                "{\"type\": \"table\", \"rank\": 7}"}) {
     const json reply = askRendezvous(port, secret, bad);
     ASSERT_TRUE(reply.is_object()) << "no reply to " << bad;
     EXPECT_NE(reply.value("error", "").find("bad request"), std::string::npos) << bad << " -> " << reply.dump();
@@ -339,7 +348,7 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-attack" / "result.json"));
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
-  EXPECT_EQ(r["bad_messages"]["count"], 4) << r["bad_messages"].dump();
+  EXPECT_EQ(r["bad_messages"]["count"], 5) << r["bad_messages"].dump();
   const json& refused = r["refused_connections"];
   EXPECT_GE(refused["count"].get<int>(), 2) << refused.dump();
   // The NULL client is refused as a mechanism mismatch, or as "no detail" when it hangs up on the
@@ -349,6 +358,87 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
               refused["by_kind"].contains("handshake failed (no detail)"))
       << refused.dump();
   EXPECT_TRUE(refused["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)")) << refused.dump();
+}
+
+// An outsider without the secret holds 1,100 connections open on the rendezvous of a rank 0
+// limited to 1,024 descriptors (it failed the run: "Too many open files"), then 300 on rank 1's
+// data socket (counted 0). The run ends ok and every one of them is counted, by socket.
+TEST_F(MultiHostTest, HeldConnectionsWithoutTheSecretNeitherStopTheRunNorGoUncounted) {
+  rlimit mine{};
+  getrlimit(RLIMIT_NOFILE, &mine);
+  if (mine.rlim_max < 2048) GTEST_SKIP() << "this test needs 2,048 descriptors of its own";
+  const rlimit raised{mine.rlim_max, mine.rlim_max};
+  setrlimit(RLIMIT_NOFILE, &raised);
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 400;  // ~20 s: alive through both floods
+  rank0NoFile_ = 1024;
+  const int port = freePort();
+  const auto pids = startRun(2, spec, "mh-flood", port);
+  rank0NoFile_ = 0;
+  ASSERT_TRUE(waitForSteps(root_ / "mh-flood" / "result.json", 1)) << "the run made no progress";
+  std::vector<int> rv = holdConnections(port, 1100);
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const int rvHeld = established(rv);
+  for (int fd : rv) close(fd);
+  const std::vector<int> ports = listeningPorts(pids[1]);
+  ASSERT_EQ(ports.size(), 1u) << "rank 1 of two stages listens on one data socket";
+  std::vector<int> data = holdConnections(ports[0], 300);
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const int dataHeld = established(data);
+  for (int fd : data) close(fd);
+  EXPECT_EQ(waitpid(pids[0], nullptr, WNOHANG), 0) << "the run ended during the floods";
+  for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
+  const json r = json::parse(std::ifstream(root_ / "mh-flood" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  const json& refused = r["refused_connections"];
+  std::printf("held %d on the rendezvous, %d on rank 1's data socket; refused %s\n", rvHeld, dataHeld, refused["by_kind"].dump().c_str());
+  EXPECT_GE(rvHeld, 1000);
+  EXPECT_EQ(refused["coordinator"]["by_socket"].value("rendezvous", 0), rvHeld) << refused["coordinator"].dump();
+  EXPECT_EQ(refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0), dataHeld) << refused["ranks"]["1"].dump();
+  EXPECT_EQ(refused["count"].get<int>(), rvHeld + dataHeld) << refused.dump();
+}
+
+// A plug-in that crashes in rank 0 (its decode of the backward gradient) kills the coordinator
+// with it: the result said "running" for ever. Its keeper finishes it as failed within 60 s, and
+// the reason names the plug-in.
+TEST_F(MultiHostTest, PluginCrashInRankZeroLeavesAFailedResultNamingThePlugin) {
+  json spec = baseSpec(2, "gpipe");
+  spec["compression"]["backward"] = std::string("plugin:path=") + CRASH_PLUGIN;
+  const int port = freePort();
+  const auto pids = startRun(2, spec, "mh-crash", port);
+  EXPECT_NE(waitFor(pids[0], 60), 0);
+  waitFor(pids[1], 30);
+  json r;
+  for (int i = 0; i < 600; ++i) {
+    r = json::parse(std::ifstream(root_ / "mh-crash" / "result.json"));
+    if (r["status"] != "running") break;
+    usleep(100000);
+  }
+  ASSERT_EQ(r["status"], "failed") << r.dump().substr(0, 400);
+  const std::string why = r["reason"];
+  EXPECT_NE(why.find("rank 0's process"), std::string::npos) << why;
+  EXPECT_NE(why.find("SIGSEGV"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::string("inside codec plugin '") + CRASH_PLUGIN + "'"), std::string::npos) << why;
+  EXPECT_NE(why.find("in its decode"), std::string::npos) << why;
+}
+
+// SIGINT to a cluster-started rank 0: the signal is the reason (it blamed rank 0's connection and
+// said "Interrupted system call").
+TEST_F(MultiHostTest, SignalToRankZeroIsTheReason) {
+  json spec = baseSpec(2, "gpipe");
+  spec["network"]["links"] = {{"bandwidth", "5Mbps"}, {"latency", "1ms"}};
+  spec["training"]["max_steps"] = 0;
+  const int port = freePort();
+  const auto pids = startRun(2, spec, "mh-sigint", port);
+  ASSERT_TRUE(waitForSteps(root_ / "mh-sigint" / "result.json", 2)) << "the run made no progress";
+  kill(pids[0], SIGINT);
+  for (pid_t p : pids) EXPECT_NE(waitFor(p, 30), -1);
+  const json r = json::parse(std::ifstream(root_ / "mh-sigint" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  const std::string why = r.value("reason", "");
+  EXPECT_EQ(why.rfind("coordinator interrupted by signal 2", 0), 0u) << why;
+  EXPECT_EQ(why.find("Interrupted system call"), std::string::npos) << why;
 }
 
 // kill -STOP of rank 0 (the coordinator's process) for 10 s: the other rank gives up after 5 s,

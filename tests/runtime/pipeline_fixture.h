@@ -7,10 +7,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -99,6 +108,82 @@ class PipelineTest : public ::testing::Test {
   static fs::path root_;
 };
 inline fs::path PipelineTest::root_;
+
+// The TCP ports process `pid` listens on (its socket inodes against /proc/net/tcp).
+inline std::vector<int> listeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fdDir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(fdDir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char link[256] = {0};
+      if (readlink((fdDir + "/" + e->d_name).c_str(), link, sizeof link - 1) > 0 && std::string(link).rfind("socket:[", 0) == 0)
+        inodes.insert(std::string(link).substr(8, std::string(link).size() - 9));
+    }
+    closedir(d);
+  }
+  std::vector<int> ports;
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // header
+  while (std::getline(tcp, line)) {
+    std::istringstream in(line);
+    std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
+    in >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
+    if (st == "0A" && inodes.count(inode)) ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+// The pid of the child of `parent` whose command line has `arg` (a worker: "--rank\0001"), or -1.
+inline pid_t childWith(pid_t parent, const std::string& arg) {
+  DIR* d = opendir("/proc");
+  pid_t found = -1;
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    const pid_t p = std::atoi(e->d_name);
+    if (p <= 0) continue;
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string statText((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = statText.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(statText.substr(close + 2));
+    char state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream cmd("/proc/" + std::to_string(p) + "/cmdline");
+    const std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (cmdline.find(arg) != std::string::npos) found = p;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+// `n` TCP connections to 127.0.0.1:port that never send a byte (an outsider's held handshakes).
+inline std::vector<int> holdConnections(int port, int n) {
+  std::vector<int> fds;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < n; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);  // completes in the background
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+// How many of `fds` completed their connection (the server accepted them into its queue).
+inline int established(const std::vector<int>& fds) {
+  int n = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ++n;
+  }
+  return n;
+}
 
 
 }  // namespace slowpipe::runtime

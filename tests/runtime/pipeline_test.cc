@@ -22,7 +22,10 @@
 
 #include <torch/cuda.h>
 
+#include "compression/codec.h"
+#include "compression/frame.h"
 #include "emulator/command.h"
+#include "emulator/shaped_socket.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
 #include "runtime/stage_runner.h"
@@ -598,10 +601,11 @@ TEST_F(PipelineTest, WorkersThatFinishedWhileTheLauncherWasStoppedEndOk) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-// SIGTERM / SIGINT to `slowpipe run`: the reason names the signal (it said "launcher:
-// Interrupted system call": zmq::poll threw on EINTR before the signal was checked).
+// SIGTERM / SIGINT / SIGHUP to `slowpipe run`: the reason names the signal (it said "launcher:
+// Interrupted system call": zmq::poll threw on EINTR before the signal was checked; SIGHUP, an ssh
+// session closing, killed the launcher at once and left "running").
 TEST_F(PipelineTest, SignalToTheLauncherIsTheReason) {
-  for (const int sig : {SIGTERM, SIGINT}) {
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
     json spec = baseSpec(2, "gpipe");
     spec["training"]["max_steps"] = 0;
     json partial;
@@ -689,6 +693,61 @@ TEST_F(PipelineTest, PluginSeesTheSameContextAtBothEnds) {
   EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
   EXPECT_EQ(r["codec_states_match"], true);
   EXPECT_NE(r["codec_state"]["1"]["bwd_sender_digest"], 0);
+}
+
+// A plug-in that crashes (its decode dereferences NULL) in rank 1: the reason names the signal,
+// the plug-in and the entry point it crashed in (it named the signal only).
+TEST_F(PipelineTest, PluginCrashIsNamedInTheReason) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 4;
+  spec["compression"]["forward"] = std::string("plugin:path=") + CRASH_PLUGIN;
+  const json r = launch(spec, "plugin-crash", false);
+  EXPECT_EQ(r["status"], "failed");
+  const std::string why = r.value("reason", "");
+  EXPECT_NE(why.find("rank 1"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::string("inside codec plugin '") + CRASH_PLUGIN + "'"), std::string::npos) << why;
+  EXPECT_NE(why.find("in its decode"), std::string::npos) << why;
+}
+
+// A frame that passes every check of its own but does not fit the stage (a gradient of another
+// shape, sent to rank 0's data socket by a local process): the run fails naming the message, the
+// sender's rank and the shape, and no libtorch backtrace (25 frames of it were the reason).
+TEST_F(PipelineTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 0;
+  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
+  json partial;
+  const pid_t launcher = startRun(spec, "wrong-shape", &partial);
+  ASSERT_GE(partial["steps"].size(), 3u);
+  const pid_t rank0 = childWith(launcher, std::string("--rank") + '\0' + "0");
+  ASSERT_GT(rank0, 0);
+  const std::vector<int> ports = listeningPorts(rank0);
+  ASSERT_EQ(ports.size(), 1u);
+  zmq::context_t ctx(1);
+  zmq::socket_t push(ctx, zmq::socket_type::push);
+  push.set(zmq::sockopt::linger, 1000);
+  push.connect("tcp://127.0.0.1:" + std::to_string(ports[0]));
+  const auto codec = compression::makeCodec("none");
+  compression::FrameHeader h;
+  h.kind = compression::MessageKind::kGradient;
+  h.step = partial["steps"].size() + 5;  // ahead of rank 0: stashed until its turn
+  h.src = 1;
+  h.shape = {2, 3, 5};
+  const std::vector<float> x(30, 0.5f);
+  const compression::Bytes f = compression::encodeFrame(*codec, x.data(), h, {});
+  emulator::Envelope e;
+  e.sendTime = emulator::monotonicNow();
+  e.bytes = f.size();
+  push.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
+  push.send(zmq::buffer(f.data(), f.size()), zmq::send_flags::none);
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(launcher, &status, WNOHANG) == 0; ++i) usleep(100000);
+  const json r = json::parse(std::ifstream(root_ / "wrong-shape" / "result.json"));
+  EXPECT_EQ(r["status"], "failed");
+  const std::string why = r.value("reason", "");
+  EXPECT_NE(why.find("the gradient of micro-batch 0 from rank 1 (shape [2, 3, 5]) does not fit this stage"), std::string::npos) << why;
+  EXPECT_EQ(why.find("frame #"), std::string::npos) << why;
+  EXPECT_LT(why.size(), 1200u) << why;
 }
 
 // When stderr is a log, progress comes as whole lines (it was one '\r'-separated giant line).
