@@ -381,6 +381,20 @@ Topology topologyFromJson(const nlohmann::json& j, const std::string& where) {
   return t;
 }
 
+nlohmann::json tcpBimodalLinks(const Topology& t, const std::string& cc) {
+  nlohmann::json flagged = nlohmann::json::array();
+  auto check = [&](const std::string& name, const LinkSpec& l) {
+    nlohmann::json b = tcpBimodality(cc, 2 * l.latencyS);
+    if (b.is_null()) return;
+    b["link"] = name;
+    b["rtt_ms"] = 2000 * l.latencyS;
+    flagged.push_back(b);
+  };
+  check("default", t.defaultLink);
+  for (const auto& [pair, l] : t.overrides) check(std::to_string(pair.first) + "->" + std::to_string(pair.second), l);
+  return flagged;
+}
+
 void to_json(nlohmann::json& j, const Topology& t) {
   j = t.defaultLink;
   if (!t.overrides.empty()) {

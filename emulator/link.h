@@ -113,6 +113,9 @@ struct Topology {
 };
 Topology topologyFromJson(const nlohmann::json& j, const std::string& where);
 void to_json(nlohmann::json& j, const Topology& t);
+// The links of `t` the tcp model bills as one figure where the kernel has two (tcpBimodality under
+// congestion control `cc`), each with its name ("default", "a->b") and RTT; an empty array if none.
+nlohmann::json tcpBimodalLinks(const Topology& t, const std::string& cc);
 
 // Arrival-time bookkeeping of one directed link (the sender side keeps it).
 class LinkClock {

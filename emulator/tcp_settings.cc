@@ -46,6 +46,15 @@ TcpSettings tcpSettingsFromJson(const json& j, const std::string& where) {
   return t;
 }
 
+json tcpBimodality(const std::string& congestionControl, double rttS) {
+  if (!(congestionControl.empty() || congestionControl == "cubic") || rttS < 0.12) return nullptr;
+  return {{"bimodal_under_tcp", true},
+          {"why", "cubic's HyStart leaves the first slow start at one of two windows on paths of 120 ms RTT and more; "
+                  "every later message inherits the window (results/wan/idle_gap_validation)"},
+          {"model_follows", "the lower exit (the slower mode)"},
+          {"other_mode", "messages after an idle of 1-2 RTOs about 7-8% faster (measured at 200 ms RTT, 75 Mbps)"}};
+}
+
 json toJson(const TcpSettings& t) {
   json j = json::object();
   if (!t.congestionControl.empty()) j["congestion_control"] = t.congestionControl;

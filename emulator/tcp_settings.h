@@ -26,6 +26,17 @@ struct TcpSettings {
 TcpSettings tcpSettingsFromJson(const nlohmann::json& j, const std::string& where);
 nlohmann::json toJson(const TcpSettings& t);
 
+// Where the kernel's TCP has two outcomes that the tcp link model bills as one. Measured
+// (results/wan/idle_gap_validation, 10 kernel runs a case; issue 43's 75 Mbps / 120 ms path):
+// under cubic, HyStart leaves the connection's first slow start at one of two windows on paths of
+// 120 ms RTT and more (1,351 or 1,958-2,907 segments at 200 ms; 1,106 or 1,716 at 120 ms), and
+// every later message inherits it: after idle gaps of 1-2 RTOs the kernel's messages then take
+// 7-8% less in its other mode. The model follows the lower exit (the slower mode). At 50 and
+// 100 ms RTT, and under reno and bbr, the kernel had one mode. Returns, for a link of round trip
+// `rttS` under `congestionControl` ("" is Linux's default, cubic), {"bimodal_under_tcp": true,
+// "why", "model_follows", "other_mode"} or null.
+nlohmann::json tcpBimodality(const std::string& congestionControl, double rttS);
+
 // Applies `t` in namespace `ns` (sysctl -w) and returns the values read back. A congestion control
 // the namespace may not use (not in the kernel's tcp_available_congestion_control, or, outside
 // the initial namespace, not in tcp_allowed_congestion_control) is refused naming what it offers.

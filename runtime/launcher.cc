@@ -253,7 +253,8 @@ json Launcher::refusalsReport() const {
   for (const auto& [r, j] : rankRefusals_.items()) parts.push_back(j);
   for (const json& j : parts) {
     total["count"] = total["count"].get<int64_t>() + j.value("count", int64_t{0});
-    for (const auto& [kind, n] : j.value("by_kind", json::object()).items())
+    const json byKind = j.value("by_kind", json::object());  // named: a temporary's items() would dangle
+    for (const auto& [kind, n] : byKind.items())
       total["by_kind"][kind] = total["by_kind"].value(kind, int64_t{0}) + (n.is_number_integer() ? n.get<int64_t>() : 0);
   }
   return total;

@@ -109,6 +109,16 @@ void Launcher::setupNetwork() {
     result_["network"] = {{"backend", "user"}, {"mechanism", userMechanism(spec_.network.model)}};
   }
   result_["network"]["links"] = topo;
+  // Links on which the kernel's TCP has two outcomes the tcp model bills as one: flagged and said
+  // once, so one figure is not read as the answer (emulator::tcpBimodality).
+  if (spec_.network.backend == "user" && spec_.network.model == "tcp") {
+    const json flagged = emulator::tcpBimodalLinks(topo, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
+    if (!flagged.empty()) {
+      result_["network"]["tcp_bimodal"] = flagged;
+      std::fprintf(stderr, "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 120 ms): the kernel's HyStart exits at one of two "
+                   "windows, the tcp model bills the slower (result.json network.tcp_bimodal)\n", flagged.size());
+    }
+  }
   if (layout_.replicas > 1) {
     result_["network"]["dp_links"] = dpTopology(spec_);
     result_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";

@@ -185,6 +185,10 @@ class Replay : public runtime::Backend {
     result.setTimeline(events);
     result["simulated"] = true;
     result["network"] = {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}};
+    if (spec_.network.model == "tcp") {  // one figure where the kernel has two (emulator::tcpBimodality)
+      const json flagged = emulator::tcpBimodalLinks(topo_, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
+      if (!flagged.empty()) result["network"]["tcp_bimodal"] = flagged;
+    }
     if (R_ > 1) {
       result["network"]["dp_links"] = dpTopo_;
       result["network"]["dp_model"] = "pipelined";

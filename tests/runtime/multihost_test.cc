@@ -394,9 +394,13 @@ TEST_F(MultiHostTest, HeldConnectionsWithoutTheSecretNeitherStopTheRunNorGoUncou
   const json& refused = r["refused_connections"];
   std::printf("held %d on the rendezvous, %d on rank 1's data socket; refused %s\n", rvHeld, dataHeld, refused["by_kind"].dump().c_str());
   EXPECT_GE(rvHeld, 1000);
-  EXPECT_EQ(refused["coordinator"]["by_socket"].value("rendezvous", 0), rvHeld) << refused["coordinator"].dump();
-  EXPECT_EQ(refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0), dataHeld) << refused["ranks"]["1"].dump();
-  EXPECT_EQ(refused["count"].get<int>(), rvHeld + dataHeld) << refused.dump();
+  // Every held connection is counted; a few more may be (a worker's own connection evicted at
+  // the cap during the flood reconnects, and its first attempt counts).
+  const int onRv = refused["coordinator"]["by_socket"].value("rendezvous", 0);
+  EXPECT_GE(onRv, rvHeld);
+  EXPECT_LE(onRv, rvHeld + 10);
+  EXPECT_EQ(refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0), dataHeld) << refused["ranks"]["1"]["by_kind"].dump();
+  EXPECT_EQ(refused["count"].get<int>(), onRv + dataHeld) << refused["by_kind"].dump();
 }
 
 // A plug-in that crashes in rank 0 (its decode of the backward gradient) kills the coordinator
@@ -415,7 +419,7 @@ TEST_F(MultiHostTest, PluginCrashInRankZeroLeavesAFailedResultNamingThePlugin) {
     if (r["status"] != "running") break;
     usleep(100000);
   }
-  ASSERT_EQ(r["status"], "failed") << r.dump().substr(0, 400);
+  ASSERT_EQ(r["status"], "failed") << r.value("reason", "");
   const std::string why = r["reason"];
   EXPECT_NE(why.find("rank 0's process"), std::string::npos) << why;
   EXPECT_NE(why.find("SIGSEGV"), std::string::npos) << why;
@@ -460,8 +464,9 @@ TEST_F(MultiHostTest, StoppedCoordinatorWritesAFailedResultWithTheReason) {
   EXPECT_NE(r.value("reason", "").find("did not run for"), std::string::npos) << r.value("reason", "");
 }
 
-// kill -9 of rank 0: nothing can write a final status, so the next reader (on this host: the pid
-// is gone) sees the run as failed; the result carries the writer's pid, host and heartbeat.
+// kill -9 of rank 0: its process cannot write a final status; its keeper (a process of its own
+// session) does within seconds, and a reader of a result left "running" (keeper killed too) judges
+// by the writer's pid on this host, by its heartbeat elsewhere.
 TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
   json spec = baseSpec(2, "gpipe");
   spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
@@ -472,8 +477,18 @@ TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
   kill(pids[0], SIGKILL);
   waitpid(pids[0], nullptr, 0);
   EXPECT_NE(waitFor(pids[1], 15), -1);
-  const json r = json::parse(std::ifstream(root_ / "mh-kill0" / "result.json"));
-  ASSERT_EQ(r["status"], "running");
+  json finished;
+  for (int i = 0; i < 100; ++i) {
+    finished = json::parse(std::ifstream(root_ / "mh-kill0" / "result.json"));
+    if (finished["status"] != "running") break;
+    usleep(100000);
+  }
+  EXPECT_EQ(finished["status"], "failed");
+  EXPECT_NE(finished.value("reason", "").find("ended before the run did: it was killed or crashed"), std::string::npos)
+      << finished.value("reason", "");
+  json r = finished;
+  r["status"] = "running";  // as if the keeper had been killed as well
+  r.erase("reason");
   EXPECT_EQ(r["launcher"]["pid"], pids[0]);
   EXPECT_TRUE(r["launcher"]["heartbeat_unix_s"].is_number());
   std::string why;

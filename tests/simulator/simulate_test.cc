@@ -160,6 +160,22 @@ TEST(PlaceTest, LocalSearchFindsTheChain) {
   }
 }
 
+// Where the kernel's TCP has two outcomes (cubic's HyStart exit on paths of 120 ms RTT and more,
+// results/wan/idle_gap_validation), a projection under the tcp model says so per link instead of
+// presenting its one figure as the answer; reno, and shorter paths, are not flagged.
+TEST(SimulatorTest, LinksBimodalUnderTcpAreFlaggedInTheResult) {
+  runtime::RunSpec spec = tinySpec(2, 2, "gpipe", "tcp");
+  spec.network.links = {{"bandwidth", "75Mbps"}, {"latency", "60ms"}, {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
+  const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), SimOptions(2));
+  ASSERT_TRUE(r["network"].contains("tcp_bimodal")) << r["network"].dump();
+  ASSERT_EQ(r["network"]["tcp_bimodal"].size(), 1u) << r["network"]["tcp_bimodal"].dump();
+  EXPECT_EQ(r["network"]["tcp_bimodal"][0]["link"], "default");
+  EXPECT_EQ(r["network"]["tcp_bimodal"][0]["rtt_ms"], 120);
+  EXPECT_EQ(r["network"]["tcp_bimodal"][0]["model_follows"], "the lower exit (the slower mode)");
+  spec.network.tcp = {{"congestion_control", "reno"}};
+  EXPECT_FALSE(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), SimOptions(2))["network"].contains("tcp_bimodal"));
+}
+
 // The ns-3 tier (network.model ns3): a build without it refuses by name; with it, a run over two
 // nodes replays on ns-3's scheduler with each message a TCP flow, within 10% of the tcp model's
 // step time where one connection per direction has its links to itself, every message recorded;
