@@ -27,14 +27,14 @@ TcpSettings tcpSettingsFromJson(const nlohmann::json& j, const std::string& wher
 nlohmann::json toJson(const TcpSettings& t);
 
 // Where the kernel's TCP has two outcomes that the tcp link model bills as one. Measured
-// (results/wan/idle_gap_validation, 10 kernel runs a case; issue 43's 75 Mbps / 120 ms path):
-// under cubic, HyStart leaves the connection's first slow start at one of two windows on paths of
-// 120 ms RTT and more (1,351 or 1,958-2,907 segments at 200 ms; 1,106 or 1,716 at 120 ms), and
-// every later message inherits it: after idle gaps of 1-2 RTOs the kernel's messages then take
-// 7-8% less in its other mode. The model follows the lower exit (the slower mode). At 50 and
-// 100 ms RTT, and under reno and bbr, the kernel had one mode. Returns, for a link of round trip
-// `rttS` under `congestionControl` ("" is Linux's default, cubic), {"bimodal_under_tcp": true,
-// "why", "model_follows", "other_mode"} or null.
+// (results/wan/idle_gap_validation: 75 Mbps, 4 MiB messages after 1-2 RTOs of idle, 20
+// connections per RTT and congestion control): under cubic, HyStart leaves the connection's first
+// slow start at one of several windows, and every later message inherits it. At RTT 100 ms 4 of
+// 20 connections left at 1,055-1,665 segments instead of 750 (later messages 4-7% faster); at
+// 200 ms 8 of 20 at 1,958-2,907 instead of 1,350 (7-8% faster); issue 43 saw 1,106 and 1,716 at
+// 120 ms. At 50 ms one of 20 left elsewhere and no message moved by 1%; reno and bbr had one
+// outcome. Returns, for a link of round trip `rttS` under `congestionControl` ("" is Linux's
+// default, cubic), {"bimodal_under_tcp": true, "why", "measured", "model_follows"} or null.
 nlohmann::json tcpBimodality(const std::string& congestionControl, double rttS);
 
 // Applies `t` in namespace `ns` (sysctl -w) and returns the values read back. A congestion control

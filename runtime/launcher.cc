@@ -277,13 +277,15 @@ int launchRun(const RunSpec& spec, const LaunchOptions& opt) {
   namespace fs = std::filesystem;
   // Before anything is written: the folder may hold another live run's files.
   FolderLock lock(opt.outDir, "run");
-  for (const char* name : {"result.json", "spec.json"}) {
-    const fs::path p = fs::path(opt.outDir) / name;
+  // A result.json that is a folder: no result could ever be written (it ended in a JSON parse
+  // error), so the run is refused here; every other setup failure is a failed result.
+  {
+    const fs::path p = fs::path(opt.outDir) / "result.json";
     std::error_code ec;
     const auto st = fs::symlink_status(p, ec);
     if (!ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_symlink(st))
       throw std::invalid_argument("'" + p.string() + "' is a " + (fs::is_directory(st) ? "folder" : "special file") +
-                                  ", not a file: the run writes its " + name + " there; remove it or choose another --out");
+                                  ", not a file: the run writes its result there; remove it or choose another --out");
   }
   detail::Launcher l(spec, opt);
   return l.run();

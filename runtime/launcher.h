@@ -33,7 +33,9 @@ struct LaunchOptions {
   } external;
 };
 
-// Returns 0 when the run completed, 1 when it failed (the result says why).
+// Returns 0 when the run completed, 1 when it failed (the result says why). Throws, writing
+// nothing, only when the output folder cannot take this run's result: another slowpipe process
+// holds it (FolderInUse, runtime/result.h) or its result.json is a folder.
 int launchRun(const RunSpec& spec, const LaunchOptions& opt);
 // The signal (SIGINT/SIGTERM) that interrupted a launch in this process, or 0. A sweep stops on it.
 int launchInterrupted();

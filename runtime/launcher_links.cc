@@ -115,8 +115,8 @@ void Launcher::setupNetwork() {
     const json flagged = emulator::tcpBimodalLinks(topo, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
     if (!flagged.empty()) {
       result_["network"]["tcp_bimodal"] = flagged;
-      std::fprintf(stderr, "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 120 ms): the kernel's HyStart exits at one of two "
-                   "windows, the tcp model bills the slower (result.json network.tcp_bimodal)\n", flagged.size());
+      std::fprintf(stderr, "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 100 ms): the kernel's HyStart leaves slow start at one "
+                   "of several windows, the tcp model bills one outcome (result.json network.tcp_bimodal)\n", flagged.size());
     }
   }
   if (layout_.replicas > 1) {

@@ -172,7 +172,12 @@ class CoordinatorThread {
     std::future<std::string> isReady = ready->get_future();
     o.external.ready = [ready](const std::string& error) { ready->set_value(error); };
     thread_ = std::thread([this, o] {
-      rc_ = launchRun(spec_, o);
+      try {
+        rc_ = launchRun(spec_, o);
+      } catch (const std::exception& e) {  // the folder cannot take this run's result (held, or a folder)
+        if (o.external.ready) o.external.ready(e.what());
+        rc_ = 2;
+      }
       done_ = true;
     });
     const std::string error = isReady.get();  // the corpus is prepared before the rendezvous listens

@@ -15,6 +15,8 @@ Definitions (fixed before the grid was measured):
   decided by     the first message's window at its end (cwnd_after, segments: where slow start
                  left off, HyStart's exit point) and the window the message after the gap started
                  with (cwnd_before), each side's range
+  exits          per (RTT, cc), over both gaps' runs (their first message is the same): the first
+                 message's cwnd_after, grouped within 2% of each other, with counts
 Done when (issue 43): median |error| <= 5% and no outside above 10%.
 """
 import glob
@@ -83,12 +85,26 @@ def summarize(d):
                 row["two_modes"] = {"fast": side(lo), "slow": side(hi), "model_follows": follows,
                                     "gap_s": hi_min - lo_max}
             rows.append(row)
+    exits = []
+    groups = {}
+    for (delay, cc, gap), runs in load(d).items():
+        groups.setdefault((delay, cc), []).extend(r["messages"][0]["kernel"]["cwnd_after"] for r in runs)
+    for (delay, cc), values in sorted(groups.items()):
+        clusters = []
+        for v in sorted(values):
+            if clusters and v <= 1.02 * clusters[-1][0]:
+                clusters[-1].append(v)
+            else:
+                clusters.append([v])
+        exits.append({"rtt_ms": 2 * delay, "cc": cc, "connections": len(values),
+                      "exits": [{"cwnd": [c[0], c[-1]], "connections": len(c)} for c in clusters]})
     errs = [abs(r["error"]) for r in rows]
     out = {"rows": rows, "cases": len({(r["delay_ms"], r["cc"], r["gap_rto"]) for r in rows}),
            "median_abs_error": statistics.median(errs) if errs else None,
            "max_abs_error": max(errs) if errs else None,
            "max_outside": max((r["outside"] for r in rows), default=None),
            "two_mode_messages": sum(1 for r in rows if "two_modes" in r),
+           "first_slow_start_exits": exits,
            "done_when": {"median_abs_error_le": 0.05, "outside_le": 0.10}}
     out["holds"] = out["median_abs_error"] is not None and out["median_abs_error"] <= 0.05 and out["max_outside"] <= 0.10
     return out
@@ -107,6 +123,12 @@ def printout(s):
         lines.append("%3d ms %-5s %.2f RTO (%.3f s)  %d   %.3f / %.3f / %.3f  (n=%d)   %.3f   %+6.1f%%  %5.1f%%  %s" % (
             r["rtt_ms"], r["cc"], r["gap_rto"], r["idle_s"], r["message"], k["min"], k["median"], k["max"], r["runs"],
             r["model_s"], 100 * r["error"], 100 * r["outside"], m))
+    lines.append("")
+    lines.append("Where the first slow start ended (the first message's cwnd_after, segments; connections):")
+    for e in s["first_slow_start_exits"]:
+        lines.append("  RTT %3d ms %-5s %s" % (e["rtt_ms"], e["cc"], ", ".join(
+            "%s: %d" % (("%d" % x["cwnd"][0]) if x["cwnd"][0] == x["cwnd"][1] else "%d-%d" % tuple(x["cwnd"]), x["connections"])
+            for x in e["exits"])))
     lines.append("")
     lines.append("%d cases, %d messages after a gap: median |error| %.1f%%, max |error| %.1f%%, max outside the kernel's range %.1f%%; "
                  "%d messages with two kernel modes; done-when (median <= 5%%, outside <= 10%%) %s" % (
