@@ -233,6 +233,7 @@ int Launcher::fail(const std::string& reason) {
 json Launcher::finalDoc() {
   result_["launcher"]["heartbeat_unix_s"] = unixNow();
   result_["refused_connections"] = refusalsReport();
+  result_["bad_messages"] = {{"count", badMessages_}, {"first", badFirst_}};
   return result_.snapshot();
 }
 
@@ -242,6 +243,22 @@ void Launcher::writeHeartbeat() {
   if (now() - lastWrite_ < kHeartbeatWriteS) return;
   writeJsonAtomically(resultPath_, finalDoc());
   lastWrite_ = now();
+}
+
+// A record from the local control socket (ipc: this host's processes), checked as the external
+// coordinator checks its own: malformed ones are counted, not parsed into an exception.
+bool Launcher::handleChecked(const zmq::message_t& m) {
+  const json rec = json::parse(m.to_string(), nullptr, false);
+  if (const std::string problem = recordProblem(rec); !problem.empty()) {
+    badMessage("control", problem);
+    return true;
+  }
+  try {
+    return handle(rec);
+  } catch (const json::exception& e) {
+    badMessage("control", rec.value("type", "?") + " record: " + e.what());
+    return true;
+  }
 }
 
 // What every listening socket refused (runtime/listen_guard.h): the coordinator's and each rank's,

@@ -101,7 +101,6 @@ class ExternalCoordinator {
     if (rc == 0) l_.result_.ok();
     l_.coordinatorRefusals_ = refusals_.report();
     l_.coordinatorRefusals_["zap"] = gate_.refusals();
-    l_.result_["bad_messages"] = {{"count", l_.badMessages_}, {"first", l_.badFirst_}};
     writeJsonAtomically(l_.resultPath_, l_.finalDoc());
     for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
       publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", l_.result_.reason()}});
@@ -191,8 +190,14 @@ class ExternalCoordinator {
         l_.badMessage("control", problem);
         continue;
       }
-      const int r = rec["rank"];
-      if (r >= 0 && r < l_.N_) lastSeen_[r] = now();
+      const int64_t r64 = rec["rank"].get<int64_t>();
+      if (r64 < 0 || r64 >= l_.N_) {  // every rank from the wire is range-checked
+        l_.badMessage("control", rec["type"].get<std::string>().substr(0, 40) + " record for rank " + std::to_string(r64) +
+                                     ", not a rank of this run (0.." + std::to_string(l_.N_ - 1) + ")");
+        continue;
+      }
+      const int r = static_cast<int>(r64);
+      lastSeen_[r] = now();
       if (rec["type"] == "beat") continue;
       try {
         if (rec["type"] == "hello" && rec.contains("clock")) l_.result_["clock"][std::to_string(r)] = rec["clock"];

@@ -115,7 +115,7 @@ int Launcher::supervise() {
     writeHeartbeat();
     zmq::message_t m;
     while (control.recv(m, zmq::recv_flags::dontwait))
-      if (!handle(json::parse(m.to_string()))) return fail(error_);
+      if (!handleChecked(m)) return fail(error_);
     if (!sentPeers && static_cast<int>(hellos_.size()) == N_) {
       for (int r = 0; r < N_; ++r) {
         const json table = peerTable(r);
@@ -138,7 +138,7 @@ int Launcher::supervise() {
         for (const double until = now() + (clean ? 2.0 : 0.2); !w.done && now() < until;) {
           pollControl(control, 20);
           while (control.recv(m, zmq::recv_flags::dontwait))
-            if (!handle(json::parse(m.to_string()))) return fail(error_);
+            if (!handleChecked(m)) return fail(error_);
         }
         if (!clean || !w.done) {
           // A crash names itself in the rank's log (runtime/worker.h installCrashReport), with the

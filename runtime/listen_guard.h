@@ -90,7 +90,6 @@ class ListenGuard {
   std::map<std::string, int64_t> byKind_, bySocket_;
   std::vector<nlohmann::json> first_;
   std::map<std::string, int> printed_;  // refusals printed per socket (the first 5)
-  std::atomic<int64_t> pendingEvents_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -133,8 +133,10 @@ json RendezvousClient::call(const json& request, double timeoutS) {
       if (monitor_.recv(ev) && ev.more()) (void)monitor_.recv(addr);
       uint16_t id = 0;
       if (ev.size() >= 2) std::memcpy(&id, ev.data(), 2);
+      // A refused handshake is one FAILED event (its DISCONNECTED follows and is not another
+      // refusal: counting both said "refused 3 times" where the server had refused twice).
       if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) handshook = true;
-      else if (!handshook) ++handshakeFailures_;
+      else if (!handshook && id != ZMQ_EVENT_DISCONNECTED) ++handshakeFailures_;
       if (handshakeFailures_ >= 3)
         throw std::runtime_error("the rendezvous at " + endpoint_ + " refused this process's handshake " +
                                  std::to_string(handshakeFailures_) + " times: its secret (SLOWPIPE_SECRET_FILE) differs "

@@ -272,6 +272,47 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   fs::remove_all(root);
 }
 
+// A spec nested 100,000 deep crashed the CLI (SIGSEGV in a recursive copy, no message): refused
+// by name, exit status 2, no result.
+TEST(SweepRunTest, ADeeplyNestedSpecIsRefusedByName) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-deep-" + std::to_string(getpid()));
+  fs::create_directories(root);
+  std::ofstream(root / "deep.json") << "{\"name\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "run", (root / "deep.json").string(), "--out", (root / "out").string()});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("deep.json' is nested more than 128"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(root / "out" / "result.json"));
+  fs::remove_all(root);
+}
+
+// Two sweeps into one --out (both pretrained into base.pt.tmp for 114 s before one was refused):
+// while one holds the folder, the second is refused at once, naming the holder.
+TEST(SweepRunTest, ASecondSweepIntoOneFolderIsRefusedAtOnce) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-lock-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  const json sweep = tinySweep(root);
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const fs::path out = root / "out";
+  const std::vector<std::string> argv = {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string()};
+  const pid_t first = fork();
+  if (first == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(SLOWPIPE_BINARY, "slowpipe", "sweep", (root / "sweep.json").c_str(), "--out", out.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 100 && !fs::exists(out / ".slowpipe.lock"); ++i) usleep(50000);  // it holds the folder
+  usleep(200000);
+  const auto second = slowpipe::emulator::runCommand(argv);
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  EXPECT_NE(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("is in use by slowpipe sweep (pid " + std::to_string(first)), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("pretrain"), std::string::npos) << "the second sweep pretrained: " << second.output;
+  fs::remove_all(root);
+}
+
 TEST(SweepRunTest, RepeatSeedsTrainEachRepeatOnItsOwnSeed) {
   const fs::path root = fs::temp_directory_path() / ("slowpipe-seeds-test-" + std::to_string(getpid()));
   json sweep = tinySweep(root);

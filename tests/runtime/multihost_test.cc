@@ -283,6 +283,12 @@ TEST_F(MultiHostTest, WrongSecretFailsTheRendezvousWithAClearMessage) {
   EXPECT_GE(r["refused_connections"]["count"].get<int>(), 1) << r["refused_connections"].dump();
   EXPECT_TRUE(r["refused_connections"]["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)"))
       << r["refused_connections"].dump();
+  // Both ends count the same refusals (the worker said 3 where the coordinator had counted 2).
+  const std::string said = "refused this process's handshake ";
+  const size_t at = log.find(said);
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(std::stoi(log.substr(at + said.size())), r["refused_connections"]["coordinator"]["by_socket"].value("rendezvous", 0))
+      << log << r["refused_connections"]["coordinator"].dump();
 }
 
 // Waits until rank 0's result.json has `steps` steps (true) or 60 s passed (false).
@@ -570,6 +576,9 @@ TEST_F(MultiHostTest, KilledRankStopsEveryRankWithin5Seconds) {
   EXPECT_LT(stopped, 5.0);
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
+  // The host is the rank's own word (any holder of the secret may join under any name), said so,
+  // with the address its connection came from.
+  EXPECT_NE(r["reason"].get<std::string>().find("as it said at its join, connected from 127.0.0.1:"), std::string::npos) << r["reason"];
   EXPECT_GE(r["steps"].size(), 2u);
 }
 

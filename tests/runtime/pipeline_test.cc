@@ -662,6 +662,24 @@ TEST_F(PipelineTest, SetupFailureBeforeAnyProcessIsAFailedResult) {
   EXPECT_NE(r.value("reason", "").find("spec.json"), std::string::npos) << r.value("reason", "");
 }
 
+// A result.json that is a folder: no result could be written there, so the run is refused before
+// anything starts, naming it (it ended in a JSON parse error).
+TEST_F(PipelineTest, AResultThatIsAFolderIsRefusedByName) {
+  const fs::path out = root_ / "result-folder";
+  fs::create_directories(out / "result.json");
+  LaunchOptions o;
+  o.outDir = out.string();
+  o.exe = SLOWPIPE_BINARY;
+  o.progress = false;
+  try {
+    launchRun(runSpecFromJson(baseSpec(2, "gpipe")), o);
+    FAIL() << "a run started with a folder for its result";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("result.json' is a folder, not a file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(out / "result.json"));
+}
+
 // Fewer validation examples than micro_batch_size: evaluated as one partial batch (it was 0/0).
 TEST_F(PipelineTest, ValidationSetSmallerThanAMicroBatchIsEvaluated) {
   json spec = baseSpec(2, "gpipe");

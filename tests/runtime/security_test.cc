@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "runtime/listen_guard.h"
+#include "tests/runtime/held_connections.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -96,27 +97,12 @@ int openDescriptors() {
   return n;
 }
 
-// `n` TCP connections to 127.0.0.1:port that send nothing (an outsider's half-open handshakes).
-std::vector<int> holdConnections(int port, int n) {
-  std::vector<int> fds;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (int i = 0; i < n; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);  // EINPROGRESS: completes in the background
-    fds.push_back(fd);
-  }
-  return fds;
-}
-
 int portOf(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
 
 // 300 connections that never say a word, against a CURVE server whose guard allows 16 of them
 // unauthenticated and 1 s to finish a handshake: the server holds at most about the cap at any
 // time (libzmq held every one for 30 s: 1,100 took a rank past its 1,024 descriptors), a real
-// client still gets through during the flood, and every one of the 300 is counted by kind.
+// client still gets through during the flood, and every one that reached the server is counted.
 TEST(ListenGuardTest, HeldConnectionsAreCappedTimedOutAndEveryOneCounted) {
   zmq::context_t ctx(1);
   CurveGate gate(ctx);
@@ -149,15 +135,21 @@ TEST(ListenGuardTest, HeldConnectionsAreCappedTimedOutAndEveryOneCounted) {
   push.send(zmq::str_buffer("through the flood"), zmq::send_flags::none);
   std::string got;
   EXPECT_TRUE(receives(pull, &got, 5000)) << "the real client did not get through";
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // past the handshake timeout
-  const nlohmann::json r = guard.report();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the handshake timeout
+  // The connections the server's kernel completed (under load some SYNs wait for a retry); the
+  // rest never reached the socket. Closing ours ends those still queued, which libzmq then
+  // accepts and sees fail: every completed one is counted.
+  const int completed = established(held);
   for (int fd : held) close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const nlohmann::json r = guard.report();
   std::printf("server descriptors at most +%d during the flood; refusals %s\n", most, r["by_kind"].dump().c_str());
   EXPECT_LE(most, 16 + 24) << "the cap did not hold";  // the cap, plus accepts the guard has not seen yet
-  EXPECT_EQ(r["count"], 300) << r.dump();
-  EXPECT_EQ(r["by_socket"]["data from rank 1"], 300) << r.dump();
-  EXPECT_TRUE(r["by_kind"].contains("over the cap of 16 connections not yet authenticated")) << r.dump();
-  EXPECT_TRUE(r["by_kind"].contains("handshake timed out (1000 ms)")) << r.dump();
+  EXPECT_GE(completed, 200);
+  EXPECT_EQ(r["count"], completed) << r["by_kind"].dump();
+  EXPECT_EQ(r["by_socket"]["data from rank 1"], completed) << r["by_kind"].dump();
+  EXPECT_TRUE(r["by_kind"].contains("over the cap of 16 connections not yet authenticated")) << r["by_kind"].dump();
+  EXPECT_TRUE(r["by_kind"].contains("handshake timed out (1000 ms)")) << r["by_kind"].dump();
   EXPECT_EQ(r["first"][0]["address"].get<std::string>().rfind("127.0.0.1:", 0), 0u) << r["first"][0].dump();
 }
 
