@@ -39,7 +39,9 @@ bool Launcher::handle(const json& rec) {
     timelines_[r] = rec.value("timeline", json::array());
     if (doneCount_ == N_) recordTimeline();
   } else if (type == "error") {
-    error_ = "rank " + std::to_string(r) + ": " + rec.value("message", "error");
+    // The worker's message names its rank already where it says "rank N: ...": not twice.
+    const std::string prefix = "rank " + std::to_string(r) + ": ", message = rec.value("message", "error");
+    error_ = message.rfind(prefix, 0) == 0 ? message : prefix + message;
     return false;
   }
   return true;

@@ -14,9 +14,9 @@
 #include <functional>
 #include <thread>
 
-#include "compression/crc32c.h"
 #include "compression/frame.h"
 #include "emulator/shaped_socket.h"
+#include "tests/runtime/impostor.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -273,23 +273,7 @@ class ImpostorTest : public ::testing::Test {
     const auto x = ramp(1, 24);
     return compression::encodeFrame(*codec, x.data(), h, {});
   }
-  // The frame with its shape replaced (ndim kept) and its checksum made right again.
-  static compression::Bytes withShape(compression::Bytes f, const compression::Shape& shape) {
-    std::memcpy(f.data() + 32, shape.data(), 8 * shape.size());
-    const size_t lenAt = 32 + 8 * shape.size() + 4 + 8 * 2, payloadAt = lenAt + 12;
-    uint32_t crc = compression::crc32c(f.data(), lenAt + 8);
-    crc = compression::crc32c(f.data() + payloadAt, f.size() - payloadAt, crc);
-    std::memcpy(f.data() + lenAt + 8, &crc, 4);
-    return f;
-  }
-  void sendRaw(const std::string& payload, double arrival) {
-    emulator::Envelope e;
-    e.sendTime = emulator::monotonicNow();
-    e.arrivalTime = arrival;
-    e.bytes = payload.size();
-    push.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
-    push.send(zmq::buffer(payload), zmq::send_flags::none);
-  }
+  void sendRaw(const std::string& payload, double arrival) { sendShaped(push, payload.data(), payload.size(), arrival); }
   // Receives the activation rank 1 waits for: the error it fails with, the seconds it took and
   // the peak-memory growth of this process (MiB).
   std::string refusal(double* seconds, double* grewMiB) {
@@ -310,7 +294,7 @@ class ImpostorTest : public ::testing::Test {
 };
 
 TEST_F(ImpostorTest, AShapeLargerThanAnyFrameOfTheRunIsRefusedBeforeItIsAllocated) {
-  const compression::Bytes f = withShape(frame(), {2, 128, 4194304});
+  const compression::Bytes f = withShape(frame(), {2, 128, 4194304}, 2);
   sendRaw(std::string(f.begin(), f.end()), 0);
   double s = 0, grew = 0;
   const std::string what = refusal(&s, &grew);

@@ -30,6 +30,7 @@
 #include "runtime/launcher.h"
 #include "runtime/stage_runner.h"
 #include "runtime/worker.h"
+#include "tests/runtime/impostor.h"
 #include "tests/runtime/pipeline_fixture.h"
 
 #include <sys/mount.h>
@@ -727,20 +728,21 @@ TEST_F(PipelineTest, PluginCrashIsNamedInTheReason) {
   EXPECT_NE(why.find("in its decode"), std::string::npos) << why;
 }
 
-// A frame that passes every check of its own but does not fit the stage (a gradient of another
-// shape, sent to rank 0's data socket by a local process): the run fails naming the message, the
-// sender's rank and the shape, and no libtorch backtrace (25 frames of it were the reason).
-TEST_F(PipelineTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
-  json spec = baseSpec(2, "gpipe");
-  spec["training"]["max_steps"] = 0;
-  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
-  json partial;
-  const pid_t launcher = startRun(spec, "wrong-shape", &partial);
-  ASSERT_GE(partial["steps"].size(), 3u);
+// A local process that sends rank 0 a gradient for a step ahead (stashed until its turn), as
+// rank 1's socket would: a genuine frame with its shape rewritten to `shape`. Returns the seconds
+// from the send to the launcher's exit and rank 0's peak-memory growth (VmHWM, MiB) meanwhile.
+std::pair<double, double> injectGradient(pid_t launcher, const json& partial, const compression::Shape& shape) {
   const pid_t rank0 = childWith(launcher, std::string("--rank") + '\0' + "0");
-  ASSERT_GT(rank0, 0);
-  const std::vector<int> ports = listeningPorts(rank0);
-  ASSERT_EQ(ports.size(), 1u);
+  const std::vector<int> ports = rank0 > 0 ? listeningPorts(rank0) : std::vector<int>{};
+  if (ports.size() != 1) return {-1, -1};
+  auto peakKiB = [rank0] {
+    std::ifstream in("/proc/" + std::to_string(rank0) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+    return -1L;
+  };
+  const long before = peakKiB();
   zmq::context_t ctx(1);
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 1000);
@@ -752,20 +754,57 @@ TEST_F(PipelineTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
   h.src = 1;
   h.shape = {2, 3, 5};
   const std::vector<float> x(30, 0.5f);
-  const compression::Bytes f = compression::encodeFrame(*codec, x.data(), h, {});
-  emulator::Envelope e;
-  e.sendTime = emulator::monotonicNow();
-  e.bytes = f.size();
-  push.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
-  push.send(zmq::buffer(f.data(), f.size()), zmq::send_flags::none);
+  const compression::Bytes f = withShape(compression::encodeFrame(*codec, x.data(), h, {}), shape, 0);
+  const double t0 = emulator::monotonicNow();
+  sendShaped(push, f.data(), f.size());
+  long peak = before;
   int status = 0;
-  for (int i = 0; i < 600 && waitpid(launcher, &status, WNOHANG) == 0; ++i) usleep(100000);
+  for (int i = 0; i < 3000 && waitpid(launcher, &status, WNOHANG) == 0; ++i) {
+    peak = std::max(peak, peakKiB());
+    usleep(20000);
+  }
+  return {emulator::monotonicNow() - t0, (peak - before) / 1024.0};
+}
+
+// A frame that passes every check of its own but does not fit the stage (a gradient of another
+// shape, sent to rank 0's data socket by a local process): the run fails naming the message, the
+// sender's rank and the shape, and no libtorch backtrace (25 frames of it were the reason).
+TEST_F(PipelineTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 0;
+  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
+  json partial;
+  const pid_t launcher = startRun(spec, "wrong-shape", &partial);
+  ASSERT_GE(partial["steps"].size(), 3u);
+  const auto [seconds, grewMiB] = injectGradient(launcher, partial, {2, 3, 5});
+  ASSERT_GE(seconds, 0) << "rank 0's data socket not found";
   const json r = json::parse(std::ifstream(root_ / "wrong-shape" / "result.json"));
   EXPECT_EQ(r["status"], "failed");
   const std::string why = r.value("reason", "");
   EXPECT_NE(why.find("the gradient of micro-batch 0 from rank 1 (shape [2, 3, 5]) does not fit this stage"), std::string::npos) << why;
   EXPECT_EQ(why.find("frame #"), std::string::npos) << why;
   EXPECT_LT(why.size(), 1200u) << why;
+}
+
+// The impostor's frame of issue 43: a header announcing 1 G elements over a 120-byte payload
+// (rank 0 allocated 4.33 GB before it checked the payload's length). The run fails within 5 s,
+// naming the sender and the shape; rank 0's peak memory grows by less than 64 MiB.
+TEST_F(PipelineTest, AHeaderAnnouncingMoreThanAnyFrameFailsTheRunWithoutTheMemory) {
+  json spec = baseSpec(2, "gpipe");
+  spec["training"]["max_steps"] = 0;
+  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
+  json partial;
+  const pid_t launcher = startRun(spec, "huge-shape", &partial);
+  ASSERT_GE(partial["steps"].size(), 3u);
+  const auto [seconds, grewMiB] = injectGradient(launcher, partial, {2, 128, 4194304});
+  ASSERT_GE(seconds, 0) << "rank 0's data socket not found";
+  const json r = json::parse(std::ifstream(root_ / "huge-shape" / "result.json"));
+  std::printf("failed %.2f s after the frame, rank 0's peak memory +%.1f MiB: %s\n", seconds, grewMiB, r.value("reason", "").c_str());
+  EXPECT_EQ(r["status"], "failed");
+  const std::string why = r.value("reason", "");
+  EXPECT_NE(why.find("from rank 1 was refused: frame: shape [2, 128, 4194304]"), std::string::npos) << why;
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_LT(grewMiB, 64.0);
 }
 
 // When stderr is a log, progress comes as whole lines (it was one '\r'-separated giant line).
