@@ -449,6 +449,9 @@ TEST_F(MultiHostTest, SignalToRankZeroIsTheReason) {
   const std::string why = r.value("reason", "");
   EXPECT_EQ(why.rfind("coordinator interrupted by signal 2", 0), 0u) << why;
   EXPECT_EQ(why.find("Interrupted system call"), std::string::npos) << why;
+  // Nor does rank 0's own log take the EINTR for the cause.
+  const std::string log = readFile(root_ / "mh-sigint-w0.log");
+  EXPECT_EQ(log.find("Interrupted system call"), std::string::npos) << log;
 }
 
 // kill -STOP of rank 0 (the coordinator's process) for 10 s: the other rank gives up after 5 s,
