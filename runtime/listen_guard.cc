@@ -50,12 +50,24 @@ struct ListenGuard::Watched {
 };
 
 ListenGuard::ListenGuard(zmq::context_t& ctx, Limits limits) : ctx_(ctx), limits_(limits) {
-  thread_ = std::thread([this] { serve(); });
+  const std::string ep = "inproc://slowpipe-guard-wake-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  wakeRecv_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair);
+  wakeRecv_->set(zmq::sockopt::linger, 0);
+  wakeRecv_->bind(ep);
+  wakeSend_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair);
+  wakeSend_->set(zmq::sockopt::linger, 0);
+  wakeSend_->connect(ep);
+  thread_ = std::thread([this] { serve(); });  // owns wakeRecv_ from here on
 }
 
 ListenGuard::~ListenGuard() {
   stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    (void)wakeSend_->send(zmq::message_t(), zmq::send_flags::dontwait);
+  }
   if (thread_.joinable()) thread_.join();
+  wakeSend_->close();
 }
 
 void ListenGuard::watch(zmq::socket_t& s, const std::string& name, bool curve, int extraEvents) {
@@ -74,6 +86,7 @@ void ListenGuard::watch(zmq::socket_t& s, const std::string& name, bool curve, i
   w->pair->connect(ep);  // connected here, read by the thread (handed over under mu_)
   std::lock_guard<std::mutex> lock(mu_);
   added_.push_back(std::move(w));
+  (void)wakeSend_->send(zmq::message_t(), zmq::send_flags::dontwait);
 }
 
 void ListenGuard::serve() {
@@ -84,19 +97,23 @@ void ListenGuard::serve() {
       for (auto& w : added_) watched.push_back(std::move(w));
       added_.clear();
     }
-    std::vector<zmq::pollitem_t> items;
+    std::vector<zmq::pollitem_t> items = {{static_cast<void*>(*wakeRecv_), 0, ZMQ_POLLIN, 0}};
     for (auto& w : watched) items.push_back({static_cast<void*>(*w->pair), 0, ZMQ_POLLIN, 0});
     try {
-      if (items.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      else zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
-      for (size_t i = 0; i < items.size(); ++i)
-        if (items[i].revents & ZMQ_POLLIN) drain(*watched[i]);
+      // Events and watch() wake it at once; the timeout is a backstop only.
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(200));
+      zmq::message_t ignored;
+      while (wakeRecv_->recv(ignored, zmq::recv_flags::dontwait)) {
+      }
+      for (size_t i = 1; i < items.size(); ++i)
+        if (items[i].revents & ZMQ_POLLIN) drain(*watched[i - 1]);
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
       if (e.num() != EINTR) throw;
     }
   }
   for (auto& w : watched) w->pair->close();
+  wakeRecv_->close();
 }
 
 void ListenGuard::drain(Watched& w) {

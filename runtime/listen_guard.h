@@ -83,6 +83,9 @@ class ListenGuard {
 
   zmq::context_t& ctx_;
   const Limits limits_;
+  // watch() wakes the thread through this pair (sent under mu_; the other end is the thread's), so
+  // a new socket's monitor is read from its first event, not from the thread's next turn.
+  std::unique_ptr<zmq::socket_t> wakeSend_, wakeRecv_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Watched>> added_;  // handed to the thread at its next turn
   std::deque<Event> events_;

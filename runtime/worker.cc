@@ -111,10 +111,13 @@ void startResultKeeper(const std::string& resultPath, const std::string& crashFi
   if (child < 0) throw std::runtime_error("cannot start the result keeper: fork failed: " + std::string(std::strerror(errno)));
   if (child == 0) {
     ::setsid();  // out of the launcher's process group: mpirun's kill of the job's processes spares it
+    // Nothing of the launcher's output pipes: mpirun (or a test reading the output to its end)
+    // must not wait for the keeper.
     const int null = ::open("/dev/null", O_RDWR);
     if (null >= 0) {
       ::dup2(null, 0);
       ::dup2(null, 1);
+      ::dup2(null, 2);
     }
     ::execv(exe, argv.data());
     ::_exit(127);
