@@ -34,6 +34,15 @@ std::pair<double, double> bootstrapMedianInterval(const std::vector<double>& v, 
   return {at(0.025), at(0.975)};
 }
 
+std::string intervalText(int repeats) {
+  if (repeats >= kMinRepeatsForCi)
+    return "95% percentile bootstrap interval of the median over " + std::to_string(repeats) + " repeats (" +
+           std::to_string(kBootstrapResamples) + " resamples, seed 1; the bootstrap because step times and losses are "
+           "skewed and a median needs no normality)";
+  return "range (min to max) over " + std::to_string(repeats) + " repeat(s): with fewer than " + std::to_string(kMinRepeatsForCi) +
+         " the percentile bootstrap of the median is the range itself, so no confidence interval is claimed";
+}
+
 namespace {
 
 int compressionAxis(const SweepSpec& s) {
@@ -280,8 +289,8 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
           {"baseline", base},
           {"repeats", spec.repeats},
           {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"},
-          {"interval", "95% percentile bootstrap of the median over repeats (" + std::to_string(kBootstrapResamples) +
-                           " resamples, seed 1)"},
+          {"interval", intervalText(spec.repeats)},
+          {"interval_label", spec.repeats >= kMinRepeatsForCi ? "95% CI" : "range"},
           {"target", toJson(spec.target)},
           {"rows", rows}};
 }

@@ -5,6 +5,9 @@
 //
 // Intervals: percentile bootstrap of the median over the repeats (kBootstrapResamples resamples,
 // fixed seed, so a summary is reproducible). With one repeat the interval is the value itself.
+// Below kMinRepeatsForCi repeats that bootstrap's 2.5% and 97.5% points are the smallest and the
+// largest value (n <= 4), so it is reported as what it is, the range, and no "95% CI" is claimed
+// (summary "interval" and "interval_label", which figures and reports print).
 // Speed-up, ideal and efficiency are paired by repeat index: repeat k of a codec is compared with
 // repeat k of the baseline (and of itself at every link, for the ideal), which ran in the same round.
 // The ideal is the codec's fastest step over the sweep's links, so efficiency <= 1 in every round.
@@ -22,6 +25,10 @@
 namespace slowpipe::experiments {
 
 constexpr int kBootstrapResamples = 2000;
+constexpr int kMinRepeatsForCi = 5;
+
+// What the summary's intervals are, said for `repeats` (summary "interval").
+std::string intervalText(int repeats);
 
 double median(std::vector<double> v);
 // 95% percentile-bootstrap interval of the median of v (v non-empty).

@@ -10,6 +10,7 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVGs: a reader (and a test) can search it
 import matplotlib.pyplot as plt  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def lines_by_label(rows, key, lo=None, hi=None):
 
 
 def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
-    """One line per codec with its 95% interval over repeats as error bars."""
+    """One line per codec with its interval over repeats (the summary's: a 95% CI from 5 repeats, else the range) as error bars."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ideals = lines_by_label(rows, "ideal_speedup") if ideal else {}
     for label, pts in lines_by_label(rows, key, lo, hi).items():
@@ -204,7 +205,11 @@ def main():
     ok = [r for r in rows if r.get("status") == "ok"]
     if not ok:
         sys.exit(f"plot: {path} has no completed points")
-    reps = json.load(open(path)).get("repeats", 1)
+    summary_doc = json.load(open(path))
+    reps = summary_doc.get("repeats", 1)
+    # What the bars are: a 95% interval only from 5 repeats on; below, the range, said so.
+    ci = "95% bootstrap CI" if summary_doc.get("interval_label", "95% CI" if reps >= 5 else "range") == "95% CI" \
+        else "bars: range (under 5 repeats, no CI)"
     runs = {}  # every repeat of each point: loss curves with the repeats' band
     for r in ok:
         for k in range(reps):
@@ -214,10 +219,10 @@ def main():
     out = os.path.join(d, "figures")
     os.makedirs(out, exist_ok=True)
     versus_bandwidth(ok, "speedup", "speed-up over fp32 (throughput ratio)",
-                     f"speed-up vs bandwidth, median of {reps} with 95% CI (dotted: ideal)",
+                     f"speed-up vs bandwidth, median of n={reps}, {ci} (dotted: ideal)",
                      out, "speedup_vs_bandwidth", "speedup_lo", "speedup_hi", ideal=True)
     versus_bandwidth(ok, "throughput_tokens_per_s", "throughput (tokens/s)",
-                     f"throughput vs bandwidth, median of {reps} with 95% CI", out,
+                     f"throughput vs bandwidth, median of n={reps}, {ci}", out,
                      "throughput_vs_bandwidth", "throughput_lo", "throughput_hi")
     bws = sorted({r["bandwidth_bps"] for r in ok})
     for tag, bw in (("slowest", bws[0]), ("fastest", bws[-1])):
@@ -229,13 +234,13 @@ def main():
         what = (f"val loss <= {target['val_loss']:g}" if "val_loss" in target else
                 f"baseline's final val loss + {100 * target.get('tolerance', 0.01):g}%")
         versus_bandwidth(ok, "time_to_target_s", "time to target (s of wall time)",
-                         f"time to target ({what}), median of {reps} with 95% CI", out,
+                         f"time to target ({what}), median of n={reps}, {ci}", out,
                          "time_to_target_vs_bandwidth", "time_to_target_lo", "time_to_target_hi")
     else:
         print("skipped time_to_target_vs_bandwidth (no point reached its target in every repeat)")
     if any(r.get("val_loss_gap_vs_baseline") is not None for r in ok):
         versus_bandwidth(ok, "val_loss_gap_vs_baseline", "final val loss / baseline's - 1",
-                         f"quality gap vs the baseline, paired by repeat, median of {reps} with 95% CI", out,
+                         f"quality gap vs the baseline, paired by repeat, median of n={reps}, {ci}", out,
                          "val_loss_gap_vs_bandwidth", "val_loss_gap_lo", "val_loss_gap_hi")
     breakdown(ok, [bws[0], bws[-1]] if len(bws) > 1 else bws, out)
     timeline({p: rs[0] for p, rs in runs.items()}, ok, bws[0], out)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Markdown report of a sweep folder: the summary table (medians with 95% intervals over repeats)
+"""Markdown report of a sweep folder: the summary table (medians with their intervals over repeats:
+a 95% CI from 5 repeats on, the range below)
 and the AC-SGD claims, each judged at the bound of its interval.
 
 Usage: report.py DIR [--baseline fp32] [--acsgd "AC-SGD fw2/bw4"] [--directq "DirectQ fw2/bw4"] [--html FILE]
@@ -31,13 +32,19 @@ def ci(r, key, lo, hi, digits=2):
     return f"{r[key]:.{digits}f} [{r.get(lo, r[key]):.{digits}f}, {r.get(hi, r[key]):.{digits}f}]"
 
 
-COLUMNS = ["bandwidth", "codec", "tokens/s [95% CI]", "speed-up [95% CI]", "ideal [95% CI]", "efficiency [95% CI]",
-           "final val loss [95% CI]", "gap vs baseline [95% CI]", "time to target, s [95% CI]", "wire B/step",
-           "wait share", "link ok"]
+def columns(summary):
+    """The table's headers; the intervals named as the summary names them (a 95% CI only from 5
+    repeats on, else the range over the repeats), with n."""
+    reps = summary.get("repeats", 1)
+    label = summary.get("interval_label", "95% CI" if reps >= 5 else "range")
+    iv = f"[{label}, n={reps}]"
+    return ["bandwidth", "codec", f"tokens/s {iv}", f"speed-up {iv}", f"ideal {iv}", f"efficiency {iv}",
+            f"final val loss {iv}", f"gap vs baseline {iv}", f"time to target, s {iv}", "wire B/step",
+            "wait share", "link ok"]
 
 
 def table_cells(rows):
-    """One list of cell texts per row (COLUMNS), sorted by bandwidth then codec."""
+    """One list of cell texts per row (columns()), sorted by bandwidth then codec."""
     out = []
     for r in sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"])):
         g = r.get("val_loss_gap_vs_baseline")
@@ -56,9 +63,10 @@ def table_cells(rows):
     return out
 
 
-def table(rows):
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
+def table(rows, summary):
+    cols = columns(summary)
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     for cells in table_cells(rows):
         print("| " + " | ".join(cells) + " |")
 
@@ -104,7 +112,7 @@ def claims(rows, a):
     # The ideal (the codec's fastest step over the links) bounds the achieved speed-up in every
     # round by construction. What is checked instead is the physics behind it: no codec runs faster
     # on a slower link, i.e. T_codec(fastest link) <= T_codec(here) up to the noise of the two step
-    # times (tolerance: the relative widths of their own 95% intervals).
+    # times (tolerance: the relative widths of their own intervals).
     fastest = {}
     for r in rows:
         if r.get("mean_step_time_s") and (r["label"] not in fastest or r["bandwidth_bps"] > fastest[r["label"]]["bandwidth_bps"]):
@@ -188,11 +196,11 @@ def html_page(d, summary, rows, a):
            "font-size:12px}</style></head><body>",
            f"<h1>Sweep <code>{e(summary.get('sweep', ''))}</code></h1>",
            f"<p>{len(rows)} point(s), {reps} repeat(s) each; every figure is the median over the repeats with its "
-           f"{e(summary.get('interval', '95% interval'))}. Speed-ups and quality gaps are paired by repeat against "
+           f"{e(summary.get('interval', 'interval'))}. Speed-ups and quality gaps are paired by repeat against "
            f"<b>{e(a.baseline)}</b>. Time to target: {e(target_text(summary, a.baseline))} (null where a repeat never "
            f"reached it). {e(seeds_text(summary))}</p>",
            '<h2 id="summary">Summary</h2><table id="summary-table"><thead><tr>' +
-           "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr></thead><tbody>"]
+           "".join(f"<th>{e(c)}</th>" for c in columns(summary)) + "</tr></thead><tbody>"]
     for cells, r in zip(table_cells(rows), sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"]))):
         out.append(f'<tr class="point" data-point="{e(r["point"])}">' + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
@@ -256,7 +264,7 @@ def main():
         print(a.html)
         return
     print(f"{summary.get('repeats', 1)} repeats per point; intervals: {summary.get('interval', '-')}. {seeds_text(summary)}\n")
-    table(rows)
+    table(rows, summary)
     levels(rows, a)
     print("\nClaims (each judged at its interval's bound):\n")
     for text, ok in claims(rows, a):

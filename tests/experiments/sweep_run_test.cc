@@ -232,6 +232,12 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   EXPECT_GE(countOf(dom, "<svg"), svgs);
   for (const char* part : {"id=\"claims\"", "id=\"provenance\"", "id=\"spec\"", "id=\"links\"", "fig-quality_slowest"})
     EXPECT_NE(dom.find(part), std::string::npos) << part;
+  // Fewer than 5 repeats: the table and every figure say "range" with n, never "95% CI" (a
+  // percentile bootstrap over so few numbers is their range).
+  const std::string n = std::to_string(json::parse(std::ifstream(out / "summary.json"))["repeats"].get<int>());
+  EXPECT_EQ(dom.find("95% CI"), std::string::npos);
+  EXPECT_NE(dom.find("[range, n=" + n + "]"), std::string::npos) << dom.substr(dom.find("<thead>"), 300);
+  EXPECT_NE(dom.find("median of n=" + n + ", bars: range (under 5 repeats, no CI)"), std::string::npos);
   fs::remove_all(root);
 }
 
@@ -245,7 +251,8 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
 // A sweep whose spec changed since its copies ran (epochs 1 -> 3): the summary counts none of the
 // old copies as the new experiment (it summarized them as ok; the summary never checked
 // sweep_identity). The committed quickstart sweep, moved here: its checkpoint is not on this
-// machine, which alone does not make a copy another experiment.
+// machine, which alone does not make a copy another experiment. Its 5 repeats are reported with
+// a named 95% CI (rendered by Chromium).
 TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   const fs::path root = fs::temp_directory_path() / ("slowpipe-stale-" + std::to_string(getpid()));
   fs::remove_all(root);
@@ -259,6 +266,18 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   const size_t points = before["rows"].size();
   EXPECT_NE(r.output.find(std::to_string(points) + " point(s): " + std::to_string(points) + " ok"), std::string::npos) << r.output;
   EXPECT_TRUE(before["stale_copies"].empty()) << before["stale_copies"].dump();
+  // Five repeats: the interval is named a 95% CI, with its method, in the rendered report.
+  ASSERT_EQ(before["repeats"], 5);
+  EXPECT_NE(before["interval"].get<std::string>().find("95% percentile bootstrap interval of the median over 5 repeats"),
+            std::string::npos) << before["interval"];
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", root.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                                      "file://" + (root / "report.html").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[95% CI, n=5]"), std::string::npos);
+  EXPECT_NE(r.output.find("median of n=5, 95% bootstrap CI"), std::string::npos);
+  EXPECT_NE(r.output.find("95% percentile bootstrap interval of the median over 5 repeats"), std::string::npos);
   json sweep = json::parse(std::ifstream(root / "sweep.json"));
   sweep["base"]["training"]["epochs"] = sweep["base"]["training"].value("epochs", 1) + 2;
   std::ofstream(root / "sweep.json") << sweep.dump(2);

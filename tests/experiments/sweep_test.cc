@@ -200,6 +200,15 @@ TEST(SummaryTest, RepeatsGiveMediansIntervalsAndPairedSpeedups) {
   EXPECT_GE(r["throughput_lo"].get<double>(), 1000 / 0.4 - 1e-9);
   EXPECT_LE(r["throughput_hi"].get<double>(), 1000 / 0.2 + 1e-9);
   EXPECT_LT(r["throughput_lo"].get<double>(), r["throughput_hi"].get<double>());  // the spread shows
+  // Below 5 repeats the percentile bootstrap of the median is the range itself, and is called so:
+  // no "95% CI" over 3 numbers.
+  EXPECT_NEAR(r["throughput_lo"].get<double>(), 1000 / 0.4, 1e-9);
+  EXPECT_NEAR(r["throughput_hi"].get<double>(), 1000 / 0.2, 1e-9);
+  EXPECT_EQ(s["interval_label"], "range");
+  EXPECT_NE(s["interval"].get<std::string>().find("range (min to max) over 3 repeat(s)"), std::string::npos) << s["interval"];
+  EXPECT_NE(s["interval"].get<std::string>().find("no confidence interval is claimed"), std::string::npos) << s["interval"];
+  for (int n : {1, 2, 3, 4}) EXPECT_EQ(intervalText(n).find("95%"), std::string::npos) << n;
+  EXPECT_NE(intervalText(5).find("95% percentile bootstrap interval of the median over 5 repeats"), std::string::npos);
   // A repeat that has not run yet: incomplete, figures from the others.
   Results partial = results;
   partial[points[1].name][2] = json();
