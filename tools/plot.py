@@ -48,25 +48,78 @@ def lines_by_label(rows, key, lo=None, hi=None):
     return {k: sorted(v) for k, v in series.items()}
 
 
-def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False):
-    """One line per codec with its interval over repeats (the summary's: a 95% CI from 5 repeats, else the range) as error bars."""
+def bandwidth_text(bps):
+    """100 Mbps, 1 Gbps, 2.5 Gbps: what a reader of a bandwidth axis expects (it read 10^8)."""
+    for unit, scale in (("Tbps", 1e12), ("Gbps", 1e9), ("Mbps", 1e6), ("kbps", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:g} {unit}"
+    return f"{bps:g} bps"
+
+
+def bandwidth_axis(ax, rows):
+    """A log axis whose ticks are the sweep's bandwidths, in Mbps/Gbps."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
+    bws = sorted({r["bandwidth_bps"] for r in rows if r.get("bandwidth_bps")})
+    ax.set_xscale("log")
+    if bws:
+        ax.xaxis.set_major_locator(FixedLocator(bws))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: bandwidth_text(x)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if len(bws) == 1:
+            ax.set_xlim(bws[0] / 2, bws[0] * 2)
+    ax.set_xlabel("link bandwidth")
+
+
+def versus_bandwidth(rows, key, ylabel, title, out, name, lo, hi, ideal=False, unreached=False):
+    """One line per codec with its interval over repeats (the summary's: a 95% CI from 5 repeats, else the range) as error bars.
+    Points whose link calibration failed (link_ok false) are drawn hollow, with a legend note;
+    unreached: a completed point without a value (time to target: some repeat never reached it) is
+    marked "not reached" at the top of the axis instead of being left out."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ideals = lines_by_label(rows, "ideal_speedup") if ideal else {}
+    colours = {}
+    hollow = False
     for label, pts in lines_by_label(rows, key, lo, hi).items():
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
         line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        colours[label] = line[0].get_color()
+        bad = [r for r in rows if r.get("status") == "ok" and r.get(key) is not None and name_of(r, rows) == label
+               and r.get("link_ok") is False]
+        if bad:
+            hollow = True
+            ax.plot([r["bandwidth_bps"] for r in bad], [r[key] for r in bad], linestyle="none", marker="o", markersize=9,
+                    markerfacecolor="white", markeredgecolor=colours[label], zorder=5)
         # The codec's ideal (its speed-up bound), dotted in its colour; not drawn for the baseline.
         if label in ideals and any(abs(p[1] - 1.0) > 1e-9 for p in pts):
             ip = ideals[label]
             ax.plot([p[0] for p in ip], [p[1] for p in ip], linestyle=":", color=line[0].get_color(), alpha=0.8)
     if ideal:
         ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("link bandwidth (bits/s)")
+    if unreached:
+        missing = [r for r in rows if r.get("status") == "ok" and r.get(key) is None and r.get("target_val_loss") is not None]
+        if missing:
+            top = ax.get_ylim()[1] if colours else 1.0
+            cycle = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"][len(colours):])
+            named = set()
+            for r in missing:
+                label = name_of(r, rows)
+                if label not in colours:
+                    colours[label] = next(cycle, "black")
+                legend = f"{label} (not reached)" if label not in named and not any(
+                    name_of(q, rows) == label and q.get(key) is not None for q in rows) else None
+                named.add(label)
+                ax.plot([r["bandwidth_bps"]], [top], linestyle="none", marker="x", markersize=9, color=colours[label],
+                        clip_on=False, label=legend)
+                ax.annotate("not reached", (r["bandwidth_bps"], top), textcoords="offset points", xytext=(0, -14),
+                            ha="center", fontsize=7, color=colours[label])
+    bandwidth_axis(ax, rows)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
+    if hollow:
+        ax.plot([], [], linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="black",
+                label="hollow: link calibration failed (link_ok false)")
     ax.legend(fontsize=8)
     save(fig, out, name)
 
@@ -229,15 +282,16 @@ def main():
         loss_curves(runs, ok, bw, "step", out, f"loss_vs_step_{tag}")
         loss_curves(runs, ok, bw, "time", out, f"loss_vs_time_{tag}")
     quality(runs, ok, bws[0], out, "quality_slowest")
-    if any(r.get("time_to_target_s") is not None for r in ok):
+    if any(r.get("target_val_loss") is not None for r in ok):
         target = json.load(open(path)).get("target", {})
         what = (f"val loss <= {target['val_loss']:g}" if "val_loss" in target else
                 f"baseline's final val loss + {100 * target.get('tolerance', 0.01):g}%")
+        # A codec that never reached the target in every repeat is marked "not reached", not left out.
         versus_bandwidth(ok, "time_to_target_s", "time to target (s of wall time)",
                          f"time to target ({what}), median of n={reps}, {ci}", out,
-                         "time_to_target_vs_bandwidth", "time_to_target_lo", "time_to_target_hi")
+                         "time_to_target_vs_bandwidth", "time_to_target_lo", "time_to_target_hi", unreached=True)
     else:
-        print("skipped time_to_target_vs_bandwidth (no point reached its target in every repeat)")
+        print("skipped time_to_target_vs_bandwidth (no target: the runs have no evaluations)")
     if any(r.get("val_loss_gap_vs_baseline") is not None for r in ok):
         versus_bandwidth(ok, "val_loss_gap_vs_baseline", "final val loss / baseline's - 1",
                          f"quality gap vs the baseline, paired by repeat, median of n={reps}, {ci}", out,

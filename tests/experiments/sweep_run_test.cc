@@ -278,6 +278,30 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   EXPECT_NE(r.output.find("[95% CI, n=5]"), std::string::npos);
   EXPECT_NE(r.output.find("median of n=5, 95% bootstrap CI"), std::string::npos);
   EXPECT_NE(r.output.find("95% percentile bootstrap interval of the median over 5 repeats"), std::string::npos);
+  // Figures that show what went wrong: a target AC-SGD's repeats never all reached is marked "not
+  // reached" (the point was left out), a point whose link calibration failed is drawn hollow with
+  // a legend note (it was drawn like the others), the bandwidth axis reads Mbps/Gbps (10^8).
+  const fs::path calibrated = root / "runs" / "bandwidth-1Gbps_compression-fp32.r0.json";
+  json doc = json::parse(std::ifstream(calibrated));
+  doc["link_ok"] = false;
+  std::ofstream(calibrated) << doc.dump();
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", root.string(), "--target-loss", "2.877"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json targeted = json::parse(std::ifstream(root / "summary.json"));
+  size_t unreached = 0;
+  for (const auto& row : targeted["rows"]) unreached += row["time_to_target_s"].is_null();
+  ASSERT_GT(unreached, 0u) << "the committed runs all reach 2.877 now: pick a lower target";
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", root.string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                                      "file://" + (root / "report.html").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  size_t marked = 0;
+  for (size_t at = r.output.find(">not reached</text>"); at != std::string::npos; at = r.output.find(">not reached</text>", at + 1)) ++marked;
+  EXPECT_EQ(marked, unreached);
+  EXPECT_NE(r.output.find(">hollow: link calibration failed (link_ok false)</text>"), std::string::npos);
+  for (const char* tick : {")\">100 Mbps</text>", ")\">1 Gbps</text>", ")\">10 Gbps</text>"})  // SVG tick labels
+    EXPECT_NE(r.output.find(tick), std::string::npos) << tick;
   json sweep = json::parse(std::ifstream(root / "sweep.json"));
   sweep["base"]["training"]["epochs"] = sweep["base"]["training"].value("epochs", 1) + 2;
   std::ofstream(root / "sweep.json") << sweep.dump(2);
