@@ -274,6 +274,22 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   return 0;
 }
 
+// One point's run; a failure to start it is this point's failed result (the sweep goes on), but a
+// folder another process holds is nobody's to write: that stops the sweep.
+static int launchPoint(const json& pointSpec, const std::string& name, const runtime::LaunchOptions& lo) {
+  try {
+    return runtime::launchRun(runtime::runSpecFromJson(pointSpec, "sweep point " + name), lo);
+  } catch (const runtime::FolderInUse&) {
+    throw;
+  } catch (const std::exception& e) {
+    fs::create_directories(lo.outDir);
+    runtime::writeFinalResult((fs::path(lo.outDir) / "result.json").string(),
+                              {{"schema", runtime::kResultSchema}, {"status", "failed"}, {"reason", e.what()},
+                               {"launcher", {{"pid", getpid()}, {"host", runtime::hostName()}}}});
+    return 1;
+  }
+}
+
 int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   if (opt.simulate) return simulateSweep(specIn, opt);
   SweepSpec spec = specIn;
@@ -329,17 +345,7 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     lo.outDir = (out / "runs" / j.point->name / ("r" + std::to_string(j.repeat))).string();
     lo.exe = opt.exe;
     lo.progress = opt.progress;
-    int rc = 1;
-    try {
-      rc = runtime::launchRun(runtime::runSpecFromJson(j.spec, "sweep point " + j.point->name), lo);
-    } catch (const runtime::FolderInUse&) {
-      throw;  // another process writes there: nothing of this point is ours to write
-    } catch (const std::exception& e) {  // this point fails with its reason; the sweep goes on
-      fs::create_directories(lo.outDir);
-      runtime::writeFinalResult((fs::path(lo.outDir) / "result.json").string(),
-                                {{"schema", runtime::kResultSchema}, {"status", "failed"}, {"reason", e.what()},
-                                 {"launcher", {{"pid", getpid()}, {"host", runtime::hostName()}}}});
-    }
+    const int rc = launchPoint(j.spec, j.point->name, lo);
     ++ran;
     failed += rc != 0;
     json doc = readJson(fs::path(lo.outDir) / "result.json");

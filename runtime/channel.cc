@@ -102,22 +102,25 @@ std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMess
   std::memcpy(&index, p + 4, 2);
   std::memcpy(&count, p + 6, 2);
   std::memcpy(&seq, p + 8, 8);
-  const std::string what = "channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) + " of " +
-                           std::to_string(count) + " of frame " + std::to_string(seq);
+  // Built only for an error: this runs for every stripe received.
+  auto what = [&] {
+    return "channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) + " of " +
+           std::to_string(count) + " of frame " + std::to_string(seq);
+  };
   // Checked before anything is kept: the count against the link's streams, the number and bytes
   // of incomplete frames against their bounds.
   if (count == 0 || count > maxStripes_)
-    throw std::runtime_error(what + ": a frame of this link comes in 1 to " + std::to_string(maxStripes_) +
+    throw std::runtime_error(what() + ": a frame of this link comes in 1 to " + std::to_string(maxStripes_) +
                              " stripes (network.tcp.streams), the header says " + std::to_string(count));
   if (!stripes_.count(seq) && stripes_.size() >= kMaxPartialFrames)
-    throw std::runtime_error(what + ": more than " + std::to_string(kMaxPartialFrames) + " frames are incomplete");
+    throw std::runtime_error(what() + ": more than " + std::to_string(kMaxPartialFrames) + " frames are incomplete");
   if (partialBytes_ + m.payload.size() > maxPartialBytes())
-    throw std::runtime_error(what + ": incomplete frames would hold " + std::to_string(partialBytes_ + m.payload.size()) +
+    throw std::runtime_error(what() + ": incomplete frames would hold " + std::to_string(partialBytes_ + m.payload.size()) +
                              " bytes, more than " + std::to_string(maxPartialBytes()));
   Stripes& s = stripes_[seq];
   if (s.parts.empty()) s.parts.resize(count);
   if (index >= count || s.parts.size() != count || s.parts[index].payload.size() > 0)
-    throw std::runtime_error(what + " does not fit the stripes received");
+    throw std::runtime_error(what() + " does not fit the stripes received");
   partialBytes_ += m.payload.size();
   s.parts[index] = std::move(m);
   if (++s.got < count) return std::nullopt;

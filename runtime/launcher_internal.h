@@ -143,7 +143,8 @@ class Launcher {
   // One malformed message from a holder of the secret: refused, counted, the first 20 kept.
   void badMessage(const std::string& socket, const std::string& problem);
   json refusalsReport() const;
-  bool handleChecked(const zmq::message_t& m);  // handle() of a record not yet parsed or checked
+  bool handleChecked(const zmq::message_t& m);
+  std::string exitedWorker(zmq::socket_t& control);  // local: a worker that ended before its "done"  // handle() of a record not yet parsed or checked
 
   static constexpr double kCalibrationLimitS = 120;  // the longest a link's calibration may take
   static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone

@@ -111,7 +111,8 @@ int Launcher::supervise() {
   while (doneCount_ < N_) {
     pollControl(control, pollMs());
     applyTraces();
-    coordinatorRefusals_ = guard.report(0);
+    if (coordinatorRefusals_.is_null() || guard.refused() != coordinatorRefusals_.value("count", int64_t{0}))
+      coordinatorRefusals_ = guard.report(0);  // rebuilt only when something was refused
     writeHeartbeat();
     zmq::message_t m;
     while (control.recv(m, zmq::recv_flags::dontwait))
@@ -125,31 +126,7 @@ int Launcher::supervise() {
       sentPeers = true;
     }
     if (gInterrupt) return fail(std::string("launcher interrupted by signal ") + std::to_string(gInterrupt.load()));
-    for (int r = 0; r < N_; ++r) {
-      Worker& w = workers_[r];
-      if (w.exited) continue;
-      int status = 0;
-      if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
-        w.exited = true;
-        w.status = status;
-        const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        // Records sent just before the exit (its "done", or its error message) may still be on
-        // their way through the socket: a clean exit waits up to 2 s for its "done".
-        for (const double until = now() + (clean ? 2.0 : 0.2); !w.done && now() < until;) {
-          pollControl(control, 20);
-          while (control.recv(m, zmq::recv_flags::dontwait))
-            if (!handleChecked(m)) return fail(error_);
-        }
-        if (!clean || !w.done) {
-          // A crash names itself in the rank's log (runtime/worker.h installCrashReport), with the
-          // plug-in it happened in.
-          const std::string crash = WIFSIGNALED(status) ? crashLineIn((fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string()) : "";
-          return fail("rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
-                      (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step") +
-                      (crash.empty() ? "" : "; its log: " + crash));
-        }
-      }
-    }
+    if (const std::string why = exitedWorker(control); !why.empty()) return fail(why);
     // /proc is read only once a hang is suspected (no record for half the timeout), never
     // while steps run normally.
     const double quiet = now() - lastProgress_;
@@ -161,6 +138,35 @@ int Launcher::supervise() {
     if (quiet > spec_.runtime.stepTimeoutS) return fail(diagnoseHang());
   }
   return checkCodecStates();
+}
+
+// A worker that exited before its "done" (or not cleanly), as the run's reason; "" while none has.
+// Records sent just before an exit (its "done", or its error message) may still be on their way
+// through the socket: a clean exit waits up to 2 s for its "done".
+std::string Launcher::exitedWorker(zmq::socket_t& control) {
+  zmq::message_t m;
+  for (int r = 0; r < N_; ++r) {
+    Worker& w = workers_[r];
+    int status = 0;
+    if (w.exited || waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+    w.exited = true;
+    w.status = status;
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    for (const double until = now() + (clean ? 2.0 : 0.2); !w.done && now() < until;) {
+      pollControl(control, 20);
+      while (control.recv(m, zmq::recv_flags::dontwait))
+        if (!handleChecked(m)) return error_;
+    }
+    if (clean && w.done) continue;
+    // A crash names itself in the rank's log (runtime/worker.h installCrashReport), with the
+    // plug-in it happened in.
+    const std::string log = (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
+    const std::string crash = WIFSIGNALED(status) ? crashLineIn(log) : "";
+    return "rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
+           (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step") +
+           (crash.empty() ? "" : "; its log: " + crash);
+  }
+  return "";
 }
 
 // Where the kernel carries the links' delay (tc, tc-dev), a connection's TCP handshake and

@@ -766,19 +766,34 @@ std::pair<double, double> injectGradient(pid_t launcher, const json& partial, co
   return {emulator::monotonicNow() - t0, (peak - before) / 1024.0};
 }
 
+// Runs into which a local process injects a frame for rank 0: a 2-stage run (20 Mbps), after 3
+// steps a gradient of `shape` (injectGradient); the result once the launcher has exited.
+// *seconds: from the frame to then, *grewMiB: rank 0's peak memory growth (-1: no data socket).
+class ImpostorRunTest : public PipelineTest {
+ protected:
+  json runWithInjectedGradient(const std::string& tag, const compression::Shape& shape, double* seconds, double* grewMiB) const {
+    json spec = baseSpec(2, "gpipe");
+    spec["training"]["max_steps"] = 0;
+    spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
+    json partial;
+    const pid_t launcher = startRun(spec, tag, &partial);
+    EXPECT_GE(partial["steps"].size(), 3u);
+    std::tie(*seconds, *grewMiB) = injectGradient(launcher, partial, shape);
+    EXPECT_GE(*seconds, 0) << "rank 0's data socket not found";
+    if (*seconds < 0) {
+      kill(launcher, SIGKILL);
+      waitpid(launcher, nullptr, 0);
+    }
+    return json::parse(std::ifstream(root_ / tag / "result.json"));
+  }
+};
+
 // A frame that passes every check of its own but does not fit the stage (a gradient of another
 // shape, sent to rank 0's data socket by a local process): the run fails naming the message, the
 // sender's rank and the shape, and no libtorch backtrace (25 frames of it were the reason).
-TEST_F(PipelineTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
-  json spec = baseSpec(2, "gpipe");
-  spec["training"]["max_steps"] = 0;
-  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
-  json partial;
-  const pid_t launcher = startRun(spec, "wrong-shape", &partial);
-  ASSERT_GE(partial["steps"].size(), 3u);
-  const auto [seconds, grewMiB] = injectGradient(launcher, partial, {2, 3, 5});
-  ASSERT_GE(seconds, 0) << "rank 0's data socket not found";
-  const json r = json::parse(std::ifstream(root_ / "wrong-shape" / "result.json"));
+TEST_F(ImpostorRunTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
+  double seconds = 0, grewMiB = 0;
+  const json r = runWithInjectedGradient("wrong-shape", {2, 3, 5}, &seconds, &grewMiB);
   EXPECT_EQ(r["status"], "failed");
   const std::string why = r.value("reason", "");
   EXPECT_NE(why.find("the gradient of micro-batch 0 from rank 1 (shape [2, 3, 5]) does not fit this stage"), std::string::npos) << why;
@@ -789,16 +804,9 @@ TEST_F(PipelineTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
 // The impostor's frame of issue 43: a header announcing 1 G elements over a 120-byte payload
 // (rank 0 allocated 4.33 GB before it checked the payload's length). The run fails within 5 s,
 // naming the sender and the shape; rank 0's peak memory grows by less than 64 MiB.
-TEST_F(PipelineTest, AHeaderAnnouncingMoreThanAnyFrameFailsTheRunWithoutTheMemory) {
-  json spec = baseSpec(2, "gpipe");
-  spec["training"]["max_steps"] = 0;
-  spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
-  json partial;
-  const pid_t launcher = startRun(spec, "huge-shape", &partial);
-  ASSERT_GE(partial["steps"].size(), 3u);
-  const auto [seconds, grewMiB] = injectGradient(launcher, partial, {2, 128, 4194304});
-  ASSERT_GE(seconds, 0) << "rank 0's data socket not found";
-  const json r = json::parse(std::ifstream(root_ / "huge-shape" / "result.json"));
+TEST_F(ImpostorRunTest, AHeaderAnnouncingMoreThanAnyFrameFailsTheRunWithoutTheMemory) {
+  double seconds = 0, grewMiB = 0;
+  const json r = runWithInjectedGradient("huge-shape", {2, 128, 4194304}, &seconds, &grewMiB);
   std::printf("failed %.2f s after the frame, rank 0's peak memory +%.1f MiB: %s\n", seconds, grewMiB, r.value("reason", "").c_str());
   EXPECT_EQ(r["status"], "failed");
   const std::string why = r.value("reason", "");
