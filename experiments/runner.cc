@@ -202,7 +202,8 @@ json sweepRecord(const SweepSpec& spec) {
   json axes = json::array();
   for (const auto& [path, values] : spec.axes) axes.push_back({{"path", path}, {"values", values}});
   return {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats}, {"axes", axes},
-          {"target", toJson(spec.target)}, {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"}};
+          {"target", toJson(spec.target)}, {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"},
+          {"claims", spec.claims}};
 }
 
 }  // namespace

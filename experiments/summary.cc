@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "emulator/link.h"
+#include "experiments/compare.h"
 #include "runtime/dp.h"
 
 namespace slowpipe::experiments {
@@ -285,6 +286,9 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
     rows.push_back(row);
   }
   json base = {{"label", spec.baseline}};
+  json comparisons = json::array();
+  for (const auto& [a, b] : comparedPairs(spec))
+    for (json& c : compareCodecs(spec, points, results, rows, a, b)) comparisons.push_back(std::move(c));
   return {{"sweep", spec.name},
           {"baseline", base},
           {"repeats", spec.repeats},
@@ -292,7 +296,9 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
           {"interval", intervalText(spec.repeats)},
           {"interval_label", spec.repeats >= kMinRepeatsForCi ? "95% CI" : "range"},
           {"target", toJson(spec.target)},
-          {"rows", rows}};
+          {"rows", rows},
+          {"comparisons", comparisons},
+          {"claims", judgeClaims(spec, comparisons)}};
 }
 
 std::string csvTable(const std::vector<std::string>& columns, const json& rows) {

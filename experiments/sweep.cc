@@ -2,6 +2,7 @@
 #include "experiments/sweep.h"
 
 #include <cmath>
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -34,9 +35,10 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
   for (const auto& [k, v] : j.items())
     if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats" && k != "target" &&
-        k != "repeat_seeds")
+        k != "repeat_seeds" && k != "claims")
       throw std::invalid_argument(where + "." + k +
-                                  ": unknown field; expected name, base, axes, baseline, pretrain, repeats, repeat_seeds, target");
+                                  ": unknown field; expected name, base, axes, baseline, pretrain, repeats, repeat_seeds, target, "
+                                  "claims");
   SweepSpec s;
   s.simulation = simulation;
   s.name = j.value("name", "sweep");
@@ -72,6 +74,7 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
     s.seedPerRepeat = v == "per_repeat";
   }
   if (j.contains("target")) s.target = targetFromJson(j["target"], where + ".target");
+  if (j.contains("claims")) s.claims = claimsFromJson(j["claims"], s, where + ".claims");
   runtime::runSpecFromJson(s.base, where + ".base", simulation);  // the base must be valid on its own
   return s;
 }
@@ -88,6 +91,76 @@ SweepSpec::Target targetFromJson(const json& j, const std::string& where) {
   if (key == "val_loss") t.valLoss = v.get<double>();
   else t.tolerance = v.get<double>();
   return t;
+}
+
+namespace {
+
+// The labels of the compression axis (or the base's own label when no axis varies it).
+std::vector<std::string> compressionLabels(const SweepSpec& s) {
+  std::vector<std::string> out;
+  for (const auto& [path, values] : s.axes)
+    if (path == "compression")
+      for (const json& v : values) out.push_back(valueLabel(v));
+  if (out.empty() && s.base.contains("compression") && s.base["compression"].is_object())
+    out.push_back(s.base["compression"].value("label", ""));
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "'" : ", '") + x + "'";
+  return out;
+}
+
+}  // namespace
+
+json claimsFromJson(const json& j, const SweepSpec& s, const std::string& where) {
+  if (!j.is_array()) throw std::invalid_argument(where + ": expected an array of claims");
+  const std::vector<std::string> labels = compressionLabels(s);
+  std::vector<std::string> settings;  // the values of every other axis, as labelled
+  for (const auto& [path, values] : s.axes)
+    if (path != "compression")
+      for (const json& v : values) settings.push_back(valueLabel(v));
+  static const std::set<std::string> kBounds = {"speedup_at_least", "speedup_at_most", "val_loss_gap_at_most",
+                                                "val_loss_gap_at_least"};
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& c = j[i];
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    if (!c.is_object()) throw std::invalid_argument(w + ": expected an object {\"label\": ..., \"vs\": ..., ...}");
+    int bounds = 0;
+    for (const auto& [k, v] : c.items()) {
+      if (kBounds.count(k)) {
+        if (!v.is_number() || !std::isfinite(v.get<double>()))
+          throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be a number");
+        ++bounds;
+      } else if (k == "reaches_target") {
+        if (!v.is_boolean()) throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be true or false");
+        ++bounds;
+      } else if (k == "label" || k == "vs" || k == "at" || k == "note") {
+        if (!v.is_string()) throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be a string");
+      } else {
+        throw std::invalid_argument(w + "." + k + ": unknown field; expected label, vs, at, note, speedup_at_least, "
+                                    "speedup_at_most, val_loss_gap_at_most, val_loss_gap_at_least, reaches_target");
+      }
+    }
+    if (!c.contains("label")) throw std::invalid_argument(w + ".label: missing (the compression label the claim is about)");
+    if (bounds == 0)
+      throw std::invalid_argument(w + ": states nothing; give speedup_at_least/at_most, val_loss_gap_at_most/at_least or "
+                                  "reaches_target");
+    for (const char* k : {"label", "vs"}) {
+      const std::string l = c.value(k, k == std::string("vs") ? s.baseline : "");
+      if (std::find(labels.begin(), labels.end(), l) == labels.end())
+        throw std::invalid_argument(w + "." + k + ": '" + l + "' is not a compression label of the sweep; expected one of " +
+                                    joined(labels));
+    }
+    if (c.contains("at")) {
+      const std::string at = c["at"];
+      bool known = std::find(settings.begin(), settings.end(), at) != settings.end();
+      if (!known) throw std::invalid_argument(w + ".at: '" + at + "' is not a value of the sweep's other axes; expected one of " +
+                                              joined(settings));
+    }
+  }
+  return j;
 }
 
 json repeatSpec(const SweepSpec& s, const json& pointSpec, int repeat) {

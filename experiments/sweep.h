@@ -8,7 +8,8 @@
 //    "pretrain": {"checkpoint": "base.pt", "max_steps": 300, "epochs": 1},   // optional
 //    "repeats": 3,                              // optional: real runs per point, interleaved
 //    "repeat_seeds": "per_repeat",              // optional: repeat k trains with training.seed + k ("same": default)
-//    "target": {"tolerance": 0.01} | {"val_loss": 3.1}}   // optional: what time_to_target reaches
+//    "target": {"tolerance": 0.01} | {"val_loss": 3.1},   // optional: what time_to_target reaches
+//    "claims": [{"label": "AC-SGD fw2/bw4", "vs": "fp32", "at": "100Mbps", "speedup_at_least": 2}]}  // optional
 // Object values are merged into the base at `path`; others replace it. Every point gets a stable
 // name from its axis values, e.g. "bandwidth-100Mbps_compression-ac-sgd-fw2-bw4".
 #pragma once
@@ -47,10 +48,19 @@ struct SweepSpec {
     double valLoss = 0;
     double tolerance = 0.01;
   } target;
+  // "claims": what the sweep is run to show, each a comparison of two compression labels judged at
+  // its interval's bound (experiments/compare.h): validated objects, kept as given.
+  nlohmann::json claims = nlohmann::json::array();
+  // Pairs (A, B) compared besides the claims' (`summarize --vs A B`, `report --vs A B`); not recorded.
+  std::vector<std::pair<std::string, std::string>> compare;
 };
 // "target" of a sweep spec (where: for errors); the default when absent.
 SweepSpec::Target targetFromJson(const nlohmann::json& j, const std::string& where);
 nlohmann::json toJson(const SweepSpec::Target& t);
+
+// "claims" of a sweep spec, checked against its axes (labels of the compression axis, "at" a value of
+// another axis); returned as given.
+nlohmann::json claimsFromJson(const nlohmann::json& j, const SweepSpec& s, const std::string& where);
 
 // The spec of one (point, repeat): the point's, with training.seed + repeat under "per_repeat".
 nlohmann::json repeatSpec(const SweepSpec& s, const nlohmann::json& pointSpec, int repeat);

@@ -196,6 +196,31 @@ def quality(runs, rows, bandwidth, out, name):
     save(fig, out, name)
 
 
+def quality_vs_bytes(rows, bandwidth, reps, ci, baseline, out):
+    """Validation-loss gap against the baseline (paired by repeat, with its interval) over wire bytes
+    per step, one point per codec at one bandwidth: what a codec costs in quality for what it saves."""
+    have = [r for r in rows if r["bandwidth_bps"] == bandwidth and r.get("val_loss_gap_vs_baseline") is not None
+            and r.get("wire_bytes_per_step")]
+    if not have:
+        print("skipped quality_vs_bytes (no quality gaps: a simulated sweep or no baseline)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in sorted(have, key=lambda r: r["wire_bytes_per_step"]):
+        g, lo, hi = (100 * r[k] for k in ("val_loss_gap_vs_baseline", "val_loss_gap_lo", "val_loss_gap_hi"))
+        hollow = r.get("link_ok") is False
+        ax.errorbar([r["wire_bytes_per_step"]], [g], yerr=[[g - lo], [hi - g]], fmt="o", capsize=3,
+                    mfc="none" if hollow else None, label=name_of(r, rows))
+        ax.annotate(name_of(r, rows), (r["wire_bytes_per_step"], g), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    ax.axhline(0, color="gray", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("wire bytes per step (both directions, every link)")
+    ax.set_ylabel(f"final val loss / {baseline}'s - 1 (%)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"quality vs bytes at {fmt_bw(bandwidth)}: gap paired by repeat, median of n={reps}, {ci}", fontsize=9)
+    save(fig, out, "quality_vs_bytes")
+
+
 def breakdown(rows, bandwidths, out):
     parts = ["compute", "encode", "decode", "wait"]
     fig, axes = plt.subplots(1, len(bandwidths), figsize=(5.5 * len(bandwidths), 4.2), squeeze=False)
@@ -296,6 +321,7 @@ def main():
         versus_bandwidth(ok, "val_loss_gap_vs_baseline", "final val loss / baseline's - 1",
                          f"quality gap vs the baseline, paired by repeat, median of n={reps}, {ci}", out,
                          "val_loss_gap_vs_bandwidth", "val_loss_gap_lo", "val_loss_gap_hi")
+    quality_vs_bytes(ok, bws[0], reps, ci, summary_doc.get("baseline", {}).get("label", "baseline"), out)
     breakdown(ok, [bws[0], bws[-1]] if len(bws) > 1 else bws, out)
     timeline({p: rs[0] for p, rs in runs.items()}, ok, bws[0], out)
 

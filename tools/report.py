@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Markdown report of a sweep folder: the summary table (medians with their intervals over repeats:
 a 95% CI from 5 repeats on, the range below)
-and the AC-SGD claims, each judged at the bound of its interval.
+the paired comparisons, the sweep's own claims (its spec's "claims", judged by `slowpipe summarize`
+at the bound of their intervals) and the checks every sweep gets.
 
-Usage: report.py DIR [--baseline fp32] [--acsgd "AC-SGD fw2/bw4"] [--directq "DirectQ fw2/bw4"] [--html FILE]
+Usage: report.py DIR [--baseline fp32] [--html FILE]
 Every number printed is read from DIR/summary.json (made by `slowpipe sweep`). With --html (what
 `slowpipe report DIR` runs) it writes one self-contained page instead: the table, the claims,
 every figure of DIR/figures inline (SVG), the sweep as run, provenance and the link calibration.
 
-A claim passes only if it holds for the whole interval: "speed-up >= 2" needs speedup_lo >= 2,
-"A is faster than B" needs A's lower bound above B's upper bound. The ideal speed-up bounds the
+A claim passes only if it holds for the whole interval: "speedup_at_least 2" needs the paired speed
+ratio's lower bound >= 2. The ideal speed-up bounds the
 achieved one by construction; what is checked is that no codec ran faster on a slower link than on
 the fastest one, within the spread of the two step times.
 """
@@ -80,35 +81,43 @@ def seeds_text(summary):
             "\"repeat_seeds\": \"per_repeat\" judges quality against that.")
 
 
-def claims(rows, a):
-    by = {(r["label"], r["bandwidth_bps"]): r for r in rows}
-    bws = sorted({r["bandwidth_bps"] for r in rows})
+def declared(summary):
+    """The sweep's own claims (its spec's "claims", judged by `slowpipe summarize` at their bounds):
+    (text, pass) with pass True, False or None (no data to judge)."""
+    out = []
+    for c in summary.get("claims", []):
+        parts = [f"{s['setting']}: " + "; ".join(x["text"] for x in s["checks"]) for s in c.get("settings", [])]
+        out.append((c["text"] + (": " + " | ".join(parts) if parts else ": no setting of the sweep has data for it"), c.get("pass")))
+    return out
+
+
+def comparison_cells(c, summary):
+    """One table row of a paired comparison (summary "comparisons")."""
+    def ttt(side):
+        t = c.get(side + "time_to_target_s")
+        if t is not None:
+            return f"{t:.1f} [{c.get(side + 'time_to_target_lo', t):.1f}, {c.get(side + 'time_to_target_hi', t):.1f}]"
+        if c.get(side + "target_reached") is not None:
+            return f"not reached ({c[side + 'target_reached']} of {c.get(side + 'repeats', '?')})"
+        return "-"
+    gap = c.get("val_loss_gap")
+    gap_text = "-" if gap is None else f"{100 * gap:+.3f} [{100 * c['val_loss_gap_lo']:+.3f}, {100 * c['val_loss_gap_hi']:+.3f}] %"
+    diff = c.get("val_loss_diff")
+    diff_text = "-" if diff is None else f"{diff:+.4f} [{c['val_loss_diff_lo']:+.4f}, {c['val_loss_diff_hi']:+.4f}]"
+    wa, wb = c.get("wire_bytes_per_step"), c.get("vs_wire_bytes_per_step")
+    return [c["label"], c["vs"], c["setting"], str(c.get("pairs", 0)), ci(c, "speed_ratio", "speed_ratio_lo", "speed_ratio_hi", 3),
+            gap_text, diff_text, ttt(""), ttt("vs_"), "-" if not (wa and wb) else f"{wa / wb:.3f}"]
+
+
+def comparison_columns(summary):
+    label = summary.get("interval_label", "range")
+    return ["A", "B", "setting", "n (paired repeats)", f"speed ratio A/B [{label}]", f"val-loss gap A/B - 1 [{label}]",
+            f"val-loss A - B [{label}]", f"time to target A, s [{label}]", f"time to target B, s [{label}]", "wire bytes A/B"]
+
+
+def checks(rows):
+    """Checks that hold for any sweep, whatever it claims: the physics of the speed-ups and the links."""
     checks = []
-    for b in bws:
-        ac, dq, base = by.get((a.acsgd, b)), by.get((a.directq, b)), by.get((a.baseline, b))
-        if not (ac and dq and base) or base.get("final_val_loss") is None:
-            continue  # no losses (a simulated sweep): no quality claims
-        # The gaps are paired by repeat (summary: val_loss_gap_vs_baseline with its interval);
-        # a summary without them (older) has the ratio of the medians, one value.
-        def gap(r):
-            g = r.get("val_loss_gap_vs_baseline", r["final_val_loss"] / base["final_val_loss"] - 1)
-            return g, r.get("val_loss_gap_lo", g), r.get("val_loss_gap_hi", g)
-        g_ac, lo_ac, hi_ac = gap(ac)
-        g_dq, lo_dq, hi_dq = gap(dq)
-        checks.append((f"quality @ {bw(b)}: AC-SGD within 2% of fp32 at both bounds ({100 * g_ac:+.2f}% "
-                       f"[{100 * lo_ac:+.2f}, {100 * hi_ac:+.2f}])", -0.02 <= lo_ac and hi_ac <= 0.02))
-        checks.append((f"quality @ {bw(b)}: DirectQ gap ({100 * g_dq:+.2f}%, lower bound {100 * lo_dq:+.2f}%) >= 2x "
-                       f"AC-SGD's upper bound ({100 * hi_ac:+.2f}%)", lo_dq >= 2 * max(hi_ac, 0)))
-    sp = [(b, by[(a.acsgd, b)]) for b in bws if (a.acsgd, b) in by and by[(a.acsgd, b)].get("speedup") is not None]
-    if sp:
-        b0, slow = sp[0]
-        checks.append((f"speed @ {bw(b0)}: AC-SGD speed-up >= 2 at the interval's lower bound "
-                       f"({ci(slow, 'speedup', 'speedup_lo', 'speedup_hi')})", slow["speedup_lo"] >= 2))
-        bl, fast = sp[-1]
-        checks.append((f"speed: AC-SGD faster at {bw(b0)} than at {bw(bl)} (lower bound {slow['speedup_lo']:.2f} > "
-                       f"upper bound {fast['speedup_hi']:.2f})", slow["speedup_lo"] > fast["speedup_hi"]))
-        checks.append((f"speed @ {bw(bl)}: AC-SGD no slower than fp32 beyond 3% at the interval's upper bound "
-                       f"({ci(fast, 'speedup', 'speedup_lo', 'speedup_hi')})", fast["speedup_hi"] >= 0.97))
     # The ideal (the codec's fastest step over the links) bounds the achieved speed-up in every
     # round by construction. What is checked instead is the physics behind it: no codec runs faster
     # on a slower link, i.e. T_codec(fastest link) <= T_codec(here) up to the noise of the two step
@@ -204,10 +213,22 @@ def html_page(d, summary, rows, a):
     for cells, r in zip(table_cells(rows), sorted(rows, key=lambda r: (r["bandwidth_bps"], r["label"]))):
         out.append(f'<tr class="point" data-point="{e(r["point"])}">' + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
-    out.append('<h2 id="claims">Claims, each judged at its interval\'s bound</h2><ul>')
-    for text, ok in claims(rows, a):
+    if summary.get("comparisons"):
+        out.append('<h2 id="comparisons">Comparisons, paired by repeat</h2><table id="comparisons-table"><thead><tr>' +
+                   "".join(f"<th>{e(c)}</th>" for c in comparison_columns(summary)) + "</tr></thead><tbody>")
+        for c in summary["comparisons"]:
+            out.append('<tr class="comparison">' + "".join(f"<td>{e(x)}</td>" for x in comparison_cells(c, summary)) + "</tr>")
+        out.append("</tbody></table>")
+    out.append('<h2 id="claims">Claims of the sweep, each judged at its interval\'s bound</h2><ul>')
+    if not summary.get("claims"):
+        out.append('<li class="claim note">The sweep declares no claims (a sweep spec\'s "claims").</li>')
+    for text, ok in declared(summary):
+        cls, word = ("note", "NOT JUDGED") if ok is None else ("pass", "PASS") if ok else ("fail", "FAIL")
+        out.append(f'<li class="claim declared {cls}"><b>{word}</b>: {e(text)}</li>')
+    out.append('</ul><h2 id="checks">Checks of every sweep</h2><ul>')
+    for text, ok in checks(rows):
         cls, word = ("note", "NOTE") if ok is None else ("pass", "PASS") if ok else ("fail", "FAIL")
-        out.append(f'<li class="claim {cls}"><b>{word}</b>: {e(text)}</li>')
+        out.append(f'<li class="check {cls}"><b>{word}</b>: {e(text)}</li>')
     out.append("</ul>")
     out.append('<h2 id="figures">Figures</h2>')
     figures = sorted(glob.glob(os.path.join(d, "figures", "*.svg")))
@@ -250,8 +271,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--baseline", default="fp32")
-    ap.add_argument("--acsgd", default="AC-SGD fw2/bw4")
-    ap.add_argument("--directq", default="DirectQ fw2/bw4")
     ap.add_argument("--html", help="write a self-contained HTML page here instead of Markdown on stdout")
     a = ap.parse_args()
     summary = json.load(open(os.path.join(a.dir, "summary.json")))
@@ -266,8 +285,20 @@ def main():
     print(f"{summary.get('repeats', 1)} repeats per point; intervals: {summary.get('interval', '-')}. {seeds_text(summary)}\n")
     table(rows, summary)
     levels(rows, a)
-    print("\nClaims (each judged at its interval's bound):\n")
-    for text, ok in claims(rows, a):
+    if summary.get("comparisons"):
+        print("\nComparisons, paired by repeat:\n")
+        cols = comparison_columns(summary)
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "---|" * len(cols))
+        for c in summary["comparisons"]:
+            print("| " + " | ".join(comparison_cells(c, summary)) + " |")
+    print("\nClaims of the sweep (its spec's \"claims\", each judged at its interval's bound):\n")
+    if not summary.get("claims"):
+        print("- NOTE: the sweep declares no claims")
+    for text, ok in declared(summary):
+        print(f"- {'NOT JUDGED' if ok is None else 'PASS' if ok else 'FAIL'}: {text}")
+    print("\nChecks of every sweep:\n")
+    for text, ok in checks(rows):
         print(f"- {'NOTE' if ok is None else 'PASS' if ok else 'FAIL'}: {text}")
 
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "emulator/command.h"
+#include "experiments/compare.h"
 #include "experiments/export.h"
 #include "experiments/runner.h"
 #include "runtime/result.h"
@@ -56,6 +57,31 @@ void runScript(const std::string& name, const std::vector<std::string>& args, bo
   const auto r = emulator::runCommand(argv);
   if (echo || r.status != 0) std::fputs(r.output.c_str(), stdout);
   if (r.status != 0) throw std::runtime_error(name + " failed (python3 " + script + " exited " + std::to_string(r.status) + ")");
+}
+
+// --vs A B: a paired comparison of two compression labels (repeatable).
+std::shared_ptr<std::vector<std::string>> addVsOption(CLI::App* cmd) {
+  auto vs = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--vs", *vs, "A B: compare compression label A with B at every setting, paired by repeat (speed ratio A/B, "
+                               "validation-loss gap A/B - 1, time to target of each); repeatable")
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  return vs;
+}
+
+// The folder's summary rewritten with the --vs pairs compared; their lines printed.
+nlohmann::json summarizeWithPairs(experiments::SweepSpec spec, const std::string& dir, const std::vector<std::string>& vs) {
+  for (size_t i = 0; i + 1 < vs.size(); i += 2) spec.compare.push_back({vs[i], vs[i + 1]});
+  const auto s = experiments::writeSummaries(spec, dir);
+  if (!vs.empty()) {
+    nlohmann::json asked = nlohmann::json::array();
+    for (const auto& c : s["comparisons"])
+      for (const auto& [a, b] : spec.compare)
+        if (c["label"] == a && c["vs"] == b) asked.push_back(c);
+    std::fputs(experiments::comparisonsText(asked).c_str(), stdout);
+  }
+  return s;
 }
 
 void addSweepCommand(CLI::App& app) {
@@ -112,10 +138,11 @@ void addSummarizeCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("summarize", "rewrite a sweep folder's summary.json/.csv from the runs in it; runs nothing");
   cmd->add_option("dir", *dir, "sweep output folder")->required();
   auto target = addTargetOptions(cmd);
-  cmd->callback([dir, target] {
+  auto vs = addVsOption(cmd);
+  cmd->callback([dir, target, vs] {
     experiments::SweepSpec spec = experiments::sweepOfFolder(*dir);
     target->applyTo(spec);
-    const auto s = experiments::writeSummaries(spec, *dir);
+    const auto s = summarizeWithPairs(spec, *dir, *vs);
     std::map<std::string, int> byStatus;
     for (const auto& r : s["rows"]) ++byStatus[r.value("status", "?")];
     std::string counts;
@@ -161,8 +188,10 @@ void addReportCommand(CLI::App& app) {
                                            "and link calibration (draws the figures first)");
   cmd->add_option("dir", *dir, "sweep output folder")->required();
   cmd->add_option("--out", *out, "the page (default DIR/report.html)");
-  cmd->add_option("--baseline", *baseline, "the compression label the claims compare with");
+  cmd->add_option("--baseline", *baseline, "the compression label the table's speed-ups and gaps are against");
+  auto vs = addVsOption(cmd);
   cmd->callback([=] {
+    if (!vs->empty()) summarizeWithPairs(experiments::sweepOfFolder(*dir), *dir, *vs);  // the page shows these comparisons
     const std::string page = out->empty() ? (std::filesystem::path(*dir) / "report.html").string() : *out;
     runScript("plot.py", {*dir}, false);
     runScript("report.py", {*dir, "--baseline", *baseline, "--html", page}, false);

@@ -538,6 +538,64 @@ TEST(SweepRunTest, PluginCodecSweptWithSet) {
   fs::remove_all(root);
 }
 
+// The question a codec's author has, through the CLI: is my plug-in faster than AC-SGD, and does it
+// lose quality against it? A 3-codec sweep (fp32, AC-SGD, a C plug-in), `report --vs`: the paired
+// speed ratio and loss gap, checked against values computed here from the run files, shown in the
+// page Chromium renders; a claim the spec declares judged there.
+TEST(SweepRunTest, ReportComparesAPluginWithAcsgd) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-vs-" + std::to_string(getpid()));
+  json sweep = tinySweep(root);
+  const std::string plugin = std::string("plugin:path=") + GOOD_PLUGIN;
+  sweep["axes"][1]["values"].push_back({{"label", "int8 plug-in"}, {"forward", plugin + ",clip=16"}, {"backward", plugin}});
+  sweep["claims"] = json::array({{{"label", "int8 plug-in"}, {"vs", "AC-SGD fw2/bw4"}, {"at", "200Mbps"}, {"speedup_at_least", 1000}}});
+  std::ofstream(root / "sweep.json") << sweep.dump(2);
+  const fs::path out = root / "out";
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
+                                           "--repeats", "2", "--quiet"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", out.string(), "--vs", "int8 plug-in", "AC-SGD fw2/bw4"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json summary = json::parse(std::ifstream(out / "summary.json"));
+  auto stat = [&](const std::string& point, int k, const char* key) {
+    return json::parse(std::ifstream(out / "runs" / (point + ".r" + std::to_string(k) + ".json")))["summary"][key].get<double>();
+  };
+  size_t checked = 0;
+  for (const auto& c : summary["comparisons"]) {
+    if (c["label"] != "int8 plug-in" || c["vs"] != "AC-SGD fw2/bw4") continue;
+    ++checked;
+    double ratio[2], gap[2];
+    for (int k = 0; k < 2; ++k) {
+      ratio[k] = stat(c["point"], k, "throughput_tokens_per_s") / stat(c["vs_point"], k, "throughput_tokens_per_s");
+      gap[k] = stat(c["point"], k, "final_val_loss") / stat(c["vs_point"], k, "final_val_loss") - 1;
+    }
+    // Two pairs: the median is their mean, the interval their range.
+    EXPECT_NEAR(c["speed_ratio"].get<double>(), (ratio[0] + ratio[1]) / 2, 1e-12);
+    EXPECT_NEAR(c["speed_ratio_lo"].get<double>(), std::min(ratio[0], ratio[1]), 1e-12);
+    EXPECT_NEAR(c["speed_ratio_hi"].get<double>(), std::max(ratio[0], ratio[1]), 1e-12);
+    EXPECT_NEAR(c["val_loss_gap"].get<double>(), (gap[0] + gap[1]) / 2, 1e-12);
+    EXPECT_NEAR(c["val_loss_gap_hi"].get<double>(), std::max(gap[0], gap[1]), 1e-12);
+    // The CLI printed the same line.
+    char expect[160];
+    std::snprintf(expect, sizeof expect, "int8 plug-in vs AC-SGD fw2/bw4 @ %s (range, n=2 paired repeats): speed ratio %.3f [%.3f, %.3f]",
+                  c["setting"].get<std::string>().c_str(), c["speed_ratio"].get<double>(), c["speed_ratio_lo"].get<double>(),
+                  c["speed_ratio_hi"].get<double>());
+    EXPECT_NE(r.output.find(expect), std::string::npos) << expect << "\n" << r.output;
+  }
+  EXPECT_EQ(checked, 2u);  // 200Mbps and 1Gbps
+  ASSERT_EQ(summary["claims"].size(), 1u);
+  EXPECT_EQ(summary["claims"][0]["pass"], false);  // 1000x at the lower bound: no
+  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                                      "file://" + (out / "report.html").string()});
+  ASSERT_EQ(r.status, 0) << r.output;
+  size_t rows = 0;
+  for (size_t at = r.output.find("<tr class=\"comparison\">"); at != std::string::npos; at = r.output.find("<tr class=\"comparison\">", at + 1)) ++rows;
+  EXPECT_EQ(rows, 2u);  // the claim's pair is the --vs pair: once, at 2 settings
+  EXPECT_NE(r.output.find("<b>FAIL</b>: int8 plug-in vs AC-SGD fw2/bw4 @ 200Mbps"), std::string::npos) << r.output.substr(0, 3000);
+  EXPECT_NE(r.output.find("fig-quality_vs_bytes"), std::string::npos);
+  EXPECT_EQ(r.output.find("95% CI"), std::string::npos);
+  fs::remove_all(root);
+}
+
 // A plug-in rebuilt at the same path is another experiment: resume printed "same experiment
 // complete, skipped" (the identity held the spec, checkpoint and commit only). The content digest
 // of every file a spec loads is in the identity and in result.json. A point whose spec cannot be

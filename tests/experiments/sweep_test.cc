@@ -299,5 +299,106 @@ TEST(SummaryTest, MissingAndFailedPointsAreListed) {
   EXPECT_TRUE(!s["rows"][1].contains("speedup") || s["rows"][1]["speedup"].is_null());
 }
 
+// Any codec against any other: a plug-in ("mine") against AC-SGD, paired by repeat, each figure
+// computed here by hand from the run files; the sweep's claims judged at their bounds.
+json threeCodecSweep() {
+  json j = sweepJson();
+  j["axes"][1]["values"].push_back({{"label", "mine"}, {"forward", "quant:bits=4"}, {"backward", "quant:bits=8"}});
+  j["repeats"] = 2;
+  j["claims"] = json::parse(R"([
+    {"label": "mine", "vs": "AC-SGD fw2/bw4", "at": "100Mbps", "speedup_at_least": 1.2, "val_loss_gap_at_most": 0.01},
+    {"label": "mine", "vs": "AC-SGD fw2/bw4", "at": "100Mbps", "speedup_at_least": 1.3},
+    {"label": "mine", "vs": "AC-SGD fw2/bw4", "at": "10Gbps", "speedup_at_least": 0.5},
+    {"label": "AC-SGD fw2/bw4", "reaches_target": true, "note": "against fp32"}])");
+  return j;
+}
+
+TEST(CompareTest, AnyCodecAgainstAnyOtherPairedByRepeat) {
+  const SweepSpec spec = sweepSpecFromJson(threeCodecSweep(), "sweep");
+  const auto points = expandSweep(spec);
+  ASSERT_EQ(points.size(), 6u);  // 100Mbps: fp32, AC-SGD, mine; 10Gbps: the same
+  const Results results = {
+      {points[0].name, {run(0.4, 1000, {{10, 2.0}}), run(0.5, 1000, {{12, 2.1}})}},
+      {points[1].name, {run(0.25, 100, {{6, 2.01}}), run(0.3, 100, {{7, 2.08}})}},
+      {points[2].name, {run(0.2, 200, {{5, 2.02}}), run(0.2, 200, {{5, 2.1}})}}};
+  const json s = summarizeSweep(spec, points, results);
+  // The claims' pairs, each once: mine vs AC-SGD (both settings), AC-SGD vs fp32 (both settings).
+  ASSERT_EQ(s["comparisons"].size(), 4u) << s["comparisons"].dump(1);
+  const json& c = s["comparisons"][0];
+  EXPECT_EQ(c["label"], "mine");
+  EXPECT_EQ(c["vs"], "AC-SGD fw2/bw4");
+  EXPECT_EQ(c["setting"], "100Mbps");
+  EXPECT_EQ(c["pairs"], 2);
+  EXPECT_EQ(c["interval_label"], "range");
+  // tokens/s = 1000 / step time: repeat 0 (1000/0.2)/(1000/0.25) = 1.25, repeat 1 0.3/0.2 = 1.5.
+  EXPECT_NEAR(c["speed_ratio"].get<double>(), (1.25 + 1.5) / 2, 1e-12);
+  EXPECT_NEAR(c["speed_ratio_lo"].get<double>(), 1.25, 1e-12);
+  EXPECT_NEAR(c["speed_ratio_hi"].get<double>(), 1.5, 1e-12);
+  const double g0 = 2.02 / 2.01 - 1, g1 = 2.1 / 2.08 - 1;
+  EXPECT_NEAR(c["val_loss_gap"].get<double>(), (g0 + g1) / 2, 1e-12);
+  EXPECT_NEAR(c["val_loss_gap_lo"].get<double>(), std::min(g0, g1), 1e-12);
+  EXPECT_NEAR(c["val_loss_gap_hi"].get<double>(), std::max(g0, g1), 1e-12);
+  EXPECT_NEAR(c["val_loss_diff"].get<double>(), ((2.02 - 2.01) + (2.1 - 2.08)) / 2, 1e-12);
+  // Time to target (fp32's final loss of the round + 1%): mine reaches 2.0*1.01 = 2.02 in repeat 0
+  // at 5 s and 2.1*1.01 = 2.121 in repeat 1 at 5 s; AC-SGD at 6 s and 7 s.
+  EXPECT_NEAR(c["time_to_target_s"].get<double>(), 5.0, 1e-12);
+  EXPECT_NEAR(c["vs_time_to_target_s"].get<double>(), 6.5, 1e-12);
+  EXPECT_DOUBLE_EQ(c["wire_bytes_per_step"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(c["vs_wire_bytes_per_step"].get<double>(), 100.0);
+  // 10Gbps did not run: no pairs, nothing measured.
+  EXPECT_EQ(s["comparisons"][1]["setting"], "10Gbps");
+  EXPECT_EQ(s["comparisons"][1]["pairs"], 0);
+  EXPECT_TRUE(s["comparisons"][1]["speed_ratio"].is_null());
+
+  const json& claims = s["claims"];
+  ASSERT_EQ(claims.size(), 4u);
+  EXPECT_EQ(claims[0]["pass"], true) << claims[0].dump(1);   // lower bound 1.25 >= 1.2, gap's upper 0.0096 <= 0.01
+  EXPECT_EQ(claims[1]["pass"], false) << claims[1].dump(1);  // lower bound 1.25 < 1.3, though the median 1.375 is above
+  EXPECT_NE(claims[1]["settings"][0]["checks"][0]["text"].get<std::string>().find("1.375 [1.250, 1.500] >= 1.300 at its lower bound"),
+            std::string::npos) << claims[1].dump(1);
+  EXPECT_TRUE(claims[2]["pass"].is_null()) << claims[2].dump(1);  // no data at 10Gbps: not judged
+  // AC-SGD vs the baseline (no "vs"), every setting: reaches it at 100Mbps, 10Gbps has no data.
+  EXPECT_TRUE(claims[3]["pass"].is_null()) << claims[3].dump(1);
+  EXPECT_EQ(claims[3]["settings"][0]["pass"], true) << claims[3].dump(1);
+  EXPECT_NE(claims[3]["text"].get<std::string>().find("(against fp32)"), std::string::npos);
+
+  // A pair asked for besides the claims; a label the sweep does not have is named with those it has.
+  SweepSpec asked = spec;
+  asked.compare = {{"fp32", "mine"}};
+  EXPECT_EQ(summarizeSweep(asked, points, results)["comparisons"].size(), 6u);
+  asked.compare = {{"fp32", "mien"}};
+  try {
+    summarizeSweep(asked, points, results);
+    ADD_FAILURE() << "an unknown label was compared";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'mien' is not a compression label of the sweep 's'; expected one of 'fp32', "
+                                         "'AC-SGD fw2/bw4', 'mine'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CompareTest, BadClaimsNameTheProblem) {
+  auto errorOf = [](const json& claim) -> std::string {
+    json j = threeCodecSweep();
+    j["claims"] = json::array({claim});
+    try {
+      sweepSpecFromJson(j, "sweep");
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(errorOf({{"label", "yours"}, {"speedup_at_least", 1}}).find("sweep.claims[0].label: 'yours' is not a compression label"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"label", "mine"}, {"vs", "fp8"}, {"speedup_at_least", 1}}).find("sweep.claims[0].vs: 'fp8'"), std::string::npos);
+  EXPECT_NE(errorOf({{"label", "mine"}, {"at", "100Mbit"}, {"speedup_at_least", 1}})
+                .find("sweep.claims[0].at: '100Mbit' is not a value of the sweep's other axes; expected one of '100Mbps', '10Gbps'"),
+            std::string::npos) << errorOf({{"label", "mine"}, {"at", "100Mbit"}, {"speedup_at_least", 1}});
+  EXPECT_NE(errorOf({{"label", "mine"}}).find("sweep.claims[0]: states nothing"), std::string::npos);
+  EXPECT_NE(errorOf({{"label", "mine"}, {"speedup_at_least", "2"}}).find("sweep.claims[0].speedup_at_least: \"2\" must be a number"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"label", "mine"}, {"faster", true}}).find("sweep.claims[0].faster: unknown field"), std::string::npos);
+  EXPECT_EQ(errorOf({{"label", "mine"}, {"speedup_at_least", 1}}), "");
+}
+
 }  // namespace
 }  // namespace slowpipe::experiments
