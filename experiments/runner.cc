@@ -11,6 +11,7 @@
 
 #include "compression/bytes.h"
 #include "emulator/shaped_socket.h"
+#include "experiments/base_model.h"
 #include "experiments/summary.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
@@ -57,40 +58,6 @@ json settled(json r) {
 
 fs::path copyPath(const fs::path& out, const std::string& point, int k) {
   return out / "runs" / (point + ".r" + std::to_string(k) + ".json");
-}
-
-std::string pretrain(const SweepSpec& spec, const fs::path& out) {
-  const json& p = spec.pretrain;
-  fs::path ckpt = p.value("checkpoint", "base.pt");
-  if (ckpt.is_relative()) ckpt = out / ckpt;
-  if (fs::exists(ckpt)) return ckpt.string();
-  json base = spec.base;
-  base["training"]["init_checkpoint"] = "";
-  for (const char* k : {"epochs", "max_steps", "lr", "warmup_steps"})
-    if (p.contains(k)) base["training"][k] = p[k];
-  base["training"]["eval_each_epoch"] = true;
-  if (p.contains("micro_batches")) base["pipeline"]["micro_batches"] = p["micro_batches"];
-  base["data"]["max_train_examples"] = p.value("max_train_examples", 0);  // 0: the whole pretrain split
-  runtime::RunSpec s = runtime::runSpecFromJson(base, "sweep.pretrain");
-  s.runtime.threadsPerWorker = p.value("threads", 2);
-  runtime::prepareCorpus(s.data);
-  json log = json::array();
-  const double t0 = emulator::monotonicNow();
-  const std::string tmp = ckpt.string() + ".tmp";  // a pretraining cut short leaves no base.pt
-  runtime::ProgressLine line;
-  runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
-    log.push_back(r);
-    if (r["type"] == "step" && r["step"].get<int64_t>() % 10 == 0) {
-      char text[128];
-      std::snprintf(text, sizeof text, "pretrain step %lld loss %.4f (%.0fs)", static_cast<long long>(r["step"].get<int64_t>()),
-                    r["loss"].get<double>(), emulator::monotonicNow() - t0);
-      line.update(text);
-    }
-  }, tmp);
-  fs::rename(tmp, ckpt);
-  line.finish();
-  runtime::writeJsonAtomically((out / "pretrain_log.json").string(), log);
-  return ckpt.string();
 }
 
 // Why the (point, repeat) must run, or "" if its finished copy stands.
@@ -298,8 +265,12 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   const fs::path out = opt.outDir;
   const runtime::FolderLock lock(out.string(), "sweep");  // also its pretraining's base.pt
   fs::create_directories(out / "runs");
-  if (!spec.pretrain.is_null()) {
-    const std::string ckpt = pretrain(spec, out);
+  if (!opt.base.empty()) {
+    if (!fs::is_regular_file(opt.base)) throw std::invalid_argument("--base '" + opt.base + "': no such checkpoint file");
+    spec.base["training"]["init_checkpoint"] = fs::absolute(opt.base).string();
+    std::printf("base: %s (given; no pretraining)\n", opt.base.c_str());
+  } else if (!spec.pretrain.is_null()) {
+    const std::string ckpt = prepareBase(spec, out.string(), baseCacheDir(opt.cacheDir));
     spec.base["training"]["init_checkpoint"] = fs::absolute(ckpt).string();
   }
   runtime::writeJsonAtomically((out / "sweep.json").string(), sweepRecord(spec));

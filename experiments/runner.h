@@ -1,4 +1,5 @@
-// Resumable sweep runner: pretrains the base model once if the sweep asks for it, then runs every
+// Resumable sweep runner: pretrains the base model once if the sweep asks for it (or takes it from
+// the base cache, experiments/base_model.h, or from --base), then runs every
 // point `repeats` times as real `slowpipe run`s, interleaved (repeat k of every point before repeat
 // k+1), into DIR/runs/<point>/r<k>/; each finished result is copied to DIR/runs/<point>.r<k>.json
 // with the identity of the experiment that produced it, and DIR/summary.json/.csv are rewritten
@@ -28,7 +29,9 @@ struct SweepOptions {
   int repeats = 0;        // > 0: overrides the spec's repeats
   bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
   std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
-  int simSteps = 0;       // simulate: steps replayed (0: the simulator's default; -1: every step of the run, when its data plan is known)
+  int simSteps = 0;
+  std::string base;       // a checkpoint to fine-tune instead of the sweep's pretrained base (no pretraining)
+  std::string cacheDir;   // where pretrained bases are cached (base_model.h; "" = the default, "off" = none)       // simulate: steps replayed (0: the simulator's default; -1: every step of the run, when its data plan is known)
 };
 
 // Returns the number of runs that failed.

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -28,6 +29,20 @@ class ProgressLine {
     }
     std::fflush(out_);
   }
+  // A step of `total`: on a terminal every update; in a log a line each time another 10% is done
+  // (and the last), so a long wait says how far it is without flooding the log.
+  void milestone(const std::string& text, int64_t done, int64_t total) {
+    if (tty_ || total <= 0) {
+      update(text, total > 0 && done >= total);
+      return;
+    }
+    const int64_t tenth = done * 10 / total;
+    if (tenth > lastTenth_ || done >= total) {
+      lastTenth_ = tenth;
+      std::fprintf(out_, "%s\n", text.c_str());
+      std::fflush(out_);
+    }
+  }
   // Ends the line on a terminal (a log's lines are already whole).
   void finish() {
     if (tty_ && open_) std::fprintf(out_, "\n");
@@ -40,6 +55,19 @@ class ProgressLine {
   bool tty_;
   bool open_ = false;
   double printed_ = -1e300;
+  int64_t lastTenth_ = 0;
 };
+
+// "120/400 steps (30%), 35 s, ETA 82 s" (without a total: "120 steps, 35 s").
+inline std::string progressText(int64_t done, int64_t total, double elapsedS, const char* unit = "steps") {
+  char b[160];
+  if (total <= 0 || done <= 0) {
+    std::snprintf(b, sizeof b, "%lld %s, %.0f s", static_cast<long long>(done), unit, elapsedS);
+  } else {
+    std::snprintf(b, sizeof b, "%lld/%lld %s (%.0f%%), %.0f s, ETA %.0f s", static_cast<long long>(done), static_cast<long long>(total),
+                  unit, 100.0 * done / total, elapsedS, elapsedS * (total - done) / done);
+  }
+  return b;
+}
 
 }  // namespace slowpipe::runtime

@@ -79,7 +79,7 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
       where.stepInEpoch = s;
       const double seconds = p.run(schedule, where);
       onRecord({{"type", "step"}, {"step", where.step}, {"epoch", epoch}, {"loss", p.compute().loss()}, {"time_s", seconds},
-                {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}});
+                {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}, {"total_steps", plan.totalSteps}});
       ++where.step;
       if (!spec.training.evaluatesAfter(where.step, s + 1 == plan.epochs.stepsPerEpoch() || where.step == plan.totalSteps)) continue;
       EvalRecord e;

@@ -92,6 +92,7 @@ void addPretrainCommand(CLI::App& app) {
     s.runtime.threadsPerWorker = static_cast<int>(std::thread::hardware_concurrency());
     json records = json::array();
     runtime::ProgressLine line;
+    const double t0 = emulator::monotonicNow();
     runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
       records.push_back(r);
       char text[128];
@@ -99,8 +100,9 @@ void addPretrainCommand(CLI::App& app) {
         line.finish();
         std::fprintf(stderr, "epoch %d val loss %s\n", r["epoch"].get<int>(), r["val_loss"].dump().c_str());
       } else {
-        std::snprintf(text, sizeof text, "step %lld loss %.4f", static_cast<long long>(r["step"].get<int64_t>()), r["loss"].get<double>());
-        line.update(text);
+        const int64_t done = r["step"].get<int64_t>() + 1, total = r.value("total_steps", int64_t{0});
+        std::snprintf(text, sizeof text, " loss %.4f", r["loss"].get<double>());
+        line.milestone("pretrain: " + runtime::progressText(done, total, emulator::monotonicNow() - t0) + text, done, total);
       }
     }, *out);
     line.finish();

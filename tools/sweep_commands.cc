@@ -104,6 +104,10 @@ void addSweepCommand(CLI::App& app) {
   cmd->add_option("--sim-steps", *simSteps, "with --simulate: steps replayed per point, a number >= 2 or 'all' (every step of "
                                             "the run, its first epoch's AC-SGD messages full size); default as simulate");
   cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
+  auto base = std::make_shared<std::string>(), cacheDir = std::make_shared<std::string>();
+  cmd->add_option("--base", *base, "fine-tune this checkpoint (e.g. a base.pt of an earlier sweep) instead of pretraining one");
+  cmd->add_option("--cache-dir", *cacheDir, "where pretrained bases are cached and found (default $SLOWPIPE_CACHE_DIR, else "
+                                            "~/.cache/slowpipe; 'off': pretrain every time)");
   auto target = addTargetOptions(cmd);
   cmd->callback([=] {
     if (*simulate && profile->empty()) throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
@@ -117,6 +121,8 @@ void addSweepCommand(CLI::App& app) {
     o.repeats = *repeats;
     o.simulate = *simulate;
     o.profile = *profile;
+    o.base = *base;
+    o.cacheDir = *cacheDir;
     if (*simSteps == "all") {
       o.simSteps = -1;
     } else {

@@ -23,6 +23,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Every sweep of these tests caches its pretrained bases in a folder of its own (not the user's
+// ~/.cache/slowpipe), removed at exit.
+struct TestCache {
+  fs::path dir = fs::temp_directory_path() / ("slowpipe-test-cache-" + std::to_string(getpid()));
+  TestCache() { setenv("SLOWPIPE_CACHE_DIR", dir.c_str(), 1); }
+  ~TestCache() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+} testCache;
+
 // A tiny corpus in `root` and a 2x2 sweep over it (fp32 / AC-SGD at 200 Mbps / 1 Gbps).
 json tinySweep(const fs::path& root) {
   fs::create_directories(root / "corpus");
@@ -593,6 +604,64 @@ TEST(SweepRunTest, ReportComparesAPluginWithAcsgd) {
   EXPECT_NE(r.output.find("<b>FAIL</b>: int8 plug-in vs AC-SGD fw2/bw4 @ 200Mbps"), std::string::npos) << r.output.substr(0, 3000);
   EXPECT_NE(r.output.find("fig-quality_vs_bytes"), std::string::npos);
   EXPECT_EQ(r.output.find("95% CI"), std::string::npos);
+  fs::remove_all(root);
+}
+
+// One base model, pretrained once: a second sweep with the same base settings (another folder,
+// other fine-tuning settings) takes it from the cache and pretrains nothing; a changed pretraining
+// setting is another base; `--base` fine-tunes a given checkpoint; `--cache-dir off` pretrains.
+TEST(SweepRunTest, BaseModelIsPretrainedOncePerContent) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-base-cache-" + std::to_string(getpid()));
+  const fs::path cache = root / "cache";
+  json sweep = tinySweep(root);
+  sweep["axes"] = json::array({{{"path", "network.links.bandwidth"}, {"values", {"1Gbps"}}}});
+  std::ofstream(root / "a.json") << sweep.dump(2);
+  sweep["base"]["data"]["max_train_examples"] = 16;  // what the fine-tuning reads: not what the base is made of
+  sweep["base"]["compression"] = {{"forward", "fp16"}, {"backward", "fp16"}};
+  std::ofstream(root / "b.json") << sweep.dump(2);
+  sweep["pretrain"]["max_steps"] = 5;  // another base
+  std::ofstream(root / "c.json") << sweep.dump(2);
+  size_t pretrainings = 0;
+  auto sweepOnce = [&](const std::string& spec, const std::string& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {SLOWPIPE_BINARY, "sweep", (root / spec).string(), "--out", (root / out).string(), "--quiet"};
+    if (std::find(extra.begin(), extra.end(), "--cache-dir") == extra.end()) extra.insert(extra.begin(), {"--cache-dir", cache.string()});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = slowpipe::emulator::runCommand(argv);
+    EXPECT_EQ(r.status, 0) << r.output;
+    for (size_t at = r.output.find("pretraining the base: "); at != std::string::npos; at = r.output.find("pretraining the base: ", at + 1))
+      if (r.output.compare(at, 30, "pretraining the base: 1/4 step") == 0 || r.output.compare(at, 30, "pretraining the base: 1/5 step") == 0)
+        ++pretrainings;  // the first step of a pretraining
+    return r.output;
+  };
+  std::string out = sweepOnce("a.json", "a");
+  EXPECT_EQ(pretrainings, 1u) << out;
+  EXPECT_NE(out.find("ETA"), std::string::npos) << out;  // progress says how long is left
+  EXPECT_NE(out.find("cached as " + (cache / "bases").string()), std::string::npos) << out;
+  out = sweepOnce("b.json", "b");
+  EXPECT_EQ(pretrainings, 1u) << out;
+  EXPECT_NE(out.find("from the cache"), std::string::npos) << out;
+  EXPECT_EQ(slowpipe::emulator::runCommand({"cmp", (root / "a" / "base.pt").string(), (root / "b" / "base.pt").string()}).status, 0);
+  EXPECT_TRUE(fs::exists(root / "b" / "pretrain_log.json"));
+  out = sweepOnce("c.json", "c");
+  EXPECT_EQ(pretrainings, 2u) << out;
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(cache / "bases")) entries += fs::exists(e.path() / "base.pt") && fs::exists(e.path() / "key.json");
+  EXPECT_EQ(entries, 2u);
+  // --base: that checkpoint, no pretraining; the run says it started from it.
+  out = sweepOnce("c.json", "given", {"--base", (root / "a" / "base.pt").string()});
+  EXPECT_EQ(pretrainings, 2u) << out;
+  EXPECT_NE(out.find("(given; no pretraining)"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root / "given" / "base.pt"));
+  const json run = json::parse(std::ifstream(root / "given" / "runs" / "bandwidth-1Gbps.r0.json"));
+  EXPECT_EQ(run["spec"]["training"]["init_checkpoint"], (root / "a" / "base.pt").string());
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "c.json").string(), "--out", (root / "none").string(),
+                                           "--base", (root / "nothing.pt").string()});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--base '" + (root / "nothing.pt").string() + "': no such checkpoint file"), std::string::npos) << r.output;
+  // No cache: pretrained again.
+  out = sweepOnce("a.json", "uncached", {"--cache-dir", "off"});
+  EXPECT_EQ(pretrainings, 3u) << out;
+  EXPECT_NE(out.find("(base cache off)"), std::string::npos) << out;
   fs::remove_all(root);
 }
 
