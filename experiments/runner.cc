@@ -1,6 +1,7 @@
 // runSweep: pretraining, interleaved repeats, resume by experiment identity, summaries.
 #include "experiments/runner.h"
 
+#include <algorithm>
 #include <map>
 
 #include <unistd.h>
@@ -187,6 +188,8 @@ SweepSpec sweepOfFolder(const std::string& dir) {
   j.erase("simulated");  // what simulateSweep adds to the record of a sweep
   j.erase("profile");
   j.erase("sim_steps");
+  j.erase("quality_from");
+  j.erase("steps_per_epoch");
   if (!j.contains("axes"))
     throw std::invalid_argument("'" + file.string() + "' records no axes: written by a slowpipe before simulated sweeps recorded "
                                 "them; rerun the sweep to summarize it");
@@ -201,7 +204,25 @@ SweepSpec sweepOfFolder(const std::string& dir) {
 }
 
 
-// Every point replayed in virtual time: deterministic, so one repeat; no pretraining (no losses).
+// The first (by name) finished repeat-0 run in an emulated sweep folder whose codec is `label`; "".
+static std::string emulatedRunOf(const std::string& dir, const std::string& label) {
+  std::vector<fs::path> runs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "runs", ec))
+    if (e.path().string().size() > 8 && e.path().string().rfind(".r0.json") == e.path().string().size() - 8) runs.push_back(e.path());
+  if (ec) throw std::invalid_argument("--quality-from '" + dir + "': no runs/ folder (" + ec.message() + "); expected an emulated sweep's folder");
+  std::sort(runs.begin(), runs.end());
+  for (const auto& f : runs) {
+    const json doc = readOrNull(f);
+    if (doc.is_object() && doc.value("status", "") == "ok" && !doc.value("simulated", false) && doc.contains("spec") &&
+        doc["spec"].value("compression", json::object()).value("label", "") == label)
+      return f.string();
+  }
+  return "";
+}
+
+// Every point replayed in virtual time: deterministic, so one repeat; no pretraining (losses only
+// from a quality curve, --quality-from).
 int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   SweepSpec spec = specIn;
   spec.repeats = 1;
@@ -213,6 +234,8 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   record["simulated"] = true;
   record["profile"] = opt.profile;
   record["sim_steps"] = opt.simSteps < 0 ? json("all") : json(opt.simSteps);
+  if (!opt.qualityFrom.empty()) record["quality_from"] = opt.qualityFrom;
+  if (opt.stepsPerEpoch > 0) record["steps_per_epoch"] = opt.stepsPerEpoch;
   runtime::writeJsonAtomically((out / "sweep.json").string(), record);
   const json build = runtime::environmentInfo("");
   // The run's epochs and evaluations, when its corpus is at hand: read once per data plan (the
@@ -230,6 +253,19 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       simulator::dataPlanOf(rs, &it->second);
     }
     simulator::SimOptions so = it->second;
+    if (opt.stepsPerEpoch > 0) {
+      so.stepsPerEpoch = opt.stepsPerEpoch;
+      so.runSteps = opt.stepsPerEpoch * rs.training.epochs;
+      if (rs.training.maxSteps > 0) so.runSteps = std::min<int64_t>(so.runSteps, rs.training.maxSteps);
+    }
+    if (!opt.qualityFrom.empty()) {
+      const std::string label = p.spec["compression"].value("label", "");
+      const std::string curve = emulatedRunOf(opt.qualityFrom, label);
+      if (curve.empty())
+        throw std::invalid_argument("--quality-from '" + opt.qualityFrom + "': no finished run of the codec '" + label +
+                                    "' there (its runs/<point>.r0.json with compression.label '" + label + "')");
+      simulator::qualityCurveOf(curve, &so);
+    }
     if (opt.simSteps > 0) so.steps = opt.simSteps;
     else if (opt.simSteps < 0 && so.runSteps >= 2) so.steps = static_cast<int>(so.runSteps);
     json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs), so);

@@ -30,6 +30,8 @@ struct SweepOptions {
   bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
   std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
   int simSteps = 0;
+  std::string qualityFrom;    // simulate: an emulated sweep's folder whose runs give each codec (label) its quality curve
+  int64_t stepsPerEpoch = 0;  // simulate: the runs' declared steps per epoch (0: the data plan of the spec's corpus)
   std::string base;       // a checkpoint to fine-tune instead of the sweep's pretrained base (no pretraining)
   std::string cacheDir;   // where pretrained bases are cached (base_model.h; "" = the default, "off" = none)       // simulate: steps replayed (0: the simulator's default; -1: every step of the run, when its data plan is known)
 };

@@ -2,11 +2,13 @@
 #include "simulator/simulate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -220,6 +222,22 @@ class Replay : public runtime::Backend {
 
   int rankOf(int stage, int replica) const { return stage * R_ + replica; }
 
+  // The run's epoch of step k (without a data plan: 0, the first steps of any run).
+  int epochOf(int64_t k) const { return opt_.stepsPerEpoch > 0 ? static_cast<int>(k / opt_.stepsPerEpoch) : 0; }
+  // The quality curve's validation loss at the run's step k (after k steps), or none.
+  std::optional<double> curveLossAt(int64_t k) const {
+    const auto& c = opt_.quality;
+    if (c.empty() || opt_.runSteps <= 0) return std::nullopt;
+    // By progress: the curve's point at its step s of qualitySteps lands at s * runSteps / qualitySteps.
+    const double scale = opt_.qualitySteps > 0 ? static_cast<double>(opt_.runSteps) / opt_.qualitySteps : 1.0;
+    const double x = static_cast<double>(k);
+    if (x < c.front().first * scale - 1e-9) return std::nullopt;
+    for (size_t j = 1; j < c.size(); ++j) {
+      const double x0 = c[j - 1].first * scale, x1 = c[j].first * scale;
+      if (x <= x1 + 1e-9) return x1 > x0 ? c[j - 1].second + (c[j].second - c[j - 1].second) * (x - x0) / (x1 - x0) : c[j].second;
+    }
+    return x <= c.back().first * scale + 1e-9 ? std::optional<double>(c.back().second) : std::nullopt;
+  }
   // Whether the run evaluates after step k (the end of an epoch; the run's last step when the
   // whole run is replayed); replica 0 of every stage evaluates, as in the runtime.
   bool evaluatesAfter(int k) const {
@@ -230,8 +248,9 @@ class Replay : public runtime::Backend {
     std::vector<runtime::EvalRecord> out;
     for (int k = 0; k < steps_; ++k)
       if (evaluatesAfter(k)) {
-        runtime::EvalRecord e;  // no loss: nothing is computed
+        runtime::EvalRecord e;  // no loss (nothing is computed) unless a quality curve gives one
         e.epoch = static_cast<int>(k / opt_.stepsPerEpoch);
+        e.valLoss = curveLossAt(k + 1);
         e.step = k + 1;
         e.timeS = evalTimes_[k];
         e.wallS = evalEnds_[k];
@@ -583,12 +602,15 @@ class Replay : public runtime::Backend {
     if (st.evaluating) {  // the evaluation after st.step is done: the next step starts now
       evalTimes_[st.step] = std::max(evalTimes_[st.step], now_ - ex.started());
       evalEnds_[st.step] = std::max(evalEnds_[st.step], now_);
+      // Its waits, encodes and decodes are the evaluation's, not the next step's (they were billed
+      // to it: a step's wait longer than the step, "wait share 1.644").
+      st.record = runtime::RankStepRecord{};
       return nextStep(i);
     }
     runtime::RankStepRecord& r = st.record;
     r.rank = i;
     r.step = st.step;
-    r.epoch = opt_.stepsPerEpoch > 0 ? static_cast<int>(st.step / opt_.stepsPerEpoch) : 0;  // unknown: 0 (the summary skips step 0)
+    r.epoch = epochOf(st.step);
     r.timeS = now_ - ex.started();
     r.dpS = ex.dpSeconds();
     stepEnds_[st.step] = std::max(stepEnds_[st.step], now_);
@@ -651,10 +673,10 @@ class Replay : public runtime::Backend {
     if (tensorMessage(a)) {
       const bool forward = a.message == Action::Message::kActivation;
       const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
-      // The first epoch sees every example for the first time (acsgd: full precision) when the
-      // whole run is replayed and the data plan says which steps it has; a replay of a few steps
-      // stands for the steady state, every message a steady one.
-      const bool first = steps_ == opt_.runSteps && opt_.stepsPerEpoch > 0 && st.step < opt_.stepsPerEpoch;
+      // Every step is billed as the run has it: the first epoch sees every example for the first
+      // time (acsgd: full precision), later epochs send deltas. Without a data plan every replayed
+      // step is one of the run's first steps (epoch 0), so it is billed in full too.
+      const bool first = epochOf(st.step) == 0;
       bytes = first ? (forward ? fwdFirstBytes_ : bwdFirstBytes_) : (forward ? fwdBytes_ : bwdBytes_);
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
       (forward ? st.record.fwdRaw : st.record.bwdRaw) += rawActBytes_;
@@ -777,6 +799,87 @@ bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why)
   }
 }
 
+void qualityCurveOf(const std::string& path, SimOptions* opt) {
+  const json j = runtime::readJsonFile(path, "quality curve");
+  std::vector<std::pair<double, double>> curve;
+  double steps = 0;
+  auto point = [&](const json& step, const json& loss, const std::string& where) {
+    if (!step.is_number() || step.get<double>() < 0)
+      throw std::invalid_argument("quality curve '" + path + "': " + where + ": step " + step.dump() + " is not a step count >= 0");
+    if (loss.is_null()) return;  // an evaluation without a loss (a simulated run's)
+    if (!loss.is_number() || !std::isfinite(loss.get<double>()))
+      throw std::invalid_argument("quality curve '" + path + "': " + where + ": validation loss " + loss.dump() + " is not a number");
+    if (!curve.empty() && step.get<double>() <= curve.back().first)
+      throw std::invalid_argument("quality curve '" + path + "': " + where + ": steps must increase (" + step.dump() + " after " +
+                                  std::to_string(curve.back().first) + ")");
+    curve.push_back({step.get<double>(), loss.get<double>()});
+  };
+  if (j.is_object() && j.contains("evals") && j["evals"].is_array()) {
+    for (size_t k = 0; k < j["evals"].size(); ++k) {
+      const json& e = j["evals"][k];
+      const std::string where = "evals[" + std::to_string(k) + "]";
+      if (!e.is_object()) throw std::invalid_argument("quality curve '" + path + "': " + where + ": expected an object");
+      point(e.value("step", json()), e.value("val_loss", json()), where);
+    }
+    steps = j.contains("steps") && j["steps"].is_array() && !j["steps"].empty() ? static_cast<double>(j["steps"].size())
+                                                                                 : (curve.empty() ? 0 : curve.back().first);
+  } else if (j.is_array()) {
+    for (size_t k = 0; k < j.size(); ++k) {
+      const std::string where = "[" + std::to_string(k) + "]";
+      if (!j[k].is_array() || j[k].size() != 2) throw std::invalid_argument("quality curve '" + path + "': " + where + ": expected [step, val_loss]");
+      point(j[k][0], j[k][1], where);
+    }
+    steps = curve.empty() ? 0 : curve.back().first;
+  } else {
+    throw std::invalid_argument("quality curve '" + path + "': expected a result.json (with \"evals\") or an array of [step, val_loss]");
+  }
+  if (curve.empty() || steps <= 0)
+    throw std::invalid_argument("quality curve '" + path + "': no evaluation with a validation loss after step 0");
+  opt->quality = std::move(curve);
+  opt->qualitySteps = steps;
+  opt->qualitySource = path;
+}
+
+std::string projectionText(const json& doc, double targetLoss) {
+  const json& steps = doc["steps"];
+  if (steps.empty()) return "";
+  double total = 0, first = 0, later = 0;
+  int64_t nFirst = 0, nLater = 0;
+  int maxEpoch = 0;
+  for (const auto& st : steps) {
+    const double t = st["time_s"].get<double>();
+    const int e = st.value("epoch", 0);
+    maxEpoch = std::max(maxEpoch, e);
+    (e == 0 ? first : later) += t;
+    (e == 0 ? nFirst : nLater) += 1;
+  }
+  total = doc["summary"].value("wall_time_s", 0.0);
+  for (const auto& e : doc.value("evals", json::array()))
+    if (e.value("wall_s", json()).is_number()) total = std::max(total, e["wall_s"].get<double>());
+  char b[512];
+  std::snprintf(b, sizeof b, "projected run: %zu steps, %d epoch(s), total %.1f s (%.2f h); epoch 0 step %.4f s (n=%lld)", steps.size(),
+                maxEpoch + 1, total, total / 3600, nFirst ? first / nFirst : 0.0, static_cast<long long>(nFirst));
+  std::string out = b;
+  if (nLater) {
+    std::snprintf(b, sizeof b, ", later epochs %.4f s (n=%lld)", later / nLater, static_cast<long long>(nLater));
+    out += b;
+  }
+  out += "\n";
+  if (targetLoss > 0) {
+    for (const auto& e : doc.value("evals", json::array()))
+      if (e.value("val_loss", json()).is_number() && e["val_loss"].get<double>() <= targetLoss) {
+        std::snprintf(b, sizeof b, "time to target (validation loss <= %g): %.1f s (%.2f h), at the evaluation after step %lld "
+                                   "(projected loss %.4f)\n",
+                      targetLoss, e["wall_s"].get<double>(), e["wall_s"].get<double>() / 3600, static_cast<long long>(e["step"].get<int64_t>()),
+                      e["val_loss"].get<double>());
+        return out + b;
+      }
+    std::snprintf(b, sizeof b, "time to target (validation loss <= %g): not reached in the projected run\n", targetLoss);
+    out += b;
+  }
+  return out;
+}
+
 int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
   // A bandwidth that follows a trace: the run's every step, so the trace's phases line up.
   auto traced = [](const emulator::Topology& t) {
@@ -789,7 +892,9 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
   for (const auto& r : spec.runtime.slowdown.ranks) slowdownChanges |= r.trace.size() > 1 || r.trace.at(0).first > 0;
   const bool varies = traced(emulator::topologyFromJson(spec.network.links, "network.links")) ||
                       (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec))) || slowdownChanges;
-  if (varies && opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
+  (void)varies;
+  // The run the spec describes, every epoch and evaluation, when its data plan is known.
+  if (opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
   if (spec.pipeline.replicas == 1) return 4;
   // The run's steps (max_steps, or fewer when the data plan ends first: it replayed 6 of a 2-step run).
   if (spec.training.maxSteps > 0)
@@ -805,7 +910,10 @@ json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const Sim
   json doc = Replay(spec, mine, steps, opt).run();
   doc["simulator"]["data_plan"] = opt.stepsPerEpoch > 0 ? json{{"steps_per_epoch", opt.stepsPerEpoch}, {"run_steps", opt.runSteps},
                                                                {"eval_batches", opt.evalRows.size()}}
-                                                        : json("unknown (no corpus): steps are epoch 0, no evaluation");
+                                                        : json("unknown (no corpus): the run's first steps, epoch 0 (AC-SGD "
+                                                               "sends them in full), no evaluation");
+  if (!opt.quality.empty()) doc["simulator"]["quality_curve"] = {{"source", opt.qualitySource}, {"points", opt.quality.size()},
+                                                                 {"curve_steps", opt.qualitySteps}, {"mapped", "by progress"}};
   return doc;
 }
 

@@ -31,10 +31,8 @@ namespace slowpipe::simulator {
 struct SimOptions {
   SimOptions() = default;
   SimOptions(int replayed) : steps(replayed) {}  // NOLINT: {n} reads as "n steps"
-  // Steps replayed back to back; the summary is over steps 1.. (step 0 fills the pipe). 0: every
-  // step of the run when a link follows a bandwidth trace and the data plan is known (so the
-  // trace's phases line up with the run's), else 4; with data parallelism training.max_steps if
-  // set, else qadam's warm-up + 4 x dp.local_steps (so the steps that exchange weigh as in a run).
+  // Steps replayed back to back, the run's first ones, each billed as the run has it (AC-SGD's
+  // first epoch in full); 0: defaultSteps.
   int steps = 0;
   // The run's data plan (dataPlanOf; 0 / empty: unknown, e.g. a paper-scale spec without its
   // corpus): steps per epoch and the rows of each validation batch. Known, the steps carry their
@@ -45,11 +43,25 @@ struct SimOptions {
   // The result's "messages": every message's [from rank, to rank, step, micro-batch, chunk, round,
   // kind, bytes, sent_s, arrival_s] (a model's completion times, message by message).
   bool recordMessages = false;
+  // A quality curve: (step, validation loss) of an emulated run of the same codec, or a curve file
+  // (qualityCurveOf). Mapped onto this run by progress: the curve's point at its step s of
+  // qualitySteps stands for step s x runSteps / qualitySteps; the replayed evaluations get its loss
+  // there (linear between points, none before the first), so time to target is the simulated wall
+  // time of the first evaluation at or below a target.
+  std::vector<std::pair<double, double>> quality;
+  double qualitySteps = 0;
+  std::string qualitySource;
 };
+// A quality curve from `path`: a result.json (its "evals": step, val_loss; qualitySteps its steps'
+// count) or a JSON array of [step, val_loss] pairs (qualitySteps the last step). Throws naming the
+// file and field.
+void qualityCurveOf(const std::string& path, SimOptions* opt);
 // The data plan of `spec` from its corpus (prepared if it is not yet): false, leaving opt as it
 // is, if the corpus cannot be read (`why` says why).
 bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why = nullptr);
-// The steps `opt` with steps = 0 replays for `spec`.
+// The steps `opt` with steps = 0 replays for `spec`: the whole run when its data plan is known
+// (at most 100,000 steps), else 4 (with data parallelism training.max_steps, else qadam's warm-up +
+// 4 x dp.local_steps).
 int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt = {});
 
 // Exact frame bytes of one message of `shape` through codec `spec` in steady state (for acsgd: a
@@ -64,5 +76,10 @@ int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>
 // A result document in the result.json schema, with "simulated": true, per-step records, the
 // summary, and "timeline": per stage, the last step's events {what, mb, start_s, end_s}.
 nlohmann::json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt = {});
+
+// What a replay projects for the whole run, in lines: its steps and epochs, total time (the last
+// step's or evaluation's end), the first epoch's and later epochs' step times, and with a quality
+// curve and targetLoss > 0 the time to that validation loss (or "not reached").
+std::string projectionText(const nlohmann::json& doc, double targetLoss);
 
 }  // namespace slowpipe::simulator

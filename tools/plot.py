@@ -163,9 +163,12 @@ def loss_curves(runs, rows, bandwidth, xkey, out, name):
         series = [s for s in series if s]
         if series:
             banded(ax, series, name_of(r, rows))
-    ax.set_xlabel("training step" if xkey == "step" else "wall time (s)")
-    ax.set_ylabel("validation loss")
-    ax.set_title(f"validation loss vs {'step' if xkey == 'step' else 'time'} at {fmt_bw(bandwidth)} (band: repeats)")
+    simulated = any(run.get("simulated") for r in rows for run in runs.get(r["point"], []))
+    ax.set_xlabel("training step" if xkey == "step" else ("simulated wall-clock (s)" if simulated else "wall time (s)"))
+    ax.set_ylabel("projected validation loss (quality curve)" if simulated else "validation loss")
+    what = "projected validation loss" if simulated else "validation loss"
+    ax.set_title(f"{what} vs {'step' if xkey == 'step' else 'wall-clock'} at {fmt_bw(bandwidth)}"
+                 + (": each codec's emulated curve on simulated time" if simulated else " (band: repeats)"), fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     save(fig, out, name)

@@ -119,7 +119,16 @@ void addSimulateCommand(CLI::App& app) {
   cmd->add_option("--profile", *profile, "profile JSON (slowpipe profile), or analytic:DEVICE[,dtype=bf16,mfu=0.4]")->required();
   cmd->add_option("--out", *out, "output folder (result.json)")->required();
   cmd->add_option("--steps", *steps, "steps replayed back to back (default: every step of the run when a link follows a trace or a straggler's speed changes, else 4; "
-                                     "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 10000));
+                                     "with data parallelism training.max_steps, else qadam's warm-up + 4 x dp.local_steps)")->check(CLI::Range(2, 100000));
+  auto stepsPerEpoch = std::make_shared<int64_t>(0);
+  auto quality = std::make_shared<std::string>();
+  auto targetLoss = std::make_shared<double>(0);
+  cmd->add_option("--steps-per-epoch", *stepsPerEpoch, "the run's steps per epoch (its dataset / global batch) where the spec's corpus "
+                                                       "is not the one it would train on, e.g. a projection at paper scale")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  cmd->add_option("--quality", *quality, "a quality curve: an emulated run's result.json of the same codec, or [[step, val_loss], ...]; "
+                                         "mapped onto the replay by progress, it gives the evaluations their loss");
+  cmd->add_option("--target-loss", *targetLoss, "with --quality: print the simulated time to this validation loss")->check(CLI::PositiveNumber);
   cmd->callback([=] {
     json j = runtime::readJsonFile(*spec, "spec file");
     for (const auto& a : *sets) runtime::applySet(j, a);
@@ -139,7 +148,16 @@ void addSimulateCommand(CLI::App& app) {
     o.steps = *steps;
     o.recordMessages = *messages;
     std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand
-    if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "simulate: no data plan (%s): no epochs, no evaluation\n", why.c_str());
+    if (!simulator::dataPlanOf(s, &o, &why) && *stepsPerEpoch == 0)
+      std::fprintf(stderr, "simulate: no data plan (%s): the run's first steps (epoch 0: AC-SGD sends them in full), no evaluation; "
+                           "--steps-per-epoch N declares the plan\n", why.c_str());
+    if (*stepsPerEpoch > 0) {  // the run's plan as declared: its epochs and max_steps over N steps an epoch
+      o.stepsPerEpoch = *stepsPerEpoch;
+      o.runSteps = *stepsPerEpoch * s.training.epochs;
+      if (s.training.maxSteps > 0) o.runSteps = std::min<int64_t>(o.runSteps, s.training.maxSteps);
+    }
+    if (!quality->empty()) simulator::qualityCurveOf(*quality, &o);
+    if (*targetLoss > 0 && quality->empty()) throw std::invalid_argument("--target-loss needs --quality (the losses come from a curve)");
     const json doc = simulator::simulateRun(s, p, o);
     std::filesystem::create_directories(*out);
     runtime::writeJsonAtomically(*out + "/result.json", doc);
@@ -147,6 +165,7 @@ void addSimulateCommand(CLI::App& app) {
     std::printf("%s (simulated, %s): step %.6f s, %.0f tokens/s, wait share %.3f -> %s/result.json\n", s.name.c_str(),
                 s.network.model.c_str(), sum["mean_step_time_s"].get<double>(), sum["throughput_tokens_per_s"].get<double>(),
                 sum["wait_share"].get<double>(), out->c_str());
+    std::printf("%s", simulator::projectionText(doc, *targetLoss).c_str());
   });
 }
 

@@ -104,6 +104,12 @@ void addSweepCommand(CLI::App& app) {
   cmd->add_option("--sim-steps", *simSteps, "with --simulate: steps replayed per point, a number >= 2 or 'all' (every step of "
                                             "the run, its first epoch's AC-SGD messages full size); default as simulate");
   cmd->add_option("--set", *sets, "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
+  auto qualityFrom = std::make_shared<std::string>();
+  auto stepsPerEpoch = std::make_shared<int64_t>(0);
+  cmd->add_option("--quality-from", *qualityFrom, "with --simulate: an emulated sweep's folder; each codec's run there (same label) "
+                                                  "is its quality curve, so the projection has losses and time to target");
+  cmd->add_option("--steps-per-epoch", *stepsPerEpoch, "with --simulate: the runs' steps per epoch (default: the spec's corpus)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   auto base = std::make_shared<std::string>(), cacheDir = std::make_shared<std::string>();
   cmd->add_option("--base", *base, "fine-tune this checkpoint (e.g. a base.pt of an earlier sweep) instead of pretraining one");
   cmd->add_option("--cache-dir", *cacheDir, "where pretrained bases are cached and found (default $SLOWPIPE_CACHE_DIR, else "
@@ -122,6 +128,10 @@ void addSweepCommand(CLI::App& app) {
     o.simulate = *simulate;
     o.profile = *profile;
     o.base = *base;
+    o.qualityFrom = *qualityFrom;
+    o.stepsPerEpoch = *stepsPerEpoch;
+    if (!*simulate && (!qualityFrom->empty() || *stepsPerEpoch > 0))
+      throw std::invalid_argument("--quality-from and --steps-per-epoch project a simulated sweep: give --simulate");
     o.cacheDir = *cacheDir;
     if (*simSteps == "all") {
       o.simSteps = -1;

@@ -775,6 +775,73 @@ TEST(SweepRunTest, SimulateCliSaysWhereACodecRuns) {
   fs::remove_all(root);
 }
 
+// Both tiers bill AC-SGD's state alike: a 3-epoch run sends epoch 0's activations in full (every
+// example's first sighting) and later epochs' as deltas; the simulator, replaying the whole run
+// its data plan describes, bills every step the bytes the emulated run sent. A one-epoch run of
+// AC-SGD and of a stateless codec too (a one-epoch projection billed deltas: it flattered AC-SGD).
+TEST(SweepRunTest, SimulatedStepBytesEqualTheEmulatedRunsInEveryEpoch) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-sim-bytes-" + std::to_string(getpid()));
+  json spec = tinySweep(root)["base"];
+  spec["training"]["warmup_steps"] = 0;
+  for (const auto& [epochs, forward] : {std::pair{3, "acsgd:bits=2"}, std::pair{1, "acsgd:bits=2"}, std::pair{1, "quant:bits=2"}}) {
+    spec["training"]["epochs"] = epochs;
+    spec["compression"] = {{"forward", forward}, {"backward", "quant:bits=4"}};
+    const std::string tag = std::to_string(epochs) + "-" + std::string(forward).substr(0, 5);
+    std::ofstream(root / (tag + ".json")) << spec.dump(2);
+    auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "run", (root / (tag + ".json")).string(), "--out", (root / tag / "run").string()});
+    ASSERT_EQ(r.status, 0) << r.output;
+    r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / (tag + ".json")).string(), "--profile", "analytic:A100",
+                                        "--out", (root / tag / "sim").string()});
+    ASSERT_EQ(r.status, 0) << r.output;
+    const json run = json::parse(std::ifstream(root / tag / "run" / "result.json"));
+    const json sim = json::parse(std::ifstream(root / tag / "sim" / "result.json"));
+    ASSERT_EQ(run["steps"].size(), sim["steps"].size()) << tag;  // the whole run, every epoch
+    ASSERT_EQ(run["evals"].size(), sim["evals"].size()) << tag;
+    std::set<int64_t> forwardSizes;
+    for (size_t k = 0; k < run["steps"].size(); ++k) {
+      EXPECT_EQ(sim["steps"][k]["epoch"], run["steps"][k]["epoch"]) << tag << " step " << k;
+      for (const char* dir : {"forward", "backward"})
+        EXPECT_EQ(sim["steps"][k]["bytes"][dir]["wire"], run["steps"][k]["bytes"][dir]["wire"]) << tag << " step " << k << " " << dir;
+      forwardSizes.insert(run["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>());
+    }
+    // AC-SGD over 3 epochs has two sizes (first sightings, deltas); one epoch or a stateless codec one.
+    EXPECT_EQ(forwardSizes.size(), epochs == 3 ? 2u : 1u) << tag;
+    if (epochs == 3) {
+      EXPECT_GT(run["steps"][0]["bytes"]["forward"]["wire"].get<int64_t>(), 4 * run["steps"].back()["bytes"]["forward"]["wire"].get<int64_t>());
+    }
+  }
+  fs::remove_all(root);
+}
+
+// A projection of the paper-scale spec's whole run: 10 epochs of 1,000 steps (declared: the spec's
+// corpus is not the one it would train on), every step replayed, AC-SGD's first epoch in full,
+// every epoch's evaluation with the loss of the committed emulated AC-SGD run's curve, the total
+// time and the time to a target printed.
+TEST(SweepRunTest, PaperScaleProjectionOfTheWholeRun) {
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-projection-" + std::to_string(getpid()));
+  fs::create_directories(root);
+  const fs::path src = SLOWPIPE_SOURCE_DIR;
+  json spec = json::parse(std::ifstream(src / "experiments" / "paper_scale.json"))["base"];
+  spec["compression"] = {{"forward", "acsgd:bits=2,levels=fixpoint"}, {"backward", "quant:bits=4,levels=fixpoint"}, {"label", "AC-SGD"}};
+  spec["training"]["epochs"] = 10;
+  std::ofstream(root / "spec.json") << spec.dump(2);
+  const std::string curve = (src / "results" / "paper" / "runs" / "bandwidth-100Mbps_compression-AC-SGD-fw2-bw4.r0.json").string();
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / "spec.json").string(), "--profile", "analytic:A100",
+                                                 "--out", (root / "sim").string(), "--steps-per-epoch", "1000", "--quality", curve,
+                                                 "--target-loss", "2.61"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("projected run: 10000 steps, 10 epoch(s), total "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("time to target (validation loss <= 2.61): "), std::string::npos) << r.output;
+  const json sim = json::parse(std::ifstream(root / "sim" / "result.json"));
+  ASSERT_EQ(sim["steps"].size(), 10000u);
+  EXPECT_EQ(sim["evals"].size(), 10u);
+  EXPECT_EQ(sim["steps"][999]["bytes"]["forward"]["wire"], 7 * 32 * sim["message_bytes"]["forward_first_epoch"].get<int64_t>());
+  EXPECT_EQ(sim["steps"][1000]["bytes"]["forward"]["wire"], 7 * 32 * sim["message_bytes"]["forward"].get<int64_t>());
+  const double share = sim["summary"]["wait_share"].get<double>();
+  EXPECT_TRUE(share >= 0 && share <= 1) << share;
+  fs::remove_all(root);
+}
+
 // The main job writes into an ignored folder and runs every point: the first version wrote into
 // the committed results/quickstart/, found the committed runs complete and skipped them all.
 TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {

@@ -903,7 +903,9 @@ TEST(SimulatorTest, LargeRunsKeepATimelineOfReplicaZero) {
 // AC-SGD's first epoch sends every activation in full (each example's first sighting): with the
 // data plan the simulator sizes epoch 0's forward messages as a fresh codec's first frame and
 // later epochs' as deltas; its backward codec (quant) is stateless, the same in every epoch.
-// Without the plan, or replaying part of the run, every message is a steady one, as before.
+// Every replayed step is billed as the run has it: a replay of part of the run too, and without a
+// plan (the run's first steps, epoch 0) every step in full. (Both were billed as deltas, so a
+// projection of a one-epoch fine-tune flattered AC-SGD against every stateless codec.)
 TEST(SimulatorTest, TheFirstEpochSendsFirstSightingsInFull) {
   auto spec = tinySpec(2, 2, "1f1b", "pipelined");
   spec.compression.forward = "acsgd:bits=2";
@@ -922,11 +924,17 @@ TEST(SimulatorTest, TheFirstEpochSendsFirstSightingsInFull) {
   }
   EXPECT_GT(r["steps"][0]["time_s"].get<double>(), r["steps"][2]["time_s"].get<double>());
   const json bare = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {4});
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(bare["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * delta);
-  // A replay of part of the run (its steady state) sends steady messages too.
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(bare["steps"][k]["epoch"], 0);
+    EXPECT_EQ(bare["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * full);
+  }
+  // A replay of the first 4 steps of an 8-step run: epoch 0 in full, epoch 1 deltas, as the run.
   o.runSteps = 8;
   const json part = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(part["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * delta);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(part["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * (k < 2 ? full : delta));
+  // The default replays the whole run the plan describes: every epoch.
+  o.steps = 0;
+  EXPECT_EQ(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o)["steps"].size(), 8u);
 }
 
 // With the run's data plan the simulator labels steps with their epochs and replays every
@@ -949,6 +957,12 @@ TEST(SimulatorTest, EvaluationsAreReplayedBetweenEpochs) {
   for (int k = 0; k < 4; ++k) EXPECT_EQ(r["steps"][k]["epoch"], k / 2);
   EXPECT_NEAR(r["steps"][2]["time_s"].get<double>(), r["steps"][0]["time_s"].get<double>(), 1e-6);
   EXPECT_EQ(r["simulator"]["data_plan"]["eval_batches"], 2);
+  // The evaluation's waits are its own: no step waits longer than it lasts (the step after an
+  // evaluation was billed the evaluation's wait, "wait share 1.644").
+  for (const auto& st : r["steps"])
+    for (const auto& row : st["breakdown_s_per_stage"]) EXPECT_LE(row["wait"].get<double>(), row["time_s"].get<double>() + 1e-12) << st.dump();
+  EXPECT_LE(r["summary"]["wait_share"].get<double>(), 1.0);
+  EXPECT_GE(r["summary"]["wait_share"].get<double>(), 0.0);
   // training.eval_every_steps 3 without epoch ends: after step 3 only; with them, after 2, 3 and 4.
   spec.training.evalEverySteps = 3;
   spec.training.evalEachEpoch = false;
@@ -975,12 +989,56 @@ TEST(SimulatorTest, TracedLinksReplayEveryStepOfTheRun) {
   SimOptions o;
   o.stepsPerEpoch = 6;
   o.runSteps = 12;
-  EXPECT_EQ(defaultSteps(spec, o), 4);
+  EXPECT_EQ(defaultSteps(spec, o), 12);  // the whole run its data plan describes
+  EXPECT_EQ(defaultSteps(spec, {}), 4);   // no plan: the run's first 4 steps
   const std::string trace = ::testing::TempDir() + "/slowpipe_sim_trace.txt";
   std::ofstream(trace) << "0 8Mbps\n0.05 1Mbps\n";
   spec.network.links = {{"bandwidth", "8Mbps"}, {"latency", "1ms"}, {"trace", trace}};
   EXPECT_EQ(defaultSteps(spec, o), 12);
   EXPECT_EQ(defaultSteps(spec, {}), 4);  // no data plan: the default
+}
+
+// A whole-run projection with quality: an emulated run's curve (step, validation loss) mapped onto
+// the replayed run by progress gives its evaluations their loss (linear between the curve's
+// points), so time to target is simulated wall-clock; projectionText says so.
+TEST(SimulatorTest, AQualityCurveGivesTheProjectionItsLossesAndTimeToTarget) {
+  auto spec = tinySpec(2, 2, "1f1b", "pipelined");
+  SimOptions o;
+  o.stepsPerEpoch = 2;
+  o.runSteps = 4;
+  o.evalRows = {2, 1};
+  o.quality = {{5, 4.0}, {20, 2.0}};
+  o.qualitySteps = 20;  // the curve's run had 20 steps: its step 10 is this run's step 2
+  const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
+  ASSERT_EQ(r["evals"].size(), 2u);
+  EXPECT_NEAR(r["evals"][0]["val_loss"].get<double>(), 4.0 + (2.0 - 4.0) * (10.0 - 5.0) / 15.0, 1e-12);
+  EXPECT_NEAR(r["evals"][1]["val_loss"].get<double>(), 2.0, 1e-12);
+  EXPECT_NEAR(r["summary"]["final_val_loss"].get<double>(), 2.0, 1e-12);
+  const std::string text = projectionText(r, 2.5);
+  EXPECT_NE(text.find("projected run: 4 steps, 2 epoch(s)"), std::string::npos) << text;
+  char expect[96];
+  std::snprintf(expect, sizeof expect, "time to target (validation loss <= 2.5): %.1f s", r["evals"][1]["wall_s"].get<double>());
+  EXPECT_NE(text.find(expect), std::string::npos) << text;
+  EXPECT_NE(projectionText(r, 1.5).find("not reached in the projected run"), std::string::npos);
+  // Curve files: a result's evals, or pairs; steps must increase, losses be numbers.
+  const std::string file = ::testing::TempDir() + "/slowpipe_curve.json";
+  std::ofstream(file) << R"([[4, 3.0], [8, 2.5]])";
+  SimOptions c;
+  qualityCurveOf(file, &c);
+  EXPECT_EQ(c.quality.size(), 2u);
+  EXPECT_EQ(c.qualitySteps, 8);
+  std::ofstream(file) << R"({"steps": [{}, {}, {}, {}, {}, {}], "evals": [{"step": 3, "val_loss": 3.1}, {"step": 6, "val_loss": 2.9}]})";
+  qualityCurveOf(file, &c);
+  EXPECT_EQ(c.qualitySteps, 6);
+  std::ofstream(file) << R"([[8, 3.0], [4, 2.5]])";
+  try {
+    qualityCurveOf(file, &c);
+    ADD_FAILURE() << "decreasing steps accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("[1]: steps must increase"), std::string::npos) << e.what();
+  }
+  std::ofstream(file) << R"([[4, "low"]])";
+  EXPECT_THROW(qualityCurveOf(file, &c), std::invalid_argument);
 }
 
 }  // namespace
