@@ -60,6 +60,10 @@ class Codec {
   // 0 for codecs without mirrored state. It must be equal on both ends after any sequence of
   // messages. State only one end has (ef's residual, kept by the sender) is not part of it.
   virtual uint64_t stateDigest() const { return 0; }
+  // What the codec costs on a device, as JSON text (the keys of runtime CompressionSpec::deviceCosts
+  // plus "source"): a plug-in's declaration (slowpipe_codec_device_cost), or a built-in's derivation
+  // (lowrank: its matrix products' FLOPs). "": nothing declared.
+  virtual std::string deviceCost() const { return ""; }
   // An upper bound on the payload encode() writes for a message of `shape`: a receiver's message
   // limit (ZMQ_MAXMSGSIZE) is taken from it, and the conformance check fails a codec that writes
   // more. The default, 4 bytes per value + 4 KiB, holds for codecs that never expand fp32; codecs

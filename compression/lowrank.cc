@@ -1,6 +1,8 @@
 // Low-rank projection codec (lowrank.h).
 #include "compression/lowrank.h"
 
+#include <cstdio>
+
 #include <cmath>
 #include <cstring>
 
@@ -213,6 +215,18 @@ uint64_t LowrankCodec::stateDigest() const {
     h = fnv1a(b.rows.data(), 4 * b.rows.size(), h);
   }
   return h;
+}
+
+std::string LowrankCodec::deviceCost() const {
+  const double r = static_cast<double>(opt_.rank);
+  const double refresh = opt_.pca ? 4.0 * r * opt_.iters / static_cast<double>(opt_.refresh > 0 ? opt_.refresh : 8) : 0.0;
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "{\"source\": \"derived: its matrix products' FLOPs and one pass over the fp32 message, on the device\", "
+                "\"encode_flops_per_element\": %.17g, \"encode_bytes_per_element\": 8, \"decode_flops_per_element\": %.17g, "
+                "\"decode_bytes_per_element\": 8}",
+                2.0 * r + refresh, 2.0 * r);
+  return b;
 }
 
 }  // namespace slowpipe::compression

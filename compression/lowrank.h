@@ -51,6 +51,10 @@ class LowrankCodec : public Codec {
     std::vector<float> rows;   // r rows of d values: the basis vectors
   };
   int64_t rankFor(int64_t d) const { return d < opt_.rank ? d : opt_.rank; }
+  // Derived from its products: encode C = X P and decode C P^T are 2r FLOPs per element each (a
+  // PCA refresh adds its subspace iteration, 4r per element per round, once every `refresh`
+  // messages); each reads and writes the fp32 message once (the fp16 factors are r/d of it).
+  std::string deviceCost() const override;
   std::vector<float> randomBasis(int64_t d, uint32_t epoch) const;
   std::vector<float> principalBasis(const float* x, int64_t n, int64_t d, const std::vector<float>& start) const;
 

@@ -16,6 +16,7 @@ namespace {
 struct Library {
   void* handle = nullptr;
   const slowpipe_codec_api* api = nullptr;
+  slowpipe_codec_device_cost_fn deviceCost = nullptr;  // optional export
 };
 
 // One handle per path for the life of the process: codecs of one library share it, and it is
@@ -34,6 +35,7 @@ const Library& load(const std::string& path) {
     throw CodecError("codec plugin '" + path + "': exports no slowpipe_codec_plugin() (see compression/plugin_abi.h)");
   }
   lib.api = entry();
+  lib.deviceCost = reinterpret_cast<slowpipe_codec_device_cost_fn>(dlsym(lib.handle, "slowpipe_codec_device_cost"));
   if (!lib.api) throw CodecError("codec plugin '" + path + "': slowpipe_codec_plugin() returned NULL");
   if (lib.api->abi_version != SLOWPIPE_CODEC_ABI_VERSION)
     throw CodecError("codec plugin '" + path + "': ABI version " + std::to_string(lib.api->abi_version) +
@@ -63,16 +65,27 @@ class InPlugin {
 
 class PluginCodec : public Codec {
  public:
-  PluginCodec(std::string path, const slowpipe_codec_api* api, slowpipe_codec* c) : path_(std::move(path)), api_(api), c_(c) {
+  PluginCodec(std::string path, const Library& lib, slowpipe_codec* c)
+      : path_(std::move(path)), api_(lib.api), costFn_(lib.deviceCost), c_(c) {
     const size_t n = api_->canonical_params(c_, nullptr, 0);
     std::string params(n, '\0');
     api_->canonical_params(c_, params.data(), n + 1);
+    params_ = params;
     spec_ = "plugin:path=" + path_ + (params.empty() ? "" : "," + params);
     for (const char* f : {"encode", "decode", "max_payload", "state_digest"}) inside_[f] = where() + ", in its " + f;
   }
   ~PluginCodec() override { api_->destroy(c_); }
 
   CodecId id() const override { return CodecId::kPlugin; }
+  std::string deviceCost() const override {
+    if (!costFn_) return "";
+    const InPlugin in(where() + ", in its slowpipe_codec_device_cost");
+    const size_t n = costFn_(params_.c_str(), nullptr, 0);
+    if (n == 0) return "";
+    std::string text(n, '\0');
+    costFn_(params_.c_str(), text.data(), n + 1);
+    return text;
+  }
   std::string spec() const override { return spec_; }
   uint64_t maxPayloadBytes(const Shape& shape) const override {
     const InPlugin in(inside_.at("max_payload"));
@@ -123,6 +136,8 @@ class PluginCodec : public Codec {
   std::string path_, spec_;
   std::map<std::string, std::string> inside_;  // what pluginInUse() says while each entry point runs
   const slowpipe_codec_api* api_;
+  slowpipe_codec_device_cost_fn costFn_;
+  std::string params_;
   slowpipe_codec* c_;
 };
 
@@ -135,7 +150,7 @@ std::unique_ptr<Codec> makePluginCodec(const std::string& path, const std::strin
   char err[512] = {0};
   slowpipe_codec* c = lib.api->create(params.c_str(), err, sizeof err);
   if (!c) throw CodecError("codec plugin '" + path + "' (" + lib.api->name + "): " + errText(err));
-  return std::make_unique<PluginCodec>(path, lib.api, c);
+  return std::make_unique<PluginCodec>(path, lib, c);
 }
 
 }  // namespace slowpipe::compression

@@ -68,6 +68,16 @@ typedef struct slowpipe_codec_api {
 
 typedef const slowpipe_codec_api* (*slowpipe_codec_plugin_fn)(void);
 
+/* Optional, for projections on a device (`slowpipe simulate` with an analytic profile): what the
+ * codec with these canonical parameters costs where it would run. Export
+ *   size_t slowpipe_codec_device_cost(const char* canonical_params, char* buf, size_t len);
+ * writing a JSON object (up to len bytes with a terminating 0; it returns the length it needs,
+ * 0 for "nothing declared") with either "encode_bytes_per_s" and "decode_bytes_per_s" (of the fp32
+ * message) or "encode_flops_per_element", "encode_bytes_per_element", "decode_flops_per_element",
+ * "decode_bytes_per_element" (against the device's peak FLOP/s and memory bandwidth). Without it a
+ * plug-in is costed on the host's CPU, measured. */
+typedef size_t (*slowpipe_codec_device_cost_fn)(const char* canonical_params, char* buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

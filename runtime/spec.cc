@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -256,12 +257,46 @@ void parseTraining(const json& section, const std::string& where, [[maybe_unused
   positive(f.field("lr"), s.training.lr);
 }
 
+}  // namespace
+
+void checkDeviceCost(const json& c, const std::string& w) {
+  if (!c.is_object()) fail(w, "expected an object of encode_/decode_ bytes_per_s, or flops_per_element and bytes_per_element");
+  bool rate = false, perElement = false;
+  for (const auto& [k, v] : c.items()) {
+    if (k == "note" || k == "source") continue;
+    const bool isRate = k == "encode_bytes_per_s" || k == "decode_bytes_per_s";
+    const bool isElem = k == "encode_flops_per_element" || k == "encode_bytes_per_element" || k == "decode_flops_per_element" ||
+                        k == "decode_bytes_per_element";
+    if (!isRate && !isElem)
+      fail(w + "." + k, "unknown field; expected encode_bytes_per_s, decode_bytes_per_s, encode_flops_per_element, "
+                        "encode_bytes_per_element, decode_flops_per_element, decode_bytes_per_element, note");
+    if (!v.is_number() || !(v.get<double>() >= 0) || (isRate && !(v.get<double>() > 0)) || !std::isfinite(v.get<double>()))
+      fail(w + "." + k, v.dump() + (isRate ? " must be a rate > 0" : " must be a number >= 0"));
+    rate |= isRate;
+    perElement |= isElem;
+  }
+  if (rate == perElement) fail(w, "give either encode_bytes_per_s and decode_bytes_per_s, or FLOPs and bytes per element");
+  if (rate && !(c.contains("encode_bytes_per_s") && c.contains("decode_bytes_per_s")))
+    fail(w, "give both encode_bytes_per_s and decode_bytes_per_s");
+}
+
+namespace {
+
 // compression: the two pipeline codecs (each built once to check it).
 void parseCompression(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
   Fields f(section, where + ".compression");
   f.get("forward", s.compression.forward);
   f.get("backward", s.compression.backward);
   f.get("label", s.compression.label);
+  if (const json* costs = f.raw("device_costs")) {
+    const std::string w = f.field("device_costs");
+    if (!costs->is_object()) fail(w, "expected {\"forward\": {...}, \"backward\": {...}}");
+    for (const auto& [dir, c] : costs->items()) {
+      if (dir != "forward" && dir != "backward") fail(w + "." + dir, "unknown direction; expected forward or backward");
+      checkDeviceCost(c, w + "." + dir);
+    }
+    s.compression.deviceCosts = *costs;
+  }
   for (const auto& [key, spec] : {std::pair{"forward", s.compression.forward}, std::pair{"backward", s.compression.backward}}) {
     try {
       compression::makeCodec(spec);
@@ -578,8 +613,10 @@ json toJson(const RunSpec& s) {
                         {"clip_norm", s.training.clipNorm}, {"seed", s.training.seed},
                         {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch},
                         {"eval_every_steps", s.training.evalEverySteps}}},
-          {"compression", {{"forward", s.compression.forward}, {"backward", s.compression.backward},
-                           {"label", s.compression.label}}},
+          {"compression", s.compression.deviceCosts.is_null()
+                              ? json{{"forward", s.compression.forward}, {"backward", s.compression.backward}, {"label", s.compression.label}}
+                              : json{{"forward", s.compression.forward}, {"backward", s.compression.backward}, {"label", s.compression.label},
+                                     {"device_costs", s.compression.deviceCosts}}},
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
           {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},

@@ -76,7 +76,17 @@ struct CompressionSpec {
   std::string forward = "none";
   std::string backward = "none";
   std::string label;  // display name, e.g. "AC-SGD fw2/bw4"
+  // "device_costs": {"forward"|"backward": cost}: what a direction's codec costs on the device an
+  // analytic profile describes (simulator/profile.h addCodecPlaces), either as rates of the fp32
+  // message ({"encode_bytes_per_s", "decode_bytes_per_s"}) or per element against the device's
+  // peak and memory bandwidth ({"encode_flops_per_element", "encode_bytes_per_element",
+  // "decode_flops_per_element", "decode_bytes_per_element"}). Null: none declared.
+  nlohmann::json deviceCosts;
 };
+
+// Throws std::invalid_argument naming `where` when `cost` is not one direction's device cost
+// (CompressionSpec::deviceCosts).
+void checkDeviceCost(const nlohmann::json& cost, const std::string& where);
 
 // Data parallelism between the replicas of each stage (runtime/dp.h).
 struct DpSpec {

@@ -665,27 +665,84 @@ Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceN
   return p;
 }
 
+namespace {
+
+// A declared or derived cost on the analytic device (CompressionSpec::deviceCosts's keys): rates
+// of the fp32 message, or FLOPs and bytes per element against peak x MFU and memory bandwidth
+// (plus the 20 us a kernel launch costs, as the device model's own codecs).
+CodecCost costOnDevice(const json& c, const json& device) {
+  if (c.contains("encode_bytes_per_s"))
+    return {{0, 1.0 / c["encode_bytes_per_s"].get<double>()}, {0, 1.0 / c["decode_bytes_per_s"].get<double>()}};
+  const double flops = device["peak_flops"].get<double>() * device["mfu"].get<double>();
+  const double mem = device["memory_bytes_per_s"].get<double>();
+  auto side = [&](const char* what) {
+    const double perElement = std::max(c.value(std::string(what) + "_flops_per_element", 0.0) / flops,
+                                       c.value(std::string(what) + "_bytes_per_element", 0.0) / mem);
+    return AffineCost{20e-6, perElement / 4.0};  // per fp32 byte of the message
+  };
+  return {side("encode"), side("decode")};
+}
+
+json placeOf(const CodecCost& c, const std::string& source, const json& declared) {
+  json out = {{"runs_on", "device"}, {"source", source},
+              {"encode_bytes_per_s", 1.0 / std::max(c.encode.bSPerByte, 1e-300)},
+              {"decode_bytes_per_s", 1.0 / std::max(c.decode.bSPerByte, 1e-300)}, {"declared", declared}};
+  out["declared"].erase("source");
+  return out;
+}
+
+}  // namespace
+
 void addCodecPlaces(Profile& p, const runtime::RunSpec& spec) {
-  std::vector<std::string> specs = {spec.compression.forward, spec.compression.backward};
-  if (spec.pipeline.replicas > 1) specs.push_back(runtime::gradientCompressor(spec.dp)->messageCodec());
+  std::vector<std::pair<std::string, std::string>> specs = {{"forward", spec.compression.forward}, {"backward", spec.compression.backward}};
+  if (spec.pipeline.replicas > 1) specs.push_back({"dp", runtime::gradientCompressor(spec.dp)->messageCodec()});
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
   json& places = p.device["codecs"];
-  for (const auto& name : specs) {
-    const std::string canonical = compression::makeCodec(name)->spec();
-    if (places.contains(canonical)) continue;
-    const std::string why = compression::devicePathMissing(*compression::makeCodec(canonical));
+  for (const auto& [direction, name] : specs) {
+    const auto codec = compression::makeCodec(name);
+    const std::string canonical = codec->spec();
+    const json& costs = spec.compression.deviceCosts;
+    const bool declared = costs.is_object() && costs.contains(direction);
+    if (places.contains(canonical)) {
+      if (declared && places[canonical].value("source", "") != "declared in the spec (compression.device_costs." + direction + ")" &&
+          places[canonical].value("declared", json()) != costs[direction])
+        throw std::invalid_argument("spec.compression.device_costs." + direction + ": the codec '" + canonical +
+                                    "' is costed already (the other direction uses it); declare it once, alike for both");
+      continue;
+    }
+    if (declared) {  // the user's word for where it runs
+      p.codecs[canonical] = costOnDevice(costs[direction], p.device);
+      places[canonical] = placeOf(p.codecs[canonical], "declared in the spec (compression.device_costs." + direction + ")", costs[direction]);
+      continue;
+    }
+    if (const std::string own = codec->deviceCost(); !own.empty()) {  // a plug-in's declaration, a built-in's derivation
+      json c;
+      try {
+        c = json::parse(own);
+        runtime::checkDeviceCost(c, "cost");
+      } catch (const std::exception& e) {
+        throw std::invalid_argument("codec '" + canonical + "': its device cost " + own + " is not valid: " + e.what());
+      }
+      const std::string source = c.value("source", codec->id() == compression::CodecId::kPlugin ? "declared by the plug-in" : "derived");
+      p.codecs[canonical] = costOnDevice(c, p.device);
+      places[canonical] = placeOf(p.codecs[canonical], source, c);
+      continue;
+    }
+    const std::string why = compression::devicePathMissing(*codec);
     if (why.empty()) {
-      places[canonical] = {{"runs_on", "device"}, {"cost", canonical == "none" ? "none" : "20 us + 3 passes over the fp32 message at "
-                                                                                           "the device's memory bandwidth"}};
+      places[canonical] = {{"runs_on", "device"}, {"source", "device model"},
+                           {"cost", canonical == "none" ? "none" : "20 us + 3 passes over the fp32 message at "
+                                                                   "the device's memory bandwidth"}};
       continue;
     }
     const CodecCost host = measureCodecOnHost(canonical, shape);
     p.codecs[canonical] = host;
-    places[canonical] = {{"runs_on", "host"}, {"why", why},
+    places[canonical] = {{"runs_on", "host"}, {"source", "measured on this host"}, {"why", why},
                          {"encode_bytes_per_s", 1.0 / std::max(host.encode.bSPerByte, 1e-300)},
                          {"decode_bytes_per_s", 1.0 / std::max(host.decode.bSPerByte, 1e-300)},
                          {"cost", "measured on this machine's CPU (one thread, a message of the run's activation shape, "
-                                  "median in steady state), per fp32 byte; a GPU server's host may be faster or slower"}};
+                                  "median in steady state), per fp32 byte; a GPU server's host may be faster or slower; "
+                                  "declare its cost on the device with compression.device_costs"}};
   }
 }
 

@@ -144,6 +144,10 @@ void addSimulateCommand(CLI::App& app) {
       if (place.value("runs_on", "") == "host")
         std::fprintf(stderr, "simulate: codec %s has no device path: costed on this host's CPU at %.3g GB/s encode, %.3g GB/s decode\n",
                      codec.c_str(), place["encode_bytes_per_s"].get<double>() / 1e9, place["decode_bytes_per_s"].get<double>() / 1e9);
+      else if (place.contains("encode_bytes_per_s"))  // declared (spec, plug-in) or derived (FLOPs): say which
+        std::fprintf(stderr, "simulate: codec %s costed on the device, %s: %.3g GB/s encode, %.3g GB/s decode\n", codec.c_str(),
+                     place.value("source", "").c_str(), place["encode_bytes_per_s"].get<double>() / 1e9,
+                     place["decode_bytes_per_s"].get<double>() / 1e9);
     simulator::SimOptions o;
     o.steps = *steps;
     o.recordMessages = *messages;

@@ -40,6 +40,18 @@ TEST(PluginTest, LoadsChecksAndRoundTrips) {
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
 }
 
+// A plug-in may declare what it costs on a device (slowpipe_codec_device_cost): the codec passes
+// the plug-in's JSON on; a built-in without a declaration has none, lowrank derives its FLOPs.
+TEST(PluginTest, DeclaresItsDeviceCost) {
+  const auto c = makeCodec(std::string("plugin:path=") + COSTED_PLUGIN);
+  EXPECT_EQ(c->deviceCost(), "{\"encode_bytes_per_s\": 5e11, \"decode_bytes_per_s\": 7e11}");
+  EXPECT_EQ(makeCodec(std::string("plugin:path=") + GOOD_PLUGIN)->deviceCost(), "");  // it declares nothing
+  EXPECT_EQ(makeCodec("quant:bits=4")->deviceCost(), "");
+  const std::string lr = makeCodec("lowrank:rank=16")->deviceCost();
+  EXPECT_NE(lr.find("\"encode_flops_per_element\": 32,"), std::string::npos) << lr;
+  EXPECT_NE(lr.find("\"decode_flops_per_element\": 32,"), std::string::npos) << lr;
+}
+
 TEST(PluginTest, BadLibrariesAndParametersAreNamed) {
   const std::string abi = errorOf(std::string("plugin:path=") + BAD_ABI_PLUGIN);
   EXPECT_NE(abi.find(BAD_ABI_PLUGIN), std::string::npos) << abi;

@@ -145,3 +145,17 @@ static const slowpipe_codec_api kApi = {
     "int8", create, destroy, canonicalParams, maxPayload, encode, decode, stateDigest};
 
 const slowpipe_codec_api* slowpipe_codec_plugin(void) { return &kApi; }
+
+#ifdef PLUGIN_DEVICE_COST
+/* What it costs on a device (optional export, plugin_abi.h): declared rates of the fp32 message. */
+size_t slowpipe_codec_device_cost(const char* canonical_params, char* buf, size_t len) {
+  (void)canonical_params;
+  const char* cost = "{\"encode_bytes_per_s\": 5e11, \"decode_bytes_per_s\": 7e11}";
+  const size_t n = strlen(cost);
+  if (buf && len > 0) {
+    strncpy(buf, cost, len - 1);
+    buf[len - 1] = 0;
+  }
+  return n;
+}
+#endif

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "compression/codec.h"
+#include "runtime/result.h"
 #include "runtime/dp.h"
 #include "runtime/schedule.h"
 
@@ -1039,6 +1040,60 @@ TEST(SimulatorTest, AQualityCurveGivesTheProjectionItsLossesAndTimeToTarget) {
   }
   std::ofstream(file) << R"([[4, "low"]])";
   EXPECT_THROW(qualityCurveOf(file, &c), std::invalid_argument);
+}
+
+// Declared device costs: Protocol NanoGPT's low-rank variant (rank 160: 320 B/token each way,
+// micro-batches of 16, 32 of them) with lowrank derived from its FLOPs on the H100 projects within
+// 5% of the published 19.9 s/step (costed on this host's CPU it projected 68.7 s); a cost declared
+// in the spec replaces the host's measurement, and the profile says which is which.
+TEST(SimulatorTest, DeviceCostsDeclaredOrDerivedAreUsedAndNamed) {
+  const runtime::RunSpec spec = runtime::runSpecFromJson(
+      runtime::readJsonFile(std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/protocol_nanogpt_lowrank.json", "spec"), "spec", true);
+  const Profile p = profileFor("analytic:H100,dtype=bf16,mfu=0.4", spec);
+  const json place = p.device["codecs"]["lowrank:rank=160,basis=random,refresh=0,seed=1"];
+  EXPECT_EQ(place["runs_on"], "device") << place.dump();
+  EXPECT_EQ(place["source"].get<std::string>().rfind("derived", 0), 0u) << place.dump();
+  const json r = simulateRun(spec, p, {4});
+  EXPECT_NEAR(r["summary"]["mean_step_time_s"].get<double>(), 19.9, 0.05 * 19.9) << r["summary"].dump();
+  EXPECT_NEAR(r["message_bytes"]["forward"].get<double>() / (16 * 1024), 320.0, 1.0);
+
+  auto hadamard = spec;
+  hadamard.compression.forward = hadamard.compression.backward = "hadamard(quant:bits=3,group=64)";
+  const Profile host = profileFor("analytic:H100,dtype=bf16,mfu=0.4", hadamard);
+  const std::string key = compression::makeCodec(hadamard.compression.forward)->spec();
+  EXPECT_EQ(host.device["codecs"][key]["source"], "measured on this host");
+  hadamard.compression.deviceCosts = {{"forward", {{"encode_bytes_per_s", 4e11}, {"decode_bytes_per_s", 8e11}}},
+                                      {"backward", {{"encode_bytes_per_s", 4e11}, {"decode_bytes_per_s", 8e11}}}};
+  const Profile declared = profileFor("analytic:H100,dtype=bf16,mfu=0.4", hadamard);
+  EXPECT_EQ(declared.device["codecs"][key]["source"], "declared in the spec (compression.device_costs.forward)");
+  EXPECT_DOUBLE_EQ(declared.codecs.at(key).encode.bSPerByte, 1.0 / 4e11);
+  EXPECT_DOUBLE_EQ(declared.codecs.at(key).decode.bSPerByte, 1.0 / 8e11);
+  // A plug-in's own declaration (slowpipe_codec_device_cost): on the device at its rates.
+  auto plugged = spec;
+  plugged.compression.forward = plugged.compression.backward = std::string("plugin:path=") + COSTED_PLUGIN;
+  const Profile pp = profileFor("analytic:H100,dtype=bf16,mfu=0.4", plugged);
+  const std::string pkey = compression::makeCodec(plugged.compression.forward)->spec();
+  EXPECT_EQ(pp.device["codecs"][pkey]["source"], "declared by the plug-in") << pp.device.dump();
+  EXPECT_EQ(pp.device["codecs"][pkey]["runs_on"], "device");
+  EXPECT_DOUBLE_EQ(pp.codecs.at(pkey).encode.bSPerByte, 1.0 / 5e11);
+  // Two different declarations for the one codec both directions use: refused by name.
+  hadamard.compression.deviceCosts["backward"]["encode_bytes_per_s"] = 1e9;
+  EXPECT_THROW(profileFor("analytic:H100,dtype=bf16,mfu=0.4", hadamard), std::invalid_argument);
+  // The spec's checks: a rate without its other half, an unknown field, a negative FLOP count.
+  json j = runtime::toJson(spec);
+  for (const auto& [cost, expect] : std::vector<std::pair<json, std::string>>{
+           {{{"forward", {{"encode_bytes_per_s", 1e9}}}}, "give both encode_bytes_per_s and decode_bytes_per_s"},
+           {{{"forward", {{"encode_gbps", 1}}}}, "device_costs.forward.encode_gbps: unknown field"},
+           {{{"forward", {{"encode_flops_per_element", -1}}}}, "must be a number >= 0"},
+           {{{"sideways", json::object()}}, "device_costs.sideways: unknown direction"}}) {
+    j["compression"]["device_costs"] = cost;
+    try {
+      runtime::runSpecFromJson(j, "spec", true);
+      ADD_FAILURE() << cost.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
