@@ -179,6 +179,27 @@ namespace {
 // model: sizes, the byte-level vocabulary (other sizes are simulated only).
 void parseModel(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
   Fields f(section, where + ".model");
+  f.get("checkpoint", s.model.checkpoint);
+  if (!s.model.checkpoint.empty()) {
+    f.get("seq_len", s.model.seqLen);
+    f.get("seed", s.model.seed);
+    positive(f.field("seq_len"), s.model.seqLen);
+    try {
+      s.model = modelFromHfConfig(s.model.checkpoint, s.model);
+    } catch (const std::invalid_argument& e) {
+      fail(f.field("checkpoint"), e.what());
+    }
+    for (const char* k : {"vocab", "layers", "width", "heads"})  // the checkpoint's own; a different value is a mistake
+      if (const json* v = f.raw(k); v && !(v->is_number_integer() && v->get<int64_t>() == (k == std::string("vocab") ? s.model.vocab
+                                                                                             : k == std::string("layers") ? s.model.layers
+                                                                                             : k == std::string("width") ? s.model.width
+                                                                                                                         : s.model.heads)))
+        fail(f.field(k), v->dump() + " differs from the checkpoint's config.json; leave it out (the checkpoint says it)");
+    if (s.model.family == "gpt2" && s.model.seqLen > s.model.positionRows())
+      fail(f.field("seq_len"), std::to_string(s.model.seqLen) + " exceeds the checkpoint's n_positions " +
+                                   std::to_string(s.model.positionRows()));
+    return;
+  }
   f.get("vocab", s.model.vocab);
   f.get("seq_len", s.model.seqLen);
   f.get("layers", s.model.layers);
@@ -196,6 +217,82 @@ void parseModel(const json& section, const std::string& where, [[maybe_unused]] 
   if (s.model.width % s.model.heads != 0)
     fail(f.field("heads"), std::to_string(s.model.heads) + " does not divide width " + std::to_string(s.model.width));
 }
+
+}  // namespace
+
+ModelSpec modelFromHfConfig(const std::string& dir, const ModelSpec& base) {
+  const std::string file = dir + "/config.json";
+  const json c = readJsonFile(file, "model config");
+  if (!c.is_object()) throw std::invalid_argument("'" + file + "': expected a JSON object");
+  auto need = [&](const char* key) -> int {
+    if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() < 1 || c[key].get<int64_t>() > (1 << 24))
+      throw std::invalid_argument("'" + file + "': " + key + " " + (c.contains(key) ? c[key].dump() : "missing") +
+                                  "; expected a positive integer");
+    return c[key].get<int>();
+  };
+  auto number = [&](const char* key, double dflt) {
+    if (!c.contains(key) || c[key].is_null()) return dflt;
+    if (!c[key].is_number()) throw std::invalid_argument("'" + file + "': " + key + " " + c[key].dump() + " is not a number");
+    return c[key].get<double>();
+  };
+  auto flag = [&](const char* key, bool dflt) {
+    if (!c.contains(key) || c[key].is_null()) return dflt;
+    if (!c[key].is_boolean()) throw std::invalid_argument("'" + file + "': " + key + " " + c[key].dump() + " is not true/false");
+    return c[key].get<bool>();
+  };
+  ModelSpec m = base;
+  const std::string type = c.value("model_type", "");
+  if (type == "gpt2") {
+    m.family = "gpt2";
+    m.layers = need("n_layer");
+    m.width = need("n_embd");
+    m.heads = need("n_head");
+    m.vocab = need("vocab_size");
+    m.positions = need("n_positions");
+    m.intermediate = c.contains("n_inner") && !c["n_inner"].is_null() ? need("n_inner") : 0;
+    m.normEps = number("layer_norm_epsilon", 1e-5);
+    m.tiedHead = flag("tie_word_embeddings", true);
+    m.activation = c.value("activation_function", "gelu_new");
+    if (m.activation != "gelu_new")
+      throw std::invalid_argument("'" + file + "': activation_function '" + m.activation + "'; slowpipe runs GPT-2's gelu_new");
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    m.family = "llama";
+    m.layers = need("num_hidden_layers");
+    m.width = need("hidden_size");
+    m.heads = need("num_attention_heads");
+    m.kvHeads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null() ? need("num_key_value_heads") : m.heads;
+    m.intermediate = need("intermediate_size");
+    m.vocab = need("vocab_size");
+    m.normEps = number("rms_norm_eps", 1e-6);
+    m.ropeTheta = number("rope_theta", 10000.0);
+    m.tiedHead = flag("tie_word_embeddings", false);
+    m.qkvBias = type == "qwen2" || flag("attention_bias", false);
+    m.oBias = type == "llama" && flag("attention_bias", false);
+    m.activation = c.value("hidden_act", "silu");
+    if (m.activation != "silu") throw std::invalid_argument("'" + file + "': hidden_act '" + m.activation + "'; slowpipe runs SwiGLU (silu)");
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+      throw std::invalid_argument("'" + file + "': rope_scaling " + c["rope_scaling"].dump() + " is not supported (plain RoPE only)");
+    if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != m.width / m.heads)
+      throw std::invalid_argument("'" + file + "': head_dim " + c["head_dim"].dump() + " differs from hidden_size / num_attention_heads");
+    if (m.heads % m.kvHeads != 0)
+      throw std::invalid_argument("'" + file + "': num_key_value_heads " + std::to_string(m.kvHeads) + " does not divide " +
+                                  "num_attention_heads " + std::to_string(m.heads));
+    if (c.contains("sliding_window") && c["sliding_window"].is_number_integer() && c["sliding_window"].get<int64_t>() < m.seqLen &&
+        flag("use_sliding_window", type == "mistral"))
+      throw std::invalid_argument("'" + file + "': sliding_window " + c["sliding_window"].dump() + " is shorter than seq_len " +
+                                  std::to_string(m.seqLen) + " (sliding-window attention is not modelled)");
+  } else {
+    throw std::invalid_argument("'" + file + "': model_type '" + type + "' is not a family slowpipe runs; expected gpt2, llama, mistral or qwen2");
+  }
+  if (m.width % m.heads != 0)
+    throw std::invalid_argument("'" + file + "': " + std::to_string(m.heads) + " heads do not divide width " + std::to_string(m.width));
+  if ((m.width / m.heads) % 2 != 0 && m.family == "llama")
+    throw std::invalid_argument("'" + file + "': head width " + std::to_string(m.width / m.heads) + " is odd (RoPE rotates pairs)");
+  m.checkpoint = dir;
+  return m;
+}
+
+namespace {
 
 // data: the corpus and its split.
 void parseData(const json& section, const std::string& where, [[maybe_unused]] bool simulation, RunSpec& s) {
@@ -427,6 +524,9 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
 // What one section cannot check alone: backends against replicas and model chunks, link
 // overrides against the stages and replicas that exist, message sizes.
 void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
+  if (s.model.family != "builtin" && s.pipeline.replicas > 1 && !simulation)
+    fail(where + ".pipeline.replicas", "data parallelism runs the built-in model only; a Hugging Face checkpoint (model.checkpoint) "
+                                       "runs as a pipeline (replicas 1)");
   if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
     fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
   if (s.network.model == "ns3" && s.network.nodes.is_null())
@@ -600,8 +700,10 @@ json toJson(const RunSpec& s) {
   json part = json::array();
   for (const auto& [b, e] : s.pipeline.partition) part.push_back({b, e});
   return {{"name", s.name},
-          {"model", {{"vocab", s.model.vocab}, {"seq_len", s.model.seqLen}, {"layers", s.model.layers},
-                     {"width", s.model.width}, {"heads", s.model.heads}, {"seed", s.model.seed}}},
+          {"model", s.model.checkpoint.empty()
+                        ? json{{"vocab", s.model.vocab}, {"seq_len", s.model.seqLen}, {"layers", s.model.layers},
+                               {"width", s.model.width}, {"heads", s.model.heads}, {"seed", s.model.seed}}
+                        : json{{"checkpoint", s.model.checkpoint}, {"seq_len", s.model.seqLen}, {"seed", s.model.seed}}},
           {"data", {{"source", s.data.source}, {"finetune_files", s.data.finetuneFiles}, {"cache_dir", s.data.cacheDir},
                     {"val_fraction", s.data.valFraction}, {"max_train_examples", s.data.maxTrainExamples},
                     {"max_val_examples", s.data.maxValExamples}}},

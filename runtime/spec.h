@@ -21,7 +21,26 @@ struct ModelSpec {
   int width = 64;
   int heads = 4;
   uint64_t seed = 1;
+  // A Hugging Face checkpoint folder (config.json + model.safetensors or its shards): the family and
+  // sizes below come from its config, the weights from its tensors (runtime/hf_model.h).
+  std::string checkpoint;
+  std::string family = "builtin";  // builtin (slowpipe's GPT-2-style) | gpt2 | llama (Llama, Mistral, Qwen2 shapes)
+  int kvHeads = 0;        // llama: num_key_value_heads (grouped-query attention); 0: heads
+  int intermediate = 0;   // the MLP's hidden width; 0: 4 x width
+  int positions = 0;      // gpt2: rows of the learned position table (n_positions); 0: seq_len
+  double ropeTheta = 10000.0;
+  double normEps = 1e-5;  // LayerNorm / RMSNorm epsilon
+  bool tiedHead = false;  // the LM head is the token embedding (tie_word_embeddings)
+  bool qkvBias = false;   // llama family: q/k/v projections have biases (Qwen2; Llama's attention_bias)
+  bool oBias = false;     // llama family: the output projection too (Llama's attention_bias)
+  std::string activation = "gelu";  // builtin: gelu (erf); gpt2: gelu_new (tanh); llama: silu (SwiGLU)
+  int mlpWidth() const { return intermediate > 0 ? intermediate : 4 * width; }
+  int kvHeadCount() const { return kvHeads > 0 ? kvHeads : heads; }
+  int positionRows() const { return positions > 0 ? positions : seqLen; }
 };
+// The model section a Hugging Face config.json describes (family, sizes, options), on top of
+// `base` (seq_len, seed). Throws naming the file and field for a family or option it cannot run.
+ModelSpec modelFromHfConfig(const std::string& dir, const ModelSpec& base);
 
 struct DataSpec {
   std::string source = "/usr/share/games/fortunes";  // folder of text files (Debian package fortunes)

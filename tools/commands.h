@@ -13,5 +13,6 @@ void addRunCommands(CLI::App& app);
 void addSweepCommands(CLI::App& app);
 void addSimCommands(CLI::App& app);
 void addCodecCommands(CLI::App& app);
+void addModelCommands(CLI::App& app);  // slowpipe model info|logits
 
 }  // namespace slowpipe::tools

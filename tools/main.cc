@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addSweepCommands(app);
   slowpipe::tools::addSimCommands(app);
   slowpipe::tools::addCodecCommands(app);
+  slowpipe::tools::addModelCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -63,6 +63,34 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EquivalenceTest,
                          ::testing::Combine(::testing::Values(2, 4), ::testing::Values("gpipe", "1f1b", "zb_h1")),
                          [](const auto& info) { return std::to_string(std::get<0>(info.param)) + "stages_" + std::get<1>(info.param); });
 
+// Hugging Face checkpoints fine-tune in a pipeline exactly as in one process: a Llama-family model
+// with grouped-query attention (4 heads, 2 kv heads) at 3 uneven stages under 1F1B, and GPT-2 at 2
+// stages under GPipe; random weights written by the independent reference (tools/hf_reference.py).
+TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
+  const std::string hf = (root_ / "hf").string();
+  const auto made = emulator::runCommand({"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--out", hf});
+  ASSERT_EQ(made.status, 0) << made.output;
+  for (const auto& [family, stages, schedule] : {std::tuple{"llama", 3, "1f1b"}, std::tuple{"gpt2", 2, "gpipe"}}) {
+    json spec = baseSpec(stages, schedule);
+    spec["model"] = {{"checkpoint", hf + "/" + family + "-f32"}, {"seq_len", 16}};
+    if (stages == 3) spec["pipeline"]["partition"] = {{0, 2}, {2, 3}, {3, 4}};
+    const RunSpec rs = runSpecFromJson(spec);
+    ASSERT_EQ(rs.model.family, family);
+    std::vector<double> reference;
+    prepareCorpus(rs.data);
+    runSingleProcess(rs, "finetune", [&](const json& r) {
+      if (r["type"] == "step") reference.push_back(r["loss"].get<double>());
+    });
+    ASSERT_EQ(reference.size(), 20u);
+    const json result = launch(spec, std::string("hf-") + family);
+    ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
+    ASSERT_EQ(result["steps"].size(), 20u);
+    for (size_t i = 0; i < reference.size(); ++i)
+      EXPECT_NEAR(result["steps"][i]["loss"].get<double>(), reference[i], 1e-6 * std::fabs(reference[i])) << family << " step " << i;
+    EXPECT_LT(reference.back(), reference.front()) << family;
+  }
+}
+
 // A split backward computes what the whole one does: per stage (first, middle, last of an uneven
 // 3-stage partition), BackwardInput of two micro-batches then their BackwardWeights give the input
 // gradients and every parameter gradient of two whole backwards, to rounding.

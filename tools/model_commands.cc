@@ -1,0 +1,145 @@
+// `slowpipe model info DIR` and `slowpipe model logits DIR --tokens ...`: look at a Hugging Face
+// checkpoint as slowpipe loads it, before spending hours fine-tuning it.
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/model.h"
+#include "runtime/safetensors.h"
+#include "runtime/spec.h"
+#include "tools/commands.h"
+
+namespace slowpipe::tools {
+namespace {
+
+using nlohmann::json;
+
+// The spec of DIR's model in `stages` even stages (seq_len: enough for `tokens`).
+runtime::RunSpec specOf(const std::string& dir, int stages, int seqLen) {
+  json j = {{"name", "model"}, {"model", {{"checkpoint", dir}, {"seq_len", seqLen}}}, {"pipeline", {{"stages", stages}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}}, {"network", json::object()}};
+  return runtime::runSpecFromJson(j, "model", false);
+}
+
+std::vector<int64_t> parseTokens(const std::string& text, int vocab) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t t = -1;
+    try {
+      t = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || t < 0 || t >= vocab)
+      throw std::invalid_argument("--tokens: '" + item + "' is not a token id in 0.." + std::to_string(vocab - 1));
+    out.push_back(t);
+  }
+  if (out.empty()) throw std::invalid_argument("--tokens: give at least one token id, e.g. --tokens 464,2068,7586");
+  return out;
+}
+
+// Parameters of a stage of `layers` blocks (the first holds the embeddings, the last the head).
+double stageParameters(const runtime::ModelSpec& m, int layers, bool first, bool last) {
+  const double C = m.width, F = m.mlpWidth(), V = m.vocab, D = C / m.heads, H = m.heads, K = m.kvHeadCount();
+  double block;
+  if (m.family == "llama") {
+    block = 2 * C + C * H * D + 2 * C * K * D + H * D * C + 3 * C * F + (m.qkvBias ? H * D + 2 * K * D : 0) + (m.oBias ? C : 0);
+  } else {
+    block = 4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C;
+  }
+  double p = layers * block;
+  if (first) p += V * C + (m.family == "llama" ? 0 : m.positionRows() * C);
+  if (last) p += (m.family == "llama" ? C : 2 * C) + V * C;
+  return p;
+}
+
+void addInfo(CLI::App& model) {
+  auto dir = std::make_shared<std::string>();
+  auto stages = std::make_shared<int>(1);
+  auto seqLen = std::make_shared<int>(1024);
+  auto* cmd = model.add_subcommand("info", "family, parameters, layers, vocabulary and memory per stage of a checkpoint");
+  cmd->add_option("dir", *dir, "Hugging Face folder (config.json + model.safetensors or shards)")->required();
+  cmd->add_option("--stages", *stages, "pipeline stages (even split of the layers)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq-len", *seqLen, "sequence length the memory is given for (default 1024)")->check(CLI::Range(1, 1 << 20));
+  cmd->callback([=] {
+    runtime::ModelSpec base;
+    base.seqLen = *seqLen;
+    const runtime::ModelSpec m = runtime::modelFromHfConfig(*dir, base);
+    runtime::RunSpec s;
+    s.model = m;
+    s.pipeline.stages = *stages;
+    runtime::Checkpoint ckpt(*dir);
+    std::printf("%s: family %s, %d layers, width %d, %d heads (%d kv), MLP %d, vocabulary %d%s\n", dir->c_str(), m.family.c_str(),
+                m.layers, m.width, m.heads, m.kvHeadCount(), m.mlpWidth(), m.vocab, m.tiedHead ? ", tied head" : "");
+    double total = 0;
+    int stage = 0;
+    for (const auto& [begin, end] : runtime::stageLayers(s)) {
+      const bool first = stage == 0, last = stage == *stages - 1;
+      const double params = stageParameters(m, end - begin, first, last);
+      total += params;
+      // fp32 weights, gradients and AdamW's two moments: 16 bytes a parameter (activations not included).
+      std::printf("  stage %d: layers %d..%d, %.4g parameters, %.3g GiB for weights, gradients and AdamW state\n", stage, begin, end - 1,
+                  params, 16.0 * params / (1 << 30));
+      ++stage;
+    }
+    std::printf("  %.4g parameters in all (a tied head counted on both its stages); %zu tensors in the checkpoint\n", total,
+                ckpt.names().size());
+  });
+}
+
+void addLogits(CLI::App& model) {
+  auto dir = std::make_shared<std::string>(), tokens = std::make_shared<std::string>();
+  auto stages = std::make_shared<int>(1);
+  auto asJson = std::make_shared<bool>(false);
+  auto* cmd = model.add_subcommand("logits", "the logits of a token sequence through the checkpoint, split over stages as a run splits it");
+  cmd->add_option("dir", *dir, "Hugging Face folder")->required();
+  cmd->add_option("--tokens", *tokens, "comma-separated token ids")->required();
+  cmd->add_option("--stages", *stages, "pipeline stages the model is split into (default 1)")->check(CLI::Range(1, 4096));
+  cmd->add_flag("--json", *asJson, "every logit as JSON ({\"logits\": [[...] per position]}) instead of a summary");
+  cmd->callback([=] {
+    runtime::ModelSpec probe = runtime::modelFromHfConfig(*dir, runtime::ModelSpec{});
+    const std::vector<int64_t> ids = parseTokens(*tokens, probe.vocab);
+    const runtime::RunSpec s = specOf(*dir, *stages, static_cast<int>(ids.size()));
+    torch::NoGradGuard guard;
+    torch::Tensor h = torch::tensor(ids, torch::kLong).unsqueeze(0);
+    int stage = 0;
+    for (const auto& [begin, end] : runtime::stageLayers(s)) {
+      runtime::StageModel sm(s.model, begin, end, stage == 0, stage == *stages - 1);
+      h = sm(h);
+      ++stage;
+    }
+    const torch::Tensor logits = h[0].contiguous();
+    if (*asJson) {
+      json rows = json::array();
+      for (int64_t t = 0; t < logits.size(0); ++t) {
+        const auto row = logits[t];
+        rows.push_back(std::vector<float>(row.data_ptr<float>(), row.data_ptr<float>() + row.numel()));
+      }
+      std::printf("%s\n", json{{"tokens", ids}, {"stages", *stages}, {"logits", rows}}.dump().c_str());
+      return;
+    }
+    for (int64_t t = 0; t < logits.size(0); ++t) {
+      const auto top = logits[t].argmax().item<int64_t>();
+      std::printf("position %lld (token %lld): argmax %lld (logit %.5f), mean %.5f, std %.5f\n", static_cast<long long>(t),
+                  static_cast<long long>(ids[t]), static_cast<long long>(top), logits[t][top].item<float>(), logits[t].mean().item<float>(),
+                  logits[t].std().item<float>());
+    }
+  });
+}
+
+}  // namespace
+
+void addModelCommands(CLI::App& app) {
+  auto* model = app.add_subcommand("model", "look at a Hugging Face checkpoint as slowpipe loads it");
+  model->require_subcommand(1);
+  addInfo(*model);
+  addLogits(*model);
+}
+
+}  // namespace slowpipe::tools
