@@ -1,8 +1,11 @@
 // Hugging Face checkpoints into slowpipe's stage models (model.h loadHfWeights).
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include "runtime/model.h"
+#include "runtime/result.h"
 #include "runtime/safetensors.h"
 
 namespace slowpipe::runtime {
@@ -59,6 +62,74 @@ void loadHfWeights(StageModelImpl& model, const ModelSpec& m, int /*layerBegin*/
     if (transposed) src = src.t();
     p.value().copy_(src);
   }
+}
+
+namespace {
+
+// Our parameter names of a stage, in the order StageModelImpl registers them.
+std::vector<std::string> stageParameterNames(const ModelSpec& m, int begin, int end, bool first, bool last) {
+  const bool llama = m.family == "llama";
+  std::vector<std::string> out;
+  if (first) {
+    out.push_back("tok_emb.weight");
+    if (!llama) out.push_back("pos_emb.weight");
+  }
+  for (int i = begin; i < end; ++i) {
+    const std::string b = "block" + std::to_string(i) + ".";
+    if (llama) {
+      out.push_back(b + "ln1.weight");
+      for (const char* x : {"q", "k", "v"}) {
+        out.push_back(b + x + ".weight");
+        if (m.qkvBias) out.push_back(b + x + ".bias");
+      }
+      out.push_back(b + "o.weight");
+      if (m.oBias) out.push_back(b + "o.bias");
+      for (const char* x : {"ln2.weight", "gate.weight", "up.weight", "down.weight"}) out.push_back(b + x);
+    } else {
+      for (const char* x : {"ln1", "qkv", "proj", "ln2", "fc", "out"})
+        for (const char* leaf : {".weight", ".bias"}) out.push_back(b + x + leaf);
+    }
+  }
+  if (last) {
+    out.push_back("ln_f.weight");
+    if (!llama) out.push_back("ln_f.bias");
+    if (!m.tiedHead) out.push_back("lm_head.weight");
+  }
+  return out;
+}
+
+std::string shardName(int v, int V) {
+  char b[64];
+  std::snprintf(b, sizeof b, "model-%05d-of-%05d.safetensors", v + 1, V);
+  return b;
+}
+
+}  // namespace
+
+void saveHfStage(StageModelImpl& model, const ModelSpec& m, const std::string& dir, int v, const std::vector<std::pair<int, int>>& ranges) {
+  namespace fs = std::filesystem;
+  const int V = static_cast<int>(ranges.size());
+  const std::string prefix = m.family == "gpt2" ? "transformer." : "";
+  fs::create_directories(dir);
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> tensors;
+  for (const auto& p : model.named_parameters(true)) {
+    if (p.key() == "lm_head.weight" && m.tiedHead) continue;  // the first stage's embedding is the head
+    const auto [name, transposed] = hfNameOf(m, p.key(), prefix);
+    torch::Tensor t = p.value().detach().to(torch::kCPU, torch::kFloat);
+    if (transposed) t = t.t();
+    t = t.contiguous();
+    tensors[name] = {std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+                     std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel())};
+  }
+  writeSafetensors((fs::path(dir) / shardName(v, V)).string(), tensors, {{"format", "pt"}, {"written_by", "slowpipe"}});
+  if (v != 0) return;
+  nlohmann::json map = nlohmann::json::object();
+  for (int s = 0; s < V; ++s)
+    for (const auto& ours : stageParameterNames(m, ranges[s].first, ranges[s].second, s == 0, s == V - 1))
+      map[hfNameOf(m, ours, prefix).first] = shardName(s, V);
+  writeJsonAtomically((fs::path(dir) / "model.safetensors.index.json").string(), {{"metadata", {{"written_by", "slowpipe"}}}, {"weight_map", map}});
+  const fs::path config = fs::path(dir) / "config.json";
+  fs::copy_file(fs::path(m.checkpoint) / "config.json", config, fs::copy_options::overwrite_existing);
 }
 
 }  // namespace slowpipe::runtime

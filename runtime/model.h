@@ -77,4 +77,12 @@ torch::Tensor lmLoss(const torch::Tensor& logits, const torch::Tensor& targets);
 void saveCheckpoint(StageModel& model, const std::string& path);
 void loadCheckpoint(StageModel& model, const std::string& path);
 
+// Writes virtual stage `v` of `ranges` (its layers) of a Hugging Face model into `dir`: its shard
+// model-<v+1>-of-<V>.safetensors (F32, the checkpoint's names, GPT-2's Conv1D weights transposed
+// back; a tied head is the first stage's embedding, so the last stage's copy is not written), and
+// for v = 0 also config.json (model.checkpoint's) and model.safetensors.index.json naming every
+// stage's shard.
+void saveHfStage(StageModelImpl& model, const ModelSpec& m, const std::string& dir, int v,
+                 const std::vector<std::pair<int, int>>& ranges);
+
 }  // namespace slowpipe::runtime

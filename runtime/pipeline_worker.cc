@@ -177,6 +177,7 @@ class PipelineWorker : public Backend {
           runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0, g, true);
       }
     }
+    if (!spec_.training.saveCheckpoint.empty() && id_.replica == 0) saveStages();
     // Digests of the stateful codecs' states (acsgd buffers, ef residuals; 0 if stateless): the
     // launcher checks each sender against its receiver in the neighbouring process.
     json timeline = json::array();
@@ -194,6 +195,15 @@ class PipelineWorker : public Backend {
             {"refused_connections", guard_.report()},
             {"slowdown", {{"effective_speed", meter_.effectiveSpeed()}, {"compute_s", meter_.computeS}, {"stalled_s", meter_.stalledS},
                           {"owed_s", meter_.owedS}}}});
+  }
+
+  // training.save_checkpoint: every model chunk of this stage, as its virtual stage's shard.
+  void saveStages() {
+    const auto ranges = stageLayers(spec_);
+    for (int c = 0; c < layout_.chunks; ++c) {
+      const int v = c * S_ + id_.stage;  // the chunk's virtual stage (interleaved: v = c x S + stage)
+      saveHfStage(*compute_.runner(c).model(), spec_.model, spec_.training.saveCheckpoint, v, ranges);
+    }
   }
 
   void report(json j) {

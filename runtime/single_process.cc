@@ -93,6 +93,8 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
     }
   }
   if (!checkpoint.empty()) saveCheckpoint(p.compute().runner(0).model(), checkpoint);
+  if (!spec.training.saveCheckpoint.empty())
+    saveHfStage(*p.compute().runner(0).model(), spec.model, spec.training.saveCheckpoint, 0, {{0, spec.model.layers}});
 }
 
 }  // namespace slowpipe::runtime

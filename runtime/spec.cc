@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <cmath>
 #include <set>
@@ -346,6 +347,7 @@ void parseTraining(const json& section, const std::string& where, [[maybe_unused
   f.get("clip_norm", s.training.clipNorm);
   f.get("seed", s.training.seed);
   f.get("init_checkpoint", s.training.initCheckpoint);
+  f.get("save_checkpoint", s.training.saveCheckpoint);
   f.get("eval_each_epoch", s.training.evalEachEpoch);
   f.get("eval_every_steps", s.training.evalEverySteps);
   if (s.training.evalEverySteps < 0)
@@ -524,6 +526,12 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
 // What one section cannot check alone: backends against replicas and model chunks, link
 // overrides against the stages and replicas that exist, message sizes.
 void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
+  if (!s.training.saveCheckpoint.empty() && s.model.checkpoint.empty())
+    fail(where + ".training.save_checkpoint", "writes a Hugging Face checkpoint; it needs model.checkpoint (the built-in model's "
+                                              "checkpoints are `slowpipe pretrain --out`)");
+  if (!s.training.saveCheckpoint.empty() &&
+      std::filesystem::weakly_canonical(s.training.saveCheckpoint) == std::filesystem::weakly_canonical(s.model.checkpoint))
+    fail(where + ".training.save_checkpoint", "'" + s.training.saveCheckpoint + "' is model.checkpoint itself; write elsewhere");
   if (s.model.family != "builtin" && s.pipeline.replicas > 1 && !simulation)
     fail(where + ".pipeline.replicas", "data parallelism runs the built-in model only; a Hugging Face checkpoint (model.checkpoint) "
                                        "runs as a pipeline (replicas 1)");
@@ -699,7 +707,7 @@ json runtimeJson(const RuntimeSpec& r) {
 json toJson(const RunSpec& s) {
   json part = json::array();
   for (const auto& [b, e] : s.pipeline.partition) part.push_back({b, e});
-  return {{"name", s.name},
+  json out = {{"name", s.name},
           {"model", s.model.checkpoint.empty()
                         ? json{{"vocab", s.model.vocab}, {"seq_len", s.model.seqLen}, {"layers", s.model.layers},
                                {"width", s.model.width}, {"heads", s.model.heads}, {"seed", s.model.seed}}
@@ -725,6 +733,8 @@ json toJson(const RunSpec& s) {
                        {"dp_links", s.network.dpLinks}, {"tcp", s.network.tcp}, {"nodes", s.network.nodes},
                        {"moderation_us", s.network.moderationUs < 0 ? json("auto") : json(s.network.moderationUs)}}},
           {"runtime", runtimeJson(s.runtime)}};
+  if (!s.training.saveCheckpoint.empty()) out["training"]["save_checkpoint"] = s.training.saveCheckpoint;
+  return out;
 }
 
 RankLayout rankLayout(const RunSpec& s) { return {s.pipeline.stages, s.pipeline.replicas, s.pipeline.virtualStages}; }

@@ -81,6 +81,10 @@ struct TrainingSpec {
   double clipNorm = 1.0;
   uint64_t seed = 1;
   std::string initCheckpoint;  // pretrained base; empty: random init from model.seed
+  // A folder the fine-tuned model is written to at the run's end in the Hugging Face layout of
+  // model.checkpoint (config.json, one safetensors shard per stage, model.safetensors.index.json):
+  // each stage writes its own shard on its host. Only with model.checkpoint.
+  std::string saveCheckpoint;
   bool evalEachEpoch = true;
   int64_t evalEverySteps = 0;  // > 0: also evaluate after every N-th step (a validation-loss curve)
   // Whether the run evaluates after `done` steps (>= 1), the last of which ended an epoch or the

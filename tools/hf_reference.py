@@ -7,6 +7,7 @@ checkpoints in the Hugging Face layout (config.json + model.safetensors, a BF16 
 with model.safetensors.index.json) and the logits it computes for three token sequences.
 
   hf_reference.py --out DIR                      # the checkpoints and DIR/reference.json
+  hf_reference.py --verify CKPT --bin SLOWPIPE      # a folder slowpipe wrote back, read by the reference
   hf_reference.py --out DIR --check --bin SLOWPIPE
       ... and checks `slowpipe model logits` at 1, 2 and 3 stages against them (max |diff| <= 1e-5),
       and that damaged checkpoints are refused naming the file, the tensor and what was expected.
@@ -270,13 +271,63 @@ def check(out, ref, slowpipe):
     return not failures
 
 
+def read_checkpoint(d):
+    """A Hugging Face folder's config and tensors (by name, fp32), read as a user's own tools would."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    index = os.path.join(d, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    w = {}
+    for file in files:
+        with open(os.path.join(d, file), "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(n))
+            data = fh.read()
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            b, e = t["data_offsets"]
+            raw = bytearray(data[b:e])
+            if t["dtype"] == "BF16":
+                x = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16).to(torch.float32)
+            else:
+                x = torch.frombuffer(raw, dtype=torch.float32).clone()
+            w[name] = x.reshape(t["shape"])
+    return cfg, w
+
+
+def verify(d, slowpipe):
+    """The reference's logits of a folder (e.g. one slowpipe wrote back) against slowpipe's."""
+    cfg, w = read_checkpoint(d)
+    family = "gpt2" if cfg["model_type"] == "gpt2" else "llama"
+    if family == "gpt2" and "transformer.wte.weight" not in w:
+        w = {"transformer." + k: v for k, v in w.items()}
+    logits = gpt2_logits if family == "gpt2" else llama_logits
+    worst = 0.0
+    for ids in SEQUENCES:
+        with torch.no_grad():
+            want = logits(cfg, w, ids)
+        r = subprocess.run([slowpipe, "model", "logits", d, "--tokens", ",".join(map(str, ids)), "--json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("FAIL:", r.stderr.strip())
+            return False
+        worst = max(worst, (torch.tensor(json.loads(r.stdout)["logits"]) - want).abs().max().item())
+    print(f"{d}: {len(w)} tensors, max |slowpipe - reference| = {worst:.3g}")
+    return worst <= 1e-5
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bin", default="build/slowpipe")
+    ap.add_argument("--verify", help="instead: compare the reference's and slowpipe's logits of this checkpoint folder")
     a = ap.parse_args()
+    if a.verify:
+        sys.exit(0 if verify(a.verify, a.bin) else 1)
+    if not a.out:
+        ap.error("--out DIR is needed (or --verify CKPT)")
     torch.set_default_dtype(torch.float32)
     os.makedirs(a.out, exist_ok=True)
     ref = {name: write_model(a.out, name, a.seed + i) for i, name in enumerate(MODELS)}

@@ -1,6 +1,7 @@
 // `slowpipe model info DIR` and `slowpipe model logits DIR --tokens ...`: look at a Hugging Face
 // checkpoint as slowpipe loads it, before spending hours fine-tuning it.
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 #include "runtime/spec.h"
+#include "runtime/tokenizer.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {
@@ -133,6 +135,25 @@ void addLogits(CLI::App& model) {
   });
 }
 
+// `slowpipe model tokenize DIR --lines FILE`: every line's token ids (comma-separated), one line each.
+void addTokenize(CLI::App& model) {
+  auto dir = std::make_shared<std::string>(), lines = std::make_shared<std::string>();
+  auto* cmd = model.add_subcommand("tokenize", "token ids of each line of a text file, with a checkpoint folder's tokenizer");
+  cmd->add_option("dir", *dir, "folder with tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe")->required();
+  cmd->add_option("--lines", *lines, "UTF-8 text file: one output line of ids per input line")->required();
+  cmd->callback([=] {
+    const auto tok = runtime::loadTokenizer(*dir);
+    std::ifstream in(*lines);
+    if (!in) throw std::invalid_argument("--lines: cannot read '" + *lines + "'");
+    std::string line, out;
+    while (std::getline(in, line)) {
+      out.clear();
+      for (int32_t id : tok->encode(line)) out += (out.empty() ? "" : ",") + std::to_string(id);
+      std::printf("%s\n", out.c_str());
+    }
+  });
+}
+
 }  // namespace
 
 void addModelCommands(CLI::App& app) {
@@ -140,6 +161,7 @@ void addModelCommands(CLI::App& app) {
   model->require_subcommand(1);
   addInfo(*model);
   addLogits(*model);
+  addTokenize(*model);
 }
 
 }  // namespace slowpipe::tools

@@ -66,6 +66,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EquivalenceTest,
 // Hugging Face checkpoints fine-tune in a pipeline exactly as in one process: a Llama-family model
 // with grouped-query attention (4 heads, 2 kv heads) at 3 uneven stages under 1F1B, and GPT-2 at 2
 // stages under GPipe; random weights written by the independent reference (tools/hf_reference.py).
+// training.save_checkpoint writes the fine-tuned model back; the reference reads it.
 TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
   const std::string hf = (root_ / "hf").string();
   const auto made = emulator::runCommand({"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--out", hf});
@@ -74,6 +75,8 @@ TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
     json spec = baseSpec(stages, schedule);
     spec["model"] = {{"checkpoint", hf + "/" + family + "-f32"}, {"seq_len", 16}};
     if (stages == 3) spec["pipeline"]["partition"] = {{0, 2}, {2, 3}, {3, 4}};
+    const std::string saved = (root_ / (std::string("tuned-") + family)).string();
+    spec["training"]["save_checkpoint"] = saved;
     const RunSpec rs = runSpecFromJson(spec);
     ASSERT_EQ(rs.model.family, family);
     std::vector<double> reference;
@@ -88,6 +91,15 @@ TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
     for (size_t i = 0; i < reference.size(); ++i)
       EXPECT_NEAR(result["steps"][i]["loss"].get<double>(), reference[i], 1e-6 * std::fabs(reference[i])) << family << " step " << i;
     EXPECT_LT(reference.back(), reference.front()) << family;
+    // The fine-tuned model, written back by the stages as shards, reloads in the reference with
+    // slowpipe's logits; and it is not the checkpoint it started from.
+    const auto back = emulator::runCommand({"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--verify",
+                                            saved, "--bin", SLOWPIPE_BINARY});
+    EXPECT_EQ(back.status, 0) << back.output;
+    EXPECT_TRUE(std::filesystem::exists(saved + "/model-0000" + std::to_string(stages) + "-of-0000" + std::to_string(stages) + ".safetensors"));
+    const auto before = emulator::runCommand({SLOWPIPE_BINARY, "model", "logits", hf + "/" + family + "-f32", "--tokens", "1,2,3"});
+    const auto after = emulator::runCommand({SLOWPIPE_BINARY, "model", "logits", saved, "--tokens", "1,2,3"});
+    EXPECT_NE(before.output, after.output);
   }
 }
 
