@@ -2,10 +2,12 @@
 #include "runtime/data.h"
 
 #include "runtime/result.h"
+#include "runtime/tokenizer.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -47,7 +49,66 @@ void writeAtomically(const fs::path& p, const std::string& bytes) {
 
 }  // namespace
 
+namespace {
+
+// Your own files (DataSpec::finetune): every regular file under each path, in order (a folder's
+// sorted); a .jsonl file contributes each record's text field, other files their bytes.
+std::string ownText(const DataSpec& data, nlohmann::json& inputs) {
+  std::string out;
+  for (const auto& path : data.finetune) {
+    std::vector<fs::path> files;
+    if (fs::is_directory(path)) {
+      for (const auto& e : fs::recursive_directory_iterator(path))
+        if (e.is_regular_file()) files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+    } else {
+      files.push_back(path);
+    }
+    for (const auto& f : files) {
+      const std::string raw = readFile(f);
+      inputs["finetune"].push_back({f.string(), raw.size(), fileDigest(f.string())});
+      if (f.extension() != ".jsonl") {
+        out += raw;
+        if (!raw.empty() && raw.back() != '\n') out += '\n';
+        continue;
+      }
+      std::istringstream in(raw);
+      std::string line;
+      for (size_t no = 1; std::getline(in, line); ++no) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        nlohmann::json rec;
+        try {
+          rec = parseJsonText(line, "record");
+        } catch (const std::exception& e) {
+          throw std::invalid_argument("data.finetune: '" + f.string() + "' line " + std::to_string(no) + ": " + e.what());
+        }
+        if (!rec.is_object() || !rec.contains(data.textField) || !rec[data.textField].is_string())
+          throw std::invalid_argument("data.finetune: '" + f.string() + "' line " + std::to_string(no) + ": no string field '" +
+                                      data.textField + "' (data.text_field)");
+        out += rec[data.textField].get<std::string>() + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+// The token file of a split: one byte a token (byte-level), else little-endian int32.
+std::string tokenBytes(const Tokenizer& tok, const std::string& text, bool wide) {
+  const std::vector<int32_t> ids = tok.encode(text);
+  if (!wide) {
+    std::string out(ids.size(), '\0');
+    for (size_t i = 0; i < ids.size(); ++i) out[i] = static_cast<char>(ids[i]);
+    return out;
+  }
+  std::string out(4 * ids.size(), '\0');
+  std::memcpy(out.data(), ids.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
 CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
+  if (!data.finetune.empty() || !data.tokenizer.empty()) return prepareOwnCorpus(data, force);
   if (!fs::is_directory(data.source))
     throw std::invalid_argument("data.source: '" + data.source + "' is not a folder (install the Debian package "
                                 "'fortunes', or point data.source at a folder of text files)");
@@ -94,6 +155,52 @@ CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
   return info;
 }
 
+CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force) {
+  const std::unique_ptr<Tokenizer> tok = data.tokenizer.empty() ? std::make_unique<ByteTokenizer>() : loadTokenizer(data.tokenizer);
+  const bool wide = !data.tokenizer.empty();
+  nlohmann::json inputs = {{"tokenizer", tok->describe()}, {"finetune", nlohmann::json::array()}, {"text_field", data.textField},
+                           {"source", data.source}, {"finetune_files", data.finetuneFiles}};
+  std::string fine = data.finetune.empty() ? std::string() : ownText(data, inputs);
+  std::string pre;
+  CorpusInfo info;
+  if (fs::is_directory(data.source)) {  // the pretrain split; with no own files, also the fine-tune files
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(data.source)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && !e.is_symlink() && ext != ".dat" && ext != ".u8" && ext != ".gz") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(), f.filename()) != data.finetuneFiles.end();
+      if (isFine && !data.finetune.empty()) continue;
+      (isFine ? fine : pre) += cleanText(readFile(f));
+      inputs["files"].push_back({f.filename().string(), fs::file_size(f)});
+      info.files.push_back(f.filename().string());
+    }
+  }
+  if (fine.empty()) throw std::invalid_argument("data: the fine-tune split is empty (data.finetune, or data.finetune_files of data.source)");
+  const fs::path dir = data.cacheDir, meta = dir / "meta.json";
+  info.dir = dir.string();
+  if (!force && fs::exists(meta)) {
+    const auto m = nlohmann::json::parse(readFile(meta));
+    if (m.value("inputs", nlohmann::json()) == inputs) {
+      info.pretrainTokens = m["pretrain_tokens"];
+      info.finetuneTokens = m["finetune_tokens"];
+      return info;
+    }
+  }
+  const std::string fineTokens = tokenBytes(*tok, fine, wide), preTokens = tokenBytes(*tok, pre, wide);
+  fs::create_directories(dir);
+  writeAtomically(dir / "pretrain.bin", preTokens);
+  writeAtomically(dir / "finetune.bin", fineTokens);
+  info.pretrainTokens = static_cast<int64_t>(preTokens.size() / (wide ? 4 : 1));
+  info.finetuneTokens = static_cast<int64_t>(fineTokens.size() / (wide ? 4 : 1));
+  writeAtomically(meta, nlohmann::json{{"inputs", inputs}, {"pretrain_tokens", info.pretrainTokens}, {"finetune_tokens", info.finetuneTokens},
+                                       {"token_bytes", wide ? 4 : 1}, {"vocab", tok->vocabSize()}, {"tokenizer", tok->describe()}}
+                            .dump(2));
+  return info;
+}
+
 ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std::string& part, int seqLen)
     : seqLen_(seqLen) {
   if (split != "pretrain" && split != "finetune") throw std::invalid_argument("split '" + split + "': expected pretrain or finetune");
@@ -101,7 +208,15 @@ ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std
   const fs::path file = fs::path(data.cacheDir) / (split + ".bin");
   if (!fs::exists(file)) throw std::runtime_error("'" + file.string() + "' is missing: run `slowpipe data prepare` first");
   const std::string bytes = readFile(file);
-  tokens_.assign(bytes.begin(), bytes.end());
+  const fs::path meta = fs::path(data.cacheDir) / "meta.json";
+  const int width = fs::exists(meta) ? nlohmann::json::parse(readFile(meta)).value("token_bytes", 1) : 1;
+  if (width == 4) {
+    tokens_.resize(bytes.size() / 4);
+    std::memcpy(tokens_.data(), bytes.data(), 4 * tokens_.size());
+  } else {
+    tokens_.assign(bytes.begin(), bytes.end());
+  }
+  for (int32_t t : tokens_) maxToken_ = std::max(maxToken_, t);
   const int64_t all = (static_cast<int64_t>(tokens_.size()) - 1) / seqLen;
   const int64_t val = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(all) * data.valFraction));
   if (all - val < 1) throw std::runtime_error("'" + file.string() + "' is too small for seq_len " + std::to_string(seqLen));
@@ -116,7 +231,7 @@ ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std
 }
 
 void ExampleSet::example(int64_t i, int64_t* inputs, int64_t* targets) const {
-  const uint8_t* p = tokens_.data() + (first_ + i) * seqLen_;
+  const int32_t* p = tokens_.data() + (first_ + i) * seqLen_;
   for (int t = 0; t < seqLen_; ++t) {
     inputs[t] = p[t];
     targets[t] = p[t + 1];

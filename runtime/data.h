@@ -26,6 +26,9 @@ struct CorpusInfo {
 
 // Builds the token files in data.cacheDir unless they exist for the same inputs. Returns what is there.
 CorpusInfo prepareCorpus(const DataSpec& data, bool force = false);
+// prepareCorpus with data.finetune or data.tokenizer: your files and the tokenizer's ids (int32
+// token files, meta.json "token_bytes": 4, where the tokenizer is not byte-level).
+CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force = false);
 
 class ExampleSet {
  public:
@@ -37,7 +40,13 @@ class ExampleSet {
   void example(int64_t i, int64_t* inputs, int64_t* targets) const;
 
  private:
-  std::vector<uint8_t> tokens_;
+  std::vector<int32_t> tokens_;
+  int32_t maxToken_ = 0;
+
+ public:
+  int32_t maxToken() const { return maxToken_; }
+
+ private:
   int64_t first_ = 0, count_ = 0, idBase_ = 0;
   int seqLen_;
 };

@@ -211,9 +211,6 @@ void parseModel(const json& section, const std::string& where, [[maybe_unused]] 
   positive(f.field("width"), s.model.width);
   positive(f.field("heads"), s.model.heads);
   positive(f.field("seq_len"), s.model.seqLen);
-  if (s.model.vocab != 256 && !simulation)
-    fail(f.field("vocab"), std::to_string(s.model.vocab) + " is not supported; the tokenizer is byte-level (256) "
-                           "(other sizes can be simulated: slowpipe simulate)");
   if (s.model.vocab < 2) fail(f.field("vocab"), std::to_string(s.model.vocab) + " must be >= 2");
   if (s.model.width % s.model.heads != 0)
     fail(f.field("heads"), std::to_string(s.model.heads) + " does not divide width " + std::to_string(s.model.width));
@@ -304,6 +301,11 @@ void parseData(const json& section, const std::string& where, [[maybe_unused]] b
   f.get("val_fraction", s.data.valFraction);
   f.get("max_train_examples", s.data.maxTrainExamples);
   f.get("max_val_examples", s.data.maxValExamples);
+  f.get("finetune", s.data.finetune);
+  f.get("text_field", s.data.textField);
+  f.get("tokenizer", s.data.tokenizer);
+  for (const auto& p : s.data.finetune)
+    if (!std::filesystem::exists(p)) fail(f.field("finetune"), "'" + p + "' does not exist (a text file, a folder of them or a .jsonl file)");
   if (!(s.data.valFraction > 0 && s.data.valFraction < 1)) fail(f.field("val_fraction"), "must be in (0, 1)");
 }
 
@@ -526,6 +528,9 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
 // What one section cannot check alone: backends against replicas and model chunks, link
 // overrides against the stages and replicas that exist, message sizes.
 void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
+  if (s.model.family == "builtin" && s.model.vocab != 256 && s.data.tokenizer.empty() && !simulation)
+    fail(where + ".model.vocab", std::to_string(s.model.vocab) + " is not supported with the byte-level tokenizer (256); give "
+                                 "data.tokenizer (other sizes can also be simulated: slowpipe simulate)");
   if (!s.training.saveCheckpoint.empty() && s.model.checkpoint.empty())
     fail(where + ".training.save_checkpoint", "writes a Hugging Face checkpoint; it needs model.checkpoint (the built-in model's "
                                               "checkpoints are `slowpipe pretrain --out`)");
@@ -734,6 +739,9 @@ json toJson(const RunSpec& s) {
                        {"moderation_us", s.network.moderationUs < 0 ? json("auto") : json(s.network.moderationUs)}}},
           {"runtime", runtimeJson(s.runtime)}};
   if (!s.training.saveCheckpoint.empty()) out["training"]["save_checkpoint"] = s.training.saveCheckpoint;
+  if (!s.data.finetune.empty()) out["data"]["finetune"] = s.data.finetune;
+  if (s.data.textField != "text") out["data"]["text_field"] = s.data.textField;
+  if (!s.data.tokenizer.empty()) out["data"]["tokenizer"] = s.data.tokenizer;
   return out;
 }
 

@@ -49,6 +49,15 @@ struct DataSpec {
   double valFraction = 0.1;
   int64_t maxTrainExamples = 0;  // 0: all
   int64_t maxValExamples = 256;
+  // Your own data: UTF-8 text files, folders of them, or JSONL files (.jsonl: one object per line,
+  // its `textField` the text) as the fine-tune split instead of source's finetune_files; source (if
+  // any) is then the pretrain split. Tokens are packed into seq_len blocks in file order: example i
+  // is block i, so ids are stable while the files are; the last val_fraction is validation.
+  std::vector<std::string> finetune;
+  std::string textField = "text";
+  // The tokenizer folder (tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe;
+  // runtime/tokenizer.h); empty: byte-level (one byte a token).
+  std::string tokenizer;
 };
 
 struct PipelineSpec {

@@ -5,6 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "runtime/data.h"
+#include "runtime/plan.h"
+#include "runtime/tokenizer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace slowpipe::runtime {
 namespace {
@@ -312,6 +319,80 @@ TEST(SpecTest, UnitlessLinkNumbersAreRefused) {
   j["network"]["links"].erase("bandwidth");
   j["network"]["links"]["bandwidth_bps"] = 5e7;  // a number where the key names its unit
   EXPECT_EQ(errorOf(j), "");
+}
+
+// Your own data through a BPE tokenizer: a tokenizer.json whose vocabulary is GPT-2's 256 byte
+// characters plus two merges ("t h" -> 256, "th e" -> 257), a .txt and a .jsonl file. Ids by hand;
+// the token files are int32; re-reading the files gives the same examples (stable ids); a model
+// vocabulary the ids do not fit is refused naming both.
+TEST(DataTest, OwnFilesThroughABpeTokenizer) {
+  const std::filesystem::path root = std::filesystem::temp_directory_path() / ("slowpipe-owndata-" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "tok");
+  // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest for 256 + n.
+  json vocab = json::object();
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    const uint32_t cp = printable ? b : 256 + extra++;
+    std::string ch;
+    if (cp < 0x80) ch += static_cast<char>(cp);
+    else {
+      ch += static_cast<char>(0xC0 | (cp >> 6));
+      ch += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+    vocab[ch] = b;
+  }
+  vocab["th"] = 256;
+  vocab["the"] = 257;
+  std::ofstream(root / "tok" / "tokenizer.json") << json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"t h", "th e"}}}}}.dump();
+  const auto tok = loadTokenizer((root / "tok").string());
+  // "the" -> 257; " the" -> "Ġ" "the": the space's byte 32 maps to id 32 here (its byte), then 257.
+  EXPECT_EQ(tok->encode("the them"), (std::vector<int32_t>{257, 32, 257, 'm'}));
+  EXPECT_EQ(tok->decode(tok->encode("the them, thy")), "the them, thy");
+  std::ofstream(root / "a.txt") << std::string(200, 'x') << "\nthe end\n";
+  std::ofstream(root / "b.jsonl") << R"({"text": "the other the"})" << "\n\n" << R"({"text": "then", "id": 3})" << "\n";
+  json j = valid();
+  j["model"]["vocab"] = 258;
+  j["model"]["seq_len"] = 8;
+  j["data"] = {{"finetune", {(root / "a.txt").string(), (root / "b.jsonl").string()}}, {"tokenizer", (root / "tok").string()},
+               {"cache_dir", (root / "cache").string()}, {"source", ""}, {"val_fraction", 0.2}};
+  const RunSpec s = runSpecFromJson(j);
+  const CorpusInfo info = prepareCorpus(s.data);
+  const std::vector<int32_t> all = tok->encode(std::string(200, 'x') + "\nthe end\nthe other the\nthen\n");
+  EXPECT_EQ(info.finetuneTokens, static_cast<int64_t>(all.size()));
+  EXPECT_EQ(std::filesystem::file_size(root / "cache" / "finetune.bin"), 4 * all.size());
+  const ExampleSet train(s.data, "finetune", "train", 8);
+  std::vector<int64_t> in(8), out(8);
+  train.example(1, in.data(), out.data());
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(in[t], all[8 + t]);
+    EXPECT_EQ(out[t], all[9 + t]);
+  }
+  prepareCorpus(s.data, /*force=*/true);  // re-read: the same examples under the same ids
+  const ExampleSet again(s.data, "finetune", "train", 8);
+  std::vector<int64_t> in2(8), out2(8);
+  again.example(1, in2.data(), out2.data());
+  EXPECT_EQ(in, in2);
+  EXPECT_EQ(again.id(1), train.id(1));
+  j["model"]["vocab"] = 257;  // id 257 does not fit
+  j["pipeline"]["micro_batches"] = 1;
+  j["pipeline"]["micro_batch_size"] = 1;
+  try {
+    Plan plan(runSpecFromJson(j), "finetune");
+    ADD_FAILURE() << "a vocabulary too small for the tokenizer's ids was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 257 is beyond the model's vocabulary (257)"), std::string::npos) << e.what();
+  }
+  std::ofstream(root / "b.jsonl") << R"({"body": "x"})" << "\n";
+  j["model"]["vocab"] = 258;
+  try {
+    prepareCorpus(runSpecFromJson(j).data, true);
+    ADD_FAILURE() << "a record without the text field was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("b.jsonl' line 1: no string field 'text'"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
