@@ -92,6 +92,16 @@ std::string ownText(const DataSpec& data, nlohmann::json& inputs) {
   return out;
 }
 
+// Whether the token files in meta's folder were made from `inputs` (their counts into info).
+bool cachedFor(const fs::path& meta, const nlohmann::json& inputs, CorpusInfo& info) {
+  if (!fs::exists(meta)) return false;
+  const auto m = nlohmann::json::parse(readFile(meta));
+  if (m.value("inputs", nlohmann::json()) != inputs) return false;
+  info.pretrainTokens = m["pretrain_tokens"];
+  info.finetuneTokens = m["finetune_tokens"];
+  return true;
+}
+
 // The token file of a split: one byte a token (byte-level), else little-endian int32.
 std::string tokenBytes(const Tokenizer& tok, const std::string& text, bool wide) {
   const std::vector<int32_t> ids = tok.encode(text);
@@ -128,14 +138,9 @@ CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
   const fs::path dir = data.cacheDir, meta = dir / "meta.json";
   CorpusInfo info;
   info.dir = dir.string();
-  if (!force && fs::exists(meta)) {
-    const auto m = nlohmann::json::parse(readFile(meta));
-    if (m.value("inputs", nlohmann::json()) == inputs) {
-      info.pretrainTokens = m["pretrain_tokens"];
-      info.finetuneTokens = m["finetune_tokens"];
-      for (const auto& f : files) info.files.push_back(f.filename().string());
-      return info;
-    }
+  if (!force && cachedFor(meta, inputs, info)) {
+    for (const auto& f : files) info.files.push_back(f.filename().string());
+    return info;
   }
   std::string pre, fine;
   for (const auto& f : files) {
@@ -181,14 +186,7 @@ CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force) {
   if (fine.empty()) throw std::invalid_argument("data: the fine-tune split is empty (data.finetune, or data.finetune_files of data.source)");
   const fs::path dir = data.cacheDir, meta = dir / "meta.json";
   info.dir = dir.string();
-  if (!force && fs::exists(meta)) {
-    const auto m = nlohmann::json::parse(readFile(meta));
-    if (m.value("inputs", nlohmann::json()) == inputs) {
-      info.pretrainTokens = m["pretrain_tokens"];
-      info.finetuneTokens = m["finetune_tokens"];
-      return info;
-    }
-  }
+  if (!force && cachedFor(meta, inputs, info)) return info;
   const std::string fineTokens = tokenBytes(*tok, fine, wide), preTokens = tokenBytes(*tok, pre, wide);
   fs::create_directories(dir);
   writeAtomically(dir / "pretrain.bin", preTokens);

@@ -93,52 +93,54 @@ SafetensorsFile::SafetensorsFile(const std::string& path) {
     bad(path, std::string("header: ") + e.what());
   }
   try {
-    if (!header.is_object()) bad(path, "header: expected a JSON object");
-    const uint8_t* dataStart = base + 8 + n;
-    const uint64_t dataBytes = size_ - 8 - n;
-    std::vector<std::pair<uint64_t, uint64_t>> spans;
-    for (const auto& [name, t] : header.items()) {
-      if (name == "__metadata__") {
-        metadata_ = t;
-        continue;
-      }
-      const std::string w = "tensor '" + name + "'";
-      if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") || !t["shape"].is_array() ||
-          !t.contains("data_offsets") || !t["data_offsets"].is_array() || t["data_offsets"].size() != 2)
-        bad(path, w + ": expected {\"dtype\", \"shape\", \"data_offsets\": [begin, end]}");
-      TensorView v;
-      v.dtype = t["dtype"];
-      v.file = path;
-      if (dtypeSize(v.dtype) == 0) bad(path, w + ": dtype " + v.dtype + "; expected F32, F16 or BF16");
-      uint64_t numel = 1;
-      for (const json& d : t["shape"]) {
-        if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) bad(path, w + ": shape " + t["shape"].dump());
-        const uint64_t x = d.get<uint64_t>();
-        if (x != 0 && numel > (uint64_t{1} << 62) / x) bad(path, w + ": shape " + t["shape"].dump() + " is too large");
-        numel *= x;
-        v.shape.push_back(static_cast<int64_t>(x));
-      }
-      const json& o = t["data_offsets"];
-      if (!o[0].is_number_unsigned() || !o[1].is_number_unsigned()) bad(path, w + ": data_offsets " + o.dump());
-      const uint64_t begin = o[0], end = o[1];
-      if (begin > end || end > dataBytes)
-        bad(path, w + ": data_offsets " + o.dump() + " outside the " + std::to_string(dataBytes) + " data bytes (a truncated file?)");
-      if (end - begin != numel * dtypeSize(v.dtype))
-        bad(path, w + ": " + std::to_string(end - begin) + " bytes for shape " + t["shape"].dump() + " of " + v.dtype + " (expected " +
-                      std::to_string(numel * dtypeSize(v.dtype)) + ")");
-      v.data = dataStart + begin;
-      v.bytes = end - begin;
-      spans.push_back({begin, end});
-      tensors_[name] = v;
-    }
-    std::sort(spans.begin(), spans.end());
-    for (size_t i = 1; i < spans.size(); ++i)
-      if (spans[i].first < spans[i - 1].second) bad(path, "two tensors' data overlap at byte " + std::to_string(spans[i].first));
+    readHeader(path, header, base + 8 + n, size_ - 8 - n);
   } catch (...) {
     munmap(map_, size_);
     map_ = nullptr;
     throw;
   }
+}
+
+void SafetensorsFile::readHeader(const std::string& path, const json& header, const uint8_t* dataStart, uint64_t dataBytes) {
+  if (!header.is_object()) bad(path, "header: expected a JSON object");
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") {
+      metadata_ = t;
+      continue;
+    }
+    const std::string w = "tensor '" + name + "'";
+    if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") || !t["shape"].is_array() ||
+        !t.contains("data_offsets") || !t["data_offsets"].is_array() || t["data_offsets"].size() != 2)
+      bad(path, w + ": expected {\"dtype\", \"shape\", \"data_offsets\": [begin, end]}");
+    TensorView v;
+    v.dtype = t["dtype"];
+    v.file = path;
+    if (dtypeSize(v.dtype) == 0) bad(path, w + ": dtype " + v.dtype + "; expected F32, F16 or BF16");
+    uint64_t numel = 1;
+    for (const json& d : t["shape"]) {
+      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) bad(path, w + ": shape " + t["shape"].dump());
+      const uint64_t x = d.get<uint64_t>();
+      if (x != 0 && numel > (uint64_t{1} << 62) / x) bad(path, w + ": shape " + t["shape"].dump() + " is too large");
+      numel *= x;
+      v.shape.push_back(static_cast<int64_t>(x));
+    }
+    const json& o = t["data_offsets"];
+    if (!o[0].is_number_unsigned() || !o[1].is_number_unsigned()) bad(path, w + ": data_offsets " + o.dump());
+    const uint64_t begin = o[0], end = o[1];
+    if (begin > end || end > dataBytes)
+      bad(path, w + ": data_offsets " + o.dump() + " outside the " + std::to_string(dataBytes) + " data bytes (a truncated file?)");
+    if (end - begin != numel * dtypeSize(v.dtype))
+      bad(path, w + ": " + std::to_string(end - begin) + " bytes for shape " + t["shape"].dump() + " of " + v.dtype + " (expected " +
+                    std::to_string(numel * dtypeSize(v.dtype)) + ")");
+    v.data = dataStart + begin;
+    v.bytes = end - begin;
+    spans.push_back({begin, end});
+    tensors_[name] = v;
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].first < spans[i - 1].second) bad(path, "two tensors' data overlap at byte " + std::to_string(spans[i].first));
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -42,6 +42,8 @@ class SafetensorsFile {
   const nlohmann::json& metadata() const { return metadata_; }
 
  private:
+  // Every tensor of `header` checked against the data region and recorded (throws naming it).
+  void readHeader(const std::string& path, const nlohmann::json& header, const uint8_t* dataStart, uint64_t dataBytes);
   void* map_ = nullptr;
   size_t size_ = 0;
   std::map<std::string, TensorView> tensors_;
