@@ -9,7 +9,11 @@ sanitize=1
 
 # What only the tests need: Debian's chromium renders `slowpipe report`'s page headless;
 # libns3-dev builds the simulator's ns-3 tier (-DSLOWPIPE_NS3=ON), tested here.
-for pkg in chromium libns3-dev nodejs npm; do  # nodejs, npm: the GPT-2 BPE reference (gpt-3-encoder)
+# nodejs (and its npm): the GPT-2 BPE reference (gpt-3-encoder from the npm registry); a nodejs that
+# bundles npm (nodesource) conflicts with Debian's npm package, so npm is installed only if missing.
+need=(chromium libns3-dev nodejs)
+command -v npm > /dev/null || need+=(npm)
+for pkg in "${need[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     [ "$(id -u)" -eq 0 ] || { echo "test.sh: the tests need $pkg; run as root (or: sudo apt-get install $pkg)" >&2; exit 1; }
     apt-get update -qq
