@@ -90,7 +90,8 @@ void addInfo(CLI::App& model) {
                   params, 16.0 * params / (1 << 30));
       ++stage;
     }
-    std::printf("  %.4g parameters in all (a tied head counted on both its stages); %zu tensors in the checkpoint\n", total,
+    std::printf("  %.4g parameters in all%s; %zu tensors in the checkpoint\n", total,
+                m.tiedHead && *stages > 1 ? " (the tied head counted on the first and the last stage: it trains as two copies)" : "",
                 ckpt.names().size());
   });
 }
