@@ -4,7 +4,39 @@
 // the end, "end" or "abort" with the reason.
 #include "runtime/launcher_internal.h"
 
+#include <thread>
+
 namespace slowpipe::runtime::detail {
+
+// Whether this process ran at all: a thread that notes the time every 50 ms. A SIGSTOP (a debugger,
+// swap) stops it with the rest of the process; once continued, the gap it saw, or the one it has
+// not yet seen (the main thread may run first), is the stall. Measured around the whole loop, not
+// only its poll: a stop that lands while records are handled is a stall too.
+class StallWatch {
+ public:
+  StallWatch() : last_(now()), thread_([this] { tick(); }) {}
+  ~StallWatch() {
+    stop_ = true;
+    thread_.join();
+  }
+  // The longest time this process did not run since the last call (seconds).
+  double take() {
+    const double pending = now() - last_.load();
+    return std::max(worst_.exchange(0.0), pending);
+  }
+
+ private:
+  void tick() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const double t = now(), gap = t - last_.exchange(t);
+      if (gap > worst_.load()) worst_ = gap;
+    }
+  }
+  std::atomic<double> last_, worst_{0.0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // One run of the external coordinator: its sockets and what it knows of each rank.
 class ExternalCoordinator {
@@ -17,17 +49,10 @@ class ExternalCoordinator {
     listen();
     while (l_.doneCount_ < l_.N_) {
       zmq::pollitem_t items[] = {{static_cast<void*>(control_), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv_), 0, ZMQ_POLLIN, 0}};
-      const double polled = now();
       pollOrInterrupted(items, 2, 100);
-      // A 100 ms poll that returned seconds later: this process did not run (SIGSTOP, a debugger,
-      // swap; handling records is not counted), and every rank has given up on its heartbeat
-      // meanwhile, so say so first.
-      if (const double gap = now() - polled; gap > Launcher::kStallS) {
-        char text[200];
-        std::snprintf(text, sizeof text, "the coordinator (in rank 0's process, pid %d) did not run for %.1f s (process "
-                      "stopped or starved); the ranks stop after 5 s without its heartbeat", static_cast<int>(getpid()), gap);
-        return finish(l_.fail(text));
-      }
+      // This process did not run for seconds (SIGSTOP, a debugger, swap), and every rank has given
+      // up on its heartbeat meanwhile, so say so first.
+      if (const std::string why = stalled(); !why.empty()) return finish(l_.fail(why));
       l_.writeHeartbeat();
       if (now() - lastBeat_ >= 0.5) {
         publish({{"type", "beat"}});
@@ -43,6 +68,8 @@ class ExternalCoordinator {
         for (const auto& [r, id] : tableIds_) reply(id, l_.peerTable(r));
         tablesSent_ = true;
       }
+      // A stop that landed after the poll is the cause of any silence seen now.
+      if (const std::string why = stalled(); !why.empty()) return finish(l_.fail(why));
       if (const std::string why = membershipProblem(); !why.empty()) return finish(l_.fail(why));
     }
     return finish(l_.checkCodecStates());
@@ -87,6 +114,15 @@ class ExternalCoordinator {
     sigaction(SIGHUP, &sa, nullptr);  // an ssh session closing: stopped like SIGTERM, with a result
     l_.start_ = now();
     l_.lastProgress_ = now();
+  }
+
+  std::string stalled() {
+    stallWorst_ = std::max(stallWorst_, stall_.take());
+    if (stallWorst_ <= Launcher::kStallS) return "";
+    char text[200];
+    std::snprintf(text, sizeof text, "the coordinator (in rank 0's process, pid %d) did not run for %.1f s (process "
+                  "stopped or starved); the ranks stop after 5 s without its heartbeat", static_cast<int>(getpid()), stallWorst_);
+    return text;
   }
 
   void reply(const std::string& id, const json& j) {
@@ -287,6 +323,8 @@ class ExternalCoordinator {
   std::vector<double> lastSeen_;
   bool joined_ = false, tablesSent_ = false;
   double lastBeat_ = 0;
+  StallWatch stall_;
+  double stallWorst_ = 0;
 };
 
 int Launcher::superviseExternal() { return ExternalCoordinator(*this).run(); }

@@ -148,7 +148,7 @@ class Launcher {
 
   static constexpr double kCalibrationLimitS = 120;  // the longest a link's calibration may take
   static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
-  static constexpr double kStallS = 2.5;   // external: a 100 ms poll returning this late means it did not run
+  static constexpr double kStallS = 2.5;   // external: this process not run this long is a stall (StallWatch)
   static constexpr double kHeartbeatWriteS = 5.0;  // result.json's heartbeat, at least this often
   static constexpr int64_t kRendezvousMaxBytes = 64 << 10;
   static constexpr int64_t kControlMaxBytes = int64_t{256} << 20;
