@@ -51,11 +51,41 @@ void writeAtomically(const fs::path& p, const std::string& bytes) {
 
 namespace {
 
-// Your own files (DataSpec::finetune): every regular file under each path, in order (a folder's
-// sorted); a .jsonl file contributes each record's text field, other files their bytes.
-std::string ownText(const DataSpec& data, nlohmann::json& inputs) {
+// WordNet's glosses (Debian's wordnet-base, /usr/share/wordnet): the text after "| " on each synset
+// line of data.noun, data.verb, data.adj and data.adv (the license header's lines start with a
+// space), one gloss a line.
+std::string wordnetGlosses(const fs::path& dir, nlohmann::json& inputs, const std::string& key) {
   std::string out;
-  for (const auto& path : data.finetune) {
+  for (const char* part : {"data.noun", "data.verb", "data.adj", "data.adv"}) {
+    const fs::path f = dir / part;
+    if (!fs::is_regular_file(f))
+      throw std::invalid_argument("data." + key + ": 'wordnet:" + dir.string() + "' has no " + part +
+                                  " (install the Debian package 'wordnet-base': /usr/share/wordnet)");
+    const std::string raw = readFile(f);
+    inputs[key].push_back({"wordnet:" + f.string(), raw.size(), fileDigest(f.string())});
+    std::istringstream in(raw);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == ' ') continue;
+      const size_t bar = line.find(" | ");
+      if (bar == std::string::npos) continue;
+      const size_t end = line.find_last_not_of(" \r");
+      if (end > bar + 3) out += line.substr(bar + 3, end - bar - 2) + "\n";
+    }
+  }
+  return out;
+}
+
+// Your own files (DataSpec::finetune, DataSpec::pretrain): every regular file under each path, in
+// order (a folder's sorted); a .jsonl file contributes each record's text field, other files their
+// bytes; "wordnet:DIR" WordNet's glosses.
+std::string ownText(const std::vector<std::string>& paths, const DataSpec& data, nlohmann::json& inputs, const std::string& key) {
+  std::string out;
+  for (const auto& path : paths) {
+    if (path.rfind("wordnet:", 0) == 0) {
+      out += wordnetGlosses(path.substr(8), inputs, key);
+      continue;
+    }
     std::vector<fs::path> files;
     if (fs::is_directory(path)) {
       for (const auto& e : fs::recursive_directory_iterator(path))
@@ -66,7 +96,7 @@ std::string ownText(const DataSpec& data, nlohmann::json& inputs) {
     }
     for (const auto& f : files) {
       const std::string raw = readFile(f);
-      inputs["finetune"].push_back({f.string(), raw.size(), fileDigest(f.string())});
+      inputs[key].push_back({f.string(), raw.size(), fileDigest(f.string())});
       if (f.extension() != ".jsonl") {
         out += raw;
         if (!raw.empty() && raw.back() != '\n') out += '\n';
@@ -80,10 +110,10 @@ std::string ownText(const DataSpec& data, nlohmann::json& inputs) {
         try {
           rec = parseJsonText(line, "record");
         } catch (const std::exception& e) {
-          throw std::invalid_argument("data.finetune: '" + f.string() + "' line " + std::to_string(no) + ": " + e.what());
+          throw std::invalid_argument("data." + key + ": '" + f.string() + "' line " + std::to_string(no) + ": " + e.what());
         }
         if (!rec.is_object() || !rec.contains(data.textField) || !rec[data.textField].is_string())
-          throw std::invalid_argument("data.finetune: '" + f.string() + "' line " + std::to_string(no) + ": no string field '" +
+          throw std::invalid_argument("data." + key + ": '" + f.string() + "' line " + std::to_string(no) + ": no string field '" +
                                       data.textField + "' (data.text_field)");
         out += rec[data.textField].get<std::string>() + "\n";
       }
@@ -118,7 +148,7 @@ std::string tokenBytes(const Tokenizer& tok, const std::string& text, bool wide)
 }  // namespace
 
 CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
-  if (!data.finetune.empty() || !data.tokenizer.empty()) return prepareOwnCorpus(data, force);
+  if (!data.finetune.empty() || !data.pretrain.empty() || !data.tokenizer.empty()) return prepareOwnCorpus(data, force);
   if (!fs::is_directory(data.source))
     throw std::invalid_argument("data.source: '" + data.source + "' is not a folder (install the Debian package "
                                 "'fortunes', or point data.source at a folder of text files)");
@@ -165,10 +195,15 @@ CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force) {
   const bool wide = !data.tokenizer.empty();
   nlohmann::json inputs = {{"tokenizer", tok->describe()}, {"finetune", nlohmann::json::array()}, {"text_field", data.textField},
                            {"source", data.source}, {"finetune_files", data.finetuneFiles}};
-  std::string fine = data.finetune.empty() ? std::string() : ownText(data, inputs);
+  std::string fine = data.finetune.empty() ? std::string() : ownText(data.finetune, data, inputs, "finetune");
   std::string pre;
+  if (!data.pretrain.empty()) {
+    inputs["pretrain"] = nlohmann::json::array();
+    pre = ownText(data.pretrain, data, inputs, "pretrain");
+  }
   CorpusInfo info;
-  if (fs::is_directory(data.source)) {  // the pretrain split; with no own files, also the fine-tune files
+  if (fs::is_directory(data.source) && (data.finetune.empty() || data.pretrain.empty())) {
+    // the pretrain split (unless data.pretrain gives it); with no own files, also the fine-tune files
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(data.source)) {
       const std::string ext = e.path().extension().string();
@@ -177,7 +212,7 @@ CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force) {
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
       const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(), f.filename()) != data.finetuneFiles.end();
-      if (isFine && !data.finetune.empty()) continue;
+      if ((isFine && !data.finetune.empty()) || (!isFine && !data.pretrain.empty())) continue;
       (isFine ? fine : pre) += cleanText(readFile(f));
       inputs["files"].push_back({f.filename().string(), fs::file_size(f)});
       info.files.push_back(f.filename().string());

@@ -304,8 +304,12 @@ void parseData(const json& section, const std::string& where, [[maybe_unused]] b
   f.get("finetune", s.data.finetune);
   f.get("text_field", s.data.textField);
   f.get("tokenizer", s.data.tokenizer);
+  f.get("pretrain", s.data.pretrain);
   for (const auto& p : s.data.finetune)
     if (!std::filesystem::exists(p)) fail(f.field("finetune"), "'" + p + "' does not exist (a text file, a folder of them or a .jsonl file)");
+  for (const auto& p : s.data.pretrain)
+    if (const std::string path = p.rfind("wordnet:", 0) == 0 ? p.substr(8) : p; !std::filesystem::exists(path))
+      fail(f.field("pretrain"), "'" + path + "' does not exist (a text file, a folder of them, a .jsonl file or wordnet:DIR)");
   if (!(s.data.valFraction > 0 && s.data.valFraction < 1)) fail(f.field("val_fraction"), "must be in (0, 1)");
 }
 
@@ -740,6 +744,7 @@ json toJson(const RunSpec& s) {
           {"runtime", runtimeJson(s.runtime)}};
   if (!s.training.saveCheckpoint.empty()) out["training"]["save_checkpoint"] = s.training.saveCheckpoint;
   if (!s.data.finetune.empty()) out["data"]["finetune"] = s.data.finetune;
+  if (!s.data.pretrain.empty()) out["data"]["pretrain"] = s.data.pretrain;
   if (s.data.textField != "text") out["data"]["text_field"] = s.data.textField;
   if (!s.data.tokenizer.empty()) out["data"]["tokenizer"] = s.data.tokenizer;
   return out;

@@ -54,6 +54,9 @@ struct DataSpec {
   // any) is then the pretrain split. Tokens are packed into seq_len blocks in file order: example i
   // is block i, so ids are stable while the files are; the last val_fraction is validation.
   std::vector<std::string> finetune;
+  // The pretrain split from paths of the same kinds (or "wordnet:DIR": WordNet's glosses, Debian's
+  // wordnet-base in /usr/share/wordnet) instead of source's other files.
+  std::vector<std::string> pretrain;
   std::string textField = "text";
   // The tokenizer folder (tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe;
   // runtime/tokenizer.h); empty: byte-level (one byte a token).

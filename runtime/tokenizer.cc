@@ -1,14 +1,17 @@
 // Tokenizers (tokenizer.h).
 #include "runtime/tokenizer.h"
 
+#include <dlfcn.h>
 #include <locale.h>
 #include <wctype.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "runtime/result.h"
 
@@ -265,8 +268,110 @@ std::unordered_map<std::string, int32_t> vocabOf(const json& j, const std::strin
 
 }  // namespace
 
+// The shim's C table (runtime/spm_shim.cc), loaded once.
+struct SentencePieceTokenizer::Shim {
+  void* (*load)(const char*, char*, size_t) = nullptr;
+  void (*close)(void*) = nullptr;
+  int (*size)(void*) = nullptr;
+  int (*encode)(void*, const char*, size_t, int**, size_t*, char*, size_t) = nullptr;
+  int (*decode)(void*, const int*, size_t, char**, size_t*, char*, size_t) = nullptr;
+  void (*free)(void*) = nullptr;
+
+  static const Shim& get() {
+    static const Shim shim = open();
+    return shim;
+  }
+
+ private:
+  static std::vector<std::string> candidates() {
+    std::vector<std::string> out;
+    if (const char* env = std::getenv("SLOWPIPE_SPM_SHIM")) out.push_back(env);
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) out.push_back((exe.parent_path().parent_path() / "lib" / "slowpipe" / "libslowpipe_spm.so").string());
+#ifdef SLOWPIPE_SPM_SHIM_BUILD
+    out.push_back(SLOWPIPE_SPM_SHIM_BUILD);
+#endif
+    return out;
+  }
+
+  static Shim open() {
+    // Its own symbol scope first (RTLD_DEEPBIND); the sanitizers refuse DEEPBIND, and their build
+    // has no libtorch to clash with.
+#if defined(__SANITIZE_ADDRESS__)
+    const int flags = RTLD_NOW | RTLD_LOCAL;
+#else
+    const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
+    std::string tried;
+    for (const auto& path : candidates()) {
+      if (!fs::exists(path)) {
+        tried += (tried.empty() ? "" : ", ") + path + " (absent)";
+        continue;
+      }
+      void* h = dlopen(path.c_str(), flags);
+      if (!h) {
+        tried += (tried.empty() ? "" : ", ") + path + " (" + dlerror() + ")";
+        continue;
+      }
+      Shim s;
+      bool ok = true;
+      auto sym = [&](auto& fn, const char* name) {
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+        ok = ok && fn;
+      };
+      sym(s.load, "slowpipe_spm_load");
+      sym(s.close, "slowpipe_spm_close");
+      sym(s.size, "slowpipe_spm_size");
+      sym(s.encode, "slowpipe_spm_encode");
+      sym(s.decode, "slowpipe_spm_decode");
+      sym(s.free, "slowpipe_spm_free");
+      if (ok) return s;
+      tried += (tried.empty() ? "" : ", ") + path + " (not the shim: a function is missing)";
+    }
+    throw std::runtime_error("tokenizer: SentencePiece needs slowpipe's shim libslowpipe_spm.so (set SLOWPIPE_SPM_SHIM); tried " + tried);
+  }
+};
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& modelFile) : shim_(Shim::get()), source_(modelFile) {
+  char err[512] = "";
+  handle_ = shim_.load(modelFile.c_str(), err, sizeof err);
+  if (!handle_) throw std::invalid_argument("tokenizer: '" + modelFile + "' is not a SentencePiece model: " + err);
+}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() { shim_.close(handle_); }
+
+std::vector<int32_t> SentencePieceTokenizer::encode(const std::string& text) const {
+  char err[512] = "";
+  int* ids = nullptr;
+  size_t n = 0;
+  if (shim_.encode(handle_, text.data(), text.size(), &ids, &n, err, sizeof err) != 0)
+    throw std::runtime_error("tokenizer: SentencePiece '" + source_ + "' could not encode: " + err);
+  std::vector<int32_t> out(ids, ids + n);
+  shim_.free(ids);
+  return out;
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
+  const int n = vocabSize();
+  for (int32_t i : ids)
+    if (i < 0 || i >= n) throw std::invalid_argument("tokenizer: id " + std::to_string(i) + " is outside SentencePiece's 0.." + std::to_string(n - 1));
+  const std::vector<int> in(ids.begin(), ids.end());
+  char err[512] = "";
+  char* text = nullptr;
+  size_t len = 0;
+  if (shim_.decode(handle_, in.data(), in.size(), &text, &len, err, sizeof err) != 0)
+    throw std::runtime_error("tokenizer: SentencePiece '" + source_ + "' could not decode: " + err);
+  std::string out(text, len);
+  shim_.free(text);
+  return out;
+}
+
+int SentencePieceTokenizer::vocabSize() const { return shim_.size(handle_); }
+
 std::unique_ptr<Tokenizer> loadTokenizer(const std::string& dir) {
   const fs::path d(dir);
+  if (fs::is_regular_file(d) && d.extension() == ".model") return std::make_unique<SentencePieceTokenizer>(dir);
   if (fs::exists(d / "tokenizer.json")) {
     const std::string f = (d / "tokenizer.json").string();
     const json j = readJsonFile(f, "tokenizer");
@@ -291,7 +396,9 @@ std::unique_ptr<Tokenizer> loadTokenizer(const std::string& dir) {
     if (fs::exists(d / v) && fs::exists(d / m))
       return std::make_unique<Gpt2BpeTokenizer>(vocabOf(readJsonFile((d / v).string(), "tokenizer vocabulary"), (d / v).string()),
                                                 readMerges((d / m).string()), (d / v).string() + " + " + m);
-  throw std::invalid_argument("tokenizer: '" + dir + "' has neither tokenizer.json, vocab.json + merges.txt nor encoder.json + vocab.bpe");
+  if (fs::exists(d / "tokenizer.model")) return std::make_unique<SentencePieceTokenizer>((d / "tokenizer.model").string());
+  throw std::invalid_argument("tokenizer: '" + dir +
+                              "' has neither tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe nor tokenizer.model");
 }
 
 }  // namespace slowpipe::runtime

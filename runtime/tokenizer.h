@@ -1,5 +1,6 @@
 // Tokenizers a fine-tuned checkpoint comes with: GPT-2's byte-level BPE (tokenizer.json, or
-// vocab.json + merges.txt; also the encoder.json + vocab.bpe of OpenAI's release) and the built-in
+// vocab.json + merges.txt; also the encoder.json + vocab.bpe of OpenAI's release), SentencePiece
+// models (tokenizer.model: Llama 2, Mistral, TinyLlama; through libsentencepiece) and the built-in
 // byte-level vocabulary (a byte is its token). Torch-free.
 //
 // GPT-2 BPE as the reference encoder does it: the text is split by GPT-2's pattern
@@ -58,8 +59,28 @@ class Gpt2BpeTokenizer : public Tokenizer {
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 
-// The tokenizer of a folder: tokenizer.json (a BPE model), vocab.json + merges.txt, or
-// encoder.json + vocab.bpe; throws naming the folder and what it looked for.
+// A SentencePiece model file (tokenizer.model, or what spm_train wrote): ids exactly as
+// libsentencepiece's Encode gives them (no BOS/EOS added), through the shim runtime/spm_shim.cc
+// (libslowpipe_spm.so: $SLOWPIPE_SPM_SHIM, the build's, or PREFIX/lib/slowpipe next to bin/).
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& modelFile);
+  ~SentencePieceTokenizer() override;
+  std::vector<int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int vocabSize() const override;
+  std::string describe() const override { return "SentencePiece from " + source_; }
+
+ private:
+  struct Shim;
+  const Shim& shim_;
+  void* handle_ = nullptr;
+  std::string source_;
+};
+
+// The tokenizer of a folder: tokenizer.json (a BPE model), vocab.json + merges.txt, encoder.json +
+// vocab.bpe, or tokenizer.model (SentencePiece); DIR may also name a .model file itself. Throws
+// naming the folder and what it looked for.
 std::unique_ptr<Tokenizer> loadTokenizer(const std::string& dir);
 
 }  // namespace slowpipe::runtime

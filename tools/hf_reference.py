@@ -33,6 +33,8 @@ def write_safetensors(path, tensors, dtype="F32"):
         t = tensors[name].contiguous()
         if dtype == "BF16":
             raw = t.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        elif dtype == "F16":
+            raw = t.to(torch.float16).numpy().tobytes()
         else:
             raw = t.to(torch.float32).numpy().tobytes()
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
@@ -170,12 +172,13 @@ def write_model(out, name, seed):
     g = torch.Generator().manual_seed(seed)
     w = make(cfg, g)
     variants = {}
-    for variant in ("f32", "bf16", "sharded"):
+    for variant in ("f32", "f16", "bf16", "sharded"):
         d = os.path.join(out, f"{name}-{variant}")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=1)
-        ww = {k: v.to(torch.bfloat16).to(torch.float32) for k, v in w.items()} if variant == "bf16" else w
+        half = {"bf16": torch.bfloat16, "f16": torch.float16}.get(variant)
+        ww = {k: v.to(half).to(torch.float32) for k, v in w.items()} if half else w
         if variant == "sharded":  # two shards and the index that names them
             names = sorted(w)
             half = {0: names[: len(names) // 2], 1: names[len(names) // 2:]}
@@ -187,7 +190,7 @@ def write_model(out, name, seed):
             with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
                 json.dump({"metadata": {}, "weight_map": weight_map}, f)
         else:
-            write_safetensors(os.path.join(d, "model.safetensors"), w, "BF16" if variant == "bf16" else "F32")
+            write_safetensors(os.path.join(d, "model.safetensors"), w, variant.upper())
         with torch.no_grad():
             variants[variant] = {"dir": d, "logits": [logits(cfg, ww, ids).tolist() for ids in SEQUENCES]}
     return variants
@@ -209,7 +212,8 @@ def check(out, ref, slowpipe):
                     worst = max(worst, diff)
                     if diff > 1e-5:
                         failures.append(f"{name}-{variant} stages {stages} tokens {ids}: max |diff| {diff:.3g} > 1e-5")
-    print(f"logits: {len(ref)} families x 3 variants x 3 splits x {len(SEQUENCES)} sequences, max |slowpipe - reference| = {worst:.3g}")
+    print(f"logits: {len(ref)} families x 4 variants x 3 splits x {len(SEQUENCES)} sequences, max |slowpipe - reference| = {worst:.3g}")
+    failures += check_generate(ref, slowpipe)
     # Damaged checkpoints: each refused naming what is wrong, nothing read past the file.
     src = ref["llama"]["f32"]["dir"]
     bad = os.path.join(out, "bad")
@@ -271,6 +275,28 @@ def check(out, ref, slowpipe):
     return not failures
 
 
+def check_generate(ref, slowpipe, new=6):
+    """Greedy continuation: the reference's argmax chain against `slowpipe model generate`."""
+    failures = []
+    for name, variants in ref.items():
+        cfg, _, logits = MODELS[name]
+        _, w = read_checkpoint(variants["f32"]["dir"])
+        for stages in (1, 3):
+            prompt = list(SEQUENCES[0])
+            ids = list(prompt)
+            with torch.no_grad():
+                for _ in range(new):
+                    ids.append(int(logits(cfg, w, ids)[-1].argmax()))
+            r = subprocess.run([slowpipe, "model", "generate", variants["f32"]["dir"], "--tokens", ",".join(map(str, prompt)), "--max-new",
+                                str(new), "--stages", str(stages), "--json"], capture_output=True, text=True)
+            got = json.loads(r.stdout)["generated"] if r.returncode == 0 else r.stderr.strip()
+            if got != ids[len(prompt):]:
+                failures.append(f"{name} generate, {stages} stages: slowpipe {got}, reference {ids[len(prompt):]}")
+            else:
+                print(f"{name} generate, {stages} stages: {got} as the reference")
+    return failures
+
+
 def read_checkpoint(d):
     """A Hugging Face folder's config and tensors (by name, fp32), read as a user's own tools would."""
     with open(os.path.join(d, "config.json")) as f:
@@ -290,6 +316,8 @@ def read_checkpoint(d):
             raw = bytearray(data[b:e])
             if t["dtype"] == "BF16":
                 x = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16).to(torch.float32)
+            elif t["dtype"] == "F16":
+                x = torch.frombuffer(raw, dtype=torch.float16).to(torch.float32)
             else:
                 x = torch.frombuffer(raw, dtype=torch.float32).clone()
             w[name] = x.reshape(t["shape"])

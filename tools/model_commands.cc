@@ -1,5 +1,5 @@
-// `slowpipe model info DIR` and `slowpipe model logits DIR --tokens ...`: look at a Hugging Face
-// checkpoint as slowpipe loads it, before spending hours fine-tuning it.
+// `slowpipe model info|logits|generate|tokenize`: look at a Hugging Face checkpoint as slowpipe
+// loads it, before spending hours fine-tuning it.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -96,6 +96,29 @@ void addInfo(CLI::App& model) {
   });
 }
 
+// DIR's model cut into `stages` even stages as a run cuts it, for sequences up to seqLen tokens.
+class SplitModel {
+ public:
+  SplitModel(const std::string& dir, int stages, int seqLen) : spec_(specOf(dir, stages, seqLen)) {
+    int stage = 0;
+    for (const auto& [begin, end] : runtime::stageLayers(spec_)) {
+      parts_.push_back(std::make_unique<runtime::StageModel>(spec_.model, begin, end, stage == 0, stage == stages - 1));
+      ++stage;
+    }
+  }
+  // [T, vocab] logits of one sequence.
+  torch::Tensor logits(const std::vector<int64_t>& ids) {
+    torch::NoGradGuard guard;
+    torch::Tensor h = torch::tensor(ids, torch::kLong).unsqueeze(0);
+    for (auto& p : parts_) h = (*p)(h);
+    return h[0].contiguous();
+  }
+
+ private:
+  runtime::RunSpec spec_;
+  std::vector<std::unique_ptr<runtime::StageModel>> parts_;
+};
+
 void addLogits(CLI::App& model) {
   auto dir = std::make_shared<std::string>(), tokens = std::make_shared<std::string>();
   auto stages = std::make_shared<int>(1);
@@ -108,16 +131,8 @@ void addLogits(CLI::App& model) {
   cmd->callback([=] {
     runtime::ModelSpec probe = runtime::modelFromHfConfig(*dir, runtime::ModelSpec{});
     const std::vector<int64_t> ids = parseTokens(*tokens, probe.vocab);
-    const runtime::RunSpec s = specOf(*dir, *stages, static_cast<int>(ids.size()));
-    torch::NoGradGuard guard;
-    torch::Tensor h = torch::tensor(ids, torch::kLong).unsqueeze(0);
-    int stage = 0;
-    for (const auto& [begin, end] : runtime::stageLayers(s)) {
-      runtime::StageModel sm(s.model, begin, end, stage == 0, stage == *stages - 1);
-      h = sm(h);
-      ++stage;
-    }
-    const torch::Tensor logits = h[0].contiguous();
+    SplitModel split(*dir, *stages, static_cast<int>(ids.size()));
+    const torch::Tensor logits = split.logits(ids);
     if (*asJson) {
       json rows = json::array();
       for (int64_t t = 0; t < logits.size(0); ++t) {
@@ -136,11 +151,67 @@ void addLogits(CLI::App& model) {
   });
 }
 
+// `slowpipe model generate DIR --prompt TEXT | --tokens IDS`: greedy continuation (the whole
+// sequence through the model at each new token: a check, not a server).
+void addGenerate(CLI::App& model) {
+  auto dir = std::make_shared<std::string>(), prompt = std::make_shared<std::string>(), tokens = std::make_shared<std::string>(),
+       tokenizer = std::make_shared<std::string>();
+  auto maxNew = std::make_shared<int>(32), stages = std::make_shared<int>(1);
+  auto asJson = std::make_shared<bool>(false);
+  auto* cmd = model.add_subcommand("generate", "greedy continuation of a prompt through the checkpoint (to check a loaded or fine-tuned model)");
+  cmd->add_option("dir", *dir, "Hugging Face folder")->required();
+  auto* p = cmd->add_option("--prompt", *prompt, "prompt text (encoded with the folder's tokenizer, or --tokenizer's)");
+  auto* t = cmd->add_option("--tokens", *tokens, "prompt as comma-separated token ids instead of text");
+  p->excludes(t);
+  cmd->add_option("--tokenizer", *tokenizer, "tokenizer folder or .model file (default: DIR)");
+  cmd->add_option("--max-new", *maxNew, "tokens to generate (default 32)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--stages", *stages, "pipeline stages the model is split into (default 1)")->check(CLI::Range(1, 4096));
+  cmd->add_flag("--json", *asJson, "{\"prompt\": ids, \"generated\": ids, \"text\": ...} instead of the text");
+  cmd->callback([=] {
+    if (prompt->empty() == tokens->empty()) throw std::invalid_argument("model generate: give --prompt TEXT or --tokens IDS");
+    const runtime::ModelSpec probe = runtime::modelFromHfConfig(*dir, runtime::ModelSpec{});
+    std::unique_ptr<runtime::Tokenizer> tok;
+    if (!prompt->empty() || !tokenizer->empty()) tok = runtime::loadTokenizer(tokenizer->empty() ? *dir : *tokenizer);
+    std::vector<int64_t> ids;
+    if (!prompt->empty()) {
+      for (int32_t id : tok->encode(*prompt)) ids.push_back(id);
+      if (ids.empty()) throw std::invalid_argument("--prompt: encodes to no tokens");
+      for (int64_t id : ids)
+        if (id >= probe.vocab)
+          throw std::invalid_argument("--prompt: token " + std::to_string(id) + " is beyond the model's vocabulary (" +
+                                      std::to_string(probe.vocab) + "): tokenizer and checkpoint do not match");
+    } else {
+      ids = parseTokens(*tokens, probe.vocab);
+    }
+    const int total = static_cast<int>(ids.size()) + *maxNew;
+    if (probe.family != "llama" && total > probe.positionRows())
+      throw std::invalid_argument("--max-new: " + std::to_string(ids.size()) + " prompt + " + std::to_string(*maxNew) +
+                                  " new tokens exceed the model's " + std::to_string(probe.positionRows()) + " positions");
+    SplitModel split(*dir, *stages, total);
+    const size_t promptLen = ids.size();
+    for (int i = 0; i < *maxNew; ++i) ids.push_back(split.logits(ids)[-1].argmax().item<int64_t>());
+    const std::vector<int64_t> fresh(ids.begin() + static_cast<std::ptrdiff_t>(promptLen), ids.end());
+    std::string text;
+    if (tok) text = tok->decode(std::vector<int32_t>(fresh.begin(), fresh.end()));
+    if (*asJson) {
+      json out = {{"prompt", std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(promptLen))}, {"generated", fresh}};
+      if (tok) out["text"] = text;
+      std::printf("%s\n", out.dump().c_str());
+    } else if (tok) {
+      std::printf("%s%s\n", prompt->c_str(), text.c_str());
+    } else {
+      std::string line;
+      for (int64_t id : fresh) line += (line.empty() ? "" : ",") + std::to_string(id);
+      std::printf("%s\n", line.c_str());
+    }
+  });
+}
+
 // `slowpipe model tokenize DIR --lines FILE`: every line's token ids (comma-separated), one line each.
 void addTokenize(CLI::App& model) {
   auto dir = std::make_shared<std::string>(), lines = std::make_shared<std::string>();
   auto* cmd = model.add_subcommand("tokenize", "token ids of each line of a text file, with a checkpoint folder's tokenizer");
-  cmd->add_option("dir", *dir, "folder with tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe")->required();
+  cmd->add_option("dir", *dir, "folder with tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe or tokenizer.model; or a .model file")->required();
   cmd->add_option("--lines", *lines, "UTF-8 text file: one output line of ids per input line")->required();
   cmd->callback([=] {
     const auto tok = runtime::loadTokenizer(*dir);
@@ -162,6 +233,7 @@ void addModelCommands(CLI::App& app) {
   model->require_subcommand(1);
   addInfo(*model);
   addLogits(*model);
+  addGenerate(*model);
   addTokenize(*model);
 }
 

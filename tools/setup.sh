@@ -21,14 +21,16 @@ done
 # libsodium-dev: CURVE keys derived from a run's shared secret (runtime/security.h); openmpi-bin:
 # mpirun, which the multi-host tests launch workers with.
 # python3-torch: writes TorchScript codecs (examples/codecs/torchscript, the torchscript codec tests).
+# libsentencepiece-dev, sentencepiece: tokenizer.model files and spm_encode, their check.
+# fortunes, wordnet-base: the default corpus and the quality benchmark's pretraining text (glosses).
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
   libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  openmpi-bin
+  openmpi-bin libsentencepiece-dev sentencepiece
   iproute2 ethtool iperf3 procps
   python3 python3-matplotlib python3-torch
-  fortunes
+  fortunes wordnet-base
 )
 
 missing=()
