@@ -38,20 +38,29 @@ json pretrainSpecJson(const SweepSpec& spec) {
   return base;
 }
 
-// Content digest of the corpus: every regular file under data.source, by relative path.
-json corpusDigest(const runtime::RunSpec& s) {
-  const fs::path src = s.data.source;
+// Digests of every regular file at or under `path`, by path relative to it.
+json filesDigest(const fs::path& path) {
   json files = json::object();
   std::error_code ec;
-  if (fs::is_regular_file(src, ec)) {
-    files[src.filename().string()] = runtime::fileDigest(src.string());
-  } else if (fs::is_directory(src, ec)) {
+  if (fs::is_regular_file(path, ec)) {
+    files[path.filename().string()] = runtime::fileDigest(path.string());
+  } else if (fs::is_directory(path, ec)) {
     std::vector<fs::path> all;
-    for (auto it = fs::recursive_directory_iterator(src, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
       if (it->is_regular_file()) all.push_back(it->path());
     std::sort(all.begin(), all.end());
-    for (const auto& f : all) files[fs::relative(f, src).string()] = runtime::fileDigest(f.string());
+    for (const auto& f : all) files[fs::relative(f, path).string()] = runtime::fileDigest(f.string());
   }
+  return files;
+}
+
+// Content digest of the corpus: every regular file under data.source, by relative path, and
+// those of data.pretrain and data.finetune (a "wordnet:" path's folder), in order.
+json corpusDigest(const runtime::RunSpec& s) {
+  json files = filesDigest(s.data.source);
+  for (const auto& [key, paths] : {std::pair{"(pretrain)", &s.data.pretrain}, std::pair{"(finetune)", &s.data.finetune}})
+    for (const auto& p : *paths)
+      files[key].push_back(filesDigest(p.rfind("wordnet:", 0) == 0 ? p.substr(8) : p));
   return files;
 }
 

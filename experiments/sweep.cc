@@ -180,16 +180,19 @@ json toJson(const SweepSpec::Target& t) {
 
 SweepSpec loadSweepSpec(const std::string& path, bool simulation, const std::vector<std::string>& sets) {
   json j = runtime::readJsonFile(path, "sweep file");
-  if (!sets.empty()) {
-    // Resolve a base given by path first, so the assignments apply to the experiment itself.
-    SweepSpec plain = sweepSpecFromJson(j, "sweep", simulation);
-    j["base"] = plain.base;
+  if (!sets.empty() && j.is_object()) {
+    // Resolve a base given by path first, so the assignments apply to the experiment itself; the
+    // base is validated after them (an assignment may be what makes it valid here, e.g. a
+    // checkpoint that fits this machine).
+    if (j.contains("base") && j["base"].is_string()) j["base"] = runtime::readJsonFile(j["base"].get<std::string>(), "sweep.base: the file");
     for (const auto& a : sets) {
       const std::string target = a.substr(0, a.find('='));
-      for (const auto& [axis, values] : plain.axes)
-        if (target == axis || target.rfind(axis + ".", 0) == 0 || axis.rfind(target + ".", 0) == 0)
-          throw std::invalid_argument("--set " + target + ": the sweep's axis '" + axis +
+      for (const json& axis : j.value("axes", json::array()))
+        if (const std::string path = axis.is_object() ? axis.value("path", "") : "";
+            !path.empty() && (target == path || target.rfind(path + ".", 0) == 0 || path.rfind(target + ".", 0) == 0))
+          throw std::invalid_argument("--set " + target + ": the sweep's axis '" + path +
                                       "' sets this field at every point; change the axis instead");
+      if (!j.contains("base") || !j["base"].is_object()) break;  // sweepSpecFromJson names the problem
       runtime::applySet(j["base"], a);
     }
   }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compression/frame.h"
+#include "runtime/ranks.h"
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -98,7 +99,7 @@ void DpExchange::connect(const json& peers, const RankLinks& links) {
     const int peer = l->peer();
     const LinkEntry& in = links.at(peer, opt_.rank);
     if (!in.model.empty() && !inbound_) inbound_ = emulator::linkModel(in.model).make();
-    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(), 5000 + 1000 * opt_.rank + q);
+    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(), dpLinkSeed(opt_.rank, q));
   }
 }
 

@@ -2,6 +2,7 @@
 // per stage), numbered stage-major: rank = stage * replicas + replica.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -28,5 +29,13 @@ struct RankLayout {
   }
   RankId id(int rank) const { return {rank / replicas, rank % replicas}; }
 };
+
+// The seed of a directed link's jitter and loss draws, the same in every tier (the emulator's
+// links, the simulator's replay): a pipeline link by its two ranks, a data-parallel link by the
+// sender's rank and the receiving replica (kept apart from pipeline links by its offset).
+inline uint64_t pipelineLinkSeed(int fromRank, int toRank) { return 1000ull * static_cast<uint64_t>(fromRank) + static_cast<uint64_t>(toRank); }
+inline uint64_t dpLinkSeed(int fromRank, int toReplica) {
+  return 5000ull + 1000ull * static_cast<uint64_t>(fromRank) + static_cast<uint64_t>(toReplica);
+}
 
 }  // namespace slowpipe::runtime

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compression/error.h"
+#include "runtime/ranks.h"
 #include "runtime/security.h"
 
 namespace slowpipe::runtime {
@@ -76,7 +77,7 @@ void StageTransport::connect(const nlohmann::json& to, const RankLinks& links) {
     if (in.model != inboundModel)  // one receiving part per rank: its inbound links share a model
       throw std::runtime_error("rank " + std::to_string(opt_.rank) + ": its inbound links have models '" + inboundModel + "' and '" +
                                in.model + "'");
-    p.channel->connect(ctx_, to[key].get<std::string>(), links.at(opt_.rank, rank), in, inbound_.get(), 1000 * opt_.rank + p.stage);
+    p.channel->connect(ctx_, to[key].get<std::string>(), links.at(opt_.rank, rank), in, inbound_.get(), pipelineLinkSeed(opt_.rank, rank));
     p.plainEncoder = compression::makeCodec("none");
     p.plainDecoder = compression::makeCodec("none");
   }

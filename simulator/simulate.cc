@@ -20,6 +20,7 @@
 #include "emulator/link.h"
 #include "emulator/link_model.h"
 #include "emulator/shaped_socket.h"
+#include "runtime/ranks.h"
 #include "runtime/data.h"
 #include "runtime/plan.h"
 #include "runtime/dp.h"
@@ -722,7 +723,8 @@ class Replay : public runtime::Backend {
 
   // The directed link from -> to as the run's link table has it (runtime/link_table.h: the
   // pipeline's links under network.model, the replicas' under pipelined), its clock and the
-  // sender's part of its model, made at its first message (seeded per link as the emulator does).
+  // sender's part of its model, made at its first message (seeded per link as the emulator does:
+  // runtime/ranks.h).
   struct Link {
     runtime::LinkEntry entry;
     emulator::LinkClock clock;
@@ -733,7 +735,7 @@ class Replay : public runtime::Backend {
     auto it = links_.find(k);
     if (it == links_.end()) {
       runtime::LinkEntry e = linkTable_.at(from, to);
-      const uint64_t seed = e.dataParallel ? 5000 + 1000 * from + to % R_ : 1000 * from + to;
+      const uint64_t seed = e.dataParallel ? runtime::dpLinkSeed(from, to % R_) : runtime::pipelineLinkSeed(from, to);
       emulator::LinkClock c(e.spec, 0.0, seed);
       auto sender = emulator::linkModel(e.model).make();
       it = links_.emplace(k, Link{std::move(e), std::move(c), std::move(sender)}).first;

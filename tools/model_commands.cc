@@ -1,6 +1,7 @@
 // `slowpipe model info|logits|generate|tokenize`: look at a Hugging Face checkpoint as slowpipe
 // loads it, before spending hours fine-tuning it.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -61,14 +62,26 @@ double stageParameters(const runtime::ModelSpec& m, int layers, bool first, bool
   return p;
 }
 
+// Activation bytes one micro-batch leaves on a stage of `layers` blocks for its backward: Korthikanti
+// et al. 2022 (arXiv 2205.05198, eq. 2, no recomputation) give s*b*h*(34 + 5*a*s/h) bytes a
+// transformer layer at 16 bits; at 32 bits twice that. An estimate: the MLP width and GQA change it
+// by a few per cent.
+double activationBytes(const runtime::ModelSpec& m, int layers, int microBatchSize, int bytesPerValue) {
+  const double s = m.seqLen, b = microBatchSize, h = m.width, a = m.heads;
+  return layers * s * b * h * (34 + 5 * a * s / h) * bytesPerValue / 2.0;
+}
+
 void addInfo(CLI::App& model) {
   auto dir = std::make_shared<std::string>();
-  auto stages = std::make_shared<int>(1);
-  auto seqLen = std::make_shared<int>(1024);
+  auto stages = std::make_shared<int>(1), seqLen = std::make_shared<int>(1024), mbs = std::make_shared<int>(1),
+       inFlight = std::make_shared<int>(0);
   auto* cmd = model.add_subcommand("info", "family, parameters, layers, vocabulary and memory per stage of a checkpoint");
-  cmd->add_option("dir", *dir, "Hugging Face folder (config.json + model.safetensors or shards)")->required();
+  cmd->add_option("dir", *dir, "Hugging Face folder (config.json; the weights may be absent)")->required();
   cmd->add_option("--stages", *stages, "pipeline stages (even split of the layers)")->check(CLI::Range(1, 4096));
-  cmd->add_option("--seq-len", *seqLen, "sequence length the memory is given for (default 1024)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq-len", *seqLen, "sequence length (default 1024)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--micro-batch-size", *mbs, "sequences a micro-batch (default 1)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--in-flight", *inFlight, "micro-batches whose activations a stage holds at once (default: the stages, as 1F1B's first stage)")
+      ->check(CLI::Range(1, 1 << 16));
   cmd->callback([=] {
     runtime::ModelSpec base;
     base.seqLen = *seqLen;
@@ -76,23 +89,29 @@ void addInfo(CLI::App& model) {
     runtime::RunSpec s;
     s.model = m;
     s.pipeline.stages = *stages;
-    runtime::Checkpoint ckpt(*dir);
+    const int held = *inFlight > 0 ? *inFlight : *stages;
     std::printf("%s: family %s, %d layers, width %d, %d heads (%d kv), MLP %d, vocabulary %d%s\n", dir->c_str(), m.family.c_str(),
                 m.layers, m.width, m.heads, m.kvHeadCount(), m.mlpWidth(), m.vocab, m.tiedHead ? ", tied head" : "");
+    std::printf("  memory a stage needs: fp32 weights, gradients and AdamW's two moments (16 B a parameter), and the activations of "
+                "%d micro-batch(es) of %d x %d tokens (Korthikanti et al. 2022, fp32, an estimate)\n", held, *mbs, *seqLen);
     double total = 0;
     int stage = 0;
     for (const auto& [begin, end] : runtime::stageLayers(s)) {
       const bool first = stage == 0, last = stage == *stages - 1;
       const double params = stageParameters(m, end - begin, first, last);
+      const double state = 16.0 * params, acts = held * activationBytes(m, end - begin, *mbs, 4);
       total += params;
-      // fp32 weights, gradients and AdamW's two moments: 16 bytes a parameter (activations not included).
-      std::printf("  stage %d: layers %d..%d, %.4g parameters, %.3g GiB for weights, gradients and AdamW state\n", stage, begin, end - 1,
-                  params, 16.0 * params / (1 << 30));
+      std::printf("  stage %d: layers %d..%d, %.4g parameters, %.3g GiB state + %.3g GiB activations = %.3g GiB\n", stage, begin, end - 1,
+                  params, state / (1 << 30), acts / (1 << 30), (state + acts) / (1 << 30));
       ++stage;
     }
-    std::printf("  %.4g parameters in all%s; %zu tensors in the checkpoint\n", total,
+    std::string tensors = "no weights in the folder (config only)";
+    if (std::filesystem::exists(std::filesystem::path(*dir) / "model.safetensors") ||
+        std::filesystem::exists(std::filesystem::path(*dir) / "model.safetensors.index.json"))
+      tensors = std::to_string(runtime::Checkpoint(*dir).names().size()) + " tensors in the checkpoint";
+    std::printf("  %.4g parameters in all%s; %s\n", total,
                 m.tiedHead && *stages > 1 ? " (the tied head counted on the first and the last stage: it trains as two copies)" : "",
-                ckpt.names().size());
+                tensors.c_str());
   });
 }
 

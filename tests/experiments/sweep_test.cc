@@ -1,5 +1,9 @@
 // Sweep expansion and naming, spec errors, and the summary math on hand-made run files.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "experiments/summary.h"
 #include "experiments/sweep.h"
@@ -55,6 +59,31 @@ TEST(SweepTest, BadSweepsNameTheProblem) {
   j = sweepJson();
   j["repeat_seeds"] = "each";
   EXPECT_NE(errorOf(j).find("sweep.repeat_seeds: \"each\": expected \"same\""), std::string::npos) << errorOf(j);
+}
+
+// --set applies to the base before it is checked: a base that is wrong here (heads that do not
+// divide the width) is made right by the assignment, as a shipped GPU spec is by a user's
+// checkpoint; an assignment to an axis's field is refused naming the axis; a base given by path too.
+TEST(SweepTest, SetMakesTheBaseBeforeItIsChecked) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("slowpipe-sweepset-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  json j = sweepJson();
+  j["base"]["model"]["heads"] = 5;
+  std::ofstream(dir / "sweep.json") << j.dump();
+  EXPECT_THROW(loadSweepSpec((dir / "sweep.json").string()), std::invalid_argument);
+  EXPECT_EQ(loadSweepSpec((dir / "sweep.json").string(), false, {"model.heads=8"}).base["model"]["heads"], 8);
+  try {
+    loadSweepSpec((dir / "sweep.json").string(), false, {"network.links.bandwidth=5Gbps"});
+    ADD_FAILURE() << "an assignment to an axis was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--set network.links.bandwidth: the sweep's axis 'network.links.bandwidth'"), std::string::npos)
+        << e.what();
+  }
+  std::ofstream(dir / "base.json") << j["base"].dump();
+  j["base"] = (dir / "base.json").string();
+  std::ofstream(dir / "sweep2.json") << j.dump();
+  EXPECT_EQ(loadSweepSpec((dir / "sweep2.json").string(), false, {"model.heads=4"}).base["model"]["heads"], 4);
+  std::filesystem::remove_all(dir);
 }
 
 // "repeat_seeds": "per_repeat" gives repeat k the point's training.seed + k (1 + k where the spec

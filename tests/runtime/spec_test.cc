@@ -395,5 +395,43 @@ TEST(DataTest, OwnFilesThroughABpeTokenizer) {
   std::filesystem::remove_all(root);
 }
 
+// data.pretrain: the pretrain split from a WordNet folder's glosses (the license header's lines,
+// which start with spaces, left out) and a text file, byte-level; the fine-tune split stays the
+// source's finetune_files. A folder without WordNet's data files is refused naming the package.
+TEST(DataTest, PretrainFromWordnetGlosses) {
+  const std::filesystem::path root = std::filesystem::temp_directory_path() / ("slowpipe-wordnet-" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "wn");
+  std::filesystem::create_directories(root / "src");
+  std::ofstream(root / "wn" / "data.noun") << "  1 This software and database is being provided\n"
+                                              "00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 | that which is perceived to exist  \n"
+                                              "00002137 03 n 02 abstraction 0 | a general concept\n";
+  std::ofstream(root / "wn" / "data.verb") << "01 29 v 01 breathe 0 | draw air into the lungs; \"breathe deeply\"\n";
+  std::ofstream(root / "wn" / "data.adj") << "";
+  std::ofstream(root / "wn" / "data.adv") << "00001 02 r 01 barely 0 | only just\n";
+  std::ofstream(root / "extra.txt") << "more";
+  std::ofstream(root / "src" / "tales") << "once upon a time\n%\nthe end\n";
+  std::ofstream(root / "src" / "other") << "not read: data.pretrain gives the pretrain split\n";
+  json j = valid();
+  j["data"] = {{"source", (root / "src").string()}, {"finetune_files", {"tales"}}, {"cache_dir", (root / "cache").string()},
+               {"pretrain", {"wordnet:" + (root / "wn").string(), (root / "extra.txt").string()}}};
+  const CorpusInfo info = prepareCorpus(runSpecFromJson(j).data);
+  std::ifstream pre(root / "cache" / "pretrain.bin");
+  const std::string text((std::istreambuf_iterator<char>(pre)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "that which is perceived to exist\na general concept\ndraw air into the lungs; \"breathe deeply\"\nonly just\nmore\n");
+  EXPECT_EQ(info.pretrainTokens, static_cast<int64_t>(text.size()));
+  EXPECT_EQ(info.finetuneTokens, static_cast<int64_t>(std::string("once upon a time\n\nthe end\n").size()));
+  std::filesystem::remove(root / "wn" / "data.adv");
+  try {
+    prepareCorpus(runSpecFromJson(j).data, true);
+    ADD_FAILURE() << "a WordNet folder without data.adv was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("has no data.adv (install the Debian package 'wordnet-base'"), std::string::npos) << e.what();
+  }
+  j["data"]["pretrain"] = {"wordnet:" + (root / "none").string()};
+  EXPECT_NE(errorOf(j).find("spec.data.pretrain: '" + (root / "none").string() + "' does not exist"), std::string::npos) << errorOf(j);
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace slowpipe::runtime
