@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -178,13 +179,50 @@ json toJson(const SweepSpec::Target& t) {
   return t.valLoss > 0 ? json{{"val_loss", t.valLoss}} : json{{"tolerance", t.tolerance}};
 }
 
+namespace {
+
+// The sweep's relative input paths are its file's (runtime::resolveSpecPaths): the base's (a base
+// given by path, against its own file's folder), and every axis value's at its path.
+void resolveSweepPaths(json& j, const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!j.is_object()) return;
+  if (j.contains("base") && j["base"].is_string()) {
+    std::string file = j["base"];
+    if (!dir.empty() && std::filesystem::path(file).is_relative() && std::filesystem::exists(std::filesystem::path(dir) / file))
+      file = (std::filesystem::path(dir) / file).lexically_normal().string();
+    j["base"] = runtime::readSpecFile(file, "sweep.base: the file");
+  } else if (j.contains("base")) {
+    runtime::resolveSpecPaths(j["base"], dir);
+  }
+  if (!j.contains("axes") || !j["axes"].is_array()) return;
+  for (json& axis : j["axes"]) {
+    if (!axis.is_object() || !axis.contains("path") || !axis["path"].is_string() || !axis.contains("values") || !axis["values"].is_array())
+      continue;
+    std::string pointer = "/" + axis["path"].get<std::string>();
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const json::json_pointer at(pointer);
+    for (json& v : axis["values"]) {
+      json doc = json::object();
+      try {
+        runtime::setJsonPath(doc, axis["path"].get<std::string>(), v);
+      } catch (const std::invalid_argument&) {
+        continue;  // sweepSpecFromJson names a bad axis path
+      }
+      runtime::resolveSpecPaths(doc, dir);
+      v = doc.at(at);
+    }
+  }
+}
+
+}  // namespace
+
 SweepSpec loadSweepSpec(const std::string& path, bool simulation, const std::vector<std::string>& sets) {
   json j = runtime::readJsonFile(path, "sweep file");
+  resolveSweepPaths(j, path);
   if (!sets.empty() && j.is_object()) {
     // Resolve a base given by path first, so the assignments apply to the experiment itself; the
     // base is validated after them (an assignment may be what makes it valid here, e.g. a
     // checkpoint that fits this machine).
-    if (j.contains("base") && j["base"].is_string()) j["base"] = runtime::readJsonFile(j["base"].get<std::string>(), "sweep.base: the file");
     for (const auto& a : sets) {
       const std::string target = a.substr(0, a.find('='));
       for (const json& axis : j.value("axes", json::array()))

@@ -682,8 +682,82 @@ void applySet(json& doc, const std::string& assignment) {
   }
 }
 
+namespace {
+
+// `p` against `dir` when it names something there (resolveSpecPaths).
+std::string specRelative(const std::string& p, const std::filesystem::path& dir) {
+  if (p.empty() || dir.empty() || std::filesystem::path(p).is_absolute()) return p;
+  const std::filesystem::path there = (dir / p).lexically_normal();
+  std::error_code ec;
+  return std::filesystem::exists(there, ec) ? there.string() : p;
+}
+
+// A codec name's path=FILE values (plugin:path=x.so, ef(torchscript:path=c.pt;store=bf16)).
+std::string codecPaths(const std::string& codec, const std::filesystem::path& dir) {
+  std::string out;
+  size_t at = 0;
+  for (size_t k; (k = codec.find("path=", at)) != std::string::npos;) {
+    const size_t begin = k + 5, end = std::min(codec.find_first_of(",;)", begin), codec.size());
+    out += codec.substr(at, begin - at) + specRelative(codec.substr(begin, end - begin), dir);
+    at = end;
+  }
+  return out + codec.substr(std::min(at, codec.size()));
+}
+
+void resolveIn(json& obj, const char* key, const std::filesystem::path& dir) {
+  if (!obj.is_object() || !obj.contains(key)) return;
+  json& v = obj[key];
+  auto one = [&](json& x) {
+    if (!x.is_string()) return;
+    const std::string p = x;
+    x = p.rfind("wordnet:", 0) == 0 ? "wordnet:" + specRelative(p.substr(8), dir) : specRelative(p, dir);
+  };
+  if (v.is_array()) {
+    for (json& x : v) one(x);
+  } else {
+    one(v);
+  }
+}
+
+// Every "trace" under a network section (links, per-link entries, nodes): a path or {"file": ...}.
+void resolveTraces(json& j, const std::filesystem::path& dir) {
+  if (j.is_array()) {
+    for (json& x : j) resolveTraces(x, dir);
+  } else if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "trace" && it->is_string()) *it = specRelative(it->get<std::string>(), dir);
+      else if (it.key() == "trace" && it->is_object()) resolveIn(*it, "file", dir);
+      else resolveTraces(*it, dir);
+    }
+  }
+}
+
+}  // namespace
+
+void resolveSpecPaths(json& spec, const std::string& specDir) {
+  const std::filesystem::path dir = specDir;
+  if (!spec.is_object() || dir.empty()) return;
+  if (spec.contains("model")) resolveIn(spec["model"], "checkpoint", dir);
+  if (spec.contains("training")) resolveIn(spec["training"], "init_checkpoint", dir);
+  if (spec.contains("data"))
+    for (const char* k : {"source", "tokenizer", "finetune", "pretrain"}) resolveIn(spec["data"], k, dir);
+  if (spec.contains("network") && spec["network"].is_object()) {
+    resolveIn(spec["network"], "nodes", dir);
+    resolveTraces(spec["network"], dir);
+  }
+  for (const auto& [section, key] : {std::pair{"compression", "forward"}, std::pair{"compression", "backward"}, std::pair{"dp", "codec"}})
+    if (spec.contains(section) && spec[section].is_object() && spec[section].contains(key) && spec[section][key].is_string())
+      spec[section][key] = codecPaths(spec[section][key].get<std::string>(), dir);
+}
+
+json readSpecFile(const std::string& path, const std::string& what) {
+  json j = readJsonFile(path, what);
+  resolveSpecPaths(j, std::filesystem::path(path).parent_path().string());
+  return j;
+}
+
 RunSpec loadRunSpec(const std::string& path, const std::vector<std::string>& sets) {
-  json j = readJsonFile(path, "spec file");
+  json j = readSpecFile(path);
   for (const auto& a : sets) applySet(j, a);
   try {
     return runSpecFromJson(j, "spec");
@@ -693,7 +767,7 @@ RunSpec loadRunSpec(const std::string& path, const std::vector<std::string>& set
 }
 
 RunSpec loadRunSpec(const std::string& path) {
-  const json j = readJsonFile(path, "spec file");
+  const json j = readSpecFile(path);
   try {
     return runSpecFromJson(j, "spec");
   } catch (const std::invalid_argument& e) {

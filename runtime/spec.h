@@ -196,6 +196,15 @@ struct RunSpec {
 // simulation=true accepts what only the simulator can run (any vocab size: no tokenizer runs).
 RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec", bool simulation = false);
 RunSpec loadRunSpec(const std::string& path);
+// Relative input paths of a spec (model.checkpoint, training.init_checkpoint, data.source,
+// data.tokenizer, data.finetune, data.pretrain, network.nodes, a link's trace, a plug-in's or
+// TorchScript codec's path=) are the spec's: a path that exists next to the spec (under `specDir`)
+// becomes specDir/path; one that does not is left as written, for the current folder (so a spec
+// written for the folder it is run from still runs). Outputs (data.cache_dir,
+// training.save_checkpoint) stay relative to the current folder, as --out does.
+void resolveSpecPaths(nlohmann::json& spec, const std::string& specDir);
+// A spec file read with its relative paths resolved (resolveSpecPaths against the file's folder).
+nlohmann::json readSpecFile(const std::string& path, const std::string& what = "spec file");
 // `--set PATH=VALUE` (command line): sets the field at the dotted PATH of `doc`, creating objects on
 // the way; an object VALUE is merged into an object there. VALUE is JSON when it parses as JSON (4,
 // true, "x", {"a": 1}) and a string otherwise (100Mbps, plugin:path=x.so). A malformed assignment

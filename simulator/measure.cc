@@ -473,7 +473,7 @@ json calibrationTimeline(const json& runJson, const std::string& bandwidth) {
 // `slowpipe profile-unit` (internal): build the stage's unit, warm it, print "ready", read the start
 // time (monotonic seconds) from stdin, then print the units per second it completed in the window.
 int runProfileUnit(const std::string& specPath, int stage, double windowS) {
-  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readJsonFile(specPath, "spec file"), "spec", /*simulation=*/true);
+  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readSpecFile(specPath), "spec", /*simulation=*/true);
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   StageUnit unit(spec, stage);
   unit.run();

@@ -51,8 +51,15 @@ class Search {
     o.steps = opt_.searchSteps;
     const double t = stepTime(p, o);
     seen_.emplace(p, t);
+    report(evaluated());
     return t;
   }
+
+  // Progress: `done` replays of the search's total (its space or budget) plus the final replays.
+  void report(int64_t done) const {
+    if (opt_.progress) opt_.progress(done, total_ + opt_.top + 1);
+  }
+  void setTotal(int64_t searchReplays) { total_ = searchReplays; }
 
   double stepTime(const std::vector<int>& p, const SimOptions& o) const {
     runtime::RunSpec s = spec_;
@@ -166,6 +173,7 @@ class Search {
   emulator::NodeNetwork net_;
   int K_, N_;
   std::map<std::vector<int>, double> seen_;
+  int64_t total_ = 0;  // replays the search may make
 };
 
 }  // namespace
@@ -183,8 +191,10 @@ json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, cons
     if (space < 0 || space > 50'000'000)
       throw std::invalid_argument("place: exhaustive search over " + (space < 0 ? std::string("too many") : std::to_string(space)) +
                                   " placements; use --method local");
+    search.setTotal(space);
     search.exhaustive();
   } else if (method == "local") {
+    search.setTotal(opt.budget);
     search.local(naive);
   } else {
     throw std::invalid_argument("place: --method '" + method + "'; expected auto, exhaustive or local");
@@ -192,12 +202,17 @@ json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, cons
   json best = json::array();
   const auto ranked = search.ranked();
   std::vector<std::pair<double, std::vector<int>>> replayed;
-  for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < opt.top; ++i)
+  const int64_t searched = search.evaluated();
+  search.setTotal(searched);  // the local search may have stopped short of its budget
+  for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < opt.top; ++i) {
     replayed.emplace_back(search.stepTime(ranked[i].second, replay), ranked[i].second);
+    search.report(searched + static_cast<int64_t>(i) + 1);
+  }
   std::stable_sort(replayed.begin(), replayed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [t, p] : replayed)
     best.push_back({{"placement", placementJson(runtime::rankLayout(spec), search.net(), p)}, {"rank_nodes", p}, {"step_s", t}});
   const double naiveT = search.stepTime(naive, replay);
+  search.report(searched + opt.top + 1);
   return {{"method", method}, {"space", space < 0 ? json() : json(space)}, {"evaluated", search.evaluated()},
           {"search_steps", opt.searchSteps}, {"network", search.net().name},
           {"naive", {{"placement", placementJson(runtime::rankLayout(spec), search.net(), naive)}, {"rank_nodes", naive}, {"step_s", naiveT}}},

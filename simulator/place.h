@@ -7,6 +7,8 @@
 // steps, and those are the figures reported. Torch-free.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +32,9 @@ struct PlaceOptions {
   int64_t budget = 4000;            // local search: candidate replays at most
   uint64_t seed = 1;
   int perNode = 1;                  // ranks a node may host
+  // Called after each replay (search candidates, then the reported ones and rank order): done of
+  // at most total (the local search may stop before its budget).
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // The placement of each rank (node indices of `net`) as pipeline.placement JSON (node names).

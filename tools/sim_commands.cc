@@ -21,6 +21,7 @@
 #include "experiments/sweep.h"
 #include "runtime/grad_sync.h"
 #include "runtime/launcher.h"
+#include "runtime/progress.h"
 #include "runtime/result.h"
 #include "runtime/stage_runner.h"
 #include "emulator/shaped_socket.h"
@@ -80,7 +81,7 @@ void addProfileCommand(CLI::App& app) {
       return;
     }
     if (spec->empty()) throw std::invalid_argument("profile: give a spec to measure, or --merge P1 P2 ...");
-    const simulator::ProfileTargets t = simulator::profileTargets(runtime::readJsonFile(*spec, "spec file"), *sets, *codecs);
+    const simulator::ProfileTargets t = simulator::profileTargets(runtime::readSpecFile(*spec), *sets, *codecs);
     const runtime::RunSpec& s = t.spec;
     const simulator::Profile p = device->empty() ? measuredProfile(t.runJson, s, *reps, t.codecs, *host, t.dpVariants, t.schedules)
                                                  : simulator::analyticProfile(s, *device, *dtype, *mfu);
@@ -130,7 +131,7 @@ void addSimulateCommand(CLI::App& app) {
                                          "mapped onto the replay by progress, it gives the evaluations their loss");
   cmd->add_option("--target-loss", *targetLoss, "with --quality: print the simulated time to this validation loss")->check(CLI::PositiveNumber);
   cmd->callback([=] {
-    json j = runtime::readJsonFile(*spec, "spec file");
+    json j = runtime::readSpecFile(*spec);
     for (const auto& a : *sets) runtime::applySet(j, a);
     runtime::RunSpec s;
     try {
@@ -196,7 +197,7 @@ void addPlaceCommand(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "local search: seed of the random starts (default 1)");
   cmd->add_option("--out", *out, "write the search's JSON here");
   cmd->callback([=] {
-    json j = runtime::readJsonFile(*spec, "spec file");
+    json j = runtime::readSpecFile(*spec);
     for (const auto& a : *sets) runtime::applySet(j, a);
     if (!network->empty()) j["network"]["nodes"] = *network;
     runtime::RunSpec s;
@@ -210,7 +211,14 @@ void addPlaceCommand(CLI::App& app) {
     o.steps = *steps;
     std::string why;
     if (!simulator::dataPlanOf(s, &o, &why)) std::fprintf(stderr, "place: no data plan (%s): no epochs, no evaluation\n", why.c_str());
-    const json r = simulator::searchPlacements(s, p, *opt, o);
+    runtime::ProgressLine line;
+    const double t0 = emulator::monotonicNow();
+    simulator::PlaceOptions withProgress = *opt;
+    withProgress.progress = [&](int64_t done, int64_t total) {
+      line.milestone("place: " + runtime::progressText(done, total, emulator::monotonicNow() - t0, "replays"), done, total);
+    };
+    const json r = simulator::searchPlacements(s, p, withProgress, o);
+    line.finish();
     if (!out->empty()) runtime::writeJsonAtomically(*out, r);
     std::printf("%s on %s: %s search, %lld placements replayed%s\n", s.name.c_str(), r["network"].get<std::string>().c_str(),
                 r["method"].get<std::string>().c_str(), static_cast<long long>(r["evaluated"].get<int64_t>()),

@@ -813,6 +813,25 @@ TEST(SweepRunTest, SimulatedStepBytesEqualTheEmulatedRunsInEveryEpoch) {
   fs::remove_all(root);
 }
 
+// A shipped spec whose network file is spec-relative ("networks/...") runs from another folder, and
+// `place` says how far its search is (a line per 10% in a log, with an ETA), ending at 100%.
+TEST(SweepRunTest, SpecRelativePathsRunFromAnyFolderAndPlaceShowsProgress) {
+  const fs::path elsewhere = fs::temp_directory_path() / ("slowpipe-elsewhere-" + std::to_string(getpid()));
+  fs::create_directories(elsewhere);
+  const std::string spec = std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/networks_paper.json";
+  const auto r = slowpipe::emulator::runCommand({"/bin/sh", "-c", "cd '" + elsewhere.string() + "' && '" + SLOWPIPE_BINARY + "' place '" + spec +
+                                                 "' --profile analytic:A100 --method local --budget 20 --steps 2 2>&1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("on yuan2022_worldwide_8: local search"), std::string::npos) << r.output;
+  size_t lines = 0;
+  for (size_t at = 0; (at = r.output.find("\nplace: ", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_GE(lines, 8u) << r.output;  // about one a 10%
+  EXPECT_NE(r.output.find("place: 26/26 replays (100%)"), std::string::npos) << r.output;  // 20 searched + top 5 + rank order
+  EXPECT_NE(r.output.find("ETA"), std::string::npos) << r.output;
+  fs::remove_all(elsewhere);
+}
+
+
 // A projection of the paper-scale spec's whole run: 10 epochs of 1,000 steps (declared: the spec's
 // corpus is not the one it would train on), every step replayed, AC-SGD's first epoch in full,
 // every epoch's evaluation with the loss of the committed emulated AC-SGD run's curve, the total

@@ -395,6 +395,41 @@ TEST(DataTest, OwnFilesThroughABpeTokenizer) {
   std::filesystem::remove_all(root);
 }
 
+// Relative input paths are the spec's: a spec in another folder names its network file, trace,
+// tokenizer, own data and plug-in next to itself, and loads from any current folder; a path not
+// found next to the spec is left for the current folder; outputs (cache_dir) are not touched.
+TEST(SpecTest, RelativePathsAreTheSpecsOwn) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("slowpipe-relpaths-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "exp" / "nets");
+  fs::create_directories(root / "exp" / "tok");
+  std::ofstream(root / "exp" / "nets" / "two.json") << R"({"nodes": [{"name": "a"}, {"name": "b"}]})";
+  std::ofstream(root / "exp" / "trace.txt") << "0 100Mbps\n";
+  std::ofstream(root / "exp" / "notes.txt") << "text";
+  std::ofstream(root / "exp" / "codec.so") << "";
+  json j = valid();
+  j["network"]["nodes"] = "nets/two.json";
+  j["network"]["links"]["trace"] = "trace.txt";
+  j["data"] = {{"finetune", {"notes.txt", "elsewhere.txt"}}, {"pretrain", {"wordnet:nets"}}, {"tokenizer", "tok"}, {"cache_dir", "data/x"}};
+  j["compression"]["forward"] = "ef(plugin:path=codec.so,bits=2;store=bf16)";
+  resolveSpecPaths(j, (root / "exp").string());
+  const std::string exp = (root / "exp").string();
+  EXPECT_EQ(j["network"]["nodes"], exp + "/nets/two.json");
+  EXPECT_EQ(j["network"]["links"]["trace"], exp + "/trace.txt");
+  EXPECT_EQ(j["data"]["finetune"], (json{exp + "/notes.txt", "elsewhere.txt"}));  // not next to the spec: the current folder's
+  EXPECT_EQ(j["data"]["pretrain"], (json{"wordnet:" + exp + "/nets"}));
+  EXPECT_EQ(j["data"]["tokenizer"], exp + "/tok");
+  EXPECT_EQ(j["data"]["cache_dir"], "data/x");  // an output
+  EXPECT_EQ(j["compression"]["forward"], "ef(plugin:path=" + exp + "/codec.so,bits=2;store=bf16)");
+  // Read from its file, from whatever folder this test runs in.
+  json spec = valid();
+  spec["data"] = {{"finetune", {"notes.txt"}}};
+  std::ofstream(root / "exp" / "run.json") << spec.dump();
+  EXPECT_EQ(loadRunSpec((root / "exp" / "run.json").string()).data.finetune, std::vector<std::string>{exp + "/notes.txt"});
+  fs::remove_all(root);
+}
+
 // data.pretrain: the pretrain split from a WordNet folder's glosses (the license header's lines,
 // which start with spaces, left out) and a text file, byte-level; the fine-tune split stays the
 // source's finetune_files. A folder without WordNet's data files is refused naming the package.

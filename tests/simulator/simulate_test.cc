@@ -120,7 +120,12 @@ TEST(PlaceTest, BestPlacementKnownByHand) {
                        {"a": "M", "b": "R", "latency": "1ms", "bandwidth": "1Gbps"}]}})");
   PlaceOptions o;
   o.top = 6;
+  std::vector<std::pair<int64_t, int64_t>> progress;
+  o.progress = [&](int64_t done, int64_t total) { progress.emplace_back(done, total); };
   const json r = searchPlacements(spec, flatProfile(3, 0.010, 0.020, 0.005), o, {2});
+  // A report after each replay: the 6 searched, the 6 reported and rank order.
+  ASSERT_EQ(progress.size(), 13u);
+  for (size_t i = 0; i < progress.size(); ++i) EXPECT_EQ(progress[i], (std::pair<int64_t, int64_t>(i + 1, 13)));
   EXPECT_EQ(r["method"], "exhaustive");
   EXPECT_EQ(r["space"], 6);
   EXPECT_EQ(r["evaluated"], 6);
