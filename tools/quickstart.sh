@@ -24,7 +24,8 @@ while [ $# -gt 0 ]; do
 done
 bin=${SLOWPIPE_BIN:-./build/slowpipe}
 run() { if [ "$dry" = 1 ]; then echo "$*"; else "$@"; fi; }
-[ "$setup" = 1 ] && run tools/setup.sh --build-dir build
+# The CLI only (with the libraries it loads): the tests are built by tools/test.sh.
+[ "$setup" = 1 ] && run tools/setup.sh --build-dir build --target slowpipe
 run "$bin" sweep "$spec" --out "$out" "${extra[@]}"
 run "$bin" report "$out"  # draws the figures, then one page with them, the table, the claims
 [ "$dry" = 1 ] || echo "quickstart: $out/summary.csv, $out/figures/ and the report: $out/report.html"

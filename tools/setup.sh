@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Installs everything slowpipe needs on Debian 12 (as root), then configures and builds Release.
 # Idempotent: rerunning skips nothing harmful and rebuilds only what changed.
-#   tools/setup.sh [--build-dir DIR] [--no-build] [--cmake-arg ARG]...
+#   tools/setup.sh [--build-dir DIR] [--no-build] [--cmake-arg ARG]... [--target T]...
+# --target: build only these targets (the quickstart: the CLI, slowpipe); default: everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=build
 do_build=1
 cmake_args=()
+targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --cmake-arg) cmake_args+=("$2"); shift 2 ;;
-    *) echo "setup.sh: unknown argument '$1' (expected --build-dir DIR, --no-build, --cmake-arg ARG)" >&2; exit 2 ;;
+    --target) targets+=(--target "$2"); shift 2 ;;
+    *) echo "setup.sh: unknown argument '$1' (expected --build-dir DIR, --no-build, --cmake-arg ARG, --target T)" >&2; exit 2 ;;
   esac
 done
 
@@ -75,5 +78,5 @@ done
 
 [ "$do_build" = 1 ] || exit 0
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
-cmake --build "$build_dir" -j"$(nproc)"
+cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"
 echo "setup.sh: built $build_dir"

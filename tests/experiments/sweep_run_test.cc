@@ -869,6 +869,9 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
   const auto dry = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run", "--no-setup"});
   ASSERT_EQ(dry.status, 0) << dry.output;
   EXPECT_NE(dry.output.find("sweep experiments/quickstart.json --out out/quickstart"), std::string::npos) << dry.output;
+  // The main job builds the CLI only (the tests are the test command's).
+  const auto withSetup = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run"});
+  EXPECT_NE(withSetup.output.find("tools/setup.sh --build-dir build --target slowpipe\n"), std::string::npos) << withSetup.output;
   EXPECT_EQ(runCommand({"git", "-C", src, "check-ignore", "-q", "out/quickstart/runs/x.r0.json"}).status, 0)
       << "out/quickstart is not ignored by git";
   EXPECT_EQ(runCommand({"git", "-C", src, "ls-files", "out"}).output, "")
