@@ -1,16 +1,18 @@
 // Randomized Hadamard rotation around an inner codec (see hadamard.h).
 #include "compression/hadamard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "compression/bytes.h"
 #include "compression/error.h"
+#include "compression/kernels.h"
 
 namespace slowpipe::compression {
 namespace {
 
-// Unnormalised fast Walsh-Hadamard transform of b values (b a power of two).
+// The textbook transform, for blocks below 8 values.
 void fwht(float* v, int64_t b) {
   for (int64_t h = 1; h < b; h *= 2)
     for (int64_t i = 0; i < b; i += 2 * h)
@@ -46,6 +48,17 @@ void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse) const {
   std::vector<float> sign(static_cast<size_t>(d));
   for (int64_t j = 0; j < d; ++j) sign[j] = (mix64(seed_ ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
   const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(b)));
+  if (b >= 8) {
+    // Forward: sign in, norm out; inverse: nothing in, norm then sign out (x * norm * s is
+    // x * (s * norm) exactly: s is +-1).
+    std::vector<float> ones(static_cast<size_t>(d), 1.0f), out(static_cast<size_t>(d));
+    for (int64_t j = 0; j < d; ++j) out[j] = inverse ? norm * sign[j] : norm;
+    const float* pre = inverse ? ones.data() : sign.data();
+    const Kernels& kern = kernels();
+    for (int64_t r = 0; r < n / d; ++r)
+      for (int64_t k = 0; k < d; k += b) kern.fwhtScaled(x + r * d + k, b, pre + k, out.data() + k);
+    return;
+  }
   for (int64_t r = 0; r < n / d; ++r) {
     float* row = x + r * d;
     if (!inverse)
@@ -62,9 +75,10 @@ void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse) const {
 
 void HadamardCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
   const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
-  std::vector<float> y(x, x + n);
-  rotate(y.data(), n, d, false);
-  inner_->encode(y.data(), shape, ctx, out);
+  scratch_.resize(static_cast<size_t>(n));
+  std::copy(x, x + n, scratch_.begin());
+  rotate(scratch_.data(), n, d, false);
+  inner_->encode(scratch_.data(), shape, ctx, out);
 }
 
 void HadamardCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "compression/codec.h"
 
@@ -33,6 +34,7 @@ class HadamardCodec : public Codec {
   std::unique_ptr<Codec> inner_;
   uint64_t seed_;
   int64_t maxBlock_;
+  std::vector<float> scratch_;  // encode's rotated copy, kept: a fresh 64 MiB buffer costs its page faults each message
 };
 
 }  // namespace slowpipe::compression

@@ -72,6 +72,9 @@ struct Kernels {
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);
+  // hadamard's transform of one block of b values (b a power of two, >= 8), in place:
+  // v = post * H (pre * v), the butterflies of the textbook loops (compression/hadamard.cc).
+  void (*fwhtScaled)(float* v, int64_t b, const float* pre, const float* post);
   // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
   bool fusedStepsPrefetch;
 };

@@ -141,6 +141,49 @@ TEST(TopkCodecTest, QuantizedValuesAreTheQuantizerOfTheKeptOnes) {
   EXPECT_NE(errorOf("topk:ratio=0.1,bits=9").find("bits=9 is out of range"), std::string::npos) << errorOf("topk:ratio=0.1,bits=9");
 }
 
+// The rotation is the textbook transform bit for bit (the signs from the seed, every pass h = 1, 2,
+// 4, ... of butterflies, then the normalisation; the inverse its mirror), whatever the block: the
+// fast path (blocks of 8 and more) only reorders independent operations.
+TEST(HadamardCodecTest, RotationIsTheTextbookTransformBitForBit) {
+  auto textbook = [](std::vector<float> v, int64_t d, int64_t b, uint64_t seed, bool inverse) {
+    const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(b)));
+    for (size_t r = 0; r < v.size() / d; ++r) {
+      float* row = v.data() + r * d;
+      auto signs = [&] {
+        for (int64_t j = 0; j < d; ++j) row[j] *= (mix64(seed ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
+      };
+      if (!inverse) signs();
+      for (int64_t k = 0; k < d; k += b) {
+        for (int64_t h = 1; h < b; h *= 2)
+          for (int64_t i = k; i < k + b; i += 2 * h)
+            for (int64_t j = i; j < i + h; ++j) {
+              const float a = row[j], c = row[j + h];
+              row[j] = a + c;
+              row[j + h] = a - c;
+            }
+        if (b > 1)
+          for (int64_t j = k; j < k + b; ++j) row[j] *= norm;
+      }
+      if (inverse) signs();
+    }
+    return v;
+  };
+  std::mt19937 g(3);
+  std::normal_distribution<float> dist;
+  for (const auto& [d, maxBlock] : {std::pair<int64_t, int64_t>{1024, 256}, {1024, 65536}, {192, 256}, {8, 256}, {12, 256}, {7, 256}, {4096, 16}}) {
+    HadamardCodec h(makeCodec("none"), 11, maxBlock);
+    std::vector<float> x(static_cast<size_t>(3 * d));
+    for (auto& v : x) v = dist(g) * 3.0f;
+    for (const bool inverse : {false, true}) {
+      std::vector<float> mine = x;
+      h.rotate(mine.data(), static_cast<int64_t>(mine.size()), d, inverse);
+      const std::vector<float> want = textbook(x, d, h.blockFor(d), 11, inverse);
+      EXPECT_EQ(std::memcmp(mine.data(), want.data(), want.size() * sizeof(float)), 0)
+          << "d " << d << ", block " << h.blockFor(d) << (inverse ? ", inverse" : ", forward");
+    }
+  }
+}
+
 // The rotation is orthonormal and its own inverse; blocks follow the last dimension; around a
 // quantizer it cuts the error on activations with outlier channels (what TAH-Quant builds on).
 TEST(HadamardCodecTest, OrthonormalInverseAndHelpsWithOutliers) {
