@@ -62,13 +62,18 @@ std::vector<std::string> writeCodecSkeleton(const std::string& name, const std::
   return written;
 }
 
-std::string codecSkeletonNextSteps(const std::string& name, const std::string& lang, const std::string& folder) {
+std::string codecSkeletonNextSteps(const std::string& name, const std::string& lang, const std::string& folder, const std::string& prefix,
+                                   const std::string& cli) {
   if (lang == "torchscript")
     return "  /usr/bin/python3 " + folder + "/" + name + ".py " + folder + "/" + name + ".pt\n" +
-           "  slowpipe codec check torchscript:path=" + folder + "/" + name + ".pt,bits=8\n" +
-           "  slowpipe codec check torchscript:path=" + folder + "/" + name + ".pt,bits=4,ef=1\n";
-  return "  cmake -S " + folder + " -B " + folder + "/build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build " + folder +
-         "/build\n  slowpipe codec check plugin:path=" + folder + "/build/lib" + name + ".so,bits=8\n";
+           "  " + cli + " codec check torchscript:path=" + folder + "/" + name + ".pt,bits=8\n" +
+           "  " + cli + " codec check torchscript:path=" + folder + "/" + name + ".pt,bits=4,ef=1\n";
+  const std::string where = prefix.empty() ? "<slowpipe prefix>" : prefix;
+  std::string out = "  cmake -S " + folder + " -B " + folder + "/build -DCMAKE_PREFIX_PATH=" + where + " && cmake --build " + folder +
+                    "/build\n  " + cli + " codec check plugin:path=" + folder + "/build/lib" + name + ".so,bits=8\n";
+  if (prefix.empty())
+    out += "(<slowpipe prefix>: the build folder this CLI was built in, or where `cmake --install BUILD --prefix P` put it)\n";
+  return out;
 }
 
 }  // namespace slowpipe::compression

@@ -82,7 +82,16 @@ void addCodecCommands(CLI::App& app) {
     cmd->add_option("--dir", *dir, "where the folder NAME/ goes (default: here)");
     cmd->callback([=] {
       for (const auto& f : compression::writeCodecSkeleton(*name, *lang, *dir)) std::printf("wrote %s\n", f.c_str());
-      std::printf("next:\n%s", compression::codecSkeletonNextSteps(*name, *lang, (std::filesystem::path(*dir) / *name).string()).c_str());
+      // The SDK this CLI belongs to: its build folder (slowpipeConfig.cmake beside it) or its
+      // install prefix (lib/cmake/slowpipe under bin/..); the commands name both absolutely.
+      std::error_code ec;
+      const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec), bin = exe.parent_path();
+      std::string prefix;
+      if (!ec && std::filesystem::exists(bin / "slowpipeConfig.cmake")) prefix = bin.string();
+      else if (!ec && std::filesystem::exists(bin.parent_path() / "lib" / "cmake" / "slowpipe" / "slowpipeConfig.cmake"))
+        prefix = bin.parent_path().string();
+      const std::string folder = std::filesystem::absolute(std::filesystem::path(*dir) / *name).lexically_normal().string();
+      std::printf("next:\n%s", compression::codecSkeletonNextSteps(*name, *lang, folder, prefix, ec ? "slowpipe" : exe.string()).c_str());
     });
   }
   codec->add_subcommand("list", "codec names makeCodec accepts")->callback([] {

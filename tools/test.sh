@@ -21,7 +21,9 @@ for pkg in "${need[@]}"; do
   fi
 done
 tools/setup.sh --build-dir build --cmake-arg -DSLOWPIPE_NS3=ON
-ctest --test-dir build --output-on-failure -j2 --timeout 900
+# A test that fails is run once more (--repeat until-pass:2): the timing tests measure a shared
+# 2-core VM whose hiccups (steal, a late wake-up) fail one run in many; a real fault fails both.
+ctest --test-dir build --output-on-failure -j2 --timeout 900 --repeat until-pass:2
 
 # The codec SDK as a user meets it: install, build the out-of-tree example plug-in against the
 # installed package, and pass the conformance check with the installed CLI (the C++ plug-in and
@@ -42,6 +44,13 @@ for lang in c cpp; do
   cmake -S "build/codec-new/new_$lang" -B "build/codec-new/new_$lang/build" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/sdk" > /dev/null
   cmake --build "build/codec-new/new_$lang/build" > /dev/null
   build/sdk/bin/slowpipe codec check --quick "plugin:path=$PWD/build/codec-new/new_$lang/build/libnew_$lang.so,bits=8"
+done
+# As a user follows it: `codec new` from the build folder (no install) and from the installed
+# prefix, then exactly the commands it printed, nothing else.
+for cli in build/slowpipe build/sdk/bin/slowpipe; do
+  tag=$(basename "$(dirname "$cli")")
+  "$cli" codec new "printed_$tag" --lang c --dir build/codec-new | sed -n '/^next:/,$p' | grep '^  ' > "build/codec-new/printed_$tag.sh"
+  bash -e "build/codec-new/printed_$tag.sh" > /dev/null
 done
 build/sdk/bin/slowpipe codec new new_ts --lang torchscript --dir build/codec-new > /dev/null
 /usr/bin/python3 build/codec-new/new_ts/new_ts.py build/codec-new/new_ts.pt > /dev/null
@@ -80,5 +89,5 @@ if [ "$sanitize" = 1 ]; then
   tools/setup.sh --build-dir build-asan --cmake-arg -DSLOWPIPE_SANITIZE=ON \
     --cmake-arg -DSLOWPIPE_WITH_TORCH=OFF --cmake-arg -DCMAKE_BUILD_TYPE=Debug
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
+    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 --repeat until-pass:2
 fi
