@@ -13,6 +13,7 @@ void addRunCommands(CLI::App& app);
 void addSweepCommands(CLI::App& app);
 void addSimCommands(CLI::App& app);
 void addCodecCommands(CLI::App& app);
-void addModelCommands(CLI::App& app);  // slowpipe model info|logits
+void addModelCommands(CLI::App& app);  // slowpipe model info|logits|generate|tokenize
+void addDoctorCommand(CLI::App& app);  // slowpipe doctor
 
 }  // namespace slowpipe::tools

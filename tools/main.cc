@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addSimCommands(app);
   slowpipe::tools::addCodecCommands(app);
   slowpipe::tools::addModelCommands(app);
+  slowpipe::tools::addDoctorCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

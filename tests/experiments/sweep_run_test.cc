@@ -2,6 +2,7 @@
 // ones re-run), and `slowpipe plot` producing non-empty PNG and SVG files.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -829,6 +830,24 @@ TEST(SweepRunTest, SpecRelativePathsRunFromAnyFolderAndPlaceShowsProgress) {
   EXPECT_NE(r.output.find("place: 26/26 replays (100%)"), std::string::npos) << r.output;  // 20 searched + top 5 + rank order
   EXPECT_NE(r.output.find("ETA"), std::string::npos) << r.output;
   fs::remove_all(elsewhere);
+}
+
+
+// `slowpipe doctor --json`: a line for each piece, agreeing with what this test sees itself (root,
+// the TUN device, the cores this process may use).
+TEST(SweepRunTest, DoctorSaysWhatThisMachineOffers) {
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "doctor", "--json"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json d = json::parse(r.output);
+  for (const char* k : {"root", "TUN", "HTB qdisc", "netem qdisc", "cores", "BLAS", "CUDA", "ns-3", "ip", "tc", "mpirun", "matplotlib"})
+    ASSERT_TRUE(d.contains(k) && d[k].contains("ok") && d[k].contains("detail")) << k << ": " << r.output;
+  EXPECT_EQ(d["root"]["ok"], geteuid() == 0);
+  EXPECT_EQ(d["TUN"]["ok"], access("/dev/net/tun", F_OK) == 0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(d["cores"]["detail"].get<std::string>().rfind(std::to_string(CPU_COUNT(&set)) + " usable", 0), 0u) << d["cores"].dump();
+  EXPECT_FALSE(d["CUDA"]["ok"].get<bool>() && d["CUDA"]["detail"].get<std::string>().find("device") == std::string::npos);
 }
 
 
