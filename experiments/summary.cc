@@ -1,4 +1,4 @@
-// summarizeSweep / summaryCsv (definitions in summary.h and README "Metrics").
+// summarizeSweep / summaryCsv (definitions in summary.h and docs/metrics.md).
 #include "experiments/summary.h"
 
 #include <algorithm>

@@ -78,7 +78,7 @@ void Launcher::setupNetwork() {
                                 "launcher shapes in user space (backend user) or on the hosts' interfaces (tc-dev)");
   if (!opt_.external.enabled && spec_.network.backend == "tc-dev")
     throw std::invalid_argument("network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
-                                "mpirun or srun (README: Running on a cluster); on one host use backend tc");
+                                "mpirun or srun (docs/clusters.md); on one host use backend tc");
   if (spec_.network.backend == "tc" && !spec_.network.nodes.is_null()) {
     setupNodeLine();
   } else if (spec_.network.backend == "tc") {

@@ -50,7 +50,7 @@ void addWorkerCommand(CLI::App& app) {
   auto a = std::make_shared<runtime::WorkerArgs>();
   auto x = std::make_shared<runtime::ExternalWorkerArgs>();
   auto* cmd = app.add_subcommand("worker", "one worker process: started by mpirun / srun / torchrun-style scripts "
-                                           "(README: Running on a cluster), or internally by `slowpipe run`");
+                                           "(docs/clusters.md), or internally by `slowpipe run`");
   cmd->add_option("--spec", a->specPath, "experiment spec (rank 0 reads it; the others take it from the rendezvous)");
   cmd->add_option("--out", x->outDir, "output folder on rank 0's host (result.json)");
   cmd->add_option("--rendezvous", x->rendezvous, "HOST:PORT where rank 0 listens (default: MASTER_ADDR:MASTER_PORT)");

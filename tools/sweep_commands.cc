@@ -171,7 +171,7 @@ void addExportCommand(CLI::App& app) {
   auto dir = std::make_shared<std::string>(), format = std::make_shared<std::string>("csv");
   auto out = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("export", "a sweep folder's steps and evaluations, one row per (point, repeat, step | eval), "
-                                           "as CSV or JSON lines (columns: README \"Exporting results\")");
+                                           "as CSV or JSON lines (columns: docs/metrics.md, \"Exporting results\")");
   cmd->add_option("dir", *dir, "sweep output folder")->required();
   cmd->add_option("--format", *format, "csv or jsonl")->check(CLI::IsMember({"csv", "jsonl"}));
   cmd->add_option("--out", *out, "file to write (whole or not at all); default: standard output");
