@@ -10,6 +10,7 @@
 
 #include "compression/acsgd.h"
 #include "compression/kernels.h"
+#include "compression/parallel.h"
 #include "compression/quant.h"
 #include "compression/timing.h"
 #include "compression/torch_ops_quant.h"
@@ -159,9 +160,11 @@ json benchCodecs(const CodecBenchOptions& o) {
   for (int64_t k : o.sizesKiB)
     if (k < 4) throw std::invalid_argument("--size-kib " + std::to_string(k) + ": expected >= 4");
   if (o.rounds < 1) throw std::invalid_argument("--rounds " + std::to_string(o.rounds) + ": expected >= 1");
-  torch::set_num_threads(1);  // every figure here is single-thread
-  json doc = {{"benchmark", "codecs"}, {"threads", 1}, {"unit", "GB/s = 1e9 fp32 input bytes per second"},
-              {"cpu_path", cpuPathName()}};  // kernels built for (compression/kernels.h)
+  if (o.threads < 1) throw std::invalid_argument("--threads " + std::to_string(o.threads) + ": expected >= 1");
+  if (!(o.linkBps > 0)) throw std::invalid_argument("--link-gbps: expected a rate > 0");
+  torch::set_num_threads(1);  // the codec's own threads only (compression.threads)
+  json doc = {{"benchmark", "codecs"}, {"threads", o.threads}, {"unit", "GB/s = 1e9 fp32 input bytes per second"},
+              {"cpu_path", cpuPathName()}, {"link_bps", o.linkBps}};  // kernels built for (compression/kernels.h)
   json results = json::array(), memcpyBySize = json::object();
   double memcpyLargest = 0.0;
   for (int64_t kib : o.sizesKiB) {
@@ -182,12 +185,25 @@ json benchCodecs(const CodecBenchOptions& o) {
       for (size_t c = 0; c < o.codecs.size(); ++c) {
         if (o.onCodec) o.onCodec(o.codecs[c], shape, round);
         const double mcNow = memcpySeconds(x);
+        setCodecThreads(1);
         rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow));
-        rows[c].back()["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
+        json& one = rows[c].back();
+        one["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
+        if (o.threads > 1) {
+          setCodecThreads(o.threads);
+          const json t = benchOne(o.codecs[c], shape, x, x2, mcNow);
+          setCodecThreads(1);
+          one["encode_GBps_threads"] = t["encode_GBps"];
+          one["decode_GBps_threads"] = t["decode_GBps"];
+          one["encode_thread_speedup"] = t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
+          one["decode_thread_speedup"] = t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
+        }
       }
     for (auto& r : rows) {
       json row = r.front();
-      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps"}) {
+      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
+                              "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup"}) {
+        if (!row.contains(key)) continue;
         std::vector<double> v;
         for (const auto& one : r) v.push_back(one[key].get<double>());
         std::sort(v.begin(), v.end());
@@ -195,6 +211,10 @@ json benchCodecs(const CodecBenchOptions& o) {
         row[std::string(key) + "_range"] = {v.front(), v.back()};
       }
       row["rounds"] = r.size();
+      // Slower than twice the link's byte rate either way: on that link the codec, not the wire,
+      // would set the pace (encode and decode each take at least half the raw message's wire time).
+      const double linkGBps = o.linkBps / 8 / 1e9;
+      row["codec_bound"] = row["encode_GBps"].get<double>() < 2 * linkGBps || row["decode_GBps"].get<double>() < 2 * linkGBps;
       results.push_back(row);
     }
   }

@@ -23,6 +23,12 @@ struct CodecBenchOptions {
   std::vector<std::string> codecs = defaultBenchCodecs();
   std::vector<int64_t> sizesKiB = {64, 65536};
   int rounds = 3;
+  // > 1: every codec is measured again on this many threads (compression.threads, parallel.h), in
+  // the same round, and its thread speed-up reported.
+  int threads = 1;
+  // The fastest link of a sweep, bits per second: a codec whose encode or decode rate (fp32 bytes)
+  // is below twice this link's byte rate is flagged ("codec_bound": true).
+  double linkBps = 10e9;
   // Called before each measurement (codec, tensor shape, round from 0).
   std::function<void(const std::string&, const Shape&, int)> onCodec;
 };
@@ -30,7 +36,9 @@ struct CodecBenchOptions {
 // {"benchmark": "codecs", "threads": 1, "unit", "cpu_path", "memcpy_GBps", "memcpy_GBps_by_bytes",
 // "results": [{"codec", "shape", "raw_bytes", "wire_bytes", "compression_ratio", "encode_GBps",
 // "decode_GBps", "encode_vs_memcpy", "decode_vs_memcpy" (medians, each with "_range"),
-// "rel_rms_error", "torch_ops_*", "matches_torch_ops", "rounds", ...}]}. Throws
+// "rel_rms_error", "torch_ops_*", "matches_torch_ops", "rounds", "codec_bound", with threads > 1
+// "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
+// ...}], "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);
 

@@ -11,6 +11,7 @@
 #include "compression/bitpack.h"
 #include "compression/half.h"
 #include "compression/kernels.h"
+#include "compression/parallel.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -99,6 +100,20 @@ void QuantStream::accumulate(const float* v, int64_t i, int64_t len) {
       m = std::max(m, k.absMax(v + (j - i), run));
     }
   });
+}
+
+void QuantStream::accumulateParts(const std::function<void(int64_t, int64_t, QuantStream&)>& pass) {
+  const int64_t pieces = std::min<int64_t>(codecThreads(), parallelParts(n_, QuantCodec::kChunk));
+  if (pieces <= 1) return pass(0, n_, *this);
+  const int64_t chunks = (n_ + QuantCodec::kChunk - 1) / QuantCodec::kChunk;
+  std::vector<QuantStream> parts(static_cast<size_t>(pieces), *this);
+  parallelFor(pieces, [&](int64_t t) {
+    const int64_t lo = std::min(n_, chunks * t / pieces * QuantCodec::kChunk);
+    const int64_t hi = std::min(n_, chunks * (t + 1) / pieces * QuantCodec::kChunk);
+    if (lo < hi) pass(lo, hi, parts[static_cast<size_t>(t)]);
+  });
+  for (const QuantStream& part : parts)
+    for (int64_t g = 0; g < groups_; ++g) m_[g] = std::max(m_[g], part.m_[g]);
 }
 
 void QuantStream::finishScales() {
@@ -303,18 +318,20 @@ std::string QuantCodec::spec() const {
 
 void QuantCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
   QuantStream s(*this, shape);
-  s.accumulate(x, 0, s.size());
+  s.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) { part.accumulate(x + lo, lo, hi - lo); });
   s.finishScales();
   // The payload may start at any byte offset of `out` (acsgd and ef append after their own fields).
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_, shape));
   s.writeScales(p);
   uint8_t* packed = p + s.scaleBytes();
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < s.size(); i0 += kChunk) {
-    const int64_t len = std::min(kChunk, s.size() - i0);
-    s.quantize(x + i0, i0, len, codes);
-    packBits(codes, len, opt_.bits, packed + i0 * opt_.bits / 8);
-  }
+  parallelRanges(s.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
+    uint8_t codes[kChunk];
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      s.quantize(x + i0, i0, len, codes);
+      packBits(codes, len, opt_.bits, packed + i0 * opt_.bits / 8);
+    }
+  });
   s.done();
 }
 
@@ -327,12 +344,14 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   QuantStream s(*this, shape);
   s.readScales(payload);
   const uint8_t* packed = payload + s.scaleBytes();
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < s.size(); i0 += kChunk) {
-    const int64_t len = std::min(kChunk, s.size() - i0);
-    unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
-    s.dequantize(codes, i0, len, out + i0);
-  }
+  parallelRanges(s.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
+    uint8_t codes[kChunk];
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
+      s.dequantize(codes, i0, len, out + i0);
+    }
+  });
 }
 
 }  // namespace slowpipe::compression

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ class QuantStream {
   int64_t size() const { return n_; }
   size_t scaleBytes() const;
   void accumulate(const float* v, int64_t i, int64_t len);
+  // Pass 1 on the codec threads (compression/parallel.h): pass(lo, hi, stream) for pieces of
+  // [0, size()) at multiples of QuantCodec::kChunk, each accumulating into a stream of its own whose
+  // maxima are folded into this one. A max is exact, so the scales are those of one serial pass.
+  void accumulateParts(const std::function<void(int64_t lo, int64_t hi, QuantStream& part)>& pass);
   void finishScales();  // throws for a fixpoint scale that overflows fp16
   void writeScales(uint8_t* p) const;
   void readScales(const uint8_t* p);  // validates every scale

@@ -16,6 +16,7 @@
 
 #include "compression/codec.h"
 #include "compression/kernels.h"
+#include "compression/parallel.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -144,6 +145,22 @@ TEST(CodecDigestTest, BaselinePathKeepsTheBytesToo) {
     EXPECT_EQ(sequenceDigest(c.spec, kLarge), c.large) << c.spec << " (baseline)";
   }
   setCpuPath(before == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
+}
+
+// Any thread count gives the same bytes: parts of one chunk (many parts even on these shapes), run
+// on 2 and 3 threads.
+TEST(CodecDigestTest, ThreadsKeepTheBytes) {
+  const int64_t grain = parallelGrain();
+  setParallelGrain(1);
+  for (int threads : {2, 3}) {
+    setCodecThreads(threads);
+    for (const Case& c : kCases) {
+      EXPECT_EQ(sequenceDigest(c.spec, kSmall), c.small) << c.spec << " on " << threads << " threads";
+      EXPECT_EQ(sequenceDigest(c.spec, kLarge), c.large) << c.spec << " on " << threads << " threads";
+    }
+  }
+  setCodecThreads(1);
+  setParallelGrain(grain);
 }
 
 }  // namespace
