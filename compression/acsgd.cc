@@ -4,6 +4,7 @@
 #include "compression/hadamard.h"
 #include "compression/half.h"
 #include "compression/kernels.h"
+#include "compression/parallel.h"
 
 #include <algorithm>
 #include <cstring>
@@ -201,14 +202,14 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   const int64_t rowLen = numelOf(dshape) / dshape[0];
   const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
   QuantStream qs(quant_, dshape);
-  buffers_.resize(kChunk);
-  scratch_.resize(kChunk);
-  float* mbuf = buffers_.data();
-  float* d = scratch_.data();
-  // d = x - m for the chunk's pieces.
-  auto deltas = [&](int64_t i0, int64_t len) {
+  // Chunk scratch per part (parts run on the codec threads, compression/parallel.h): m of the chunk
+  // converted from the store (mbuf) and the chunk's d = x - m (d).
+  struct Scratch {
+    std::vector<float> mbuf = std::vector<float>(kChunk), d = std::vector<float>(kChunk);
+  };
+  auto deltas = [&](int64_t i0, int64_t len, Scratch& sc) {
     forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-      k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, mbuf + p), cnt, d + p);
+      k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), cnt, sc.d.data() + p);
     });
   };
   const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
@@ -219,63 +220,71 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   // loops each touch one stream at a time, which alone leaves the memory system half idle. Fused
   // steps that prefetch as they go (kernels.h) need none of this.
   const int64_t mBytes = inPlace ? 4 : 2;
-  auto prefetch = [&](int64_t i0) {
-    if (k.fusedStepsPrefetch || i0 >= qs.size()) return;
-    forEachPiece(i0, std::min(kChunk, qs.size() - i0), rowLen, [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
+  auto prefetch = [&](int64_t i0, int64_t end) {
+    if (k.fusedStepsPrefetch || i0 >= end) return;
+    forEachPiece(i0, std::min(kChunk, end - i0), rowLen, [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
       const char* xp = reinterpret_cast<const char*>(x + deltaRows[j] * rowLen + off);
       const char* mp = reinterpret_cast<const char*>(rows[j] + off * mBytes);
       for (int64_t b = 0; b < 4 * cnt; b += 64) __builtin_prefetch(xp + b);
       for (int64_t b = 0; b < mBytes * cnt; b += 64) __builtin_prefetch(mp + b);
     });
   };
-  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 1: the scales of d
-    const int64_t len = std::min(kChunk, qs.size() - i0);
-    if (oneLoop) {
-      prefetch(i0 + kChunk);
+  qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {  // pass 1: the scales of d
+    Scratch sc;
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      if (!oneLoop) {
+        deltas(i0, len, sc);
+        part.accumulate(sc.d.data(), i0, len);
+        continue;
+      }
+      prefetch(i0 + kChunk, hi);
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
         const float* xr = x + deltaRows[j] * rowLen + off;
-        if (inRegisters) qs.deltaAccumulateHalf(xr, rows[j] + 2 * off, i0 + p, cnt);
-        else qs.deltaAccumulate(xr, heldRange(rows[j], off, cnt, mbuf + p), i0 + p, cnt);
+        if (inRegisters) part.deltaAccumulateHalf(xr, rows[j] + 2 * off, i0 + p, cnt);
+        else part.deltaAccumulate(xr, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), i0 + p, cnt);
       });
-    } else {
-      deltas(i0, len);
-      qs.accumulate(d, i0, len);
     }
-  }
+  });
   qs.finishScales();
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_.quant, dshape));
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = opt_.quant.bits;
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {  // pass 2: Q(d) on the wire, m += Q(d)
-    const int64_t len = std::min(kChunk, qs.size() - i0);
-    if (oneLoop) {
-      prefetch(i0 + kChunk);
-      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
-        if (inRegisters) return qs.deltaUpdateHalf(x + deltaRows[j] * rowLen + off, rows[j] + 2 * off, i0 + pos, cnt, codes + pos);
-        float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
-        if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
-        qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
-        if (!inPlace) store_.storeElems(rows[j], off, cnt, m, nullptr);
-      });
-      packBits(codes, len, bits, packed + i0 * bits / 8);
-      continue;
-    }
-    deltas(i0, len);  // an fp16 store's m of the chunk is now in mbuf
-    qs.quantize(d, i0, len, codes);
-    packBits(codes, len, bits, packed + i0 * bits / 8);
-    qs.dequantize(codes, i0, len, d);
-    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
-      if (inPlace) {
-        float* m = reinterpret_cast<float*>(rows[j]) + off;
-        k.add(m, d + pos, cnt, m);
-      } else {
-        k.add(mbuf + pos, d + pos, cnt, mbuf + pos);
-        store_.storeElems(rows[j], off, cnt, mbuf + pos, nullptr);
+  parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {  // pass 2: Q(d) on the wire, m += Q(d)
+    Scratch sc;
+    float* mbuf = sc.mbuf.data();
+    float* d = sc.d.data();
+    uint8_t codes[kChunk];
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      if (oneLoop) {
+        prefetch(i0 + kChunk, hi);
+        forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+          if (inRegisters) return qs.deltaUpdateHalf(x + deltaRows[j] * rowLen + off, rows[j] + 2 * off, i0 + pos, cnt, codes + pos);
+          float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
+          if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
+          qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
+          if (!inPlace) store_.storeElems(rows[j], off, cnt, m, nullptr);
+        });
+        packBits(codes, len, bits, packed + i0 * bits / 8);
+        continue;
       }
-    });
-  }
+      deltas(i0, len, sc);  // an fp16 store's m of the chunk is now in mbuf
+      qs.quantize(d, i0, len, codes);
+      packBits(codes, len, bits, packed + i0 * bits / 8);
+      qs.dequantize(codes, i0, len, d);
+      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+        if (inPlace) {
+          float* m = reinterpret_cast<float*>(rows[j]) + off;
+          k.add(m, d + pos, cnt, m);
+        } else {
+          k.add(mbuf + pos, d + pos, cnt, mbuf + pos);
+          store_.storeElems(rows[j], off, cnt, mbuf + pos, nullptr);
+        }
+      });
+    }
+  });
   qs.done();
 }
 
@@ -285,25 +294,24 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   const Kernels& k = kernels();
   const int64_t rowLen = qs.size() / static_cast<int64_t>(deltaRows.size());
   const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
-  buffers_.resize(kChunk);
-  scratch_.resize(kChunk);
-  float* mbuf = buffers_.data();
-  float* d = scratch_.data();
   const int bits = opt_.quant.bits;
   const bool inRegisters = store_.options().dtype == StoreOptions::Dtype::kFp16 && k.deltaApplyH != nullptr;
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
-    const int64_t len = std::min(kChunk, qs.size() - i0);
-    unpackBits(packed + i0 * bits / 8, len, bits, codes);
-    qs.dequantize(codes, i0, len, d);
-    // The output row is what both sides now hold: m + Q(d) after the store's rounding.
-    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-      float* o = out + deltaRows[j] * rowLen + off;
-      if (inRegisters) return k.deltaApplyH(d + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
-      k.add(heldRange(rows[j], off, cnt, mbuf + p), d + p, cnt, o);
-      store_.storeElems(rows[j], off, cnt, o, o);
-    });
-  }
+  parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
+    std::vector<float> mbuf(kChunk), d(kChunk);
+    uint8_t codes[kChunk];
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      unpackBits(packed + i0 * bits / 8, len, bits, codes);
+      qs.dequantize(codes, i0, len, d.data());
+      // The output row is what both sides now hold: m + Q(d) after the store's rounding.
+      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
+        float* o = out + deltaRows[j] * rowLen + off;
+        if (inRegisters) return k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
+        k.add(heldRange(rows[j], off, cnt, mbuf.data() + p), d.data() + p, cnt, o);
+        store_.storeElems(rows[j], off, cnt, o, o);
+      });
+    }
+  });
 }
 
 ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner, Store store) : inner_(std::move(inner)), store_(store) {
@@ -378,42 +386,50 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
   const Kernels& k = kernels();
   auto& quant = static_cast<QuantCodec&>(*inner_);
   QuantStream qs(quant, shape);
-  v_.resize(kChunk);
-  q_.resize(kChunk);
-  w_.resize(kChunk);
   const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
-  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
-    const int64_t len = std::min(kChunk, qs.size() - i0);
-    if (oneLoop) {
-      if constexpr (kBf16) qs.sumAccumulateBf16(x + i0, r + i0, i0, len);
-      else qs.sumAccumulate(x + i0, r + i0, i0, len);
-      continue;
+  // Chunk scratch per part (the codec threads, compression/parallel.h): v = x + r, Q(v), and the
+  // widened residual of a bf16 store.
+  struct Scratch {
+    std::vector<float> v = std::vector<float>(kChunk), q = std::vector<float>(kChunk), w = std::vector<float>(kChunk);
+  };
+  qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {
+    Scratch sc;
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      if (oneLoop) {
+        if constexpr (kBf16) part.sumAccumulateBf16(x + i0, r + i0, i0, len);
+        else part.sumAccumulate(x + i0, r + i0, i0, len);
+        continue;
+      }
+      k.add(x + i0, residualRun(r + i0, len, sc.w), len, sc.v.data());
+      part.accumulate(sc.v.data(), i0, len);
     }
-    k.add(x + i0, residualRun(r + i0, len, w_), len, v_.data());
-    qs.accumulate(v_.data(), i0, len);
-  }
+  });
   qs.finishScales();
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(quant.options(), shape));
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = quant.options().bits;
-  uint8_t codes[kChunk];
-  for (int64_t i0 = 0; i0 < qs.size(); i0 += kChunk) {
-    const int64_t len = std::min(kChunk, qs.size() - i0);
-    if (oneLoop) {
-      if constexpr (kBf16) qs.residualUpdateBf16(x + i0, r + i0, i0, len, codes);
-      else qs.residualUpdate(x + i0, r + i0, i0, len, codes);
+  parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
+    Scratch sc;
+    uint8_t codes[kChunk];
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      if (oneLoop) {
+        if constexpr (kBf16) qs.residualUpdateBf16(x + i0, r + i0, i0, len, codes);
+        else qs.residualUpdate(x + i0, r + i0, i0, len, codes);
+        packBits(codes, len, bits, packed + i0 * bits / 8);
+        continue;
+      }
+      float* rf = residualRun(r + i0, len, sc.w);
+      k.add(x + i0, rf, len, sc.v.data());
+      qs.quantize(sc.v.data(), i0, len, codes);
       packBits(codes, len, bits, packed + i0 * bits / 8);
-      continue;
+      qs.dequantize(codes, i0, len, sc.q.data());
+      k.sub(sc.v.data(), sc.q.data(), len, rf);
+      store(r + i0, len, sc.w);
     }
-    float* rf = residualRun(r + i0, len, w_);
-    k.add(x + i0, rf, len, v_.data());
-    qs.quantize(v_.data(), i0, len, codes);
-    packBits(codes, len, bits, packed + i0 * bits / 8);
-    qs.dequantize(codes, i0, len, q_.data());
-    k.sub(v_.data(), q_.data(), len, rf);
-    store(r + i0, len, w_);
-  }
+  });
   qs.done();
 }
 

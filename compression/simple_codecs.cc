@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "compression/half.h"
+#include "compression/parallel.h"
 #include "compression/quant.h"
 
 namespace slowpipe::compression {
@@ -28,35 +29,39 @@ CastCodec::CastCodec(CodecId id) : id_(id) {
           "CastCodec: not a cast codec");
 }
 
+// Element-wise, so split over the codec threads (compression/parallel.h) at any boundary.
 void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
-  const auto n = static_cast<size_t>(numelOf(shape));
-  ByteWriter w(out);
-  uint8_t* p = w.grow(n * elementBytes(id_));
-  if (id_ == CodecId::kNone) {
-    copyBytes(p, x, n * 4);
-    return;
-  }
-  if (id_ == CodecId::kFp16) return floatToHalfBytes(x, n, p);
-  for (size_t i = 0; i < n; ++i) {
-    const uint16_t h = floatToBf16(x[i]);
-    std::memcpy(p + 2 * i, &h, 2);
-  }
+  const auto n = static_cast<int64_t>(numelOf(shape));
+  const size_t eb = elementBytes(id_);
+  uint8_t* p = ByteWriter(out).grow(static_cast<size_t>(n) * eb);
+  parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t) {
+    const auto cnt = static_cast<size_t>(hi - lo);
+    uint8_t* o = p + static_cast<size_t>(lo) * eb;
+    if (id_ == CodecId::kNone) return copyBytes(o, x + lo, cnt * 4);
+    if (id_ == CodecId::kFp16) return floatToHalfBytes(x + lo, cnt, o);
+    for (size_t i = 0; i < cnt; ++i) {
+      const uint16_t h = floatToBf16(x[lo + static_cast<int64_t>(i)]);
+      std::memcpy(o + 2 * i, &h, 2);
+    }
+  });
 }
 
 void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                        const CodecContext&, float* out) {
-  const auto n = static_cast<size_t>(numelOf(shape));
-  requireSize(codecName(id_), size, n * elementBytes(id_), shape);
-  if (id_ == CodecId::kNone) {
-    copyBytes(out, payload, n * 4);
-    return;
-  }
-  if (id_ == CodecId::kFp16) return halfBytesToFloat(payload, n, out);
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, payload + 2 * i, 2);
-    out[i] = bf16ToFloat(h);
-  }
+  const auto n = static_cast<int64_t>(numelOf(shape));
+  const size_t eb = elementBytes(id_);
+  requireSize(codecName(id_), size, static_cast<size_t>(n) * eb, shape);
+  parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t) {
+    const auto cnt = static_cast<size_t>(hi - lo);
+    const uint8_t* in = payload + static_cast<size_t>(lo) * eb;
+    if (id_ == CodecId::kNone) return copyBytes(out + lo, in, cnt * 4);
+    if (id_ == CodecId::kFp16) return halfBytesToFloat(in, cnt, out + lo);
+    for (size_t i = 0; i < cnt; ++i) {
+      uint16_t h;
+      std::memcpy(&h, in + 2 * i, 2);
+      out[lo + static_cast<int64_t>(i)] = bf16ToFloat(h);
+    }
+  });
 }
 
 TopkCodec::TopkCodec(double ratio, int bits) : ratio_(ratio), bits_(bits) {
