@@ -366,7 +366,12 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       return failed;
     }
   }
-  writeSummaries(spec, opt.outDir, &identities);
+  const json summary = writeSummaries(spec, opt.outDir, &identities);
+  for (const auto& r : summary["rows"])
+    if (r.value("codec_bound", json(false)) == json(true))
+      std::fprintf(stderr, "codec-bound: %s (%s): encode + decode %.3g s a step per rank, more than its raw bytes take on the link (%.3g s)\n",
+                   r["point"].get<std::string>().c_str(), r.value("label", "").c_str(), r["codec_s_per_step"].get<double>(),
+                   r["raw_wire_s_per_step"].get<double>());
   return failed;
 }
 

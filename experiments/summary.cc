@@ -121,6 +121,26 @@ std::string statusOf(const std::map<std::string, std::vector<json>>& results, co
 
 namespace {
 
+// codec_bound: the codec, not the link, set the pace. A rank's encode + decode time per step (the
+// run's mean over ranks) exceeds the time its share of the step's raw (fp32) bytes takes on the
+// point's link: sending the messages uncompressed would have been faster than coding them. Null
+// where the run records no byte counts or the point has no link bandwidth.
+void putCodecBound(json& row, const json& run) {
+  const json& s = run["summary"];
+  const double bw = row.value("bandwidth_bps", 0.0), raw = num(s, "raw_bytes_per_step");
+  const json& steps = run.value("steps", json::array());
+  const size_t ranks = steps.empty() ? 0 : steps[0].value("breakdown_s_per_stage", json::array()).size();
+  if (!(bw > 0) || !(raw > 0) || ranks == 0 || !s.contains("breakdown_share")) {
+    row["codec_bound"] = nullptr;
+    return;
+  }
+  const double codecS = num(s, "mean_step_time_s") * (s["breakdown_share"].value("encode", 0.0) + s["breakdown_share"].value("decode", 0.0));
+  const double rawWireS = raw / static_cast<double>(ranks) / (bw / 8);
+  row["codec_s_per_step"] = codecS;
+  row["raw_wire_s_per_step"] = rawWireS;
+  row["codec_bound"] = codecS > rawWireS;
+}
+
 // A point's own figures over its ok repeats: throughput, step time, loss (medians and
 // intervals), link check, wire bytes, breakdown. Returns the repeats that were ok (0: none, and
 // the row says only its status).
@@ -157,6 +177,7 @@ int putOwnStats(json& row, const Reps& me, size_t R, std::vector<double>& tp) {
     }
   row["wait_share"] = orNull(median(wait));
   row["breakdown_share"] = share;
+  putCodecBound(row, *firstOk(me));
   return okCount;
 }
 
@@ -334,7 +355,7 @@ std::string summaryCsv(const json& summary) {
       "ideal_speedup", "ideal_lo", "ideal_hi", "efficiency", "efficiency_lo", "efficiency_hi", "ideal_link_bps", "time_to_target_s",
       "time_to_target_lo", "time_to_target_hi", "target_reached", "final_val_loss", "target_val_loss", "val_loss_gap_vs_baseline",
       "val_loss_gap_lo", "val_loss_gap_hi", "wire_bytes_per_step", "wait_share", "mean_step_time_s", "step_time_lo",
-      "step_time_hi"};
+      "step_time_hi", "codec_bound", "codec_s_per_step", "raw_wire_s_per_step"};
   return csvTable(kCols, summary["rows"]);
 }
 

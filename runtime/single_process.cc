@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "emulator/shaped_socket.h"
+#include "compression/parallel.h"
 #include "runtime/plan.h"
 #include "runtime/schedule.h"
 #include "runtime/executor.h"
@@ -68,6 +69,7 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
   spec.pipeline.replicas = 1;
   tuneAllocator();
   torch::set_num_threads(spec.runtime.threadsPerWorker);
+  compression::setCodecThreads(codecThreadsFor(spec, 1));
   const Plan plan(spec, split);
   SingleProcess p(spec, plan);
   const int M = spec.pipeline.microBatches;

@@ -1,6 +1,7 @@
 // RunSpec JSON reading and validation.
 #include "runtime/spec.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -393,6 +394,11 @@ void parseCompression(const json& section, const std::string& where, [[maybe_unu
   f.get("forward", s.compression.forward);
   f.get("backward", s.compression.backward);
   f.get("label", s.compression.label);
+  if (const json* t = f.raw("threads")) {
+    if (t->is_string() && t->get<std::string>() == "auto") s.compression.threads = 0;
+    else if (t->is_number_integer() && t->get<int64_t>() >= 1 && t->get<int64_t>() <= 256) s.compression.threads = t->get<int>();
+    else fail(f.field("threads"), t->dump() + ": expected a number of threads from 1 to 256, or \"auto\"");
+  }
   if (const json* costs = f.raw("device_costs")) {
     const std::string w = f.field("device_costs");
     if (!costs->is_object()) fail(w, "expected {\"forward\": {...}, \"backward\": {...}}");
@@ -787,6 +793,23 @@ json runtimeJson(const RuntimeSpec& r) {
 }
 }  // namespace
 
+
+// Only what a spec set: a default left out keeps the JSON (and so every sweep point's identity) of
+// specs written before the field existed.
+static json compressionJson(const CompressionSpec& c) {
+  json j = {{"forward", c.forward}, {"backward", c.backward}, {"label", c.label}};
+  if (!c.deviceCosts.is_null()) j["device_costs"] = c.deviceCosts;
+  if (c.threads != 0) j["threads"] = c.threads;
+  return j;
+}
+
+int codecThreadsFor(const RunSpec& spec, int ranksSharingCores) {
+  if (spec.compression.threads > 0) return spec.compression.threads;
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max(1, cores / std::max(1, ranksSharingCores) - spec.runtime.threadsPerWorker);
+}
+
 json toJson(const RunSpec& s) {
   json part = json::array();
   for (const auto& [b, e] : s.pipeline.partition) part.push_back({b, e});
@@ -806,10 +829,7 @@ json toJson(const RunSpec& s) {
                         {"clip_norm", s.training.clipNorm}, {"seed", s.training.seed},
                         {"init_checkpoint", s.training.initCheckpoint}, {"eval_each_epoch", s.training.evalEachEpoch},
                         {"eval_every_steps", s.training.evalEverySteps}}},
-          {"compression", s.compression.deviceCosts.is_null()
-                              ? json{{"forward", s.compression.forward}, {"backward", s.compression.backward}, {"label", s.compression.label}}
-                              : json{{"forward", s.compression.forward}, {"backward", s.compression.backward}, {"label", s.compression.label},
-                                     {"device_costs", s.compression.deviceCosts}}},
+          {"compression", compressionJson(s.compression)},
           {"dp", {{"algorithm", s.dp.algorithm}, {"codec", s.dp.codec}, {"local_steps", s.dp.localSteps},
                   {"outer_lr", s.dp.outerLr}, {"outer_momentum", s.dp.outerMomentum}}},
           {"network", {{"backend", s.network.backend}, {"dev", s.network.dev}, {"model", s.network.model}, {"links", s.network.links},

@@ -117,7 +117,12 @@ struct CompressionSpec {
   // peak and memory bandwidth ({"encode_flops_per_element", "encode_bytes_per_element",
   // "decode_flops_per_element", "decode_bytes_per_element"}). Null: none declared.
   nlohmann::json deviceCosts;
+  // "threads": the codec threads of a stage (compression/parallel.h): a number >= 1, or "auto" (0
+  // here, the default): the cores this process may run on, shared by the ranks beside it, less
+  // runtime.threads_per_worker; at least 1. 1 runs every codec on the stage's own thread.
+  int threads = 0;
 };
+
 
 // Throws std::invalid_argument naming `where` when `cost` is not one direction's device cost
 // (CompressionSpec::deviceCosts).
@@ -191,6 +196,9 @@ struct RunSpec {
   RuntimeSpec runtime;
   nlohmann::json source;  // the JSON it was read from (recorded in results)
 };
+// The codec threads a rank runs with (CompressionSpec::threads): `ranksSharingCores` ranks share the
+// cores this process may run on (its CPU affinity mask).
+int codecThreadsFor(const RunSpec& spec, int ranksSharingCores);
 
 // Parses and validates; unknown fields are errors (a typo must not silently fall back to a default).
 // simulation=true accepts what only the simulator can run (any vocab size: no tokenizer runs).

@@ -1,5 +1,6 @@
 // A worker started by an external launcher (mpirun, srun, torchrun-style variables): its
 // bootstrap through the rendezvous, the watchdog, and rank 0's coordinator thread.
+#include <cstdlib>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
+#include "compression/parallel.h"
 #include "runtime/bootstrap.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
@@ -27,6 +29,16 @@ namespace slowpipe::runtime {
 using nlohmann::json;
 
 namespace {
+
+// The ranks a launcher started on this node (they share its cores, unless each has a CPU set of its
+// own, which the affinity mask then shows): Open MPI's and Slurm's word for it, else 1.
+int ranksOnThisNode() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"}) {
+    const char* v = std::getenv(var);
+    if (v && std::atoi(v) >= 1) return std::atoi(v);  // Slurm's "4(x2)" reads as 4
+  }
+  return 1;
+}
 
 // Runs across hosts: a heartbeat to the coordinator every 0.5 s, and the coordinator's events. On
 // "abort" (another rank failed, or the coordinator stopped the run) this process exits at once;
@@ -231,6 +243,7 @@ void joinAndRun(const ExternalWorkerArgs& a, const Identity& id, zmq::context_t&
   };
   if (id.rank != 0) prepareCorpus(spec.data);  // rank 0's coordinator prepared it on its host
   torch::set_num_threads(spec.runtime.threadsPerWorker);
+  compression::setCodecThreads(codecThreadsFor(spec, ranksOnThisNode()));
   security.maxMessageBytes = largestFrameBytes(spec);
   Watchdog dog(ctx, c, join.at("events").get<std::string>(), coordinatorDone);
   runPipelineWorker(spec, c, ctx);

@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "emulator/netns.h"
+#include "compression/parallel.h"
 #include "runtime/pipeline_worker.h"
 #include "runtime/worker.h"
 
@@ -34,6 +35,7 @@ int runWorker(const WorkerArgs& args) {
     if (!args.netns.empty()) emulator::enterNamespace(args.netns);
     const RunSpec spec = loadRunSpec(args.specPath);
     torch::set_num_threads(spec.runtime.threadsPerWorker);
+  compression::setCodecThreads(codecThreadsFor(spec, rankLayout(spec).size()));
     // The local launcher's bootstrap: everything from its command line; the peer table comes on
     // a socket of this rank's own.
     Context c;

@@ -6,6 +6,8 @@
  *   PLUGIN_OOB       the scale travels after the values and decode checks only for payloads
  *                    that are too long: a truncated payload makes it read past its end (a bug
  *                    the check must catch: the payload ends at a protected page there)
+ *   PLUGIN_SLOW      the same codec, spending about 100 ns a value in encode (a codec too slow
+ *                    for a 10 Gbps link: the sweep flags its points codec_bound)
  * Parameters: "clip=C" (values beyond +-C are clipped before scaling; default: no clip). */
 #include <math.h>
 #include <stdio.h>
@@ -96,6 +98,10 @@ static int64_t encode(slowpipe_codec* c, const float* x, const int64_t* shape, i
     if (c->clip > 0) v = v > c->clip ? (float)c->clip : (v < -c->clip ? (float)-c->clip : v);
     long q = lrintf(v / scale);
     values[i] = (uint8_t)(int8_t)(q > 127 ? 127 : (q < -127 ? -127 : q));
+#ifdef PLUGIN_SLOW
+    for (volatile int spin = 0; spin < 100; ++spin) {
+    }
+#endif
   }
   see(c, ctx);
   return 4 + n;

@@ -8,6 +8,7 @@
 #include "runtime/plan.h"
 #include "runtime/tokenizer.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -38,6 +39,31 @@ TEST(SpecTest, ValidSpecParses) {
   EXPECT_EQ(s.pipeline.stages, 2);
   EXPECT_EQ(s.compression.forward, "acsgd:bits=2");
   EXPECT_EQ(runSpecFromJson(toJson(s)).compression.backward, "quant:bits=4");
+}
+
+// compression.threads: a count, or "auto" (the default, left out of the spec's JSON so that older
+// specs keep their identity): the affinity mask's cores shared by the ranks, less torch's threads.
+TEST(SpecTest, CodecThreadsAreACountOrAuto) {
+  json j = valid();
+  EXPECT_EQ(runSpecFromJson(j).compression.threads, 0);
+  EXPECT_FALSE(toJson(runSpecFromJson(j))["compression"].contains("threads"));
+  j["compression"]["threads"] = 3;
+  const RunSpec three = runSpecFromJson(j);
+  EXPECT_EQ(three.compression.threads, 3);
+  EXPECT_EQ(codecThreadsFor(three, 8), 3);
+  EXPECT_EQ(runSpecFromJson(toJson(three)).compression.threads, 3);
+  j["compression"]["threads"] = "auto";
+  const RunSpec automatic = runSpecFromJson(j);
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(codecThreadsFor(automatic, 1), std::max(1, CPU_COUNT(&set) - automatic.runtime.threadsPerWorker));
+  EXPECT_EQ(codecThreadsFor(automatic, 1000), 1);
+  for (const json& bad : {json(0), json(-1), json(300), json("many"), json(1.5)}) {
+    j["compression"]["threads"] = bad;
+    EXPECT_NE(errorOf(j).find("spec.compression.threads: " + bad.dump() + ": expected a number of threads from 1 to 256"),
+              std::string::npos)
+        << errorOf(j);
+  }
 }
 
 TEST(SpecTest, MalformedSpecsNameTheProblem) {
