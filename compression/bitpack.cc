@@ -4,8 +4,13 @@
 #include "compression/bitpack.h"
 
 #include "compression/bytes.h"
+#include "compression/kernels.h"
 
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace slowpipe::compression {
 namespace {
@@ -92,16 +97,66 @@ void unpackGeneric(const uint8_t* in, size_t groups, uint8_t* c) {
   }
 }
 
+#if defined(__x86_64__)
+// Odd widths with BMI2 (chosen at run time): one pext gathers the low `bits` bits of each of 8 code
+// bytes into 8 * bits contiguous bits, code k at bit k * bits, the accumulator's layout exactly;
+// pdep spreads them back. Measured here for 3 bits: about 4x the accumulator loops.
+template <int bits>
+__attribute__((target("bmi2"))) void packPext(const uint8_t* c, size_t groups, uint8_t* out) {
+  constexpr uint64_t mask = 0x0101010101010101ull * ((1u << bits) - 1);
+  for (size_t g = 0; g < groups; ++g) {
+    uint64_t w;
+    std::memcpy(&w, c + g * 8, 8);
+    const uint64_t p = _pext_u64(w, mask);
+    std::memcpy(out + g * bits, &p, bits);
+  }
+}
+
+template <int bits>
+__attribute__((target("bmi2"))) void unpackPdep(const uint8_t* in, size_t groups, uint8_t* c) {
+  constexpr uint64_t mask = 0x0101010101010101ull * ((1u << bits) - 1);
+  size_t g = 0;
+  // Whole 8-byte loads while they stay inside the input (a `bits`-byte copy into a zeroed word
+  // stalls on store forwarding), the last groups byte by byte. pdep takes only the low 8 * bits
+  // bits of the word: the next group's bytes in it are ignored.
+  for (; g * bits + 8 <= groups * bits; ++g) {
+    uint64_t p;
+    std::memcpy(&p, in + g * bits, 8);
+    const uint64_t w = _pdep_u64(p, mask);
+    std::memcpy(c + g * 8, &w, 8);
+  }
+  for (; g < groups; ++g) {
+    uint64_t p = 0;
+    std::memcpy(&p, in + g * bits, bits);
+    const uint64_t w = _pdep_u64(p, mask);
+    std::memcpy(c + g * 8, &w, 8);
+  }
+}
+
+// A static initialiser may run before libgcc's: it initialises the CPU model itself.
+const bool kBmi2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("bmi2") != 0;
+}();
+// Taken with the AVX2 kernels (every AVX2 CPU has BMI2): SLOWPIPE_CPU=baseline, or a test's
+// setCpuPath, runs the portable loops, so both are checked to give the same bytes.
+bool useBmi2() { return kBmi2 && &kernels() == avx2Kernels(); }
+#define SLOWPIPE_ODD(fast, generic, bits, a, groups, b) \
+  return useBmi2() ? fast<bits>(a, groups, b) : generic<bits>(a, groups, b)
+#else
+#define SLOWPIPE_ODD(fast, generic, bits, a, groups, b) return generic<bits>(a, groups, b)
+#endif
+
 void packGroups(const uint8_t* c, size_t groups, int bits, uint8_t* out) {
   switch (bits) {
     case 1: return pack1(c, groups, out);
     case 2: return pack2(c, groups * 2, out);
     case 4: return pack4(c, groups * 4, out);
     case 8: return static_cast<void>(copyBytes(out, c, groups * 8));
-    case 3: return packGeneric<3>(c, groups, out);
-    case 5: return packGeneric<5>(c, groups, out);
-    case 6: return packGeneric<6>(c, groups, out);
-    default: return packGeneric<7>(c, groups, out);
+    case 3: SLOWPIPE_ODD(packPext, packGeneric, 3, c, groups, out);
+    case 5: SLOWPIPE_ODD(packPext, packGeneric, 5, c, groups, out);
+    case 6: SLOWPIPE_ODD(packPext, packGeneric, 6, c, groups, out);
+    default: SLOWPIPE_ODD(packPext, packGeneric, 7, c, groups, out);
   }
 }
 
@@ -111,10 +166,10 @@ void unpackGroups(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
     case 2: return unpackPow2<2, uint32_t>(in, groups * 2, c);
     case 4: return unpack4(in, groups * 4, c);
     case 8: return static_cast<void>(copyBytes(c, in, groups * 8));
-    case 3: return unpackGeneric<3>(in, groups, c);
-    case 5: return unpackGeneric<5>(in, groups, c);
-    case 6: return unpackGeneric<6>(in, groups, c);
-    default: return unpackGeneric<7>(in, groups, c);
+    case 3: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 3, in, groups, c);
+    case 5: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 5, in, groups, c);
+    case 6: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 6, in, groups, c);
+    default: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 7, in, groups, c);
   }
 }
 

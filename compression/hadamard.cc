@@ -8,6 +8,7 @@
 #include "compression/bytes.h"
 #include "compression/error.h"
 #include "compression/kernels.h"
+#include "compression/parallel.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -42,25 +43,23 @@ int64_t HadamardCodec::blockFor(int64_t d) const {
   return b;
 }
 
-void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse) const {
+void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse, const float* src) const {
   const int64_t b = blockFor(d);
   if (d <= 0 || n % d != 0) throw CodecError("hadamard: " + std::to_string(n) + " values are not rows of " + std::to_string(d));
   std::vector<float> sign(static_cast<size_t>(d));
   for (int64_t j = 0; j < d; ++j) sign[j] = (mix64(seed_ ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
   const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(b)));
-  if (b >= 8) {
-    // Forward: sign in, norm out; inverse: nothing in, norm then sign out (x * norm * s is
-    // x * (s * norm) exactly: s is +-1).
-    std::vector<float> ones(static_cast<size_t>(d), 1.0f), out(static_cast<size_t>(d));
-    for (int64_t j = 0; j < d; ++j) out[j] = inverse ? norm * sign[j] : norm;
-    const float* pre = inverse ? ones.data() : sign.data();
-    const Kernels& kern = kernels();
-    for (int64_t r = 0; r < n / d; ++r)
-      for (int64_t k = 0; k < d; k += b) kern.fwhtScaled(x + r * d + k, b, pre + k, out.data() + k);
-    return;
-  }
-  for (int64_t r = 0; r < n / d; ++r) {
-    float* row = x + r * d;
+  // Forward: sign in, norm out; inverse: nothing in, norm then sign out (x * norm * s is
+  // x * (s * norm) exactly: s is +-1).
+  std::vector<float> ones(static_cast<size_t>(d), 1.0f), out(static_cast<size_t>(d));
+  for (int64_t j = 0; j < d; ++j) out[j] = inverse ? norm * sign[j] : norm;
+  const Kernels& kern = kernels();
+  auto oneRow = [&](float* row) {
+    if (b >= 8) {
+      const float* pre = inverse ? ones.data() : sign.data();
+      for (int64_t k = 0; k < d; k += b) kern.fwhtScaled(row + k, b, pre + k, out.data() + k);
+      return;
+    }
     if (!inverse)
       for (int64_t j = 0; j < d; ++j) row[j] *= sign[j];
     if (b > 1)
@@ -70,14 +69,19 @@ void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse) const {
       }
     if (inverse)
       for (int64_t j = 0; j < d; ++j) row[j] *= sign[j];
-  }
+  };
+  parallelRanges(n, d, [&](int64_t lo, int64_t hi, int64_t) {
+    for (int64_t at = lo; at < hi; at += d) {
+      if (src) std::copy(src + at, src + at + d, x + at);
+      oneRow(x + at);
+    }
+  });
 }
 
 void HadamardCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
   const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
   scratch_.resize(static_cast<size_t>(n));
-  std::copy(x, x + n, scratch_.begin());
-  rotate(scratch_.data(), n, d, false);
+  rotate(scratch_.data(), n, d, false, x);
   inner_->encode(scratch_.data(), shape, ctx, out);
 }
 

@@ -28,7 +28,9 @@ class HadamardCodec : public Codec {
   // Block size used for a last dimension of `d` values.
   int64_t blockFor(int64_t d) const;
   // In place: x (rows of `d` values) -> H D x / sqrt(B) (forward) or D H x / sqrt(B) (inverse).
-  void rotate(float* x, int64_t n, int64_t d, bool inverse) const;
+  // Rotates the n / d rows of x in place; with src, row r is first copied from src (while it is in
+  // L1, so the copy costs no extra pass over memory). Rows go to the codec threads.
+  void rotate(float* x, int64_t n, int64_t d, bool inverse, const float* src = nullptr) const;
 
  private:
   std::unique_ptr<Codec> inner_;
