@@ -75,6 +75,11 @@ struct Kernels {
   // hadamard's transform of one block of b values (b a power of two, >= 8), in place:
   // v = post * H (pre * v), the butterflies of the textbook loops (compression/hadamard.cc).
   void (*fwhtScaled)(float* v, int64_t b, const float* pre, const float* post);
+  // A decoded chunk (in cache) to its place in a large output, around the cache (AVX2 build:
+  // non-temporal stores, which skip reading the destination lines first; baseline: memcpy), and the
+  // fence that makes such stores visible; a caller fences once after its last streamOut.
+  void (*streamOut)(const float* src, int64_t n, float* dst);
+  void (*streamFence)();
   // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
   bool fusedStepsPrefetch;
 };

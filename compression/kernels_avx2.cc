@@ -246,6 +246,19 @@ static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
 }
 
 
+// Non-temporal stores from the first 32-byte boundary of dst on, plain ones around them.
+static void streamOut(const float* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 31) != 0) {
+    dst[i] = src[i];
+    ++i;
+  }
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+static void streamFence() { _mm_sfence(); }
+
 #define KERNELS_NAME "avx2"
 #include "compression/kernels.inc"  // the shared kernels and this build's table, kTable
 #undef KERNELS_NAME

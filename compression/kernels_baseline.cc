@@ -29,6 +29,9 @@ constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const fl
                                   float, float, float, uint8_t*) = nullptr;
 constexpr void (*deltaApplyH)(const float*, uint8_t*, int64_t, float*) = nullptr;
 
+static void streamOut(const float* src, int64_t n, float* dst) { std::memcpy(dst, src, 4 * static_cast<size_t>(n)); }
+static void streamFence() {}
+
 #define KERNELS_NAME "baseline"
 #include "compression/kernels.inc"  // the shared kernels and this build's table, kTable
 #undef KERNELS_NAME

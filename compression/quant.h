@@ -145,6 +145,8 @@ class QuantCodec : public Codec {
               float* out) override;
   const QuantOptions& options() const { return opt_; }
   static constexpr int64_t kChunk = 16384;  // values per quantize/pack step (a multiple of 8)
+  // Outputs of at least this many values (8 MiB) are written around the cache (Kernels::streamOut).
+  static constexpr int64_t kStreamValues = int64_t{1} << 21;
 
  private:
   friend class QuantStream;
