@@ -296,8 +296,10 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
   const int bits = opt_.quant.bits;
   const bool inRegisters = store_.options().dtype == StoreOptions::Dtype::kFp16 && k.deltaApplyH != nullptr;
+  // Large outputs are built in a chunk buffer and streamed to their place (as quant's decode does).
+  const bool stream = qs.size() >= QuantCodec::kStreamValues;
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
-    std::vector<float> mbuf(kChunk), d(kChunk);
+    std::vector<float> mbuf(kChunk), d(kChunk), obuf(stream ? kChunk : 0);
     uint8_t codes[kChunk];
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
       const int64_t len = std::min(kChunk, hi - i0);
@@ -305,12 +307,16 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
       qs.dequantize(codes, i0, len, d.data());
       // The output row is what both sides now hold: m + Q(d) after the store's rounding.
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-        float* o = out + deltaRows[j] * rowLen + off;
-        if (inRegisters) return k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
-        k.add(heldRange(rows[j], off, cnt, mbuf.data() + p), d.data() + p, cnt, o);
-        store_.storeElems(rows[j], off, cnt, o, o);
+        float* o = stream ? obuf.data() + p : out + deltaRows[j] * rowLen + off;
+        if (inRegisters) k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
+        else {
+          k.add(heldRange(rows[j], off, cnt, mbuf.data() + p), d.data() + p, cnt, o);
+          store_.storeElems(rows[j], off, cnt, o, o);
+        }
+        if (stream) k.streamOut(o, cnt, out + deltaRows[j] * rowLen + off);
       });
     }
+    if (stream) k.streamFence();
   });
 }
 
