@@ -39,6 +39,15 @@ double memcpySeconds(const std::vector<float>& src) {
   return medianSeconds([&] { std::memcpy(dst.data(), src.data(), src.size() * 4); });
 }
 
+// One read-only pass (max |x|): what a codec that must read its input twice (scales, then codes)
+// is bounded by, at half this rate.
+double readSeconds(const std::vector<float>& src) {
+  volatile float sink = 0.0f;
+  const double s = medianSeconds([&] { sink = kernels().absMax(src.data(), static_cast<int64_t>(src.size())); });
+  (void)sink;
+  return s;
+}
+
 double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -189,6 +198,7 @@ json benchCodecs(const CodecBenchOptions& o) {
         rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow));
         json& one = rows[c].back();
         one["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
+        one["read_GBps"] = 4.0 * n / readSeconds(x) / 1e9;
         if (o.threads > 1) {
           setCodecThreads(o.threads);
           const json t = benchOne(o.codecs[c], shape, x, x2, mcNow);
@@ -201,7 +211,7 @@ json benchCodecs(const CodecBenchOptions& o) {
       }
     for (auto& r : rows) {
       json row = r.front();
-      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
+      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps", "read_GBps",
                               "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup"}) {
         if (!row.contains(key)) continue;
         std::vector<double> v;

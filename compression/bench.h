@@ -36,7 +36,8 @@ struct CodecBenchOptions {
 // {"benchmark": "codecs", "threads": 1, "unit", "cpu_path", "memcpy_GBps", "memcpy_GBps_by_bytes",
 // "results": [{"codec", "shape", "raw_bytes", "wire_bytes", "compression_ratio", "encode_GBps",
 // "decode_GBps", "encode_vs_memcpy", "decode_vs_memcpy" (medians, each with "_range"),
-// "rel_rms_error", "torch_ops_*", "matches_torch_ops", "rounds", "codec_bound", with threads > 1
+// "rel_rms_error", "memcpy_GBps", "read_GBps" (one read-only pass over the
+// input, measured beside memcpy: a two-pass encoder is bounded by half of it), "torch_ops_*", "matches_torch_ops", "rounds", "codec_bound", with threads > 1
 // "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
 // ...}], "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.

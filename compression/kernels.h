@@ -80,6 +80,9 @@ struct Kernels {
   // fence that makes such stores visible; a caller fences once after its last streamOut.
   void (*streamOut)(const float* src, int64_t n, float* dst);
   void (*streamFence)();
+  // randk's kept set of indices lo .. lo + n - 1 (keep[k] = 1 where mix64(base ^ (lo + k)) <
+  // threshold); returns how many are kept.
+  int64_t (*randkKeep)(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep);
   // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
   bool fusedStepsPrefetch;
 };

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "compression/half.h"
+#include "compression/kernels.h"
 #include "compression/parallel.h"
 #include "compression/quant.h"
 
@@ -221,41 +222,94 @@ uint64_t RandkCodec::messageSeed(const CodecContext& ctx) const {
   return h;
 }
 
+// The kept set in blocks of kRandkBlock indices: a vectorized mask per block (Kernels::randkKeep)
+// into keep_, counted per part of the message (the codec threads); starts_[p]: the kept values
+// before part p. The hash runs once per value: the second pass reads the mask.
+namespace {
+constexpr int64_t kRandkBlock = 4096;
+}
+
+uint64_t RandkCodec::keepMask(const float*, int64_t n, uint64_t base) {
+  const Kernels& kern = kernels();
+  const uint64_t threshold = all_ ? UINT64_MAX : threshold_;
+  const int64_t parts = parallelParts(n, kRandkBlock);
+  keep_.resize(static_cast<size_t>(n));
+  starts_.assign(static_cast<size_t>(parts) + 1, 0);
+  parallelRanges(n, kRandkBlock, [&](int64_t lo, int64_t hi, int64_t part) {
+    int64_t c = 0;
+    for (int64_t b = lo; b < hi; b += kRandkBlock) {
+      const int64_t len = std::min(kRandkBlock, hi - b);
+      if (all_) {
+        std::memset(keep_.data() + b, 1, static_cast<size_t>(len));
+        c += len;
+      } else {
+        c += kern.randkKeep(base, threshold, b, len, keep_.data() + b);
+      }
+    }
+    starts_[static_cast<size_t>(part) + 1] = c;
+  });
+  for (int64_t p = 0; p < parts; ++p) starts_[p + 1] += starts_[p];
+  return static_cast<uint64_t>(starts_[parts]);
+}
+
 void RandkCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
   const int64_t n = numelOf(shape);
-  const uint64_t base = messageSeed(ctx);
   const float scale = static_cast<float>(1.0 / ratio_);
-  const size_t at = out.size();
-  out.resize(at + 4 + 4 * static_cast<size_t>(n));  // at most; trimmed below
-  uint8_t* vp = out.data() + at + 4;
-  uint32_t k = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_) {
-      const float v = x[i] * scale;
-      std::memcpy(vp + 4 * static_cast<size_t>(k), &v, 4);
-      ++k;
+  const auto k = static_cast<uint32_t>(keepMask(x, n, messageSeed(ctx)));
+  uint8_t* head = ByteWriter(out).grow(4 + 4 * static_cast<size_t>(k));
+  std::memcpy(head, &k, 4);
+  uint8_t* values = head + 4;
+  parallelRanges(n, kRandkBlock, [&](int64_t lo, int64_t hi, int64_t part) {
+    float kept[kRandkBlock + 1];  // every value written, the count moved past kept ones only
+    uint8_t* vp = values + 4 * starts_[part];
+    for (int64_t b = lo; b < hi; b += kRandkBlock) {
+      const int64_t len = std::min(kRandkBlock, hi - b);
+      const uint8_t* keep = keep_.data() + b;
+      int64_t c = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        kept[c] = x[b + i] * scale;
+        c += keep[i];
+      }
+      std::memcpy(vp, kept, 4 * static_cast<size_t>(c));
+      vp += 4 * c;
     }
-  std::memcpy(out.data() + at, &k, 4);
-  out.resize(at + 4 + 4 * static_cast<size_t>(k));
+  });
 }
 
 void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) {
   const int64_t n = numelOf(shape);
   ByteReader r(payload, size, "randk payload");
   const uint32_t k = r.get<uint32_t>("count");
-  // One pass derives the shared index set; the payload is validated against it before any write.
-  const uint64_t base = messageSeed(ctx);
-  std::vector<int64_t> kept;
-  kept.reserve(static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(k))));
-  for (int64_t i = 0; i < n; ++i)
-    if (all_ || mix64(base ^ static_cast<uint64_t>(i)) < threshold_) kept.push_back(i);
-  SP_REQUIRE(k == kept.size(), "randk: count is " + std::to_string(k) + ", the shared index set has " +
-                                   std::to_string(kept.size()) + " (another seed, step or micro-batch?) for shape " +
-                                   shapeString(shape));
+  // The shared index set is counted first; the payload is validated against it before any write.
+  const uint64_t kept = keepMask(nullptr, n, messageSeed(ctx));
+  SP_REQUIRE(k == kept, "randk: count is " + std::to_string(k) + ", the shared index set has " + std::to_string(kept) +
+                            " (another seed, step or micro-batch?) for shape " + shapeString(shape));
   requireSize("randk", size, 4 + 4 * static_cast<size_t>(k), shape);
-  const uint8_t* vp = r.take(4 * static_cast<size_t>(k), "values");
-  std::fill(out, out + n, 0.0f);
-  for (size_t j = 0; j < kept.size(); ++j) std::memcpy(out + kept[j], vp + 4 * j, 4);
+  const uint8_t* values = r.take(4 * static_cast<size_t>(k), "values");
+  // Branch-free: every value slot is read (the last kept value's slot again past the end, from a
+  // zero), the mask selects; a large output is streamed around the cache as quant's is.
+  const uint8_t* end = values + 4 * static_cast<size_t>(k);
+  const bool stream = n >= QuantCodec::kStreamValues;
+  const Kernels& kern = kernels();
+  parallelRanges(n, kRandkBlock, [&](int64_t lo, int64_t hi, int64_t part) {
+    static const float kZero = 0.0f;
+    float buf[kRandkBlock];
+    const uint8_t* vp = values + 4 * starts_[part];
+    for (int64_t b = lo; b < hi; b += kRandkBlock) {
+      const int64_t len = std::min(kRandkBlock, hi - b);
+      float* o = stream ? buf : out + b;
+      for (int64_t i = 0; i < len; ++i) {
+        uint32_t v;  // the value's bits, masked: a select the compiler keeps free of branches
+        std::memcpy(&v, vp < end ? vp : reinterpret_cast<const uint8_t*>(&kZero), 4);
+        const uint32_t keep = keep_[b + i];
+        v &= 0u - keep;
+        std::memcpy(o + i, &v, 4);
+        vp += 4 * keep;
+      }
+      if (stream) kern.streamOut(buf, len, out + b);
+    }
+    if (stream) kern.streamFence();
+  });
 }
 
 }  // namespace slowpipe::compression

@@ -66,8 +66,13 @@ class RandkCodec : public Codec {
   double ratio() const { return ratio_; }
 
  private:
+  // The kept set of a message, one byte per value (counted, then used), and how many each part of
+  // it keeps; reused between messages.
+  uint64_t keepMask(const float* x, int64_t n, uint64_t base);
   double ratio_;
   uint64_t seed_, threshold_;
+  Bytes keep_;
+  std::vector<int64_t> starts_;
   bool all_ = false;
 };
 

@@ -18,6 +18,7 @@ void printTable(const json& doc) {
               doc["memcpy_GBps"].dump().c_str(), doc["link_bps"].get<double>() / 1e9);
   std::printf("%-44s %10s %11s %7s %8s %8s %6s %6s %8s %8s", "codec", "raw", "wire", "ratio",
               "enc GB/s", "dec GB/s", "enc/mc", "dec/mc", "enc/torch", "dec/torch");
+  std::printf(" %6s", "read");
   if (threads > 1) std::printf(" %7s %7s", ("enc x" + std::to_string(threads)).c_str(), ("dec x" + std::to_string(threads)).c_str());
   std::printf("\n");
   for (const auto& r : doc["results"]) {
@@ -31,6 +32,7 @@ void printTable(const json& doc) {
                 r["encode_GBps"].get<double>(), r["decode_GBps"].get<double>(),
                 r["encode_vs_memcpy"].get<double>(), r["decode_vs_memcpy"].get<double>(),
                 opt("encode_vs_torch_ops").c_str(), opt("decode_vs_torch_ops").c_str());
+    std::printf(" %6.2f", r["read_GBps"].get<double>());
     if (threads > 1)
       std::printf(" %7.2f %7.2f", r["encode_thread_speedup"].get<double>(), r["decode_thread_speedup"].get<double>());
     std::printf("\n");
