@@ -91,80 +91,135 @@ int64_t TopkCodec::keepCount(int64_t n) const {
   return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ratio_ * static_cast<double>(n))), 1, n);
 }
 
-// The k largest |x| (ties: the lower index) without sorting: |x| as an integer (the float's bits
-// without the sign, which orders finite values as |x| does) is radix-selected: a histogram of its
-// top 11 bits finds the bucket of the k-th largest, which alone is searched exactly; one last pass
-// in index order takes every larger value and the first of the ties. Three reads of x in all, and
-// the same choice as a full sort by (|x| desc, index asc).
+namespace {
+
+inline uint32_t keyOf(const float* x, int64_t i) { return floatBits(x[i]) & 0x7fffffffu; }
+
+// Calls fn(i) for every i in [from, to) whose key lies in [lo, lo + width), skipping blocks with
+// none (a vectorizable test: the selected values are few).
+template <typename Fn>
+void forEachInRange(const float* x, int64_t from, int64_t to, uint32_t lo, uint32_t width, Fn&& fn) {
+  constexpr int64_t kBlock = 16;
+  int64_t i = from;
+  for (; i + kBlock <= to; i += kBlock) {
+    uint32_t any = 0;
+    for (int64_t j = 0; j < kBlock; ++j) any |= (keyOf(x, i + j) - lo) < width;
+    if (!any) continue;
+    for (int64_t j = i; j < i + kBlock; ++j)
+      if (keyOf(x, j) - lo < width) fn(j);
+  }
+  for (; i < to; ++i)
+    if (keyOf(x, i) - lo < width) fn(i);
+}
+
+// A candidate: its index and its value's bits (|x|'s key is bits & 0x7fffffff), kept together so
+// that choosing among candidates never goes back to the message.
+struct Cand {
+  uint32_t index, bits;
+};
+
+// Of the candidates (ascending indices) whose keys include the k largest of the message, the k
+// largest by (|x| desc, index asc), ascending: the k-th largest key is selected among them, then
+// every larger key is taken and the first ties in index order.
+std::vector<Cand> chooseAmong(const std::vector<Cand>& cand, int64_t k) {
+  std::vector<uint32_t> keys(cand.size());
+  for (size_t j = 0; j < cand.size(); ++j) keys[j] = cand[j].bits & 0x7fffffffu;
+  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<uint32_t>());
+  const uint32_t threshold = keys[k - 1];
+  int64_t ties = k;
+  for (uint32_t c : keys) ties -= c > threshold;
+  std::vector<Cand> chosen;
+  chosen.reserve(static_cast<size_t>(k));
+  for (const Cand& c : cand) {
+    const uint32_t key = c.bits & 0x7fffffffu;
+    if (key > threshold || (key == threshold && ties-- > 0)) chosen.push_back(c);
+  }
+  return chosen;
+}
+
+void collect(const float* x, int64_t from, int64_t to, uint32_t lo, std::vector<Cand>& out) {
+  forEachInRange(x, from, to, lo, 0x80000000u - lo,
+                 [&](int64_t i) { out.push_back({static_cast<uint32_t>(i), floatBits(x[i])}); });
+}
+
+// The k largest by a threshold from a sample: 512 evenly spaced runs of 64 values (cache lines
+// read whole); every value at or above the key that p*s + 4 sqrt(p*s) + 64 of the s sampled values
+// reach (p = k / n) is a candidate: one pass over x, parts on the codec threads, concatenated in
+// index order; the exact choice is made among them. False (nothing chosen) when the sample cannot
+// bound the candidates: fewer than k of them, or many more than k expected (heavy ties, all zeros).
+bool sampledChoice(const float* x, int64_t n, int64_t k, std::vector<Cand>* chosen) {
+  constexpr int64_t kRuns = 512, kRun = 64;
+  if (n < 4 * kRuns * kRun) return false;  // small messages: the radix path is cheap
+  std::vector<uint32_t> sample;
+  sample.reserve(kRuns * kRun);
+  for (int64_t r = 0; r < kRuns; ++r)
+    for (int64_t i = r * (n / kRuns); i < r * (n / kRuns) + kRun; ++i) sample.push_back(keyOf(x, i));
+  const auto s = static_cast<int64_t>(sample.size());
+  const double ps = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
+  const int64_t rank = std::min<int64_t>(s, static_cast<int64_t>(ps + 4 * std::sqrt(ps)) + 64);
+  std::nth_element(sample.begin(), sample.begin() + (rank - 1), sample.end(), std::greater<uint32_t>());
+  const uint32_t t0 = sample[rank - 1];
+  int64_t above = 0;
+  for (uint32_t key : sample) above += key >= t0;
+  if (t0 == 0 || static_cast<double>(above) * static_cast<double>(n) / static_cast<double>(s) > 4.0 * static_cast<double>(k) + 65536)
+    return false;
+  const int64_t parts = parallelParts(n, 64);
+  std::vector<std::vector<Cand>> found(static_cast<size_t>(parts));
+  parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t part) { collect(x, lo, hi, t0, found[static_cast<size_t>(part)]); });
+  std::vector<Cand> cand;
+  for (const auto& f : found) cand.insert(cand.end(), f.begin(), f.end());
+  if (static_cast<int64_t>(cand.size()) < k) return false;
+  *chosen = chooseAmong(cand, k);
+  return true;
+}
+
+// The exact path for any input: |x| as an integer (the float's bits without the sign, which orders
+// finite values as |x| does) is radix-selected: a histogram of its top 11 bits finds the bucket of
+// the k-th largest; every key from that bucket up is a candidate.
+std::vector<Cand> radixChoice(const float* x, int64_t n, int64_t k) {
+  constexpr int kShift = 20, kBins = 1 << (31 - kShift);
+  // Four histograms, in turn, so runs of equal buckets do not serialize on one counter.
+  std::vector<uint32_t> hist(4 * kBins, 0);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int h = 0; h < 4; ++h) ++hist[h * kBins + (keyOf(x, i + h) >> kShift)];
+  for (; i < n; ++i) ++hist[keyOf(x, i) >> kShift];
+  int64_t above = 0;
+  int bucket = kBins - 1;
+  for (;; --bucket) {
+    const int64_t c = int64_t{hist[bucket]} + hist[kBins + bucket] + hist[2 * kBins + bucket] + hist[3 * kBins + bucket];
+    if (above + c >= k) break;
+    above += c;
+  }
+  const uint32_t lo = static_cast<uint32_t>(bucket) << kShift;
+  std::vector<Cand> cand;
+  collect(x, 0, n, lo, cand);
+  return chooseAmong(cand, k);
+}
+
+}  // namespace
+
+// The k largest |x| (ties: the lower index), in index order, without sorting the message: the same
+// choice as a full sort by (|x| desc, index asc) (TopkSelectTest), from a sampled threshold in one
+// pass where the sample bounds the candidates, else by radix selection (three passes).
 void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
   const int64_t n = numelOf(shape);
   SP_REQUIRE(n <= int64_t{0xffffffff}, "topk: tensor of " + std::to_string(n) +
                                         " values exceeds the 2^32 index range");
   const int64_t k = keepCount(n);
-  auto key = [x](int64_t i) { return floatBits(x[i]) & 0x7fffffffu; };
-  // Calls fn(i) for every i whose key lies in [lo, lo + width), skipping blocks with none (a
-  // vectorizable test: the selected values are few).
-  auto forEachInRange = [&](uint32_t lo, uint32_t width, auto&& fn) {
-    constexpr int64_t kBlock = 16;
-    int64_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) {
-      uint32_t any = 0;
-      for (int64_t j = 0; j < kBlock; ++j) any |= (key(i + j) - lo) < width;
-      if (!any) continue;
-      for (int64_t j = i; j < i + kBlock; ++j)
-        if (key(j) - lo < width) fn(j);
-    }
-    for (; i < n; ++i)
-      if (key(i) - lo < width) fn(i);
-  };
-  constexpr int kShift = 20, kBins = 1 << (31 - kShift);
-  uint32_t threshold = 0;   // the k-th largest key
-  int64_t ties = 0;         // values equal to it that are taken (the first ones in index order)
-  if (k > 0) {
-    // Four histograms, in turn, so runs of equal buckets do not serialize on one counter.
-    std::vector<uint32_t> hist(4 * kBins, 0);
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-      for (int h = 0; h < 4; ++h) ++hist[h * kBins + (key(i + h) >> kShift)];
-    for (; i < n; ++i) ++hist[key(i) >> kShift];
-    int64_t above = 0;
-    int bucket = kBins - 1;
-    for (;; --bucket) {
-      const int64_t c = int64_t{hist[bucket]} + hist[kBins + bucket] + hist[2 * kBins + bucket] + hist[3 * kBins + bucket];
-      if (above + c >= k) break;
-      above += c;
-    }
-    std::vector<uint32_t> cand;
-    forEachInRange(static_cast<uint32_t>(bucket) << kShift, 1u << kShift, [&](int64_t j) { cand.push_back(key(j)); });
-    const int64_t need = k - above;  // 1 <= need <= cand.size()
-    std::nth_element(cand.begin(), cand.begin() + (need - 1), cand.end(), std::greater<uint32_t>());
-    threshold = cand[need - 1];
-    int64_t greater = above;
-    for (uint32_t c : cand) greater += c > threshold;
-    ties = k - greater;
-  }
+  std::vector<Cand> chosen;
+  if (k > 0 && !sampledChoice(x, n, k, &chosen)) chosen = radixChoice(x, n, k);
   ByteWriter w(out);
   w.put<uint32_t>(static_cast<uint32_t>(k));
   const bool half = bits_ == 16;
   uint8_t* ip = w.grow((half ? 6 : 4) * static_cast<size_t>(k));  // k indices, then k fp16 values
-  uint8_t* vp = ip + 4 * static_cast<size_t>(k);
-  std::vector<float> kept;
-  int64_t taken = 0;
-  if (k > 0) {
-    forEachInRange(threshold, 0x80000000u - threshold, [&](int64_t i) {
-      if (key(i) == threshold && ties-- <= 0) return;  // a tie beyond the ones taken
-      const uint32_t idx = static_cast<uint32_t>(i);
-      std::memcpy(ip + 4 * taken, &idx, 4);
-      if (half) {
-        const uint16_t h = floatToHalf(x[i]);
-        std::memcpy(vp + 2 * taken, &h, 2);
-      } else {
-        kept.push_back(x[i]);
-      }
-      ++taken;
-    });
+  std::vector<float> kept(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    std::memcpy(ip + 4 * j, &chosen[j].index, 4);
+    std::memcpy(&kept[j], &chosen[j].bits, 4);
   }
-  if (!half) topkValueQuant(bits_, k).encode(kept.data(), {k}, CodecContext{}, out);  // appends
+  if (half) return floatToHalfBytes(kept.data(), static_cast<size_t>(k), ip + 4 * static_cast<size_t>(k));
+  topkValueQuant(bits_, k).encode(kept.data(), {k}, CodecContext{}, out);  // appends
 }
 
 void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
@@ -197,8 +252,23 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   } else {  // validates the quant payload before anything is written
     topkValueQuant(bits_, k).decode(vp, valueBytes, {static_cast<int64_t>(k)}, CodecContext{}, values.data());
   }
-  std::fill(out, out + n, 0.0f);
-  for (uint32_t j = 0; j < k; ++j) out[idx[j]] = values[j];
+  // Block by block (the codec threads): zeros and the block's kept values (its slice of the sorted
+  // indices) built in cache, then written out once, around the cache for a large message.
+  constexpr int64_t kBlock = 4096;
+  const bool stream = n >= QuantCodec::kStreamValues;
+  const Kernels& kern = kernels();
+  parallelRanges(n, kBlock, [&](int64_t lo, int64_t hi, int64_t) {
+    float buf[kBlock];
+    auto j = static_cast<size_t>(std::lower_bound(idx.begin(), idx.end(), static_cast<uint32_t>(lo)) - idx.begin());
+    for (int64_t b = lo; b < hi; b += kBlock) {
+      const int64_t len = std::min(kBlock, hi - b);
+      float* o = stream ? buf : out + b;
+      std::fill(o, o + len, 0.0f);
+      for (; j < idx.size() && idx[j] < b + len; ++j) o[idx[j] - b] = values[j];
+      if (stream) kern.streamOut(buf, len, out + b);
+    }
+    if (stream) kern.streamFence();
+  });
 }
 
 RandkCodec::RandkCodec(double ratio, uint64_t seed) : ratio_(ratio), seed_(seed) {
