@@ -83,6 +83,11 @@ struct Kernels {
   // randk's kept set of indices lo .. lo + n - 1 (keep[k] = 1 where mix64(base ^ (lo + k)) <
   // threshold); returns how many are kept.
   int64_t (*randkKeep)(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep);
+  // lowrank's products over rows of d values and r basis rows p (r x d): coef[i * r + j] = the dot of
+  // row i and p_j, summed in 8 lanes (lane k % 8 takes term k; lanes added pairwise:
+  // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))); and out_i = ((0 + c_i0 p_0) + c_i1 p_1) + ...
+  void (*lowrankProject)(const float* x, int64_t rows, int64_t d, const float* p, int64_t r, float* coef);
+  void (*lowrankExpand)(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d, float* out);
   // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
   bool fusedStepsPrefetch;
 };

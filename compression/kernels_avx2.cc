@@ -259,6 +259,53 @@ static void streamOut(const float* src, int64_t n, float* dst) {
 
 static void streamFence() { _mm_sfence(); }
 
+// lowrank's products (kernels.h) in registers: JN basis rows at a time share each load of x; eight
+// lanes per dot as the shared definition sums them, the tail into lane k % 8, the same pairwise
+// reduction. Expand: 8 outputs at a time, the r terms added in order onto 0.
+template <int JN>
+static void projectRows(const float* a, int64_t d, const float* p, float* out) {
+  __m256 acc[JN];
+  for (int j = 0; j < JN; ++j) acc[j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= d; k += 8) {
+    const __m256 xv = _mm256_loadu_ps(a + k);
+    for (int j = 0; j < JN; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(xv, _mm256_loadu_ps(p + j * d + k)));
+  }
+  for (int j = 0; j < JN; ++j) {
+    float lane[8];
+    _mm256_storeu_ps(lane, acc[j]);
+    for (int64_t t = k; t < d; ++t) lane[t % 8] += a[t] * p[j * d + t];
+    out[j] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+}
+
+static void lowrankProject(const float* x, int64_t rows, int64_t d, const float* p, int64_t r, float* coef) {
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t j = 0;
+    for (; j + 8 <= r; j += 8) projectRows<8>(x + i * d, d, p + j * d, coef + i * r + j);
+    for (; j < r; ++j) projectRows<1>(x + i * d, d, p + j * d, coef + i * r + j);
+  }
+}
+
+static void lowrankExpand(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d, float* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* c = coef + i * r;
+    float* o = out + i * d;
+    int64_t k = 0;
+    for (; k + 8 <= d; k += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t j = 0; j < r; ++j) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(c[j]), _mm256_loadu_ps(p + j * d + k)));
+      _mm256_storeu_ps(o + k, acc);
+    }
+    for (; k < d; ++k) {
+      float v = 0.0f;
+      for (int64_t j = 0; j < r; ++j) v += c[j] * p[j * d + k];
+      o[k] = v;
+    }
+  }
+}
+#define KERNELS_HAVE_LOWRANK
+
 #define KERNELS_NAME "avx2"
 #include "compression/kernels.inc"  // the shared kernels and this build's table, kTable
 #undef KERNELS_NAME

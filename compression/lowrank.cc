@@ -8,6 +8,8 @@
 
 #include "compression/error.h"
 #include "compression/half.h"
+#include "compression/kernels.h"
+#include "compression/parallel.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -139,8 +141,10 @@ void LowrankCodec::encode(const float* x, const Shape& shape, const CodecContext
   w.put<uint32_t>(b.epoch);
   if (send) floatToHalfBytes(b.rows.data(), b.rows.size(), w.grow(2 * b.rows.size()));
   coef_.resize(static_cast<size_t>(rows * r));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < r; ++j) coef_[i * r + j] = dot(x + i * d, b.rows.data() + j * d, d);
+  const Kernels& k = kernels();
+  parallelRanges(n, d, [&](int64_t lo, int64_t hi, int64_t) {
+    k.lowrankProject(x + lo, (hi - lo) / d, d, b.rows.data(), r, coef_.data() + lo / d * r);
+  });
   uint8_t* cp = w.grow(2 * coef_.size());
   floatToHalfBytes(coef_.data(), coef_.size(), cp);
   for (size_t i = 0; i < coef_.size(); ++i) {
@@ -195,15 +199,10 @@ void LowrankCodec::decode(const uint8_t* payload, size_t size, const Shape& shap
     it = basis_.insert_or_assign(d, Basis{epoch, 0, randomBasis(d, epoch)}).first;
   }
   const std::vector<float>& p = it->second.rows;
-  for (int64_t i = 0; i < rows; ++i) {
-    float* o = out + i * d;
-    std::fill(o, o + d, 0.0f);
-    for (int64_t j = 0; j < r; ++j) {
-      const float c = coef_[i * r + j];
-      const float* pj = p.data() + j * d;
-      for (int64_t k = 0; k < d; ++k) o[k] += c * pj[k];
-    }
-  }
+  const Kernels& k = kernels();
+  parallelRanges(n, d, [&](int64_t lo, int64_t hi, int64_t) {
+    k.lowrankExpand(coef_.data() + lo / d * r, (hi - lo) / d, r, p.data(), d, out + lo);
+  });
 }
 
 uint64_t LowrankCodec::stateDigest() const {
