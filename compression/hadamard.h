@@ -33,6 +33,19 @@ class HadamardCodec : public Codec {
   void rotate(float* x, int64_t n, int64_t d, bool inverse, const float* src = nullptr) const;
 
  private:
+  // The rotation's constants for rows of d values, and one row's rotation with them.
+  struct Rotation {
+    int64_t d, b;
+    float norm;
+    std::vector<float> sign, ones, post;
+  };
+  Rotation rotationFor(int64_t d, bool inverse) const;
+  void rotateRow(const Rotation& rot, bool inverse, float* row) const;
+  // hadamard(quant with group scales): values per fused step (whole rows, whole groups, a multiple
+  // of 8), or 0 where the inner codec is not such a quantizer.
+  int64_t fusedChunk(int64_t d) const;
+  void encodeFused(const float* x, const Shape& shape, int64_t chunk, Bytes& out);
+  void decodeFused(const uint8_t* payload, size_t size, const Shape& shape, int64_t chunk, float* out);
   std::unique_ptr<Codec> inner_;
   uint64_t seed_;
   int64_t maxBlock_;

@@ -141,12 +141,23 @@ void partRange(int64_t n, int64_t align, int64_t part, int64_t* lo, int64_t* hi)
   *hi = std::min(n, *lo + per);
 }
 
+// Set on the pool's threads and on a caller while it runs parts: a part that splits its own work
+// again runs that split on its own thread (the pool serves one message at a time).
+static thread_local bool insidePart = false;
+
 void parallelFor(int64_t parts, const std::function<void(int64_t)>& fn) {
-  if (parts <= 1 || codecThreads() == 1) {
+  if (parts <= 1 || codecThreads() == 1 || insidePart) {
     for (int64_t p = 0; p < parts; ++p) fn(p);
     return;
   }
-  pool().run(parts, fn);
+  pool().run(parts, [&](int64_t p) {
+    struct Mark {
+      bool was = insidePart;
+      Mark() { insidePart = true; }
+      ~Mark() { insidePart = was; }
+    } mark;
+    fn(p);
+  });
 }
 
 void parallelRanges(int64_t n, int64_t align, const std::function<void(int64_t, int64_t, int64_t)>& fn) {

@@ -116,14 +116,27 @@ void QuantStream::accumulateParts(const std::function<void(int64_t, int64_t, Qua
     for (int64_t g = 0; g < groups_; ++g) m_[g] = std::max(m_[g], part.m_[g]);
 }
 
-void QuantStream::finishScales() {
-  const int levels = 1 << opt_.bits;
+void QuantStream::sizeScales() {
   if (fixpoint_) {
     half_.resize(groups_);
     div_.resize(groups_);
     rdiv_.resize(groups_);
     s_.resize(groups_);
-    for (int64_t g = 0; g < groups_; ++g) {
+  } else {
+    inv_.resize(groups_);
+    step_.resize(groups_);
+  }
+}
+
+void QuantStream::finishScales() {
+  sizeScales();
+  finishScales(0, groups_);
+}
+
+void QuantStream::finishScales(int64_t g0, int64_t g1) {
+  const int levels = 1 << opt_.bits;
+  for (int64_t g = g0; g < g1; ++g) {
+    if (fixpoint_) {
       half_[g] = floatToHalf(m_[g]);
       s_[g] = halfToFloat(half_[g]);
       SP_REQUIRE(std::isfinite(s_[g]),
@@ -131,20 +144,18 @@ void QuantStream::finishScales() {
                      std::to_string(g) + " overflows the fp16 scale (at most 65504)");
       div_[g] = fixpointDivisor(half_[g]);
       rdiv_[g] = 1.0f / div_[g];
-    }
-  } else {
-    inv_.resize(groups_);
-    step_.resize(groups_);
-    for (int64_t g = 0; g < groups_; ++g) {
+    } else {
       step_[g] = stepOf(m_[g], levels);
       inv_[g] = invOf(step_[g]);
     }
   }
 }
 
-void QuantStream::writeScales(uint8_t* p) const {
-  if (fixpoint_) copyBytes(p, half_.data(), 2 * groups_);
-  else copyBytes(p, m_.data(), 4 * groups_);
+void QuantStream::writeScales(uint8_t* p) const { writeScales(p, 0, groups_); }
+
+void QuantStream::writeScales(uint8_t* p, int64_t g0, int64_t g1) const {
+  if (fixpoint_) copyBytes(p + 2 * g0, half_.data() + g0, 2 * static_cast<size_t>(g1 - g0));
+  else copyBytes(p + 4 * g0, m_.data() + g0, 4 * static_cast<size_t>(g1 - g0));
 }
 
 void QuantStream::readScales(const uint8_t* p) {

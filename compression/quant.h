@@ -73,6 +73,14 @@ class QuantStream {
   void accumulateParts(const std::function<void(int64_t lo, int64_t hi, QuantStream& part)>& pass);
   void finishScales();  // throws for a fixpoint scale that overflows fp16
   void writeScales(uint8_t* p) const;
+  // The same for scales [g0, g1) only (a caller that works group-aligned ranges in turn, e.g.
+  // hadamard's fused step): sizeScales() once, then each range's accumulate(), finishScales(g0, g1),
+  // writeScales(p, g0, g1) (p: the whole payload's scale section).
+  void sizeScales();
+  void finishScales(int64_t g0, int64_t g1);
+  void writeScales(uint8_t* p, int64_t g0, int64_t g1) const;
+  int64_t groupSize() const { return cols_; }  // values per scale in group mode
+  bool channelScales() const { return channel_; }
   void readScales(const uint8_t* p);  // validates every scale
   void quantize(const float* v, int64_t i, int64_t len, uint8_t* codes);
   void dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const;
