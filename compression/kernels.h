@@ -88,6 +88,13 @@ struct Kernels {
   // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))); and out_i = ((0 + c_i0 p_0) + c_i1 p_1) + ...
   void (*lowrankProject)(const float* x, int64_t rows, int64_t d, const float* p, int64_t r, float* coef);
   void (*lowrankExpand)(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d, float* out);
+  // Group scales: `groups` whole groups of g values, scale q for group q; each as absMax (m[q] =
+  // max(m[q], absMax(group))), quantScalar, dequantScalar, fixScalar, fixDequantScalar on its group.
+  void (*absMaxGroups)(const float* x, int64_t groups, int64_t g, float* m);
+  void (*quantGroups)(const float* x, int64_t groups, int64_t g, const float* m, const float* inv, float top, uint8_t* codes);
+  void (*dequantGroups)(const uint8_t* codes, int64_t groups, int64_t g, const float* m, const float* step, float* out);
+  void (*fixGroups)(const float* x, int64_t groups, int64_t g, const float* d, float mult, float lo, float hi, uint8_t* codes);
+  void (*fixDequantGroups)(const uint8_t* codes, int64_t groups, int64_t g, const float* s, float lo, float inv, float* out);
   // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
   bool fusedStepsPrefetch;
 };

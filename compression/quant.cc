@@ -90,8 +90,32 @@ void QuantStream::forEachRun(int64_t i, int64_t len, Fn&& fn) const {
   }
 }
 
+template <typename Run, typename Whole>
+void QuantStream::forEachGroupSpan(int64_t i, int64_t len, Run&& run, Whole&& whole) const {
+  int64_t j = i;
+  const int64_t end = i + len;
+  if (const int64_t pos = j % cols_; pos != 0) {
+    const int64_t r = std::min(cols_ - pos, end - j);
+    run(j, pos, r);
+    j += r;
+  }
+  if (const int64_t full = (end - j) / cols_; full > 0) {
+    whole(j, j / cols_, full);
+    j += full * cols_;
+  }
+  if (j < end) run(j, int64_t{0}, end - j);
+}
+
 void QuantStream::accumulate(const float* v, int64_t i, int64_t len) {
   const Kernels& k = kernels();
+  if (!channel_)
+    return forEachGroupSpan(
+        i, len,
+        [&](int64_t j, int64_t, int64_t run) {
+          float& m = m_[j / cols_];
+          m = std::max(m, k.absMax(v + (j - i), run));
+        },
+        [&](int64_t j, int64_t g, int64_t count) { k.absMaxGroups(v + (j - i), count, cols_, m_.data() + g); });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     if (channel_) {
       k.absMaxAccum(v + (j - i), run, m_.data() + pos);
@@ -185,6 +209,18 @@ void QuantStream::readScales(const uint8_t* p) {
 void QuantStream::quantize(const float* v, int64_t i, int64_t len, uint8_t* codes) {
   const Kernels& k = kernels();
   const bool stochastic = opt_.round == QuantOptions::Round::kStochastic;
+  if (!channel_ && !stochastic)
+    return forEachGroupSpan(
+        i, len,
+        [&](int64_t j, int64_t, int64_t run) {
+          const int64_t g = j / cols_;
+          if (fixpoint_) k.fixScalar(v + (j - i), div_[g], run, mult_, lo_, hi_, codes + (j - i));
+          else k.quantScalar(v + (j - i), m_[g], inv_[g], run, top_, codes + (j - i));
+        },
+        [&](int64_t j, int64_t g, int64_t count) {
+          if (fixpoint_) k.fixGroups(v + (j - i), count, cols_, div_.data() + g, mult_, lo_, hi_, codes + (j - i));
+          else k.quantGroups(v + (j - i), count, cols_, m_.data() + g, inv_.data() + g, top_, codes + (j - i));
+        });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const float* x = v + (j - i);
     uint8_t* c = codes + (j - i);
@@ -212,6 +248,18 @@ void QuantStream::quantize(const float* v, int64_t i, int64_t len, uint8_t* code
 
 void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const {
   const Kernels& k = kernels();
+  if (!channel_)
+    return forEachGroupSpan(
+        i, len,
+        [&](int64_t j, int64_t, int64_t run) {
+          const int64_t g = j / cols_;
+          if (fixpoint_) k.fixDequantScalar(codes + (j - i), s_[g], run, lo_, finv_, out + (j - i));
+          else k.dequantScalar(codes + (j - i), m_[g], step_[g], run, out + (j - i));
+        },
+        [&](int64_t j, int64_t g, int64_t count) {
+          if (fixpoint_) k.fixDequantGroups(codes + (j - i), count, cols_, s_.data() + g, lo_, finv_, out + (j - i));
+          else k.dequantGroups(codes + (j - i), count, cols_, m_.data() + g, step_.data() + g, out + (j - i));
+        });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const uint8_t* c = codes + (j - i);
     float* o = out + (j - i);

@@ -120,6 +120,10 @@ class QuantStream {
  private:
   template <typename Fn>
   void forEachRun(int64_t i, int64_t len, Fn&& fn) const;
+  // Group mode: run(j, pos, n) for a partial group at either end, whole(j, g, count) for the whole
+  // groups between (values j.., groups g..).
+  template <typename Run, typename Whole>
+  void forEachGroupSpan(int64_t i, int64_t len, Run&& run, Whole&& whole) const;
   // The fused steps share one shape: an accumulation kernel (x, y -> max per channel) and an update
   // kernel per level mapping (x, y in/out -> codes). Y is the buffer's element: float, a bf16
   // value (uint16_t), or the two bytes of an fp16 value (uint8_t, two per value).
