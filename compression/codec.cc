@@ -1,6 +1,8 @@
 // Shape helpers and codec names.
 #include "compression/codec.h"
 
+#include "compression/builtin.h"
+
 #include "compression/error.h"
 
 namespace slowpipe::compression {
@@ -37,7 +39,8 @@ std::string shapeString(const Shape& shape) {
   return s + "]";
 }
 
-const char* codecName(CodecId id) {
+namespace {
+const char* enumName(CodecId id) {
   switch (id) {
     case CodecId::kNone: return "none";
     case CodecId::kFp16: return "fp16";
@@ -47,12 +50,21 @@ const char* codecName(CodecId id) {
     case CodecId::kAcsgd: return "acsgd";
     case CodecId::kErrorFeedback: return "ef";
     case CodecId::kPlugin: return "plugin";
-    case CodecId::kRandk: return "randk";
     case CodecId::kLowrank: return "lowrank";
     case CodecId::kTorchScript: return "torchscript";
     case CodecId::kHadamard: return "hadamard";
   }
   return "unknown";
 }
+}  // namespace
+
+bool isEnumCodecId(uint16_t id) { return std::string(enumName(static_cast<CodecId>(id))) != "unknown"; }
+
+const char* codecName(CodecId id) {
+  if (const BuiltinCodec* b = builtinCodecById(static_cast<uint16_t>(id))) return b->name.c_str();
+  return enumName(id);
+}
+
+bool knownCodecId(uint16_t id) { return isEnumCodecId(id) || builtinCodecById(id) != nullptr; }
 
 }  // namespace slowpipe::compression

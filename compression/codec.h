@@ -27,10 +27,13 @@ enum class Direction : uint8_t { kForward = 0, kBackward = 1, kGradient = 2 };
 
 // Wire identifiers of the codecs; stored in every frame header.
 enum class CodecId : uint16_t {
-  kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7, kPlugin = 8, kRandk = 9, kHadamard = 10,
-  kLowrank = 11, kTorchScript = 12  // the last one: frame.cc accepts ids 1..kTorchScript
+  kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7, kPlugin = 8, kHadamard = 10,
+  kLowrank = 11, kTorchScript = 12  // 9: randk's, registered (compression/builtin.h)
 };
+// The name of a codec id: the enum's, a registered built-in's, or "unknown".
 const char* codecName(CodecId id);
+// Whether a frame may carry this codec id: one of the enum's or a registered built-in's.
+bool knownCodecId(uint16_t id);
 // "forward", "backward", "gradient".
 const char* directionName(Direction d);
 

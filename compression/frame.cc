@@ -94,7 +94,7 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   h.src = r.get<int32_t>("src rank");
   h.dst = r.get<int32_t>("dst rank");
   const auto codec = r.get<uint16_t>("codec id");
-  SP_REQUIRE(codec >= 1 && codec <= static_cast<uint16_t>(CodecId::kTorchScript), "frame: unknown codec id " + std::to_string(codec));
+  SP_REQUIRE(knownCodecId(codec), "frame: unknown codec id " + std::to_string(codec));
   h.codec = static_cast<CodecId>(codec);
   const auto ndim = r.get<uint8_t>("ndim");
   SP_REQUIRE(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));

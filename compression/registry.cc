@@ -4,13 +4,16 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "compression/acsgd.h"
+#include "compression/builtin.h"
 #include "compression/codec.h"
 #include "compression/hadamard.h"
 #include "compression/lowrank.h"
 #include "compression/plugin.h"
 #include "compression/quant.h"
+#include "compression/randk.h"
 #include "compression/simple_codecs.h"
 #include "compression/strict_int.h"
 
@@ -156,8 +159,43 @@ std::map<std::string, CodecFactory>& factories() {
 
 void registerCodecFactory(const std::string& name, CodecFactory factory) { factories()[name] = std::move(factory); }
 
+// The built-ins in the registry's form, one line each (compression/builtin.h).
+const std::vector<BuiltinCodec>& builtinCodecs() {
+  static const std::vector<BuiltinCodec> all = [] {
+    std::vector<BuiltinCodec> list = {
+        randkCodec(),  // compression/randk.cc
+    };
+    for (size_t i = 0; i < list.size(); ++i) {
+      const uint16_t id = list[i].wireId;
+      if (id == 0 || isEnumCodecId(id))
+        throw std::logic_error("codec '" + list[i].name + "': wire id " + std::to_string(id) + " is taken");
+      for (size_t j = 0; j < i; ++j)
+        if (list[j].wireId == id || list[j].name == list[i].name)
+          throw std::logic_error("codec '" + list[i].name + "': wire id or name registered twice");
+    }
+    return list;
+  }();
+  return all;
+}
+
+const BuiltinCodec* builtinCodecById(uint16_t wireId) {
+  for (const BuiltinCodec& b : builtinCodecs())
+    if (b.wireId == wireId) return &b;
+  return nullptr;
+}
+
+int64_t intParam(const std::string& codec, const CodecParams& p, const std::string& key, int64_t dflt) {
+  return p.count(key) ? parseInt(codec, key, p.at(key)) : dflt;
+}
+
+double ratioParam(const std::string& codec, const CodecParams& p) { return requiredRatio(codec, p); }
+
 std::vector<std::string> codecNames() {
-  return {"none", "fp16", "bf16", "quant", "topk", "randk", "lowrank", "acsgd", "ef(<inner>[;store=fp32|bf16])", "hadamard(<inner>[;seed=S][;block=B])", "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"};
+  std::vector<std::string> names = {"none", "fp16", "bf16", "quant", "topk", "lowrank", "acsgd"};
+  for (const BuiltinCodec& b : builtinCodecs()) names.push_back(b.name);
+  names.insert(names.end(), {"ef(<inner>[;store=fp32|bf16])", "hadamard(<inner>[;seed=S][;block=B])",
+                             "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"});
+  return names;
 }
 
 namespace {
@@ -208,6 +246,8 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
   const size_t colon = spec.find(':');
   const std::string name = trim(spec.substr(0, colon));
   const std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  for (const BuiltinCodec& b : builtinCodecs())
+    if (b.name == name) return b.make(parseParams(name, rest, b.keys), instance);
   if (name == "none" || name == "fp32" || name == "fp16" || name == "bf16") {
     parseParams(name, rest, {});
     return std::make_unique<CastCodec>(name == "fp16"   ? CodecId::kFp16
@@ -218,11 +258,6 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
     const Params p = parseParams(name, rest, {"ratio", "bits"});
     const int bits = p.count("bits") ? static_cast<int>(parseInt(name, "bits", p.at("bits"))) : 16;
     return std::make_unique<TopkCodec>(requiredRatio(name, p), bits);
-  }
-  if (name == "randk") {
-    const Params p = parseParams(name, rest, {"ratio", "seed"});
-    const uint64_t seed = p.count("seed") ? static_cast<uint64_t>(parseInt(name, "seed", p.at("seed"))) : 1;
-    return std::make_unique<RandkCodec>(requiredRatio(name, p), seed);
   }
   if (name == "lowrank") {
     const Params p = parseParams(name, rest, {"rank", "basis", "refresh", "iters", "seed"});

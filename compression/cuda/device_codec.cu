@@ -22,6 +22,7 @@
 #include "compression/element.h"
 #include "compression/error.h"
 #include "compression/quant.h"
+#include "compression/randk.h"
 #include "compression/simple_codecs.h"
 
 namespace slowpipe::compression::cuda {
@@ -697,6 +698,7 @@ void DeviceCodec::encode(const float* dx, const Shape& shape, const CodecContext
 std::unique_ptr<DeviceCodec> DeviceCodec::make(const std::string& spec, BufferPlace buffers) {
   const std::unique_ptr<Codec> host = makeCodec(spec);
   if (const std::string why = devicePathMissing(*host); !why.empty()) throw CodecError(why);
+  if (host->id() == static_cast<CodecId>(kRandkWireId)) return std::make_unique<RandkDevice>(static_cast<const RandkCodec&>(*host));
   switch (host->id()) {
     case CodecId::kNone:
     case CodecId::kFp16:
@@ -708,8 +710,6 @@ std::unique_ptr<DeviceCodec> DeviceCodec::make(const std::string& spec, BufferPl
       return std::make_unique<AcsgdDevice>(static_cast<const AcsgdCodec&>(*host).options(), buffers);
     case CodecId::kTopk:
       return std::make_unique<TopkDevice>(static_cast<const TopkCodec&>(*host));
-    case CodecId::kRandk:
-      return std::make_unique<RandkDevice>(static_cast<const RandkCodec&>(*host));
     default:
       throw std::logic_error("DeviceCodec::make: devicePathMissing accepted codec '" + host->spec() + "'");
   }

@@ -1,13 +1,17 @@
 // Codec registry (spec strings and their errors) and the element-wise codecs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "compression/builtin.h"
 #include "compression/codec.h"
+#include "compression/frame.h"
 #include "compression/hadamard.h"
 #include "compression/half.h"
+#include "compression/randk.h"
 #include "compression/simple_codecs.h"
 #include "tests/compression/spec_error.h"
 
@@ -226,6 +230,32 @@ TEST(HadamardCodecTest, OrthonormalInverseAndHelpsWithOutliers) {
 
 // randk: the receiver derives the kept set from the shared context alone (the payload is a count
 // and the values), keeps about ratio of the elements, and decodes to x in expectation.
+// A codec in the registry's form (randk): found by name, named by its wire id, listed in the help,
+// accepted in frames; a frame with an id nobody registered is refused by name.
+TEST(BuiltinRegistryTest, ARegisteredCodecIsKnownEverywhere) {
+  ASSERT_FALSE(builtinCodecs().empty());
+  const auto names = codecNames();
+  for (const BuiltinCodec& b : builtinCodecs()) {
+    EXPECT_STREQ(codecName(static_cast<CodecId>(b.wireId)), b.name.c_str());
+    EXPECT_TRUE(knownCodecId(b.wireId)) << b.name;
+    EXPECT_FALSE(isEnumCodecId(b.wireId)) << b.name << ": its id is also the enum's";
+    EXPECT_NE(std::find(names.begin(), names.end(), b.name), names.end()) << b.name;
+    EXPECT_EQ(builtinCodecById(b.wireId), &b);
+  }
+  auto randk = makeCodec("randk:ratio=0.5,seed=3");
+  EXPECT_EQ(static_cast<uint16_t>(randk->id()), builtinCodecById(9)->wireId);
+  std::vector<float> x(64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) - 20.0f;
+  CodecContext ctx;
+  Bytes frame = encodeFrame(*randk, x.data(), FrameHeader{.shape = {64}}, ctx);
+  std::vector<float> out;
+  const FrameHeader h = decodeFrame(*makeCodec("randk:ratio=0.5,seed=3"), frame.data(), frame.size(), ctx, out);
+  EXPECT_EQ(h.codec, randk->id());
+  EXPECT_FALSE(knownCodecId(200));
+  EXPECT_EQ(codecName(static_cast<CodecId>(200)), std::string("unknown"));
+  EXPECT_THROW(makeCodec("randk:ratio=0.5,bits=2"), CodecError);
+}
+
 TEST(RandkCodecTest, SharedIndicesUnbiasedNoIndexBytes) {
   const Shape shape = {4, 50, 50};
   const int64_t n = numelOf(shape);
