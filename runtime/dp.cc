@@ -50,7 +50,7 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
 std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage) {
   std::vector<std::vector<int64_t>> out;
   for (int v = 0; v < spec.pipeline.virtualStages; ++v)
-    for (auto& shape : stageParameterShapes(spec, v * spec.pipeline.stages + stage)) out.push_back(std::move(shape));
+    for (auto& shape : stageParameterShapes(spec, rankLayout(spec).virtualStage(v, stage))) out.push_back(std::move(shape));
   return out;
 }
 

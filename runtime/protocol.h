@@ -33,12 +33,12 @@ inline int peerRank(const RankLayout& layout, int rank, const Action& a) {
 // v S + stage - 1 (from / to the previous stage) or v S + stage (next)). Sender and receiver
 // compute the same value; 0 throughout with one chunk per rank.
 inline int boundaryChunk(const RankLayout& layout, int stage, const Action& a) {
-  const int b = a.chunk * layout.stages + stage - (a.peer == Action::Peer::kPrev ? 1 : 0);
-  return b < 0 ? 0 : b / layout.stages;
+  const int b = layout.virtualStage(a.chunk, stage) - (a.peer == Action::Peer::kPrev ? 1 : 0);
+  return b < 0 ? 0 : layout.chunkOfVirtual(b);
 }
 
 // The virtual stage of a compute action of `stage` (the index of its layers in stageLayers).
-inline int virtualStage(const RankLayout& layout, int stage, const Action& a) { return a.chunk * layout.stages + stage; }
+inline int virtualStage(const RankLayout& layout, int stage, const Action& a) { return layout.virtualStage(a.chunk, stage); }
 
 // The previous / next stage's rank of `rank` (same replica), -1 at the ends of the pipeline.
 inline int pipelinePeer(const RankLayout& layout, int rank, Action::Peer side) {
@@ -52,6 +52,8 @@ inline int64_t dpChunkBegin(int64_t n, int c, int replicas) { return n * c / rep
 inline int64_t dpChunkValues(int64_t n, int c, int replicas) {
   return dpChunkBegin(n, c + 1, replicas) - dpChunkBegin(n, c, replicas);
 }
+// The most values any chunk of an n-value round holds.
+inline int64_t dpLargestChunk(int64_t n, int replicas) { return (n + replicas - 1) / replicas; }
 
 // The ring all-gather chunk that `replica` reduced (and so encodes once per round and sends
 // first): (replica + 1) mod R.

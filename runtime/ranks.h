@@ -28,7 +28,15 @@ struct RankLayout {
     return id.stage * replicas + id.replica;
   }
   RankId id(int rank) const { return {rank / replicas, rank % replicas}; }
+  // Virtual stage k = chunk * stages + stage (pipeline.virtual_stages > 1: chunk v of every stage,
+  // in pipeline order), and back.
+  int virtualStage(int chunk, int stage) const { return chunk * stages + stage; }
+  int stageOfVirtual(int k) const { return k % stages; }
+  int chunkOfVirtual(int k) const { return k / stages; }
 };
+
+// Position v on a ring of n (replicas of a stage): v mod n, also for v < 0.
+inline int ringIndex(int v, int n) { return ((v % n) + n) % n; }
 
 // The seed of a directed link's jitter and loss draws, the same in every tier (the emulator's
 // links, the simulator's replay): a pipeline link by its two ranks, a data-parallel link by the

@@ -131,7 +131,7 @@ json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<
   for (int q = 0; q < R; ++q) {
     const std::optional<double>& l = ranks[layout.rank({layout.stages - 1, q})].loss;
     perReplica.push_back(optional(l));
-    loss = loss && l ? std::optional<double>(*loss + *l / R) : std::nullopt;
+    loss = loss && l ? std::optional<double>(*loss + *l / R) : std::nullopt;  // not a rank: the mean over replicas
   }
   json st = {{"step", ranks[0].step}, {"epoch", ranks[0].epoch}, {"time_s", time}, {"tokens", tokens},
              {"tokens_per_s", tokens / time}, {"loss", optional(loss)},

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "compression/bytes.h"
+#include "runtime/ranks.h"
 
 #include "slowpipe_provenance.h"  // generated at build time (tools/provenance.cmake)
 
@@ -100,8 +101,9 @@ json summarizeSteps(const json& steps, const json& evals) {
 }
 
 std::string codecStatesProblem(const json& codecState, int stages, int replicas, bool ring) {
+  const RankLayout layout{stages, replicas, 1};
   auto of = [&](int stage, int replica) -> json {
-    const std::string key = std::to_string(stage * replicas + replica);  // runtime/ranks.h's layout
+    const std::string key = std::to_string(layout.rank({stage, replica}));
     return codecState.contains(key) ? codecState[key] : json::object();
   };
   auto field = [](const json& j, const char* k) -> std::string {
@@ -109,7 +111,7 @@ std::string codecStatesProblem(const json& codecState, int stages, int replicas,
   };
   for (int q = 0; q < replicas; ++q)
     for (int s = 0; s + 1 < stages || (ring && s < stages && stages > 1); ++s) {
-      const int t = (s + 1) % stages;  // a ring (model chunks) closes stage S-1 -> 0
+      const int t = ringIndex(s + 1, stages);  // a ring (model chunks) closes stage S-1 -> 0
       const json a = of(s, q), b = of(t, q);
       const std::string link = "stage " + std::to_string(s) + " <-> " + std::to_string(t) + " of replica " + std::to_string(q);
       for (const auto& [send, recv, what] : {std::tuple{field(a, "fwd_sender_digest"), field(b, "fwd_receiver_digest"), "forward"},

@@ -169,7 +169,7 @@ void checkVirtualStages(const RunSpec& s, const std::string& field) {
                     s.pipeline.schedule + "' runs one");
   if (S < 2) fail(field, std::to_string(V) + " model chunks on 1 stage: interleaving needs pipeline.stages >= 2");
   if (S * V > 256) fail(field, std::to_string(S * V) + " virtual stages; at most 256");
-  if (s.pipeline.microBatches % S != 0)
+  if (s.pipeline.microBatches % S != 0)  // not a rank: rounds of micro-batches
     fail(field, "interleaving takes micro-batches in rounds of pipeline.stages: micro_batches = " +
                     std::to_string(s.pipeline.microBatches) + " is not a multiple of " + std::to_string(S));
 }
@@ -865,9 +865,9 @@ std::vector<std::pair<int, int>> stageLayers(const RunSpec& s) {
   }
   // Balanced by parameter count: blocks are equal, so spread L blocks evenly; extra blocks go to
   // the middle stages first because the first and last stages also hold embeddings / the head.
-  std::vector<int> count(S, L / S);
-  int extra = L % S;
-  for (int k = 0; extra > 0; ++k, --extra) count[(1 + k) % S]++;
+  std::vector<int> count(S, L / S);  // not a rank: layers per stage
+  int extra = L % S;                 // not a rank: layers left over
+  for (int k = 0; extra > 0; ++k, --extra) count[ringIndex(1 + k, S)]++;
   std::vector<std::pair<int, int>> out;
   int at = 0;
   for (int c : count) {

@@ -172,7 +172,7 @@ int64_t largestFrameBytes(const RunSpec& spec) {
                message = compression::makeCodec(gradientCompressor(spec.dp)->messageCodec(), "frame-bound");
     for (int s = 0; s < spec.pipeline.stages; ++s)
       for (int round = 0; round < dpShape(spec).rounds; ++round) {
-        const compression::Shape chunk = {dpRoundValues(spec, s, round) / spec.pipeline.replicas + 1};
+        const compression::Shape chunk = {protocol::dpLargestChunk(dpRoundValues(spec, s, round), spec.pipeline.replicas)};
         payload = std::max({payload, none->maxPayloadBytes(chunk), message->maxPayloadBytes(chunk)});
       }
   }

@@ -166,9 +166,10 @@ class TimingBackend : public runtime::Backend {
 // asleep that long before each compute action.
 TimingBackend timeStage(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k, const std::string& schedule,
                         int chunks, int reps, double idleS = 0) {
-  const int S = spec.pipeline.stages, stage = k % S;
-  TimingBackend b(runner, spec, chunks > 1 ? k / S : 0, idleS);
-  b.measure({S, 1, chunks}, stage, runtime::computeOnly(runtime::makeSchedule(schedule, S, spec.pipeline.microBatches, stage, chunks)),
+  const runtime::RankLayout layout{spec.pipeline.stages, 1, chunks};
+  const int S = layout.stages, stage = layout.stageOfVirtual(k);
+  TimingBackend b(runner, spec, chunks > 1 ? layout.chunkOfVirtual(k) : 0, idleS);
+  b.measure(layout, stage, runtime::computeOnly(runtime::makeSchedule(schedule, S, spec.pipeline.microBatches, stage, chunks)),
             reps);
   return b;
 }
@@ -340,9 +341,9 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
     UnitGroup g;
     auto& ps = g.ps;
     auto failed = [&](int i, const std::string& what) {
-      return std::runtime_error("profile: the host-speed process for stage " + std::to_string((first + i) % stages) + " " + what);
+      return std::runtime_error("profile: the host-speed process for stage " + std::to_string(runtime::ringIndex(first + i, stages)) + " " + what);
     };
-    for (int i = 0; i < n; ++i) ps.push_back(spawnUnit(specPath, (first + i) % stages, windowS));
+    for (int i = 0; i < n; ++i) ps.push_back(spawnUnit(specPath, runtime::ringIndex(first + i, stages), windowS));
     std::vector<double> out(n, -1);
     char line[128];
     for (int i = 0; i < n; ++i)  // each says "ready" once its runner is built and warm
@@ -375,9 +376,9 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
     for (int n = 2; n <= workers; ++n) {
       std::vector<double> r;
       for (int k = 0; k < reps; ++k) {
-        const std::vector<double> got = rates(n, k % stages);
+        const std::vector<double> got = rates(n, runtime::ringIndex(k, stages));
         double sum = 0;
-        for (int i = 0; i < n; ++i) sum += got[i] / alone[(k + i) % stages];
+        for (int i = 0; i < n; ++i) sum += got[i] / alone[runtime::ringIndex(k + i, stages)];
         r.push_back(sum / n);
       }
       // Sharing the host never speeds a stage up: a ratio above 1 means the machine was busier

@@ -38,7 +38,7 @@ DpCost Profile::dpCost(const runtime::RunSpec& spec, int stage) const {
   DpCost sum;
   int found = 0;
   for (int v = 0; v < spec.pipeline.virtualStages && stage >= 0; ++v) {
-    const size_t k = static_cast<size_t>(v * spec.pipeline.stages + stage);
+    const size_t k = static_cast<size_t>(runtime::rankLayout(spec).virtualStage(v, stage));
     if (k >= stages.size()) break;
     const auto it = stages[k].dp.find(key);
     if (it == stages[k].dp.end()) break;

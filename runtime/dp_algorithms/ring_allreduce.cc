@@ -4,13 +4,14 @@
 // (protocol::dpOwnedChunk), encodes it once, and that frame is relayed unchanged around the ring
 // (Send(r+1, chunk (r+1-t) mod R) / Recv(r-1, chunk (r-t) mod R)), so every replica decodes the
 // same bytes.
+#include "runtime/ranks.h"
 #include "runtime/schedule.h"
 
 namespace slowpipe::runtime {
 
 void ringAllreduceRound(std::vector<Action>& a, int replicas, int r) {
   const int R = replicas;
-  auto mod = [R](int v) { return ((v % R) + R) % R; };
+  auto mod = [R](int v) { return ringIndex(v, R); };
   for (int t = 0; t + 1 < R; ++t) {
     a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpReduce, mod(r - t), mod(r + 1)));
     a.push_back(dpMessage(Action::Kind::kRecv, Action::Message::kDpReduce, mod(r - t - 1), mod(r - 1)));
