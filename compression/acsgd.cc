@@ -34,8 +34,8 @@ void forEachPiece(int64_t i0, int64_t len, int64_t rowLen, Fn&& fn) {
 
 AcsgdCodec::AcsgdCodec(AcsgdOptions opt)
     : opt_(std::move(opt)), quant_(opt_.quant), store_(opt_.store) {
-  SP_REQUIRE(opt_.warmupEpochs >= 0, "acsgd: warmup_epochs=" + std::to_string(opt_.warmupEpochs) +
-                                      " must be >= 0");
+  SP_REQUIRE(opt_.warmupEpochs >= 0,
+             "acsgd: warmup_epochs=" + std::to_string(opt_.warmupEpochs) + " must be >= 0");
 }
 
 std::string AcsgdCodec::spec() const {
@@ -53,45 +53,49 @@ std::string AcsgdCodec::spec() const {
 }
 
 AcsgdRows acsgdRows(const Shape& shape, const CodecContext& ctx) {
-  SP_REQUIRE(!shape.empty(), "acsgd: needs a tensor with a leading example dimension, got a scalar");
+  SP_REQUIRE(!shape.empty(),
+             "acsgd: needs a tensor with a leading example dimension, got a scalar");
   const int64_t rows = shape[0], n = numelOf(shape);
   SP_REQUIRE(static_cast<int64_t>(ctx.exampleIds.size()) == rows,
-          "acsgd: " + std::to_string(ctx.exampleIds.size()) + " example ids for " +
-              std::to_string(rows) + " rows of shape " + shapeString(shape));
+             "acsgd: " + std::to_string(ctx.exampleIds.size()) + " example ids for " +
+                 std::to_string(rows) + " rows of shape " + shapeString(shape));
   std::unordered_set<int64_t> seen;
   for (int64_t id : ctx.exampleIds)
-    SP_REQUIRE(seen.insert(id).second, "acsgd: example id " + std::to_string(id) +
-                                        " appears twice in one message");
+    SP_REQUIRE(seen.insert(id).second,
+               "acsgd: example id " + std::to_string(id) + " appears twice in one message");
   return {rows, rows ? n / rows : 0};
 }
 
-AcsgdPayload parseAcsgdPayload(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
-                               const QuantOptions& quant, const std::function<bool(int64_t)>& holds) {
+AcsgdPayload parseAcsgdPayload(const uint8_t* payload, size_t size, const Shape& shape,
+                               const CodecContext& ctx, const QuantOptions& quant,
+                               const std::function<bool(int64_t)>& holds) {
   AcsgdPayload p;
   p.rows = acsgdRows(shape, ctx);
   const int64_t rows = p.rows.rows;
   ByteReader rd(payload, size, "acsgd payload");
   const uint32_t sentRows = rd.get<uint32_t>("row count");
-  SP_REQUIRE(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) +
-                                " rows, shape " + shapeString(shape) + " has " + std::to_string(rows));
+  SP_REQUIRE(sentRows == rows, "acsgd: payload has " + std::to_string(sentRows) + " rows, shape " +
+                                   shapeString(shape) + " has " + std::to_string(rows));
   const uint8_t* flags = rd.take((rows + 7) / 8, "row flags");
   for (int64_t r = 0; r < rows; ++r) (flagOf(flags, r) ? p.fullRows : p.deltaRows).push_back(r);
   for (int64_t r : p.deltaRows)
     SP_REQUIRE(holds(ctx.exampleIds[r]),
-            "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
-                " but the receiver holds no buffer for it (sender and receiver diverged)");
+               "acsgd: delta for example id " + std::to_string(ctx.exampleIds[r]) +
+                   " but the receiver holds no buffer for it (sender and receiver diverged)");
   p.full = rd.take(4 * p.rows.rowLen * p.fullRows.size(), "full-precision rows");
   p.deltaShape = shape;
   p.deltaShape[0] = static_cast<int64_t>(p.deltaRows.size());
   p.deltaBytes = p.deltaRows.empty() ? 0 : quantPayloadBytes(quant, p.deltaShape);
   SP_REQUIRE(rd.remaining() == p.deltaBytes, "acsgd: " + std::to_string(rd.remaining()) +
-                                                 " bytes of quantized deltas, expected " + std::to_string(p.deltaBytes));
+                                                 " bytes of quantized deltas, expected " +
+                                                 std::to_string(p.deltaBytes));
   p.deltas = rd.take(p.deltaBytes, "deltas");
   return p;
 }
 
 void AcsgdCodec::applyDeltas(const std::vector<int64_t>& ids, const std::vector<float>& deq,
-                             int64_t rowLen, const std::vector<int64_t>& deltaRows, const float* loaded, float* out) {
+                             int64_t rowLen, const std::vector<int64_t>& deltaRows,
+                             const float* loaded, float* out) {
   std::vector<float> m(rowLen);
   for (size_t j = 0; j < deltaRows.size(); ++j) {
     const int64_t id = ids[deltaRows[j]];
@@ -150,8 +154,8 @@ void AcsgdCodec::encode(const float* x, const Shape& shape, const CodecContext& 
 
 void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                         const CodecContext& ctx, float* out) {
-  const AcsgdPayload p =
-      parseAcsgdPayload(payload, size, shape, ctx, opt_.quant, [&](int64_t id) { return store_.contains(id); });
+  const AcsgdPayload p = parseAcsgdPayload(payload, size, shape, ctx, opt_.quant,
+                                           [&](int64_t id) { return store_.contains(id); });
   const int64_t rowLen = p.rows.rowLen;
   const std::vector<int64_t>& fullRows = p.fullRows;
   const std::vector<int64_t>& deltaRows = p.deltaRows;
@@ -173,7 +177,8 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     store_.store(ctx.exampleIds[fullRows[j]], row, rowLen);
   }
   if (fused) {
-    if (!deltaRows.empty()) decodeDeltasFused(qs, q + qs.scaleBytes(), ctx.exampleIds, deltaRows, out);
+    if (!deltaRows.empty())
+      decodeDeltasFused(qs, q + qs.scaleBytes(), ctx.exampleIds, deltaRows, out);
   } else {
     applyDeltas(ctx.exampleIds, deq, rowLen, deltaRows, nullptr, out);
   }
@@ -184,19 +189,22 @@ void AcsgdCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
 // m of delta row j, values [off, off + cnt): an fp32 store's row is used in place; an fp16
 // store's is converted into buf.
 const float* AcsgdCodec::heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const {
-  if (store_.options().dtype == StoreOptions::Dtype::kFp32) return reinterpret_cast<const float*>(row) + off;
+  if (store_.options().dtype == StoreOptions::Dtype::kFp32)
+    return reinterpret_cast<const float*>(row) + off;
   store_.loadElems(row, off, cnt, buf);
   return buf;
 }
 
 // The stored rows of the DELTA rows' examples (valid until a new id is stored).
-std::vector<uint8_t*> AcsgdCodec::deltaRowData(const std::vector<int64_t>& ids, const std::vector<int64_t>& deltaRows) {
+std::vector<uint8_t*> AcsgdCodec::deltaRowData(const std::vector<int64_t>& ids,
+                                               const std::vector<int64_t>& deltaRows) {
   std::vector<uint8_t*> rows(deltaRows.size());
   for (size_t j = 0; j < deltaRows.size(); ++j) rows[j] = store_.rowData(ids[deltaRows[j]]);
   return rows;
 }
 
-void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
+void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape,
+                                   const std::vector<int64_t>& ids,
                                    const std::vector<int64_t>& deltaRows, Bytes& out) {
   const Kernels& k = kernels();
   const int64_t rowLen = numelOf(dshape) / dshape[0];
@@ -209,7 +217,8 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   };
   auto deltas = [&](int64_t i0, int64_t len, Scratch& sc) {
     forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-      k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), cnt, sc.d.data() + p);
+      k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), cnt,
+            sc.d.data() + p);
     });
   };
   const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
@@ -222,12 +231,13 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   const int64_t mBytes = inPlace ? 4 : 2;
   auto prefetch = [&](int64_t i0, int64_t end) {
     if (k.fusedStepsPrefetch || i0 >= end) return;
-    forEachPiece(i0, std::min(kChunk, end - i0), rowLen, [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
-      const char* xp = reinterpret_cast<const char*>(x + deltaRows[j] * rowLen + off);
-      const char* mp = reinterpret_cast<const char*>(rows[j] + off * mBytes);
-      for (int64_t b = 0; b < 4 * cnt; b += 64) __builtin_prefetch(xp + b);
-      for (int64_t b = 0; b < mBytes * cnt; b += 64) __builtin_prefetch(mp + b);
-    });
+    forEachPiece(i0, std::min(kChunk, end - i0), rowLen,
+                 [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
+                   const char* xp = reinterpret_cast<const char*>(x + deltaRows[j] * rowLen + off);
+                   const char* mp = reinterpret_cast<const char*>(rows[j] + off * mBytes);
+                   for (int64_t b = 0; b < 4 * cnt; b += 64) __builtin_prefetch(xp + b);
+                   for (int64_t b = 0; b < mBytes * cnt; b += 64) __builtin_prefetch(mp + b);
+                 });
   };
   qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {  // pass 1: the scales of d
     Scratch sc;
@@ -241,8 +251,10 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
       prefetch(i0 + kChunk, hi);
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
         const float* xr = x + deltaRows[j] * rowLen + off;
-        if (inRegisters) part.deltaAccumulateHalf(xr, rows[j] + 2 * off, i0 + p, cnt);
-        else part.deltaAccumulate(xr, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), i0 + p, cnt);
+        if (inRegisters)
+          part.deltaAccumulateHalf(xr, rows[j] + 2 * off, i0 + p, cnt);
+        else
+          part.deltaAccumulate(xr, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), i0 + p, cnt);
       });
     }
   });
@@ -251,51 +263,57 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape, const st
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = opt_.quant.bits;
-  parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {  // pass 2: Q(d) on the wire, m += Q(d)
-    Scratch sc;
-    float* mbuf = sc.mbuf.data();
-    float* d = sc.d.data();
-    uint8_t codes[kChunk];
-    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
-      const int64_t len = std::min(kChunk, hi - i0);
-      if (oneLoop) {
-        prefetch(i0 + kChunk, hi);
-        forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
-          if (inRegisters) return qs.deltaUpdateHalf(x + deltaRows[j] * rowLen + off, rows[j] + 2 * off, i0 + pos, cnt, codes + pos);
-          float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
-          if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
-          qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
-          if (!inPlace) store_.storeElems(rows[j], off, cnt, m, nullptr);
-        });
-        packBits(codes, len, bits, packed + i0 * bits / 8);
-        continue;
-      }
-      deltas(i0, len, sc);  // an fp16 store's m of the chunk is now in mbuf
-      qs.quantize(d, i0, len, codes);
-      packBits(codes, len, bits, packed + i0 * bits / 8);
-      qs.dequantize(codes, i0, len, d);
-      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
-        if (inPlace) {
-          float* m = reinterpret_cast<float*>(rows[j]) + off;
-          k.add(m, d + pos, cnt, m);
-        } else {
-          k.add(mbuf + pos, d + pos, cnt, mbuf + pos);
-          store_.storeElems(rows[j], off, cnt, mbuf + pos, nullptr);
+  parallelRanges(
+      qs.size(), kChunk,
+      [&](int64_t lo, int64_t hi, int64_t) {  // pass 2: Q(d) on the wire, m += Q(d)
+        Scratch sc;
+        float* mbuf = sc.mbuf.data();
+        float* d = sc.d.data();
+        uint8_t codes[kChunk];
+        for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+          const int64_t len = std::min(kChunk, hi - i0);
+          if (oneLoop) {
+            prefetch(i0 + kChunk, hi);
+            forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+              if (inRegisters)
+                return qs.deltaUpdateHalf(x + deltaRows[j] * rowLen + off, rows[j] + 2 * off,
+                                          i0 + pos, cnt, codes + pos);
+              float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
+              if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
+              qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
+              if (!inPlace) store_.storeElems(rows[j], off, cnt, m, nullptr);
+            });
+            packBits(codes, len, bits, packed + i0 * bits / 8);
+            continue;
+          }
+          deltas(i0, len, sc);  // an fp16 store's m of the chunk is now in mbuf
+          qs.quantize(d, i0, len, codes);
+          packBits(codes, len, bits, packed + i0 * bits / 8);
+          qs.dequantize(codes, i0, len, d);
+          forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+            if (inPlace) {
+              float* m = reinterpret_cast<float*>(rows[j]) + off;
+              k.add(m, d + pos, cnt, m);
+            } else {
+              k.add(mbuf + pos, d + pos, cnt, mbuf + pos);
+              store_.storeElems(rows[j], off, cnt, mbuf + pos, nullptr);
+            }
+          });
         }
       });
-    }
-  });
   qs.done();
 }
 
 // qs: the deltas' stream with its scales read; packed: their codes.
-void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed, const std::vector<int64_t>& ids,
+void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
+                                   const std::vector<int64_t>& ids,
                                    const std::vector<int64_t>& deltaRows, float* out) {
   const Kernels& k = kernels();
   const int64_t rowLen = qs.size() / static_cast<int64_t>(deltaRows.size());
   const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
   const int bits = opt_.quant.bits;
-  const bool inRegisters = store_.options().dtype == StoreOptions::Dtype::kFp16 && k.deltaApplyH != nullptr;
+  const bool inRegisters =
+      store_.options().dtype == StoreOptions::Dtype::kFp16 && k.deltaApplyH != nullptr;
   // Large outputs are built in a chunk buffer and streamed to their place (as quant's decode does).
   const bool stream = qs.size() >= QuantCodec::kStreamValues;
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
@@ -308,7 +326,8 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
       // The output row is what both sides now hold: m + Q(d) after the store's rounding.
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
         float* o = stream ? obuf.data() + p : out + deltaRows[j] * rowLen + off;
-        if (inRegisters) k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
+        if (inRegisters)
+          k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
         else {
           k.add(heldRange(rows[j], off, cnt, mbuf.data() + p), d.data() + p, cnt, o);
           store_.storeElems(rows[j], off, cnt, o, o);
@@ -320,13 +339,15 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   });
 }
 
-ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner, Store store) : inner_(std::move(inner)), store_(store) {
+ErrorFeedbackCodec::ErrorFeedbackCodec(std::unique_ptr<Codec> inner, Store store)
+    : inner_(std::move(inner)), store_(store) {
   const Codec* core = inner_.get();  // a rotation keeps the state of what it wraps
   while (core->id() == CodecId::kHadamard) core = &static_cast<const HadamardCodec*>(core)->inner();
   const CodecId id = core->id();
   SP_REQUIRE(id != CodecId::kAcsgd && id != CodecId::kErrorFeedback,
-          "ef: inner codec '" + inner_->spec() +
-              "' is stateful; expected one of none, fp16, bf16, quant, topk, randk, lowrank (or hadamard of one)");
+             "ef: inner codec '" + inner_->spec() +
+                 "' is stateful; expected one of none, fp16, bf16, quant, topk, randk, lowrank (or "
+                 "hadamard of one)");
 }
 
 namespace {
@@ -337,8 +358,8 @@ void widen(const uint16_t* r, int64_t n, float* out) {
 void narrow(const float* v, int64_t n, uint16_t* r) {
   for (int64_t i = 0; i < n; ++i) r[i] = floatToBf16(v[i]);
 }
-// Where the generic steps read and write the residual run [at, at + n): in place (fp32), or a widened
-// copy in `w` that `store` narrows back (bf16).
+// Where the generic steps read and write the residual run [at, at + n): in place (fp32), or a
+// widened copy in `w` that `store` narrows back (bf16).
 float* residualRun(float* r, int64_t, std::vector<float>&) { return r; }
 float* residualRun(uint16_t* r, int64_t n, std::vector<float>& w) {
   widen(r, n, w.data());
@@ -348,11 +369,12 @@ void store(float*, int64_t, const std::vector<float>&) {}
 void store(uint16_t* r, int64_t n, const std::vector<float>& w) { narrow(w.data(), n, r); }
 }  // namespace
 
-void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
+void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,
+                                Bytes& out) {
   const auto n = static_cast<size_t>(numelOf(shape));
   auto check = [&](size_t held) {
-    SP_REQUIRE(held == n, "ef: tensor '" + ctx.key + "' changed size from " + std::to_string(held) + " to " +
-                              std::to_string(n) + " values");
+    SP_REQUIRE(held == n, "ef: tensor '" + ctx.key + "' changed size from " + std::to_string(held) +
+                              " to " + std::to_string(n) + " values");
   };
   if (store_ == Store::kBf16) {
     auto& r = residualBf16_[ctx.key];
@@ -367,7 +389,8 @@ void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecC
 }
 
 template <typename R>
-void ErrorFeedbackCodec::encodeWith(const float* x, const Shape& shape, const CodecContext& ctx, R* r, Bytes& out) {
+void ErrorFeedbackCodec::encodeWith(const float* x, const Shape& shape, const CodecContext& ctx,
+                                    R* r, Bytes& out) {
   if (inner_->id() == CodecId::kQuant) return encodeQuantFused(x, shape, r, out);
   const Kernels& k = kernels();
   const int64_t n = numelOf(shape);
@@ -396,15 +419,18 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
   // Chunk scratch per part (the codec threads, compression/parallel.h): v = x + r, Q(v), and the
   // widened residual of a bf16 store.
   struct Scratch {
-    std::vector<float> v = std::vector<float>(kChunk), q = std::vector<float>(kChunk), w = std::vector<float>(kChunk);
+    std::vector<float> v = std::vector<float>(kChunk), q = std::vector<float>(kChunk),
+                       w = std::vector<float>(kChunk);
   };
   qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {
     Scratch sc;
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
       const int64_t len = std::min(kChunk, hi - i0);
       if (oneLoop) {
-        if constexpr (kBf16) part.sumAccumulateBf16(x + i0, r + i0, i0, len);
-        else part.sumAccumulate(x + i0, r + i0, i0, len);
+        if constexpr (kBf16)
+          part.sumAccumulateBf16(x + i0, r + i0, i0, len);
+        else
+          part.sumAccumulate(x + i0, r + i0, i0, len);
         continue;
       }
       k.add(x + i0, residualRun(r + i0, len, sc.w), len, sc.v.data());
@@ -422,8 +448,10 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
       const int64_t len = std::min(kChunk, hi - i0);
       if (oneLoop) {
-        if constexpr (kBf16) qs.residualUpdateBf16(x + i0, r + i0, i0, len, codes);
-        else qs.residualUpdate(x + i0, r + i0, i0, len, codes);
+        if constexpr (kBf16)
+          qs.residualUpdateBf16(x + i0, r + i0, i0, len, codes);
+        else
+          qs.residualUpdate(x + i0, r + i0, i0, len, codes);
         packBits(codes, len, bits, packed + i0 * bits / 8);
         continue;
       }

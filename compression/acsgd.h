@@ -48,8 +48,9 @@ struct AcsgdPayload {
   size_t deltaBytes = 0;
   Shape deltaShape;
 };
-AcsgdPayload parseAcsgdPayload(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
-                               const QuantOptions& quant, const std::function<bool(int64_t)>& holds);
+AcsgdPayload parseAcsgdPayload(const uint8_t* payload, size_t size, const Shape& shape,
+                               const CodecContext& ctx, const QuantOptions& quant,
+                               const std::function<bool(int64_t)>& holds);
 
 class AcsgdCodec : public Codec {
  public:
@@ -76,10 +77,12 @@ class AcsgdCodec : public Codec {
   // the generic path in the same order, without materializing d, Q(d) or m for the message.
   void encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
                          const std::vector<int64_t>& deltaRows, Bytes& out);
-  std::vector<uint8_t*> deltaRowData(const std::vector<int64_t>& ids, const std::vector<int64_t>& deltaRows);
+  std::vector<uint8_t*> deltaRowData(const std::vector<int64_t>& ids,
+                                     const std::vector<int64_t>& deltaRows);
   const float* heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const;
-  void decodeDeltasFused(const QuantStream& qs, const uint8_t* packed, const std::vector<int64_t>& ids,
-                         const std::vector<int64_t>& deltaRows, float* out);
+  void decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
+                         const std::vector<int64_t>& ids, const std::vector<int64_t>& deltaRows,
+                         float* out);
 
   AcsgdOptions opt_;
   QuantCodec quant_;
@@ -100,7 +103,9 @@ class ErrorFeedbackCodec : public Codec {
   enum class Store { kFp32, kBf16 };
   explicit ErrorFeedbackCodec(std::unique_ptr<Codec> inner, Store store = Store::kFp32);
   CodecId id() const override { return CodecId::kErrorFeedback; }
-  std::string spec() const override { return "ef(" + inner_->spec() + (store_ == Store::kBf16 ? ";store=bf16" : "") + ")"; }
+  std::string spec() const override {
+    return "ef(" + inner_->spec() + (store_ == Store::kBf16 ? ";store=bf16" : "") + ")";
+  }
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override {
@@ -108,7 +113,9 @@ class ErrorFeedbackCodec : public Codec {
   }
   // Only the inner codec's mirrored state: the residual lives on the sender alone.
   uint64_t stateDigest() const override { return inner_->stateDigest(); }
-  uint64_t maxPayloadBytes(const Shape& shape) const override { return inner_->maxPayloadBytes(shape); }
+  uint64_t maxPayloadBytes(const Shape& shape) const override {
+    return inner_->maxPayloadBytes(shape);
+  }
   // Digest of the sender's residuals as stored (tests; the receiver's is always the empty digest).
   uint64_t residualDigest() const;
   // The residual of `key` as fp32 values (the bf16 ones widened); empty if `key` has none.
@@ -122,7 +129,7 @@ class ErrorFeedbackCodec : public Codec {
 
   std::unique_ptr<Codec> inner_;
   Store store_;
-  std::unordered_map<std::string, std::vector<float>> residual_;        // store=fp32
+  std::unordered_map<std::string, std::vector<float>> residual_;         // store=fp32
   std::unordered_map<std::string, std::vector<uint16_t>> residualBf16_;  // store=bf16
   std::vector<float> v_, q_, w_;  // x + r, C(x + r), r widened: reused between messages
 };

@@ -20,12 +20,28 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kDefaultBenchCodecs = {
-    "none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
-    "quant:bits=4,group=128", "quant:bits=2,round=stochastic", "topk:ratio=0.01", "acsgd:bits=2",
-    "acsgd:bits=4", "ef(quant:bits=4)", "ef(quant:bits=4;store=bf16)", "quant:bits=2,levels=fixpoint", "quant:bits=4,levels=fixpoint",
-    "quant:bits=8,levels=fixpoint", "acsgd:bits=2,levels=fixpoint", "acsgd:bits=2,levels=fixpoint,store=fp32",
-    "randk:ratio=0.1", "hadamard(quant:bits=3,scale=group,group=64)", "lowrank:rank=16", "lowrank:rank=16,basis=pca"};
+const std::vector<std::string> kDefaultBenchCodecs = {"none",
+                                                      "fp16",
+                                                      "bf16",
+                                                      "quant:bits=2",
+                                                      "quant:bits=4",
+                                                      "quant:bits=8",
+                                                      "quant:bits=4,group=128",
+                                                      "quant:bits=2,round=stochastic",
+                                                      "topk:ratio=0.01",
+                                                      "acsgd:bits=2",
+                                                      "acsgd:bits=4",
+                                                      "ef(quant:bits=4)",
+                                                      "ef(quant:bits=4;store=bf16)",
+                                                      "quant:bits=2,levels=fixpoint",
+                                                      "quant:bits=4,levels=fixpoint",
+                                                      "quant:bits=8,levels=fixpoint",
+                                                      "acsgd:bits=2,levels=fixpoint",
+                                                      "acsgd:bits=2,levels=fixpoint,store=fp32",
+                                                      "randk:ratio=0.1",
+                                                      "hadamard(quant:bits=3,scale=group,group=64)",
+                                                      "lowrank:rank=16",
+                                                      "lowrank:rank=16,basis=pca"};
 
 // Activation-shaped tensor of `bytes` fp32 bytes: [rows, seq, 1024 hidden channels].
 Shape shapeFor(int64_t bytes) {
@@ -43,7 +59,8 @@ double memcpySeconds(const std::vector<float>& src) {
 // is bounded by, at half this rate.
 double readSeconds(const std::vector<float>& src) {
   volatile float sink = 0.0f;
-  const double s = medianSeconds([&] { sink = kernels().absMax(src.data(), static_cast<int64_t>(src.size())); });
+  const double s =
+      medianSeconds([&] { sink = kernels().absMax(src.data(), static_cast<int64_t>(src.size())); });
   (void)sink;
   return s;
 }
@@ -60,8 +77,9 @@ double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
 // Quant codecs beside their libtorch-ops baselines (speed, and whether the bytes / values match):
 // the AC-SGD reference's fixpoint.py transcription for fixpoint per-channel scales, else the
 // torch-ops quantizer of the same options.
-void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape, const std::vector<float>& x,
-                         const CodecContext& ctx, double encodeS, double decodeS) {
+void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape,
+                         const std::vector<float>& x, const CodecContext& ctx, double encodeS,
+                         double decodeS) {
   const int64_t n = numelOf(shape);
   const double rawBytes = 4.0 * n;
   QuantCodec* q = &codec;
@@ -72,9 +90,11 @@ void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape, const s
     const int bits = q->options().bits;
     const auto xt = torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat32);
     FixpointReference ref;
-    const double te = medianSeconds([&] { ref = referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
+    const double te =
+        medianSeconds([&] { ref = referenceFixpointCompress(xt, bits); }, 3, 0.3, 200);
     torch::Tensor refY;
-    const double td = medianSeconds([&] { refY = referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
+    const double td =
+        medianSeconds([&] { refY = referenceFixpointDecompress(ref, bits); }, 3, 0.3, 200);
     r["torch_ops_encode_GBps"] = rawBytes / te / 1e9;
     r["torch_ops_decode_GBps"] = rawBytes / td / 1e9;
     r["encode_vs_torch_ops"] = te / encodeS;
@@ -156,7 +176,8 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
             {"samples", encSamples.size()},
             {"torch_ops_encode_GBps", nullptr},
             {"torch_ops_decode_GBps", nullptr}};
-  if (auto* q = dynamic_cast<QuantCodec*>(sender.get())) compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
+  if (auto* q = dynamic_cast<QuantCodec*>(sender.get()))
+    compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
   return r;
 }
 
@@ -168,12 +189,17 @@ json benchCodecs(const CodecBenchOptions& o) {
   for (const auto& s : o.codecs) makeCodec(s);  // fail before measuring
   for (int64_t k : o.sizesKiB)
     if (k < 4) throw std::invalid_argument("--size-kib " + std::to_string(k) + ": expected >= 4");
-  if (o.rounds < 1) throw std::invalid_argument("--rounds " + std::to_string(o.rounds) + ": expected >= 1");
-  if (o.threads < 1) throw std::invalid_argument("--threads " + std::to_string(o.threads) + ": expected >= 1");
+  if (o.rounds < 1)
+    throw std::invalid_argument("--rounds " + std::to_string(o.rounds) + ": expected >= 1");
+  if (o.threads < 1)
+    throw std::invalid_argument("--threads " + std::to_string(o.threads) + ": expected >= 1");
   if (!(o.linkBps > 0)) throw std::invalid_argument("--link-gbps: expected a rate > 0");
   torch::set_num_threads(1);  // the codec's own threads only (compression.threads)
-  json doc = {{"benchmark", "codecs"}, {"threads", o.threads}, {"unit", "GB/s = 1e9 fp32 input bytes per second"},
-              {"cpu_path", cpuPathName()}, {"link_bps", o.linkBps}};  // kernels built for (compression/kernels.h)
+  json doc = {{"benchmark", "codecs"},
+              {"threads", o.threads},
+              {"unit", "GB/s = 1e9 fp32 input bytes per second"},
+              {"cpu_path", cpuPathName()},
+              {"link_bps", o.linkBps}};  // kernels built for (compression/kernels.h)
   json results = json::array(), memcpyBySize = json::object();
   double memcpyLargest = 0.0;
   for (int64_t kib : o.sizesKiB) {
@@ -205,14 +231,18 @@ json benchCodecs(const CodecBenchOptions& o) {
           setCodecThreads(1);
           one["encode_GBps_threads"] = t["encode_GBps"];
           one["decode_GBps_threads"] = t["decode_GBps"];
-          one["encode_thread_speedup"] = t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
-          one["decode_thread_speedup"] = t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
+          one["encode_thread_speedup"] =
+              t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
+          one["decode_thread_speedup"] =
+              t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
         }
       }
     for (auto& r : rows) {
       json row = r.front();
-      for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps", "read_GBps",
-                              "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup"}) {
+      for (const char* key :
+           {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
+            "read_GBps", "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup",
+            "decode_thread_speedup"}) {
         if (!row.contains(key)) continue;
         std::vector<double> v;
         for (const auto& one : r) v.push_back(one[key].get<double>());
@@ -224,7 +254,8 @@ json benchCodecs(const CodecBenchOptions& o) {
       // Slower than twice the link's byte rate either way: on that link the codec, not the wire,
       // would set the pace (encode and decode each take at least half the raw message's wire time).
       const double linkGBps = o.linkBps / 8 / 1e9;
-      row["codec_bound"] = row["encode_GBps"].get<double>() < 2 * linkGBps || row["decode_GBps"].get<double>() < 2 * linkGBps;
+      row["codec_bound"] = row["encode_GBps"].get<double>() < 2 * linkGBps ||
+                           row["decode_GBps"].get<double>() < 2 * linkGBps;
       results.push_back(row);
     }
   }
@@ -233,6 +264,5 @@ json benchCodecs(const CodecBenchOptions& o) {
   doc["results"] = results;
   return doc;
 }
-
 
 }  // namespace slowpipe::compression

@@ -3,7 +3,8 @@
 // (right before each codec, every codec measured `rounds` times in turn, medians and ranges of the
 // ratios) and, for quant, against the same quantizer written with libtorch ops (the AC-SGD
 // reference's fixpoint.py transcription for fixpoint per-channel scales): speed and whether the
-// bytes / values match. GB/s always counts fp32 *input* bytes (10^9 B/s). Torch side of compression.
+// bytes / values match. GB/s always counts fp32 *input* bytes (10^9 B/s). Torch side of
+// compression.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,9 @@ struct CodecBenchOptions {
 // "results": [{"codec", "shape", "raw_bytes", "wire_bytes", "compression_ratio", "encode_GBps",
 // "decode_GBps", "encode_vs_memcpy", "decode_vs_memcpy" (medians, each with "_range"),
 // "rel_rms_error", "memcpy_GBps", "read_GBps" (one read-only pass over the
-// input, measured beside memcpy: a two-pass encoder is bounded by half of it), "torch_ops_*", "matches_torch_ops", "rounds", "codec_bound", with threads > 1
-// "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
+// input, measured beside memcpy: a two-pass encoder is bounded by half of it), "torch_ops_*",
+// "matches_torch_ops", "rounds", "codec_bound", with threads > 1 "encode_GBps_threads",
+// "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
 // ...}], "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);

@@ -1,6 +1,7 @@
 // Bit packing kernels. Codes are handled in groups of 8: 8 codes of b bits are exactly b bytes, so
 // every group starts byte-aligned. Widths 1, 2, 4 pack a word at a time and unpack through a
-// 256-entry table (1, 2 bits) or shifts (4 bits); 8 is a copy; the others go through a 64-bit accumulator per group.
+// 256-entry table (1, 2 bits) or shifts (4 bits); 8 is a copy; the others go through a 64-bit
+// accumulator per group.
 #include "compression/bitpack.h"
 
 #include "compression/bytes.h"
@@ -17,7 +18,8 @@ namespace {
 
 // Pack: load the kPer codes of one output byte as one little-endian word; code k sits at bit 8k
 // and moves down to bit k*kBits. Word-at-a-time loops vectorize well.
-__attribute__((target_clones("avx2", "default"))) void pack1(const uint8_t* c, size_t bytes, uint8_t* out) {
+__attribute__((target_clones("avx2", "default"))) void pack1(const uint8_t* c, size_t bytes,
+                                                             uint8_t* out) {
   for (size_t j = 0; j < bytes; ++j) {
     uint64_t w;
     std::memcpy(&w, c + 8 * j, 8);
@@ -28,7 +30,8 @@ __attribute__((target_clones("avx2", "default"))) void pack1(const uint8_t* c, s
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void pack2(const uint8_t* c, size_t bytes, uint8_t* out) {
+__attribute__((target_clones("avx2", "default"))) void pack2(const uint8_t* c, size_t bytes,
+                                                             uint8_t* out) {
   for (size_t j = 0; j < bytes; ++j) {
     uint32_t w;
     std::memcpy(&w, c + 4 * j, 4);
@@ -37,7 +40,8 @@ __attribute__((target_clones("avx2", "default"))) void pack2(const uint8_t* c, s
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void pack4(const uint8_t* c, size_t bytes, uint8_t* out) {
+__attribute__((target_clones("avx2", "default"))) void pack4(const uint8_t* c, size_t bytes,
+                                                             uint8_t* out) {
   for (size_t j = 0; j < bytes; ++j) {
     uint16_t w;
     std::memcpy(&w, c + 2 * j, 2);
@@ -54,7 +58,8 @@ struct UnpackTable {
     constexpr int kPer = 8 / kBits;
     for (int v = 0; v < 256; ++v) {
       uint64_t w = 0;
-      for (int k = 0; k < kPer; ++k) w |= static_cast<uint64_t>((v >> (k * kBits)) & ((1 << kBits) - 1)) << (8 * k);
+      for (int k = 0; k < kPer; ++k)
+        w |= static_cast<uint64_t>((v >> (k * kBits)) & ((1 << kBits) - 1)) << (8 * k);
       entry[v] = static_cast<Word>(w);
     }
   }
@@ -63,12 +68,14 @@ struct UnpackTable {
 template <int kBits, typename Word>
 void unpackPow2(const uint8_t* in, size_t bytes, uint8_t* c) {
   static const UnpackTable<kBits, Word> kTable;
-  for (size_t j = 0; j < bytes; ++j) std::memcpy(c + j * sizeof(Word), &kTable.entry[in[j]], sizeof(Word));
+  for (size_t j = 0; j < bytes; ++j)
+    std::memcpy(c + j * sizeof(Word), &kTable.entry[in[j]], sizeof(Word));
 }
 
 // 4 bits: a shift and a mask per output code, which vectorize (measured: 2x the table lookup per
 // byte; for 2 bits the table is faster).
-__attribute__((target_clones("avx2", "default"))) void unpack4(const uint8_t* in, size_t bytes, uint8_t* c) {
+__attribute__((target_clones("avx2", "default"))) void unpack4(const uint8_t* in, size_t bytes,
+                                                               uint8_t* c) {
   for (size_t j = 0; j < bytes; ++j) {
     c[2 * j] = static_cast<uint8_t>(in[j] & 15u);
     c[2 * j + 1] = static_cast<uint8_t>(in[j] >> 4);
@@ -149,27 +156,43 @@ bool useBmi2() { return kBmi2 && &kernels() == avx2Kernels(); }
 
 void packGroups(const uint8_t* c, size_t groups, int bits, uint8_t* out) {
   switch (bits) {
-    case 1: return pack1(c, groups, out);
-    case 2: return pack2(c, groups * 2, out);
-    case 4: return pack4(c, groups * 4, out);
-    case 8: return static_cast<void>(copyBytes(out, c, groups * 8));
-    case 3: SLOWPIPE_ODD(packPext, packGeneric, 3, c, groups, out);
-    case 5: SLOWPIPE_ODD(packPext, packGeneric, 5, c, groups, out);
-    case 6: SLOWPIPE_ODD(packPext, packGeneric, 6, c, groups, out);
-    default: SLOWPIPE_ODD(packPext, packGeneric, 7, c, groups, out);
+    case 1:
+      return pack1(c, groups, out);
+    case 2:
+      return pack2(c, groups * 2, out);
+    case 4:
+      return pack4(c, groups * 4, out);
+    case 8:
+      return static_cast<void>(copyBytes(out, c, groups * 8));
+    case 3:
+      SLOWPIPE_ODD(packPext, packGeneric, 3, c, groups, out);
+    case 5:
+      SLOWPIPE_ODD(packPext, packGeneric, 5, c, groups, out);
+    case 6:
+      SLOWPIPE_ODD(packPext, packGeneric, 6, c, groups, out);
+    default:
+      SLOWPIPE_ODD(packPext, packGeneric, 7, c, groups, out);
   }
 }
 
 void unpackGroups(const uint8_t* in, size_t groups, int bits, uint8_t* c) {
   switch (bits) {
-    case 1: return unpackPow2<1, uint64_t>(in, groups, c);
-    case 2: return unpackPow2<2, uint32_t>(in, groups * 2, c);
-    case 4: return unpack4(in, groups * 4, c);
-    case 8: return static_cast<void>(copyBytes(c, in, groups * 8));
-    case 3: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 3, in, groups, c);
-    case 5: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 5, in, groups, c);
-    case 6: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 6, in, groups, c);
-    default: SLOWPIPE_ODD(unpackPdep, unpackGeneric, 7, in, groups, c);
+    case 1:
+      return unpackPow2<1, uint64_t>(in, groups, c);
+    case 2:
+      return unpackPow2<2, uint32_t>(in, groups * 2, c);
+    case 4:
+      return unpack4(in, groups * 4, c);
+    case 8:
+      return static_cast<void>(copyBytes(c, in, groups * 8));
+    case 3:
+      SLOWPIPE_ODD(unpackPdep, unpackGeneric, 3, in, groups, c);
+    case 5:
+      SLOWPIPE_ODD(unpackPdep, unpackGeneric, 5, in, groups, c);
+    case 6:
+      SLOWPIPE_ODD(unpackPdep, unpackGeneric, 6, in, groups, c);
+    default:
+      SLOWPIPE_ODD(unpackPdep, unpackGeneric, 7, in, groups, c);
   }
 }
 

@@ -19,10 +19,10 @@ namespace slowpipe::compression {
 using CodecParams = std::map<std::string, std::string>;
 
 struct BuiltinCodec {
-  std::string name;    // the spec's name: "randk" in randk:ratio=0.1
-  uint16_t wireId;     // in every frame's header: fixed once given, unique (checked at start)
-  std::string usage;   // for help texts and errors, e.g. "randk:ratio=R[,seed=S]"
-  bool devicePath;     // compression/cuda/device_codec.h has a device codec for it
+  std::string name;   // the spec's name: "randk" in randk:ratio=0.1
+  uint16_t wireId;    // in every frame's header: fixed once given, unique (checked at start)
+  std::string usage;  // for help texts and errors, e.g. "randk:ratio=R[,seed=S]"
+  bool devicePath;    // compression/cuda/device_codec.h has a device codec for it
   std::vector<std::string> keys;  // the parameters it accepts
   std::unique_ptr<Codec> (*make)(const CodecParams& params, const std::string& instance);
 };
@@ -36,7 +36,8 @@ const BuiltinCodec* builtinCodecById(uint16_t wireId);  // null: none
 
 // Parameter readers for factories: an integer (default when absent), a required ratio; errors
 // name the codec, the key and the value.
-int64_t intParam(const std::string& codec, const CodecParams& p, const std::string& key, int64_t dflt);
+int64_t intParam(const std::string& codec, const CodecParams& p, const std::string& key,
+                 int64_t dflt);
 double ratioParam(const std::string& codec, const CodecParams& p);
 
 }  // namespace slowpipe::compression

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>

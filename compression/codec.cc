@@ -9,14 +9,19 @@ namespace slowpipe::compression {
 
 const char* directionName(Direction d) {
   switch (d) {
-    case Direction::kForward: return "forward";
-    case Direction::kBackward: return "backward";
-    case Direction::kGradient: return "gradient";
+    case Direction::kForward:
+      return "forward";
+    case Direction::kBackward:
+      return "backward";
+    case Direction::kGradient:
+      return "gradient";
   }
   return "?";
 }
 
-uint64_t Codec::maxPayloadBytes(const Shape& shape) const { return 4 * static_cast<uint64_t>(numelOf(shape)) + 4096; }
+uint64_t Codec::maxPayloadBytes(const Shape& shape) const {
+  return 4 * static_cast<uint64_t>(numelOf(shape)) + 4096;
+}
 
 int64_t numelOf(const Shape& shape) {
   constexpr int64_t kMax = int64_t{1} << 40;  // 4 TiB of fp32: anything larger is a corrupt shape
@@ -42,23 +47,36 @@ std::string shapeString(const Shape& shape) {
 namespace {
 const char* enumName(CodecId id) {
   switch (id) {
-    case CodecId::kNone: return "none";
-    case CodecId::kFp16: return "fp16";
-    case CodecId::kBf16: return "bf16";
-    case CodecId::kQuant: return "quant";
-    case CodecId::kTopk: return "topk";
-    case CodecId::kAcsgd: return "acsgd";
-    case CodecId::kErrorFeedback: return "ef";
-    case CodecId::kPlugin: return "plugin";
-    case CodecId::kLowrank: return "lowrank";
-    case CodecId::kTorchScript: return "torchscript";
-    case CodecId::kHadamard: return "hadamard";
+    case CodecId::kNone:
+      return "none";
+    case CodecId::kFp16:
+      return "fp16";
+    case CodecId::kBf16:
+      return "bf16";
+    case CodecId::kQuant:
+      return "quant";
+    case CodecId::kTopk:
+      return "topk";
+    case CodecId::kAcsgd:
+      return "acsgd";
+    case CodecId::kErrorFeedback:
+      return "ef";
+    case CodecId::kPlugin:
+      return "plugin";
+    case CodecId::kLowrank:
+      return "lowrank";
+    case CodecId::kTorchScript:
+      return "torchscript";
+    case CodecId::kHadamard:
+      return "hadamard";
   }
   return "unknown";
 }
 }  // namespace
 
-bool isEnumCodecId(uint16_t id) { return std::string(enumName(static_cast<CodecId>(id))) != "unknown"; }
+bool isEnumCodecId(uint16_t id) {
+  return std::string(enumName(static_cast<CodecId>(id))) != "unknown";
+}
 
 const char* codecName(CodecId id) {
   if (const BuiltinCodec* b = builtinCodecById(static_cast<uint16_t>(id))) return b->name.c_str();

@@ -27,8 +27,17 @@ enum class Direction : uint8_t { kForward = 0, kBackward = 1, kGradient = 2 };
 
 // Wire identifiers of the codecs; stored in every frame header.
 enum class CodecId : uint16_t {
-  kNone = 1, kFp16 = 2, kBf16 = 3, kQuant = 4, kTopk = 5, kAcsgd = 6, kErrorFeedback = 7, kPlugin = 8, kHadamard = 10,
-  kLowrank = 11, kTorchScript = 12  // 9: randk's, registered (compression/builtin.h)
+  kNone = 1,
+  kFp16 = 2,
+  kBf16 = 3,
+  kQuant = 4,
+  kTopk = 5,
+  kAcsgd = 6,
+  kErrorFeedback = 7,
+  kPlugin = 8,
+  kHadamard = 10,
+  kLowrank = 11,
+  kTorchScript = 12  // 9: randk's, registered (compression/builtin.h)
 };
 // The name of a codec id: the enum's, a registered built-in's, or "unknown".
 const char* codecName(CodecId id);
@@ -63,9 +72,10 @@ class Codec {
   // 0 for codecs without mirrored state. It must be equal on both ends after any sequence of
   // messages. State only one end has (ef's residual, kept by the sender) is not part of it.
   virtual uint64_t stateDigest() const { return 0; }
-  // What the codec costs on a device, as JSON text (the keys of runtime CompressionSpec::deviceCosts
-  // plus "source"): a plug-in's declaration (slowpipe_codec_device_cost), or a built-in's derivation
-  // (lowrank: its matrix products' FLOPs). "": nothing declared.
+  // What the codec costs on a device, as JSON text (the keys of runtime
+  // CompressionSpec::deviceCosts plus "source"): a plug-in's declaration
+  // (slowpipe_codec_device_cost), or a built-in's derivation (lowrank: its matrix products' FLOPs).
+  // "": nothing declared.
   virtual std::string deviceCost() const { return ""; }
   // An upper bound on the payload encode() writes for a message of `shape`: a receiver's message
   // limit (ZMQ_MAXMSGSIZE) is taken from it, and the conformance check fails a codec that writes
@@ -88,7 +98,8 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const std::string& ins
 // Codecs that live outside this torch-free library (torchscript:..., compression/torchscript.h)
 // join makeCodec here: `name:params` specs go to the factory registered under `name`. Programs
 // linked with libtorch register theirs at start (registerTorchScriptCodec()).
-using CodecFactory = std::function<std::unique_ptr<Codec>(const std::string& params, const std::string& instance)>;
+using CodecFactory =
+    std::function<std::unique_ptr<Codec>(const std::string& params, const std::string& instance)>;
 void registerCodecFactory(const std::string& name, CodecFactory factory);
 // Names accepted by makeCodec, for help texts.
 std::vector<std::string> codecNames();

@@ -8,9 +8,9 @@ namespace slowpipe::compression::templates {
 
 namespace {
 
-
 // codec.c
-constexpr const char* kCodecC = R"TPL(/* @NAME@: a slowpipe codec plug-in in C, written by `slowpipe codec new @NAME@ --lang c`.
+constexpr const char* kCodecC =
+    R"TPL(/* @NAME@: a slowpipe codec plug-in in C, written by `slowpipe codec new @NAME@ --lang c`.
  *
  * Build against an installed slowpipe and check the contract:
  *   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
@@ -136,7 +136,8 @@ const slowpipe_codec_api* slowpipe_codec_plugin(void) { return &kApi; }
 )TPL";
 
 // codec.cc
-constexpr const char* kCodecCpp = R"TPL(// @NAME@: a slowpipe codec plug-in in C++, written by `slowpipe codec new @NAME@ --lang cpp`.
+constexpr const char* kCodecCpp =
+    R"TPL(// @NAME@: a slowpipe codec plug-in in C++, written by `slowpipe codec new @NAME@ --lang cpp`.
 //
 // Build against an installed slowpipe and check the contract:
 //   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
@@ -409,7 +410,8 @@ if __name__ == "__main__":
 )TPL";
 
 // CMakeLists.c
-constexpr const char* kCMakeC = R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
+constexpr const char* kCMakeC =
+    R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
 #   <slowpipe prefix>/bin/slowpipe codec check plugin:path=$PWD/build/lib@NAME@.so
 cmake_minimum_required(VERSION 3.22)
@@ -420,7 +422,8 @@ target_link_libraries(@NAME@ PRIVATE slowpipe::codec m)
 )TPL";
 
 // CMakeLists.cpp
-constexpr const char* kCMakeCpp = R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
+constexpr const char* kCMakeCpp =
+    R"TPL(# @NAME@: a slowpipe codec plug-in, built against an installed slowpipe:
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH=<slowpipe prefix> && cmake --build build
 #   <slowpipe prefix>/bin/slowpipe codec check plugin:path=$PWD/build/lib@NAME@.so
 cmake_minimum_required(VERSION 3.22)
@@ -435,11 +438,8 @@ target_link_libraries(@NAME@ PRIVATE slowpipe::codec)
 
 const std::map<std::string, std::string>& all() {
   static const std::map<std::string, std::string> kFiles = {
-      {"codec.c", kCodecC},
-      {"codec.cc", kCodecCpp},
-      {"codec.py", kCodecTorchScript},
-      {"CMakeLists.c", kCMakeC},
-      {"CMakeLists.cpp", kCMakeCpp},
+      {"codec.c", kCodecC},      {"codec.cc", kCodecCpp},       {"codec.py", kCodecTorchScript},
+      {"CMakeLists.c", kCMakeC}, {"CMakeLists.cpp", kCMakeCpp},
   };
   return kFiles;
 }

@@ -59,8 +59,10 @@ Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outli
   m.ctx.epoch = epoch;
   m.ctx.microBatch = mb;
   m.ctx.exampleIds = m.header.exampleIds;
-  m.ctx.key = std::string(direction == Direction::kForward ? "fwd" : direction == Direction::kBackward ? "bwd" : "dp") + "/mb" +
-              std::to_string(mb);
+  m.ctx.key = std::string(direction == Direction::kForward    ? "fwd"
+                          : direction == Direction::kBackward ? "bwd"
+                                                              : "dp") +
+              "/mb" + std::to_string(mb);
   if (direction == Direction::kGradient) {  // DP chunks carry no example ids
     m.header.exampleIds.clear();
     m.ctx.exampleIds.clear();
@@ -70,7 +72,8 @@ Message message(const Shape& shape, int epoch, int mb, uint64_t seed, bool outli
 
 using MakeCodec = std::function<std::unique_ptr<Codec>()>;
 
-constexpr Direction kDirections[] = {Direction::kForward, Direction::kBackward, Direction::kGradient};
+constexpr Direction kDirections[] = {Direction::kForward, Direction::kBackward,
+                                     Direction::kGradient};
 
 struct Checks {
   json list = json::array();
@@ -99,7 +102,8 @@ std::string outcome(const std::function<void()>& fn, bool isolate) {
     }
   }
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("codec check: pipe2() failed: ") + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("codec check: pipe2() failed: ") + std::strerror(errno));
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
@@ -159,10 +163,12 @@ class GuardedBytes {
     const size_t dataPages = (b.size() + page - 1) / page;
     len_ = (dataPages + 1) * page;
     void* p = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error(std::string("codec check: mmap failed: ") + std::strerror(errno));
+    if (p == MAP_FAILED)
+      throw std::runtime_error(std::string("codec check: mmap failed: ") + std::strerror(errno));
     base_ = static_cast<uint8_t*>(p);
     if (mprotect(base_ + dataPages * page, page, PROT_NONE) != 0)
-      throw std::runtime_error(std::string("codec check: mprotect failed: ") + std::strerror(errno));
+      throw std::runtime_error(std::string("codec check: mprotect failed: ") +
+                               std::strerror(errno));
     data_ = base_ + dataPages * page - b.size();
     if (!b.empty()) std::memcpy(data_, b.data(), b.size());
   }
@@ -199,7 +205,8 @@ double seconds(const std::function<void()>& fn, double minSeconds) {
 // Round trip: shapes of rank 1-4 with odd sizes, first sighting then a second epoch.
 void roundTrips(const MakeCodec& make, Checks& c) {
   const bool lossless = make()->id() == CodecId::kNone;
-  for (const Shape& shape : std::vector<Shape>{{7}, {3, 5}, {3, 5, 7}, {3, 5, 7, 9}, {1, 1, 1, 1}, {5, 33, 129}}) {
+  for (const Shape& shape :
+       std::vector<Shape>{{7}, {3, 5}, {3, 5, 7}, {3, 5, 7, 9}, {1, 1, 1, 1}, {5, 33, 129}}) {
     auto tx = make(), rx = make();
     std::string problem;
     for (int epoch = 0; epoch < 2 && problem.empty(); ++epoch) {
@@ -207,13 +214,16 @@ void roundTrips(const MakeCodec& make, Checks& c) {
       try {
         const Bytes f = encodeFrame(*tx, m.x.data(), m.header, m.ctx);
         size_t at = 0;
-        const uint64_t payload = parseFrame(f.data(), f.size(), &at).payloadBytes, bound = tx->maxPayloadBytes(shape);
+        const uint64_t payload = parseFrame(f.data(), f.size(), &at).payloadBytes,
+                       bound = tx->maxPayloadBytes(shape);
         if (payload > bound)
-          problem = "payload of " + std::to_string(payload) + " bytes exceeds the codec's maxPayloadBytes " + std::to_string(bound);
+          problem = "payload of " + std::to_string(payload) +
+                    " bytes exceeds the codec's maxPayloadBytes " + std::to_string(bound);
         std::vector<float> y;
         const FrameHeader h = decodeFrame(*rx, f.data(), f.size(), m.ctx, y);
         if (h.shape != shape || static_cast<int64_t>(y.size()) != numelOf(shape))
-          problem = "decoded " + std::to_string(y.size()) + " values of shape " + shapeString(h.shape);
+          problem =
+              "decoded " + std::to_string(y.size()) + " values of shape " + shapeString(h.shape);
         for (size_t i = 0; i < y.size() && problem.empty(); ++i)
           if (!std::isfinite(y[i])) problem = "value " + std::to_string(i) + " is not finite";
         if (problem.empty() && lossless && std::memcmp(y.data(), m.x.data(), 4 * y.size()) != 0)
@@ -222,7 +232,8 @@ void roundTrips(const MakeCodec& make, Checks& c) {
         problem = std::string("threw: ") + e.what();
       }
     }
-    c.add("round_trip " + shapeString(shape), problem.empty(), problem.empty() ? "2 epochs" : problem);
+    c.add("round_trip " + shapeString(shape), problem.empty(),
+          problem.empty() ? "2 epochs" : problem);
   }
 }
 
@@ -250,9 +261,11 @@ void stateInEveryDirection(const MakeCodec& make, Checks& c) {
     for (int epoch = 0; epoch < 3; ++epoch)
       for (int mb = 0; mb < 3; ++mb) {
         Message m = message(shape, epoch, mb, 23, false, direction);
-        const Bytes fa = encodeFrame(*a, m.x.data(), m.header, m.ctx), fb = encodeFrame(*b, m.x.data(), m.header, m.ctx);
+        const Bytes fa = encodeFrame(*a, m.x.data(), m.header, m.ctx),
+                    fb = encodeFrame(*b, m.x.data(), m.header, m.ctx);
         if (fa != fb && diverged.empty())
-          diverged = "payloads differ at epoch " + std::to_string(epoch) + ", micro-batch " + std::to_string(mb);
+          diverged = "payloads differ at epoch " + std::to_string(epoch) + ", micro-batch " +
+                     std::to_string(mb);
         std::vector<float> y;
         try {
           decodeFrame(*rx, fa.data(), fa.size(), m.ctx, y);
@@ -260,12 +273,15 @@ void stateInEveryDirection(const MakeCodec& make, Checks& c) {
           if (digest.empty()) digest = std::string("receiver threw: ") + e.what();
         }
         if (digest.empty() && a->stateDigest() != rx->stateDigest())
-          digest = "sender and receiver digests differ after epoch " + std::to_string(epoch) + ", micro-batch " + std::to_string(mb);
+          digest = "sender and receiver digests differ after epoch " + std::to_string(epoch) +
+                   ", micro-batch " + std::to_string(mb);
         ++messages;
       }
-    c.add("determinism" + suffix, diverged.empty(), diverged.empty() ? std::to_string(messages) + " messages, equal payloads" : diverged);
+    c.add("determinism" + suffix, diverged.empty(),
+          diverged.empty() ? std::to_string(messages) + " messages, equal payloads" : diverged);
     c.add("state" + suffix, digest.empty(),
-          digest.empty() ? std::to_string(messages) + " messages, digests equal (" + (a->stateDigest() ? "stateful" : "stateless") + ")"
+          digest.empty() ? std::to_string(messages) + " messages, digests equal (" +
+                               (a->stateDigest() ? "stateful" : "stateless") + ")"
                          : digest);
   }
 }
@@ -284,14 +300,17 @@ void damagedFramesAndPayloads(const MakeCodec& make, const ConformanceOptions& o
   const Bytes payload(frame.begin() + static_cast<std::ptrdiff_t>(at), frame.end());
   auto frameCase = [&](const std::string& name, Bytes damaged) {
     const GuardedBytes g(damaged, opt.isolate);
-    const std::string r = outcome([&] {
-      std::vector<float> out;
-      decodeFrame(*rx, g.data(), damaged.size(), m1.ctx, out);
-    }, opt.isolate);
+    const std::string r = outcome(
+        [&] {
+          std::vector<float> out;
+          decodeFrame(*rx, g.data(), damaged.size(), m1.ctx, out);
+        },
+        opt.isolate);
     c.add("damage " + name, rejected(r), r);
   };
   frameCase("frame truncated by 1 byte", Bytes(frame.begin(), frame.end() - 1));
-  frameCase("frame truncated to half", Bytes(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(frame.size() / 2)));
+  frameCase("frame truncated to half",
+            Bytes(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(frame.size() / 2)));
   frameCase("frame truncated to its header", Bytes(frame.begin(), frame.begin() + 32));
   Bytes longer = frame;
   longer.push_back(0);
@@ -304,11 +323,13 @@ void damagedFramesAndPayloads(const MakeCodec& make, const ConformanceOptions& o
   // Each damaged payload ends where a protected page begins: reading past it is a crash, FAIL.
   auto payloadCase = [&](const std::string& name, Bytes damaged, bool mustReject) {
     const GuardedBytes g(damaged, opt.isolate);
-    const std::string r = outcome([&] {
-      std::vector<float> out(static_cast<size_t>(numelOf(shape)));
-      CodecContext ctx = m1.ctx;
-      rx->decode(g.data(), damaged.size(), h.shape, ctx, out.data());
-    }, opt.isolate);
+    const std::string r = outcome(
+        [&] {
+          std::vector<float> out(static_cast<size_t>(numelOf(shape)));
+          CodecContext ctx = m1.ctx;
+          rx->decode(g.data(), damaged.size(), h.shape, ctx, out.data());
+        },
+        opt.isolate);
     c.add("damage " + name, mustReject ? rejected(r) : rejected(r) || r == "accepted", r);
   };
   payloadCase("payload truncated by 1 byte", Bytes(payload.begin(), payload.end() - 1), true);
@@ -320,7 +341,8 @@ void damagedFramesAndPayloads(const MakeCodec& make, const ConformanceOptions& o
     if (payload.empty()) break;
     Bytes flipped = payload;
     flipped[pos] ^= 0xFF;
-    payloadCase("payload bit flips at byte " + std::to_string(pos) + " (must not crash)", flipped, false);
+    payloadCase("payload bit flips at byte " + std::to_string(pos) + " (must not crash)", flipped,
+                false);
   }
 }
 
@@ -353,17 +375,29 @@ void errorOnOutliers(const MakeCodec& make, Checks& c, json& figures) {
     }
   }
   const double rel = std::sqrt(num / den);
-  figures["error"] = {{"shape", shape}, {"max_abs", maxAbs}, {"rel_l2", rel}, {"frame_bytes", wire},
+  figures["error"] = {{"shape", shape},
+                      {"max_abs", maxAbs},
+                      {"rel_l2", rel},
+                      {"frame_bytes", wire},
                       {"compression_ratio", 4.0 * numelOf(shape) / static_cast<double>(wire)}};
   const CodecId id = make()->id();
-  const double bound = id == CodecId::kNone ? 0.0 : id == CodecId::kFp16 ? 1e-3 : id == CodecId::kBf16 ? 1e-2 : -1;
-  if (bound >= 0) c.add("error bound", rel <= bound, "relative L2 " + fmt("%.3g", rel) + " (bound " + fmt("%.3g", bound) + ")");
-  else c.add("error finite", std::isfinite(rel), "relative L2 " + fmt("%.3g", rel) + ", max |error| " + fmt("%.3g", maxAbs));
+  const double bound = id == CodecId::kNone   ? 0.0
+                       : id == CodecId::kFp16 ? 1e-3
+                       : id == CodecId::kBf16 ? 1e-2
+                                              : -1;
+  if (bound >= 0)
+    c.add("error bound", rel <= bound,
+          "relative L2 " + fmt("%.3g", rel) + " (bound " + fmt("%.3g", bound) + ")");
+  else
+    c.add("error finite", std::isfinite(rel),
+          "relative L2 " + fmt("%.3g", rel) + ", max |error| " + fmt("%.3g", maxAbs));
 }
 
 // Speed: one thread, steady state, against memcpy of the same bytes in this run.
 void speedAgainstMemcpy(const MakeCodec& make, const ConformanceOptions& opt, json& figures) {
-  const int64_t rows = 8, width = 1024, n = std::max<int64_t>(rows * width, opt.speedElements / (rows * width) * rows * width);
+  const int64_t rows = 8, width = 1024,
+                n = std::max<int64_t>(rows * width,
+                                      opt.speedElements / (rows * width) * rows * width);
   const Shape shape = {rows, n / (rows * width), width};
   auto tx = make(), rx = make();
   Message m0 = message(shape, 0, 0, 53), m1 = message(shape, 1, 0, 59);
@@ -392,19 +426,27 @@ void speedAgainstMemcpy(const MakeCodec& make, const ConformanceOptions& opt, js
   };
   const double enc = median(encT), dec = median(decT);
   std::vector<float> dst(m1.x.size());
-  const double cpy = seconds([&] { std::memcpy(dst.data(), m1.x.data(), 4 * m1.x.size()); }, opt.speedSeconds);
+  const double cpy =
+      seconds([&] { std::memcpy(dst.data(), m1.x.data(), 4 * m1.x.size()); }, opt.speedSeconds);
   const double bytes = 4.0 * static_cast<double>(n);
-  figures["speed"] = {{"bytes", bytes}, {"encode_gbps", bytes / enc / 1e9}, {"decode_gbps", bytes / dec / 1e9},
-                      {"memcpy_gbps", bytes / cpy / 1e9}, {"encode_vs_memcpy", cpy / enc}, {"decode_vs_memcpy", cpy / dec}};
+  figures["speed"] = {{"bytes", bytes},
+                      {"encode_gbps", bytes / enc / 1e9},
+                      {"decode_gbps", bytes / dec / 1e9},
+                      {"memcpy_gbps", bytes / cpy / 1e9},
+                      {"encode_vs_memcpy", cpy / enc},
+                      {"decode_vs_memcpy", cpy / dec}};
   // A link is sustained when the codec turns activations into frames, and frames back, at least
   // as fast as the link could carry the activations uncompressed.
-  for (auto [name, bps] : {std::pair{"100Mbps", 1e8}, std::pair{"1Gbps", 1e9}, std::pair{"10Gbps", 1e10}})
-    figures["speed"]["sustains_" + std::string(name)] = bytes / enc >= bps / 8 && bytes / dec >= bps / 8;
+  for (auto [name, bps] :
+       {std::pair{"100Mbps", 1e8}, std::pair{"1Gbps", 1e9}, std::pair{"10Gbps", 1e10}})
+    figures["speed"]["sustains_" + std::string(name)] =
+        bytes / enc >= bps / 8 && bytes / dec >= bps / 8;
 }
 
 }  // namespace
 
-json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const ConformanceOptions& opt) {
+json checkCodec(const std::function<std::unique_ptr<Codec>()>& make,
+                const ConformanceOptions& opt) {
   Checks c;
   json figures = json::object();
   roundTrips(make, c);
@@ -442,16 +484,20 @@ nlohmann::json checkCodecIsolated(const std::string& spec, const ConformanceOpti
   close(fds[1]);
   std::string text;
   char buf[65536];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<size_t>(n));
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
   std::string how;
-  if (WIFSIGNALED(status)) how = "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
-  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) how = "ended with exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    how = "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
+  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    how = "ended with exit status " + std::to_string(WEXITSTATUS(status));
   if (!how.empty() || text.empty())
-    return {{"codec", spec}, {"error", "the check " + (how.empty() ? std::string("returned nothing") : how) +
-                                           " while running codec '" + spec + "'"}};
+    return {{"codec", spec},
+            {"error", "the check " + (how.empty() ? std::string("returned nothing") : how) +
+                          " while running codec '" + spec + "'"}};
   return json::parse(text);
 }
 

@@ -34,7 +34,8 @@ struct ConformanceOptions {
 };
 
 // `make` builds a fresh codec of the spec under test (called several times: sender, receiver, ...).
-nlohmann::json checkCodec(const std::function<std::unique_ptr<Codec>()>& make, const ConformanceOptions& opt = {});
+nlohmann::json checkCodec(const std::function<std::unique_ptr<Codec>()>& make,
+                          const ConformanceOptions& opt = {});
 // checkCodec of makeCodec(spec) in a forked child that sends its JSON back through a pipe: a codec
 // (a plug-in above all) that crashes ends the child, not the caller, and comes back as
 // {"codec": spec, "error": "the check crashed (signal N) while running codec '...'"}.

@@ -1,5 +1,6 @@
 // Which codecs have a device path (compression/cuda/device_codec.h): one answer for the CUDA
-// build, which refuses the others, and for analytic GPU profiles, which cost the others on the host.
+// build, which refuses the others, and for analytic GPU profiles, which cost the others on the
+// host.
 #include "compression/acsgd.h"
 #include "compression/builtin.h"
 #include "compression/codec.h"
@@ -17,8 +18,11 @@ std::string devicePathMissing(const Codec& c) {
       return "";
     case CodecId::kAcsgd: {
       const QuantOptions& q = static_cast<const AcsgdCodec&>(c).options().quant;
-      if (q.scale == QuantOptions::Scale::kChannel && q.round == QuantOptions::Round::kNearest) return "";
-      return "codec '" + c.spec() + "' has no device path: acsgd runs on a device with scale=channel and round=nearest only";
+      if (q.scale == QuantOptions::Scale::kChannel && q.round == QuantOptions::Round::kNearest)
+        return "";
+      return "codec '" + c.spec() +
+             "' has no device path: acsgd runs on a device with scale=channel and round=nearest "
+             "only";
     }
     default: {
       const BuiltinCodec* b = builtinCodecById(static_cast<uint16_t>(c.id()));
@@ -26,7 +30,8 @@ std::string devicePathMissing(const Codec& c) {
       std::string onDevice = "none, fp16, bf16, quant, acsgd (scale=channel, round=nearest), topk";
       for (const BuiltinCodec& r : builtinCodecs())
         if (r.devicePath) onDevice += ", " + r.name;
-      return "codec '" + c.spec() + "' has no device path (" + codecName(c.id()) + " runs on the host); on a device: " + onDevice;
+      return "codec '" + c.spec() + "' has no device path (" + codecName(c.id()) +
+             " runs on the host); on a device: " + onDevice;
     }
   }
 }

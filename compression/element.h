@@ -109,26 +109,35 @@ SLOWPIPE_HD uint32_t lowbias32(uint32_t x) {
   return x;
 }
 SLOWPIPE_HD float uniform24(uint32_t lo, uint32_t key, int64_t k) {
-  return static_cast<float>(static_cast<int32_t>(lowbias32((lo + static_cast<uint32_t>(k)) ^ key) >> 8)) * 0x1.0p-24f;
+  return static_cast<float>(
+             static_cast<int32_t>(lowbias32((lo + static_cast<uint32_t>(k)) ^ key) >> 8)) *
+         0x1.0p-24f;
 }
 
-// Symmetric levels (quant.h): code = clamp(floor((x + m) * inv + 0.5), 0, top); value = code * step - m.
-// A NaN input gives code 0 (maxOf(0, NaN) is 0).
+// Symmetric levels (quant.h): code = clamp(floor((x + m) * inv + 0.5), 0, top); value = code * step
+// - m. A NaN input gives code 0 (maxOf(0, NaN) is 0).
 SLOWPIPE_HD uint8_t symCode(float x, float m, float inv, float top) {
   return static_cast<uint8_t>(static_cast<int32_t>(minOf(top, maxOf(0.0f, (x + m) * inv + 0.5f))));
 }
 // Stochastic rounding: u (uniform24) in place of 0.5, clamped to top - 0.5.
 SLOWPIPE_HD uint8_t symCodeStochastic(float x, float m, float inv, float top, float u) {
-  return static_cast<uint8_t>(static_cast<int32_t>(minOf(top - 0.5f, maxOf(0.0f, (x + m) * inv + u))));
+  return static_cast<uint8_t>(
+      static_cast<int32_t>(minOf(top - 0.5f, maxOf(0.0f, (x + m) * inv + u))));
 }
-SLOWPIPE_HD float symValue(uint8_t code, float m, float step) { return static_cast<float>(code) * step - m; }
+SLOWPIPE_HD float symValue(uint8_t code, float m, float step) {
+  return static_cast<float>(code) * step - m;
+}
 
 // The AC-SGD reference's fixed point (levels=fixpoint): q = clip(rint(x / d * mult), lo, hi) - lo,
-// a division (not a multiply by 1/d) for bit-exactness with the reference; value = ((q + lo) * inv) * s.
+// a division (not a multiply by 1/d) for bit-exactness with the reference; value = ((q + lo) * inv)
+// * s.
 SLOWPIPE_HD uint8_t fixCode(float x, float d, float mult, float lo, float hi) {
-  return static_cast<uint8_t>(static_cast<int32_t>(minOf(hi, maxOf(lo, roundHalfEven(x / d * mult))) - lo));
+  return static_cast<uint8_t>(
+      static_cast<int32_t>(minOf(hi, maxOf(lo, roundHalfEven(x / d * mult))) - lo));
 }
-SLOWPIPE_HD float fixValue(uint8_t code, float s, float lo, float inv) { return ((static_cast<float>(code) + lo) * inv) * s; }
+SLOWPIPE_HD float fixValue(uint8_t code, float s, float lo, float inv) {
+  return ((static_cast<float>(code) + lo) * inv) * s;
+}
 
 // AC-SGD's delta step (acsgd.h) on one value: the code of x - m, and m moved by its value, in the
 // order the CPU kernels compute them (deltaQuantUpdate / deltaFixUpdate); with an fp16 buffer the
@@ -138,7 +147,8 @@ SLOWPIPE_HD uint8_t deltaSymStep(float x, float& m, float mx, float inv, float s
   m = m + symValue(c, mx, step);
   return c;
 }
-SLOWPIPE_HD uint8_t deltaFixStep(float x, float& m, float d, float s, float mult, float lo, float hi, float inv) {
+SLOWPIPE_HD uint8_t deltaFixStep(float x, float& m, float d, float s, float mult, float lo,
+                                 float hi, float inv) {
   const uint8_t c = fixCode(x - m, d, mult, lo, hi);
   m = m + fixValue(c, s, lo, inv);
   return c;
@@ -150,15 +160,16 @@ SLOWPIPE_HD uint8_t efSymStep(float x, float& r, float mx, float inv, float step
   r = v - symValue(c, mx, step);
   return c;
 }
-SLOWPIPE_HD uint8_t efFixStep(float x, float& r, float d, float s, float mult, float lo, float hi, float inv) {
+SLOWPIPE_HD uint8_t efFixStep(float x, float& r, float d, float s, float mult, float lo, float hi,
+                              float inv) {
   const float v = x + r;
   const uint8_t c = fixCode(v, d, mult, lo, hi);
   r = v - fixValue(c, s, lo, inv);
   return c;
 }
 
-// Dense bit packing (bitpack.h): byte j of the stream of n b-bit codes, code(i) giving value i's code
-// (value i occupies bits [i*b, i*b + b), LSB first); what one GPU thread writes.
+// Dense bit packing (bitpack.h): byte j of the stream of n b-bit codes, code(i) giving value i's
+// code (value i occupies bits [i*b, i*b + b), LSB first); what one GPU thread writes.
 template <typename CodeOf>
 SLOWPIPE_HD uint8_t packedByteOf(int64_t n, int bits, int64_t j, const CodeOf& code) {
   const int64_t firstBit = 8 * j, lastBit = firstBit + 8;  // [firstBit, lastBit)

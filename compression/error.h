@@ -18,7 +18,8 @@ class CodecError : public std::runtime_error {
 class NonFiniteError : public CodecError {
  public:
   NonFiniteError(int64_t index, float value)
-      : CodecError("non-finite value " + std::to_string(value) + " at element " + std::to_string(index)),
+      : CodecError("non-finite value " + std::to_string(value) + " at element " +
+                   std::to_string(index)),
         index_(index) {}
   int64_t index() const { return index_; }
 
@@ -28,9 +29,9 @@ class NonFiniteError : public CodecError {
 
 // Throws CodecError(what) when `ok` is false. A macro so that the message, which usually
 // concatenates strings, is only built on failure: validation runs on the decode hot path.
-#define SP_REQUIRE(ok, what)                                          \
-  do {                                                                \
-    if (!(ok)) throw ::slowpipe::compression::CodecError(what);       \
+#define SP_REQUIRE(ok, what)                                    \
+  do {                                                          \
+    if (!(ok)) throw ::slowpipe::compression::CodecError(what); \
   } while (0)
 
 }  // namespace slowpipe::compression

@@ -22,9 +22,12 @@ constexpr int64_t kQ8Group = 64;
 
 size_t rowBytes(StoreOptions::Dtype d, int64_t n) {
   switch (d) {
-    case StoreOptions::Dtype::kFp32: return 4 * n;
-    case StoreOptions::Dtype::kFp16: return 2 * n;
-    case StoreOptions::Dtype::kQ8: return n + 4 * ((n + kQ8Group - 1) / kQ8Group);
+    case StoreOptions::Dtype::kFp32:
+      return 4 * n;
+    case StoreOptions::Dtype::kFp16:
+      return 2 * n;
+    case StoreOptions::Dtype::kQ8:
+      return n + 4 * ((n + kQ8Group - 1) / kQ8Group);
   }
   return 0;
 }
@@ -50,7 +53,8 @@ void decodeQ8(const uint8_t* p, int64_t n, float* out) {
     float scale;
     std::memcpy(&scale, p, 4);
     p += 4;
-    for (int64_t i = 0; i < len; ++i) out[g0 + i] = static_cast<float>(static_cast<int8_t>(*p++)) * scale;
+    for (int64_t i = 0; i < len; ++i)
+      out[g0 + i] = static_cast<float>(static_cast<int8_t>(*p++)) * scale;
   }
 }
 
@@ -58,15 +62,19 @@ void decodeQ8(const uint8_t* p, int64_t n, float* out) {
 
 std::string storeDtypeName(StoreOptions::Dtype d) {
   switch (d) {
-    case StoreOptions::Dtype::kFp32: return "fp32";
-    case StoreOptions::Dtype::kFp16: return "fp16";
-    case StoreOptions::Dtype::kQ8: return "q8";
+    case StoreOptions::Dtype::kFp32:
+      return "fp32";
+    case StoreOptions::Dtype::kFp16:
+      return "fp16";
+    case StoreOptions::Dtype::kQ8:
+      return "q8";
   }
   return "?";
 }
 
 ExampleStore::ExampleStore(StoreOptions opt) : opt_(std::move(opt)) {
-  if (opt_.backing == StoreOptions::Backing::kMmap && opt_.budgetBytes == 0) opt_.budgetBytes = uint64_t{1} << 30;
+  if (opt_.backing == StoreOptions::Backing::kMmap && opt_.budgetBytes == 0)
+    opt_.budgetBytes = uint64_t{1} << 30;
 }
 
 void ExampleStore::openBacking() {
@@ -78,7 +86,8 @@ void ExampleStore::openBacking() {
     // O_EXCL: a file that exists belongs to another store (or a crashed run); never share it.
     fd_ = open(opt_.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd_ < 0 && errno == EEXIST)
-      throw CodecError("example store: '" + opt_.path + "' already exists; each store needs a file of its own "
+      throw CodecError("example store: '" + opt_.path +
+                       "' already exists; each store needs a file of its own "
                        "(remove it, or choose another path=)");
   }
   SP_REQUIRE(fd_ >= 0, "example store: cannot create '" + opt_.path + "': " + std::strerror(errno));
@@ -91,9 +100,10 @@ void ExampleStore::openBacking() {
   if (sized) p = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
     const std::string why = std::strerror(errno);
-    if (!opt_.path.empty() && opt_.keepFile) unlink(opt_.path.c_str());  // a kept file is for a working store
-    throw CodecError("example store: cannot " + std::string(sized ? "map " : "size ") + "'" + opt_.path + "' (" +
-                     std::to_string(mapBytes_) + " bytes): " + why);
+    if (!opt_.path.empty() && opt_.keepFile)
+      unlink(opt_.path.c_str());  // a kept file is for a working store
+    throw CodecError("example store: cannot " + std::string(sized ? "map " : "size ") + "'" +
+                     opt_.path + "' (" + std::to_string(mapBytes_) + " bytes): " + why);
   }
   map_ = static_cast<uint8_t*>(p);
 }
@@ -120,20 +130,26 @@ void ExampleStore::load(int64_t id, float* out, int64_t n) const {
   const auto it = slots_.find(id);
   SP_REQUIRE(it != slots_.end(), "example store: no buffer for example id " + std::to_string(id));
   SP_REQUIRE(n == rowElements_, "example store: row of " + std::to_string(n) +
-                                 " values requested, rows hold " + std::to_string(rowElements_));
+                                    " values requested, rows hold " + std::to_string(rowElements_));
   const uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
-    case StoreOptions::Dtype::kFp32: copyBytes(out, p, 4 * n); break;
-    case StoreOptions::Dtype::kFp16: halfBytesToFloat(p, n, out); break;
-    case StoreOptions::Dtype::kQ8: decodeQ8(p, n, out); break;
+    case StoreOptions::Dtype::kFp32:
+      copyBytes(out, p, 4 * n);
+      break;
+    case StoreOptions::Dtype::kFp16:
+      halfBytesToFloat(p, n, out);
+      break;
+    case StoreOptions::Dtype::kQ8:
+      decodeQ8(p, n, out);
+      break;
   }
 }
 
 bool ExampleStore::store(int64_t id, const float* x, int64_t n) {
   if (rowElements_ < 0) initRows(n);
   SP_REQUIRE(n == rowElements_, "example store: row of " + std::to_string(n) +
-                                 " values for example id " + std::to_string(id) +
-                                 ", earlier rows hold " + std::to_string(rowElements_));
+                                    " values for example id " + std::to_string(id) +
+                                    ", earlier rows hold " + std::to_string(rowElements_));
   auto it = slots_.find(id);
   if (it == slots_.end()) {
     if (slots_.size() >= capacity_) return false;
@@ -143,9 +159,15 @@ bool ExampleStore::store(int64_t id, const float* x, int64_t n) {
   }
   uint8_t* p = slot(it->second);
   switch (opt_.dtype) {
-    case StoreOptions::Dtype::kFp32: copyBytes(p, x, 4 * n); break;
-    case StoreOptions::Dtype::kFp16: floatToHalfBytes(x, n, p); break;
-    case StoreOptions::Dtype::kQ8: encodeQ8(x, n, p); break;
+    case StoreOptions::Dtype::kFp32:
+      copyBytes(p, x, 4 * n);
+      break;
+    case StoreOptions::Dtype::kFp16:
+      floatToHalfBytes(x, n, p);
+      break;
+    case StoreOptions::Dtype::kQ8:
+      encodeQ8(x, n, p);
+      break;
   }
   return true;
 }
@@ -156,17 +178,22 @@ uint8_t* ExampleStore::rowData(int64_t id) {
 }
 
 void ExampleStore::loadElems(const uint8_t* row, int64_t off, int64_t n, float* out) const {
-  SP_REQUIRE(elementwise() && off >= 0 && off + n <= rowElements_, "example store: loadElems of [" +
-             std::to_string(off) + ", " + std::to_string(off + n) + ") on a " + storeDtypeName(opt_.dtype) +
-             " row of " + std::to_string(rowElements_));
-  if (opt_.dtype == StoreOptions::Dtype::kFp32) copyBytes(out, row + 4 * off, 4 * n);
-  else halfBytesToFloat(row + 2 * off, n, out);
+  SP_REQUIRE(elementwise() && off >= 0 && off + n <= rowElements_,
+             "example store: loadElems of [" + std::to_string(off) + ", " +
+                 std::to_string(off + n) + ") on a " + storeDtypeName(opt_.dtype) + " row of " +
+                 std::to_string(rowElements_));
+  if (opt_.dtype == StoreOptions::Dtype::kFp32)
+    copyBytes(out, row + 4 * off, 4 * n);
+  else
+    halfBytesToFloat(row + 2 * off, n, out);
 }
 
-void ExampleStore::storeElems(uint8_t* row, int64_t off, int64_t n, const float* x, float* held) const {
-  SP_REQUIRE(elementwise() && off >= 0 && off + n <= rowElements_, "example store: storeElems of [" +
-             std::to_string(off) + ", " + std::to_string(off + n) + ") on a " + storeDtypeName(opt_.dtype) +
-             " row of " + std::to_string(rowElements_));
+void ExampleStore::storeElems(uint8_t* row, int64_t off, int64_t n, const float* x,
+                              float* held) const {
+  SP_REQUIRE(elementwise() && off >= 0 && off + n <= rowElements_,
+             "example store: storeElems of [" + std::to_string(off) + ", " +
+                 std::to_string(off + n) + ") on a " + storeDtypeName(opt_.dtype) + " row of " +
+                 std::to_string(rowElements_));
   if (opt_.dtype == StoreOptions::Dtype::kFp32) {
     copyBytes(row + 4 * off, x, 4 * n);
     if (held && held != x) copyBytes(held, x, 4 * n);

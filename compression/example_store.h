@@ -23,9 +23,9 @@ struct StoreOptions {
   enum class Backing : uint8_t { kRam, kMmap };
   Dtype dtype = Dtype::kFp32;
   Backing backing = Backing::kRam;
-  std::string path;         // mmap file; empty = an unlinked temporary file
-  bool keepFile = false;    // keep `path` on disk (default: unlinked as soon as it is open)
-  uint64_t budgetBytes = 0; // 0 = unlimited (RAM only; mmap defaults to 1 GiB)
+  std::string path;          // mmap file; empty = an unlinked temporary file
+  bool keepFile = false;     // keep `path` on disk (default: unlinked as soon as it is open)
+  uint64_t budgetBytes = 0;  // 0 = unlimited (RAM only; mmap defaults to 1 GiB)
 };
 
 class ExampleStore {

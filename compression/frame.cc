@@ -14,7 +14,8 @@ bool validKind(uint8_t k) { return k >= 1 && k <= 5; }
 
 }  // namespace
 
-__attribute__((target_clones("avx2", "default"))) static bool allFiniteBlock(const float* x, int64_t n) {
+__attribute__((target_clones("avx2", "default"))) static bool allFiniteBlock(const float* x,
+                                                                             int64_t n) {
   // x * 0 is 0 for finite x and NaN for NaN/Inf, so the sums are 0 iff all are finite. Eight
   // independent lanes let the compiler vectorise without -ffast-math.
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -40,7 +41,7 @@ int64_t firstNonFinite(const float* x, int64_t n) {
 
 Bytes encodeFrame(Codec& codec, const float* x, FrameHeader h, const CodecContext& ctx) {
   SP_REQUIRE(h.shape.size() <= kMaxDims, "frame: " + std::to_string(h.shape.size()) +
-                                          " dimensions, at most " + std::to_string(kMaxDims));
+                                             " dimensions, at most " + std::to_string(kMaxDims));
   const int64_t n = numelOf(h.shape);
   if (const int64_t bad = firstNonFinite(x, n); bad >= 0) throw NonFiniteError(bad, x[bad]);
   Bytes out;
@@ -83,12 +84,15 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   }
   const auto version = r.get<uint16_t>("version");
   SP_REQUIRE(version == kFrameVersion, "frame: version " + std::to_string(version) +
-                                        " is not supported, expected " + std::to_string(kFrameVersion));
+                                           " is not supported, expected " +
+                                           std::to_string(kFrameVersion));
   const auto kind = r.get<uint8_t>("kind");
-  SP_REQUIRE(validKind(kind), "frame: unknown message kind " + std::to_string(kind) + ", expected 1..5");
+  SP_REQUIRE(validKind(kind),
+             "frame: unknown message kind " + std::to_string(kind) + ", expected 1..5");
   h.kind = static_cast<MessageKind>(kind);
   const auto dtype = r.get<uint8_t>("dtype");
-  SP_REQUIRE(dtype == 0, "frame: dtype " + std::to_string(dtype) + " is not supported, expected 0 (fp32)");
+  SP_REQUIRE(dtype == 0,
+             "frame: dtype " + std::to_string(dtype) + " is not supported, expected 0 (fp32)");
   h.step = r.get<int64_t>("step");
   h.microBatch = r.get<int32_t>("micro-batch");
   h.src = r.get<int32_t>("src rank");
@@ -97,14 +101,15 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   SP_REQUIRE(knownCodecId(codec), "frame: unknown codec id " + std::to_string(codec));
   h.codec = static_cast<CodecId>(codec);
   const auto ndim = r.get<uint8_t>("ndim");
-  SP_REQUIRE(ndim <= kMaxDims, "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
+  SP_REQUIRE(ndim <= kMaxDims,
+             "frame: ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
   h.chunk = r.get<uint8_t>("chunk");
   h.shape.resize(ndim);
   copyBytes(h.shape.data(), r.take(8 * ndim, "shape"), 8 * ndim);
   numelOf(h.shape);  // throws on negative or absurd dimensions
   const auto nIds = r.get<uint32_t>("example id count");
   SP_REQUIRE(nIds == 0 || (ndim > 0 && nIds == h.shape[0]),
-          "frame: " + std::to_string(nIds) + " example ids for shape " + shapeString(h.shape));
+             "frame: " + std::to_string(nIds) + " example ids for shape " + shapeString(h.shape));
   // The ids' bytes are taken (bounds-checked against the frame) before anything is allocated:
   // a header may not make the receiver reserve memory its frame does not hold.
   const uint8_t* ids = r.take(8 * static_cast<size_t>(nIds), "example ids");
@@ -114,12 +119,12 @@ FrameHeader parseFrame(const uint8_t* data, size_t size, size_t* payloadOffset) 
   const size_t crcAt = r.position();
   const auto crc = r.get<uint32_t>("checksum");
   SP_REQUIRE(h.payloadBytes == r.remaining(),
-          "frame: payload length field says " + std::to_string(h.payloadBytes) + " bytes, " +
-              std::to_string(r.remaining()) + " follow the header");
+             "frame: payload length field says " + std::to_string(h.payloadBytes) + " bytes, " +
+                 std::to_string(r.remaining()) + " follow the header");
   uint32_t want = crc32c(data, crcAt);
   want = crc32c(data + r.position(), r.remaining(), want);
   SP_REQUIRE(crc == want, "frame: checksum mismatch (frame says " + std::to_string(crc) +
-                           ", contents give " + std::to_string(want) + ")");
+                              ", contents give " + std::to_string(want) + ")");
   *payloadOffset = r.position();
   return h;
 }
@@ -132,19 +137,23 @@ FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecCon
   return h;
 }
 
-void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data, size_t at, CodecContext ctx,
-                       std::vector<float>& out, int64_t maxElements) {
-  SP_REQUIRE(h.codec == codec.id(), std::string("frame: encoded with codec '") + codecName(h.codec) +
-                                     "', receiver expects '" + codecName(codec.id()) + "'");
+void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data, size_t at,
+                       CodecContext ctx, std::vector<float>& out, int64_t maxElements) {
+  SP_REQUIRE(h.codec == codec.id(), std::string("frame: encoded with codec '") +
+                                        codecName(h.codec) + "', receiver expects '" +
+                                        codecName(codec.id()) + "'");
   ctx.step = h.step;
   ctx.microBatch = h.microBatch;
   ctx.exampleIds = h.exampleIds;
   const int64_t n = numelOf(h.shape);
   SP_REQUIRE(n <= std::min(maxElements, kMaxFrameElements),
-             "frame: shape " + shapeString(h.shape) + " has " + std::to_string(n) + " elements, more than a frame of " +
-                 (maxElements < kMaxFrameElements ? "this run may carry (" + std::to_string(maxElements) + ")"
-                                                  : "any run may carry (" + std::to_string(kMaxFrameElements) + ")") +
-                 "; refused before anything was allocated (its payload is " + std::to_string(h.payloadBytes) + " bytes)");
+             "frame: shape " + shapeString(h.shape) + " has " + std::to_string(n) +
+                 " elements, more than a frame of " +
+                 (maxElements < kMaxFrameElements
+                      ? "this run may carry (" + std::to_string(maxElements) + ")"
+                      : "any run may carry (" + std::to_string(kMaxFrameElements) + ")") +
+                 "; refused before anything was allocated (its payload is " +
+                 std::to_string(h.payloadBytes) + " bytes)");
   out.resize(static_cast<size_t>(n));
   codec.decode(data + at, h.payloadBytes, h.shape, ctx, out.data());
 }

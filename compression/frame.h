@@ -18,7 +18,13 @@
 namespace slowpipe::compression {
 
 // kControl: small scalars between stages (gradient-norm reduction); kEval: validation activations.
-enum class MessageKind : uint8_t { kActivation = 1, kGradient = 2, kParamGradient = 3, kControl = 4, kEval = 5 };
+enum class MessageKind : uint8_t {
+  kActivation = 1,
+  kGradient = 2,
+  kParamGradient = 3,
+  kControl = 4,
+  kEval = 5
+};
 
 struct FrameHeader {
   MessageKind kind = MessageKind::kActivation;
@@ -54,7 +60,8 @@ FrameHeader decodeFrame(Codec& codec, const uint8_t* data, size_t size, CodecCon
 // the receive path parses once, checks the header against the schedule, then decodes. A shape of
 // more than maxElements elements (what the receiver's largest message holds) is refused before
 // `out` is allocated.
-void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data, size_t payloadOffset,
-                       CodecContext ctx, std::vector<float>& out, int64_t maxElements = kMaxFrameElements);
+void decodeParsedFrame(Codec& codec, const FrameHeader& h, const uint8_t* data,
+                       size_t payloadOffset, CodecContext ctx, std::vector<float>& out,
+                       int64_t maxElements = kMaxFrameElements);
 
 }  // namespace slowpipe::compression

@@ -6,12 +6,12 @@
 #include <numeric>
 #include <vector>
 
+#include "compression/bitpack.h"
 #include "compression/bytes.h"
 #include "compression/error.h"
 #include "compression/kernels.h"
-#include "compression/bitpack.h"
-#include "compression/quant.h"
 #include "compression/parallel.h"
+#include "compression/quant.h"
 
 namespace slowpipe::compression {
 namespace {
@@ -33,11 +33,13 @@ HadamardCodec::HadamardCodec(std::unique_ptr<Codec> inner, uint64_t seed, int64_
     : inner_(std::move(inner)), seed_(seed), maxBlock_(maxBlock) {
   SP_REQUIRE(maxBlock >= 1 && maxBlock <= 65536 && (maxBlock & (maxBlock - 1)) == 0,
              "hadamard: block=" + std::to_string(maxBlock) + " must be a power of two in 1..65536");
-  SP_REQUIRE(inner_->id() != CodecId::kHadamard, "hadamard: nested hadamard(...) rotates twice; use one");
+  SP_REQUIRE(inner_->id() != CodecId::kHadamard,
+             "hadamard: nested hadamard(...) rotates twice; use one");
 }
 
 std::string HadamardCodec::spec() const {
-  return "hadamard(" + inner_->spec() + ";seed=" + std::to_string(seed_) + ";block=" + std::to_string(maxBlock_) + ")";
+  return "hadamard(" + inner_->spec() + ";seed=" + std::to_string(seed_) +
+         ";block=" + std::to_string(maxBlock_) + ")";
 }
 
 int64_t HadamardCodec::blockFor(int64_t d) const {
@@ -47,9 +49,14 @@ int64_t HadamardCodec::blockFor(int64_t d) const {
 }
 
 HadamardCodec::Rotation HadamardCodec::rotationFor(int64_t d, bool inverse) const {
-  Rotation rot{d, blockFor(d), 0.0f, std::vector<float>(static_cast<size_t>(d)), std::vector<float>(static_cast<size_t>(d), 1.0f),
+  Rotation rot{d,
+               blockFor(d),
+               0.0f,
+               std::vector<float>(static_cast<size_t>(d)),
+               std::vector<float>(static_cast<size_t>(d), 1.0f),
                std::vector<float>(static_cast<size_t>(d))};
-  for (int64_t j = 0; j < d; ++j) rot.sign[j] = (mix64(seed_ ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
+  for (int64_t j = 0; j < d; ++j)
+    rot.sign[j] = (mix64(seed_ ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
   rot.norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(rot.b)));
   // Forward: sign in, norm out; inverse: nothing in, norm then sign out (x * norm * s is
   // x * (s * norm) exactly: s is +-1).
@@ -77,7 +84,9 @@ void HadamardCodec::rotateRow(const Rotation& rot, bool inverse, float* row) con
 }
 
 void HadamardCodec::rotate(float* x, int64_t n, int64_t d, bool inverse, const float* src) const {
-  if (d <= 0 || n % d != 0) throw CodecError("hadamard: " + std::to_string(n) + " values are not rows of " + std::to_string(d));
+  if (d <= 0 || n % d != 0)
+    throw CodecError("hadamard: " + std::to_string(n) + " values are not rows of " +
+                     std::to_string(d));
   const Rotation rot = rotationFor(d, inverse);
   parallelRanges(n, d, [&](int64_t lo, int64_t hi, int64_t) {
     for (int64_t at = lo; at < hi; at += d) {
@@ -101,7 +110,8 @@ int64_t HadamardCodec::fusedChunk(int64_t d) const {
 // bytes are those of rotate-then-encode (the digest test).
 void HadamardCodec::encodeFused(const float* x, const Shape& shape, int64_t chunk, Bytes& out) {
   auto& q = static_cast<QuantCodec&>(*inner_);
-  const int64_t n = numelOf(shape), d = shape.back(), group = q.options().group, bits = q.options().bits;
+  const int64_t n = numelOf(shape), d = shape.back(), group = q.options().group,
+                bits = q.options().bits;
   const Rotation rot = rotationFor(d, false);
   QuantStream s(q, shape);
   s.sizeScales();
@@ -130,12 +140,14 @@ void HadamardCodec::encodeFused(const float* x, const Shape& shape, int64_t chun
   s.done();
 }
 
-void HadamardCodec::decodeFused(const uint8_t* payload, size_t size, const Shape& shape, int64_t chunk, float* out) {
+void HadamardCodec::decodeFused(const uint8_t* payload, size_t size, const Shape& shape,
+                                int64_t chunk, float* out) {
   auto& q = static_cast<QuantCodec&>(*inner_);
   const int64_t n = numelOf(shape), d = shape.back(), bits = q.options().bits;
   const size_t expect = quantPayloadBytes(q.options(), shape);
-  SP_REQUIRE(size == expect, "quant: payload is " + std::to_string(size) + " bytes, expected " + std::to_string(expect) +
-                                 " for shape " + shapeString(shape) + " at " + std::to_string(bits) + " bits");
+  SP_REQUIRE(size == expect, "quant: payload is " + std::to_string(size) + " bytes, expected " +
+                                 std::to_string(expect) + " for shape " + shapeString(shape) +
+                                 " at " + std::to_string(bits) + " bits");
   const Rotation rot = rotationFor(d, true);
   QuantStream s(q, shape);
   s.readScales(payload);  // every scale validated before anything is written
@@ -153,23 +165,30 @@ void HadamardCodec::decodeFused(const uint8_t* payload, size_t size, const Shape
         s.dequantize(codes, c0 + o, l, buf.data() + o);
       }
       for (int64_t r = 0; r < len; r += d) rotateRow(rot, true, buf.data() + r);
-      if (stream) k.streamOut(buf.data(), len, out + c0);
-      else std::copy(buf.data(), buf.data() + len, out + c0);
+      if (stream)
+        k.streamOut(buf.data(), len, out + c0);
+      else
+        std::copy(buf.data(), buf.data() + len, out + c0);
     }
     if (stream) k.streamFence();
   });
 }
 
-void HadamardCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
+void HadamardCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,
+                           Bytes& out) {
   const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
-  if (d <= 0 || n % d != 0) throw CodecError("hadamard: " + std::to_string(n) + " values are not rows of " + std::to_string(d));
-  if (const int64_t chunk = fusedChunk(d); chunk > 0 && !shape.empty()) return encodeFused(x, shape, chunk, out);
+  if (d <= 0 || n % d != 0)
+    throw CodecError("hadamard: " + std::to_string(n) + " values are not rows of " +
+                     std::to_string(d));
+  if (const int64_t chunk = fusedChunk(d); chunk > 0 && !shape.empty())
+    return encodeFused(x, shape, chunk, out);
   scratch_.resize(static_cast<size_t>(n));
   rotate(scratch_.data(), n, d, false, x);
   inner_->encode(scratch_.data(), shape, ctx, out);
 }
 
-void HadamardCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) {
+void HadamardCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
+                           const CodecContext& ctx, float* out) {
   const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
   if (const int64_t chunk = fusedChunk(d); chunk > 0 && !shape.empty() && n % d == 0)
     return decodeFused(payload, size, shape, chunk, out);

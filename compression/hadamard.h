@@ -21,9 +21,12 @@ class HadamardCodec : public Codec {
   CodecId id() const override { return CodecId::kHadamard; }
   std::string spec() const override;
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
-  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override;
+  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+              float* out) override;
   uint64_t stateDigest() const override { return inner_->stateDigest(); }
-  uint64_t maxPayloadBytes(const Shape& shape) const override { return inner_->maxPayloadBytes(shape); }
+  uint64_t maxPayloadBytes(const Shape& shape) const override {
+    return inner_->maxPayloadBytes(shape);
+  }
   const Codec& inner() const { return *inner_; }
   // Block size used for a last dimension of `d` values.
   int64_t blockFor(int64_t d) const;
@@ -45,11 +48,13 @@ class HadamardCodec : public Codec {
   // of 8), or 0 where the inner codec is not such a quantizer.
   int64_t fusedChunk(int64_t d) const;
   void encodeFused(const float* x, const Shape& shape, int64_t chunk, Bytes& out);
-  void decodeFused(const uint8_t* payload, size_t size, const Shape& shape, int64_t chunk, float* out);
+  void decodeFused(const uint8_t* payload, size_t size, const Shape& shape, int64_t chunk,
+                   float* out);
   std::unique_ptr<Codec> inner_;
   uint64_t seed_;
   int64_t maxBlock_;
-  std::vector<float> scratch_;  // encode's rotated copy, kept: a fresh 64 MiB buffer costs its page faults each message
+  std::vector<float> scratch_;  // encode's rotated copy, kept: a fresh 64 MiB buffer costs its page
+                                // faults each message
 };
 
 }  // namespace slowpipe::compression

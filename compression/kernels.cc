@@ -16,7 +16,9 @@ const Kernels* avx2Kernels() { return nullptr; }
 
 namespace {
 
-const Kernels* tableOf(CpuPath path) { return path == CpuPath::kAvx2 ? avx2Kernels() : baselineKernels(); }
+const Kernels* tableOf(CpuPath path) {
+  return path == CpuPath::kAvx2 ? avx2Kernels() : baselineKernels();
+}
 
 const Kernels* initial() {
   const char* forced = std::getenv("SLOWPIPE_CPU");
@@ -24,7 +26,8 @@ const Kernels* initial() {
     const std::string f = forced;
     SP_REQUIRE(f == "baseline" || f == "avx2", "SLOWPIPE_CPU=" + f + ": expected baseline or avx2");
     const CpuPath p = f == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline;
-    SP_REQUIRE(cpuPathAvailable(p), "SLOWPIPE_CPU=" + f + ": this build or this CPU has no " + f + " path");
+    SP_REQUIRE(cpuPathAvailable(p),
+               "SLOWPIPE_CPU=" + f + ": this build or this CPU has no " + f + " path");
     return tableOf(p);
   }
   return cpuPathAvailable(CpuPath::kAvx2) ? avx2Kernels() : baselineKernels();
@@ -41,14 +44,16 @@ bool cpuPathAvailable(CpuPath path) {
   if (path == CpuPath::kBaseline) return true;
   if (path != CpuPath::kAvx2) return false;
 #if defined(__x86_64__)
-  return avx2Kernels() != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return avx2Kernels() != nullptr && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif
 }
 
 void setCpuPath(CpuPath path) {
-  SP_REQUIRE(cpuPathAvailable(path), std::string("cpu path ") + (path == CpuPath::kAvx2 ? "avx2" : "baseline") +
+  SP_REQUIRE(cpuPathAvailable(path), std::string("cpu path ") +
+                                         (path == CpuPath::kAvx2 ? "avx2" : "baseline") +
                                          " is not available in this build or on this CPU");
   active().store(tableOf(path));
 }

@@ -21,52 +21,62 @@ struct Kernels {
   float (*absMax)(const float* v, int64_t n);
   // Symmetric levels, round to nearest: code = clamp(floor((x + m) * inv + 0.5), 0, top - 0.5).
   // Vec: m and inv per element (channel scales along the run); Scalar: one for the run.
-  void (*quantVec)(const float* x, const float* m, const float* inv, int64_t n, float top, uint8_t* codes);
+  void (*quantVec)(const float* x, const float* m, const float* inv, int64_t n, float top,
+                   uint8_t* codes);
   void (*quantScalar)(const float* x, float m, float inv, int64_t n, float top, uint8_t* codes);
   // Stochastic rounding: u_k = (hash32((lo + k) ^ key) >> 8) * 2^-24 in place of 0.5; lo + k must
   // not wrap (the caller splits runs at 2^32 boundaries of the stream index).
-  void (*stochVec)(const float* x, const float* m, const float* inv, int64_t n, float top, uint32_t lo,
-                   uint32_t key, uint8_t* codes);
-  void (*stochScalar)(const float* x, float m, float inv, int64_t n, float top, uint32_t lo, uint32_t key,
-                      uint8_t* codes);
-  void (*dequantVec)(const uint8_t* codes, const float* m, const float* step, int64_t n, float* out);
+  void (*stochVec)(const float* x, const float* m, const float* inv, int64_t n, float top,
+                   uint32_t lo, uint32_t key, uint8_t* codes);
+  void (*stochScalar)(const float* x, float m, float inv, int64_t n, float top, uint32_t lo,
+                      uint32_t key, uint8_t* codes);
+  void (*dequantVec)(const uint8_t* codes, const float* m, const float* step, int64_t n,
+                     float* out);
   void (*dequantScalar)(const uint8_t* codes, float m, float step, int64_t n, float* out);
-  // levels=fixpoint (quant.h): q = clip(rint(x / d * mult), lo, hi) - lo; value = ((q + lo) * inv) * s.
-  void (*fixVec)(const float* x, const float* d, int64_t n, float mult, float lo, float hi, uint8_t* codes);
-  void (*fixScalar)(const float* x, float d, int64_t n, float mult, float lo, float hi, uint8_t* codes);
-  void (*fixDequantVec)(const uint8_t* codes, const float* s, int64_t n, float lo, float inv, float* out);
-  void (*fixDequantScalar)(const uint8_t* codes, float s, int64_t n, float lo, float inv, float* out);
+  // levels=fixpoint (quant.h): q = clip(rint(x / d * mult), lo, hi) - lo; value = ((q + lo) * inv)
+  // * s.
+  void (*fixVec)(const float* x, const float* d, int64_t n, float mult, float lo, float hi,
+                 uint8_t* codes);
+  void (*fixScalar)(const float* x, float d, int64_t n, float mult, float lo, float hi,
+                    uint8_t* codes);
+  void (*fixDequantVec)(const uint8_t* codes, const float* s, int64_t n, float lo, float inv,
+                        float* out);
+  void (*fixDequantScalar)(const uint8_t* codes, float s, int64_t n, float lo, float inv,
+                           float* out);
   void (*sub)(const float* a, const float* b, int64_t n, float* out);  // out = a - b
   void (*add)(const float* a, const float* b, int64_t n, float* out);  // out = a + b
   // AC-SGD's delta step, fused (channel scales, nearest rounding): acc = max(acc, |x - m|); and
   // codes = Q(x - m), m = m + deQ(codes) for symmetric (mx, inv, step) or fixpoint (d, s) levels.
   // Fixpoint steps also get rd = fl(1 / d): a kernel may multiply by it where the product provably
-  // rounds as the quotient does and divide elsewhere, so the codes stay those of x / d (kernels_avx2.cc).
+  // rounds as the quotient does and divide elsewhere, so the codes stay those of x / d
+  // (kernels_avx2.cc).
   void (*deltaAbsMax)(const float* x, const float* m, int64_t n, float* acc);
-  void (*deltaQuantUpdate)(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n,
-                           float top, uint8_t* codes);
-  void (*deltaFixUpdate)(const float* x, float* m, const float* d, const float* rd, const float* s, int64_t n,
-                         float mult, float lo, float hi, float inv, uint8_t* codes);
-  // ef(quant)'s step, fused likewise: acc = max(acc, |x + r|); v = x + r, codes = Q(v), r = v - deQ(codes).
+  void (*deltaQuantUpdate)(const float* x, float* m, const float* mx, const float* inv,
+                           const float* step, int64_t n, float top, uint8_t* codes);
+  void (*deltaFixUpdate)(const float* x, float* m, const float* d, const float* rd, const float* s,
+                         int64_t n, float mult, float lo, float hi, float inv, uint8_t* codes);
+  // ef(quant)'s step, fused likewise: acc = max(acc, |x + r|); v = x + r, codes = Q(v), r = v -
+  // deQ(codes).
   void (*sumAbsMax)(const float* x, const float* r, int64_t n, float* acc);
-  void (*efQuantUpdate)(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n,
-                        float top, uint8_t* codes);
-  void (*efFixUpdate)(const float* x, float* r, const float* d, const float* rd, const float* s, int64_t n,
-                      float mult, float lo, float hi, float inv, uint8_t* codes);
+  void (*efQuantUpdate)(const float* x, float* r, const float* mx, const float* inv,
+                        const float* step, int64_t n, float top, uint8_t* codes);
+  void (*efFixUpdate)(const float* x, float* r, const float* d, const float* rd, const float* s,
+                      int64_t n, float mult, float lo, float hi, float inv, uint8_t* codes);
   // The same on a bf16 residual (ef's store=bf16): r read as bf16, written as bf16(v - deQ(codes)).
   void (*sumAbsMaxB)(const float* x, const uint16_t* r, int64_t n, float* acc);
-  void (*efQuantUpdateB)(const float* x, uint16_t* r, const float* mx, const float* inv, const float* step, int64_t n,
-                         float top, uint8_t* codes);
-  void (*efFixUpdateB)(const float* x, uint16_t* r, const float* d, const float* rd, const float* s, int64_t n,
-                       float mult, float lo, float hi, float inv, uint8_t* codes);
+  void (*efQuantUpdateB)(const float* x, uint16_t* r, const float* mx, const float* inv,
+                         const float* step, int64_t n, float top, uint8_t* codes);
+  void (*efFixUpdateB)(const float* x, uint16_t* r, const float* d, const float* rd, const float* s,
+                       int64_t n, float mult, float lo, float hi, float inv, uint8_t* codes);
   // The delta step on an fp16 buffer (little-endian bytes mh, updated in place): AC-SGD with the
   // reference's fp16 buffers, converting in registers. AVX2 build only (null in the baseline build,
   // whose callers convert through a buffer instead: the same bits).
   void (*deltaAbsMaxH)(const float* x, const uint8_t* mh, int64_t n, float* acc);
-  void (*deltaQuantUpdateH)(const float* x, uint8_t* mh, const float* mx, const float* inv, const float* step,
-                            int64_t n, float top, uint8_t* codes);
-  void (*deltaFixUpdateH)(const float* x, uint8_t* mh, const float* d, const float* rd, const float* s, int64_t n,
-                          float mult, float lo, float hi, float inv, uint8_t* codes);
+  void (*deltaQuantUpdateH)(const float* x, uint8_t* mh, const float* mx, const float* inv,
+                            const float* step, int64_t n, float top, uint8_t* codes);
+  void (*deltaFixUpdateH)(const float* x, uint8_t* mh, const float* d, const float* rd,
+                          const float* s, int64_t n, float mult, float lo, float hi, float inv,
+                          uint8_t* codes);
   // The receiver's side: mh = fp16(m + dq), out = the value mh now holds.
   void (*deltaApplyH)(const float* dq, uint8_t* mh, int64_t n, float* out);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
@@ -83,34 +93,43 @@ struct Kernels {
   // randk's kept set of indices lo .. lo + n - 1 (keep[k] = 1 where mix64(base ^ (lo + k)) <
   // threshold); returns how many are kept.
   int64_t (*randkKeep)(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep);
-  // lowrank's products over rows of d values and r basis rows p (r x d): coef[i * r + j] = the dot of
-  // row i and p_j, summed in 8 lanes (lane k % 8 takes term k; lanes added pairwise:
-  // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))); and out_i = ((0 + c_i0 p_0) + c_i1 p_1) + ...
-  void (*lowrankProject)(const float* x, int64_t rows, int64_t d, const float* p, int64_t r, float* coef);
-  void (*lowrankExpand)(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d, float* out);
+  // lowrank's products over rows of d values and r basis rows p (r x d): coef[i * r + j] = the dot
+  // of row i and p_j, summed in 8 lanes (lane k % 8 takes term k; lanes added pairwise:
+  // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))); and out_i = ((0 + c_i0 p_0) + c_i1 p_1) +
+  // ...
+  void (*lowrankProject)(const float* x, int64_t rows, int64_t d, const float* p, int64_t r,
+                         float* coef);
+  void (*lowrankExpand)(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d,
+                        float* out);
   // Group scales: `groups` whole groups of g values, scale q for group q; each as absMax (m[q] =
-  // max(m[q], absMax(group))), quantScalar, dequantScalar, fixScalar, fixDequantScalar on its group.
+  // max(m[q], absMax(group))), quantScalar, dequantScalar, fixScalar, fixDequantScalar on its
+  // group.
   void (*absMaxGroups)(const float* x, int64_t groups, int64_t g, float* m);
-  void (*quantGroups)(const float* x, int64_t groups, int64_t g, const float* m, const float* inv, float top, uint8_t* codes);
-  void (*dequantGroups)(const uint8_t* codes, int64_t groups, int64_t g, const float* m, const float* step, float* out);
-  void (*fixGroups)(const float* x, int64_t groups, int64_t g, const float* d, float mult, float lo, float hi, uint8_t* codes);
-  void (*fixDequantGroups)(const uint8_t* codes, int64_t groups, int64_t g, const float* s, float lo, float inv, float* out);
+  void (*quantGroups)(const float* x, int64_t groups, int64_t g, const float* m, const float* inv,
+                      float top, uint8_t* codes);
+  void (*dequantGroups)(const uint8_t* codes, int64_t groups, int64_t g, const float* m,
+                        const float* step, float* out);
+  void (*fixGroups)(const float* x, int64_t groups, int64_t g, const float* d, float mult, float lo,
+                    float hi, uint8_t* codes);
+  void (*fixDequantGroups)(const uint8_t* codes, int64_t groups, int64_t g, const float* s,
+                           float lo, float inv, float* out);
   // The fused steps above prefetch their streams as they go (AVX2 build): callers need not.
   bool fusedStepsPrefetch;
 };
 
 enum class CpuPath : uint8_t { kBaseline, kAvx2 };
 
-const Kernels& kernels();                  // the active path's kernels
-bool cpuPathAvailable(CpuPath path);       // built in and supported by this CPU
-void setCpuPath(CpuPath path);             // tests and benchmarks; throws CodecError if unavailable
-const char* cpuPathName();                 // "baseline" or "avx2"
+const Kernels& kernels();             // the active path's kernels
+bool cpuPathAvailable(CpuPath path);  // built in and supported by this CPU
+void setCpuPath(CpuPath path);        // tests and benchmarks; throws CodecError if unavailable
+const char* cpuPathName();            // "baseline" or "avx2"
 
 // One entry per path (defined in kernels_{baseline,avx2}.cc); null where not built.
 const Kernels* baselineKernels();
 const Kernels* avx2Kernels();
 
-// The stochastic-rounding hash (lowbias32 by Chris Wellons): public so callers derive run keys with it.
+// The stochastic-rounding hash (lowbias32 by Chris Wellons): public so callers derive run keys with
+// it.
 inline uint32_t hash32(uint32_t x) { return element::lowbias32(x); }
 
 }  // namespace slowpipe::compression

@@ -23,13 +23,14 @@ static void toHalf(const float* in, size_t n, uint8_t* out) {
 static void fromHalf(const uint8_t* in, size_t n, float* out) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
+    _mm256_storeu_ps(
+        out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
   baselineKernels()->fromHalf(in + 2 * i, n - i, out + i);  // the tail
 }
 
 // The fused steps of kernels.inc on a buffer as stored, 8 values per step in registers: AC-SGD's
-// delta step (d = x - m, m += deQ(Q(d)); deltaAbsMax / deltaQuantUpdate / deltaFixUpdate) on fp32 or
-// fp16 buffers, and ef's step (v = x + r, r = v - deQ(Q(v)); sumAbsMax / efQuantUpdate /
+// delta step (d = x - m, m += deQ(Q(d)); deltaAbsMax / deltaQuantUpdate / deltaFixUpdate) on fp32
+// or fp16 buffers, and ef's step (v = x + r, r = v - deQ(Q(v)); sumAbsMax / efQuantUpdate /
 // efFixUpdate) on an fp32 or bf16 residual. Every operation is the one kernels.inc performs, in the
 // same order (min/max operand order keeps their NaN behaviour; no FMA), and F16C and the bf16
 // narrowing round like floatToHalf and floatToBf16: the bits are those of the baseline build
@@ -55,16 +56,20 @@ static inline void putHalf(uint8_t* p, float v) {
 }
 
 static inline __m256 loadBf16x8(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 static inline void storeBf16x8(uint16_t* p, __m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
   const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
   const __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);  // 8 x int32 in [0, 0xffff]
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 static inline float bf16At(const uint16_t* p) {
   const uint32_t u = static_cast<uint32_t>(*p) << 16;
@@ -75,9 +80,10 @@ static inline float bf16At(const uint16_t* p) {
 static inline void putBf16(uint16_t* p, float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  *p = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : (u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+  *p = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u
+                                 ? (u >> 16) | 0x40u
+                                 : (u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
 }
-
 
 // A buffer's elements by index: fp32, fp16 (two little-endian bytes each) or bf16.
 struct BufF32 {
@@ -109,19 +115,27 @@ struct BufBf16 {
 // value is x + r, the buffer becomes v - dq).
 enum class Step { kDelta, kSum };
 template <Step S>
-static inline __m256 value8(__m256 x, __m256 b) { return S == Step::kDelta ? _mm256_sub_ps(x, b) : _mm256_add_ps(x, b); }
+static inline __m256 value8(__m256 x, __m256 b) {
+  return S == Step::kDelta ? _mm256_sub_ps(x, b) : _mm256_add_ps(x, b);
+}
 template <Step S>
-static inline __m256 next8(__m256 b, __m256 v, __m256 dq) { return S == Step::kDelta ? _mm256_add_ps(b, dq) : _mm256_sub_ps(v, dq); }
+static inline __m256 next8(__m256 b, __m256 v, __m256 dq) {
+  return S == Step::kDelta ? _mm256_add_ps(b, dq) : _mm256_sub_ps(v, dq);
+}
 template <Step S>
-static inline float value1(float x, float b) { return S == Step::kDelta ? x - b : x + b; }
+static inline float value1(float x, float b) {
+  return S == Step::kDelta ? x - b : x + b;
+}
 template <Step S>
-static inline float next1(float b, float v, float dq) { return S == Step::kDelta ? b + dq : v - dq; }
+static inline float next1(float b, float v, float dq) {
+  return S == Step::kDelta ? b + dq : v - dq;
+}
 
 // Software prefetch distance, in values: 1 KiB of x ahead (and the same values of the buffer). The
 // hardware prefetcher, with acsgd.cc requesting each next chunk at once, left these two-pass loops
 // further below memcpy's bandwidth; 1-4 KiB measured alike (bench codecs, 64 MiB, three alternating
-// runs: acsgd 2-bit encode 0.60-0.68x memcpy against 0.50-0.57x, ef fp32 0.48-0.51x against 0.39-0.43x).
-// Prefetches past an array's end are harmless (they never fault).
+// runs: acsgd 2-bit encode 0.60-0.68x memcpy against 0.50-0.57x, ef fp32 0.48-0.51x against
+// 0.39-0.43x). Prefetches past an array's end are harmless (they never fault).
 constexpr int64_t kPrefetch = 256;
 template <class B>
 static inline void prefetch(const float* x, const typename B::T* b, int64_t i) {
@@ -147,18 +161,21 @@ static void absMaxT(const float* x, const typename B::T* b, int64_t n, float* ac
 
 // Symmetric levels: codes = Q(value), buffer = next(deQ(codes)).
 template <class B, Step S>
-static void quantUpdateT(const float* x, typename B::T* b, const float* mx, const float* inv, const float* step, int64_t n,
-                         float top, uint8_t* codes) {
+static void quantUpdateT(const float* x, typename B::T* b, const float* mx, const float* inv,
+                         const float* step, int64_t n, float top, uint8_t* codes) {
   const __m256 vtop = _mm256_set1_ps(top), zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     prefetch<B>(x, b, i);
-    const __m256 m = B::load8(b, i), v = value8<S>(_mm256_loadu_ps(x + i), m), vmx = _mm256_loadu_ps(mx + i);
-    const __m256 u = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(v, vmx), _mm256_loadu_ps(inv + i)), half);
+    const __m256 m = B::load8(b, i), v = value8<S>(_mm256_loadu_ps(x + i), m),
+                 vmx = _mm256_loadu_ps(mx + i);
+    const __m256 u =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(v, vmx), _mm256_loadu_ps(inv + i)), half);
     const __m256 t = _mm256_min_ps(_mm256_max_ps(u, zero), vtop);  // = minOf(top, maxOf(0, u))
     const __m256i c = _mm256_cvttps_epi32(t);
     storeCodes8(codes + i, c);
-    const __m256 dq = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(step + i)), vmx);
+    const __m256 dq =
+        _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(step + i)), vmx);
     B::store8(b, i, next8<S>(m, v, dq));
   }
   for (; i < n; ++i) {
@@ -177,9 +194,11 @@ static void quantUpdateT(const float* x, typename B::T* b, const float* mx, cons
 // (|lo|, hi <= 128: beyond it both clamp alike; a NaN becomes lo - 1, then lo, as the division's
 // NaN does), so |t| <= 129 and a constant 2^-12 >= 4 * 129 * 2^-22 bounds the distance: vectors
 // with a lane that near a tie (about 4e-3 of them) take the division.
-static inline __m256 fixRound8(__m256 v, const float* d, const float* rd, __m256 vmult, __m256 below, __m256 above) {
+static inline __m256 fixRound8(__m256 v, const float* d, const float* rd, __m256 vmult,
+                               __m256 below, __m256 above) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_mul_ps(v, _mm256_loadu_ps(rd)), vmult), below), above);
+  const __m256 t = _mm256_min_ps(
+      _mm256_max_ps(_mm256_mul_ps(_mm256_mul_ps(v, _mm256_loadu_ps(rd)), vmult), below), above);
   const __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 off = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));  // in [0, 0.5]
   const __m256 near = _mm256_cmp_ps(off, _mm256_set1_ps(0.5f - 0x1.0p-12f), _CMP_GE_OQ);
@@ -188,21 +207,24 @@ static inline __m256 fixRound8(__m256 v, const float* d, const float* rd, __m256
                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-
 // Fixpoint levels: codes = clip(rint(value / d * mult), lo, hi) - lo, buffer = next(deQ(codes)).
 template <class B, Step S>
-static void fixUpdateT(const float* x, typename B::T* b, const float* d, const float* rd, const float* s, int64_t n,
-                       float mult, float lo, float hi, float inv, uint8_t* codes) {
+static void fixUpdateT(const float* x, typename B::T* b, const float* d, const float* rd,
+                       const float* s, int64_t n, float mult, float lo, float hi, float inv,
+                       uint8_t* codes) {
   const __m256 vmult = _mm256_set1_ps(mult), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi),
-               vinv = _mm256_set1_ps(inv), below = _mm256_set1_ps(lo - 1.0f), above = _mm256_set1_ps(hi + 1.0f);
+               vinv = _mm256_set1_ps(inv), below = _mm256_set1_ps(lo - 1.0f),
+               above = _mm256_set1_ps(hi + 1.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     prefetch<B>(x, b, i);
     const __m256 m = B::load8(b, i), v = value8<S>(_mm256_loadu_ps(x + i), m);
-    const __m256 q = _mm256_min_ps(_mm256_max_ps(fixRound8(v, d + i, rd + i, vmult, below, above), vlo), vhi);
+    const __m256 q =
+        _mm256_min_ps(_mm256_max_ps(fixRound8(v, d + i, rd + i, vmult, below, above), vlo), vhi);
     const __m256i c = _mm256_cvttps_epi32(_mm256_sub_ps(q, vlo));
     storeCodes8(codes + i, c);
-    const __m256 dq = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(c), vlo), vinv), _mm256_loadu_ps(s + i));
+    const __m256 dq = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(c), vlo), vinv),
+                                    _mm256_loadu_ps(s + i));
     B::store8(b, i, next8<S>(m, v, dq));
   }
   for (; i < n; ++i) {
@@ -215,15 +237,18 @@ static void fixUpdateT(const float* x, typename B::T* b, const float* d, const f
 }
 
 // The table's entries (kernels.h names them).
-#define SLOWPIPE_FUSED_STEPS(Buf, S, absMax, quantUpdate, fixUpdate)                                              \
-  static void absMax(const float* x, const Buf::T* b, int64_t n, float* acc) { absMaxT<Buf, S>(x, b, n, acc); }    \
-  static void quantUpdate(const float* x, Buf::T* b, const float* mx, const float* inv, const float* step, int64_t n, \
-                          float top, uint8_t* codes) {                                                               \
-    quantUpdateT<Buf, S>(x, b, mx, inv, step, n, top, codes);                                                        \
-  }                                                                                                                  \
-  static void fixUpdate(const float* x, Buf::T* b, const float* d, const float* rd, const float* s, int64_t n,       \
-                        float mult, float lo, float hi, float inv, uint8_t* codes) {                                 \
-    fixUpdateT<Buf, S>(x, b, d, rd, s, n, mult, lo, hi, inv, codes);                                                 \
+#define SLOWPIPE_FUSED_STEPS(Buf, S, absMax, quantUpdate, fixUpdate)                          \
+  static void absMax(const float* x, const Buf::T* b, int64_t n, float* acc) {                \
+    absMaxT<Buf, S>(x, b, n, acc);                                                            \
+  }                                                                                           \
+  static void quantUpdate(const float* x, Buf::T* b, const float* mx, const float* inv,       \
+                          const float* step, int64_t n, float top, uint8_t* codes) {          \
+    quantUpdateT<Buf, S>(x, b, mx, inv, step, n, top, codes);                                 \
+  }                                                                                           \
+  static void fixUpdate(const float* x, Buf::T* b, const float* d, const float* rd,           \
+                        const float* s, int64_t n, float mult, float lo, float hi, float inv, \
+                        uint8_t* codes) {                                                     \
+    fixUpdateT<Buf, S>(x, b, d, rd, s, n, mult, lo, hi, inv, codes);                          \
   }
 SLOWPIPE_FUSED_STEPS(BufF32, Step::kDelta, deltaAbsMax, deltaQuantUpdate, deltaFixUpdate)
 SLOWPIPE_FUSED_STEPS(BufF16, Step::kDelta, deltaAbsMaxH, deltaQuantUpdateH, deltaFixUpdateH)
@@ -235,7 +260,8 @@ SLOWPIPE_FUSED_STEPS(BufBf16, Step::kSum, sumAbsMaxB, efQuantUpdateB, efFixUpdat
 static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_add_ps(loadHalf8(mh + 2 * i), _mm256_loadu_ps(dq + i)), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i h = _mm256_cvtps_ph(_mm256_add_ps(loadHalf8(mh + 2 * i), _mm256_loadu_ps(dq + i)),
+                                      _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(mh + 2 * i), h);
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
   }
@@ -244,7 +270,6 @@ static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
     out[i] = halfAt(mh + 2 * i);
   }
 }
-
 
 // Non-temporal stores from the first 32-byte boundary of dst on, plain ones around them.
 static void streamOut(const float* src, int64_t n, float* dst) {
@@ -269,17 +294,20 @@ static void projectRows(const float* a, int64_t d, const float* p, float* out) {
   int64_t k = 0;
   for (; k + 8 <= d; k += 8) {
     const __m256 xv = _mm256_loadu_ps(a + k);
-    for (int j = 0; j < JN; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(xv, _mm256_loadu_ps(p + j * d + k)));
+    for (int j = 0; j < JN; ++j)
+      acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(xv, _mm256_loadu_ps(p + j * d + k)));
   }
   for (int j = 0; j < JN; ++j) {
     float lane[8];
     _mm256_storeu_ps(lane, acc[j]);
     for (int64_t t = k; t < d; ++t) lane[t % 8] += a[t] * p[j * d + t];
-    out[j] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    out[j] =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   }
 }
 
-static void lowrankProject(const float* x, int64_t rows, int64_t d, const float* p, int64_t r, float* coef) {
+static void lowrankProject(const float* x, int64_t rows, int64_t d, const float* p, int64_t r,
+                           float* coef) {
   for (int64_t i = 0; i < rows; ++i) {
     int64_t j = 0;
     for (; j + 8 <= r; j += 8) projectRows<8>(x + i * d, d, p + j * d, coef + i * r + j);
@@ -287,14 +315,17 @@ static void lowrankProject(const float* x, int64_t rows, int64_t d, const float*
   }
 }
 
-static void lowrankExpand(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d, float* out) {
+static void lowrankExpand(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d,
+                          float* out) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* c = coef + i * r;
     float* o = out + i * d;
     int64_t k = 0;
     for (; k + 8 <= d; k += 8) {
       __m256 acc = _mm256_setzero_ps();
-      for (int64_t j = 0; j < r; ++j) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(c[j]), _mm256_loadu_ps(p + j * d + k)));
+      for (int64_t j = 0; j < r; ++j)
+        acc =
+            _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(c[j]), _mm256_loadu_ps(p + j * d + k)));
       _mm256_storeu_ps(o + k, acc);
     }
     for (; k < d; ++k) {

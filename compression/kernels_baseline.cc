@@ -23,13 +23,15 @@ static void fromHalf(const uint8_t* in, size_t n, float* out) {
 
 // No in-register fp16 step here: callers convert through a buffer (kernels.h).
 constexpr void (*deltaAbsMaxH)(const float*, const uint8_t*, int64_t, float*) = nullptr;
-constexpr void (*deltaQuantUpdateH)(const float*, uint8_t*, const float*, const float*, const float*, int64_t, float,
-                                    uint8_t*) = nullptr;
-constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const float*, const float*, int64_t, float,
-                                  float, float, float, uint8_t*) = nullptr;
+constexpr void (*deltaQuantUpdateH)(const float*, uint8_t*, const float*, const float*,
+                                    const float*, int64_t, float, uint8_t*) = nullptr;
+constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const float*, const float*,
+                                  int64_t, float, float, float, float, uint8_t*) = nullptr;
 constexpr void (*deltaApplyH)(const float*, uint8_t*, int64_t, float*) = nullptr;
 
-static void streamOut(const float* src, int64_t n, float* dst) { std::memcpy(dst, src, 4 * static_cast<size_t>(n)); }
+static void streamOut(const float* src, int64_t n, float* dst) {
+  std::memcpy(dst, src, 4 * static_cast<size_t>(n));
+}
 static void streamFence() {}
 
 #define KERNELS_NAME "baseline"

@@ -60,13 +60,15 @@ void roundToHalf(std::vector<float>& rows) {
 LowrankCodec::LowrankCodec(LowrankOptions opt) : opt_(opt) {
   SP_REQUIRE(opt_.rank >= 1 && opt_.rank <= 65536,
              "lowrank: rank=" + std::to_string(opt_.rank) + " is out of range; expected 1..65536");
-  SP_REQUIRE(opt_.refresh >= 0, "lowrank: refresh=" + std::to_string(opt_.refresh) + " must be >= 0");
+  SP_REQUIRE(opt_.refresh >= 0,
+             "lowrank: refresh=" + std::to_string(opt_.refresh) + " must be >= 0");
   SP_REQUIRE(opt_.iters >= 1 && opt_.iters <= 100,
              "lowrank: iters=" + std::to_string(opt_.iters) + " is out of range; expected 1..100");
 }
 
 std::string LowrankCodec::spec() const {
-  std::string s = "lowrank:rank=" + std::to_string(opt_.rank) + ",basis=" + (opt_.pca ? "pca" : "random") +
+  std::string s = "lowrank:rank=" + std::to_string(opt_.rank) +
+                  ",basis=" + (opt_.pca ? "pca" : "random") +
                   ",refresh=" + std::to_string(opt_.refresh);
   if (opt_.pca) s += ",iters=" + std::to_string(opt_.iters);
   return s + ",seed=" + std::to_string(opt_.seed);
@@ -84,8 +86,10 @@ std::vector<float> LowrankCodec::randomBasis(int64_t d, uint32_t epoch) const {
   uint64_t salt = 0;
   // A Rademacher matrix is of full rank with overwhelming probability; if not, the next salt.
   do {
-    const uint64_t key = mix64(opt_.seed ^ mix64(static_cast<uint64_t>(d) * 0x9E3779B97F4A7C15ull ^ epoch) ^ salt++);
-    for (int64_t i = 0; i < r * d; ++i) rows[i] = (mix64(key + static_cast<uint64_t>(i)) >> 63) ? 1.0f : -1.0f;
+    const uint64_t key =
+        mix64(opt_.seed ^ mix64(static_cast<uint64_t>(d) * 0x9E3779B97F4A7C15ull ^ epoch) ^ salt++);
+    for (int64_t i = 0; i < r * d; ++i)
+      rows[i] = (mix64(key + static_cast<uint64_t>(i)) >> 63) ? 1.0f : -1.0f;
   } while (!orthonormalize(rows, r, d));
   return rows;
 }
@@ -151,24 +155,29 @@ void LowrankCodec::encode(const float* x, const Shape& shape, const CodecContext
     uint16_t h;
     std::memcpy(&h, cp + 2 * i, 2);
     SP_REQUIRE((h & 0x7c00u) != 0x7c00u, "lowrank: coefficient " + std::to_string(i) + " = " +
-                                             std::to_string(coef_[i]) + " overflows fp16 (|c| <= 65504)");
+                                             std::to_string(coef_[i]) +
+                                             " overflows fp16 (|c| <= 65504)");
   }
 }
 
-void LowrankCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext&, float* out) {
+void LowrankCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
+                          const CodecContext&, float* out) {
   const int64_t n = numelOf(shape), d = shape.empty() ? 1 : shape.back();
   const int64_t r = rankFor(d), rows = d > 0 ? n / d : 0;
   ByteReader rd(payload, size, "lowrank payload");
   const uint8_t kind = rd.get<uint8_t>("kind");
   const uint32_t epoch = rd.get<uint32_t>("basis epoch");
-  SP_REQUIRE(kind <= 1 && (kind == 0 || opt_.pca), "lowrank: payload kind " + std::to_string(kind) +
-                                                       (opt_.pca ? ", expected 0 or 1" : ", expected 0 (basis=random sends no basis)"));
+  SP_REQUIRE(kind <= 1 && (kind == 0 || opt_.pca),
+             "lowrank: payload kind " + std::to_string(kind) +
+                 (opt_.pca ? ", expected 0 or 1" : ", expected 0 (basis=random sends no basis)"));
   SP_REQUIRE(size == payloadBytes(shape, kind == 1) || (d == 0 && size == 5),
              "lowrank: payload is " + std::to_string(size) + " bytes, expected " +
-                 std::to_string(payloadBytes(shape, kind == 1)) + " for shape " + shapeString(shape));
+                 std::to_string(payloadBytes(shape, kind == 1)) + " for shape " +
+                 shapeString(shape));
   if (d == 0 || r == 0) return;
   std::vector<float> fresh;
-  const uint8_t* basisBytes = kind == 1 ? rd.take(2 * static_cast<size_t>(r * d), "basis") : nullptr;
+  const uint8_t* basisBytes =
+      kind == 1 ? rd.take(2 * static_cast<size_t>(r * d), "basis") : nullptr;
   if (basisBytes) {
     fresh.resize(static_cast<size_t>(r * d));
     halfBytesToFloat(basisBytes, fresh.size(), fresh.data());
@@ -181,7 +190,8 @@ void LowrankCodec::decode(const uint8_t* payload, size_t size, const Shape& shap
   coef_.resize(static_cast<size_t>(rows * r));
   halfBytesToFloat(cp, coef_.size(), coef_.data());
   for (size_t i = 0; i < coef_.size(); ++i)
-    SP_REQUIRE(std::isfinite(coef_[i]), "lowrank: coefficient " + std::to_string(i) + " is not finite");
+    SP_REQUIRE(std::isfinite(coef_[i]),
+               "lowrank: coefficient " + std::to_string(i) + " is not finite");
   // Validated: now the state.
   auto it = basis_.find(d);
   if (basisBytes) {
@@ -191,9 +201,10 @@ void LowrankCodec::decode(const uint8_t* payload, size_t size, const Shape& shap
     it = basis_.find(d);
   } else if (opt_.pca) {
     SP_REQUIRE(it != basis_.end() && it->second.epoch == epoch,
-               "lowrank: coefficients on basis epoch " + std::to_string(epoch) + " of width " + std::to_string(d) +
-                   " but the receiver holds " +
-                   (it == basis_.end() ? std::string("none") : "epoch " + std::to_string(it->second.epoch)) +
+               "lowrank: coefficients on basis epoch " + std::to_string(epoch) + " of width " +
+                   std::to_string(d) + " but the receiver holds " +
+                   (it == basis_.end() ? std::string("none")
+                                       : "epoch " + std::to_string(it->second.epoch)) +
                    " (sender and receiver diverged)");
   } else if (it == basis_.end() || it->second.epoch != epoch) {
     it = basis_.insert_or_assign(d, Basis{epoch, 0, randomBasis(d, epoch)}).first;
@@ -218,11 +229,15 @@ uint64_t LowrankCodec::stateDigest() const {
 
 std::string LowrankCodec::deviceCost() const {
   const double r = static_cast<double>(opt_.rank);
-  const double refresh = opt_.pca ? 4.0 * r * opt_.iters / static_cast<double>(opt_.refresh > 0 ? opt_.refresh : 8) : 0.0;
+  const double refresh =
+      opt_.pca ? 4.0 * r * opt_.iters / static_cast<double>(opt_.refresh > 0 ? opt_.refresh : 8)
+               : 0.0;
   char b[320];
   std::snprintf(b, sizeof b,
-                "{\"source\": \"derived: its matrix products' FLOPs and one pass over the fp32 message, on the device\", "
-                "\"encode_flops_per_element\": %.17g, \"encode_bytes_per_element\": 8, \"decode_flops_per_element\": %.17g, "
+                "{\"source\": \"derived: its matrix products' FLOPs and one pass over the fp32 "
+                "message, on the device\", "
+                "\"encode_flops_per_element\": %.17g, \"encode_bytes_per_element\": 8, "
+                "\"decode_flops_per_element\": %.17g, "
                 "\"decode_bytes_per_element\": 8}",
                 2.0 * r + refresh, 2.0 * r);
   return b;

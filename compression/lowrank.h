@@ -1,8 +1,8 @@
 // lowrank:rank=R[,basis=random|pca][,refresh=N][,iters=I][,seed=S]: low-rank projection of
 // activations, the family of subspace methods for slow links. The message x is viewed as rows of
-// its last dimension d (N = numel / d rows); the sender sends the coefficients C = X P (N x r, fp16)
-// on an orthonormal basis P (d x r, r = min(R, d)) that both ends hold, and the receiver outputs
-// C P^T, the projection of x onto span(P).
+// its last dimension d (N = numel / d rows); the sender sends the coefficients C = X P (N x r,
+// fp16) on an orthonormal basis P (d x r, r = min(R, d)) that both ends hold, and the receiver
+// outputs C P^T, the projection of x onto span(P).
 //
 // basis=random (default): P is an orthonormalized Rademacher matrix derived from (seed, d, basis
 //   epoch) on both ends; no basis bytes travel. refresh=N draws the next epoch's basis every N
@@ -38,17 +38,20 @@ class LowrankCodec : public Codec {
   CodecId id() const override { return CodecId::kLowrank; }
   std::string spec() const override;
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
-  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override;
+  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+              float* out) override;
   uint64_t stateDigest() const override;
   // Payload bytes for this shape, with or without a basis.
   size_t payloadBytes(const Shape& shape, bool withBasis) const;
-  uint64_t maxPayloadBytes(const Shape& shape) const override { return payloadBytes(shape, opt_.pca) + 16; }
+  uint64_t maxPayloadBytes(const Shape& shape) const override {
+    return payloadBytes(shape, opt_.pca) + 16;
+  }
 
  private:
   struct Basis {
     uint32_t epoch = 0;
-    int64_t sent = 0;          // sender: messages encoded on this basis
-    std::vector<float> rows;   // r rows of d values: the basis vectors
+    int64_t sent = 0;         // sender: messages encoded on this basis
+    std::vector<float> rows;  // r rows of d values: the basis vectors
   };
   int64_t rankFor(int64_t d) const { return d < opt_.rank ? d : opt_.rank; }
   // Derived from its products: encode C = X P and decode C P^T are 2r FLOPs per element each (a
@@ -56,7 +59,8 @@ class LowrankCodec : public Codec {
   // messages); each reads and writes the fp32 message once (the fp16 factors are r/d of it).
   std::string deviceCost() const override;
   std::vector<float> randomBasis(int64_t d, uint32_t epoch) const;
-  std::vector<float> principalBasis(const float* x, int64_t n, int64_t d, const std::vector<float>& start) const;
+  std::vector<float> principalBasis(const float* x, int64_t n, int64_t d,
+                                    const std::vector<float>& start) const;
 
   LowrankOptions opt_;
   std::map<int64_t, Basis> basis_;  // per width d

@@ -39,7 +39,8 @@ class Pool {
       for (int64_t p = 0; p < parts; ++p) fn(p);
       return;
     }
-    while (static_cast<int>(threads_.size()) < helpers) threads_.emplace_back([this, k = threads_.size()] { loop(k); });
+    while (static_cast<int>(threads_.size()) < helpers)
+      threads_.emplace_back([this, k = threads_.size()] { loop(k); });
     {
       std::lock_guard<std::mutex> lock(mu_);
       fn_ = &fn;
@@ -77,7 +78,8 @@ class Pool {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [&] { return stop_ || (generation_ != seen && static_cast<int>(k) < active_); });
+        wake_.wait(lock,
+                   [&] { return stop_ || (generation_ != seen && static_cast<int>(k) < active_); });
         if (stop_) return;
         seen = generation_;
         ++busy_;
@@ -116,8 +118,8 @@ int64_t perPart(int64_t align) { return std::max<int64_t>(align, grain.load() / 
 }  // namespace
 
 void setCodecThreads(int threads) {
-  SP_REQUIRE(threads >= 1 && threads <= 256,
-             "compression.threads = " + std::to_string(threads) + ": expected 1..256 threads per stage");
+  SP_REQUIRE(threads >= 1 && threads <= 256, "compression.threads = " + std::to_string(threads) +
+                                                 ": expected 1..256 threads per stage");
   pool().setThreads(threads);
 }
 
@@ -160,7 +162,8 @@ void parallelFor(int64_t parts, const std::function<void(int64_t)>& fn) {
   });
 }
 
-void parallelRanges(int64_t n, int64_t align, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+void parallelRanges(int64_t n, int64_t align,
+                    const std::function<void(int64_t, int64_t, int64_t)>& fn) {
   parallelFor(parallelParts(n, align), [&](int64_t part) {
     int64_t lo, hi;
     partRange(n, align, part, &lo, &hi);

@@ -1,9 +1,9 @@
 // Threads for large messages: a codec may split one message over compression.threads threads
-// (setCodecThreads; 1, the default, runs everything on the caller's thread as before). A split never
-// changes a byte: work is cut at fixed boundaries that do not depend on the thread count (parts of
-// parallelGrain() values, rounded to the caller's alignment), each part writes its own bytes, and
-// reductions are exact (max). The digest test (tests/compression/digest_test.cc) checks every
-// codec at several thread counts.
+// (setCodecThreads; 1, the default, runs everything on the caller's thread as before). A split
+// never changes a byte: work is cut at fixed boundaries that do not depend on the thread count
+// (parts of parallelGrain() values, rounded to the caller's alignment), each part writes its own
+// bytes, and reductions are exact (max). The digest test (tests/compression/digest_test.cc) checks
+// every codec at several thread counts.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +24,12 @@ int codecThreads();
 int64_t parallelParts(int64_t n, int64_t align);
 void partRange(int64_t n, int64_t align, int64_t part, int64_t* lo, int64_t* hi);
 
-// Runs fn(part) for part in [0, parts), on up to codecThreads() threads (the caller is one of them),
-// and returns when all are done. The first exception thrown by a part is rethrown here.
+// Runs fn(part) for part in [0, parts), on up to codecThreads() threads (the caller is one of
+// them), and returns when all are done. The first exception thrown by a part is rethrown here.
 void parallelFor(int64_t parts, const std::function<void(int64_t part)>& fn);
 
 // parallelFor over the parts of [0, n): fn(lo, hi, part).
-void parallelRanges(int64_t n, int64_t align, const std::function<void(int64_t lo, int64_t hi, int64_t part)>& fn);
+void parallelRanges(int64_t n, int64_t align,
+                    const std::function<void(int64_t lo, int64_t hi, int64_t part)>& fn);
 
 }  // namespace slowpipe::compression

@@ -29,20 +29,26 @@ const Library& load(const std::string& path) {
   Library lib;
   lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib.handle) throw CodecError("codec plugin '" + path + "': cannot load it: " + dlerror());
-  auto entry = reinterpret_cast<slowpipe_codec_plugin_fn>(dlsym(lib.handle, "slowpipe_codec_plugin"));
+  auto entry =
+      reinterpret_cast<slowpipe_codec_plugin_fn>(dlsym(lib.handle, "slowpipe_codec_plugin"));
   if (!entry) {
     dlclose(lib.handle);
-    throw CodecError("codec plugin '" + path + "': exports no slowpipe_codec_plugin() (see compression/plugin_abi.h)");
+    throw CodecError("codec plugin '" + path +
+                     "': exports no slowpipe_codec_plugin() (see compression/plugin_abi.h)");
   }
   lib.api = entry();
-  lib.deviceCost = reinterpret_cast<slowpipe_codec_device_cost_fn>(dlsym(lib.handle, "slowpipe_codec_device_cost"));
-  if (!lib.api) throw CodecError("codec plugin '" + path + "': slowpipe_codec_plugin() returned NULL");
+  lib.deviceCost = reinterpret_cast<slowpipe_codec_device_cost_fn>(
+      dlsym(lib.handle, "slowpipe_codec_device_cost"));
+  if (!lib.api)
+    throw CodecError("codec plugin '" + path + "': slowpipe_codec_plugin() returned NULL");
   if (lib.api->abi_version != SLOWPIPE_CODEC_ABI_VERSION)
-    throw CodecError("codec plugin '" + path + "': ABI version " + std::to_string(lib.api->abi_version) +
-                     ", this slowpipe speaks version " + std::to_string(SLOWPIPE_CODEC_ABI_VERSION));
-  if (!lib.api->name || !lib.api->create || !lib.api->destroy || !lib.api->canonical_params || !lib.api->max_payload ||
-      !lib.api->encode || !lib.api->decode)
-    throw CodecError("codec plugin '" + path + "': its table leaves a required function NULL (name, create, destroy, "
+    throw CodecError("codec plugin '" + path + "': ABI version " +
+                     std::to_string(lib.api->abi_version) + ", this slowpipe speaks version " +
+                     std::to_string(SLOWPIPE_CODEC_ABI_VERSION));
+  if (!lib.api->name || !lib.api->create || !lib.api->destroy || !lib.api->canonical_params ||
+      !lib.api->max_payload || !lib.api->encode || !lib.api->decode)
+    throw CodecError("codec plugin '" + path +
+                     "': its table leaves a required function NULL (name, create, destroy, "
                      "canonical_params, max_payload, encode, decode)");
   return libs.emplace(path, lib).first->second;
 }
@@ -72,7 +78,8 @@ class PluginCodec : public Codec {
     api_->canonical_params(c_, params.data(), n + 1);
     params_ = params;
     spec_ = "plugin:path=" + path_ + (params.empty() ? "" : "," + params);
-    for (const char* f : {"encode", "decode", "max_payload", "state_digest"}) inside_[f] = where() + ", in its " + f;
+    for (const char* f : {"encode", "decode", "max_payload", "state_digest"})
+      inside_[f] = where() + ", in its " + f;
   }
   ~PluginCodec() override { api_->destroy(c_); }
 
@@ -99,18 +106,22 @@ class PluginCodec : public Codec {
     out.resize(at + cap);
     char err[512] = {0};
     const slowpipe_codec_context cx = context(ctx);
-    const int64_t n = api_->encode(c_, x, shape.data(), static_cast<int>(shape.size()), &cx, out.data() + at, cap, err, sizeof err);
+    const int64_t n = api_->encode(c_, x, shape.data(), static_cast<int>(shape.size()), &cx,
+                                   out.data() + at, cap, err, sizeof err);
     if (n < 0) throw CodecError(where() + ": encode failed: " + errText(err));
     if (static_cast<size_t>(n) > cap)
-      throw CodecError(where() + ": encode returned " + std::to_string(n) + " bytes, more than max_payload " + std::to_string(cap));
+      throw CodecError(where() + ": encode returned " + std::to_string(n) +
+                       " bytes, more than max_payload " + std::to_string(cap));
     out.resize(at + static_cast<size_t>(n));
   }
 
-  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) override {
+  void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
+              float* out) override {
     const InPlugin in(inside_.at("decode"));
     char err[512] = {0};
     const slowpipe_codec_context cx = context(ctx);
-    if (api_->decode(c_, payload, size, shape.data(), static_cast<int>(shape.size()), &cx, out, err, sizeof err) != 0)
+    if (api_->decode(c_, payload, size, shape.data(), static_cast<int>(shape.size()), &cx, out, err,
+                     sizeof err) != 0)
       throw CodecError(where() + ": " + errText(err));
   }
 
@@ -134,7 +145,8 @@ class PluginCodec : public Codec {
   }
 
   std::string path_, spec_;
-  std::map<std::string, std::string> inside_;  // what pluginInUse() says while each entry point runs
+  std::map<std::string, std::string>
+      inside_;  // what pluginInUse() says while each entry point runs
   const slowpipe_codec_api* api_;
   slowpipe_codec_device_cost_fn costFn_;
   std::string params_;

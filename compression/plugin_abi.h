@@ -38,14 +38,14 @@ extern "C" {
 /* What a codec may know about a message besides its values: equal on both ends (the encoder's
  * and the decoder's calls for one message get the same values, the key included). */
 typedef struct slowpipe_codec_context {
-  int32_t direction;           /* 0 forward activations, 1 backward gradients, 2 data-parallel exchange */
+  int32_t direction; /* 0 forward activations, 1 backward gradients, 2 data-parallel exchange */
   int32_t epoch;
   int64_t step;
   int32_t micro_batch;
   int32_t reserved;
-  const int64_t* example_ids;  /* one per index of dim 0 */
+  const int64_t* example_ids; /* one per index of dim 0 */
   size_t n_example_ids;
-  const char* key;             /* stable tensor name, e.g. "fwd/mb3", "dp/round0/c1" */
+  const char* key; /* stable tensor name, e.g. "fwd/mb3", "dp/round0/c1" */
 } slowpipe_codec_context;
 
 typedef struct slowpipe_codec slowpipe_codec; /* the plug-in's own state */
@@ -59,10 +59,11 @@ typedef struct slowpipe_codec_api {
    * the length it needs (without the 0). */
   size_t (*canonical_params)(const slowpipe_codec* c, char* buf, size_t len);
   size_t (*max_payload)(const slowpipe_codec* c, const int64_t* shape, int ndim);
-  int64_t (*encode)(slowpipe_codec* c, const float* x, const int64_t* shape, int ndim, const slowpipe_codec_context* ctx,
-                    uint8_t* out, size_t out_len, char* err, size_t err_len);
-  int (*decode)(slowpipe_codec* c, const uint8_t* payload, size_t size, const int64_t* shape, int ndim,
-                const slowpipe_codec_context* ctx, float* out, char* err, size_t err_len);
+  int64_t (*encode)(slowpipe_codec* c, const float* x, const int64_t* shape, int ndim,
+                    const slowpipe_codec_context* ctx, uint8_t* out, size_t out_len, char* err,
+                    size_t err_len);
+  int (*decode)(slowpipe_codec* c, const uint8_t* payload, size_t size, const int64_t* shape,
+                int ndim, const slowpipe_codec_context* ctx, float* out, char* err, size_t err_len);
   uint64_t (*state_digest)(const slowpipe_codec* c); /* NULL: no mirrored state */
 } slowpipe_codec_api;
 
@@ -76,7 +77,8 @@ typedef const slowpipe_codec_api* (*slowpipe_codec_plugin_fn)(void);
  * message) or "encode_flops_per_element", "encode_bytes_per_element", "decode_flops_per_element",
  * "decode_bytes_per_element" (against the device's peak FLOP/s and memory bandwidth). Without it a
  * plug-in is costed on the host's CPU, measured. */
-typedef size_t (*slowpipe_codec_device_cost_fn)(const char* canonical_params, char* buf, size_t len);
+typedef size_t (*slowpipe_codec_device_cost_fn)(const char* canonical_params, char* buf,
+                                                size_t len);
 
 #ifdef __cplusplus
 }

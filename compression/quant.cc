@@ -31,14 +31,16 @@ Layout layoutOf(const QuantOptions& opt, const Shape& shape) {
     const int64_t c = shape.empty() ? 1 : shape.back();
     return {n, c, c, true};
   }
-  return {n, opt.group, n == 0 ? 0 : (n - 1) / opt.group + 1, false};  // no overflow for huge groups
+  return {n, opt.group, n == 0 ? 0 : (n - 1) / opt.group + 1,
+          false};  // no overflow for huge groups
 }
 
 }  // namespace
 
 // The key of the stochastic-rounding stream for values hi * 2^32 .. hi * 2^32 + 2^32 - 1.
 uint32_t quantStreamKey(uint64_t seed, uint32_t hi) {
-  return hash32(static_cast<uint32_t>(seed) ^ hash32(static_cast<uint32_t>(seed >> 32) ^ hi ^ 0x9e3779b9u));
+  return hash32(static_cast<uint32_t>(seed) ^
+                hash32(static_cast<uint32_t>(seed >> 32) ^ hi ^ 0x9e3779b9u));
 }
 
 int64_t quantScaleCount(const QuantOptions& opt, const Shape& shape) {
@@ -48,7 +50,8 @@ int64_t quantScaleCount(const QuantOptions& opt, const Shape& shape) {
 size_t quantPayloadBytes(const QuantOptions& opt, const Shape& shape) {
   const Layout l = layoutOf(opt, shape);
   const size_t scaleBytes = opt.levels == QuantOptions::Levels::kFixpoint ? 2 : 4;
-  return scaleBytes * static_cast<size_t>(l.groups) + packedBytes(static_cast<size_t>(l.n), opt.bits);
+  return scaleBytes * static_cast<size_t>(l.groups) +
+         packedBytes(static_cast<size_t>(l.n), opt.bits);
 }
 
 float fixpointDivisor(uint16_t scaleHalf) {
@@ -77,7 +80,9 @@ QuantStream::QuantStream(QuantCodec& codec, const Shape& shape) : codec_(codec),
   m_.assign(groups_, 0.0f);
 }
 
-size_t QuantStream::scaleBytes() const { return (fixpoint_ ? 2 : 4) * static_cast<size_t>(groups_); }
+size_t QuantStream::scaleBytes() const {
+  return (fixpoint_ ? 2 : 4) * static_cast<size_t>(groups_);
+}
 
 // fn(j, pos, run): values j .. j + run - 1 share one scale layout: one channel row (pos = channel
 // of value j) or one group (group index j / cols_).
@@ -115,7 +120,9 @@ void QuantStream::accumulate(const float* v, int64_t i, int64_t len) {
           float& m = m_[j / cols_];
           m = std::max(m, k.absMax(v + (j - i), run));
         },
-        [&](int64_t j, int64_t g, int64_t count) { k.absMaxGroups(v + (j - i), count, cols_, m_.data() + g); });
+        [&](int64_t j, int64_t g, int64_t count) {
+          k.absMaxGroups(v + (j - i), count, cols_, m_.data() + g);
+        });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     if (channel_) {
       k.absMaxAccum(v + (j - i), run, m_.data() + pos);
@@ -163,9 +170,9 @@ void QuantStream::finishScales(int64_t g0, int64_t g1) {
     if (fixpoint_) {
       half_[g] = floatToHalf(m_[g]);
       s_[g] = halfToFloat(half_[g]);
-      SP_REQUIRE(std::isfinite(s_[g]),
-                 "quant levels=fixpoint: max |x| = " + std::to_string(m_[g]) + " in scale group " +
-                     std::to_string(g) + " overflows the fp16 scale (at most 65504)");
+      SP_REQUIRE(std::isfinite(s_[g]), "quant levels=fixpoint: max |x| = " + std::to_string(m_[g]) +
+                                           " in scale group " + std::to_string(g) +
+                                           " overflows the fp16 scale (at most 65504)");
       div_[g] = fixpointDivisor(half_[g]);
       rdiv_[g] = 1.0f / div_[g];
     } else {
@@ -178,8 +185,10 @@ void QuantStream::finishScales(int64_t g0, int64_t g1) {
 void QuantStream::writeScales(uint8_t* p) const { writeScales(p, 0, groups_); }
 
 void QuantStream::writeScales(uint8_t* p, int64_t g0, int64_t g1) const {
-  if (fixpoint_) copyBytes(p + 2 * g0, half_.data() + g0, 2 * static_cast<size_t>(g1 - g0));
-  else copyBytes(p + 4 * g0, m_.data() + g0, 4 * static_cast<size_t>(g1 - g0));
+  if (fixpoint_)
+    copyBytes(p + 2 * g0, half_.data() + g0, 2 * static_cast<size_t>(g1 - g0));
+  else
+    copyBytes(p + 4 * g0, m_.data() + g0, 4 * static_cast<size_t>(g1 - g0));
 }
 
 void QuantStream::readScales(const uint8_t* p) {
@@ -198,9 +207,9 @@ void QuantStream::readScales(const uint8_t* p) {
     step_.resize(groups_);
     copyBytes(m_.data(), p, 4 * groups_);
     for (int64_t g = 0; g < groups_; ++g) {
-      SP_REQUIRE(std::isfinite(m_[g]) && m_[g] >= 0.0f,
-                 "quant: scale " + std::to_string(g) + " is " + std::to_string(m_[g]) +
-                     ", expected a finite value >= 0");
+      SP_REQUIRE(std::isfinite(m_[g]) && m_[g] >= 0.0f, "quant: scale " + std::to_string(g) +
+                                                            " is " + std::to_string(m_[g]) +
+                                                            ", expected a finite value >= 0");
       step_[g] = stepOf(m_[g], levels);
     }
   }
@@ -214,32 +223,46 @@ void QuantStream::quantize(const float* v, int64_t i, int64_t len, uint8_t* code
         i, len,
         [&](int64_t j, int64_t, int64_t run) {
           const int64_t g = j / cols_;
-          if (fixpoint_) k.fixScalar(v + (j - i), div_[g], run, mult_, lo_, hi_, codes + (j - i));
-          else k.quantScalar(v + (j - i), m_[g], inv_[g], run, top_, codes + (j - i));
+          if (fixpoint_)
+            k.fixScalar(v + (j - i), div_[g], run, mult_, lo_, hi_, codes + (j - i));
+          else
+            k.quantScalar(v + (j - i), m_[g], inv_[g], run, top_, codes + (j - i));
         },
         [&](int64_t j, int64_t g, int64_t count) {
-          if (fixpoint_) k.fixGroups(v + (j - i), count, cols_, div_.data() + g, mult_, lo_, hi_, codes + (j - i));
-          else k.quantGroups(v + (j - i), count, cols_, m_.data() + g, inv_.data() + g, top_, codes + (j - i));
+          if (fixpoint_)
+            k.fixGroups(v + (j - i), count, cols_, div_.data() + g, mult_, lo_, hi_,
+                        codes + (j - i));
+          else
+            k.quantGroups(v + (j - i), count, cols_, m_.data() + g, inv_.data() + g, top_,
+                          codes + (j - i));
         });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const float* x = v + (j - i);
     uint8_t* c = codes + (j - i);
     const int64_t g = channel_ ? pos : j / cols_;
     if (fixpoint_) {
-      if (channel_) k.fixVec(x, div_.data() + pos, run, mult_, lo_, hi_, c);
-      else k.fixScalar(x, div_[g], run, mult_, lo_, hi_, c);
+      if (channel_)
+        k.fixVec(x, div_.data() + pos, run, mult_, lo_, hi_, c);
+      else
+        k.fixScalar(x, div_[g], run, mult_, lo_, hi_, c);
     } else if (!stochastic) {
-      if (channel_) k.quantVec(x, m_.data() + pos, inv_.data() + pos, run, top_, c);
-      else k.quantScalar(x, m_[g], inv_[g], run, top_, c);
+      if (channel_)
+        k.quantVec(x, m_.data() + pos, inv_.data() + pos, run, top_, c);
+      else
+        k.quantScalar(x, m_[g], inv_[g], run, top_, c);
     } else {
       // Split where the stream position crosses a multiple of 2^32 (the key changes there).
       for (int64_t r0 = 0; r0 < run;) {
         const uint64_t at = codec_.drawn_ + static_cast<uint64_t>(j + r0);
-        const int64_t piece = static_cast<int64_t>(
-            std::min<uint64_t>(static_cast<uint64_t>(run - r0), (uint64_t{1} << 32) - (at & 0xffffffffu)));
-        const uint32_t lo = static_cast<uint32_t>(at), key = quantStreamKey(opt_.seed, static_cast<uint32_t>(at >> 32));
-        if (channel_) k.stochVec(x + r0, m_.data() + pos + r0, inv_.data() + pos + r0, piece, top_, lo, key, c + r0);
-        else k.stochScalar(x + r0, m_[g], inv_[g], piece, top_, lo, key, c + r0);
+        const int64_t piece = static_cast<int64_t>(std::min<uint64_t>(
+            static_cast<uint64_t>(run - r0), (uint64_t{1} << 32) - (at & 0xffffffffu)));
+        const uint32_t lo = static_cast<uint32_t>(at),
+                       key = quantStreamKey(opt_.seed, static_cast<uint32_t>(at >> 32));
+        if (channel_)
+          k.stochVec(x + r0, m_.data() + pos + r0, inv_.data() + pos + r0, piece, top_, lo, key,
+                     c + r0);
+        else
+          k.stochScalar(x + r0, m_[g], inv_[g], piece, top_, lo, key, c + r0);
         r0 += piece;
       }
     }
@@ -253,23 +276,33 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
         i, len,
         [&](int64_t j, int64_t, int64_t run) {
           const int64_t g = j / cols_;
-          if (fixpoint_) k.fixDequantScalar(codes + (j - i), s_[g], run, lo_, finv_, out + (j - i));
-          else k.dequantScalar(codes + (j - i), m_[g], step_[g], run, out + (j - i));
+          if (fixpoint_)
+            k.fixDequantScalar(codes + (j - i), s_[g], run, lo_, finv_, out + (j - i));
+          else
+            k.dequantScalar(codes + (j - i), m_[g], step_[g], run, out + (j - i));
         },
         [&](int64_t j, int64_t g, int64_t count) {
-          if (fixpoint_) k.fixDequantGroups(codes + (j - i), count, cols_, s_.data() + g, lo_, finv_, out + (j - i));
-          else k.dequantGroups(codes + (j - i), count, cols_, m_.data() + g, step_.data() + g, out + (j - i));
+          if (fixpoint_)
+            k.fixDequantGroups(codes + (j - i), count, cols_, s_.data() + g, lo_, finv_,
+                               out + (j - i));
+          else
+            k.dequantGroups(codes + (j - i), count, cols_, m_.data() + g, step_.data() + g,
+                            out + (j - i));
         });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const uint8_t* c = codes + (j - i);
     float* o = out + (j - i);
     const int64_t g = channel_ ? pos : j / cols_;
     if (fixpoint_) {
-      if (channel_) k.fixDequantVec(c, s_.data() + pos, run, lo_, finv_, o);
-      else k.fixDequantScalar(c, s_[g], run, lo_, finv_, o);
+      if (channel_)
+        k.fixDequantVec(c, s_.data() + pos, run, lo_, finv_, o);
+      else
+        k.fixDequantScalar(c, s_[g], run, lo_, finv_, o);
     } else {
-      if (channel_) k.dequantVec(c, m_.data() + pos, step_.data() + pos, run, o);
-      else k.dequantScalar(c, m_[g], step_[g], run, o);
+      if (channel_)
+        k.dequantVec(c, m_.data() + pos, step_.data() + pos, run, o);
+      else
+        k.dequantScalar(c, m_[g], step_[g], run, o);
     }
   });
 }
@@ -282,25 +315,29 @@ constexpr int64_t kPerValue(const uint8_t*) { return 2; }
 }  // namespace
 
 template <typename Y>
-void QuantStream::fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x, const Y* y,
-                                  int64_t i, int64_t len) {
+void QuantStream::fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*),
+                                  const float* x, const Y* y, int64_t i, int64_t len) {
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     fn(x + (j - i), y + kPerValue(y) * (j - i), run, m_.data() + pos);
   });
 }
 
 template <typename Y>
-void QuantStream::fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
-                                          float, float, float, uint8_t*),
-                              void (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
-                                            uint8_t*),
+void QuantStream::fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*,
+                                          const float*, int64_t, float, float, float, float,
+                                          uint8_t*),
+                              void (*quant)(const float*, Y*, const float*, const float*,
+                                            const float*, int64_t, float, uint8_t*),
                               const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes) {
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const int64_t o = j - i;
     Y* yo = y + kPerValue(y) * o;
     if (fixpoint_)
-      fix(x + o, yo, div_.data() + pos, rdiv_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_, finv_, codes + o);
-    else quant(x + o, yo, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_, codes + o);
+      fix(x + o, yo, div_.data() + pos, rdiv_.data() + pos, s_.data() + pos, run, mult_, lo_, hi_,
+          finv_, codes + o);
+    else
+      quant(x + o, yo, m_.data() + pos, inv_.data() + pos, step_.data() + pos, run, top_,
+            codes + o);
   });
 }
 
@@ -318,7 +355,8 @@ void QuantStream::deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t
   fusedAccumulate(kernels().deltaAbsMaxH, x, mh, i, len);
 }
 
-void QuantStream::deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes) {
+void QuantStream::deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len,
+                                  uint8_t* codes) {
   fusedUpdate(kernels().deltaFixUpdateH, kernels().deltaQuantUpdateH, x, mh, i, len, codes);
 }
 
@@ -334,18 +372,21 @@ void QuantStream::sumAccumulateBf16(const float* x, const uint16_t* r, int64_t i
   fusedAccumulate(kernels().sumAbsMaxB, x, r, i, len);
 }
 
-void QuantStream::residualUpdateBf16(const float* x, uint16_t* r, int64_t i, int64_t len, uint8_t* codes) {
+void QuantStream::residualUpdateBf16(const float* x, uint16_t* r, int64_t i, int64_t len,
+                                     uint8_t* codes) {
   fusedUpdate(kernels().efFixUpdateB, kernels().efQuantUpdateB, x, r, i, len, codes);
 }
 
-void QuantStream::setMaxima(const float* maxima) { copyBytes(m_.data(), maxima, 4 * static_cast<size_t>(groups_)); }
+void QuantStream::setMaxima(const float* maxima) {
+  copyBytes(m_.data(), maxima, 4 * static_cast<size_t>(groups_));
+}
 
 QuantStream::Params QuantStream::params() const {
-  return {channel_,     fixpoint_,      opt_.round == QuantOptions::Round::kStochastic,
-          cols_,        groups_,        top_,
-          mult_,        lo_,            hi_,
-          finv_,        m_.data(),      inv_.data(),
-          step_.data(), div_.data(),    s_.data(),
+  return {channel_,      fixpoint_,   opt_.round == QuantOptions::Round::kStochastic,
+          cols_,         groups_,     top_,
+          mult_,         lo_,         hi_,
+          finv_,         m_.data(),   inv_.data(),
+          step_.data(),  div_.data(), s_.data(),
           codec_.drawn_, opt_.seed};
 }
 
@@ -357,18 +398,21 @@ void QuantStream::done() {
 
 QuantCodec::QuantCodec(QuantOptions opt) : opt_(opt) {
   SP_REQUIRE(opt_.bits >= 1 && opt_.bits <= 8,
-          "quant: bits=" + std::to_string(opt_.bits) + " is out of range; expected 1..8");
+             "quant: bits=" + std::to_string(opt_.bits) + " is out of range; expected 1..8");
   SP_REQUIRE(opt_.group >= 1 && opt_.group <= (int64_t{1} << 40),
              "quant: group=" + std::to_string(opt_.group) + " is out of range; expected 1..2^40");
-  SP_REQUIRE(opt_.levels == QuantOptions::Levels::kSymmetric || opt_.round == QuantOptions::Round::kNearest,
-             "quant: levels=fixpoint rounds to nearest (as the AC-SGD reference does); round=stochastic "
-             "needs levels=symmetric");
+  SP_REQUIRE(
+      opt_.levels == QuantOptions::Levels::kSymmetric ||
+          opt_.round == QuantOptions::Round::kNearest,
+      "quant: levels=fixpoint rounds to nearest (as the AC-SGD reference does); round=stochastic "
+      "needs levels=symmetric");
 }
 
 std::string QuantCodec::spec() const {
   std::string s = "quant:bits=" + std::to_string(opt_.bits);
-  s += opt_.scale == QuantOptions::Scale::kChannel ? ",scale=channel"
-                                                    : ",scale=group,group=" + std::to_string(opt_.group);
+  s += opt_.scale == QuantOptions::Scale::kChannel
+           ? ",scale=channel"
+           : ",scale=group,group=" + std::to_string(opt_.group);
   s += opt_.round == QuantOptions::Round::kNearest ? ",round=nearest" : ",round=stochastic";
   if (opt_.round == QuantOptions::Round::kStochastic) s += ",seed=" + std::to_string(opt_.seed);
   if (opt_.levels == QuantOptions::Levels::kFixpoint) s += ",levels=fixpoint";
@@ -377,7 +421,8 @@ std::string QuantCodec::spec() const {
 
 void QuantCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
   QuantStream s(*this, shape);
-  s.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) { part.accumulate(x + lo, lo, hi - lo); });
+  s.accumulateParts(
+      [&](int64_t lo, int64_t hi, QuantStream& part) { part.accumulate(x + lo, lo, hi - lo); });
   s.finishScales();
   // The payload may start at any byte offset of `out` (acsgd and ef append after their own fields).
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_, shape));
@@ -398,8 +443,8 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                         const CodecContext&, float* out) {
   const size_t expect = quantPayloadBytes(opt_, shape);
   SP_REQUIRE(size == expect, "quant: payload is " + std::to_string(size) + " bytes, expected " +
-                              std::to_string(expect) + " for shape " + shapeString(shape) +
-                              " at " + std::to_string(opt_.bits) + " bits");
+                                 std::to_string(expect) + " for shape " + shapeString(shape) +
+                                 " at " + std::to_string(opt_.bits) + " bits");
   QuantStream s(*this, shape);
   s.readScales(payload);
   const uint8_t* packed = payload + s.scaleBytes();

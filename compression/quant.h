@@ -37,14 +37,15 @@ struct QuantOptions {
   Scale scale = Scale::kChannel;
   int64_t group = 128;  // values per scale when scale == kGroup
   Round round = Round::kNearest;
-  uint64_t seed = 0;    // stochastic rounding stream
+  uint64_t seed = 0;  // stochastic rounding stream
   Levels levels = Levels::kSymmetric;
 };
 
 // The fixpoint mapping's divisor for an fp16 scale: fp16(s + fp16(1e-6)), as float.
 float fixpointDivisor(uint16_t scaleHalf);
 
-// Stochastic rounding's key for values whose stream position has these high 32 bits (quant.h above).
+// Stochastic rounding's key for values whose stream position has these high 32 bits (quant.h
+// above).
 uint32_t quantStreamKey(uint64_t seed, uint32_t hi);
 
 // Number of scales for a tensor of this shape.
@@ -68,14 +69,15 @@ class QuantStream {
   size_t scaleBytes() const;
   void accumulate(const float* v, int64_t i, int64_t len);
   // Pass 1 on the codec threads (compression/parallel.h): pass(lo, hi, stream) for pieces of
-  // [0, size()) at multiples of QuantCodec::kChunk, each accumulating into a stream of its own whose
-  // maxima are folded into this one. A max is exact, so the scales are those of one serial pass.
+  // [0, size()) at multiples of QuantCodec::kChunk, each accumulating into a stream of its own
+  // whose maxima are folded into this one. A max is exact, so the scales are those of one serial
+  // pass.
   void accumulateParts(const std::function<void(int64_t lo, int64_t hi, QuantStream& part)>& pass);
   void finishScales();  // throws for a fixpoint scale that overflows fp16
   void writeScales(uint8_t* p) const;
   // The same for scales [g0, g1) only (a caller that works group-aligned ranges in turn, e.g.
-  // hadamard's fused step): sizeScales() once, then each range's accumulate(), finishScales(g0, g1),
-  // writeScales(p, g0, g1) (p: the whole payload's scale section).
+  // hadamard's fused step): sizeScales() once, then each range's accumulate(), finishScales(g0,
+  // g1), writeScales(p, g0, g1) (p: the whole payload's scale section).
   void sizeScales();
   void finishScales(int64_t g0, int64_t g1);
   void writeScales(uint8_t* p, int64_t g0, int64_t g1) const;
@@ -86,8 +88,8 @@ class QuantStream {
   void dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const;
   void done();
   // AC-SGD's delta step on values [i, i + len) of x - m, fused where this mode has a kernel
-  // (channel scales, nearest rounding); false (nothing done) otherwise. deltaAccumulate = accumulate(x - m);
-  // deltaUpdate = quantize(x - m) into codes, then m += dequantize(codes).
+  // (channel scales, nearest rounding); false (nothing done) otherwise. deltaAccumulate =
+  // accumulate(x - m); deltaUpdate = quantize(x - m) into codes, then m += dequantize(codes).
   bool fused() const { return channel_ && opt_.round == QuantOptions::Round::kNearest; }
   void deltaAccumulate(const float* x, const float* m, int64_t i, int64_t len);
   void deltaUpdate(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes);
@@ -111,9 +113,9 @@ class QuantStream {
     bool channel, fixpoint, stochastic;
     int64_t cols, groups;
     float top, mult, lo, hi, finv;
-    const float *m, *inv, *step;      // symmetric
-    const float *div, *s;             // fixpoint
-    uint64_t drawn, seed;             // stochastic: the stream position of value 0, the seed
+    const float *m, *inv, *step;  // symmetric
+    const float *div, *s;         // fixpoint
+    uint64_t drawn, seed;         // stochastic: the stream position of value 0, the seed
   };
   Params params() const;
 
@@ -128,12 +130,13 @@ class QuantStream {
   // kernel per level mapping (x, y in/out -> codes). Y is the buffer's element: float, a bf16
   // value (uint16_t), or the two bytes of an fp16 value (uint8_t, two per value).
   template <typename Y>
-  void fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x, const Y* y, int64_t i,
-                       int64_t len);
+  void fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x,
+                       const Y* y, int64_t i, int64_t len);
   template <typename Y>
-  void fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t, float, float, float, float,
-                               uint8_t*),
-                   void (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float, uint8_t*),
+  void fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t,
+                               float, float, float, float, uint8_t*),
+                   void (*quant)(const float*, Y*, const float*, const float*, const float*,
+                                 int64_t, float, uint8_t*),
                    const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes);
 
   QuantCodec& codec_;
@@ -141,9 +144,9 @@ class QuantStream {
   int64_t n_, cols_, groups_;  // cols_: channel count (channel mode) or group size (group mode)
   bool channel_, fixpoint_;
   float top_ = 0, mult_ = 0, lo_ = 0, hi_ = 0, finv_ = 0;
-  std::vector<float> m_;              // max |x| per scale (symmetric: what the payload carries)
-  std::vector<float> inv_, step_;     // symmetric: 1 / step and step per scale
-  std::vector<uint16_t> half_;        // fixpoint: the scales as fp16 (the payload) ...
+  std::vector<float> m_;               // max |x| per scale (symmetric: what the payload carries)
+  std::vector<float> inv_, step_;      // symmetric: 1 / step and step per scale
+  std::vector<uint16_t> half_;         // fixpoint: the scales as fp16 (the payload) ...
   std::vector<float> div_, rdiv_, s_;  // ... their divisor (fixpointDivisor), its reciprocal, value
 };
 

@@ -13,9 +13,14 @@
 namespace slowpipe::compression {
 
 BuiltinCodec randkCodec() {
-  return {"randk", kRandkWireId, "randk:ratio=R[,seed=S]", true, {"ratio", "seed"},
+  return {"randk",
+          kRandkWireId,
+          "randk:ratio=R[,seed=S]",
+          true,
+          {"ratio", "seed"},
           [](const CodecParams& p, const std::string&) -> std::unique_ptr<Codec> {
-            return std::make_unique<RandkCodec>(ratioParam("randk", p), static_cast<uint64_t>(intParam("randk", p, "seed", 1)));
+            return std::make_unique<RandkCodec>(
+                ratioParam("randk", p), static_cast<uint64_t>(intParam("randk", p, "seed", 1)));
           }};
 }
 
@@ -28,7 +33,8 @@ RandkCodec::RandkCodec(double ratio, uint64_t seed) : ratio_(ratio), seed_(seed)
 
 std::string RandkCodec::spec() const {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "randk:ratio=%g,seed=%llu", ratio_, static_cast<unsigned long long>(seed_));
+  std::snprintf(buf, sizeof buf, "randk:ratio=%g,seed=%llu", ratio_,
+                static_cast<unsigned long long>(seed_));
   return buf;
 }
 
@@ -94,17 +100,21 @@ void RandkCodec::encode(const float* x, const Shape& shape, const CodecContext& 
   });
 }
 
-void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* out) {
+void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
+                        const CodecContext& ctx, float* out) {
   const int64_t n = numelOf(shape);
   ByteReader r(payload, size, "randk payload");
   const uint32_t k = r.get<uint32_t>("count");
   // The shared index set is counted first; the payload is validated against it before any write.
   const uint64_t kept = keepMask(nullptr, n, messageSeed(ctx));
-  SP_REQUIRE(k == kept, "randk: count is " + std::to_string(k) + ", the shared index set has " + std::to_string(kept) +
-                            " (another seed, step or micro-batch?) for shape " + shapeString(shape));
-  SP_REQUIRE(size == 4 + 4 * static_cast<size_t>(k), "randk: payload is " + std::to_string(size) + " bytes, expected " +
-                                                         std::to_string(4 + 4 * static_cast<size_t>(k)) + " for shape " +
-                                                         shapeString(shape));
+  SP_REQUIRE(k == kept, "randk: count is " + std::to_string(k) + ", the shared index set has " +
+                            std::to_string(kept) +
+                            " (another seed, step or micro-batch?) for shape " +
+                            shapeString(shape));
+  SP_REQUIRE(size == 4 + 4 * static_cast<size_t>(k),
+             "randk: payload is " + std::to_string(size) + " bytes, expected " +
+                 std::to_string(4 + 4 * static_cast<size_t>(k)) + " for shape " +
+                 shapeString(shape));
   const uint8_t* values = r.take(4 * static_cast<size_t>(k), "values");
   // Branch-free: every value slot is read (the last kept value's slot again past the end, from a
   // zero), the mask selects; a large output is streamed around the cache as quant's is.

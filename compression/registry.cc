@@ -42,13 +42,13 @@ Params parseParams(const std::string& name, const std::string& text,
     const std::string item = trim(text.substr(start, comma - start));
     const size_t eq = item.find('=');
     SP_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < item.size(),
-            "codec '" + name + "': parameter '" + item + "' is not of the form key=value");
+               "codec '" + name + "': parameter '" + item + "' is not of the form key=value");
     const std::string key = trim(item.substr(0, eq));
     SP_REQUIRE(std::find(valid.begin(), valid.end(), key) != valid.end(),
-            "codec '" + name + "': unknown parameter '" + key + "'; valid: " +
-                (valid.empty() ? std::string("(none)") : join(valid)));
+               "codec '" + name + "': unknown parameter '" + key +
+                   "'; valid: " + (valid.empty() ? std::string("(none)") : join(valid)));
     SP_REQUIRE(p.emplace(key, trim(item.substr(eq + 1))).second,
-            "codec '" + name + "': parameter '" + key + "' given twice");
+               "codec '" + name + "': parameter '" + key + "' given twice");
     start = comma + 1;
   }
   return p;
@@ -62,37 +62,42 @@ int64_t parseInt(const std::string& name, const std::string& key, const std::str
 
 uint64_t parseBytes(const std::string& name, const std::string& key, const std::string& v) {
   static const std::vector<std::pair<std::string, uint64_t>> kUnits = {
-      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"KB", 1000ull},
+      {"KiB", 1ull << 10}, {"MiB", 1ull << 20},   {"GiB", 1ull << 30}, {"KB", 1000ull},
       {"MB", 1000000ull},  {"GB", 1000000000ull}, {"B", 1ull}};
   for (const auto& [suffix, mult] : kUnits) {
-    if (v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (v.size() > suffix.size() &&
+        v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0) {
       const int64_t n = parseInt(name, key, v.substr(0, v.size() - suffix.size()));
       SP_REQUIRE(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0");
       return static_cast<uint64_t>(n) * mult;
     }
   }
   const int64_t n = parseInt(name, key, v);
-  SP_REQUIRE(n >= 0, "codec '" + name + "': " + key + "='" + v + "' must be >= 0 (bytes, or 64MiB, 1GiB)");
+  SP_REQUIRE(n >= 0,
+             "codec '" + name + "': " + key + "='" + v + "' must be >= 0 (bytes, or 64MiB, 1GiB)");
   return static_cast<uint64_t>(n);
 }
 
 std::string pick(const std::string& name, const std::string& key, const std::string& v,
                  const std::vector<std::string>& choices) {
   SP_REQUIRE(std::find(choices.begin(), choices.end(), v) != choices.end(),
-          "codec '" + name + "': " + key + "='" + v + "' is not valid; expected one of " + join(choices));
+             "codec '" + name + "': " + key + "='" + v + "' is not valid; expected one of " +
+                 join(choices));
   return v;
 }
 
 // ratio= of the sparsifiers (topk, randk): required, a number (the codec checks its range).
 double requiredRatio(const std::string& name, const Params& p) {
-  SP_REQUIRE(p.count("ratio"), "codec '" + name + "': missing parameter ratio (e.g. " + name + ":ratio=0.01)");
+  SP_REQUIRE(p.count("ratio"),
+             "codec '" + name + "': missing parameter ratio (e.g. " + name + ":ratio=0.01)");
   double ratio = 0;
   size_t used = 0;
   try {
     ratio = std::stod(p.at("ratio"), &used);
   } catch (const std::exception&) {
   }
-  SP_REQUIRE(used == p.at("ratio").size() && used > 0, "codec '" + name + "': ratio='" + p.at("ratio") + "' is not a number");
+  SP_REQUIRE(used == p.at("ratio").size() && used > 0,
+             "codec '" + name + "': ratio='" + p.at("ratio") + "' is not a number");
   return ratio;
 }
 
@@ -102,16 +107,17 @@ QuantOptions quantOptions(const std::string& name, const Params& p, int defaultB
   QuantOptions q;
   q.bits = defaultBits;
   if (p.count("bits")) q.bits = static_cast<int>(parseInt(name, "bits", p.at("bits")));
-  SP_REQUIRE(q.bits >= 1 && q.bits <= 8,
-          "codec '" + name + "': bits=" + std::to_string(q.bits) + " is out of range; expected 1..8");
+  SP_REQUIRE(q.bits >= 1 && q.bits <= 8, "codec '" + name + "': bits=" + std::to_string(q.bits) +
+                                             " is out of range; expected 1..8");
   const bool hasGroup = p.count("group") != 0;
   std::string scale = hasGroup ? "group" : "channel";
   if (p.count("scale")) scale = pick(name, "scale", p.at("scale"), {"channel", "group"});
   SP_REQUIRE(!(hasGroup && scale == "channel"),
-          "codec '" + name + "': group= only applies to scale=group, not scale=channel");
+             "codec '" + name + "': group= only applies to scale=group, not scale=channel");
   q.scale = scale == "group" ? QuantOptions::Scale::kGroup : QuantOptions::Scale::kChannel;
   if (hasGroup) q.group = parseInt(name, "group", p.at("group"));
-  SP_REQUIRE(q.group >= 1, "codec '" + name + "': group=" + std::to_string(q.group) + " must be >= 1");
+  SP_REQUIRE(q.group >= 1,
+             "codec '" + name + "': group=" + std::to_string(q.group) + " must be >= 1");
   if (p.count("round"))
     q.round = pick(name, "round", p.at("round"), {"nearest", "stochastic"}) == "nearest"
                   ? QuantOptions::Round::kNearest
@@ -131,14 +137,17 @@ std::unique_ptr<Codec> makeAcsgd(const Params& p, const std::string& instance) {
     o.warmupEpochs = static_cast<int>(parseInt("acsgd", "warmup_epochs", p.at("warmup_epochs")));
   if (p.count("store")) {
     const std::string d = pick("acsgd", "store", p.at("store"), {"fp32", "fp16", "q8"});
-    o.store.dtype = d == "fp32" ? StoreOptions::Dtype::kFp32
-                    : d == "fp16" ? StoreOptions::Dtype::kFp16 : StoreOptions::Dtype::kQ8;
+    o.store.dtype = d == "fp32"   ? StoreOptions::Dtype::kFp32
+                    : d == "fp16" ? StoreOptions::Dtype::kFp16
+                                  : StoreOptions::Dtype::kQ8;
   }
   if (p.count("backing"))
     o.store.backing = pick("acsgd", "backing", p.at("backing"), {"ram", "mmap"}) == "ram"
-                          ? StoreOptions::Backing::kRam : StoreOptions::Backing::kMmap;
+                          ? StoreOptions::Backing::kRam
+                          : StoreOptions::Backing::kMmap;
   if (p.count("path")) {
-    SP_REQUIRE(o.store.backing == StoreOptions::Backing::kMmap, "codec 'acsgd': path= needs backing=mmap");
+    SP_REQUIRE(o.store.backing == StoreOptions::Backing::kMmap,
+               "codec 'acsgd': path= needs backing=mmap");
     o.store.path = p.at("path");
     if (!instance.empty()) o.store.path += "." + instance;
   }
@@ -157,7 +166,9 @@ std::map<std::string, CodecFactory>& factories() {
 
 }  // namespace
 
-void registerCodecFactory(const std::string& name, CodecFactory factory) { factories()[name] = std::move(factory); }
+void registerCodecFactory(const std::string& name, CodecFactory factory) {
+  factories()[name] = std::move(factory);
+}
 
 // The built-ins in the registry's form, one line each (compression/builtin.h).
 const std::vector<BuiltinCodec>& builtinCodecs() {
@@ -168,7 +179,8 @@ const std::vector<BuiltinCodec>& builtinCodecs() {
     for (size_t i = 0; i < list.size(); ++i) {
       const uint16_t id = list[i].wireId;
       if (id == 0 || isEnumCodecId(id))
-        throw std::logic_error("codec '" + list[i].name + "': wire id " + std::to_string(id) + " is taken");
+        throw std::logic_error("codec '" + list[i].name + "': wire id " + std::to_string(id) +
+                               " is taken");
       for (size_t j = 0; j < i; ++j)
         if (list[j].wireId == id || list[j].name == list[i].name)
           throw std::logic_error("codec '" + list[i].name + "': wire id or name registered twice");
@@ -184,36 +196,45 @@ const BuiltinCodec* builtinCodecById(uint16_t wireId) {
   return nullptr;
 }
 
-int64_t intParam(const std::string& codec, const CodecParams& p, const std::string& key, int64_t dflt) {
+int64_t intParam(const std::string& codec, const CodecParams& p, const std::string& key,
+                 int64_t dflt) {
   return p.count(key) ? parseInt(codec, key, p.at(key)) : dflt;
 }
 
-double ratioParam(const std::string& codec, const CodecParams& p) { return requiredRatio(codec, p); }
+double ratioParam(const std::string& codec, const CodecParams& p) {
+  return requiredRatio(codec, p);
+}
 
 std::vector<std::string> codecNames() {
   std::vector<std::string> names = {"none", "fp16", "bf16", "quant", "topk", "lowrank", "acsgd"};
   for (const BuiltinCodec& b : builtinCodecs()) names.push_back(b.name);
-  names.insert(names.end(), {"ef(<inner>[;store=fp32|bf16])", "hadamard(<inner>[;seed=S][;block=B])",
-                             "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"});
+  names.insert(
+      names.end(),
+      {"ef(<inner>[;store=fp32|bf16])", "hadamard(<inner>[;seed=S][;block=B])",
+       "plugin:path=<lib.so>[,key=value...]", "torchscript:path=<codec.pt>[,key=value...]"});
   return names;
 }
 
 namespace {
 // A wrapper codec's spec, NAME(INNER[;key=value]...): the options follow the inner spec, each after
-// a ';' at the wrapper's own level (the inner spec uses ',' for its parameters, and a nested wrapper
-// keeps its own ';' options: ef(hadamard(quant:bits=3;seed=4);store=bf16)).
+// a ';' at the wrapper's own level (the inner spec uses ',' for its parameters, and a nested
+// wrapper keeps its own ';' options: ef(hadamard(quant:bits=3;seed=4);store=bf16)).
 struct Wrapper {
   std::string inner;
   Params opts;
 };
-Wrapper splitWrapper(const std::string& spec, const std::string& name, const std::vector<std::string>& keys) {
+Wrapper splitWrapper(const std::string& spec, const std::string& name,
+                     const std::vector<std::string>& keys) {
   SP_REQUIRE(spec.back() == ')', "codec spec '" + spec + "': " + name + "( is not closed by ')'");
   const std::string body = spec.substr(name.size() + 1, spec.size() - name.size() - 2);
   size_t semi = std::string::npos;
   for (size_t i = 0, depth = 0; i < body.size() && semi == std::string::npos; ++i) {
-    if (body[i] == '(') ++depth;
-    else if (body[i] == ')' && depth > 0) --depth;
-    else if (body[i] == ';' && depth == 0) semi = i;
+    if (body[i] == '(')
+      ++depth;
+    else if (body[i] == ')' && depth > 0)
+      --depth;
+    else if (body[i] == ';' && depth == 0)
+      semi = i;
   }
   Wrapper w{body.substr(0, semi), {}};
   if (semi != std::string::npos) {
@@ -233,14 +254,19 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
   if (spec.rfind("ef(", 0) == 0) {
     const Wrapper w = splitWrapper(spec, "ef", {"store"});
     auto store = ErrorFeedbackCodec::Store::kFp32;
-    if (w.opts.count("store") && pick("ef", "store", w.opts.at("store"), {"fp32", "bf16"}) == "bf16")
+    if (w.opts.count("store") &&
+        pick("ef", "store", w.opts.at("store"), {"fp32", "bf16"}) == "bf16")
       store = ErrorFeedbackCodec::Store::kBf16;
     return std::make_unique<ErrorFeedbackCodec>(makeCodec(w.inner, instance), store);
   }
   if (spec.rfind("hadamard(", 0) == 0) {
     const Wrapper w = splitWrapper(spec, "hadamard", {"seed", "block"});
-    const uint64_t seed = w.opts.count("seed") ? static_cast<uint64_t>(parseInt("hadamard", "seed", w.opts.at("seed"))) : 1;
-    const int64_t block = w.opts.count("block") ? parseInt("hadamard", "block", w.opts.at("block")) : 256;
+    const uint64_t seed =
+        w.opts.count("seed")
+            ? static_cast<uint64_t>(parseInt("hadamard", "seed", w.opts.at("seed")))
+            : 1;
+    const int64_t block =
+        w.opts.count("block") ? parseInt("hadamard", "block", w.opts.at("block")) : 256;
     return std::make_unique<HadamardCodec>(makeCodec(w.inner, instance), seed, block);
   }
   const size_t colon = spec.find(':');
@@ -251,9 +277,11 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
   if (name == "none" || name == "fp32" || name == "fp16" || name == "bf16") {
     parseParams(name, rest, {});
     return std::make_unique<CastCodec>(name == "fp16"   ? CodecId::kFp16
-                                       : name == "bf16" ? CodecId::kBf16 : CodecId::kNone);
+                                       : name == "bf16" ? CodecId::kBf16
+                                                        : CodecId::kNone);
   }
-  if (name == "quant") return std::make_unique<QuantCodec>(quantOptions(name, parseParams(name, rest, kQuantKeys), 4));
+  if (name == "quant")
+    return std::make_unique<QuantCodec>(quantOptions(name, parseParams(name, rest, kQuantKeys), 4));
   if (name == "topk") {
     const Params p = parseParams(name, rest, {"ratio", "bits"});
     const int bits = p.count("bits") ? static_cast<int>(parseInt(name, "bits", p.at("bits"))) : 16;
@@ -267,7 +295,8 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
     if (p.count("basis")) o.pca = pick(name, "basis", p.at("basis"), {"random", "pca"}) == "pca";
     if (o.pca) o.refresh = 8;
     if (p.count("refresh")) o.refresh = parseInt(name, "refresh", p.at("refresh"));
-    SP_REQUIRE(!o.pca || o.refresh >= 1, "codec 'lowrank': basis=pca needs refresh >= 1 (messages per basis)");
+    SP_REQUIRE(!o.pca || o.refresh >= 1,
+               "codec 'lowrank': basis=pca needs refresh >= 1 (messages per basis)");
     if (p.count("iters")) {
       SP_REQUIRE(o.pca, "codec 'lowrank': iters= only applies to basis=pca");
       o.iters = static_cast<int>(parseInt(name, "iters", p.at("iters")));
@@ -277,9 +306,11 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
   }
   if (name == "plugin") {
     // path= first; everything after it is the plug-in's own parameters, passed as written.
-    SP_REQUIRE(rest.rfind("path=", 0) == 0, "codec 'plugin': expected plugin:path=<lib.so>[,key=value...], got '" + spec + "'");
+    SP_REQUIRE(rest.rfind("path=", 0) == 0,
+               "codec 'plugin': expected plugin:path=<lib.so>[,key=value...], got '" + spec + "'");
     const size_t comma = rest.find(',');
-    const std::string path = trim(rest.substr(5, comma == std::string::npos ? std::string::npos : comma - 5));
+    const std::string path =
+        trim(rest.substr(5, comma == std::string::npos ? std::string::npos : comma - 5));
     SP_REQUIRE(!path.empty(), "codec 'plugin': path= is empty");
     return makePluginCodec(path, comma == std::string::npos ? "" : trim(rest.substr(comma + 1)));
   }
@@ -288,11 +319,13 @@ std::unique_ptr<Codec> makeCodec(const std::string& rawSpec, const std::string& 
     keys.insert(keys.end(), {"warmup_epochs", "store", "backing", "path", "keep", "budget"});
     return makeAcsgd(parseParams(name, rest, keys), instance);
   }
-  if (const auto f = factories().find(name); f != factories().end()) return f->second(rest, instance);
-  SP_REQUIRE(name != "torchscript", "codec 'torchscript' needs libtorch, and this program was built without it "
-                                    "(SLOWPIPE_WITH_TORCH=OFF); use the slowpipe binary of a libtorch build");
-  throw CodecError("unknown codec '" + name + "' in spec '" + spec + "'; valid codecs: " +
-                   join(codecNames()));
+  if (const auto f = factories().find(name); f != factories().end())
+    return f->second(rest, instance);
+  SP_REQUIRE(name != "torchscript",
+             "codec 'torchscript' needs libtorch, and this program was built without it "
+             "(SLOWPIPE_WITH_TORCH=OFF); use the slowpipe binary of a libtorch build");
+  throw CodecError("unknown codec '" + name + "' in spec '" + spec +
+                   "'; valid codecs: " + join(codecNames()));
 }
 
 }  // namespace slowpipe::compression

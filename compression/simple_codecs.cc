@@ -19,15 +19,15 @@ size_t elementBytes(CodecId id) { return id == CodecId::kNone ? 4 : 2; }
 
 void requireSize(const char* codec, size_t size, size_t expect, const Shape& shape) {
   SP_REQUIRE(size == expect, std::string(codec) + ": payload is " + std::to_string(size) +
-                              " bytes, expected " + std::to_string(expect) + " for shape " +
-                              shapeString(shape));
+                                 " bytes, expected " + std::to_string(expect) + " for shape " +
+                                 shapeString(shape));
 }
 
 }  // namespace
 
 CastCodec::CastCodec(CodecId id) : id_(id) {
   SP_REQUIRE(id == CodecId::kNone || id == CodecId::kFp16 || id == CodecId::kBf16,
-          "CastCodec: not a cast codec");
+             "CastCodec: not a cast codec");
 }
 
 // Element-wise, so split over the codec threads (compression/parallel.h) at any boundary.
@@ -47,8 +47,8 @@ void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
   });
 }
 
-void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
-                       const CodecContext&, float* out) {
+void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext&,
+                       float* out) {
   const auto n = static_cast<int64_t>(numelOf(shape));
   const size_t eb = elementBytes(id_);
   requireSize(codecName(id_), size, static_cast<size_t>(n) * eb, shape);
@@ -67,9 +67,10 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
 
 TopkCodec::TopkCodec(double ratio, int bits) : ratio_(ratio), bits_(bits) {
   SP_REQUIRE(ratio > 0.0 && ratio <= 1.0,
-          "topk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
+             "topk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
   SP_REQUIRE(bits == 16 || (bits >= 1 && bits <= 8),
-             "topk: bits=" + std::to_string(bits) + " is out of range; expected 1..8 (or 16: fp16 values)");
+             "topk: bits=" + std::to_string(bits) +
+                 " is out of range; expected 1..8 (or 16: fp16 values)");
 }
 
 std::string TopkCodec::spec() const {
@@ -88,7 +89,8 @@ QuantCodec topkValueQuant(int bits, int64_t k) {
 
 int64_t TopkCodec::keepCount(int64_t n) const {
   if (n == 0) return 0;
-  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ratio_ * static_cast<double>(n))), 1, n);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(ratio_ * static_cast<double>(n))), 1,
+                             n);
 }
 
 namespace {
@@ -98,7 +100,8 @@ inline uint32_t keyOf(const float* x, int64_t i) { return floatBits(x[i]) & 0x7f
 // Calls fn(i) for every i in [from, to) whose key lies in [lo, lo + width), skipping blocks with
 // none (a vectorizable test: the selected values are few).
 template <typename Fn>
-void forEachInRange(const float* x, int64_t from, int64_t to, uint32_t lo, uint32_t width, Fn&& fn) {
+void forEachInRange(const float* x, int64_t from, int64_t to, uint32_t lo, uint32_t width,
+                    Fn&& fn) {
   constexpr int64_t kBlock = 16;
   int64_t i = from;
   for (; i + kBlock <= to; i += kBlock) {
@@ -138,8 +141,9 @@ std::vector<Cand> chooseAmong(const std::vector<Cand>& cand, int64_t k) {
 }
 
 void collect(const float* x, int64_t from, int64_t to, uint32_t lo, std::vector<Cand>& out) {
-  forEachInRange(x, from, to, lo, 0x80000000u - lo,
-                 [&](int64_t i) { out.push_back({static_cast<uint32_t>(i), floatBits(x[i])}); });
+  forEachInRange(x, from, to, lo, 0x80000000u - lo, [&](int64_t i) {
+    out.push_back({static_cast<uint32_t>(i), floatBits(x[i])});
+  });
 }
 
 // The k largest by a threshold from a sample: 512 evenly spaced runs of 64 values (cache lines
@@ -153,19 +157,24 @@ bool sampledChoice(const float* x, int64_t n, int64_t k, std::vector<Cand>* chos
   std::vector<uint32_t> sample;
   sample.reserve(kRuns * kRun);
   for (int64_t r = 0; r < kRuns; ++r)
-    for (int64_t i = r * (n / kRuns); i < r * (n / kRuns) + kRun; ++i) sample.push_back(keyOf(x, i));
+    for (int64_t i = r * (n / kRuns); i < r * (n / kRuns) + kRun; ++i)
+      sample.push_back(keyOf(x, i));
   const auto s = static_cast<int64_t>(sample.size());
   const double ps = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
   const int64_t rank = std::min<int64_t>(s, static_cast<int64_t>(ps + 4 * std::sqrt(ps)) + 64);
-  std::nth_element(sample.begin(), sample.begin() + (rank - 1), sample.end(), std::greater<uint32_t>());
+  std::nth_element(sample.begin(), sample.begin() + (rank - 1), sample.end(),
+                   std::greater<uint32_t>());
   const uint32_t t0 = sample[rank - 1];
   int64_t above = 0;
   for (uint32_t key : sample) above += key >= t0;
-  if (t0 == 0 || static_cast<double>(above) * static_cast<double>(n) / static_cast<double>(s) > 4.0 * static_cast<double>(k) + 65536)
+  if (t0 == 0 || static_cast<double>(above) * static_cast<double>(n) / static_cast<double>(s) >
+                     4.0 * static_cast<double>(k) + 65536)
     return false;
   const int64_t parts = parallelParts(n, 64);
   std::vector<std::vector<Cand>> found(static_cast<size_t>(parts));
-  parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t part) { collect(x, lo, hi, t0, found[static_cast<size_t>(part)]); });
+  parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t part) {
+    collect(x, lo, hi, t0, found[static_cast<size_t>(part)]);
+  });
   std::vector<Cand> cand;
   for (const auto& f : found) cand.insert(cand.end(), f.begin(), f.end());
   if (static_cast<int64_t>(cand.size()) < k) return false;
@@ -187,7 +196,8 @@ std::vector<Cand> radixChoice(const float* x, int64_t n, int64_t k) {
   int64_t above = 0;
   int bucket = kBins - 1;
   for (;; --bucket) {
-    const int64_t c = int64_t{hist[bucket]} + hist[kBins + bucket] + hist[2 * kBins + bucket] + hist[3 * kBins + bucket];
+    const int64_t c = int64_t{hist[bucket]} + hist[kBins + bucket] + hist[2 * kBins + bucket] +
+                      hist[3 * kBins + bucket];
     if (above + c >= k) break;
     above += c;
   }
@@ -204,8 +214,8 @@ std::vector<Cand> radixChoice(const float* x, int64_t n, int64_t k) {
 // pass where the sample bounds the candidates, else by radix selection (three passes).
 void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
   const int64_t n = numelOf(shape);
-  SP_REQUIRE(n <= int64_t{0xffffffff}, "topk: tensor of " + std::to_string(n) +
-                                        " values exceeds the 2^32 index range");
+  SP_REQUIRE(n <= int64_t{0xffffffff},
+             "topk: tensor of " + std::to_string(n) + " values exceeds the 2^32 index range");
   const int64_t k = keepCount(n);
   std::vector<Cand> chosen;
   if (k > 0 && !sampledChoice(x, n, k, &chosen)) chosen = radixChoice(x, n, k);
@@ -218,20 +228,23 @@ void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
     std::memcpy(ip + 4 * j, &chosen[j].index, 4);
     std::memcpy(&kept[j], &chosen[j].bits, 4);
   }
-  if (half) return floatToHalfBytes(kept.data(), static_cast<size_t>(k), ip + 4 * static_cast<size_t>(k));
+  if (half)
+    return floatToHalfBytes(kept.data(), static_cast<size_t>(k), ip + 4 * static_cast<size_t>(k));
   topkValueQuant(bits_, k).encode(kept.data(), {k}, CodecContext{}, out);  // appends
 }
 
-void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
-                       const CodecContext&, float* out) {
+void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext&,
+                       float* out) {
   const int64_t n = numelOf(shape);
   ByteReader r(payload, size, "topk payload");
   const uint32_t k = r.get<uint32_t>("count");
   SP_REQUIRE(k == keepCount(n), "topk: count is " + std::to_string(k) + ", expected " +
-                                 std::to_string(keepCount(n)) + " for shape " + shapeString(shape));
+                                    std::to_string(keepCount(n)) + " for shape " +
+                                    shapeString(shape));
   const bool half = bits_ == 16;
-  const size_t valueBytes = half ? 2 * static_cast<size_t>(k)
-                                 : quantPayloadBytes(topkValueQuant(bits_, k).options(), {static_cast<int64_t>(k)});
+  const size_t valueBytes =
+      half ? 2 * static_cast<size_t>(k)
+           : quantPayloadBytes(topkValueQuant(bits_, k).options(), {static_cast<int64_t>(k)});
   requireSize("topk", size, 4 + 4 * static_cast<size_t>(k) + valueBytes, shape);
   const uint8_t* ip = r.take(4 * static_cast<size_t>(k), "indices");
   const uint8_t* vp = r.take(valueBytes, "values");
@@ -239,8 +252,8 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   copyBytes(idx.data(), ip, 4 * static_cast<size_t>(k));
   for (uint32_t j = 0; j < k; ++j) {
     SP_REQUIRE(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
-            "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
-                " is out of range or not increasing (n = " + std::to_string(n) + ")");
+               "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
+                   " is out of range or not increasing (n = " + std::to_string(n) + ")");
   }
   std::vector<float> values(k);
   if (half) {
@@ -250,7 +263,8 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
       values[j] = halfToFloat(h);
     }
   } else {  // validates the quant payload before anything is written
-    topkValueQuant(bits_, k).decode(vp, valueBytes, {static_cast<int64_t>(k)}, CodecContext{}, values.data());
+    topkValueQuant(bits_, k).decode(vp, valueBytes, {static_cast<int64_t>(k)}, CodecContext{},
+                                    values.data());
   }
   // Block by block (the codec threads): zeros and the block's kept values (its slice of the sorted
   // indices) built in cache, then written out once, around the cache for a large message.
@@ -259,7 +273,8 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   const Kernels& kern = kernels();
   parallelRanges(n, kBlock, [&](int64_t lo, int64_t hi, int64_t) {
     float buf[kBlock];
-    auto j = static_cast<size_t>(std::lower_bound(idx.begin(), idx.end(), static_cast<uint32_t>(lo)) - idx.begin());
+    auto j = static_cast<size_t>(
+        std::lower_bound(idx.begin(), idx.end(), static_cast<uint32_t>(lo)) - idx.begin());
     for (int64_t b = lo; b < hi; b += kBlock) {
       const int64_t len = std::min(kBlock, hi - b);
       float* o = stream ? buf : out + b;

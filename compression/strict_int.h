@@ -28,11 +28,13 @@ inline std::optional<int64_t> parseStrictInt(const std::string& text) {
 
 // "WHERE='TEXT' is not an integer" / "WHERE=TEXT is out of range; expected LO..HI", thrown as E.
 template <typename E>
-int64_t parseStrictIntIn(const std::string& where, const std::string& text, int64_t lo, int64_t hi) {
+int64_t parseStrictIntIn(const std::string& where, const std::string& text, int64_t lo,
+                         int64_t hi) {
   const std::optional<int64_t> n = parseStrictInt(text);
   if (!n) throw E(where + "='" + text + "' is not an integer");
   if (*n < lo || *n > hi)
-    throw E(where + "=" + text + " is out of range; expected " + std::to_string(lo) + ".." + std::to_string(hi));
+    throw E(where + "=" + text + " is out of range; expected " + std::to_string(lo) + ".." +
+            std::to_string(hi));
   return *n;
 }
 

@@ -1,4 +1,5 @@
-// Timing helpers shared by the benchmarks and the profiler (header-only): repeat until enough samples, report the median.
+// Timing helpers shared by the benchmarks and the profiler (header-only): repeat until enough
+// samples, report the median.
 #pragma once
 
 #include <algorithm>
@@ -14,8 +15,8 @@ inline double nowSeconds() {
 
 // Runs fn once as warm-up, then until at least minReps samples and minSeconds of samples (or
 // maxReps), and returns the median seconds per call.
-inline double medianSeconds(const std::function<void()>& fn, int minReps = 5, double minSeconds = 0.3,
-                            int maxReps = 2000) {
+inline double medianSeconds(const std::function<void()>& fn, int minReps = 5,
+                            double minSeconds = 0.3, int maxReps = 2000) {
   fn();
   std::vector<double> samples;
   double total = 0.0;

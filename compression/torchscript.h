@@ -4,7 +4,8 @@
 //
 // The module's contract (`slowpipe codec new NAME --lang torchscript` writes a complete skeleton;
 // examples/codecs/torchscript/make_codec.py is an example of the older form):
-//   encode(self, x: Tensor, example_ids: Tensor, epoch: int, step: int, direction: int, micro_batch: int,
+//   encode(self, x: Tensor, example_ids: Tensor, epoch: int, step: int, direction: int,
+//   micro_batch: int,
 //          key: str) -> Tensor
 //       x: float32 of the message's shape (a copy; the module may change it); example_ids: int64,
 //       one per row of dim 0 (may be empty); direction 0 forward, 1 backward, 2 data-parallel; key:

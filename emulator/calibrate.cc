@@ -64,24 +64,29 @@ void configure(zmq::socket_t& s, int64_t maxBytes = -1) {
   s.set(zmq::sockopt::maxmsgsize, maxBytes);
 }
 
-int64_t messageLimit(uint64_t messageBytes) { return static_cast<int64_t>(messageBytes) + (64 << 10); }
+int64_t messageLimit(uint64_t messageBytes) {
+  return static_cast<int64_t>(messageBytes) + (64 << 10);
+}
 
-// Receives `count` messages; after the first `bulk` ones, tells the sender (via `done`) to start probes.
+// Receives `count` messages; after the first `bulk` ones, tells the sender (via `done`) to start
+// probes.
 std::vector<Sample> receiveAll(zmq::socket_t& pull, ShapedReceiver& rx, int count, int bulk,
                                const std::function<void()>& bulkDone) {
   std::vector<Sample> out;
   out.reserve(count);
   for (int i = 0; i < count; ++i) {
     auto m = rx.recv(30000);
-    if (!m) throw std::runtime_error("calibration: no message for 30 s (received " + std::to_string(i) + " of " + std::to_string(count) + ")");
+    if (!m)
+      throw std::runtime_error("calibration: no message for 30 s (received " + std::to_string(i) +
+                               " of " + std::to_string(count) + ")");
     out.push_back({m->envelope.sendTime, m->deliveredAt, m->envelope.bytes});
     if (i + 1 == bulk) bulkDone();
   }
   return out;
 }
 
-void sendAll(ShapedSender& tx, uint64_t bytes, int bulk, int probes, const std::function<void()>& waitBulk,
-             double rateBps) {
+void sendAll(ShapedSender& tx, uint64_t bytes, int bulk, int probes,
+             const std::function<void()>& waitBulk, double rateBps) {
   std::vector<uint8_t> buf(bytes, 0x5a);
   for (int i = 0; i < bulk; ++i) tx.send(buf.data(), buf.size());
   waitBulk();
@@ -96,10 +101,12 @@ void sendAll(ShapedSender& tx, uint64_t bytes, int bulk, int probes, const std::
 
 json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bulk) {
   const double first = s.front().delivered, last = s[bulk - 1].delivered;
-  const double achieved = bulk > 1 ? 8.0 * static_cast<double>(o.messageBytes) * (bulk - 1) / (last - first) : NAN;
+  const double achieved =
+      bulk > 1 ? 8.0 * static_cast<double>(o.messageBytes) * (bulk - 1) / (last - first) : NAN;
   std::vector<double> lat;
   const double rate = o.link.trace.empty() ? o.link.bandwidthBps : o.link.trace.rateAt(0);
-  for (size_t i = bulk; i < s.size(); ++i) lat.push_back(s[i].delivered - s[i].sent - 8.0 * kProbeBytes / rate);
+  for (size_t i = bulk; i < s.size(); ++i)
+    lat.push_back(s[i].delivered - s[i].sent - 8.0 * kProbeBytes / rate);
   json j = {{"backend", o.backend},
             {"configured_bps", o.link.bandwidthBps},
             {"achieved_bps", achieved},
@@ -123,8 +130,13 @@ json summarize(const CalibrationOptions& o, const std::vector<Sample>& s, int bu
       std::vector<double> times;
       for (int i = 0; i < bulk; ++i)
         if (s[i].delivered - t0 >= a && s[i].delivered - t0 < b) times.push_back(s[i].delivered);
-      const double bps = times.size() > 1 ? 8.0 * o.messageBytes * (times.size() - 1) / (times.back() - times.front()) : NAN;
-      segs.push_back({{"from_s", a}, {"configured_bps", pts[k].second}, {"achieved_bps", bps}, {"messages", times.size()}});
+      const double bps = times.size() > 1 ? 8.0 * o.messageBytes * (times.size() - 1) /
+                                                (times.back() - times.front())
+                                          : NAN;
+      segs.push_back({{"from_s", a},
+                      {"configured_bps", pts[k].second},
+                      {"achieved_bps", bps},
+                      {"messages", times.size()}});
     }
     j["trace"] = o.link.trace.source;
     j["trace_segments"] = segs;
@@ -153,13 +165,19 @@ json calibrateUser(const CalibrationOptions& o) {
     }
   });
   ShapedSender tx(push, o.link, &linkModel("pipelined"));
-  sendAll(tx, o.messageBytes, bulk, o.probes, [&] { while (!drained) std::this_thread::sleep_for(std::chrono::microseconds(200)); },
-          o.link.bandwidthBps);
+  sendAll(
+      tx, o.messageBytes, bulk, o.probes,
+      [&] {
+        while (!drained) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      },
+      o.link.bandwidthBps);
   receiver.join();
   if (err) std::rethrow_exception(err);
   json j = summarize(o, samples, bulk);
-  j["mechanism"] = {{"rate", "user-space (sender-side link clock)"}, {"delay", "user-space"},
-                    {"jitter", "user-space"}, {"loss", "user-space retransmission delay"}};
+  j["mechanism"] = {{"rate", "user-space (sender-side link clock)"},
+                    {"delay", "user-space"},
+                    {"jitter", "user-space"},
+                    {"loss", "user-space retransmission delay"}};
   return j;
 }
 
@@ -251,7 +269,10 @@ std::pair<std::string, std::string> collectBoth(pid_t rxPid, int rxFd, pid_t txP
       }
       x.reaped = true;
       if (x.out.rfind("OK", 0) != 0) {
-        const std::string why = std::string("calibration ") + x.who + ": " + (x.out.size() > 2 ? x.out.substr(2) : "died: " + exitStatusText(status) + " without a report");
+        const std::string why =
+            std::string("calibration ") + x.who + ": " +
+            (x.out.size() > 2 ? x.out.substr(2)
+                              : "died: " + exitStatusText(status) + " without a report");
         stop(c[0]);
         stop(c[1]);
         throw std::runtime_error(why);
@@ -265,7 +286,9 @@ double iperfCheck(NetnsFabric& fabric, double seconds) {
   const std::string server = fabric.address(0, 1);
   const pid_t srv = fork();
   if (srv == 0) {
-    const char* argv[] = {"ip", "netns", "exec", fabric.nsName(1).c_str(), "iperf3", "-s", "-1", "-B", server.c_str(), "-p", "5201", nullptr};
+    const char* argv[] = {"ip",           "netns", "exec", fabric.nsName(1).c_str(),
+                          "iperf3",       "-s",    "-1",   "-B",
+                          server.c_str(), "-p",    "5201", nullptr};
     const int devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     dup2(devnull, 2);
@@ -273,8 +296,9 @@ double iperfCheck(NetnsFabric& fabric, double seconds) {
     _exit(127);
   }
   usleep(500000);
-  const CommandResult r = runCommand({"ip", "netns", "exec", fabric.nsName(0), "iperf3", "-c", server, "-p", "5201",
-                                      "-t", std::to_string(static_cast<int>(seconds)), "-J"});
+  const CommandResult r =
+      runCommand({"ip", "netns", "exec", fabric.nsName(0), "iperf3", "-c", server, "-p", "5201",
+                  "-t", std::to_string(static_cast<int>(seconds)), "-J"});
   kill(srv, SIGTERM);
   waitpid(srv, nullptr, 0);
   if (r.status != 0) throw std::runtime_error("iperf3 client failed: " + r.output.substr(0, 400));
@@ -290,36 +314,53 @@ json calibrateKernel(const CalibrationOptions& o) {
   int rxFd = -1, txFd = -1;
   pid_t rxPid = -1, txPid = -1;
   // The children are forked without exec: the delay lines' threads hold still meanwhile.
-  fabric.withForwardersParked([&] { rxPid = spawnIn(fabric.nsName(1), [&] {
-    zmq::context_t ctx(1);
-    zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
-    configure(pull, messageLimit(o.messageBytes));
-    configure(done);
-    pull.bind(dataEp);
-    done.connect(doneEp);
-    ShapedReceiver rx(pull, userLat, userJit);
-    auto s = receiveAll(pull, rx, bulk + o.probes, bulk, [&] { done.send(zmq::str_buffer("d")); });
-    json arr = json::array();
-    for (const auto& x : s) arr.push_back({x.sent, x.delivered, x.bytes});
-    usleep(100000);
-    return arr.dump();
-  }, &rxFd); });
-  fabric.withForwardersParked([&] { txPid = spawnIn(fabric.nsName(0), [&] {
-    zmq::context_t ctx(1);
-    zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
-    configure(push);
-    configure(done, 64);
-    done.bind(doneEp);
-    push.connect(dataEp);
-    ShapedSender tx(push, o.link, nullptr);  // the kernel paces
-    done.set(zmq::sockopt::rcvtimeo, 60000);  // a receiver that died must not leave the sender waiting
-    sendAll(tx, o.messageBytes, bulk, o.probes, [&] {
-      zmq::message_t m;
-      if (!done.recv(m)) throw std::runtime_error("no go-ahead from the receiver for 60 s after the bulk transfer");
-    }, o.link.bandwidthBps);
-    usleep(200000);
-    return std::string();
-  }, &txFd); });
+  fabric.withForwardersParked([&] {
+    rxPid = spawnIn(
+        fabric.nsName(1),
+        [&] {
+          zmq::context_t ctx(1);
+          zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
+          configure(pull, messageLimit(o.messageBytes));
+          configure(done);
+          pull.bind(dataEp);
+          done.connect(doneEp);
+          ShapedReceiver rx(pull, userLat, userJit);
+          auto s =
+              receiveAll(pull, rx, bulk + o.probes, bulk, [&] { done.send(zmq::str_buffer("d")); });
+          json arr = json::array();
+          for (const auto& x : s) arr.push_back({x.sent, x.delivered, x.bytes});
+          usleep(100000);
+          return arr.dump();
+        },
+        &rxFd);
+  });
+  fabric.withForwardersParked([&] {
+    txPid = spawnIn(
+        fabric.nsName(0),
+        [&] {
+          zmq::context_t ctx(1);
+          zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
+          configure(push);
+          configure(done, 64);
+          done.bind(doneEp);
+          push.connect(dataEp);
+          ShapedSender tx(push, o.link, nullptr);  // the kernel paces
+          done.set(zmq::sockopt::rcvtimeo,
+                   60000);  // a receiver that died must not leave the sender waiting
+          sendAll(
+              tx, o.messageBytes, bulk, o.probes,
+              [&] {
+                zmq::message_t m;
+                if (!done.recv(m))
+                  throw std::runtime_error(
+                      "no go-ahead from the receiver for 60 s after the bulk transfer");
+              },
+              o.link.bandwidthBps);
+          usleep(200000);
+          return std::string();
+        },
+        &txFd);
+  });
   // Bandwidth trace: the kernel rate follows it, changed with `tc class change` at each step.
   std::atomic<bool> stop{false};
   std::thread tracer;
@@ -344,7 +385,8 @@ json calibrateKernel(const CalibrationOptions& o) {
   if (tracer.joinable()) tracer.join();
   const json arr = json::parse(reports.first);
   std::vector<Sample> samples;
-  for (const auto& x : arr) samples.push_back({x[0].get<double>(), x[1].get<double>(), x[2].get<uint64_t>()});
+  for (const auto& x : arr)
+    samples.push_back({x[0].get<double>(), x[1].get<double>(), x[2].get<uint64_t>()});
   json j = summarize(o, samples, bulk);
   j["mechanism"] = fabric.mechanism();
   j["kernel_rate_bps"] = wireRateFor(o.link.bandwidthBps, 9000);
@@ -369,9 +411,12 @@ json calibrateKernelPath(const CalibrationOptions& o) {
   rate.link.latencyS = rate.link.jitterS = 0;
   rate.probes = 1;
   const json r = calibrateKernel(rate);
-  for (const char* k : {"achieved_bps", "rate_error", "messages", "duration_s", "iperf3_bps", "iperf3_rate_error", "trace_segments"})
+  for (const char* k : {"achieved_bps", "rate_error", "messages", "duration_s", "iperf3_bps",
+                        "iperf3_rate_error", "trace_segments"})
     if (r.contains(k)) j[k] = r[k];
-  j["rate_measured_with"] = "delay 0: over the configured round trip one TCP connection is bound by its window, not the link";
+  j["rate_measured_with"] =
+      "delay 0: over the configured round trip one TCP connection is bound by its window, not the "
+      "link";
   return j;
 }
 
@@ -381,7 +426,8 @@ json forwardingCost(const ThreadCpuClock& clock, int64_t wakeups) {
   json cpu = clock.read();
   if (cpu.is_null()) return cpu;
   cpu["wakeups"] = wakeups;
-  if (cpu["wall_s"].get<double>() > 0) cpu["wakeups_per_s"] = static_cast<double>(wakeups) / cpu["wall_s"].get<double>();
+  if (cpu["wall_s"].get<double>() > 0)
+    cpu["wakeups_per_s"] = static_cast<double>(wakeups) / cpu["wall_s"].get<double>();
   return cpu;
 }
 
@@ -401,7 +447,8 @@ double loopbackCeilingBps(uint64_t messageBytes, int messages) {
     }
   });
   std::vector<uint8_t> buf(messageBytes, 1);
-  for (int i = 0; i < messages; ++i) push.send(zmq::message_t(buf.data(), buf.size()), zmq::send_flags::none);
+  for (int i = 0; i < messages; ++i)
+    push.send(zmq::message_t(buf.data(), buf.size()), zmq::send_flags::none);
   receiver.join();
   return 8.0 * static_cast<double>(messageBytes) * (messages - 1) / (last - first);
 }
@@ -424,7 +471,9 @@ CpuTimes cpuTimes() {
 }
 
 namespace {
-double seconds(const timespec& t) { return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec); }
+double seconds(const timespec& t) {
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 }  // namespace
 
 void ThreadCpuClock::start() {
@@ -445,7 +494,8 @@ json ThreadCpuClock::read() const {
   if (running_) {
     clockid_t clock;
     timespec t{};
-    const bool ok = pthread_getcpuclockid(static_cast<pthread_t>(thread_), &clock) == 0 && clock_gettime(clock, &t) == 0;
+    const bool ok = pthread_getcpuclockid(static_cast<pthread_t>(thread_), &clock) == 0 &&
+                    clock_gettime(clock, &t) == 0;
     cpu = ok ? seconds(t) : -1;
     wall = monotonicNow() - startedAt_;
   }
@@ -459,8 +509,11 @@ double stealShare(const CpuTimes& from, const CpuTimes& to) {
 }
 
 json calibrateLink(const CalibrationOptions& o) {
-  if (o.messageBytes < kProbeBytes) throw std::invalid_argument("--message-bytes " + std::to_string(o.messageBytes) + ": expected >= 64");
-  if (o.backend != "user" && o.backend != "tc") throw std::invalid_argument("--backend '" + o.backend + "': expected 'user' or 'tc'");
+  if (o.messageBytes < kProbeBytes)
+    throw std::invalid_argument("--message-bytes " + std::to_string(o.messageBytes) +
+                                ": expected >= 64");
+  if (o.backend != "user" && o.backend != "tc")
+    throw std::invalid_argument("--backend '" + o.backend + "': expected 'user' or 'tc'");
   const CpuTimes before = cpuTimes();
   json j = o.backend == "user" ? calibrateUser(o) : calibrateKernelPath(o);
   const CpuTimes after = cpuTimes();

@@ -2,8 +2,9 @@
 // what it delivered. Backs `slowpipe bench link`.
 //
 // Definitions (also in README "Metrics"):
-//   achieved_bps    = 8 * (N-1) * B / (last delivery - first delivery), bulk phase, N messages of B bytes
-//   latency sample  = delivery - send time - 8*b/R for probe messages of b = 64 bytes, sent one at a
+//   achieved_bps    = 8 * (N-1) * B / (last delivery - first delivery), bulk phase, N messages of B
+//   bytes latency sample  = delivery - send time - 8*b/R for probe messages of b = 64 bytes, sent
+//   one at a
 //                     time after the bulk phase has drained
 //   error ratios    = achieved/configured - 1 and measured median latency - configured latency (s)
 #pragma once

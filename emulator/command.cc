@@ -19,7 +19,8 @@ std::string joinArgs(const std::vector<std::string>& argv) {
 
 CommandResult runCommand(const std::vector<std::string>& argv) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -55,7 +56,9 @@ std::string runChecked(const std::vector<std::string>& argv, const std::string& 
 }
 
 std::string exitStatusText(int status) {
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
   return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 

@@ -45,8 +45,9 @@ namespace {
 
 std::atomic<int> gLineSeq{0};
 
-
-std::runtime_error sysError(const std::string& what) { return std::runtime_error("delay line: " + what + ": " + std::strerror(errno)); }
+std::runtime_error sysError(const std::string& what) {
+  return std::runtime_error("delay line: " + what + ": " + std::strerror(errno));
+}
 
 }  // namespace
 
@@ -85,7 +86,8 @@ void inNamespace(const std::string& ns, const std::function<void()>& fn) {
 DelayLine::DelayLine(const DelayLineOptions& opt) : opt_(opt) {
   const int k = gLineSeq.fetch_add(1) % 250;
   const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
-  fabric_ = std::make_unique<NetnsFabric>(2, std::vector<FabricEdge>{}, mtu);  // namespaces only, no veth
+  fabric_ =
+      std::make_unique<NetnsFabric>(2, std::vector<FabricEdge>{}, mtu);  // namespaces only, no veth
   nsA_ = fabric_->nsName(0);
   nsB_ = fabric_->nsName(1);
   addrA_ = "10.214." + std::to_string(k) + ".1";
@@ -96,23 +98,28 @@ DelayLine::DelayLine(const DelayLineOptions& opt) : opt_(opt) {
   attach();
 }
 
-DelayLine::DelayLine(const DelayLineOptions& opt, const std::string& nsA, const std::string& nsB, const std::string& addrA,
-                     const std::string& addrB, const std::string& devA, const std::string& devB)
+DelayLine::DelayLine(const DelayLineOptions& opt, const std::string& nsA, const std::string& nsB,
+                     const std::string& addrA, const std::string& addrB, const std::string& devA,
+                     const std::string& devB)
     : opt_(opt), nsA_(nsA), nsB_(nsB), addrA_(addrA), addrB_(addrB), devA_(devA), devB_(devB) {
   attach();
 }
 
 void DelayLine::attach() {
-  if (opt_.batchS < 0) opt_.batchS = moderationFor(std::min(opt_.aToB.delayS, opt_.bToA.delayS));  // "auto"
+  if (opt_.batchS < 0)
+    opt_.batchS = moderationFor(std::min(opt_.aToB.delayS, opt_.bToA.delayS));  // "auto"
   const int mtu = std::max(opt_.aToB.mtu, opt_.bToA.mtu);
   try {
     inNamespace(nsA_, [&] { fdA_ = openTunDevice(devA_); });
     inNamespace(nsB_, [&] { fdB_ = openTunDevice(devB_); });
-    for (const auto& [ns, dev, me, peer] : {std::tuple{nsA_, devA_, addrA_, addrB_}, std::tuple{nsB_, devB_, addrB_, addrA_}}) {
-      runChecked({"ip", "-n", ns, "addr", "add", me, "peer", peer, "dev", dev}, "address the TUN device");
+    for (const auto& [ns, dev, me, peer] :
+         {std::tuple{nsA_, devA_, addrA_, addrB_}, std::tuple{nsB_, devB_, addrB_, addrA_}}) {
+      runChecked({"ip", "-n", ns, "addr", "add", me, "peer", peer, "dev", dev},
+                 "address the TUN device");
       // A long transmit queue: the line's own queue is the bottleneck's, never the device's (its
       // default 500 packets dropped a cubic window's bursts before the line had read them).
-      runChecked({"ip", "-n", ns, "link", "set", "dev", dev, "mtu", std::to_string(mtu), "txqueuelen", "100000", "up"},
+      runChecked({"ip", "-n", ns, "link", "set", "dev", dev, "mtu", std::to_string(mtu),
+                  "txqueuelen", "100000", "up"},
                  "bring up the TUN device");
     }
     wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -164,20 +171,27 @@ json DelayLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   json out = {{"a_to_b", toJson(statsAB_)}, {"b_to_a", toJson(statsBA_)}};
   // What forwarding cost this machine (the workers of a run share the cores with it), so far.
-  if (json cpu = forwardingCost(forwardingCpu_, wakeups_); !cpu.is_null()) out["forwarding"] = std::move(cpu);
+  if (json cpu = forwardingCost(forwardingCpu_, wakeups_); !cpu.is_null())
+    out["forwarding"] = std::move(cpu);
   for (const auto& [key, late] : {std::pair{"a_to_b", &lateAB_}, std::pair{"b_to_a", &lateBA_}}) {
     if (late->empty()) continue;  // (known once forwarding has stopped)
     std::vector<double> v = *late;
     std::sort(v.begin(), v.end());
-    out[key]["lateness_us"] = {{"median", 1e6 * v[v.size() / 2]}, {"p99", 1e6 * v[std::min(v.size() - 1, v.size() * 99 / 100)]},
-                               {"max", 1e6 * v.back()}, {"packets", v.size()}};
+    out[key]["lateness_us"] = {{"median", 1e6 * v[v.size() / 2]},
+                               {"p99", 1e6 * v[std::min(v.size() - 1, v.size() * 99 / 100)]},
+                               {"max", 1e6 * v.back()},
+                               {"packets", v.size()}};
   }
   return out;
 }
 
 json DelayLine::describe() const {
-  return {{"mechanism", "delay line: TUN device per namespace, one forwarding thread in user space (no netem)"},
-          {"a_to_b", opt_.aToB.describe()}, {"b_to_a", opt_.bToA.describe()}, {"a", addrA_}, {"b", addrB_},
+  return {{"mechanism",
+           "delay line: TUN device per namespace, one forwarding thread in user space (no netem)"},
+          {"a_to_b", opt_.aToB.describe()},
+          {"b_to_a", opt_.bToA.describe()},
+          {"a", addrA_},
+          {"b", addrB_},
           {"moderation_us", 1e6 * opt_.batchS}};
 }
 
@@ -207,7 +221,8 @@ struct Forwarder {
     for (const Side& s : sides)
       for (ssize_t n; (n = read(s.in, buf.data(), buf.size())) > 0;) {
         const uint64_t id = nextId++;
-        if (s.link->offer(now(), static_cast<uint32_t>(n), id)) held.emplace(id, std::vector<uint8_t>(buf.begin(), buf.begin() + n));
+        if (s.link->offer(now(), static_cast<uint32_t>(n), id))
+          held.emplace(id, std::vector<uint8_t>(buf.begin(), buf.begin() + n));
       }
   }
   // Writes what is due into the other side (a full receiver queue drops it, as a NIC would).
@@ -271,7 +286,8 @@ void DelayLine::forward() {
     const bool spin = std::isfinite(nextDue) && gap > kLongS && opt_.spinS > 0;
     itimerspec its{};
     if (std::isfinite(nextDue)) {
-      const double wake = std::max(nextDue - (spin ? std::min(opt_.spinS, gap / 2) : 0.0), lastTimedWake + opt_.batchS);
+      const double wake = std::max(nextDue - (spin ? std::min(opt_.spinS, gap / 2) : 0.0),
+                                   lastTimedWake + opt_.batchS);
       const double at = f.start + std::max(wake, 0.0) + 1e-9;
       its.it_value.tv_sec = static_cast<time_t>(at);
       its.it_value.tv_nsec = static_cast<long>((at - std::floor(at)) * 1e9);
@@ -305,7 +321,8 @@ constexpr int kEchoPort = 9;
 
 // A socket of `type` (SOCK_DGRAM, SOCK_STREAM) bound (bind = true) or connected to ip:port,
 // after `prepare` (socket options that must precede it); throws naming what failed.
-int ipv4Socket(int type, const std::string& ip, int port, bool bindIt, const std::function<void(int)>& prepare = {}) {
+int ipv4Socket(int type, const std::string& ip, int port, bool bindIt,
+               const std::function<void(int)>& prepare = {}) {
   const int s = socket(AF_INET, type | SOCK_CLOEXEC, 0);
   if (s < 0) throw sysError("socket");
   sockaddr_in a{};
@@ -314,18 +331,24 @@ int ipv4Socket(int type, const std::string& ip, int port, bool bindIt, const std
   inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
   try {
     if (prepare) prepare(s);
-    const int rc = bindIt ? bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) : connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    if (rc != 0) throw sysError(std::string(bindIt ? "bind" : "connect") + " a socket to " + ip + ":" + std::to_string(port));
+    const int rc = bindIt ? bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a)
+                          : connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (rc != 0)
+      throw sysError(std::string(bindIt ? "bind" : "connect") + " a socket to " + ip + ":" +
+                     std::to_string(port));
   } catch (...) {
     close(s);
     throw;
   }
   return s;
 }
-int udpSocket(const std::string& ip, int port, bool bindIt) { return ipv4Socket(SOCK_DGRAM, ip, port, bindIt); }
+int udpSocket(const std::string& ip, int port, bool bindIt) {
+  return ipv4Socket(SOCK_DGRAM, ip, port, bindIt);
+}
 
 // Round trips of UDP probes a -> b -> a (an echo in b's namespace), one every gapS.
-json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
+json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt,
+                const DelayLineProbe& probe) {
   std::atomic<bool> done{false};
   std::exception_ptr echoError;
   std::thread echo([&] {
@@ -339,7 +362,8 @@ json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const De
           sockaddr_in from{};
           socklen_t len = sizeof from;
           const ssize_t n = recvfrom(s, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&from), &len);
-          if (n > 0) sendto(s, b, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), len);
+          if (n > 0)
+            sendto(s, b, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), len);
         }
         close(s);
       });
@@ -354,7 +378,8 @@ json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const De
     inNamespace(line.nsA(), [&] {
       const int s = udpSocket(line.addressB(), kEchoPort, false);
       const double timeout = 1.0 + 4 * (lineOpt.aToB.delayS + lineOpt.bToA.delayS);
-      timeval tv{static_cast<time_t>(timeout), static_cast<suseconds_t>((timeout - std::floor(timeout)) * 1e6)};
+      timeval tv{static_cast<time_t>(timeout),
+                 static_cast<suseconds_t>((timeout - std::floor(timeout)) * 1e6)};
       setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
       std::vector<char> msg(static_cast<size_t>(std::max(16, probe.probeBytes)), 0);
       for (int i = 0; i < probe.probes; ++i) {
@@ -363,13 +388,16 @@ json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const De
         if (send(s, msg.data(), msg.size(), 0) < 0) throw sysError("send a probe");
         char back[2048];
         bool got = false;
-        for (ssize_t n; !got && (n = recv(s, back, sizeof back, 0)) >= 0;) {  // a late answer to an earlier probe is skipped
+        for (ssize_t n; !got && (n = recv(s, back, sizeof back, 0)) >=
+                                    0;) {  // a late answer to an earlier probe is skipped
           int k = -1;
           std::memcpy(&k, back, sizeof k);
           got = k == i;
         }
-        if (got) rtt.push_back(hostClockNow() - t0);
-        else ++lost;
+        if (got)
+          rtt.push_back(hostClockNow() - t0);
+        else
+          ++lost;
         const double wait = t0 + probe.gapS - hostClockNow();
         if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
       }
@@ -386,18 +414,37 @@ json roundTrips(const DelayLine& line, const DelayLineOptions& lineOpt, const De
   std::sort(rtt.begin(), rtt.end());
   double mean = 0;
   for (double x : rtt) mean += x / static_cast<double>(rtt.size());
-  return {{"min", rtt.front()}, {"median", rtt[rtt.size() / 2]}, {"p99", rtt[std::min(rtt.size() - 1, rtt.size() * 99 / 100)]},
-          {"max", rtt.back()}, {"mean", mean}, {"probes", rtt.size()}, {"lost", lost}};
+  return {{"min", rtt.front()},
+          {"median", rtt[rtt.size() / 2]},
+          {"p99", rtt[std::min(rtt.size() - 1, rtt.size() * 99 / 100)]},
+          {"max", rtt.back()},
+          {"mean", mean},
+          {"probes", rtt.size()},
+          {"lost", lost}};
 }
 
 // One iperf3 TCP stream a -> b; its goodput, the second half's median, retransmits, and the line
 // rate it drew (goodput x mtu / (mtu - 52): IP, TCP and timestamp headers).
-json iperfThrough(const DelayLine& line, const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
+json iperfThrough(const DelayLine& line, const DelayLineOptions& lineOpt,
+                  const DelayLineProbe& probe) {
   const std::string port = "5201";
-  std::thread server([&] { runCommand({"ip", "netns", "exec", line.nsB(), "iperf3", "-s", "-1", "-B", line.addressB(), "-p", port}); });
+  std::thread server([&] {
+    runCommand({"ip", "netns", "exec", line.nsB(), "iperf3", "-s", "-1", "-B", line.addressB(),
+                "-p", port});
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::vector<std::string> client = {"ip", "netns", "exec", line.nsA(), "iperf3", "-c", line.addressB(), "-p", port,
-                                     "-t", std::to_string(probe.iperfS), "-J"};
+  std::vector<std::string> client = {"ip",
+                                     "netns",
+                                     "exec",
+                                     line.nsA(),
+                                     "iperf3",
+                                     "-c",
+                                     line.addressB(),
+                                     "-p",
+                                     port,
+                                     "-t",
+                                     std::to_string(probe.iperfS),
+                                     "-J"};
   if (!probe.cc.empty()) client.insert(client.end(), {"-C", probe.cc});
   const CommandResult r = runCommand(client);
   server.join();
@@ -406,16 +453,20 @@ json iperfThrough(const DelayLine& line, const DelayLineOptions& lineOpt, const 
     if (j.contains("error")) throw std::runtime_error(j["error"].get<std::string>());
     std::vector<double> late;  // the second half's per-second intervals: past the slow start
     const json& iv = j.value("intervals", json::array());
-    for (size_t k = iv.size() / 2; k < iv.size(); ++k) late.push_back(iv[k]["sum"]["bits_per_second"].get<double>());
+    for (size_t k = iv.size() / 2; k < iv.size(); ++k)
+      late.push_back(iv[k]["sum"]["bits_per_second"].get<double>());
     std::sort(late.begin(), late.end());
     const double goodput = j["end"]["sum_received"]["bits_per_second"].get<double>();
     const int mtu = lineOpt.aToB.mtu;
-    return {{"seconds", probe.iperfS}, {"bits_per_second", goodput},
+    return {{"seconds", probe.iperfS},
+            {"bits_per_second", goodput},
             {"second_half_median_bps", late.empty() ? json() : json(late[late.size() / 2])},
             {"retransmits", j["end"]["sum_sent"].value("retransmits", 0)},
-            {"congestion", j["end"].value("sender_tcp_congestion", probe.cc)}, {"line_rate_bps", goodput * mtu / (mtu - 52.0)}};
+            {"congestion", j["end"].value("sender_tcp_congestion", probe.cc)},
+            {"line_rate_bps", goodput * mtu / (mtu - 52.0)}};
   } catch (const std::exception& e) {
-    throw std::runtime_error("delay line: iperf3 through the line failed (status " + std::to_string(r.status) + "): " + e.what() +
+    throw std::runtime_error("delay line: iperf3 through the line failed (status " +
+                             std::to_string(r.status) + "): " + e.what() +
                              "; output: " + r.output.substr(0, 400));
   }
 }
@@ -436,8 +487,8 @@ void awaitAny(std::vector<pollfd>& fds, short events, const std::string& what) {
 
 // b's side: accepts probe.streams connections and reads the messages whole (each its stripe on
 // every connection), each one's end time in done[k] before `received` counts it.
-void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& done, std::atomic<size_t>& received,
-                     std::atomic<bool>& listening) {
+void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& done,
+                     std::atomic<size_t>& received, std::atomic<bool>& listening) {
   const int l = ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, true, [](int fd) {
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -455,7 +506,8 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
   };
   for (int c = 0; c < probe.streams; ++c) {
     // One connection reads blocking, as it always did; several are polled.
-    const int fd = accept4(l, nullptr, nullptr, (probe.streams > 1 ? SOCK_NONBLOCK : 0) | SOCK_CLOEXEC);
+    const int fd =
+        accept4(l, nullptr, nullptr, (probe.streams > 1 ? SOCK_NONBLOCK : 0) | SOCK_CLOEXEC);
     if (fd < 0) {
       close(l);
       closeAll();
@@ -471,17 +523,20 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
     for (size_t k = 0; k < probe.bytes.size(); ++k) {
       std::vector<uint64_t> left(conns.size());
       uint64_t total = 0;
-      for (size_t c = 0; c < conns.size(); ++c) total += left[c] = stripeOf(probe.bytes[k], probe.streams, c).bytes;
+      for (size_t c = 0; c < conns.size(); ++c)
+        total += left[c] = stripeOf(probe.bytes[k], probe.streams, c).bytes;
       while (total > 0) {
         // Several connections: read those poll says are readable. One: read it (blocking), as if
         // poll had said so; its EAGAIN is SO_RCVTIMEO's 300 s running out.
         const bool polled = conns.size() > 1;
         std::vector<pollfd> waiting;
-        for (size_t c = 0; c < conns.size(); ++c) waiting.push_back({left[c] ? conns[c].fd : -1, 0, POLLIN});
+        for (size_t c = 0; c < conns.size(); ++c)
+          waiting.push_back({left[c] ? conns[c].fd : -1, 0, POLLIN});
         if (polled) awaitAny(waiting, POLLIN, "receiving message " + std::to_string(k));
         for (size_t c = 0; c < conns.size(); ++c) {
           if (!waiting[c].revents) continue;
-          const ssize_t n = recv(conns[c].fd, buf.data(), std::min<uint64_t>(buf.size(), left[c]), 0);
+          const ssize_t n =
+              recv(conns[c].fd, buf.data(), std::min<uint64_t>(buf.size(), left[c]), 0);
           if (n == 0 || (n < 0 && errno != EINTR && !(polled && errno == EAGAIN)))
             throw sysError("receive message " + std::to_string(k));
           if (n > 0) left[c] -= static_cast<uint64_t>(n), total -= static_cast<uint64_t>(n);
@@ -497,8 +552,11 @@ void receiveMessages(const DelayLine& line, const MessageProbe& probe, std::vect
   closeAll();
 }
 
-// Samples [host time, cwnd, packets unacked, bytes acked, bytes sent, bytes not sent, send buffer, send window, pacing rate] of connection `fd` every `everyS` while `on`.
-constexpr const char* kTraceColumns[] = {"cwnd", "unacked", "bytes_acked", "bytes_sent", "notsent_bytes", "sndbuf", "snd_wnd", "pacing_rate_bps"};
+// Samples [host time, cwnd, packets unacked, bytes acked, bytes sent, bytes not sent, send buffer,
+// send window, pacing rate] of connection `fd` every `everyS` while `on`.
+constexpr const char* kTraceColumns[] = {"cwnd",       "unacked",        "bytes_acked",
+                                         "bytes_sent", "notsent_bytes",  "sndbuf",
+                                         "snd_wnd",    "pacing_rate_bps"};
 void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& trace) {
   trace = json::array();
   while (on) {
@@ -514,7 +572,8 @@ void traceConnection(int fd, double everyS, const std::atomic<bool>& on, json& t
 // (a peer that closed gives an error, not SIGPIPE).
 void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k) {
   for (uint64_t put = 0; put < bytes;) {
-    const ssize_t n = send(fd, payload.data(), std::min<uint64_t>(payload.size(), bytes - put), MSG_NOSIGNAL);
+    const ssize_t n =
+        send(fd, payload.data(), std::min<uint64_t>(payload.size(), bytes - put), MSG_NOSIGNAL);
     if (n <= 0) throw sysError("send message " + std::to_string(k));
     put += static_cast<uint64_t>(n);
   }
@@ -523,15 +582,18 @@ void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k)
 // a's side: probe.streams connections (their congestion control set first); each message after
 // its idle time, cut into one stripe per connection as the runtime's channel cuts a frame
 // (stripeOf), all written at once (blocking writes: connection 0's by this thread, the others' by
-// one thread each), the next only once b has read the last one whole. Connection 0's TCP_INFO is read before each message and once after the
-// last (info: one more entry than messages); with several, every connection's after the last.
-void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent, std::vector<json>& info,
-                  json& trace, json& connections, const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
+// one thread each), the next only once b has read the last one whole. Connection 0's TCP_INFO is
+// read before each message and once after the last (info: one more entry than messages); with
+// several, every connection's after the last.
+void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent,
+                  std::vector<json>& info, json& trace, json& connections,
+                  const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
   std::vector<int> fds;
   try {
     for (int c = 0; c < probe.streams; ++c)
       fds.push_back(ipv4Socket(SOCK_STREAM, line.addressB(), kMessagePort, false, [&](int fd) {
-        if (!probe.cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
+        if (!probe.cc.empty() &&
+            setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, probe.cc.data(), probe.cc.size()) != 0)
           throw sysError("congestion control '" + probe.cc + "'");
       }));
   } catch (...) {
@@ -563,7 +625,8 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
       }
     });
   std::thread tracer;
-  if (probe.traceS > 0) tracer = std::thread([&] { traceConnection(fds[0], probe.traceS, sending, trace); });
+  if (probe.traceS > 0)
+    tracer = std::thread([&] { traceConnection(fds[0], probe.traceS, sending, trace); });
   auto finish = [&] {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -595,7 +658,8 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
     }
     info.push_back(socketTcpInfo(fds[0]));
     if (fds.size() > 1)
-      for (int fd : fds) connections.push_back(socketTcpInfo(fd));  // every stripe's connection at the end
+      for (int fd : fds)
+        connections.push_back(socketTcpInfo(fd));  // every stripe's connection at the end
   } catch (...) {
     finish();
     throw;
@@ -606,10 +670,18 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
 // What the sender's TCP_INFO says of one message: the window it started with and what held it back.
 json kernelDuring(const json& before, const json& after) {
   auto grew = [&](const char* k) { return after[k].get<double>() - before[k].get<double>(); };
-  return {{"cwnd_before", before["cwnd"]}, {"ssthresh_before", before["ssthresh"]}, {"snd_wnd_before", before["snd_wnd"]},
-          {"rto_before_s", before["rto_s"]}, {"sndbuf_before", before["sndbuf"]},
-          {"pacing_rate_before_bps", before["pacing_rate_bps"]}, {"min_rtt_before_s", before["min_rtt_s"]}, {"cwnd_after", after["cwnd"]}, {"retrans", grew("total_retrans")},
-          {"busy_s", grew("busy_s")}, {"rwnd_limited_s", grew("rwnd_limited_s")}, {"sndbuf_limited_s", grew("sndbuf_limited_s")}};
+  return {{"cwnd_before", before["cwnd"]},
+          {"ssthresh_before", before["ssthresh"]},
+          {"snd_wnd_before", before["snd_wnd"]},
+          {"rto_before_s", before["rto_s"]},
+          {"sndbuf_before", before["sndbuf"]},
+          {"pacing_rate_before_bps", before["pacing_rate_bps"]},
+          {"min_rtt_before_s", before["min_rtt_s"]},
+          {"cwnd_after", after["cwnd"]},
+          {"retrans", grew("total_retrans")},
+          {"busy_s", grew("busy_s")},
+          {"rwnd_limited_s", grew("rwnd_limited_s")},
+          {"sndbuf_limited_s", grew("sndbuf_limited_s")}};
 }
 
 }  // namespace
@@ -628,8 +700,9 @@ void billTcpModel(json& run) {
     l.tcp.rmemMax = t.rmemMax;
     l.tcp.streams = t.streams;
   }
-  LinkClock clock(l, 0.0, run.at("seed").get<uint64_t>());  // the model draws its losses with the line's seed
-  clock.setOpenedAt(0.0);  // the probe connects right before its first message
+  LinkClock clock(
+      l, 0.0, run.at("seed").get<uint64_t>());  // the model draws its losses with the line's seed
+  clock.setOpenedAt(0.0);                       // the probe connects right before its first message
   auto model = linkModel("tcp").make();
   for (auto& m : run.at("messages")) {
     const double at = m.at("sent_s").get<double>();
@@ -640,15 +713,18 @@ void billTcpModel(json& run) {
 }
 
 json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
-  if (probe.bytes.size() != probe.idleS.size()) throw std::invalid_argument("message probe: one idle time per message");
-  if (probe.streams < 1 || probe.streams > 64) throw std::invalid_argument("message probe: streams must be in 1..64");
+  if (probe.bytes.size() != probe.idleS.size())
+    throw std::invalid_argument("message probe: one idle time per message");
+  if (probe.streams < 1 || probe.streams > 64)
+    throw std::invalid_argument("message probe: streams must be in 1..64");
   DelayLine line(lineOpt);
   TcpSettings buffers;
   buffers.wmemMax = probe.wmemMax;
   buffers.rmemMax = probe.rmemMax;
   json applied;
   if (buffers.wmemMax || buffers.rmemMax)
-    for (const std::string& ns : {line.nsA(), line.nsB()}) applied[ns == line.nsA() ? "a" : "b"] = applyTcpSettings(ns, buffers);
+    for (const std::string& ns : {line.nsA(), line.nsB()})
+      applied[ns == line.nsA() ? "a" : "b"] = applyTcpSettings(ns, buffers);
   buffers.streams = probe.streams;  // the model's, recorded with the buffers
   std::vector<double> sent(probe.bytes.size()), done(probe.bytes.size());
   std::vector<json> info;
@@ -667,22 +743,33 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
   });
   while (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   try {
-    inNamespace(line.nsA(), [&] { sendMessages(line, probe, sent, info, trace, connections, received, failed); });
+    inNamespace(line.nsA(), [&] {
+      sendMessages(line, probe, sent, info, trace, connections, received, failed);
+    });
   } catch (...) {
     clientError = std::current_exception();
   }
   server.join();
   if (clientError) std::rethrow_exception(clientError);
   if (serverError) std::rethrow_exception(serverError);
-  json out = {{"line", line.describe()}, {"rate_bps", lineOpt.aToB.rateBps}, {"delay_s", lineOpt.aToB.delayS},
-              {"mtu", lineOpt.aToB.mtu}, {"cc", probe.cc}, {"loss", lineOpt.aToB.loss}, {"seed", lineOpt.aToB.seed},
+  json out = {{"line", line.describe()},
+              {"rate_bps", lineOpt.aToB.rateBps},
+              {"delay_s", lineOpt.aToB.delayS},
+              {"mtu", lineOpt.aToB.mtu},
+              {"cc", probe.cc},
+              {"loss", lineOpt.aToB.loss},
+              {"seed", lineOpt.aToB.seed},
               {"messages", json::array()}};
   if (!buffers.empty()) out["tcp"] = toJson(buffers);
   if (!applied.is_null()) out["tcp_applied"] = applied;
-  if (!connections.empty()) out["connections_at_end"] = connections;  // streams > 1: each connection's TCP_INFO
+  if (!connections.empty())
+    out["connections_at_end"] = connections;  // streams > 1: each connection's TCP_INFO
   for (size_t k = 0; k < probe.bytes.size(); ++k)
-    out["messages"].push_back({{"bytes", probe.bytes[k]}, {"idle_s", probe.idleS[k]}, {"sent_s", sent[k] - sent[0]},
-                               {"measured_s", done[k] - sent[k]}, {"kernel", kernelDuring(info[k], info[k + 1])}});
+    out["messages"].push_back({{"bytes", probe.bytes[k]},
+                               {"idle_s", probe.idleS[k]},
+                               {"sent_s", sent[k] - sent[0]},
+                               {"measured_s", done[k] - sent[k]},
+                               {"kernel", kernelDuring(info[k], info[k + 1])}});
   billTcpModel(out);
   if (probe.traceS > 0) {
     for (auto& row : trace) row[0] = row[0].get<double>() - sent[0];
@@ -695,7 +782,8 @@ json messageTimes(const DelayLineOptions& lineOpt, const MessageProbe& probe) {
 
 json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe) {
   DelayLine line(lineOpt);
-  json out = {{"line", line.describe()}, {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
+  json out = {{"line", line.describe()},
+              {"expected_rtt_s", lineOpt.aToB.delayS + lineOpt.bToA.delayS}};
   // The hypervisor's share of the CPU over the whole probe (round trips and stream): a stalled
   // forwarding thread lowers the rate and lengthens round trips alike.
   const CpuTimes before = cpuTimes();
@@ -710,7 +798,8 @@ json probeDelayLine(const DelayLineOptions& lineOpt, const DelayLineProbe& probe
       out["link_ok"] = std::fabs(err) <= 0.03;
     }
   }
-  if (const CpuTimes after = cpuTimes(); after.total > before.total) out["host_cpu_steal"] = stealShare(before, after);
+  if (const CpuTimes after = cpuTimes(); after.total > before.total)
+    out["host_cpu_steal"] = stealShare(before, after);
   line.stop();
   out["stats"] = line.stats();
   return out;

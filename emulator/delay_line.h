@@ -13,9 +13,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -24,8 +24,8 @@
 
 #include "emulator/calibrate.h"
 #include "emulator/netns.h"
-#include "emulator/park_gate.h"
 #include "emulator/packet_link.h"
+#include "emulator/park_gate.h"
 
 namespace slowpipe::emulator {
 
@@ -60,8 +60,9 @@ class DelayLine {
   explicit DelayLine(const DelayLineOptions& opt);
   // Between two namespaces the caller made (and removes): device devA in nsA with address addrA,
   // devB in nsB with addrB, point to point.
-  DelayLine(const DelayLineOptions& opt, const std::string& nsA, const std::string& nsB, const std::string& addrA,
-            const std::string& addrB, const std::string& devA, const std::string& devB);
+  DelayLine(const DelayLineOptions& opt, const std::string& nsA, const std::string& nsB,
+            const std::string& addrA, const std::string& addrB, const std::string& devA,
+            const std::string& devB);
   ~DelayLine();
   DelayLine(const DelayLine&) = delete;
   DelayLine& operator=(const DelayLine&) = delete;
@@ -94,13 +95,15 @@ class DelayLine {
   std::unique_ptr<NetnsFabric> fabric_;  // the namespaces, when this line made them
   std::string nsA_, nsB_, addrA_, addrB_, devA_, devB_;
   std::atomic<double> rateAB_{-1}, rateBA_{-1};  // pending setRate (< 0: none)
-  int fdA_ = -1, fdB_ = -1, wake_ = -1;  // TUN devices; an eventfd that stops the loop
+  int fdA_ = -1, fdB_ = -1, wake_ = -1;          // TUN devices; an eventfd that stops the loop
   std::unique_ptr<PacketLink> ab_, ba_;
   mutable std::mutex statsMutex_;
   PacketLinkStats statsAB_, statsBA_;
-  std::vector<double> lateAB_, lateBA_;  // seconds each packet was written after its delivery time (first 10^6)
+  std::vector<double> lateAB_,
+      lateBA_;  // seconds each packet was written after its delivery time (first 10^6)
   ThreadCpuClock forwardingCpu_;  // the forwarding thread's (under statsMutex_)
-  int64_t wakeups_ = 0;           // times the forwarding thread woke: a packet, its timer (under statsMutex_)
+  int64_t wakeups_ =
+      0;  // times the forwarding thread woke: a packet, its timer (under statsMutex_)
   std::atomic<bool> stop_{false};
   ParkGate gate_;
   std::thread thread_;

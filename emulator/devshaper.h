@@ -2,8 +2,8 @@
 // egress of its host's interface toward each peer it sends to: an HTB root qdisc on `dev`, one
 // class per destination (peer address and port, so two peers on one host get their own links) with
 // the link's rate (raised to TCP goodput as the tc backend does), a u32 filter steering the
-// destination's packets into it, and netem under the class for delay/jitter/loss when the kernel has
-// netem (otherwise the receiver adds delay and jitter in user space, and loss is refused).
+// destination's packets into it, and netem under the class for delay/jitter/loss when the kernel
+// has netem (otherwise the receiver adds delay and jitter in user space, and loss is refused).
 // Unmatched traffic takes a default class at the interface's full rate.
 //
 // Cleanup: the destructor removes the root qdisc, and so does a SIGINT/SIGTERM/SIGHUP handler and
@@ -45,9 +45,9 @@ class DeviceShaper {
 
 // Removes every live shaper's qdisc (async-signal-safe enough for an abort path: fork + exec).
 void removeAllDeviceShaping();
-// Removes what shapers of processes that are gone left behind (registry files). Returns "dev (netns)"
-// for each root qdisc it deleted; a record whose interface is gone (with its namespace) is dropped
-// and not returned.
+// Removes what shapers of processes that are gone left behind (registry files). Returns "dev
+// (netns)" for each root qdisc it deleted; a record whose interface is gone (with its namespace) is
+// dropped and not returned.
 std::vector<std::string> cleanupDeviceShaping();
 
 }  // namespace slowpipe::emulator

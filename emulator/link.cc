@@ -33,16 +33,17 @@ std::string lower(std::string s) {
 }  // namespace
 
 double parseBandwidth(const std::string& text, const std::string& field) {
-  static const std::map<std::string, double> kUnits = {
-      {"bps", 1}, {"bit", 1}, {"kbps", 1e3}, {"kbit", 1e3}, {"mbps", 1e6},
-      {"mbit", 1e6}, {"gbps", 1e9}, {"gbit", 1e9}};
+  static const std::map<std::string, double> kUnits = {{"bps", 1},    {"bit", 1},    {"kbps", 1e3},
+                                                       {"kbit", 1e3}, {"mbps", 1e6}, {"mbit", 1e6},
+                                                       {"gbps", 1e9}, {"gbit", 1e9}};
   double v = 0;
   std::string unit;
   const auto it = splitNumber(text, &v, &unit) ? kUnits.find(lower(unit)) : kUnits.end();
   if (it == kUnits.end() || v <= 0) {
-    throw std::invalid_argument(field + ": '" + text +
-                                "' is not a bandwidth; expected a positive number with a unit "
-                                "(bps, Kbps, Mbps, Gbps, Kbit, Mbit, Gbit), e.g. 100Mbps or 10Gbit");
+    throw std::invalid_argument(
+        field + ": '" + text +
+        "' is not a bandwidth; expected a positive number with a unit "
+        "(bps, Kbps, Mbps, Gbps, Kbit, Mbit, Gbit), e.g. 100Mbps or 10Gbit");
   }
   return v * it->second;
 }
@@ -55,28 +56,36 @@ double parseDuration(const std::string& text, const std::string& field) {
   const auto it = splitNumber(text, &v, &unit) ? kUnits.find(lower(unit)) : kUnits.end();
   // A bare number is only accepted for 0: "5" could mean seconds or milliseconds.
   if (it == kUnits.end() || v < 0 || (it->first.empty() && v != 0)) {
-    throw std::invalid_argument(field + ": '" + text +
-                                "' is not a duration; expected a number >= 0 with a unit (s, ms, us, "
-                                "ns), e.g. 5ms or 250us");
+    throw std::invalid_argument(
+        field + ": '" + text +
+        "' is not a duration; expected a number >= 0 with a unit (s, ms, us, "
+        "ns), e.g. 5ms or 250us");
   }
   return v * it->second;
 }
 
 std::string formatBandwidth(double bps) {
   char b[32];
-  if (bps >= 1e9) std::snprintf(b, sizeof b, "%gGbps", bps / 1e9);
-  else if (bps >= 1e6) std::snprintf(b, sizeof b, "%gMbps", bps / 1e6);
-  else if (bps >= 1e3) std::snprintf(b, sizeof b, "%gKbps", bps / 1e3);
-  else std::snprintf(b, sizeof b, "%gbps", bps);
+  if (bps >= 1e9)
+    std::snprintf(b, sizeof b, "%gGbps", bps / 1e9);
+  else if (bps >= 1e6)
+    std::snprintf(b, sizeof b, "%gMbps", bps / 1e6);
+  else if (bps >= 1e3)
+    std::snprintf(b, sizeof b, "%gKbps", bps / 1e3);
+  else
+    std::snprintf(b, sizeof b, "%gbps", bps);
   return b;
 }
 
 std::string formatDuration(double s) {
   char b[32];
   if (s == 0) return "0ms";
-  if (s >= 1) std::snprintf(b, sizeof b, "%gs", s);
-  else if (s >= 1e-3) std::snprintf(b, sizeof b, "%gms", s * 1e3);
-  else std::snprintf(b, sizeof b, "%gus", s * 1e6);
+  if (s >= 1)
+    std::snprintf(b, sizeof b, "%gs", s);
+  else if (s >= 1e-3)
+    std::snprintf(b, sizeof b, "%gms", s * 1e3);
+  else
+    std::snprintf(b, sizeof b, "%gus", s * 1e6);
   return b;
 }
 
@@ -92,7 +101,8 @@ BandwidthTrace BandwidthTrace::parse(const std::string& text, const std::string&
     if (!(fields >> when)) continue;
     const std::string where = source + ":" + std::to_string(no);
     if (!(fields >> rate) || (fields >> extra))
-      throw std::invalid_argument(where + ": expected '<time> <rate>', e.g. '2.5 100Mbps', got '" + line + "'");
+      throw std::invalid_argument(where + ": expected '<time> <rate>', e.g. '2.5 100Mbps', got '" +
+                                  line + "'");
     // Trace times may be bare seconds ("2.5") or carry a unit ("2500ms").
     char* end = nullptr;
     double at = std::strtod(when.c_str(), &end);
@@ -102,7 +112,8 @@ BandwidthTrace BandwidthTrace::parse(const std::string& text, const std::string&
       throw std::invalid_argument(where + ": time " + when + " is not after the previous line's");
     t.points_.emplace_back(at, parseBandwidth(rate, where + " rate"));
   }
-  if (t.points_.empty()) throw std::invalid_argument(source + ": trace has no '<time> <rate>' lines");
+  if (t.points_.empty())
+    throw std::invalid_argument(source + ": trace has no '<time> <rate>' lines");
   if (t.points_.front().first != 0.0)
     throw std::invalid_argument(source + ": the first line must be at time 0");
   return t;
@@ -133,35 +144,43 @@ BandwidthTrace BandwidthTrace::parseMbps(const std::string& text, const std::str
     std::string extra;
     if (!(fields >> at)) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      throw std::invalid_argument(source + ":" + std::to_string(no) + ": expected '<seconds> <Mbit/s>', got '" + line + "'");
+      throw std::invalid_argument(source + ":" + std::to_string(no) +
+                                  ": expected '<seconds> <Mbit/s>', got '" + line + "'");
     }
-    if (!(fields >> mbps) || (fields >> extra) || mbps < 0 || !std::isfinite(at) || !std::isfinite(mbps))
-      throw std::invalid_argument(source + ":" + std::to_string(no) + ": expected '<seconds> <Mbit/s>' (two numbers, the rate >= 0), got '" +
-                                  line + "'");
+    if (!(fields >> mbps) || (fields >> extra) || mbps < 0 || !std::isfinite(at) ||
+        !std::isfinite(mbps))
+      throw std::invalid_argument(
+          source + ":" + std::to_string(no) +
+          ": expected '<seconds> <Mbit/s>' (two numbers, the rate >= 0), got '" + line + "'");
     if (first < 0) first = at;
     if (!t.points_.empty() && at - first <= t.points_.back().first)
-      throw std::invalid_argument(source + ":" + std::to_string(no) + ": time " + std::to_string(at) + " is not after the previous line's");
+      throw std::invalid_argument(source + ":" + std::to_string(no) + ": time " +
+                                  std::to_string(at) + " is not after the previous line's");
     t.points_.emplace_back(at - first, std::max(mbps * 1e6, kFloorBps));
   }
-  if (t.points_.empty()) throw std::invalid_argument(source + ": trace has no '<seconds> <Mbit/s>' lines");
+  if (t.points_.empty())
+    throw std::invalid_argument(source + ": trace has no '<seconds> <Mbit/s>' lines");
   return t;
 }
 
-BandwidthTrace BandwidthTrace::fromDeliveries(const std::vector<double>& deliveryMs, double windowS, int mtu, double horizonS,
-                                              const std::string& source) {
+BandwidthTrace BandwidthTrace::fromDeliveries(const std::vector<double>& deliveryMs, double windowS,
+                                              int mtu, double horizonS, const std::string& source) {
   BandwidthTrace t;
   t.source = source;
   const double periodMs = deliveryMs.back(), windowMs = windowS * 1e3;
   const auto windows = static_cast<size_t>(std::ceil(periodMs / windowMs));
   std::vector<double> count(windows, 0);
-  for (double ms : deliveryMs) count[std::min(windows - 1, static_cast<size_t>(ms / windowMs))] += 1;
+  for (double ms : deliveryMs)
+    count[std::min(windows - 1, static_cast<size_t>(ms / windowMs))] += 1;
   const double bitsPer = 8.0 * (mtu - 52);
   for (double base = 0; base < horizonS * 1e3; base += periodMs)
     for (size_t w = 0; w < windows; ++w) {
-      const double start = base + static_cast<double>(w) * windowMs, end = std::min(start + windowMs, base + periodMs);
+      const double start = base + static_cast<double>(w) * windowMs,
+                   end = std::min(start + windowMs, base + periodMs);
       if (start >= horizonS * 1e3) break;
       const double rate = std::max(count[w] * bitsPer / ((end - start) * 1e-3), kFloorBps);
-      if (t.points_.empty() || t.points_.back().second != rate) t.points_.emplace_back(start * 1e-3, rate);
+      if (t.points_.empty() || t.points_.back().second != rate)
+        t.points_.emplace_back(start * 1e-3, rate);
     }
   return t;
 }
@@ -174,12 +193,16 @@ BandwidthTrace BandwidthTrace::fromJson(const nlohmann::json& j, const std::stri
 }
 
 BandwidthTrace BandwidthTrace::fromObject(const nlohmann::json& j, const std::string& where) {
-  const char* form = ": expected a file path or {\"file\": PATH, \"format\": \"slowpipe\" | \"mbps\" | \"mahimahi\", "
-                     "\"window\": \"100ms\", \"mtu\": 1500, \"horizon\": \"1h\"}";
-  if (!j.is_object() || !j.contains("file") || !j["file"].is_string()) throw std::invalid_argument(where + form);
+  const char* form =
+      ": expected a file path or {\"file\": PATH, \"format\": \"slowpipe\" | \"mbps\" | "
+      "\"mahimahi\", "
+      "\"window\": \"100ms\", \"mtu\": 1500, \"horizon\": \"1h\"}";
+  if (!j.is_object() || !j.contains("file") || !j["file"].is_string())
+    throw std::invalid_argument(where + form);
   for (const auto& [k, v] : j.items())
     if (k != "file" && k != "format" && k != "window" && k != "mtu" && k != "horizon")
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected file, format, window, mtu, horizon");
+      throw std::invalid_argument(where + "." + k +
+                                  ": unknown field; expected file, format, window, mtu, horizon");
   const std::string path = j["file"], format = j.value("format", "slowpipe");
   auto text = [&] {
     std::ifstream f(path);
@@ -190,21 +213,29 @@ BandwidthTrace BandwidthTrace::fromObject(const nlohmann::json& j, const std::st
   };
   if (format == "slowpipe") return parse(text(), path);
   if (format == "mbps") return parseMbps(text(), path);
-  if (format != "mahimahi") throw std::invalid_argument(where + ".format: '" + format + "'; expected slowpipe, mbps or mahimahi");
+  if (format != "mahimahi")
+    throw std::invalid_argument(where + ".format: '" + format +
+                                "'; expected slowpipe, mbps or mahimahi");
   auto duration = [&](const char* key, double dflt) {
     if (!j.contains(key)) return dflt;
-    if (!j[key].is_string()) throw std::invalid_argument(where + "." + key + ": expected a string with a unit, e.g. \"100ms\"");
+    if (!j[key].is_string())
+      throw std::invalid_argument(where + "." + key +
+                                  ": expected a string with a unit, e.g. \"100ms\"");
     const double v = parseDuration(j[key].get<std::string>(), where + "." + key);
-    if (v < 1e-3) throw std::invalid_argument(where + "." + key + ": " + j[key].dump() + " is below 1 ms");
+    if (v < 1e-3)
+      throw std::invalid_argument(where + "." + key + ": " + j[key].dump() + " is below 1 ms");
     return v;
   };
   int mtu = 1500;
   if (j.contains("mtu")) {
-    if (!j["mtu"].is_number_integer() || j["mtu"].get<int64_t>() < 576 || j["mtu"].get<int64_t>() > 65535)
-      throw std::invalid_argument(where + ".mtu: " + j["mtu"].dump() + " must be an integer in 576..65535");
+    if (!j["mtu"].is_number_integer() || j["mtu"].get<int64_t>() < 576 ||
+        j["mtu"].get<int64_t>() > 65535)
+      throw std::invalid_argument(where + ".mtu: " + j["mtu"].dump() +
+                                  " must be an integer in 576..65535");
     mtu = j["mtu"].get<int>();
   }
-  return fromDeliveries(loadDeliveryTrace(path), duration("window", 0.1), mtu, duration("horizon", 3600), path);
+  return fromDeliveries(loadDeliveryTrace(path), duration("window", 0.1), mtu,
+                        duration("horizon", 3600), path);
 }
 
 double BandwidthTrace::rateAt(double t) const {
@@ -213,7 +244,8 @@ double BandwidthTrace::rateAt(double t) const {
 }
 
 double BandwidthTrace::finishTime(double start, double bits) const {
-  auto it = std::upper_bound(points_.begin(), points_.end(), std::make_pair(start, double(INFINITY)));
+  auto it =
+      std::upper_bound(points_.begin(), points_.end(), std::make_pair(start, double(INFINITY)));
   size_t i = it == points_.begin() ? 0 : static_cast<size_t>(it - points_.begin()) - 1;
   double t = start;
   while (true) {
@@ -229,21 +261,31 @@ double BandwidthTrace::finishTime(double start, double bits) const {
 
 GilbertElliott gilbertElliottFromJson(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object())
-    throw std::invalid_argument(where + ": expected {\"p\": P, \"r\": R, \"loss_good\": LG, \"loss_bad\": LB} (Gilbert-Elliott)");
+    throw std::invalid_argument(
+        where +
+        ": expected {\"p\": P, \"r\": R, \"loss_good\": LG, \"loss_bad\": LB} (Gilbert-Elliott)");
   GilbertElliott ge;
   for (const auto& [k, v] : j.items()) {
     const std::string f = where + "." + k;
     if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
       throw std::invalid_argument(f + ": " + v.dump() + " must be a probability in [0, 1]");
     const double x = v.get<double>();
-    if (k == "p") ge.p = x;
-    else if (k == "r") ge.r = x;
-    else if (k == "loss_good") ge.lossGood = x;
-    else if (k == "loss_bad") ge.lossBad = x;
-    else throw std::invalid_argument(f + ": unknown field; expected p, r, loss_good, loss_bad (Gilbert-Elliott)");
+    if (k == "p")
+      ge.p = x;
+    else if (k == "r")
+      ge.r = x;
+    else if (k == "loss_good")
+      ge.lossGood = x;
+    else if (k == "loss_bad")
+      ge.lossBad = x;
+    else
+      throw std::invalid_argument(
+          f + ": unknown field; expected p, r, loss_good, loss_bad (Gilbert-Elliott)");
   }
-  if (ge.r <= 0) throw std::invalid_argument(where + ".r: must be > 0 (else the bad state never ends)");
-  if (ge.meanLoss() >= 1) throw std::invalid_argument(where + ": a mean loss of 1 delivers nothing");
+  if (ge.r <= 0)
+    throw std::invalid_argument(where + ".r: must be > 0 (else the bad state never ends)");
+  if (ge.meanLoss() >= 1)
+    throw std::invalid_argument(where + ": a mean loss of 1 delivers nothing");
   return ge;
 }
 
@@ -253,7 +295,8 @@ nlohmann::json toJson(const GilbertElliott& ge) {
 
 std::vector<std::string> netemLossArgs(const LinkSpec& s) {
   auto pct = [](double x) { return std::to_string(x * 100) + "%"; };
-  if (s.gilbertElliott) return {"loss", "gemodel", pct(s.ge.p), pct(s.ge.r), pct(s.ge.lossBad), pct(s.ge.lossGood)};
+  if (s.gilbertElliott)
+    return {"loss", "gemodel", pct(s.ge.p), pct(s.ge.r), pct(s.ge.lossBad), pct(s.ge.lossGood)};
   return {"loss", pct(s.loss)};
 }
 
@@ -261,28 +304,40 @@ std::string LinkSpec::describe() const {
   std::string s = trace.empty() ? formatBandwidth(bandwidthBps) : "trace " + trace.source;
   s += ", " + formatDuration(latencyS);
   if (jitterS > 0) s += " +-" + formatDuration(jitterS);
-  if (gilbertElliott) s += ", GE loss " + std::to_string(loss) + " (mean burst " + std::to_string(1 / ge.r) + ")";
-  else if (loss > 0) s += ", loss " + std::to_string(loss);
+  if (gilbertElliott)
+    s += ", GE loss " + std::to_string(loss) + " (mean burst " + std::to_string(1 / ge.r) + ")";
+  else if (loss > 0)
+    s += ", loss " + std::to_string(loss);
   if (mtu) s += ", mtu " + std::to_string(mtu);
   return s;
 }
 
 void to_json(nlohmann::json& j, const LinkSpec& s) {
-  j = {{"bandwidth_bps", s.bandwidthBps}, {"latency_s", s.latencyS}, {"jitter_s", s.jitterS},
-       {"loss", s.loss}, {"queue_bytes", s.queueBytes}};
+  j = {{"bandwidth_bps", s.bandwidthBps},
+       {"latency_s", s.latencyS},
+       {"jitter_s", s.jitterS},
+       {"loss", s.loss},
+       {"queue_bytes", s.queueBytes}};
   if (s.gilbertElliott) j["loss"] = toJson(s.ge);
   if (s.mtu) j["mtu"] = s.mtu;
-  if (!s.trace.empty()) j["trace"] = s.trace.form.empty() ? nlohmann::json(s.trace.source) : nlohmann::json::parse(s.trace.form);
+  if (!s.trace.empty())
+    j["trace"] =
+        s.trace.form.empty() ? nlohmann::json(s.trace.source) : nlohmann::json::parse(s.trace.form);
   if (!s.tcp.empty()) j["tcp"] = toJson(s.tcp);
 }
 
 LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
-  if (!j.is_object()) throw std::invalid_argument(where + ": expected an object like {\"bandwidth\": \"1Gbps\", \"latency\": \"5ms\"}");
-  static const std::vector<std::string> kKeys = {"bandwidth", "latency", "jitter", "loss", "queue_bytes", "trace", "mtu",
-                                                 "bandwidth_bps", "latency_s", "jitter_s", "tcp"};
+  if (!j.is_object())
+    throw std::invalid_argument(
+        where + ": expected an object like {\"bandwidth\": \"1Gbps\", \"latency\": \"5ms\"}");
+  static const std::vector<std::string> kKeys = {
+      "bandwidth", "latency",       "jitter",    "loss",     "queue_bytes", "trace",
+      "mtu",       "bandwidth_bps", "latency_s", "jitter_s", "tcp"};
   for (const auto& [k, v] : j.items())
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace, mtu");
+      throw std::invalid_argument(
+          where + "." + k +
+          ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace, mtu");
   LinkSpec s;
   auto num = [&](const char* key, bool bandwidth) {
     const auto& v = j.at(key);
@@ -291,31 +346,45 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
     // taken and the run sat silent. A bare number is accepted only where the key names its unit.
     const std::string k = key;
     if (v.is_number() && (k == "bandwidth" || k == "latency" || k == "jitter"))
-      throw std::invalid_argument(field + ": " + v.dump() + " has no unit; write it with one, e.g. \"" + v.dump() +
-                                  (bandwidth ? "Mbps\" (or bandwidth_bps: " : "ms\" (or " + k + "_s: ") + v.dump() +
-                                  (bandwidth ? " for bit/s)" : " for seconds)"));
+      throw std::invalid_argument(
+          field + ": " + v.dump() + " has no unit; write it with one, e.g. \"" + v.dump() +
+          (bandwidth ? "Mbps\" (or bandwidth_bps: " : "ms\" (or " + k + "_s: ") + v.dump() +
+          (bandwidth ? " for bit/s)" : " for seconds)"));
     if (v.is_number()) {
       if (v.get<double>() < 0 || (bandwidth && v.get<double>() == 0))
-        throw std::invalid_argument(field + ": " + v.dump() + " must be " + (bandwidth ? "> 0" : ">= 0"));
+        throw std::invalid_argument(field + ": " + v.dump() + " must be " +
+                                    (bandwidth ? "> 0" : ">= 0"));
       return v.get<double>();
     }
-    if (!v.is_string()) throw std::invalid_argument(field + ": expected a string like \"100Mbps\" / \"5ms\" or a number");
-    return bandwidth ? parseBandwidth(v.get<std::string>(), field) : parseDuration(v.get<std::string>(), field);
+    if (!v.is_string())
+      throw std::invalid_argument(field +
+                                  ": expected a string like \"100Mbps\" / \"5ms\" or a number");
+    return bandwidth ? parseBandwidth(v.get<std::string>(), field)
+                     : parseDuration(v.get<std::string>(), field);
   };
   // Values beyond any real link are typos (a unit slip), not experiments: refuse them with the
   // value as written.
   auto bounded = [&](const char* key, bool bandwidth, double limit, const char* what) {
     const double v = num(key, bandwidth);
-    if (v > limit) throw std::invalid_argument(where + "." + key + ": " + j.at(key).dump() + " is beyond " + what);
+    if (v > limit)
+      throw std::invalid_argument(where + "." + key + ": " + j.at(key).dump() + " is beyond " +
+                                  what);
     return v;
   };
   constexpr double kMaxBps = 1e12, kMaxDelayS = 3600;
-  if (j.contains("bandwidth")) s.bandwidthBps = bounded("bandwidth", true, kMaxBps, "1 Tbps, the largest bandwidth accepted");
-  if (j.contains("bandwidth_bps")) s.bandwidthBps = bounded("bandwidth_bps", true, kMaxBps, "1 Tbps, the largest bandwidth accepted");
-  if (j.contains("latency")) s.latencyS = bounded("latency", false, kMaxDelayS, "1 h, the largest latency accepted");
-  if (j.contains("latency_s")) s.latencyS = bounded("latency_s", false, kMaxDelayS, "1 h, the largest latency accepted");
-  if (j.contains("jitter")) s.jitterS = bounded("jitter", false, kMaxDelayS, "1 h, the largest jitter accepted");
-  if (j.contains("jitter_s")) s.jitterS = bounded("jitter_s", false, kMaxDelayS, "1 h, the largest jitter accepted");
+  if (j.contains("bandwidth"))
+    s.bandwidthBps = bounded("bandwidth", true, kMaxBps, "1 Tbps, the largest bandwidth accepted");
+  if (j.contains("bandwidth_bps"))
+    s.bandwidthBps =
+        bounded("bandwidth_bps", true, kMaxBps, "1 Tbps, the largest bandwidth accepted");
+  if (j.contains("latency"))
+    s.latencyS = bounded("latency", false, kMaxDelayS, "1 h, the largest latency accepted");
+  if (j.contains("latency_s"))
+    s.latencyS = bounded("latency_s", false, kMaxDelayS, "1 h, the largest latency accepted");
+  if (j.contains("jitter"))
+    s.jitterS = bounded("jitter", false, kMaxDelayS, "1 h, the largest jitter accepted");
+  if (j.contains("jitter_s"))
+    s.jitterS = bounded("jitter_s", false, kMaxDelayS, "1 h, the largest jitter accepted");
   if (j.contains("loss") && j["loss"].is_object()) {  // bursts: Gilbert-Elliott
     s.gilbertElliott = true;
     s.ge = gilbertElliottFromJson(j["loss"], where + ".loss");
@@ -323,17 +392,20 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   } else if (j.contains("loss")) {
     if (!j["loss"].is_number() || j["loss"].get<double>() < 0 || j["loss"].get<double>() >= 1)
       throw std::invalid_argument(where + ".loss: " + j["loss"].dump() +
-                                  " must be a number in [0, 1) or {\"p\", \"r\", \"loss_good\", \"loss_bad\"} (Gilbert-Elliott)");
+                                  " must be a number in [0, 1) or {\"p\", \"r\", \"loss_good\", "
+                                  "\"loss_bad\"} (Gilbert-Elliott)");
     s.loss = j["loss"].get<double>();
   }
   if (j.contains("queue_bytes")) {
-    if (!j["queue_bytes"].is_number_unsigned()) throw std::invalid_argument(where + ".queue_bytes: expected a positive integer");
+    if (!j["queue_bytes"].is_number_unsigned())
+      throw std::invalid_argument(where + ".queue_bytes: expected a positive integer");
     s.queueBytes = j["queue_bytes"].get<uint64_t>();
   }
   if (j.contains("mtu")) {
     const auto& m = j["mtu"];
     if (!m.is_number_integer() || m.get<int64_t>() < 576 || m.get<int64_t>() > 65535)
-      throw std::invalid_argument(where + ".mtu: " + m.dump() + " must be an integer number of bytes in 576..65535");
+      throw std::invalid_argument(where + ".mtu: " + m.dump() +
+                                  " must be an integer number of bytes in 576..65535");
     s.mtu = m.get<int>();
   }
   if (j.contains("trace")) {
@@ -353,22 +425,26 @@ Topology topologyFromJson(const nlohmann::json& j, const std::string& where) {
   // namespace; the link table copies them into each link.
   auto noTcp = [](const nlohmann::json& l, const std::string& at) {
     if (l.is_object() && l.contains("tcp"))
-      throw std::invalid_argument(at + ".tcp: TCP settings are the run's, not a link's; set network.tcp");
+      throw std::invalid_argument(
+          at + ".tcp: TCP settings are the run's, not a link's; set network.tcp");
   };
   noTcp(j, where);
   if (j.is_object() && j.contains("links") && j["links"].is_array())
-    for (size_t i = 0; i < j["links"].size(); ++i) noTcp(j["links"][i], where + ".links[" + std::to_string(i) + "]");
+    for (size_t i = 0; i < j["links"].size(); ++i)
+      noTcp(j["links"][i], where + ".links[" + std::to_string(i) + "]");
   Topology t;
   nlohmann::json base = j;
   if (j.is_object() && j.contains("links")) base.erase("links");
   t.defaultLink = linkSpecFromJson(base, where);
   if (j.is_object() && j.contains("links")) {
     const auto& links = j.at("links");
-    if (!links.is_array()) throw std::invalid_argument(where + ".links: expected an array of {\"src\", \"dst\", ...}");
+    if (!links.is_array())
+      throw std::invalid_argument(where + ".links: expected an array of {\"src\", \"dst\", ...}");
     for (size_t i = 0; i < links.size(); ++i) {
       const std::string w = where + ".links[" + std::to_string(i) + "]";
       nlohmann::json l = links[i];
-      if (!l.is_object() || !l.contains("src") || !l.contains("dst") || !l["src"].is_number_integer() || !l["dst"].is_number_integer())
+      if (!l.is_object() || !l.contains("src") || !l.contains("dst") ||
+          !l["src"].is_number_integer() || !l["dst"].is_number_integer())
         throw std::invalid_argument(w + ": expected integer fields src and dst");
       const int src = l["src"], dst = l["dst"];
       l.erase("src");
@@ -391,7 +467,8 @@ nlohmann::json tcpBimodalLinks(const Topology& t, const std::string& cc) {
     flagged.push_back(b);
   };
   check("default", t.defaultLink);
-  for (const auto& [pair, l] : t.overrides) check(std::to_string(pair.first) + "->" + std::to_string(pair.second), l);
+  for (const auto& [pair, l] : t.overrides)
+    check(std::to_string(pair.first) + "->" + std::to_string(pair.second), l);
   return flagged;
 }
 

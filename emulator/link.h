@@ -30,7 +30,8 @@ std::string formatBandwidth(double bps);
 std::string formatDuration(double seconds);
 
 // Piecewise-constant bandwidth over time, from a text file of "time rate" lines (time in seconds
-// from the link's start or with a unit: "0 1Gbps", "2.5 100Mbps", "3s 1Gbit"); '#' starts a comment.
+// from the link's start or with a unit: "0 1Gbps", "2.5 100Mbps", "3s 1Gbit"); '#' starts a
+// comment.
 class BandwidthTrace {
  public:
   static BandwidthTrace load(const std::string& path);
@@ -41,7 +42,8 @@ class BandwidthTrace {
   double finishTime(double start, double bits) const;
   const std::vector<std::pair<double, double>>& points() const { return points_; }
   std::string source;
-  std::string form;  // the "trace" JSON it was read from where not a plain path (compact), for the record
+  std::string
+      form;  // the "trace" JSON it was read from where not a plain path (compact), for the record
 
   // Other trace forms, turned into the same piecewise-constant rate:
   // - "mbps": two columns, seconds and Mbit/s (the Pensieve / FCC throughput logs); times count
@@ -52,8 +54,8 @@ class BandwidthTrace {
   //   LinkSpec rate), unrolled for `horizonS`.
   // A window or line without capacity runs at 1 kbit/s (no shaper takes a rate of 0).
   static BandwidthTrace parseMbps(const std::string& text, const std::string& source);
-  static BandwidthTrace fromDeliveries(const std::vector<double>& deliveryMs, double windowS, int mtu, double horizonS,
-                                       const std::string& source);
+  static BandwidthTrace fromDeliveries(const std::vector<double>& deliveryMs, double windowS,
+                                       int mtu, double horizonS, const std::string& source);
   // A link's "trace": a path (this project's "<time> <rate>" lines), or {"file": PATH, "format":
   // "slowpipe" | "mbps" | "mahimahi", "window": "100ms", "mtu": 1500, "horizon": "1h"}.
   static BandwidthTrace fromJson(const nlohmann::json& j, const std::string& where);
@@ -78,15 +80,17 @@ nlohmann::json toJson(const GilbertElliott& ge);
 
 struct LinkSpec {
   double bandwidthBps = 1e9;
-  double latencyS = 0.0;       // one way
-  double jitterS = 0.0;        // standard deviation of a normal delay added to latency (clipped at 3 sigma)
-  double loss = 0.0;           // probability a message (the tcp model: a packet) is lost; with GE its mean
-  // "loss": {"p", "r", "loss_good", "loss_bad"}: bursts of loss (Gilbert-Elliott) instead of Bernoulli.
+  double latencyS = 0.0;  // one way
+  double jitterS =
+      0.0;            // standard deviation of a normal delay added to latency (clipped at 3 sigma)
+  double loss = 0.0;  // probability a message (the tcp model: a packet) is lost; with GE its mean
+  // "loss": {"p", "r", "loss_good", "loss_bad"}: bursts of loss (Gilbert-Elliott) instead of
+  // Bernoulli.
   bool gilbertElliott = false;
   GilbertElliott ge;
-  double retransmitS = 0.2;    // delay a lost message adds (an RTO), on a reliable transport
+  double retransmitS = 0.2;           // delay a lost message adds (an RTO), on a reliable transport
   uint64_t queueBytes = 64ull << 20;  // sender blocks while more than this is waiting on the link
-  BandwidthTrace trace;        // if set, overrides bandwidthBps over time
+  BandwidthTrace trace;               // if set, overrides bandwidthBps over time
   // Bytes per packet where there are packets (the tc backend's path, the tcp model's segments);
   // 0: the default (tc: 9000; the tcp model: 1500). Whole-message models do not use it.
   int mtu = 0;
@@ -126,7 +130,9 @@ class LinkClock {
   // Bytes handed over but not yet serialised at time `now` (for the queue limit).
   double backlogSeconds(double now) const { return linkFree_ > now ? linkFree_ - now : 0.0; }
   // Bandwidth in force at `now` (follows the trace if there is one).
-  double rateAt(double now) const { return spec_.trace.empty() ? spec_.bandwidthBps : spec_.trace.rateAt(now - start_); }
+  double rateAt(double now) const {
+    return spec_.trace.empty() ? spec_.bandwidthBps : spec_.trace.rateAt(now - start_);
+  }
   const LinkSpec& spec() const { return spec_; }
   // Time 0 of the bandwidth trace (a run aligns it with its first step, so the trace's phases
   // fall alike in every rank, every repeat and the simulator). Before the first message only.

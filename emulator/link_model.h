@@ -36,8 +36,9 @@ struct LinkModelInfo {
   // The sender paces in user space: it waits while the link's backlog exceeds its queue limit.
   bool pacesAtSender = true;
   bool kernelBackends = true;  // runs on tc / tc-dev (the kernel shapes the rate)
-  bool modelsVariation = true; // bills jitter, loss and bandwidth traces (else: rate and latency only)
-  bool modelsLoss = false;     // without modelsVariation: bills the links' (packet) loss all the same
+  bool modelsVariation =
+      true;                 // bills jitter, loss and bandwidth traces (else: rate and latency only)
+  bool modelsLoss = false;  // without modelsVariation: bills the links' (packet) loss all the same
   // The sender stamps every message's arrival (else the receiver bills it: serial_fifo). Access
   // links (network.nodes) need it: the sender books the path's uplink, core and downlink.
   bool stampsAtSender = true;

@@ -40,7 +40,8 @@ class LiveNames {
         owners_[i] = getpid();
         return;
       }
-    if (count_.load() >= N) throw std::runtime_error(std::string("more than ") + std::to_string(N) + " live " + what);
+    if (count_.load() >= N)
+      throw std::runtime_error(std::string("more than ") + std::to_string(N) + " live " + what);
     std::snprintf(names_[count_.load()], sizeof names_[0], "%s", name.c_str());
     owners_[count_.load()] = getpid();
     count_.fetch_add(1);

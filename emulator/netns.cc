@@ -9,10 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <dirent.h>
 #include <mutex>
 #include <stdexcept>
 
@@ -76,7 +76,8 @@ const KernelFeatures& kernelFeatures() {
     f.netem = qdiscWorks(ns, {"netem", "delay", "1ms"});
     runCommand({"ip", "netns", "delete", ns});
     unregisterLive(ns);
-    if (!f.netem) f.note = "kernel has no netem qdisc: delay, jitter and loss are applied in user space";
+    if (!f.netem)
+      f.note = "kernel has no netem qdisc: delay, jitter and loss are applied in user space";
     return f;
   }();
   return kFeatures;
@@ -85,50 +86,64 @@ const KernelFeatures& kernelFeatures() {
 NetnsFabric::NetnsFabric(int endpoints, std::vector<FabricEdge> edges, int mtu)
     : edges_(std::move(edges)), mtu_(mtu) {
   if (geteuid() != 0)
-    throw std::runtime_error("kernel backend: not root; creating namespaces and tc qdiscs needs CAP_NET_ADMIN "
-                             "(run as root, or use backend 'user')");
+    throw std::runtime_error(
+        "kernel backend: not root; creating namespaces and tc qdiscs needs CAP_NET_ADMIN "
+        "(run as root, or use backend 'user')");
   const KernelFeatures& f = kernelFeatures();
-  if (!f.htb) throw std::runtime_error("kernel backend: this kernel has no HTB qdisc (sch_htb); use backend 'user'");
+  if (!f.htb)
+    throw std::runtime_error(
+        "kernel backend: this kernel has no HTB qdisc (sch_htb); use backend 'user'");
   // Loss needs a mechanism that really drops packets: netem or the delay line. Without either we
   // refuse rather than record a loss that nothing applied.
   const bool line = !f.netem && access("/dev/net/tun", R_OK | W_OK) == 0;
   for (const auto& e : edges_)
     for (const LinkSpec* l : {&e.aToB, &e.bToA})
       if (l->loss > 0 && !f.netem && !line)
-        throw std::invalid_argument("network.links.loss: " + std::to_string(l->loss) + " on link " + std::to_string(e.a) +
-                                    "<->" + std::to_string(e.b) + " needs netem or the delay line (/dev/net/tun) to drop "
-                                    "packets on the tc backend, and this kernel has neither; use backend 'user' (loss "
-                                    "as a retransmission delay)");
+        throw std::invalid_argument(
+            "network.links.loss: " + std::to_string(l->loss) + " on link " + std::to_string(e.a) +
+            "<->" + std::to_string(e.b) +
+            " needs netem or the delay line (/dev/net/tun) to drop "
+            "packets on the tc backend, and this kernel has neither; use backend 'user' (loss "
+            "as a retransmission delay)");
   installHandlers();
   const int seq = gFabricSeq.fetch_add(1);
   try {
     for (int i = 0; i < endpoints; ++i) {
-      const std::string name = "slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(seq) + "-" + std::to_string(i);
+      const std::string name = "slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(seq) +
+                               "-" + std::to_string(i);
       registerLive(name);
       runChecked({"ip", "netns", "add", name}, "create namespace");
       ns_.push_back(name);
       runChecked({"ip", "-n", name, "link", "set", "lo", "up"}, "bring up loopback");
     }
     for (size_t e = 0; e < edges_.size(); ++e) {
-      if (line) joinByLine(static_cast<int>(e));
-      else joinByVeth(static_cast<int>(e));
+      if (line)
+        joinByLine(static_cast<int>(e));
+      else
+        joinByVeth(static_cast<int>(e));
     }
   } catch (...) {
     destroy();
     throw;
   }
   if (line) {
-    mechanism_["path"] = "delay line: a TUN device per namespace, a forwarding thread in the launcher (no netem in this kernel)";
-    mechanism_["rate"] = "delay line (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own, drop-tail 1000 packets)";
+    mechanism_["path"] =
+        "delay line: a TUN device per namespace, a forwarding thread in the launcher (no netem in "
+        "this kernel)";
+    mechanism_["rate"] = "delay line (goodput-compensated, mtu " + std::to_string(mtu_) +
+                         " unless a link sets its own, drop-tail 1000 packets)";
     mechanism_["delay"] = "delay line";
     mechanism_["jitter"] = "delay line (no reordering)";
-    mechanism_["loss"] = "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)";
+    mechanism_["loss"] =
+        "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)";
   } else {
     mechanism_["path"] = "veth pair";
-    mechanism_["rate"] = "htb (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own)";
+    mechanism_["rate"] =
+        "htb (goodput-compensated, mtu " + std::to_string(mtu_) + " unless a link sets its own)";
     mechanism_["delay"] = f.netem ? "netem" : "user-space (no netem in this kernel)";
     mechanism_["jitter"] = mechanism_["delay"];
-    mechanism_["loss"] = f.netem ? "netem (gemodel for Gilbert-Elliott)" : "none (no netem: a spec with loss > 0 is refused)";
+    mechanism_["loss"] = f.netem ? "netem (gemodel for Gilbert-Elliott)"
+                                 : "none (no netem: a spec with loss > 0 is refused)";
   }
   mechanism_["netem_available"] = f.netem;
 }
@@ -138,19 +153,27 @@ void NetnsFabric::joinByVeth(int e) {
   const auto& edge = edges_[e];
   const std::string va = vethName(e, edge.a), vb = vethName(e, edge.b);
   runChecked({"ip", "link", "add", va, "netns", ns_.at(edge.a), "type", "veth", "peer", "name", vb,
-              "netns", ns_.at(edge.b)}, "create veth pair");
+              "netns", ns_.at(edge.b)},
+             "create veth pair");
   for (int side : {edge.a, edge.b}) {
     const std::string dev = side == edge.a ? va : vb;
-    runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(edgeMtu(e))}, "set mtu");
-    runChecked({"ip", "-n", ns_[side], "addr", "add", address(e, side) + "/24", "dev", dev}, "add address");
+    runChecked({"ip", "-n", ns_[side], "link", "set", dev, "mtu", std::to_string(edgeMtu(e))},
+               "set mtu");
+    runChecked({"ip", "-n", ns_[side], "addr", "add", address(e, side) + "/24", "dev", dev},
+               "add address");
     runChecked({"ip", "-n", ns_[side], "link", "set", dev, "up"}, "bring up veth");
-    const CommandResult off = runCommand({"ip", "netns", "exec", ns_[side], "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"});
-    mechanism_["offloads"] = off.status == 0 ? "tso/gso/gro off" : "could not disable: " + off.output;
+    const CommandResult off = runCommand({"ip", "netns", "exec", ns_[side], "ethtool", "-K", dev,
+                                          "tso", "off", "gso", "off", "gro", "off"});
+    mechanism_["offloads"] =
+        off.status == 0 ? "tso/gso/gro off" : "could not disable: " + off.output;
   }
   shape(e, edge.a, edge.aToB);
   shape(e, edge.b, edge.bToA);
-  if (edge.moderationS != 0)  // nothing here forwards packets in user space: there is nothing to moderate
-    mechanism_["moderation"] = "not applied: the edges are veth pairs (no delay line), so network.moderation_us has no effect";
+  if (edge.moderationS !=
+      0)  // nothing here forwards packets in user space: there is nothing to moderate
+    mechanism_["moderation"] =
+        "not applied: the edges are veth pairs (no delay line), so network.moderation_us has no "
+        "effect";
 }
 
 // The delay line between the edge's namespaces: each direction's link as a PacketLink.
@@ -175,17 +198,21 @@ void NetnsFabric::joinByLine(int e) {
   o.bToA = packetLink(edge.bToA, 1001 + 2 * e);
   o.spinS = 0;  // the workers need the cores
   o.batchS = edge.moderationS;
-  lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b), address(e, edge.a), address(e, edge.b),
+  lines_.push_back(std::make_unique<DelayLine>(o, ns_.at(edge.a), ns_.at(edge.b),
+                                               address(e, edge.a), address(e, edge.b),
                                                vethName(e, edge.a), vethName(e, edge.b)));
-  mechanism_["offloads"] = "none on TUN devices (no virtio header): every packet is at most one MTU";
-  mechanism_["moderation"] = "interrupt moderation (network.moderation_us): while packets stream, a line writes them in "
-                             "batches at most that far apart, none later; 0: every packet at its time (per line: "
-                             "delay_lines[].moderation_us)";
+  mechanism_["offloads"] =
+      "none on TUN devices (no virtio header): every packet is at most one MTU";
+  mechanism_["moderation"] =
+      "interrupt moderation (network.moderation_us): while packets stream, a line writes them in "
+      "batches at most that far apart, none later; 0: every packet at its time (per line: "
+      "delay_lines[].moderation_us)";
 }
 
 int NetnsFabric::edgeMtu(int edge) const {
   const auto& e = edges_.at(edge);
-  const int m = std::max(e.aToB.mtu, e.bToA.mtu);  // a link's MTU is the pair's (both ends' devices)
+  const int m =
+      std::max(e.aToB.mtu, e.bToA.mtu);  // a link's MTU is the pair's (both ends' devices)
   return m > 0 ? m : mtu_;
 }
 
@@ -195,7 +222,9 @@ nlohmann::json NetnsFabric::lineStats() const {
   if (lines_.empty()) return nullptr;
   nlohmann::json out = nlohmann::json::array();
   for (size_t e = 0; e < lines_.size(); ++e)
-    out.push_back({{"edge", e}, {"moderation_us", lines_[e]->describe()["moderation_us"]}, {"stats", lines_[e]->stats()}});
+    out.push_back({{"edge", e},
+                   {"moderation_us", lines_[e]->describe()["moderation_us"]},
+                   {"stats", lines_[e]->stats()}});
   return out;
 }
 
@@ -235,18 +264,37 @@ void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
   const std::string& ns = ns_.at(from);
   const std::string dev = vethName(edge, from);
   const int mtu = edgeMtu(edge);
-  const double rate = wireRateFor(spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0), mtu);
+  const double rate =
+      wireRateFor(spec.trace.empty() ? spec.bandwidthBps : spec.trace.rateAt(0), mtu);
   // Burst: 1 ms worth of bytes, at least two MTU-sized packets.
-  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu + 14));
-  runChecked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}, "add htb");
-  runChecked({"tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate",
-              bitRate(rate), "ceil", bitRate(rate), "burst", std::to_string(burst), "cburst", std::to_string(burst)},
+  const uint64_t burst =
+      std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (mtu + 14));
+  runChecked(
+      {"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"},
+      "add htb");
+  runChecked({"tc",     "-n",
+              ns,       "class",
+              "add",    "dev",
+              dev,      "parent",
+              "1:",     "classid",
+              "1:1",    "htb",
+              "rate",   bitRate(rate),
+              "ceil",   bitRate(rate),
+              "burst",  std::to_string(burst),
+              "cburst", std::to_string(burst)},
              "add htb class");
   if (kernelFeatures().netem && (spec.latencyS > 0 || spec.jitterS > 0 || spec.loss > 0)) {
-    std::vector<std::string> cmd = {"tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:",
-                                    "netem", "limit", "100000", "delay",
-                                    std::to_string(static_cast<int64_t>(spec.latencyS * 1e6)) + "us"};
-    if (spec.jitterS > 0) cmd.push_back(std::to_string(static_cast<int64_t>(spec.jitterS * 1e6)) + "us");
+    std::vector<std::string> cmd = {
+        "tc",    "-n",
+        ns,      "qdisc",
+        "add",   "dev",
+        dev,     "parent",
+        "1:1",   "handle",
+        "10:",   "netem",
+        "limit", "100000",
+        "delay", std::to_string(static_cast<int64_t>(spec.latencyS * 1e6)) + "us"};
+    if (spec.jitterS > 0)
+      cmd.push_back(std::to_string(static_cast<int64_t>(spec.jitterS * 1e6)) + "us");
     if (spec.loss > 0) {
       const auto args = netemLossArgs(spec);
       cmd.insert(cmd.end(), args.begin(), args.end());
@@ -257,14 +305,34 @@ void NetnsFabric::shape(int edge, int from, const LinkSpec& spec) {
 
 void NetnsFabric::setRate(int edge, int from, double bps) {
   if (!lines_.empty()) {
-    lines_.at(edge)->setRate(from == edges_.at(edge).a, bps * edgeMtu(edge) / (edgeMtu(edge) - 52.0));
+    lines_.at(edge)->setRate(from == edges_.at(edge).a,
+                             bps * edgeMtu(edge) / (edgeMtu(edge) - 52.0));
     return;
   }
   const double rate = wireRateFor(bps, edgeMtu(edge));
-  const uint64_t burst = std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (edgeMtu(edge) + 14));
-  runChecked({"tc", "-n", ns_.at(from), "class", "change", "dev", vethName(edge, from), "parent", "1:", "classid",
-              "1:1", "htb", "rate", bitRate(rate), "ceil", bitRate(rate), "burst", std::to_string(burst), "cburst",
-              std::to_string(burst)}, "change htb rate");
+  const uint64_t burst =
+      std::max<uint64_t>(static_cast<uint64_t>(rate / 8 * 1e-3), 2ull * (edgeMtu(edge) + 14));
+  runChecked({"tc",
+              "-n",
+              ns_.at(from),
+              "class",
+              "change",
+              "dev",
+              vethName(edge, from),
+              "parent",
+              "1:",
+              "classid",
+              "1:1",
+              "htb",
+              "rate",
+              bitRate(rate),
+              "ceil",
+              bitRate(rate),
+              "burst",
+              std::to_string(burst),
+              "cburst",
+              std::to_string(burst)},
+             "change htb rate");
 }
 
 double NetnsFabric::userLatency(int edge, int from) const {
@@ -282,7 +350,8 @@ double NetnsFabric::userJitter(int edge, int from) const {
 void enterNamespace(const std::string& name) {
   const std::string path = "/var/run/netns/" + name;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("cannot open namespace " + path + ": " + std::strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error("cannot open namespace " + path + ": " + std::strerror(errno));
   const int rc = setns(fd, CLONE_NEWNET);
   const int err = errno;
   close(fd);
@@ -300,7 +369,8 @@ std::vector<std::string> cleanupNamespaces(bool all) {
     const std::string name = line.substr(0, line.find(' '));
     if (name.rfind("slowpipe-", 0) != 0) continue;
     const long owner = std::strtol(name.c_str() + 9, nullptr, 10);
-    const bool alive = owner > 0 && owner != getpid() && (kill(static_cast<pid_t>(owner), 0) == 0 || errno == EPERM);
+    const bool alive = owner > 0 && owner != getpid() &&
+                       (kill(static_cast<pid_t>(owner), 0) == 0 || errno == EPERM);
     if (!all && alive) continue;
     if (runCommand({"ip", "netns", "delete", name}).status == 0) removed.push_back(name);
   }

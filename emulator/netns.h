@@ -40,8 +40,8 @@ struct KernelFeatures {
 const KernelFeatures& kernelFeatures();
 
 struct FabricEdge {
-  int a = 0, b = 1;           // endpoints
-  LinkSpec aToB, bToA;        // shaping per direction
+  int a = 0, b = 1;     // endpoints
+  LinkSpec aToB, bToA;  // shaping per direction
   // The delay line's interrupt moderation where no netem makes one (DelayLineOptions::batchS:
   // seconds; negative: auto).
   double moderationS = 0;

@@ -39,7 +39,8 @@ PacketLinkSpec accessLink(double goodputBps, int mtu, uint64_t seed) {
 
 }  // namespace
 
-NodeLine::NodeLine(const NodeNetwork& net, std::vector<int> used, int mtu) : net_(net), mtu_(mtu > 0 ? mtu : 1500) {
+NodeLine::NodeLine(const NodeNetwork& net, std::vector<int> used, int mtu)
+    : net_(net), mtu_(mtu > 0 ? mtu : 1500) {
   if (used.empty())
     for (int n = 0; n < net_.size(); ++n) used.push_back(n);
   std::sort(used.begin(), used.end());
@@ -47,21 +48,27 @@ NodeLine::NodeLine(const NodeNetwork& net, std::vector<int> used, int mtu) : net
   nodes_ = used;
   for (size_t i = 0; i < nodes_.size(); ++i) slotOf_[nodes_[i]] = static_cast<int>(i);
   const int N = static_cast<int>(nodes_.size()), k = gNodeLineSeq.fetch_add(1) % 250;
-  if (N > 250) throw std::invalid_argument("network.nodes: the node line joins at most 250 nodes, the run uses " + std::to_string(N));
+  if (N > 250)
+    throw std::invalid_argument(
+        "network.nodes: the node line joins at most 250 nodes, the run uses " + std::to_string(N));
   fabric_ = std::make_unique<NetnsFabric>(N, std::vector<FabricEdge>{}, mtu_);  // namespaces only
   try {
-    const std::string base = "sp" + std::to_string(getpid() % 10000000) + "n" + std::to_string(k) + "-";
+    const std::string base =
+        "sp" + std::to_string(getpid() % 10000000) + "n" + std::to_string(k) + "-";
     for (int n = 0; n < N; ++n) {
       const std::string& ns = fabric_->nsName(n);
       addr_.push_back("10.215." + std::to_string(k) + "." + std::to_string(n + 1));
       const std::string dev = base + std::to_string(n);
       inNamespace(ns, [&] { tun_.push_back(openTunDevice(dev)); });
-      runChecked({"ip", "-n", ns, "addr", "add", addr_[n] + "/24", "dev", dev}, "address the node's TUN device");
-      runChecked({"ip", "-n", ns, "link", "set", "dev", dev, "mtu", std::to_string(mtu_), "txqueuelen", "100000", "up"},
+      runChecked({"ip", "-n", ns, "addr", "add", addr_[n] + "/24", "dev", dev},
+                 "address the node's TUN device");
+      runChecked({"ip", "-n", ns, "link", "set", "dev", dev, "mtu", std::to_string(mtu_),
+                  "txqueuelen", "100000", "up"},
                  "bring up the node's TUN device");
     }
     wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_ < 0) throw std::runtime_error(std::string("node line: eventfd: ") + std::strerror(errno));
+    if (wake_ < 0)
+      throw std::runtime_error(std::string("node line: eventfd: ") + std::strerror(errno));
   } catch (...) {
     stop();
     throw;
@@ -73,7 +80,8 @@ NodeLine::NodeLine(const NodeNetwork& net, std::vector<int> used, int mtu) : net
   for (const int a : nodes_)
     for (const int b : nodes_) {
       const AccessPath path = net_.access(a, b);
-      PacketLinkSpec p = accessLink(path.coreSlot >= 0 ? path.coreBps : 0, mtu_, 5000 + a * net_.size() + b);
+      PacketLinkSpec p =
+          accessLink(path.coreSlot >= 0 ? path.coreBps : 0, mtu_, 5000 + a * net_.size() + b);
       if (a != b) {
         const LinkSpec core = net_.path(a, b);
         p.delayS = core.latencyS;
@@ -110,9 +118,14 @@ void NodeLine::wakeUp() {
 json NodeLine::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   const int N = static_cast<int>(nodes_.size());
-  json s = {{"nodes", json::array()}, {"uplinks", json::array()}, {"downlinks", json::array()}, {"core", json::array()}, {"foreign_packets", foreign_}};
+  json s = {{"nodes", json::array()},
+            {"uplinks", json::array()},
+            {"downlinks", json::array()},
+            {"core", json::array()},
+            {"foreign_packets", foreign_}};
   // What forwarding cost this machine (the workers share its cores), so far.
-  if (json cpu = forwardingCost(forwardingCpu_, wakeups_.load()); !cpu.is_null()) s["forwarding"] = std::move(cpu);
+  if (json cpu = forwardingCost(forwardingCpu_, wakeups_.load()); !cpu.is_null())
+    s["forwarding"] = std::move(cpu);
   if (statsRaw_.size() != static_cast<size_t>(2 * N + N * N)) return s;
   // links: the uplinks, the core pairs, the downlinks (forward()'s order)
   for (int n = 0; n < N; ++n) {
@@ -122,14 +135,20 @@ json NodeLine::stats() const {
   }
   for (int i = 0; i < N * N; ++i)
     if (statsRaw_[N + i].offered > 0)
-      s["core"].push_back({{"a", net_.node(nodes_[i / N]).name}, {"b", net_.node(nodes_[i % N]).name}, {"stats", toJson(statsRaw_[N + i])}});
+      s["core"].push_back({{"a", net_.node(nodes_[i / N]).name},
+                           {"b", net_.node(nodes_[i % N]).name},
+                           {"stats", toJson(statsRaw_[N + i])}});
   return s;
 }
 
 json NodeLine::describe() const {
-  return {{"mechanism", "node line: a namespace and TUN device per node, one forwarding thread: uplink -> core -> downlink "
-                        "packet links (no netem)"},
-          {"nodes", nodes_.size()}, {"mtu", mtu_}, {"addresses", addr_}};
+  return {{"mechanism",
+           "node line: a namespace and TUN device per node, one forwarding thread: uplink -> core "
+           "-> downlink "
+           "packet links (no netem)"},
+          {"nodes", nodes_.size()},
+          {"mtu", mtu_},
+          {"addresses", addr_}};
 }
 
 namespace {
@@ -144,7 +163,8 @@ struct Held {
 int destinationOf(const uint8_t* p, ssize_t n, const std::string& anyAddress, int nodes) {
   if (n < 20 || (p[0] >> 4) != 4) return -1;
   const std::string prefix = anyAddress.substr(0, anyAddress.rfind('.') + 1);
-  const std::string dst = std::to_string(p[16]) + "." + std::to_string(p[17]) + "." + std::to_string(p[18]) + ".";
+  const std::string dst =
+      std::to_string(p[16]) + "." + std::to_string(p[17]) + "." + std::to_string(p[18]) + ".";
   if (dst != prefix) return -1;
   const int host = p[19];
   return host >= 1 && host <= nodes ? host - 1 : -1;
@@ -214,11 +234,16 @@ struct NodeLine::Forwarder {
         Held& h = it->second;
         const auto bytes = static_cast<uint32_t>(h.bytes.size());
         bool kept = true;
-        if (h.hop == 0) kept = offer(line.core_[h.a * N + h.b].get(), at, id, bytes);
-        else if (h.hop == 1) kept = offer(line.down_[h.b].get(), at, id, bytes);
-        else (void)!write(line.tun_[h.b], h.bytes.data(), h.bytes.size());
-        if (h.hop == 2 || !kept) held.erase(it);
-        else ++h.hop;
+        if (h.hop == 0)
+          kept = offer(line.core_[h.a * N + h.b].get(), at, id, bytes);
+        else if (h.hop == 1)
+          kept = offer(line.down_[h.b].get(), at, id, bytes);
+        else
+          (void)!write(line.tun_[h.b], h.bytes.data(), h.bytes.size());
+        if (h.hop == 2 || !kept)
+          held.erase(it);
+        else
+          ++h.hop;
       }
     }
   }

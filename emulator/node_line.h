@@ -55,8 +55,8 @@ class NodeLine {
   void wakeUp();
 
   const NodeNetwork net_;
-  std::vector<int> nodes_;       // slot -> node index
-  std::map<int, int> slotOf_;    // node index -> slot
+  std::vector<int> nodes_;     // slot -> node index
+  std::map<int, int> slotOf_;  // node index -> slot
   int mtu_;
   std::unique_ptr<NetnsFabric> fabric_;
   std::vector<std::string> addr_;  // by slot

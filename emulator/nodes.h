@@ -9,8 +9,9 @@
 // a message taking the earliest gap that fits it, so a message that reaches a downlink first is
 // served first whatever order the senders booked in):
 //   uplink    s1 = earliest gap >= t of 8B/up on up[a];        f1 = s1 + 8B/up
-//   core      s2 = earliest gap >= s1 of 8B/core on core[a,b]; f2 = max(f1, s2 + 8B/core)  (if rated)
-//   downlink  s3 = earliest gap >= s2 + L of 8B/down on down[b]; f3 = max(f2 + L, s3 + 8B/down)
+//   core      s2 = earliest gap >= s1 of 8B/core on core[a,b]; f2 = max(f1, s2 + 8B/core)  (if
+//   rated) downlink  s3 = earliest gap >= s2 + L of 8B/down on down[b]; f3 = max(f2 + L, s3 +
+//   8B/down)
 // arrival = f3: cut-through, a message alone arrives at t + L + 8B / min(up, core, down), as the
 // path's own link says; messages sharing an access link queue behind each other there. Every link
 // model bills the path link as before (its own window, FIFO, loss) and the arrival is the later
@@ -30,7 +31,8 @@ namespace slowpipe::emulator {
 
 struct NodeSpec {
   std::string name;
-  std::string region;        // groups nodes for core pairs ("a": "Oregon" matches its nodes); default: the name
+  std::string
+      region;  // groups nodes for core pairs ("a": "Oregon" matches its nodes); default: the name
   double upBps = 0, downBps = 0;  // 0: not limited
 };
 

@@ -16,11 +16,14 @@ namespace slowpipe::emulator {
 using nlohmann::json;
 
 std::string PacketLinkSpec::describe() const {
-  std::string s = deliveryMs.empty() ? (rateBps > 0 ? formatBandwidth(rateBps) : "unlimited") : "delivery trace";
+  std::string s = deliveryMs.empty() ? (rateBps > 0 ? formatBandwidth(rateBps) : "unlimited")
+                                     : "delivery trace";
   s += ", " + formatDuration(delayS);
   if (jitterS > 0) s += " +-" + formatDuration(jitterS) + (reorder ? " (reordering)" : "");
-  if (gilbertElliott) s += ", GE loss " + std::to_string(ge.meanLoss());
-  else if (loss > 0) s += ", loss " + std::to_string(loss);
+  if (gilbertElliott)
+    s += ", GE loss " + std::to_string(ge.meanLoss());
+  else if (loss > 0)
+    s += ", loss " + std::to_string(loss);
   if (queueBytes) s += ", queue " + std::to_string(queueBytes) + " B";
   if (queuePackets) s += ", queue " + std::to_string(queuePackets) + " packets";
   return s + ", mtu " + std::to_string(mtu);
@@ -40,29 +43,38 @@ std::vector<double> loadDeliveryTrace(const std::string& path) {
     } catch (const std::exception&) {
     }
     if (v < 0 || line.find_first_not_of(" \t\r", used) != std::string::npos)
-      throw std::invalid_argument("delivery trace '" + path + "' line " + std::to_string(n) + ": '" + line +
-                                  "' is not a millisecond (a non-negative integer)");
+      throw std::invalid_argument("delivery trace '" + path + "' line " + std::to_string(n) +
+                                  ": '" + line + "' is not a millisecond (a non-negative integer)");
     if (!ms.empty() && v < ms.back())
-      throw std::invalid_argument("delivery trace '" + path + "' line " + std::to_string(n) + ": " + std::to_string(v) +
-                                  " comes before " + std::to_string(static_cast<long long>(ms.back())));
+      throw std::invalid_argument("delivery trace '" + path + "' line " + std::to_string(n) + ": " +
+                                  std::to_string(v) + " comes before " +
+                                  std::to_string(static_cast<long long>(ms.back())));
     ms.push_back(static_cast<double>(v));
   }
   if (ms.empty() || ms.back() <= 0)
-    throw std::invalid_argument("delivery trace '" + path + "': no delivery opportunities (its last millisecond must be > 0)");
+    throw std::invalid_argument("delivery trace '" + path +
+                                "': no delivery opportunities (its last millisecond must be > 0)");
   return ms;
 }
 
 PacketLinkSpec packetLinkSpecFromJson(const json& j, const std::string& where) {
-  if (!j.is_object()) throw std::invalid_argument(where + ": expected an object like {\"rate\": \"1Gbps\", \"delay\": \"25ms\"}");
-  static const std::vector<std::string> kKeys = {"rate", "trace", "delay", "jitter", "reorder", "loss",
-                                                 "queue_bytes", "queue_packets", "mtu", "seed"};
+  if (!j.is_object())
+    throw std::invalid_argument(
+        where + ": expected an object like {\"rate\": \"1Gbps\", \"delay\": \"25ms\"}");
+  static const std::vector<std::string> kKeys = {"rate",    "trace", "delay",       "jitter",
+                                                 "reorder", "loss",  "queue_bytes", "queue_packets",
+                                                 "mtu",     "seed"};
   for (const auto& [k, v] : j.items())
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
-      throw std::invalid_argument(where + "." + k + ": unknown field; expected rate, trace, delay, jitter, reorder, loss, "
-                                  "queue_bytes, queue_packets, mtu, seed");
+      throw std::invalid_argument(
+          where + "." + k +
+          ": unknown field; expected rate, trace, delay, jitter, reorder, loss, "
+          "queue_bytes, queue_packets, mtu, seed");
   PacketLinkSpec s;
   auto text = [&](const char* k) {
-    if (!j[k].is_string()) throw std::invalid_argument(where + "." + k + ": expected a string with a unit, e.g. \"25ms\"");
+    if (!j[k].is_string())
+      throw std::invalid_argument(where + "." + k +
+                                  ": expected a string with a unit, e.g. \"25ms\"");
     return j[k].get<std::string>();
   };
   if (j.contains("rate")) s.rateBps = parseBandwidth(text("rate"), where + ".rate");
@@ -70,7 +82,8 @@ PacketLinkSpec packetLinkSpecFromJson(const json& j, const std::string& where) {
   if (j.contains("delay")) s.delayS = parseDuration(text("delay"), where + ".delay");
   if (j.contains("jitter")) s.jitterS = parseDuration(text("jitter"), where + ".jitter");
   if (j.contains("reorder")) {
-    if (!j["reorder"].is_boolean()) throw std::invalid_argument(where + ".reorder: expected true or false");
+    if (!j["reorder"].is_boolean())
+      throw std::invalid_argument(where + ".reorder: expected true or false");
     s.reorder = j["reorder"].get<bool>();
   }
   auto probability = [&](const json& v, const std::string& field) {
@@ -87,18 +100,23 @@ PacketLinkSpec packetLinkSpecFromJson(const json& j, const std::string& where) {
       s.loss = probability(l, where + ".loss");
     }
   }
-  for (const auto& [k, out] : {std::pair{"queue_bytes", &s.queueBytes}, std::pair{"queue_packets", &s.queuePackets}})
+  for (const auto& [k, out] :
+       {std::pair{"queue_bytes", &s.queueBytes}, std::pair{"queue_packets", &s.queuePackets}})
     if (j.contains(k)) {
-      if (!j[k].is_number_unsigned()) throw std::invalid_argument(where + "." + k + ": expected a positive integer");
+      if (!j[k].is_number_unsigned())
+        throw std::invalid_argument(where + "." + k + ": expected a positive integer");
       *out = j[k].get<uint64_t>();
     }
   if (j.contains("mtu")) {
-    if (!j["mtu"].is_number_integer() || j["mtu"].get<int64_t>() < 576 || j["mtu"].get<int64_t>() > 65535)
-      throw std::invalid_argument(where + ".mtu: " + j["mtu"].dump() + " must be an integer in 576..65535");
+    if (!j["mtu"].is_number_integer() || j["mtu"].get<int64_t>() < 576 ||
+        j["mtu"].get<int64_t>() > 65535)
+      throw std::invalid_argument(where + ".mtu: " + j["mtu"].dump() +
+                                  " must be an integer in 576..65535");
     s.mtu = j["mtu"].get<int>();
   }
   if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) throw std::invalid_argument(where + ".seed: expected a non-negative integer");
+    if (!j["seed"].is_number_unsigned())
+      throw std::invalid_argument(where + ".seed: expected a non-negative integer");
     s.seed = j["seed"].get<uint64_t>();
   }
   return s;
@@ -126,7 +144,8 @@ bool PacketLink::offer(double now, uint32_t bytes, uint64_t id) {
     ++stats_.lostIngress;
     return false;
   }
-  if ((spec_.queueBytes && queuedBytes_ + bytes > spec_.queueBytes) || (spec_.queuePackets && queue_.size() + 1 > spec_.queuePackets)) {
+  if ((spec_.queueBytes && queuedBytes_ + bytes > spec_.queueBytes) ||
+      (spec_.queuePackets && queue_.size() + 1 > spec_.queuePackets)) {
     ++stats_.droppedQueue;
     return false;
   }
@@ -198,7 +217,8 @@ double PacketLink::nextEvent() const {
   if (!queue_.empty()) {
     const Queued& head = queue_.front();
     const double leaves = spec_.deliveryMs.empty()
-                              ? (spec_.rateBps > 0 ? std::max(head.offered, linkFree_) + 8.0 * head.bytes / spec_.rateBps
+                              ? (spec_.rateBps > 0 ? std::max(head.offered, linkFree_) +
+                                                         8.0 * head.bytes / spec_.rateBps
                                                    : std::max(head.offered, linkFree_))
                               : opportunity(nextOpportunity_);
     t = std::min(t, leaves);
@@ -220,8 +240,12 @@ std::vector<uint64_t> PacketLink::pop(double now, std::vector<double>* due) {
 }
 
 nlohmann::json toJson(const PacketLinkStats& s) {
-  return {{"offered", s.offered}, {"delivered", s.delivered}, {"lost_ingress", s.lostIngress},
-          {"dropped_queue", s.droppedQueue}, {"bytes_delivered", s.bytesDelivered}, {"max_queue_bytes", s.maxQueueBytes}};
+  return {{"offered", s.offered},
+          {"delivered", s.delivered},
+          {"lost_ingress", s.lostIngress},
+          {"dropped_queue", s.droppedQueue},
+          {"bytes_delivered", s.bytesDelivered},
+          {"max_queue_bytes", s.maxQueueBytes}};
 }
 
 }  // namespace slowpipe::emulator

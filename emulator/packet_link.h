@@ -27,23 +27,24 @@
 namespace slowpipe::emulator {
 
 struct PacketLinkSpec {
-  double rateBps = 0;                 // 0: no rate limit (unless a trace is set)
-  std::vector<double> deliveryMs;     // Mahimahi trace: delivery opportunities (ms, non-decreasing)
-  double delayS = 0, jitterS = 0;     // one way
-  bool reorder = false;               // jitter may deliver a packet before the one ahead of it
-  double loss = 0;                    // Bernoulli loss probability (ignored when ge is set)
+  double rateBps = 0;              // 0: no rate limit (unless a trace is set)
+  std::vector<double> deliveryMs;  // Mahimahi trace: delivery opportunities (ms, non-decreasing)
+  double delayS = 0, jitterS = 0;  // one way
+  bool reorder = false;            // jitter may deliver a packet before the one ahead of it
+  double loss = 0;                 // Bernoulli loss probability (ignored when ge is set)
   bool gilbertElliott = false;
   GilbertElliott ge;
-  uint64_t queueBytes = 0, queuePackets = 0;  // drop-tail limits (0: none); bytes include the packet in service
-  int mtu = 1500;                     // bytes one delivery opportunity carries
+  uint64_t queueBytes = 0,
+           queuePackets = 0;  // drop-tail limits (0: none); bytes include the packet in service
+  int mtu = 1500;             // bytes one delivery opportunity carries
   uint64_t seed = 1;
 
   std::string describe() const;
 };
 
 // Parses {"rate": "1Gbps" | bits/s, "trace": "<Mahimahi file>", "delay": "25ms", "jitter": "1ms",
-// "reorder": bool, "loss": 0.01 | {"p", "r", "loss_good", "loss_bad"}, "queue_bytes", "queue_packets",
-// "mtu", "seed"}; errors name "<where>.<field>".
+// "reorder": bool, "loss": 0.01 | {"p", "r", "loss_good", "loss_bad"}, "queue_bytes",
+// "queue_packets", "mtu", "seed"}; errors name "<where>.<field>".
 PacketLinkSpec packetLinkSpecFromJson(const nlohmann::json& j, const std::string& where);
 // A Mahimahi packet-delivery trace: one integer millisecond per line (non-decreasing, last > 0).
 std::vector<double> loadDeliveryTrace(const std::string& path);
@@ -61,9 +62,11 @@ class PacketLink {
   // A packet of `bytes` offered at `now` (seconds); false if lost or dropped. `id`: the caller's
   // handle, returned by pop().
   bool offer(double now, uint32_t bytes, uint64_t id);
-  // The earliest time something is due (a delivery, or a departure that frees the queue); +inf if none.
+  // The earliest time something is due (a delivery, or a departure that frees the queue); +inf if
+  // none.
   double nextEvent() const;
-  // The ids of packets delivered by `now`, in delivery order (with `due`: each one's delivery time).
+  // The ids of packets delivered by `now`, in delivery order (with `due`: each one's delivery
+  // time).
   std::vector<uint64_t> pop(double now, std::vector<double>* due = nullptr);
   const PacketLinkStats& stats() const { return stats_; }
   // A constant rate from `now` on (what left by now left at the old one).
@@ -83,20 +86,21 @@ class PacketLink {
     uint32_t bytes;
     double arrival;
   };
-  void serve(double now);                 // moves packets whose service ended by `now` into flight
-  double departureOf(double start, uint32_t bytes);  // when a packet entering service at start leaves
-  double opportunity(uint64_t k) const;   // time of the trace's k-th delivery opportunity (s)
+  void serve(double now);  // moves packets whose service ended by `now` into flight
+  double departureOf(double start,
+                     uint32_t bytes);    // when a packet entering service at start leaves
+  double opportunity(uint64_t k) const;  // time of the trace's k-th delivery opportunity (s)
 
   PacketLinkSpec spec_;
   std::mt19937_64 rng_;
-  bool bad_ = false;                      // Gilbert-Elliott state
-  std::deque<Queued> queue_;              // waiting or in service (front)
+  bool bad_ = false;          // Gilbert-Elliott state
+  std::deque<Queued> queue_;  // waiting or in service (front)
   uint64_t queuedBytes_ = 0;
   double headStart_ = -1, headDeparture_ = -1;  // the packet in service
-  double linkFree_ = 0;                   // constant rate: when the previous packet finished
-  uint64_t nextOpportunity_ = 0;          // trace: the first unused delivery opportunity
-  uint32_t carried_ = 0;                  // trace: bytes of the head packet already carried
-  std::deque<InFlight> flight_;           // in delivery order
+  double linkFree_ = 0;                         // constant rate: when the previous packet finished
+  uint64_t nextOpportunity_ = 0;                // trace: the first unused delivery opportunity
+  uint32_t carried_ = 0;                        // trace: bytes of the head packet already carried
+  std::deque<InFlight> flight_;                 // in delivery order
   double lastArrival_ = 0;
   PacketLinkStats stats_;
 };

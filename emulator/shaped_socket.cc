@@ -4,8 +4,8 @@
 #include <time.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -51,14 +51,17 @@ void sleepUntil(double t) {
   }
 }
 
-ShapedSender::ShapedSender(zmq::socket_t& socket, LinkSpec spec, const LinkModelInfo* model, uint64_t seed)
-    : socket_(socket), clock_(std::move(spec), monotonicNow(), seed), info_(model), model_(model ? model->make() : nullptr) {
-  clock_.setOpenedAt(monotonicNow());  // the peer's connection is opened now (ZeroMQ connects at once)
+ShapedSender::ShapedSender(zmq::socket_t& socket, LinkSpec spec, const LinkModelInfo* model,
+                           uint64_t seed)
+    : socket_(socket),
+      clock_(std::move(spec), monotonicNow(), seed),
+      info_(model),
+      model_(model ? model->make() : nullptr) {
+  clock_.setOpenedAt(
+      monotonicNow());  // the peer's connection is opened now (ZeroMQ connects at once)
 }
 
-void ShapedSender::send(const void* data, size_t size) {
-  send(zmq::message_t(data, size));
-}
+void ShapedSender::send(const void* data, size_t size) { send(zmq::message_t(data, size)); }
 
 void ShapedSender::send(zmq::message_t payload) {
   Envelope e;
@@ -66,17 +69,22 @@ void ShapedSender::send(zmq::message_t payload) {
   if (info_ && info_->pacesAtSender) {
     // Queue limit: wait until what is already on the link fits under it.
     const double now = monotonicNow();
-    const double maxBacklog = 8.0 * static_cast<double>(clock_.spec().queueBytes) / clock_.rateAt(now);
-    if (clock_.backlogSeconds(now) > maxBacklog) sleepUntil(now + clock_.backlogSeconds(now) - maxBacklog);
+    const double maxBacklog =
+        8.0 * static_cast<double>(clock_.spec().queueBytes) / clock_.rateAt(now);
+    if (clock_.backlogSeconds(now) > maxBacklog)
+      sleepUntil(now + clock_.backlogSeconds(now) - maxBacklog);
   }
   e.sendTime = monotonicNow();
-  if (model_) e.arrivalTime = std::max(0.0, model_->stamp(clock_, e.sendTime, e.bytes));  // 0: unstamped
-  if (access_ && e.arrivalTime > 0) e.arrivalTime = std::max(e.arrivalTime, access_->send(path_, e.sendTime, e.bytes));
+  if (model_)
+    e.arrivalTime = std::max(0.0, model_->stamp(clock_, e.sendTime, e.bytes));  // 0: unstamped
+  if (access_ && e.arrivalTime > 0)
+    e.arrivalTime = std::max(e.arrivalTime, access_->send(path_, e.sendTime, e.bytes));
   socket_.send(zmq::buffer(&e, sizeof e), zmq::send_flags::sndmore);
   socket_.send(std::move(payload), zmq::send_flags::none);
 }
 
-ShapedReceiver::ShapedReceiver(zmq::socket_t& socket, double latencyS, double jitterS, uint64_t seed)
+ShapedReceiver::ShapedReceiver(zmq::socket_t& socket, double latencyS, double jitterS,
+                               uint64_t seed)
     : socket_(socket), latencyS_(latencyS), jitterS_(jitterS), rng_(seed) {}
 
 bool ShapedReceiver::pull(bool wait, int timeoutMs) {
@@ -107,8 +115,9 @@ bool ShapedReceiver::pull(bool wait, int timeoutMs) {
   m.receivedAt = now;
   m.due = m.envelope.arrivalTime;
   if (maxAheadS_ > 0 && !(m.due - now <= maxAheadS_))  // also NaN
-    throw std::runtime_error("shaped socket: a message stamped to arrive " + std::to_string(m.due - now) +
-                             " s from now (envelope arrivalTime " + std::to_string(m.due) + "), more than the " +
+    throw std::runtime_error("shaped socket: a message stamped to arrive " +
+                             std::to_string(m.due - now) + " s from now (envelope arrivalTime " +
+                             std::to_string(m.due) + "), more than the " +
                              std::to_string(maxAheadS_) + " s this receiver waits for one");
   if (m.due == 0) {  // kernel-paced: the receiver adds latency (+ jitter) to the real receipt
     double delay = latencyS_;
@@ -150,7 +159,8 @@ void ShapedReceiver::drainFor(double until) {
 std::optional<ShapedMessage> ShapedReceiver::recv(int timeoutMs) {
   if (pending_.empty() && !pull(true, timeoutMs)) return std::nullopt;
   ShapedMessage& head = pending_.front();
-  if (model_ && head.envelope.arrivalTime == 0) head.due = model_->bill(link_, head.envelope.sendTime, head.envelope.bytes);
+  if (model_ && head.envelope.arrivalTime == 0)
+    head.due = model_->bill(link_, head.envelope.sendTime, head.envelope.bytes);
   drainFor(pending_.front().due);
   ShapedMessage m = std::move(pending_.front());
   pending_.pop_front();

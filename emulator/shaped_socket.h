@@ -12,8 +12,8 @@
 // estimated (runtime/rendezvous.h).
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -45,8 +45,8 @@ struct Envelope {
 
 struct ShapedMessage {
   Envelope envelope;
-  double receivedAt = 0;   // when it came off the socket
-  double due = 0;          // when it may be delivered
+  double receivedAt = 0;  // when it came off the socket
+  double due = 0;         // when it may be delivered
   double deliveredAt = 0;
   zmq::message_t payload;
 };

@@ -13,16 +13,18 @@
 namespace slowpipe::emulator {
 
 struct TcpSettings {
-  std::string congestionControl;          // empty: the kernel's default
-  std::optional<bool> slowStartAfterIdle; // net.ipv4.tcp_slow_start_after_idle
-  uint64_t wmemMax = 0, rmemMax = 0;      // the maxima of net.ipv4.tcp_wmem / tcp_rmem (0: the kernel's)
-  int streams = 1;                        // connections per peer pair a message is striped over
-  bool empty() const { return congestionControl.empty() && !slowStartAfterIdle && !wmemMax && !rmemMax && streams == 1; }
+  std::string congestionControl;           // empty: the kernel's default
+  std::optional<bool> slowStartAfterIdle;  // net.ipv4.tcp_slow_start_after_idle
+  uint64_t wmemMax = 0,
+           rmemMax = 0;  // the maxima of net.ipv4.tcp_wmem / tcp_rmem (0: the kernel's)
+  int streams = 1;       // connections per peer pair a message is striped over
+  bool empty() const {
+    return congestionControl.empty() && !slowStartAfterIdle && !wmemMax && !rmemMax && streams == 1;
+  }
 };
 
-// {"congestion_control": "reno", "slow_start_after_idle": false, "wmem_max": bytes, "rmem_max": bytes,
-// "streams": 1..64};
-// errors name "<where>.<field>".
+// {"congestion_control": "reno", "slow_start_after_idle": false, "wmem_max": bytes, "rmem_max":
+// bytes, "streams": 1..64}; errors name "<where>.<field>".
 TcpSettings tcpSettingsFromJson(const nlohmann::json& j, const std::string& where);
 nlohmann::json toJson(const TcpSettings& t);
 
@@ -51,20 +53,22 @@ nlohmann::json parseSsTcpInfo(const std::string& text);
 
 // TCP_INFO of one connected socket, read directly (getsockopt): cwnd and ssthresh (segments;
 // ssthresh null while infinite), snd_wnd (the peer's advertised window, bytes), mss, rtt_s, rto_s,
-// packets unacked, the counters bytes_sent, bytes_acked, bytes_retrans, total_retrans, and the times (s) the connection was busy,
-// limited by the receive window, limited by the send buffer. Throws naming errno.
+// packets unacked, the counters bytes_sent, bytes_acked, bytes_retrans, total_retrans, and the
+// times (s) the connection was busy, limited by the receive window, limited by the send buffer.
+// Throws naming errno.
 nlohmann::json socketTcpInfo(int fd);
 
-// The largest window a Linux receiver advertises: net.ipv4.tcp_rmem's maximum (`rmemMax`; 0: 32 MiB,
-// this kernel's default, 6.18; older kernels have 6 MiB) times its scaling ratio, a segment's
+// The largest window a Linux receiver advertises: net.ipv4.tcp_rmem's maximum (`rmemMax`; 0: 32
+// MiB, this kernel's default, 6.18; older kernels have 6 MiB) times its scaling ratio, a segment's
 // payload over the memory the kernel charges for it (skb->truesize; tcp_measure_rcv_mss: 256 x
 // len / truesize, rounded down). Packets the delay line writes into a TUN device are charged a head
 // buffer of the packet plus 384 bytes (NET_SKB_PAD and skb_shared_info), rounded up to a power of
 // two up to a page and to whole pages above, plus 256 for the sk_buff: 2304 bytes at MTU 1500
-// (ratio 160/256), 12544 at MTU 9000 (182/256); a NIC's driver charges its own. Measured here: the peer's window at the end of a
-// long transfer with the send buffer out of the way (`slowpipe emulator tcp-messages --wmem-max
-// 67108864 --rmem-max R --trace-ms 50`) was R x the ratio within a segment at MTU 1500, 3000, 4000,
-// 6000 and 9000. The tcp link model and the simulator's ns-3 tier both cap a connection at it.
+// (ratio 160/256), 12544 at MTU 9000 (182/256); a NIC's driver charges its own. Measured here: the
+// peer's window at the end of a long transfer with the send buffer out of the way (`slowpipe
+// emulator tcp-messages --wmem-max 67108864 --rmem-max R --trace-ms 50`) was R x the ratio within a
+// segment at MTU 1500, 3000, 4000, 6000 and 9000. The tcp link model and the simulator's ns-3 tier
+// both cap a connection at it.
 double receiveWindowCeiling(uint64_t rmemMax, int mtu);
 // That scaling ratio x 256 for MTU-sized packets off a TUN device: 160 at MTU 1500, 182 at 9000.
 int receiveScalingRatio(int mtu);

@@ -34,7 +34,8 @@ json pretrainSpecJson(const SweepSpec& spec) {
     if (p.contains(k)) base["training"][k] = p[k];
   base["training"]["eval_each_epoch"] = true;
   if (p.contains("micro_batches")) base["pipeline"]["micro_batches"] = p["micro_batches"];
-  base["data"]["max_train_examples"] = p.value("max_train_examples", 0);  // 0: the whole pretrain split
+  base["data"]["max_train_examples"] =
+      p.value("max_train_examples", 0);  // 0: the whole pretrain split
   return base;
 }
 
@@ -46,10 +47,12 @@ json filesDigest(const fs::path& path) {
     files[path.filename().string()] = runtime::fileDigest(path.string());
   } else if (fs::is_directory(path, ec)) {
     std::vector<fs::path> all;
-    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    for (auto it = fs::recursive_directory_iterator(path, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
       if (it->is_regular_file()) all.push_back(it->path());
     std::sort(all.begin(), all.end());
-    for (const auto& f : all) files[fs::relative(f, path).string()] = runtime::fileDigest(f.string());
+    for (const auto& f : all)
+      files[fs::relative(f, path).string()] = runtime::fileDigest(f.string());
   }
   return files;
 }
@@ -58,7 +61,8 @@ json filesDigest(const fs::path& path) {
 // those of data.pretrain and data.finetune (a "wordnet:" path's folder), in order.
 json corpusDigest(const runtime::RunSpec& s) {
   json files = filesDigest(s.data.source);
-  for (const auto& [key, paths] : {std::pair{"(pretrain)", &s.data.pretrain}, std::pair{"(finetune)", &s.data.finetune}})
+  for (const auto& [key, paths] :
+       {std::pair{"(pretrain)", &s.data.pretrain}, std::pair{"(finetune)", &s.data.finetune}})
     for (const auto& p : *paths)
       files[key].push_back(filesDigest(p.rfind("wordnet:", 0) == 0 ? p.substr(8) : p));
   return files;
@@ -84,14 +88,20 @@ void pretrainInto(const SweepSpec& spec, const fs::path& ckpt, const fs::path& l
   const double t0 = emulator::monotonicNow();
   const std::string tmp = ckpt.string() + ".tmp";  // a pretraining cut short leaves no base.pt
   runtime::ProgressLine line;
-  runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
-    log.push_back(r);
-    if (r["type"] != "step") return;
-    const int64_t done = r["step"].get<int64_t>() + 1, total = r.value("total_steps", int64_t{0});
-    char text[96];
-    std::snprintf(text, sizeof text, " loss %.4f", r["loss"].get<double>());
-    line.milestone("pretraining the base: " + runtime::progressText(done, total, emulator::monotonicNow() - t0) + text, done, total);
-  }, tmp);
+  runtime::runSingleProcess(
+      s, "pretrain",
+      [&](const json& r) {
+        log.push_back(r);
+        if (r["type"] != "step") return;
+        const int64_t done = r["step"].get<int64_t>() + 1,
+                      total = r.value("total_steps", int64_t{0});
+        char text[96];
+        std::snprintf(text, sizeof text, " loss %.4f", r["loss"].get<double>());
+        line.milestone("pretraining the base: " +
+                           runtime::progressText(done, total, emulator::monotonicNow() - t0) + text,
+                       done, total);
+      },
+      tmp);
   fs::rename(tmp, ckpt);
   line.finish();
   runtime::writeJsonAtomically(logFile.string(), log);
@@ -105,8 +115,10 @@ std::string baseCacheDir(const std::string& given) {
     if (const char* e = std::getenv("SLOWPIPE_CACHE_DIR")) dir = e;
   if (dir == "off") return "";
   if (dir.empty()) {
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::string(x) + "/slowpipe";
-    else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/slowpipe";
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+      dir = std::string(x) + "/slowpipe";
+    else if (const char* h = std::getenv("HOME"); h && *h)
+      dir = std::string(h) + "/.cache/slowpipe";
   }
   return dir;
 }
@@ -131,7 +143,8 @@ std::string baseKey(const json& content) {
   return hex(compression::fnv1a(text.data(), text.size(), compression::kFnvOffset));
 }
 
-std::string prepareBase(const SweepSpec& spec, const std::string& outDir, const std::string& cacheDir) {
+std::string prepareBase(const SweepSpec& spec, const std::string& outDir,
+                        const std::string& cacheDir) {
   fs::path ckpt = spec.pretrain.value("checkpoint", "base.pt");
   if (ckpt.is_relative()) ckpt = fs::path(outDir) / ckpt;
   if (fs::exists(ckpt)) return ckpt.string();
@@ -147,7 +160,8 @@ std::string prepareBase(const SweepSpec& spec, const std::string& outDir, const 
   if (fs::exists(entry / "base.pt")) {
     copyAtomically(entry / "base.pt", ckpt);
     if (fs::exists(entry / "pretrain_log.json")) copyAtomically(entry / "pretrain_log.json", log);
-    std::printf("base: %s from the cache (%s; no pretraining)\n", ckpt.string().c_str(), entry.string().c_str());
+    std::printf("base: %s from the cache (%s; no pretraining)\n", ckpt.string().c_str(),
+                entry.string().c_str());
     return ckpt.string();
   }
   pretrainInto(spec, ckpt, log);
@@ -168,8 +182,12 @@ std::string prepareBase(const SweepSpec& spec, const std::string& outDir, const 
   }
   std::error_code ignored;
   fs::remove_all(part, ignored);
-  if (!failed.empty()) std::printf("base: pretrained into %s; not cached (%s)\n", ckpt.string().c_str(), failed.c_str());
-  else std::printf("base: pretrained into %s, cached as %s\n", ckpt.string().c_str(), entry.string().c_str());
+  if (!failed.empty())
+    std::printf("base: pretrained into %s; not cached (%s)\n", ckpt.string().c_str(),
+                failed.c_str());
+  else
+    std::printf("base: pretrained into %s, cached as %s\n", ckpt.string().c_str(),
+                entry.string().c_str());
   return ckpt.string();
 }
 

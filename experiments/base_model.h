@@ -25,6 +25,7 @@ std::string baseKey(const nlohmann::json& content);
 // DIR/<pretrain.checkpoint> (default base.pt) for the sweep: left as it is when present, else
 // copied from the cache, else pretrained (progress with ETA on stderr) and stored in the cache.
 // Says which on stdout. Returns the checkpoint's path.
-std::string prepareBase(const SweepSpec& spec, const std::string& outDir, const std::string& cacheDir);
+std::string prepareBase(const SweepSpec& spec, const std::string& outDir,
+                        const std::string& cacheDir);
 
 }  // namespace slowpipe::experiments

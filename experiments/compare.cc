@@ -29,7 +29,8 @@ std::vector<std::string> settingOf(const SweepPoint& p, int comp) {
   return out;
 }
 
-double statOf(const std::map<std::string, std::vector<json>>& results, const std::string& point, size_t k, const char* key) {
+double statOf(const std::map<std::string, std::vector<json>>& results, const std::string& point,
+              size_t k, const char* key) {
   const auto it = results.find(point);
   if (it == results.end() || k >= it->second.size()) return NAN;
   const json& d = it->second[k];
@@ -58,21 +59,26 @@ std::string labelsText(const SweepSpec& spec) {
   std::string out;
   const int comp = compressionAxisOf(spec);
   if (comp >= 0)
-    for (const json& v : spec.axes[comp].second) out += (out.empty() ? "'" : ", '") + valueLabel(v) + "'";
+    for (const json& v : spec.axes[comp].second)
+      out += (out.empty() ? "'" : ", '") + valueLabel(v) + "'";
   return out;
 }
 
 }  // namespace
 
-json compareCodecs(const SweepSpec& spec, const std::vector<SweepPoint>& points, const std::map<std::string, std::vector<json>>& results,
-                   const json& rows, const std::string& a, const std::string& b) {
+json compareCodecs(const SweepSpec& spec, const std::vector<SweepPoint>& points,
+                   const std::map<std::string, std::vector<json>>& results, const json& rows,
+                   const std::string& a, const std::string& b) {
   const int comp = compressionAxisOf(spec);
-  if (comp < 0) throw std::invalid_argument("the sweep '" + spec.name + "' has no compression axis: there are no codecs to compare");
+  if (comp < 0)
+    throw std::invalid_argument("the sweep '" + spec.name +
+                                "' has no compression axis: there are no codecs to compare");
   for (const std::string& l : {a, b}) {
     bool known = false;
     for (const json& v : spec.axes[comp].second) known = known || valueLabel(v) == l;
-    if (!known) throw std::invalid_argument("'" + l + "' is not a compression label of the sweep '" + spec.name + "'; expected one of " +
-                                            labelsText(spec));
+    if (!known)
+      throw std::invalid_argument("'" + l + "' is not a compression label of the sweep '" +
+                                  spec.name + "'; expected one of " + labelsText(spec));
   }
   std::map<std::string, const json*> rowOf;
   for (const json& r : rows) rowOf[r.value("point", "")] = &r;
@@ -80,32 +86,40 @@ json compareCodecs(const SweepSpec& spec, const std::vector<SweepPoint>& points,
   for (const auto& pa : points) {
     if (pa.axisLabels[comp] != a) continue;
     const auto setting = settingOf(pa, comp);
-    const auto pb = std::find_if(points.begin(), points.end(),
-                                 [&](const SweepPoint& q) { return q.axisLabels[comp] == b && settingOf(q, comp) == setting; });
+    const auto pb = std::find_if(points.begin(), points.end(), [&](const SweepPoint& q) {
+      return q.axisLabels[comp] == b && settingOf(q, comp) == setting;
+    });
     if (pb == points.end()) continue;
     std::string settingText;
     for (const auto& s : setting) settingText += (settingText.empty() ? "" : ", ") + s;
-    json c = {{"label", a}, {"vs", b}, {"setting", settingText.empty() ? "-" : settingText}, {"setting_values", setting},
-              {"point", pa.name}, {"vs_point", pb->name}};
+    json c = {{"label", a},
+              {"vs", b},
+              {"setting", settingText.empty() ? "-" : settingText},
+              {"setting_values", setting},
+              {"point", pa.name},
+              {"vs_point", pb->name}};
     const json* ra = rowOf.count(pa.name) ? rowOf[pa.name] : nullptr;
     const json* rb = rowOf.count(pb->name) ? rowOf[pb->name] : nullptr;
     if (ra) c["bandwidth_bps"] = ra->value("bandwidth_bps", json());
     std::vector<double> ratio, gap, diff;
     for (size_t k = 0; k < static_cast<size_t>(spec.repeats); ++k) {
-      const double ta = statOf(results, pa.name, k, "throughput_tokens_per_s"), tb = statOf(results, pb->name, k, "throughput_tokens_per_s");
-      const double la = statOf(results, pa.name, k, "final_val_loss"), lb = statOf(results, pb->name, k, "final_val_loss");
+      const double ta = statOf(results, pa.name, k, "throughput_tokens_per_s"),
+                   tb = statOf(results, pb->name, k, "throughput_tokens_per_s");
+      const double la = statOf(results, pa.name, k, "final_val_loss"),
+                   lb = statOf(results, pb->name, k, "final_val_loss");
       ratio.push_back(ta / tb);
       gap.push_back(la / lb - 1.0);
       diff.push_back(la - lb);
     }
     c["pairs"] = putPaired(c, ratio, "speed_ratio");
-    c["interval_label"] = c["pairs"].get<size_t>() >= static_cast<size_t>(kMinRepeatsForCi) ? "95% CI" : "range";
+    c["interval_label"] =
+        c["pairs"].get<size_t>() >= static_cast<size_t>(kMinRepeatsForCi) ? "95% CI" : "range";
     putPaired(c, gap, "val_loss_gap");
     putPaired(c, diff, "val_loss_diff");
     for (const auto& [side, r] : {std::pair<std::string, const json*>{"", ra}, {"vs_", rb}}) {
       if (!r) continue;
-      for (const char* k : {"time_to_target_s", "time_to_target_lo", "time_to_target_hi", "target_reached", "repeats",
-                            "wire_bytes_per_step", "final_val_loss"})
+      for (const char* k : {"time_to_target_s", "time_to_target_lo", "time_to_target_hi",
+                            "target_reached", "repeats", "wire_bytes_per_step", "final_val_loss"})
         if (r->contains(k)) c[side + k] = (*r)[k];
     }
     out.push_back(c);
@@ -133,7 +147,8 @@ std::string fmt(const char* f, double v) {
 
 std::string withInterval(const json& c, const std::string& key, const char* f, double scale = 1.0) {
   if (!c.value(key, json()).is_number()) return "-";
-  return fmt(f, scale * c[key].get<double>()) + " [" + fmt(f, scale * c[key + "_lo"].get<double>()) + ", " +
+  return fmt(f, scale * c[key].get<double>()) + " [" +
+         fmt(f, scale * c[key + "_lo"].get<double>()) + ", " +
          fmt(f, scale * c[key + "_hi"].get<double>()) + "]";
 }
 
@@ -141,11 +156,13 @@ std::string withInterval(const json& c, const std::string& key, const char* f, d
 json judgeBound(const std::string& bound, const json& limit, const json& c) {
   const bool speed = bound.rfind("speedup", 0) == 0;
   if (bound == "reaches_target") {
-    if (!c.contains("target_reached") || !c.contains("repeats")) return {{"text", "time to target: no data"}, {"pass", json()}};
+    if (!c.contains("target_reached") || !c.contains("repeats"))
+      return {{"text", "time to target: no data"}, {"pass", json()}};
     const int reached = c["target_reached"], reps = c["repeats"];
     const bool ok = (reached == reps) == limit.get<bool>();
-    return {{"text", std::string(limit.get<bool>() ? "reaches" : "does not reach") + " the target (" + std::to_string(reached) + " of " +
-                         std::to_string(reps) + " repeats reached it)"},
+    return {{"text", std::string(limit.get<bool>() ? "reaches" : "does not reach") +
+                         " the target (" + std::to_string(reached) + " of " + std::to_string(reps) +
+                         " repeats reached it)"},
             {"pass", ok}};
   }
   const std::string key = speed ? "speed_ratio" : "val_loss_gap";
@@ -156,8 +173,9 @@ json judgeBound(const std::string& bound, const json& limit, const json& c) {
   if (!c.value(key, json()).is_number()) return {{"text", what + "not measured"}, {"pass", json()}};
   const bool atLeast = bound.find("at_least") != std::string::npos;
   const double x = limit.get<double>(), end = c[key + (atLeast ? "_lo" : "_hi")].get<double>();
-  return {{"text", what + withInterval(c, key, f, scale) + unit + (atLeast ? " >= " : " <= ") + fmt(f, scale * x) + unit + " at its " +
-                       (atLeast ? "lower" : "upper") + " bound"},
+  return {{"text", what + withInterval(c, key, f, scale) + unit + (atLeast ? " >= " : " <= ") +
+                       fmt(f, scale * x) + unit + " at its " + (atLeast ? "lower" : "upper") +
+                       " bound"},
           {"pass", atLeast ? end >= x : end <= x}};
 }
 
@@ -180,8 +198,10 @@ json judgeClaims(const SweepSpec& spec, const json& comparisons) {
       for (const auto& [k, v] : claim.items()) {
         if (k == "label" || k == "vs" || k == "at" || k == "note") continue;
         json j = judgeBound(k, v, c);
-        if (j["pass"].is_null()) pass = json();
-        else if (pass.is_boolean() && !j["pass"].get<bool>()) pass = false;
+        if (j["pass"].is_null())
+          pass = json();
+        else if (pass.is_boolean() && !j["pass"].get<bool>())
+          pass = false;
         s["checks"].push_back(j);
       }
       s["pass"] = pass;
@@ -203,18 +223,23 @@ std::string comparisonsText(const json& comparisons) {
   for (const json& c : comparisons) {
     // time_to_target's interval keys are time_to_target_lo/hi, not time_to_target_s_lo
     auto tttOf = [&](const std::string& side) {
-      json t = {{"t", c.value(side + "time_to_target_s", json())}, {"t_lo", c.value(side + "time_to_target_lo", json())},
-                {"t_hi", c.value(side + "time_to_target_hi", json())}, {"target_reached", c.value(side + "target_reached", json())},
+      json t = {{"t", c.value(side + "time_to_target_s", json())},
+                {"t_lo", c.value(side + "time_to_target_lo", json())},
+                {"t_hi", c.value(side + "time_to_target_hi", json())},
+                {"target_reached", c.value(side + "target_reached", json())},
                 {"repeats", c.value(side + "repeats", json())}};
       if (t["t"].is_number()) return withInterval(t, "t", "%.1f") + " s";
       if (t["target_reached"].is_number())
-        return "not reached (" + std::to_string(t["target_reached"].get<int>()) + " of " + std::to_string(t["repeats"].get<int>()) + ")";
+        return "not reached (" + std::to_string(t["target_reached"].get<int>()) + " of " +
+               std::to_string(t["repeats"].get<int>()) + ")";
       return std::string("-");
     };
-    out += c["label"].get<std::string>() + " vs " + c["vs"].get<std::string>() + " @ " + c["setting"].get<std::string>() + " (" +
-           c.value("interval_label", "range") + ", n=" + std::to_string(c.value("pairs", 0)) + " paired repeats): speed ratio " +
-           withInterval(c, "speed_ratio", "%.3f") + ", validation-loss gap " + withInterval(c, "val_loss_gap", "%+.3f", 100.0) +
-           " %, time to target " + tttOf("") + " vs " + tttOf("vs_") + "\n";
+    out += c["label"].get<std::string>() + " vs " + c["vs"].get<std::string>() + " @ " +
+           c["setting"].get<std::string>() + " (" + c.value("interval_label", "range") +
+           ", n=" + std::to_string(c.value("pairs", 0)) + " paired repeats): speed ratio " +
+           withInterval(c, "speed_ratio", "%.3f") + ", validation-loss gap " +
+           withInterval(c, "val_loss_gap", "%+.3f", 100.0) + " %, time to target " + tttOf("") +
+           " vs " + tttOf("vs_") + "\n";
   }
   return out;
 }

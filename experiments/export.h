@@ -4,10 +4,9 @@
 //   point, label    the point's name and its compression label
 //   axis:<path>     one column per sweep axis: the point's value label on it
 //   repeat, status, link_ok, simulated
-//   step, epoch, time_s, wall_s                      both kinds (an eval's step: the steps done before it)
-//   loss, lr, grad_norm, tokens, tokens_per_s,       steps
-//   forward_wire_bytes, backward_wire_bytes, compute_s, wait_s, encode_s, decode_s
-//   val_loss                                         evals
+//   step, epoch, time_s, wall_s                      both kinds (an eval's step: the steps done
+//   before it) loss, lr, grad_norm, tokens, tokens_per_s,       steps forward_wire_bytes,
+//   backward_wire_bytes, compute_s, wait_s, encode_s, decode_s val_loss evals
 // A value a run does not have (a simulated run's loss) is empty in CSV and absent in JSON lines.
 #pragma once
 

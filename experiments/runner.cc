@@ -47,10 +47,12 @@ std::string hex(uint64_t v) {
   return b;
 }
 
-// A result as it stands: one left "running" by a launcher that is gone (pid on this host) is failed.
+// A result as it stands: one left "running" by a launcher that is gone (pid on this host) is
+// failed.
 json settled(json r) {
   std::string why;
-  if (r.is_object() && r.value("status", "") == "running" && runtime::resultStatus(r, &why) == "failed") {
+  if (r.is_object() && r.value("status", "") == "running" &&
+      runtime::resultStatus(r, &why) == "failed") {
     r["status"] = "failed";
     r["reason"] = why;
   }
@@ -67,7 +69,8 @@ std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& ide
   const json live = readOrNull(runDir / "result.json");
   if (runtime::resultStatus(live) == "running")
     throw std::runtime_error(runDir.string() + " is being written by a live launcher (pid " +
-                             std::to_string(live["launcher"].value("pid", 0)) + "); is another sweep running on this folder?");
+                             std::to_string(live["launcher"].value("pid", 0)) +
+                             "); is another sweep running on this folder?");
   if (!prev.is_object()) {
     if (live.is_object() && live.value("status", "") == "running")
       return "the previous attempt's " + settled(live).value("reason", "") + "; counted as failed";
@@ -75,15 +78,14 @@ std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& ide
   }
   if (prev.value("status", "") != "ok") {
     const std::string reason = prev.value("reason", "");
-    return "previous attempt " + prev.value("status", "unknown") + (reason.empty() ? "" : ": " + reason);
+    return "previous attempt " + prev.value("status", "unknown") +
+           (reason.empty() ? "" : ": " + reason);
   }
   const std::string diff = identityDifference(prev, identity);
   return diff.empty() ? "skip" : diff;
 }
 
 }  // namespace
-
-
 
 json runIdentity(const json& pointSpec, const json& build) {
   const std::string dump = pointSpec.dump();
@@ -96,7 +98,8 @@ json runIdentity(const json& pointSpec, const json& build) {
 }
 
 std::string identityDifference(const json& previous, const json& current) {
-  if (!previous.contains("sweep_identity")) return "rerun: the result records no experiment identity";
+  if (!previous.contains("sweep_identity"))
+    return "rerun: the result records no experiment identity";
   const json& p = previous["sweep_identity"];
   static const std::vector<std::pair<const char*, const char*>> kFields = {
       {"spec_digest", "the point's resolved spec changed"},
@@ -106,7 +109,8 @@ std::string identityDifference(const json& previous, const json& current) {
       {"dirty", "the slowpipe build's dirty flag changed"}};
   for (const auto& [key, what] : kFields)
     if (p.value(key, json()) != current.value(key, json()))
-      return std::string("rerun: ") + what + " (" + p.value(key, json()).dump() + " -> " + current.value(key, json()).dump() + ")";
+      return std::string("rerun: ") + what + " (" + p.value(key, json()).dump() + " -> " +
+             current.value(key, json()).dump() + ")";
   return "";
 }
 
@@ -115,19 +119,22 @@ std::string identityDifference(const json& previous, const json& current) {
 // is still summarized; "" is a file not found, unknown rather than different). A build's commit
 // does not change which experiment it is (resuming reruns those).
 bool sameExperiment(const json& copy, const json& identity) {
-  if (!copy.is_object() || !copy.contains("sweep_identity") || !copy["sweep_identity"].is_object()) return false;
+  if (!copy.is_object() || !copy.contains("sweep_identity") || !copy["sweep_identity"].is_object())
+    return false;
   const json& was = copy["sweep_identity"];
   if (was.value("spec_digest", json()) != identity.value("spec_digest", json())) return false;
   const std::string ckpt = identity.value("checkpoint_digest", "");
   if (!ckpt.empty() && was.value("checkpoint_digest", "") != ckpt) return false;
   // inputs: [{"path", "role", "digest"}...] (runtime::specInputs)
-  const json inputs = identity.value("inputs", json::array()), before = was.value("inputs", json::array());
+  const json inputs = identity.value("inputs", json::array()),
+             before = was.value("inputs", json::array());
   for (const json& now : inputs.is_array() ? inputs : json::array()) {
     const std::string digest = now.value("digest", "");
     if (digest.empty()) continue;
     bool same = false;
     for (const json& then : before.is_array() ? before : json::array())
-      same = same || (then.value("path", "") == now.value("path", "") && then.value("role", "") == now.value("role", "") &&
+      same = same || (then.value("path", "") == now.value("path", "") &&
+                      then.value("role", "") == now.value("role", "") &&
                       then.value("digest", "") == digest);
     if (!same) return false;
   }
@@ -140,7 +147,8 @@ json writeSummaries(const SweepSpec& spec, const std::string& outDir, const Iden
   if (!known) {
     const json build = runtime::environmentInfo("");
     for (const auto& p : points)
-      for (int k = 0; k < spec.repeats; ++k) computed[{p.name, k}] = runIdentity(repeatSpec(spec, p.spec, k), build);
+      for (int k = 0; k < spec.repeats; ++k)
+        computed[{p.name, k}] = runIdentity(repeatSpec(spec, p.spec, k), build);
     known = &computed;
   }
   std::map<std::string, std::vector<json>> results;
@@ -165,12 +173,18 @@ json writeSummaries(const SweepSpec& spec, const std::string& outDir, const Iden
 
 namespace {
 
-// DIR/sweep.json: the sweep as run (the base with its checkpoint resolved), which `summarize` reads back.
+// DIR/sweep.json: the sweep as run (the base with its checkpoint resolved), which `summarize` reads
+// back.
 json sweepRecord(const SweepSpec& spec) {
   json axes = json::array();
   for (const auto& [path, values] : spec.axes) axes.push_back({{"path", path}, {"values", values}});
-  return {{"name", spec.name}, {"base", spec.base}, {"baseline", spec.baseline}, {"repeats", spec.repeats}, {"axes", axes},
-          {"target", toJson(spec.target)}, {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"},
+  return {{"name", spec.name},
+          {"base", spec.base},
+          {"baseline", spec.baseline},
+          {"repeats", spec.repeats},
+          {"axes", axes},
+          {"target", toJson(spec.target)},
+          {"repeat_seeds", spec.seedPerRepeat ? "per_repeat" : "same"},
           {"claims", spec.claims}};
 }
 
@@ -191,30 +205,37 @@ SweepSpec sweepOfFolder(const std::string& dir) {
   j.erase("quality_from");
   j.erase("steps_per_epoch");
   if (!j.contains("axes"))
-    throw std::invalid_argument("'" + file.string() + "' records no axes: written by a slowpipe before simulated sweeps recorded "
-                                "them; rerun the sweep to summarize it");
+    throw std::invalid_argument(
+        "'" + file.string() +
+        "' records no axes: written by a slowpipe before simulated sweeps recorded "
+        "them; rerun the sweep to summarize it");
   SweepSpec spec;
   try {
     spec = sweepSpecFromJson(j, "sweep", simulated);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("'" + file.string() + "': " + e.what());
   }
-  if (!fs::is_directory(fs::path(dir) / "runs")) throw std::invalid_argument("'" + dir + "': no runs/ folder; not a sweep's output");
+  if (!fs::is_directory(fs::path(dir) / "runs"))
+    throw std::invalid_argument("'" + dir + "': no runs/ folder; not a sweep's output");
   return spec;
 }
-
 
 // The first (by name) finished repeat-0 run in an emulated sweep folder whose codec is `label`; "".
 static std::string emulatedRunOf(const std::string& dir, const std::string& label) {
   std::vector<fs::path> runs;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fs::path(dir) / "runs", ec))
-    if (e.path().string().size() > 8 && e.path().string().rfind(".r0.json") == e.path().string().size() - 8) runs.push_back(e.path());
-  if (ec) throw std::invalid_argument("--quality-from '" + dir + "': no runs/ folder (" + ec.message() + "); expected an emulated sweep's folder");
+    if (e.path().string().size() > 8 &&
+        e.path().string().rfind(".r0.json") == e.path().string().size() - 8)
+      runs.push_back(e.path());
+  if (ec)
+    throw std::invalid_argument("--quality-from '" + dir + "': no runs/ folder (" + ec.message() +
+                                "); expected an emulated sweep's folder");
   std::sort(runs.begin(), runs.end());
   for (const auto& f : runs) {
     const json doc = readOrNull(f);
-    if (doc.is_object() && doc.value("status", "") == "ok" && !doc.value("simulated", false) && doc.contains("spec") &&
+    if (doc.is_object() && doc.value("status", "") == "ok" && !doc.value("simulated", false) &&
+        doc.contains("spec") &&
         doc["spec"].value("compression", json::object()).value("label", "") == label)
       return f.string();
   }
@@ -243,10 +264,11 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   std::map<std::string, simulator::SimOptions> plans;
   for (const auto& p : expandSweep(spec)) {
     const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, true);
-    const std::string planKey = p.spec.value("data", json()).dump() + " " + std::to_string(rs.pipeline.microBatches) + " " +
-                                std::to_string(rs.pipeline.microBatchSize) + " " + std::to_string(rs.pipeline.replicas) + " " +
-                                std::to_string(rs.model.seqLen) + " " + std::to_string(rs.training.epochs) + " " +
-                                std::to_string(rs.training.maxSteps) + " " + std::to_string(rs.training.seed);
+    const std::string planKey =
+        p.spec.value("data", json()).dump() + " " + std::to_string(rs.pipeline.microBatches) + " " +
+        std::to_string(rs.pipeline.microBatchSize) + " " + std::to_string(rs.pipeline.replicas) +
+        " " + std::to_string(rs.model.seqLen) + " " + std::to_string(rs.training.epochs) + " " +
+        std::to_string(rs.training.maxSteps) + " " + std::to_string(rs.training.seed);
     auto it = plans.find(planKey);
     if (it == plans.end()) {
       it = plans.emplace(planKey, simulator::SimOptions{}).first;
@@ -256,18 +278,22 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     if (opt.stepsPerEpoch > 0) {
       so.stepsPerEpoch = opt.stepsPerEpoch;
       so.runSteps = opt.stepsPerEpoch * rs.training.epochs;
-      if (rs.training.maxSteps > 0) so.runSteps = std::min<int64_t>(so.runSteps, rs.training.maxSteps);
+      if (rs.training.maxSteps > 0)
+        so.runSteps = std::min<int64_t>(so.runSteps, rs.training.maxSteps);
     }
     if (!opt.qualityFrom.empty()) {
       const std::string label = p.spec["compression"].value("label", "");
       const std::string curve = emulatedRunOf(opt.qualityFrom, label);
       if (curve.empty())
-        throw std::invalid_argument("--quality-from '" + opt.qualityFrom + "': no finished run of the codec '" + label +
-                                    "' there (its runs/<point>.r0.json with compression.label '" + label + "')");
+        throw std::invalid_argument(
+            "--quality-from '" + opt.qualityFrom + "': no finished run of the codec '" + label +
+            "' there (its runs/<point>.r0.json with compression.label '" + label + "')");
       simulator::qualityCurveOf(curve, &so);
     }
-    if (opt.simSteps > 0) so.steps = opt.simSteps;
-    else if (opt.simSteps < 0 && so.runSteps >= 2) so.steps = static_cast<int>(so.runSteps);
+    if (opt.simSteps > 0)
+      so.steps = opt.simSteps;
+    else if (opt.simSteps < 0 && so.runSteps >= 2)
+      so.steps = static_cast<int>(so.runSteps);
     json doc = simulator::simulateRun(rs, simulator::profileFor(opt.profile, rs), so);
     doc["environment"] = build;
     doc["sweep_identity"] = runIdentity(p.spec, build);
@@ -280,7 +306,8 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
 
 // One point's run; a failure to start it is this point's failed result (the sweep goes on), but a
 // folder another process holds is nobody's to write: that stops the sweep.
-static int launchPoint(const json& pointSpec, const std::string& name, const runtime::LaunchOptions& lo) {
+static int launchPoint(const json& pointSpec, const std::string& name,
+                       const runtime::LaunchOptions& lo) {
   try {
     return runtime::launchRun(runtime::runSpecFromJson(pointSpec, "sweep point " + name), lo);
   } catch (const runtime::FolderInUse&) {
@@ -288,7 +315,9 @@ static int launchPoint(const json& pointSpec, const std::string& name, const run
   } catch (const std::exception& e) {
     fs::create_directories(lo.outDir);
     runtime::writeFinalResult((fs::path(lo.outDir) / "result.json").string(),
-                              {{"schema", runtime::kResultSchema}, {"status", "failed"}, {"reason", e.what()},
+                              {{"schema", runtime::kResultSchema},
+                               {"status", "failed"},
+                               {"reason", e.what()},
                                {"launcher", {{"pid", getpid()}, {"host", runtime::hostName()}}}});
     return 1;
   }
@@ -302,7 +331,8 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   const runtime::FolderLock lock(out.string(), "sweep");  // also its pretraining's base.pt
   fs::create_directories(out / "runs");
   if (!opt.base.empty()) {
-    if (!fs::is_regular_file(opt.base)) throw std::invalid_argument("--base '" + opt.base + "': no such checkpoint file");
+    if (!fs::is_regular_file(opt.base))
+      throw std::invalid_argument("--base '" + opt.base + "': no such checkpoint file");
     spec.base["training"]["init_checkpoint"] = fs::absolute(opt.base).string();
     std::printf("base: %s (given; no pretraining)\n", opt.base.c_str());
   } else if (!spec.pretrain.is_null()) {
@@ -332,7 +362,10 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
   size_t toRun = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const auto& j = jobs[i];
-    why[i] = opt.force ? "" : whyRun(copyPath(out, j.point->name, j.repeat), out / "runs" / j.point->name / ("r" + std::to_string(j.repeat)), j.identity);
+    why[i] = opt.force ? ""
+                       : whyRun(copyPath(out, j.point->name, j.repeat),
+                                out / "runs" / j.point->name / ("r" + std::to_string(j.repeat)),
+                                j.identity);
     toRun += why[i] != "skip";
   }
   int failed = 0, ran = 0;
@@ -341,13 +374,18 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     const auto& j = jobs[i];
     const std::string tag = j.point->name + " r" + std::to_string(j.repeat);
     if (why[i] == "skip") {
-      if (opt.progress) std::fprintf(stderr, "[%zu/%zu] %s: same experiment complete, skipped\n", i + 1, jobs.size(), tag.c_str());
+      if (opt.progress)
+        std::fprintf(stderr, "[%zu/%zu] %s: same experiment complete, skipped\n", i + 1,
+                     jobs.size(), tag.c_str());
       continue;
     }
     if (opt.progress) {
       const double per = ran ? (emulator::monotonicNow() - t0) / ran : 0;
-      std::fprintf(stderr, "[%zu/%zu] %s%s%s\n", i + 1, jobs.size(), tag.c_str(), why[i].empty() ? "" : (": " + why[i]).c_str(),
-                   ran ? (" (ETA " + std::to_string(static_cast<int>(per * (toRun - ran))) + " s)").c_str() : "");
+      std::fprintf(
+          stderr, "[%zu/%zu] %s%s%s\n", i + 1, jobs.size(), tag.c_str(),
+          why[i].empty() ? "" : (": " + why[i]).c_str(),
+          ran ? (" (ETA " + std::to_string(static_cast<int>(per * (toRun - ran))) + " s)").c_str()
+              : "");
     }
     runtime::LaunchOptions lo;
     lo.outDir = (out / "runs" / j.point->name / ("r" + std::to_string(j.repeat))).string();
@@ -362,16 +400,19 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     runtime::writeJsonAtomically(copyPath(out, j.point->name, j.repeat).string(), doc);
     writeSummaries(spec, opt.outDir, &identities);
     if (const int sig = runtime::launchInterrupted()) {
-      std::fprintf(stderr, "sweep interrupted by signal %d after %s; rerun to resume\n", sig, tag.c_str());
+      std::fprintf(stderr, "sweep interrupted by signal %d after %s; rerun to resume\n", sig,
+                   tag.c_str());
       return failed;
     }
   }
   const json summary = writeSummaries(spec, opt.outDir, &identities);
   for (const auto& r : summary["rows"])
     if (r.value("codec_bound", json(false)) == json(true))
-      std::fprintf(stderr, "codec-bound: %s (%s): encode + decode %.3g s a step per rank, more than its raw bytes take on the link (%.3g s)\n",
-                   r["point"].get<std::string>().c_str(), r.value("label", "").c_str(), r["codec_s_per_step"].get<double>(),
-                   r["raw_wire_s_per_step"].get<double>());
+      std::fprintf(stderr,
+                   "codec-bound: %s (%s): encode + decode %.3g s a step per rank, more than its "
+                   "raw bytes take on the link (%.3g s)\n",
+                   r["point"].get<std::string>().c_str(), r.value("label", "").c_str(),
+                   r["codec_s_per_step"].get<double>(), r["raw_wire_s_per_step"].get<double>());
   return failed;
 }
 

@@ -30,10 +30,15 @@ struct SweepOptions {
   bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
   std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
   int simSteps = 0;
-  std::string qualityFrom;    // simulate: an emulated sweep's folder whose runs give each codec (label) its quality curve
-  int64_t stepsPerEpoch = 0;  // simulate: the runs' declared steps per epoch (0: the data plan of the spec's corpus)
-  std::string base;       // a checkpoint to fine-tune instead of the sweep's pretrained base (no pretraining)
-  std::string cacheDir;   // where pretrained bases are cached (base_model.h; "" = the default, "off" = none)       // simulate: steps replayed (0: the simulator's default; -1: every step of the run, when its data plan is known)
+  std::string qualityFrom;  // simulate: an emulated sweep's folder whose runs give each codec
+                            // (label) its quality curve
+  int64_t stepsPerEpoch =
+      0;  // simulate: the runs' declared steps per epoch (0: the data plan of the spec's corpus)
+  std::string
+      base;  // a checkpoint to fine-tune instead of the sweep's pretrained base (no pretraining)
+  std::string cacheDir;  // where pretrained bases are cached (base_model.h; "" = the default, "off"
+                         // = none)       // simulate: steps replayed (0: the simulator's default;
+                         // -1: every step of the run, when its data plan is known)
 };
 
 // Returns the number of runs that failed.
@@ -43,7 +48,8 @@ int runSweep(const SweepSpec& spec, const SweepOptions& opt);
 using Identities = std::map<std::pair<std::string, int>, nlohmann::json>;
 // summary.json/.csv from the copies whose experiment is the one the sweep asks for now (its
 // identities; computed when null); copies of another are listed as stale_copies, not summarized.
-nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir, const Identities* identities = nullptr);
+nlohmann::json writeSummaries(const SweepSpec& spec, const std::string& outDir,
+                              const Identities* identities = nullptr);
 // The sweep a folder holds, as `sweep` recorded it in DIR/sweep.json (throws naming that file, or
 // the missing runs/ folder).
 SweepSpec sweepOfFolder(const std::string& dir);

@@ -37,11 +37,14 @@ std::pair<double, double> bootstrapMedianInterval(const std::vector<double>& v, 
 
 std::string intervalText(int repeats) {
   if (repeats >= kMinRepeatsForCi)
-    return "95% percentile bootstrap interval of the median over " + std::to_string(repeats) + " repeats (" +
-           std::to_string(kBootstrapResamples) + " resamples, seed 1; the bootstrap because step times and losses are "
+    return "95% percentile bootstrap interval of the median over " + std::to_string(repeats) +
+           " repeats (" + std::to_string(kBootstrapResamples) +
+           " resamples, seed 1; the bootstrap because step times and losses are "
            "skewed and a median needs no normality)";
-  return "range (min to max) over " + std::to_string(repeats) + " repeat(s): with fewer than " + std::to_string(kMinRepeatsForCi) +
-         " the percentile bootstrap of the median is the range itself, so no confidence interval is claimed";
+  return "range (min to max) over " + std::to_string(repeats) + " repeat(s): with fewer than " +
+         std::to_string(kMinRepeatsForCi) +
+         " the percentile bootstrap of the median is the range itself, so no confidence interval "
+         "is claimed";
 }
 
 namespace {
@@ -56,11 +59,15 @@ int compressionAxis(const SweepSpec& s) {
 std::string peerKey(const SweepPoint& p, int compAxis, int blankAxis = -1) {
   std::string k;
   for (size_t i = 0; i < p.axisLabels.size(); ++i)
-    k += (static_cast<int>(i) == compAxis || static_cast<int>(i) == blankAxis ? std::string("*") : p.axisLabels[i]) + "|";
+    k += (static_cast<int>(i) == compAxis || static_cast<int>(i) == blankAxis ? std::string("*")
+                                                                              : p.axisLabels[i]) +
+         "|";
   return k;
 }
 
-double num(const json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; }
+double num(const json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
+}
 json orNull(double v) { return std::isfinite(v) ? json(v) : json(); }
 
 // The ok repeats of one point, by repeat index (null where not ok).
@@ -82,12 +89,14 @@ Reps okReps(const std::map<std::string, std::vector<json>>& results, const std::
   Reps r;
   const auto it = results.find(name);
   if (it == results.end()) return r;
-  for (const json& doc : it->second) r.byIndex.push_back(doc.is_object() && doc.value("status", "") == "ok" ? &doc : nullptr);
+  for (const json& doc : it->second)
+    r.byIndex.push_back(doc.is_object() && doc.value("status", "") == "ok" ? &doc : nullptr);
   return r;
 }
 
 // Median and interval of a per-repeat quantity into row[key], row[loKey], row[hiKey].
-void putStat(json& row, const std::vector<double>& v, const std::string& key, const std::string& lo, const std::string& hi) {
+void putStat(json& row, const std::vector<double>& v, const std::string& key, const std::string& lo,
+             const std::string& hi) {
   std::vector<double> ok;
   for (double x : v)
     if (std::isfinite(x)) ok.push_back(x);
@@ -98,8 +107,8 @@ void putStat(json& row, const std::vector<double>& v, const std::string& key, co
   row[hi] = h;
 }
 
-std::string statusOf(const std::map<std::string, std::vector<json>>& results, const std::string& name, int repeats,
-                     json* reason) {
+std::string statusOf(const std::map<std::string, std::vector<json>>& results,
+                     const std::string& name, int repeats, json* reason) {
   const auto it = results.find(name);
   int ok = 0, ran = 0;
   if (it != results.end())
@@ -129,12 +138,14 @@ void putCodecBound(json& row, const json& run) {
   const json& s = run["summary"];
   const double bw = row.value("bandwidth_bps", 0.0), raw = num(s, "raw_bytes_per_step");
   const json& steps = run.value("steps", json::array());
-  const size_t ranks = steps.empty() ? 0 : steps[0].value("breakdown_s_per_stage", json::array()).size();
+  const size_t ranks =
+      steps.empty() ? 0 : steps[0].value("breakdown_s_per_stage", json::array()).size();
   if (!(bw > 0) || !(raw > 0) || ranks == 0 || !s.contains("breakdown_share")) {
     row["codec_bound"] = nullptr;
     return;
   }
-  const double codecS = num(s, "mean_step_time_s") * (s["breakdown_share"].value("encode", 0.0) + s["breakdown_share"].value("decode", 0.0));
+  const double codecS = num(s, "mean_step_time_s") * (s["breakdown_share"].value("encode", 0.0) +
+                                                      s["breakdown_share"].value("decode", 0.0));
   const double rawWireS = raw / static_cast<double>(ranks) / (bw / 8);
   row["codec_s_per_step"] = codecS;
   row["raw_wire_s_per_step"] = rawWireS;
@@ -162,7 +173,8 @@ int putOwnStats(json& row, const Reps& me, size_t R, std::vector<double>& tp) {
     }
   }
   row["repeats"] = okCount;
-  if (okCount == 0) return 0;  // nothing comparable: a failed run's partial figures are not reported
+  if (okCount == 0)
+    return 0;  // nothing comparable: a failed run's partial figures are not reported
   row["link_ok"] = linkKnown ? json(linkOk) : json();
   putStat(row, tp, "throughput_tokens_per_s", "throughput_lo", "throughput_hi");
   putStat(row, st, "mean_step_time_s", "step_time_lo", "step_time_hi");
@@ -173,7 +185,8 @@ int putOwnStats(json& row, const Reps& me, size_t R, std::vector<double>& tp) {
   for (const json* d : me.byIndex)
     if (d) {
       wait.push_back(num((*d)["summary"], "wait_share"));
-      for (auto& [k, v] : share.items()) v = v.get<double>() + (*d)["summary"]["breakdown_share"].value(k, 0.0) / okCount;
+      for (auto& [k, v] : share.items())
+        v = v.get<double>() + (*d)["summary"]["breakdown_share"].value(k, 0.0) / okCount;
     }
   row["wait_share"] = orNull(median(wait));
   row["breakdown_share"] = share;
@@ -183,8 +196,10 @@ int putOwnStats(json& row, const Reps& me, size_t R, std::vector<double>& tp) {
 
 // Speed-up over the baseline codec at the same link, the ideal that bounds it (the codec's
 // fastest step over the sweep's links), efficiency, loss gap, time to the baseline's loss.
-void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::vector<std::pair<double, Reps>>& peers,
-                      const std::vector<double>& tp, size_t R, bool hasLinkAxis, int okCount, const SweepSpec::Target& target) {
+void putBaselineStats(json& row, const Reps& me, const Reps& base,
+                      const std::vector<std::pair<double, Reps>>& peers,
+                      const std::vector<double>& tp, size_t R, bool hasLinkAxis, int okCount,
+                      const SweepSpec::Target& target) {
   std::vector<double> speedup(R, NAN), ideal(R, NAN), eff(R, NAN), baseLoss(R, NAN);
   std::map<double, int> idealFrom;  // link bandwidth -> repeats whose fastest step it gave
   for (size_t k = 0; k < R; ++k) {
@@ -208,7 +223,8 @@ void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::ve
     if (std::isfinite(ideal[k])) ++idealFrom[bestBw];
   }
   putStat(row, speedup, "speedup", "speedup_lo", "speedup_hi");
-  if (hasLinkAxis) {  // without a bandwidth axis there is no "fastest link" to bound the speed-up with
+  if (hasLinkAxis) {  // without a bandwidth axis there is no "fastest link" to bound the speed-up
+                      // with
     putStat(row, ideal, "ideal_speedup", "ideal_lo", "ideal_hi");
     putStat(row, eff, "efficiency", "efficiency_lo", "efficiency_hi");
     // The link that gave the codec's fastest step in most rounds (the faster one on a tie).
@@ -231,7 +247,8 @@ void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::ve
     const json* d = k < me.byIndex.size() ? me.byIndex[k] : nullptr;
     if (!d || !std::isfinite(targets[k])) continue;
     for (const auto& e : d->value("evals", json::array()))
-      if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= targets[k] && e["wall_s"].is_number()) {
+      if (e["val_loss"].is_number() && e["val_loss"].get<double>() <= targets[k] &&
+          e["wall_s"].is_number()) {
         ttt[k] = e["wall_s"].get<double>();
         ++reached;
         break;
@@ -244,30 +261,40 @@ void putBaselineStats(json& row, const Reps& me, const Reps& base, const std::ve
   row["target_val_loss"] = orNull(median(finite));
   row["target_reached"] = reached;
   // Every ok repeat must reach it, else "not reached" (null), not the median of the lucky ones.
-  if (reached == okCount) putStat(row, ttt, "time_to_target_s", "time_to_target_lo", "time_to_target_hi");
-  else row["time_to_target_s"] = json();
+  if (reached == okCount)
+    putStat(row, ttt, "time_to_target_s", "time_to_target_lo", "time_to_target_hi");
+  else
+    row["time_to_target_s"] = json();
   if (const json* b = firstOk(base))
-    row["wire_reduction"] = orNull(num((*b)["summary"], "wire_bytes_per_step") / num((*firstOk(me))["summary"], "wire_bytes_per_step"));
+    row["wire_reduction"] = orNull(num((*b)["summary"], "wire_bytes_per_step") /
+                                   num((*firstOk(me))["summary"], "wire_bytes_per_step"));
 }
 
 // The point's default link (a spec without network.links has the default one; with network.nodes
 // it is what links between no nodes would be: the row's bandwidth then says little).
 emulator::LinkSpec defaultLinkOf(const SweepPoint& p) {
   const json& n = p.spec.contains("network") ? p.spec["network"] : json();
-  return emulator::topologyFromJson(n.is_object() && n.contains("links") ? n["links"] : runtime::NetworkSpec{}.links, "links").defaultLink;
+  return emulator::topologyFromJson(
+             n.is_object() && n.contains("links") ? n["links"] : runtime::NetworkSpec{}.links,
+             "links")
+      .defaultLink;
 }
 
 // The point's settings as the row reports them.
 json describePoint(const SweepSpec& spec, const SweepPoint& p, int comp) {
   const auto link = defaultLinkOf(p);
-  json row = {{"point", p.name}, {"bandwidth_bps", link.bandwidthBps}, {"latency_s", link.latencyS},
+  json row = {{"point", p.name},
+              {"bandwidth_bps", link.bandwidthBps},
+              {"latency_s", link.latencyS},
               {"forward", p.spec["compression"].value("forward", "none")},
               {"backward", p.spec["compression"].value("backward", "none")},
               {"label", comp >= 0 ? p.axisLabels[comp] : p.spec["compression"].value("label", "")},
               {"dp_codec", p.spec.contains("dp") ? p.spec["dp"].value("codec", "none") : "none"},
               {"axes", p.axisLabels}};
-  const runtime::RunSpec rs = runtime::runSpecFromJson(p.spec, "sweep point " + p.name, spec.simulation);
-  if (rs.pipeline.replicas > 1) row["dp_bandwidth_bps"] = runtime::dpTopology(rs).defaultLink.bandwidthBps;
+  const runtime::RunSpec rs =
+      runtime::runSpecFromJson(p.spec, "sweep point " + p.name, spec.simulation);
+  if (rs.pipeline.replicas > 1)
+    row["dp_bandwidth_bps"] = runtime::dpTopology(rs).defaultLink.bandwidthBps;
   return row;
 }
 
@@ -278,8 +305,9 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
   const int comp = compressionAxis(spec);
   int bwAxis = -1;
   for (size_t i = 0; i < spec.axes.size(); ++i)
-    if (spec.axes[i].first.find("bandwidth") != std::string::npos || spec.axes[i].first == "network.links")
-      bwAxis = static_cast<int>(i);  // the link axis: "fastest" is taken along it
+    if (spec.axes[i].first.find("bandwidth") != std::string::npos ||
+        spec.axes[i].first == "network.links")
+      bwAxis = static_cast<int>(i);                   // the link axis: "fastest" is taken along it
   std::map<std::string, const SweepPoint*> baseline;  // link settings -> baseline point
   // codec + other axes -> the same codec at every link of the sweep (bandwidth, point)
   std::map<std::string, std::vector<std::pair<double, const SweepPoint*>>> alongLinks;
@@ -301,15 +329,18 @@ json summarizeSweep(const SweepSpec& spec, const std::vector<SweepPoint>& points
     const auto b = baseline.find(peerKey(p, comp));
     if (okCount > 0 && b != baseline.end()) {
       std::vector<std::pair<double, Reps>> peers;  // this codec at every link
-      for (const auto& [bw, q] : alongLinks[peerKey(p, -1, bwAxis)]) peers.push_back({bw, okReps(results, q->name)});
-      putBaselineStats(row, me, okReps(results, b->second->name), peers, tp, R, bwAxis >= 0, okCount, spec.target);
+      for (const auto& [bw, q] : alongLinks[peerKey(p, -1, bwAxis)])
+        peers.push_back({bw, okReps(results, q->name)});
+      putBaselineStats(row, me, okReps(results, b->second->name), peers, tp, R, bwAxis >= 0,
+                       okCount, spec.target);
     }
     rows.push_back(row);
   }
   json base = {{"label", spec.baseline}};
   json comparisons = json::array();
   for (const auto& [a, b] : comparedPairs(spec))
-    for (json& c : compareCodecs(spec, points, results, rows, a, b)) comparisons.push_back(std::move(c));
+    for (json& c : compareCodecs(spec, points, results, rows, a, b))
+      comparisons.push_back(std::move(c));
   return {{"sweep", spec.name},
           {"baseline", base},
           {"repeats", spec.repeats},
@@ -349,13 +380,45 @@ std::string csvTable(const std::vector<std::string>& columns, const json& rows) 
 }
 
 std::string summaryCsv(const json& summary) {
-  static const std::vector<std::string> kCols = {
-      "point", "label", "forward", "backward", "bandwidth_bps", "latency_s", "status", "repeats", "link_ok",
-      "throughput_tokens_per_s", "throughput_lo", "throughput_hi", "speedup", "speedup_lo", "speedup_hi",
-      "ideal_speedup", "ideal_lo", "ideal_hi", "efficiency", "efficiency_lo", "efficiency_hi", "ideal_link_bps", "time_to_target_s",
-      "time_to_target_lo", "time_to_target_hi", "target_reached", "final_val_loss", "target_val_loss", "val_loss_gap_vs_baseline",
-      "val_loss_gap_lo", "val_loss_gap_hi", "wire_bytes_per_step", "wait_share", "mean_step_time_s", "step_time_lo",
-      "step_time_hi", "codec_bound", "codec_s_per_step", "raw_wire_s_per_step"};
+  static const std::vector<std::string> kCols = {"point",
+                                                 "label",
+                                                 "forward",
+                                                 "backward",
+                                                 "bandwidth_bps",
+                                                 "latency_s",
+                                                 "status",
+                                                 "repeats",
+                                                 "link_ok",
+                                                 "throughput_tokens_per_s",
+                                                 "throughput_lo",
+                                                 "throughput_hi",
+                                                 "speedup",
+                                                 "speedup_lo",
+                                                 "speedup_hi",
+                                                 "ideal_speedup",
+                                                 "ideal_lo",
+                                                 "ideal_hi",
+                                                 "efficiency",
+                                                 "efficiency_lo",
+                                                 "efficiency_hi",
+                                                 "ideal_link_bps",
+                                                 "time_to_target_s",
+                                                 "time_to_target_lo",
+                                                 "time_to_target_hi",
+                                                 "target_reached",
+                                                 "final_val_loss",
+                                                 "target_val_loss",
+                                                 "val_loss_gap_vs_baseline",
+                                                 "val_loss_gap_lo",
+                                                 "val_loss_gap_hi",
+                                                 "wire_bytes_per_step",
+                                                 "wait_share",
+                                                 "mean_step_time_s",
+                                                 "step_time_lo",
+                                                 "step_time_hi",
+                                                 "codec_bound",
+                                                 "codec_s_per_step",
+                                                 "raw_wire_s_per_step"};
   return csvTable(kCols, summary["rows"]);
 }
 

@@ -9,8 +9,9 @@
 // largest value (n <= 4), so it is reported as what it is, the range, and no "95% CI" is claimed
 // (summary "interval" and "interval_label", which figures and reports print).
 // Speed-up, ideal and efficiency are paired by repeat index: repeat k of a codec is compared with
-// repeat k of the baseline (and of itself at every link, for the ideal), which ran in the same round.
-// The ideal is the codec's fastest step over the sweep's links, so efficiency <= 1 in every round.
+// repeat k of the baseline (and of itself at every link, for the ideal), which ran in the same
+// round. The ideal is the codec's fastest step over the sweep's links, so efficiency <= 1 in every
+// round.
 #pragma once
 
 #include <map>

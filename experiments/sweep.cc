@@ -1,8 +1,8 @@
 // Sweep spec parsing and expansion.
 #include "experiments/sweep.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -19,8 +19,10 @@ std::string slug(const std::string& text) {
   std::string out;
   for (char c : text) {
     const unsigned char u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '.') out += c;
-    else if (!out.empty() && out.back() != '-') out += '-';
+    if (std::isalnum(u) || c == '.')
+      out += c;
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out;
@@ -35,62 +37,76 @@ std::string valueLabel(const json& v) {
 SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simulation) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
   for (const auto& [k, v] : j.items())
-    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" && k != "repeats" && k != "target" &&
-        k != "repeat_seeds" && k != "claims")
+    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" &&
+        k != "repeats" && k != "target" && k != "repeat_seeds" && k != "claims")
       throw std::invalid_argument(where + "." + k +
-                                  ": unknown field; expected name, base, axes, baseline, pretrain, repeats, repeat_seeds, target, "
+                                  ": unknown field; expected name, base, axes, baseline, pretrain, "
+                                  "repeats, repeat_seeds, target, "
                                   "claims");
   SweepSpec s;
   s.simulation = simulation;
   s.name = j.value("name", "sweep");
-  if (!j.contains("base")) throw std::invalid_argument(where + ".base: missing (a RunSpec object or a path to one)");
+  if (!j.contains("base"))
+    throw std::invalid_argument(where + ".base: missing (a RunSpec object or a path to one)");
   if (j["base"].is_string()) {
     s.base = runtime::readJsonFile(j["base"].get<std::string>(), where + ".base: the file");
   } else {
     s.base = j["base"];
   }
   if (!j.contains("axes") || !j["axes"].is_array() || j["axes"].empty())
-    throw std::invalid_argument(where + ".axes: expected a non-empty array of {\"path\": ..., \"values\": [...]}");
+    throw std::invalid_argument(
+        where + ".axes: expected a non-empty array of {\"path\": ..., \"values\": [...]}");
   for (size_t i = 0; i < j["axes"].size(); ++i) {
     const json& a = j["axes"][i];
     const std::string w = where + ".axes[" + std::to_string(i) + "]";
     if (!a.is_object() || !a.contains("path") || !a["path"].is_string() || !a.contains("values") ||
         !a["values"].is_array() || a["values"].empty())
-      throw std::invalid_argument(w + ": expected {\"path\": \"network.links.bandwidth\", \"values\": [...]} with values");
+      throw std::invalid_argument(
+          w + ": expected {\"path\": \"network.links.bandwidth\", \"values\": [...]} with values");
     s.axes.emplace_back(a["path"].get<std::string>(), a["values"].get<std::vector<json>>());
   }
   s.baseline = j.value("baseline", "fp32");
   if (j.contains("pretrain")) s.pretrain = j["pretrain"];
   if (j.contains("repeats")) {
-    if (!j["repeats"].is_number_integer() || j["repeats"].get<int64_t>() < 1 || j["repeats"].get<int64_t>() > 1000)
-      throw std::invalid_argument(where + ".repeats: " + j["repeats"].dump() + " must be an integer in 1..1000");
+    if (!j["repeats"].is_number_integer() || j["repeats"].get<int64_t>() < 1 ||
+        j["repeats"].get<int64_t>() > 1000)
+      throw std::invalid_argument(where + ".repeats: " + j["repeats"].dump() +
+                                  " must be an integer in 1..1000");
     s.repeats = j["repeats"].get<int>();
   }
   if (j.contains("repeat_seeds")) {
     const json& v = j["repeat_seeds"];
     if (!v.is_string() || (v != "same" && v != "per_repeat"))
-      throw std::invalid_argument(where + ".repeat_seeds: " + v.dump() +
-                                  ": expected \"same\" (every repeat trains alike) or \"per_repeat\" (repeat k trains with "
-                                  "training.seed + k)");
+      throw std::invalid_argument(
+          where + ".repeat_seeds: " + v.dump() +
+          ": expected \"same\" (every repeat trains alike) or \"per_repeat\" (repeat k trains with "
+          "training.seed + k)");
     s.seedPerRepeat = v == "per_repeat";
   }
   if (j.contains("target")) s.target = targetFromJson(j["target"], where + ".target");
   if (j.contains("claims")) s.claims = claimsFromJson(j["claims"], s, where + ".claims");
-  runtime::runSpecFromJson(s.base, where + ".base", simulation);  // the base must be valid on its own
+  runtime::runSpecFromJson(s.base, where + ".base",
+                           simulation);  // the base must be valid on its own
   return s;
 }
 
 SweepSpec::Target targetFromJson(const json& j, const std::string& where) {
-  const char* form = ": expected {\"val_loss\": L > 0} or {\"tolerance\": r >= 0} (relative to the baseline's final "
-                     "validation loss)";
-  if (!j.is_object() || j.size() != 1 || !(j.contains("val_loss") || j.contains("tolerance"))) throw std::invalid_argument(where + form);
+  const char* form =
+      ": expected {\"val_loss\": L > 0} or {\"tolerance\": r >= 0} (relative to the baseline's "
+      "final "
+      "validation loss)";
+  if (!j.is_object() || j.size() != 1 || !(j.contains("val_loss") || j.contains("tolerance")))
+    throw std::invalid_argument(where + form);
   SweepSpec::Target t;
   const std::string key = j.contains("val_loss") ? "val_loss" : "tolerance";
   const json& v = j[key];
-  if (!v.is_number() || v.get<double>() < 0 || (key == "val_loss" && v.get<double>() == 0) || !std::isfinite(v.get<double>()))
+  if (!v.is_number() || v.get<double>() < 0 || (key == "val_loss" && v.get<double>() == 0) ||
+      !std::isfinite(v.get<double>()))
     throw std::invalid_argument(where + "." + key + ": " + v.dump() + form);
-  if (key == "val_loss") t.valLoss = v.get<double>();
-  else t.tolerance = v.get<double>();
+  if (key == "val_loss")
+    t.valLoss = v.get<double>();
+  else
+    t.tolerance = v.get<double>();
   return t;
 }
 
@@ -122,12 +138,13 @@ json claimsFromJson(const json& j, const SweepSpec& s, const std::string& where)
   for (const auto& [path, values] : s.axes)
     if (path != "compression")
       for (const json& v : values) settings.push_back(valueLabel(v));
-  static const std::set<std::string> kBounds = {"speedup_at_least", "speedup_at_most", "val_loss_gap_at_most",
-                                                "val_loss_gap_at_least"};
+  static const std::set<std::string> kBounds = {"speedup_at_least", "speedup_at_most",
+                                                "val_loss_gap_at_most", "val_loss_gap_at_least"};
   for (size_t i = 0; i < j.size(); ++i) {
     const json& c = j[i];
     const std::string w = where + "[" + std::to_string(i) + "]";
-    if (!c.is_object()) throw std::invalid_argument(w + ": expected an object {\"label\": ..., \"vs\": ..., ...}");
+    if (!c.is_object())
+      throw std::invalid_argument(w + ": expected an object {\"label\": ..., \"vs\": ..., ...}");
     int bounds = 0;
     for (const auto& [k, v] : c.items()) {
       if (kBounds.count(k)) {
@@ -135,30 +152,40 @@ json claimsFromJson(const json& j, const SweepSpec& s, const std::string& where)
           throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be a number");
         ++bounds;
       } else if (k == "reaches_target") {
-        if (!v.is_boolean()) throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be true or false");
+        if (!v.is_boolean())
+          throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be true or false");
         ++bounds;
       } else if (k == "label" || k == "vs" || k == "at" || k == "note") {
-        if (!v.is_string()) throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be a string");
+        if (!v.is_string())
+          throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be a string");
       } else {
-        throw std::invalid_argument(w + "." + k + ": unknown field; expected label, vs, at, note, speedup_at_least, "
-                                    "speedup_at_most, val_loss_gap_at_most, val_loss_gap_at_least, reaches_target");
+        throw std::invalid_argument(
+            w + "." + k +
+            ": unknown field; expected label, vs, at, note, speedup_at_least, "
+            "speedup_at_most, val_loss_gap_at_most, val_loss_gap_at_least, reaches_target");
       }
     }
-    if (!c.contains("label")) throw std::invalid_argument(w + ".label: missing (the compression label the claim is about)");
+    if (!c.contains("label"))
+      throw std::invalid_argument(w + ".label: missing (the compression label the claim is about)");
     if (bounds == 0)
-      throw std::invalid_argument(w + ": states nothing; give speedup_at_least/at_most, val_loss_gap_at_most/at_least or "
-                                  "reaches_target");
+      throw std::invalid_argument(
+          w +
+          ": states nothing; give speedup_at_least/at_most, val_loss_gap_at_most/at_least or "
+          "reaches_target");
     for (const char* k : {"label", "vs"}) {
       const std::string l = c.value(k, k == std::string("vs") ? s.baseline : "");
       if (std::find(labels.begin(), labels.end(), l) == labels.end())
-        throw std::invalid_argument(w + "." + k + ": '" + l + "' is not a compression label of the sweep; expected one of " +
+        throw std::invalid_argument(w + "." + k + ": '" + l +
+                                    "' is not a compression label of the sweep; expected one of " +
                                     joined(labels));
     }
     if (c.contains("at")) {
       const std::string at = c["at"];
       bool known = std::find(settings.begin(), settings.end(), at) != settings.end();
-      if (!known) throw std::invalid_argument(w + ".at: '" + at + "' is not a value of the sweep's other axes; expected one of " +
-                                              joined(settings));
+      if (!known)
+        throw std::invalid_argument(w + ".at: '" + at +
+                                    "' is not a value of the sweep's other axes; expected one of " +
+                                    joined(settings));
     }
   }
   return j;
@@ -168,9 +195,11 @@ json repeatSpec(const SweepSpec& s, const json& pointSpec, int repeat) {
   if (!s.seedPerRepeat || repeat == 0) return pointSpec;
   json spec = pointSpec;
   json& training = spec["training"];
-  if (training.contains("seed") && !(training["seed"].is_number_integer() && training["seed"].get<int64_t>() >= 0))
+  if (training.contains("seed") &&
+      !(training["seed"].is_number_integer() && training["seed"].get<int64_t>() >= 0))
     return spec;  // the spec's own check says what is wrong with it
-  const uint64_t seed = training.contains("seed") ? training["seed"].get<uint64_t>() : 1;  // RunSpec's default
+  const uint64_t seed =
+      training.contains("seed") ? training["seed"].get<uint64_t>() : 1;  // RunSpec's default
   training["seed"] = seed + static_cast<uint64_t>(repeat);
   return spec;
 }
@@ -188,7 +217,8 @@ void resolveSweepPaths(json& j, const std::string& path) {
   if (!j.is_object()) return;
   if (j.contains("base") && j["base"].is_string()) {
     std::string file = j["base"];
-    if (!dir.empty() && std::filesystem::path(file).is_relative() && std::filesystem::exists(std::filesystem::path(dir) / file))
+    if (!dir.empty() && std::filesystem::path(file).is_relative() &&
+        std::filesystem::exists(std::filesystem::path(dir) / file))
       file = (std::filesystem::path(dir) / file).lexically_normal().string();
     j["base"] = runtime::readSpecFile(file, "sweep.base: the file");
   } else if (j.contains("base")) {
@@ -196,7 +226,8 @@ void resolveSweepPaths(json& j, const std::string& path) {
   }
   if (!j.contains("axes") || !j["axes"].is_array()) return;
   for (json& axis : j["axes"]) {
-    if (!axis.is_object() || !axis.contains("path") || !axis["path"].is_string() || !axis.contains("values") || !axis["values"].is_array())
+    if (!axis.is_object() || !axis.contains("path") || !axis["path"].is_string() ||
+        !axis.contains("values") || !axis["values"].is_array())
       continue;
     std::string pointer = "/" + axis["path"].get<std::string>();
     std::replace(pointer.begin(), pointer.end(), '.', '/');
@@ -216,7 +247,8 @@ void resolveSweepPaths(json& j, const std::string& path) {
 
 }  // namespace
 
-SweepSpec loadSweepSpec(const std::string& path, bool simulation, const std::vector<std::string>& sets) {
+SweepSpec loadSweepSpec(const std::string& path, bool simulation,
+                        const std::vector<std::string>& sets) {
   json j = runtime::readJsonFile(path, "sweep file");
   resolveSweepPaths(j, path);
   if (!sets.empty() && j.is_object()) {
@@ -227,23 +259,24 @@ SweepSpec loadSweepSpec(const std::string& path, bool simulation, const std::vec
       const std::string target = a.substr(0, a.find('='));
       for (const json& axis : j.value("axes", json::array()))
         if (const std::string path = axis.is_object() ? axis.value("path", "") : "";
-            !path.empty() && (target == path || target.rfind(path + ".", 0) == 0 || path.rfind(target + ".", 0) == 0))
+            !path.empty() && (target == path || target.rfind(path + ".", 0) == 0 ||
+                              path.rfind(target + ".", 0) == 0))
           throw std::invalid_argument("--set " + target + ": the sweep's axis '" + path +
                                       "' sets this field at every point; change the axis instead");
-      if (!j.contains("base") || !j["base"].is_object()) break;  // sweepSpecFromJson names the problem
+      if (!j.contains("base") || !j["base"].is_object())
+        break;  // sweepSpecFromJson names the problem
       runtime::applySet(j["base"], a);
     }
   }
   try {
     return sweepSpecFromJson(j, "sweep", simulation);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("'" + path + "'" + (sets.empty() ? "" : " with --set") + ": " + e.what());
+    throw std::invalid_argument("'" + path + "'" + (sets.empty() ? "" : " with --set") + ": " +
+                                e.what());
   }
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
   std::vector<SweepPoint> points(1, SweepPoint{"", s.base, {}});
@@ -271,9 +304,12 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& s) {
   }
   std::set<std::string> names;
   for (auto& p : points) {
-    if (!names.insert(p.name).second) throw std::invalid_argument("sweep: two points are both named '" + p.name + "'; give the axis values distinct labels");
+    if (!names.insert(p.name).second)
+      throw std::invalid_argument("sweep: two points are both named '" + p.name +
+                                  "'; give the axis values distinct labels");
     p.spec["name"] = s.name + "/" + p.name;
-    runtime::runSpecFromJson(p.spec, "sweep point " + p.name, s.simulation);  // every point valid before anything runs
+    runtime::runSpecFromJson(p.spec, "sweep point " + p.name,
+                             s.simulation);  // every point valid before anything runs
   }
   return points;
 }

@@ -12,8 +12,9 @@ namespace slowpipe::runtime {
 
 zmq::message_t frameMessage(compression::Bytes&& frame) {
   auto* owned = new compression::Bytes(std::move(frame));
-  return zmq::message_t(owned->data(), owned->size(), [](void*, void* hint) { delete static_cast<compression::Bytes*>(hint); },
-                        owned);
+  return zmq::message_t(
+      owned->data(), owned->size(),
+      [](void*, void* hint) { delete static_cast<compression::Bytes*>(hint); }, owned);
 }
 
 Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
@@ -22,16 +23,20 @@ Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
   pull_->set(zmq::sockopt::linger, 0);
   pull_->set(zmq::sockopt::maxmsgsize, opt_.maxMessageBytes);
   if (opt_.security) opt_.security->server(*pull_, opt_.peer);
-  if (opt_.guard) opt_.guard->watch(*pull_, "data from rank " + std::to_string(opt_.peer), opt_.security != nullptr);
+  if (opt_.guard)
+    opt_.guard->watch(*pull_, "data from rank " + std::to_string(opt_.peer),
+                      opt_.security != nullptr);
   pull_->bind("tcp://" + opt_.bindHost + ":*");
   endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
 }
 
-void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out, const LinkEntry& in,
-                      emulator::LinkModel* inbound, uint64_t senderSeed) {
+void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out,
+                      const LinkEntry& in, emulator::LinkModel* inbound, uint64_t senderSeed) {
   if (out.dst != opt_.peer || in.src != opt_.peer || out.src != in.dst)
-    throw std::logic_error("channel to rank " + std::to_string(opt_.peer) + ": connected with links " + std::to_string(out.src) +
-                           " -> " + std::to_string(out.dst) + " and " + std::to_string(in.src) + " -> " + std::to_string(in.dst));
+    throw std::logic_error("channel to rank " + std::to_string(opt_.peer) +
+                           ": connected with links " + std::to_string(out.src) + " -> " +
+                           std::to_string(out.dst) + " and " + std::to_string(in.src) + " -> " +
+                           std::to_string(in.dst));
   // Where the kernel carries the link, network.tcp.streams connections (each its own PUSH socket,
   // so its own TCP connection); a link model's timing is its own business: one.
   const int streams = out.model.empty() ? std::max(1, out.spec.tcp.streams) : 1;
@@ -44,11 +49,14 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
     if (opt_.security) opt_.security->client(*push, opt_.peer);
     push->connect(peerEndpoint);
     senders_.push_back(std::make_unique<emulator::ShapedSender>(
-        *push, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model), senderSeed + 7919 * i));
-    if (out.access.active()) senders_.back()->shareAccess(&emulator::processAccessLinks(), out.access);
+        *push, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model),
+        senderSeed + 7919 * i));
+    if (out.access.active())
+      senders_.back()->shareAccess(&emulator::processAccessLinks(), out.access);
     pushes_.push_back(std::move(push));
   }
-  receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS, in.receiverJitterS, opt_.receiverSeed);
+  receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS,
+                                                         in.receiverJitterS, opt_.receiverSeed);
   receiver_->refuseArrivalsBeyond(opt_.maxAheadS);
   maxStripes_ = in.model.empty() ? std::max(1, in.spec.tcp.streams) : 1;
   if (inbound) receiver_->billWith(inbound, in.spec);
@@ -59,10 +67,14 @@ void Channel::setTraceOrigin(double origin) {
 }
 
 double Channel::send(zmq::message_t frame) {
-  if (senders_.empty()) throw std::logic_error("channel to rank " + std::to_string(opt_.peer) + " used before connect()");
+  if (senders_.empty())
+    throw std::logic_error("channel to rank " + std::to_string(opt_.peer) +
+                           " used before connect()");
   const double t0 = emulator::monotonicNow();
-  if (senders_.size() == 1) senders_[0]->send(std::move(frame));
-  else sendStriped(std::move(frame));
+  if (senders_.size() == 1)
+    senders_[0]->send(std::move(frame));
+  else
+    sendStriped(std::move(frame));
   return emulator::monotonicNow() - t0;
 }
 
@@ -104,18 +116,21 @@ std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMess
   std::memcpy(&seq, p + 8, 8);
   // Built only for an error: this runs for every stripe received.
   auto what = [&] {
-    return "channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) + " of " +
-           std::to_string(count) + " of frame " + std::to_string(seq);
+    return "channel from rank " + std::to_string(opt_.peer) + ": stripe " + std::to_string(index) +
+           " of " + std::to_string(count) + " of frame " + std::to_string(seq);
   };
   // Checked before anything is kept: the count against the link's streams, the number and bytes
   // of incomplete frames against their bounds.
   if (count == 0 || count > maxStripes_)
-    throw std::runtime_error(what() + ": a frame of this link comes in 1 to " + std::to_string(maxStripes_) +
-                             " stripes (network.tcp.streams), the header says " + std::to_string(count));
+    throw std::runtime_error(
+        what() + ": a frame of this link comes in 1 to " + std::to_string(maxStripes_) +
+        " stripes (network.tcp.streams), the header says " + std::to_string(count));
   if (!stripes_.count(seq) && stripes_.size() >= kMaxPartialFrames)
-    throw std::runtime_error(what() + ": more than " + std::to_string(kMaxPartialFrames) + " frames are incomplete");
+    throw std::runtime_error(what() + ": more than " + std::to_string(kMaxPartialFrames) +
+                             " frames are incomplete");
   if (partialBytes_ + m.payload.size() > maxPartialBytes())
-    throw std::runtime_error(what() + ": incomplete frames would hold " + std::to_string(partialBytes_ + m.payload.size()) +
+    throw std::runtime_error(what() + ": incomplete frames would hold " +
+                             std::to_string(partialBytes_ + m.payload.size()) +
                              " bytes, more than " + std::to_string(maxPartialBytes()));
   Stripes& s = stripes_[seq];
   if (s.parts.empty()) s.parts.resize(count);
@@ -154,9 +169,12 @@ size_t Channel::maxPartialBytes() const {
   return std::max<size_t>(size_t{256} << 20, 64 * static_cast<size_t>(opt_.maxMessageBytes));
 }
 
-std::optional<Channel::Received> Channel::take(const std::function<Verdict(const compression::FrameHeader&)>& judge,
-                                               double timeoutS, double* waitedS) {
-  if (!receiver_) throw std::logic_error("channel from rank " + std::to_string(opt_.peer) + " read before connect()");
+std::optional<Channel::Received> Channel::take(
+    const std::function<Verdict(const compression::FrameHeader&)>& judge, double timeoutS,
+    double* waitedS) {
+  if (!receiver_)
+    throw std::logic_error("channel from rank " + std::to_string(opt_.peer) +
+                           " read before connect()");
   const double t0 = emulator::monotonicNow();
   std::optional<Received> got;
   for (auto it = stash_.begin(); it != stash_.end(); ++it)

@@ -10,7 +10,8 @@
 //            (the link's rate, latency, trace; paced in user space or stamped only). Where the
 //            kernel carries the link and network.tcp.streams is N > 1, N PUSH sockets, so N TCP
 //            connections: every frame is cut into N stripes, one per connection (a 16-byte stripe
-//            header: "SPST", index, count, sequence), and the receiver joins them before reading it.
+//            header: "SPST", index, count, sequence), and the receiver joins them before reading
+//            it.
 // Frames travel as ZeroMQ messages that own their bytes (frameMessage): never copied on this side
 // (a striped frame is copied once into its stripes).
 #pragma once
@@ -34,16 +35,16 @@
 namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
-class ListenGuard;     // runtime/listen_guard.h
+class ListenGuard;      // runtime/listen_guard.h
 
 struct ChannelOptions {
-  int peer = 0;                        // the rank at the other end
-  std::string bindHost = "127.0.0.1";  // where the inbound PULL socket binds
+  int peer = 0;                              // the rank at the other end
+  std::string bindHost = "127.0.0.1";        // where the inbound PULL socket binds
   const SocketSecurity* security = nullptr;  // across hosts: CURVE (nullptr: plain, one host)
   int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the inbound socket (-1: no limit)
-  ListenGuard* guard = nullptr;              // watches the inbound socket (handshake timeout, cap, refusals)
-  double maxAheadS = 0;                      // refuse arrivals stamped further ahead (the receive timeout; 0: none)
-  uint64_t receiverSeed = 2;                 // of the jitter a receiver adds itself
+  ListenGuard* guard = nullptr;  // watches the inbound socket (handshake timeout, cap, refusals)
+  double maxAheadS = 0;  // refuse arrivals stamped further ahead (the receive timeout; 0: none)
+  uint64_t receiverSeed = 2;  // of the jitter a receiver adds itself
 };
 
 // An encoded frame as a ZeroMQ message that owns the bytes (freed once no message refers to them).
@@ -72,8 +73,8 @@ class Channel {
   // stamp); `in` (peer -> this rank): the delay and jitter the receiver adds itself, and what the
   // sender leaves unstamped billed on `inbound` (this rank's part of the model, shared by its
   // inbound links; nullptr: nothing to bill).
-  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out, const LinkEntry& in,
-               emulator::LinkModel* inbound, uint64_t senderSeed);
+  void connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out,
+               const LinkEntry& in, emulator::LinkModel* inbound, uint64_t senderSeed);
   bool connected() const { return !senders_.empty(); }
   void setTraceOrigin(double origin);
 
@@ -82,8 +83,8 @@ class Channel {
   // Takes the first message `judge` calls kTake, from the stash or else the socket, waiting up to
   // timeoutS in all; a kStash one waits in the stash for a later take, a kSlip one is returned
   // (slip = true). Nothing when the time is up. *waitedS: the seconds it waited.
-  std::optional<Received> take(const std::function<Verdict(const compression::FrameHeader&)>& judge, double timeoutS,
-                               double* waitedS);
+  std::optional<Received> take(const std::function<Verdict(const compression::FrameHeader&)>& judge,
+                               double timeoutS, double* waitedS);
   size_t stashed() const { return stash_.size(); }
 
  private:

@@ -18,8 +18,8 @@ struct SocketSecurity;  // runtime/security.h
 
 struct Context {
   int rank = 0, size = 1;
-  RankId id;                 // (stage, replica)
-  std::string control;       // where the worker's records go
+  RankId id;            // (stage, replica)
+  std::string control;  // where the worker's records go
   // Where its sockets bind: toward the previous stage, the next stage, the other replicas.
   std::string bindPrev = "127.0.0.1", bindNext = "127.0.0.1", bindDp = "127.0.0.1";
   // The rank's links are not here: they come with the peer table (runtime/link_table.h).
@@ -28,7 +28,8 @@ struct Context {
   std::string coordinatorKey;
   // tc-dev: the worker shapes this interface ("auto": the one holding bindNext) toward its peers.
   std::string shapeDevice;
-  nlohmann::json hello = nlohmann::json::object();  // what the bootstrap adds to the hello (host, clock)
+  nlohmann::json hello =
+      nlohmann::json::object();  // what the bootstrap adds to the hello (host, clock)
   // Says hello (sayHello() sends it to the coordinator) and returns the peer table in exchange:
   // {"pipeline": endpoints, "dp_peers": endpoints, "links": [LinkEntry...], "trace_origin_s"}.
   std::function<nlohmann::json(zmq::context_t&, const std::function<void()>& sayHello)> peerTable;

@@ -27,7 +27,8 @@ std::string readFile(const fs::path& p) {
   return ss.str();
 }
 
-// Fortune files separate entries with lines holding only '%'; keep the text, one entry per paragraph.
+// Fortune files separate entries with lines holding only '%'; keep the text, one entry per
+// paragraph.
 std::string cleanText(const std::string& raw) {
   std::string out;
   std::istringstream in(raw);
@@ -37,14 +38,16 @@ std::string cleanText(const std::string& raw) {
       out += "\n";
       continue;
     }
-    for (char c : line) out += (static_cast<unsigned char>(c) < 128 && (c >= 32 || c == '\t')) ? c : ' ';
+    for (char c : line)
+      out += (static_cast<unsigned char>(c) < 128 && (c >= 32 || c == '\t')) ? c : ' ';
     out += "\n";
   }
   return out;
 }
 
 void writeAtomically(const fs::path& p, const std::string& bytes) {
-  writeFileAtomically(p.string(), bytes);  // a temporary name of its own: workers may prepare it at once
+  writeFileAtomically(p.string(),
+                      bytes);  // a temporary name of its own: workers may prepare it at once
 }
 
 }  // namespace
@@ -59,8 +62,9 @@ std::string wordnetGlosses(const fs::path& dir, nlohmann::json& inputs, const st
   for (const char* part : {"data.noun", "data.verb", "data.adj", "data.adv"}) {
     const fs::path f = dir / part;
     if (!fs::is_regular_file(f))
-      throw std::invalid_argument("data." + key + ": 'wordnet:" + dir.string() + "' has no " + part +
-                                  " (install the Debian package 'wordnet-base': /usr/share/wordnet)");
+      throw std::invalid_argument(
+          "data." + key + ": 'wordnet:" + dir.string() + "' has no " + part +
+          " (install the Debian package 'wordnet-base': /usr/share/wordnet)");
     const std::string raw = readFile(f);
     inputs[key].push_back({"wordnet:" + f.string(), raw.size(), fileDigest(f.string())});
     std::istringstream in(raw);
@@ -79,7 +83,8 @@ std::string wordnetGlosses(const fs::path& dir, nlohmann::json& inputs, const st
 // Your own files (DataSpec::finetune, DataSpec::pretrain): every regular file under each path, in
 // order (a folder's sorted); a .jsonl file contributes each record's text field, other files their
 // bytes; "wordnet:DIR" WordNet's glosses.
-std::string ownText(const std::vector<std::string>& paths, const DataSpec& data, nlohmann::json& inputs, const std::string& key) {
+std::string ownText(const std::vector<std::string>& paths, const DataSpec& data,
+                    nlohmann::json& inputs, const std::string& key) {
   std::string out;
   for (const auto& path : paths) {
     if (path.rfind("wordnet:", 0) == 0) {
@@ -110,11 +115,13 @@ std::string ownText(const std::vector<std::string>& paths, const DataSpec& data,
         try {
           rec = parseJsonText(line, "record");
         } catch (const std::exception& e) {
-          throw std::invalid_argument("data." + key + ": '" + f.string() + "' line " + std::to_string(no) + ": " + e.what());
+          throw std::invalid_argument("data." + key + ": '" + f.string() + "' line " +
+                                      std::to_string(no) + ": " + e.what());
         }
         if (!rec.is_object() || !rec.contains(data.textField) || !rec[data.textField].is_string())
-          throw std::invalid_argument("data." + key + ": '" + f.string() + "' line " + std::to_string(no) + ": no string field '" +
-                                      data.textField + "' (data.text_field)");
+          throw std::invalid_argument("data." + key + ": '" + f.string() + "' line " +
+                                      std::to_string(no) + ": no string field '" + data.textField +
+                                      "' (data.text_field)");
         out += rec[data.textField].get<std::string>() + "\n";
       }
     }
@@ -148,9 +155,11 @@ std::string tokenBytes(const Tokenizer& tok, const std::string& text, bool wide)
 }  // namespace
 
 CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
-  if (!data.finetune.empty() || !data.pretrain.empty() || !data.tokenizer.empty()) return prepareOwnCorpus(data, force);
+  if (!data.finetune.empty() || !data.pretrain.empty() || !data.tokenizer.empty())
+    return prepareOwnCorpus(data, force);
   if (!fs::is_directory(data.source))
-    throw std::invalid_argument("data.source: '" + data.source + "' is not a folder (install the Debian package "
+    throw std::invalid_argument("data.source: '" + data.source +
+                                "' is not a folder (install the Debian package "
                                 "'fortunes', or point data.source at a folder of text files)");
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(data.source)) {
@@ -161,9 +170,13 @@ CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
   }
   std::sort(files.begin(), files.end());
   for (const auto& f : data.finetuneFiles)
-    if (std::none_of(files.begin(), files.end(), [&](const fs::path& p) { return p.filename() == f; }))
-      throw std::invalid_argument("data.finetune_files: '" + f + "' is not a file in " + data.source);
-  nlohmann::json inputs = {{"source", data.source}, {"finetune_files", data.finetuneFiles}, {"files", nlohmann::json::array()}};
+    if (std::none_of(files.begin(), files.end(),
+                     [&](const fs::path& p) { return p.filename() == f; }))
+      throw std::invalid_argument("data.finetune_files: '" + f + "' is not a file in " +
+                                  data.source);
+  nlohmann::json inputs = {{"source", data.source},
+                           {"finetune_files", data.finetuneFiles},
+                           {"files", nlohmann::json::array()}};
   for (const auto& f : files) inputs["files"].push_back({f.filename().string(), fs::file_size(f)});
   const fs::path dir = data.cacheDir, meta = dir / "meta.json";
   CorpusInfo info;
@@ -174,28 +187,39 @@ CorpusInfo prepareCorpus(const DataSpec& data, bool force) {
   }
   std::string pre, fine;
   for (const auto& f : files) {
-    const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(), f.filename()) != data.finetuneFiles.end();
+    const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(),
+                                  f.filename()) != data.finetuneFiles.end();
     (isFine ? fine : pre) += cleanText(readFile(f));
     info.files.push_back(f.filename().string());
   }
   if (pre.empty() || fine.empty())
-    throw std::invalid_argument("data.source: '" + data.source + "' gives an empty " + (pre.empty() ? "pretrain" : "fine-tune") + " split");
+    throw std::invalid_argument("data.source: '" + data.source + "' gives an empty " +
+                                (pre.empty() ? "pretrain" : "fine-tune") + " split");
   fs::create_directories(dir);
   writeAtomically(dir / "pretrain.bin", pre);
   writeAtomically(dir / "finetune.bin", fine);
-  writeAtomically(meta, nlohmann::json{{"inputs", inputs}, {"pretrain_tokens", pre.size()}, {"finetune_tokens", fine.size()},
-                                       {"tokenizer", "byte-level (one byte = one token, vocab 256)"}}.dump(2));
+  writeAtomically(meta,
+                  nlohmann::json{{"inputs", inputs},
+                                 {"pretrain_tokens", pre.size()},
+                                 {"finetune_tokens", fine.size()},
+                                 {"tokenizer", "byte-level (one byte = one token, vocab 256)"}}
+                      .dump(2));
   info.pretrainTokens = static_cast<int64_t>(pre.size());
   info.finetuneTokens = static_cast<int64_t>(fine.size());
   return info;
 }
 
 CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force) {
-  const std::unique_ptr<Tokenizer> tok = data.tokenizer.empty() ? std::make_unique<ByteTokenizer>() : loadTokenizer(data.tokenizer);
+  const std::unique_ptr<Tokenizer> tok =
+      data.tokenizer.empty() ? std::make_unique<ByteTokenizer>() : loadTokenizer(data.tokenizer);
   const bool wide = !data.tokenizer.empty();
-  nlohmann::json inputs = {{"tokenizer", tok->describe()}, {"finetune", nlohmann::json::array()}, {"text_field", data.textField},
-                           {"source", data.source}, {"finetune_files", data.finetuneFiles}};
-  std::string fine = data.finetune.empty() ? std::string() : ownText(data.finetune, data, inputs, "finetune");
+  nlohmann::json inputs = {{"tokenizer", tok->describe()},
+                           {"finetune", nlohmann::json::array()},
+                           {"text_field", data.textField},
+                           {"source", data.source},
+                           {"finetune_files", data.finetuneFiles}};
+  std::string fine =
+      data.finetune.empty() ? std::string() : ownText(data.finetune, data, inputs, "finetune");
   std::string pre;
   if (!data.pretrain.empty()) {
     inputs["pretrain"] = nlohmann::json::array();
@@ -203,46 +227,63 @@ CorpusInfo prepareOwnCorpus(const DataSpec& data, bool force) {
   }
   CorpusInfo info;
   if (fs::is_directory(data.source) && (data.finetune.empty() || data.pretrain.empty())) {
-    // the pretrain split (unless data.pretrain gives it); with no own files, also the fine-tune files
+    // the pretrain split (unless data.pretrain gives it); with no own files, also the fine-tune
+    // files
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(data.source)) {
       const std::string ext = e.path().extension().string();
-      if (e.is_regular_file() && !e.is_symlink() && ext != ".dat" && ext != ".u8" && ext != ".gz") files.push_back(e.path());
+      if (e.is_regular_file() && !e.is_symlink() && ext != ".dat" && ext != ".u8" && ext != ".gz")
+        files.push_back(e.path());
     }
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
-      const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(), f.filename()) != data.finetuneFiles.end();
+      const bool isFine = std::find(data.finetuneFiles.begin(), data.finetuneFiles.end(),
+                                    f.filename()) != data.finetuneFiles.end();
       if ((isFine && !data.finetune.empty()) || (!isFine && !data.pretrain.empty())) continue;
       (isFine ? fine : pre) += cleanText(readFile(f));
       inputs["files"].push_back({f.filename().string(), fs::file_size(f)});
       info.files.push_back(f.filename().string());
     }
   }
-  if (fine.empty()) throw std::invalid_argument("data: the fine-tune split is empty (data.finetune, or data.finetune_files of data.source)");
+  if (fine.empty())
+    throw std::invalid_argument(
+        "data: the fine-tune split is empty (data.finetune, or data.finetune_files of "
+        "data.source)");
   const fs::path dir = data.cacheDir, meta = dir / "meta.json";
   info.dir = dir.string();
   if (!force && cachedFor(meta, inputs, info)) return info;
-  const std::string fineTokens = tokenBytes(*tok, fine, wide), preTokens = tokenBytes(*tok, pre, wide);
+  const std::string fineTokens = tokenBytes(*tok, fine, wide),
+                    preTokens = tokenBytes(*tok, pre, wide);
   fs::create_directories(dir);
   writeAtomically(dir / "pretrain.bin", preTokens);
   writeAtomically(dir / "finetune.bin", fineTokens);
   info.pretrainTokens = static_cast<int64_t>(preTokens.size() / (wide ? 4 : 1));
   info.finetuneTokens = static_cast<int64_t>(fineTokens.size() / (wide ? 4 : 1));
-  writeAtomically(meta, nlohmann::json{{"inputs", inputs}, {"pretrain_tokens", info.pretrainTokens}, {"finetune_tokens", info.finetuneTokens},
-                                       {"token_bytes", wide ? 4 : 1}, {"vocab", tok->vocabSize()}, {"tokenizer", tok->describe()}}
+  writeAtomically(meta, nlohmann::json{{"inputs", inputs},
+                                       {"pretrain_tokens", info.pretrainTokens},
+                                       {"finetune_tokens", info.finetuneTokens},
+                                       {"token_bytes", wide ? 4 : 1},
+                                       {"vocab", tok->vocabSize()},
+                                       {"tokenizer", tok->describe()}}
                             .dump(2));
   return info;
 }
 
-ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std::string& part, int seqLen)
+ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std::string& part,
+                       int seqLen)
     : seqLen_(seqLen) {
-  if (split != "pretrain" && split != "finetune") throw std::invalid_argument("split '" + split + "': expected pretrain or finetune");
-  if (part != "train" && part != "val") throw std::invalid_argument("part '" + part + "': expected train or val");
+  if (split != "pretrain" && split != "finetune")
+    throw std::invalid_argument("split '" + split + "': expected pretrain or finetune");
+  if (part != "train" && part != "val")
+    throw std::invalid_argument("part '" + part + "': expected train or val");
   const fs::path file = fs::path(data.cacheDir) / (split + ".bin");
-  if (!fs::exists(file)) throw std::runtime_error("'" + file.string() + "' is missing: run `slowpipe data prepare` first");
+  if (!fs::exists(file))
+    throw std::runtime_error("'" + file.string() +
+                             "' is missing: run `slowpipe data prepare` first");
   const std::string bytes = readFile(file);
   const fs::path meta = fs::path(data.cacheDir) / "meta.json";
-  const int width = fs::exists(meta) ? nlohmann::json::parse(readFile(meta)).value("token_bytes", 1) : 1;
+  const int width =
+      fs::exists(meta) ? nlohmann::json::parse(readFile(meta)).value("token_bytes", 1) : 1;
   if (width == 4) {
     tokens_.resize(bytes.size() / 4);
     std::memcpy(tokens_.data(), bytes.data(), 4 * tokens_.size());
@@ -251,8 +292,11 @@ ExampleSet::ExampleSet(const DataSpec& data, const std::string& split, const std
   }
   for (int32_t t : tokens_) maxToken_ = std::max(maxToken_, t);
   const int64_t all = (static_cast<int64_t>(tokens_.size()) - 1) / seqLen;
-  const int64_t val = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(all) * data.valFraction));
-  if (all - val < 1) throw std::runtime_error("'" + file.string() + "' is too small for seq_len " + std::to_string(seqLen));
+  const int64_t val =
+      std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(all) * data.valFraction));
+  if (all - val < 1)
+    throw std::runtime_error("'" + file.string() + "' is too small for seq_len " +
+                             std::to_string(seqLen));
   if (part == "train") {
     count_ = all - val;
     if (data.maxTrainExamples > 0) count_ = std::min(count_, data.maxTrainExamples);
@@ -272,11 +316,15 @@ void ExampleSet::example(int64_t i, int64_t* inputs, int64_t* targets) const {
 }
 
 EpochPlan::EpochPlan(int64_t examples, int microBatches, int microBatchSize, uint64_t seed)
-    : examples_(examples), steps_(examples / (int64_t{microBatches} * microBatchSize)), m_(microBatches),
-      b_(microBatchSize), seed_(seed) {
+    : examples_(examples),
+      steps_(examples / (int64_t{microBatches} * microBatchSize)),
+      m_(microBatches),
+      b_(microBatchSize),
+      seed_(seed) {
   if (steps_ < 1)
-    throw std::invalid_argument("data: " + std::to_string(examples) + " training examples do not fill one step of " +
-                                std::to_string(microBatches) + " x " + std::to_string(microBatchSize));
+    throw std::invalid_argument(
+        "data: " + std::to_string(examples) + " training examples do not fill one step of " +
+        std::to_string(microBatches) + " x " + std::to_string(microBatchSize));
 }
 
 const std::vector<int64_t>& EpochPlan::order(int epoch) const {
@@ -284,7 +332,8 @@ const std::vector<int64_t>& EpochPlan::order(int epoch) const {
   std::vector<int64_t> o(examples_);
   for (int64_t i = 0; i < examples_; ++i) o[i] = i;
   std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
-  for (int64_t i = examples_ - 1; i > 0; --i) {  // Fisher-Yates with our own draws: same on every libstdc++
+  for (int64_t i = examples_ - 1; i > 0;
+       --i) {  // Fisher-Yates with our own draws: same on every libstdc++
     const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
     std::swap(o[i], o[j]);
   }

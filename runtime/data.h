@@ -24,7 +24,8 @@ struct CorpusInfo {
   std::vector<std::string> files;
 };
 
-// Builds the token files in data.cacheDir unless they exist for the same inputs. Returns what is there.
+// Builds the token files in data.cacheDir unless they exist for the same inputs. Returns what is
+// there.
 CorpusInfo prepareCorpus(const DataSpec& data, bool force = false);
 // prepareCorpus with data.finetune or data.tokenizer: your files and the tokenizer's ids (int32
 // token files, meta.json "token_bytes": 4, where the tokenizer is not byte-level).

@@ -36,8 +36,18 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
     out.push_back({spec.model.seqLen, C});
   }
   for (int i = ranges[stage].first; i < ranges[stage].second; ++i)
-    for (const auto& p : std::vector<std::vector<int64_t>>{{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C}, {C}, {C},
-                                                            {4 * C, C}, {4 * C}, {C, 4 * C}, {C}})
+    for (const auto& p : std::vector<std::vector<int64_t>>{{C},
+                                                           {C},
+                                                           {3 * C, C},
+                                                           {3 * C},
+                                                           {C, C},
+                                                           {C},
+                                                           {C},
+                                                           {C},
+                                                           {4 * C, C},
+                                                           {4 * C},
+                                                           {C, 4 * C},
+                                                           {C}})
       out.push_back(p);
   if (stage + 1 == static_cast<int>(ranges.size())) {
     out.push_back({C});
@@ -50,7 +60,8 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
 std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage) {
   std::vector<std::vector<int64_t>> out;
   for (int v = 0; v < spec.pipeline.virtualStages; ++v)
-    for (auto& shape : stageParameterShapes(spec, rankLayout(spec).virtualStage(v, stage))) out.push_back(std::move(shape));
+    for (auto& shape : stageParameterShapes(spec, rankLayout(spec).virtualStage(v, stage)))
+      out.push_back(std::move(shape));
   return out;
 }
 
@@ -58,7 +69,9 @@ int64_t dpRoundValues(const RunSpec& spec, int stage, int round) {
   return gradientCompressor(spec.dp)->roundValues(rankParameterShapes(spec, stage), round);
 }
 
-std::string dpRoundCodec(const RunSpec& spec, int64_t step) { return gradientCompressor(spec.dp)->roundCodec(step); }
+std::string dpRoundCodec(const RunSpec& spec, int64_t step) {
+  return gradientCompressor(spec.dp)->roundCodec(step);
+}
 
 emulator::Topology dpTopology(const RunSpec& spec) {
   json links = spec.network.dpLinks;
@@ -94,12 +107,14 @@ void DpExchange::connect(const json& peers, const RankLinks& links) {
   for (auto& [q, l] : links_) {
     const std::string key = std::to_string(q);
     if (!peers.contains(key))
-      throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica) +
-                               ": no endpoint of replica " + key + " in the peer table");
+      throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " +
+                               std::to_string(opt_.replica) + ": no endpoint of replica " + key +
+                               " in the peer table");
     const int peer = l->peer();
     const LinkEntry& in = links.at(peer, opt_.rank);
     if (!in.model.empty() && !inbound_) inbound_ = emulator::linkModel(in.model).make();
-    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(), dpLinkSeed(opt_.rank, q));
+    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(),
+               dpLinkSeed(opt_.rank, q));
   }
 }
 
@@ -108,12 +123,14 @@ int32_t DpExchange::tag(Msg m, int chunk) const {
   return ((round_ * 4 + kind) << 16) | chunk;
 }
 
-compression::Codec& DpExchange::codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool,
-                                      const std::string& key, const std::string& role) {
+compression::Codec& DpExchange::codec(
+    std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
+    const std::string& role) {
   // Exact rounds (qadam's warm-up) have codecs of their own: "none" leaves no state behind.
   auto& c = pool[exact_ ? "exact/" + key : key];
   if (!c) {
-    std::string instance = "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
+    std::string instance =
+        "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
     for (char& ch : instance)
       if (ch == '/' || ch == '>') ch = '_';
     c = compression::makeCodec(exact_ ? "none" : opt_.codec, instance);
@@ -144,7 +161,8 @@ compression::CodecContext DpExchange::context(int chunk, int tag) const {
   return ctx;
 }
 
-zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x, int peer) {
+zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x,
+                                  int peer) {
   compression::FrameHeader h;
   h.kind = MessageKind::kParamGradient;
   h.step = step_;
@@ -173,36 +191,43 @@ void DpExchange::sendShared(int peer, zmq::message_t& frame) {
 zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
   // A DP link is a FIFO of one round's messages in the schedule's order: any other is a slip.
   auto judge = [&](const compression::FrameHeader& h) {
-    const bool expected = h.kind == MessageKind::kParamGradient && h.step == step_ && h.microBatch == tag(m, chunk) &&
+    const bool expected = h.kind == MessageKind::kParamGradient && h.step == step_ &&
+                          h.microBatch == tag(m, chunk) &&
                           h.shape == compression::Shape{chunkLen(chunk)};
     return expected ? Channel::Verdict::kTake : Channel::Verdict::kSlip;
   };
   double waited = 0;
   std::optional<Channel::Received> got = links_.at(peer)->take(judge, opt_.recvTimeoutS, &waited);
   stats_.waitS += waited;
-  const std::string who = "stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica);
+  const std::string who =
+      "stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica);
   if (!got)
-    throw std::runtime_error(who + ": no data-parallel message from replica " + std::to_string(peer) + " for " +
-                             std::to_string(opt_.recvTimeoutS) + " s");
+    throw std::runtime_error(who + ": no data-parallel message from replica " +
+                             std::to_string(peer) + " for " + std::to_string(opt_.recvTimeoutS) +
+                             " s");
   if (got->slip)
-    throw std::runtime_error(who + ": expected data-parallel message " + std::to_string(tag(m, chunk)) + " of step " +
-                             std::to_string(step_) + " (" + std::to_string(chunkLen(chunk)) + " values) from replica " +
-                             std::to_string(peer) + ", got tag " + std::to_string(got->header.microBatch) + " of step " +
-                             std::to_string(got->header.step));
+    throw std::runtime_error(
+        who + ": expected data-parallel message " + std::to_string(tag(m, chunk)) + " of step " +
+        std::to_string(step_) + " (" + std::to_string(chunkLen(chunk)) + " values) from replica " +
+        std::to_string(peer) + ", got tag " + std::to_string(got->header.microBatch) + " of step " +
+        std::to_string(got->header.step));
   return std::move(got->message.payload);
 }
 
 // Every DP decode goes through here, with the encoder's context (a push decoded with an empty
 // one made a plug-in's mirrored state differ between the ends).
-void DpExchange::decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk, std::vector<float>& out) {
+void DpExchange::decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk,
+                               std::vector<float>& out) {
   size_t at = 0;
   const auto* bytes = static_cast<const uint8_t*>(frame.data());
   const compression::FrameHeader h = compression::parseFrame(bytes, frame.size(), &at);
-  const int64_t maxElements = opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;
+  const int64_t maxElements =
+      opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;
   compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), out, maxElements);
 }
 
-void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add) {
+void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk,
+                            bool add) {
   const double t0 = emulator::monotonicNow();
   decodeMessage(c, frame, chunk, tmp_);
   float* dst = buf_ + chunkBegin(chunk);
@@ -214,7 +239,8 @@ void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, 
   stats_.decodeS += emulator::monotonicNow() - t0;
 }
 
-// sharded_ps: every replica's shard is here; this server's shard becomes their mean (replica order).
+// sharded_ps: every replica's shard is here; this server's shard becomes their mean (replica
+// order).
 void DpExchange::aggregateShard() {
   const int r = opt_.replica, R = opt_.replicas;
   float* dst = buf_ + chunkBegin(r);
@@ -235,12 +261,18 @@ void DpExchange::execute(const Action& a) {
   if (send) stats_.raw += 4 * chunkLen(c);
   switch (a.message) {
     case Msg::kDpReduce:
-      if (send) sendFrame(q, encode(codec(encoders_, "rs/" + me + "->" + std::to_string(q), "send"), a.message, c, buf_ + chunkBegin(c), q));
-      else decodeInto(codec(decoders_, "rs/" + std::to_string(q) + "->" + me, "recv"), recvFrame(q, a.message, c), c, true);
+      if (send)
+        sendFrame(q, encode(codec(encoders_, "rs/" + me + "->" + std::to_string(q), "send"),
+                            a.message, c, buf_ + chunkBegin(c), q));
+      else
+        decodeInto(codec(decoders_, "rs/" + std::to_string(q) + "->" + me, "recv"),
+                   recvFrame(q, a.message, c), c, true);
       break;
     case Msg::kDpGather:
       if (send) {
-        if (protocol::dpSendsOwnFrame(a, r, R)) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
+        if (protocol::dpSendsOwnFrame(
+                a, r,
+                R)) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
           if (!own_) {
             float* x = buf_ + chunkBegin(c);
             const float inv = 1.0f / static_cast<float>(R);
@@ -250,7 +282,8 @@ void DpExchange::execute(const Action& a) {
           }
           sendShared(q, *own_);
         } else {
-          sendFrame(q, std::move(relay_.at(c)));  // relayed as received: every replica decodes the same bytes
+          sendFrame(q, std::move(relay_.at(
+                           c)));  // relayed as received: every replica decodes the same bytes
         }
       } else {
         zmq::message_t f = recvFrame(q, a.message, c);
@@ -260,11 +293,13 @@ void DpExchange::execute(const Action& a) {
       break;
     case Msg::kDpPush:
       if (send) {
-        sendFrame(q, encode(codec(encoders_, "push/" + me + "->" + std::to_string(q), "send"), a.message, c, buf_ + chunkBegin(c), q));
+        sendFrame(q, encode(codec(encoders_, "push/" + me + "->" + std::to_string(q), "send"),
+                            a.message, c, buf_ + chunkBegin(c), q));
       } else {
         const zmq::message_t f = recvFrame(q, a.message, c);
         const double t0 = emulator::monotonicNow();
-        decodeMessage(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f, c, pushed_[q]);
+        decodeMessage(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f, c,
+                      pushed_[q]);
         stats_.decodeS += emulator::monotonicNow() - t0;
         if (++pushes_ == R - 1) aggregateShard();
       }
@@ -272,13 +307,16 @@ void DpExchange::execute(const Action& a) {
     case Msg::kDpPull:
       if (send) {
         if (!own_) {
-          if (pushes_ != R - 1) throw std::logic_error("dp: shard average sent before every push arrived");
-          own_ = encode(codec(encoders_, "pull/c" + me, "send"), a.message, c, buf_ + chunkBegin(c), q);
+          if (pushes_ != R - 1)
+            throw std::logic_error("dp: shard average sent before every push arrived");
+          own_ = encode(codec(encoders_, "pull/c" + me, "send"), a.message, c, buf_ + chunkBegin(c),
+                        q);
           decodeInto(codec(decoders_, "pull/c" + me, "recv"), *own_, c, false);
         }
         sendShared(q, *own_);
       } else {
-        decodeInto(codec(decoders_, "pull/c" + std::to_string(q), "recv"), recvFrame(q, a.message, c), c, false);
+        decodeInto(codec(decoders_, "pull/c" + std::to_string(q), "recv"),
+                   recvFrame(q, a.message, c), c, false);
       }
       break;
     default:

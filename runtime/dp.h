@@ -17,7 +17,8 @@
 //                                          so ef keeps one residual per chunk);
 //   ring all-gather      "ag/c<c>"        the owner of chunk c encodes it once per round; every
 //                                          replica (the owner too) decodes that same frame with its
-//                                          decoder of chunk c, so all replicas hold identical values;
+//                                          decoder of chunk c, so all replicas hold identical
+//                                          values;
 //   ps push              "push/<r>-><q>"  r's encoder for q's shard (ef here: the worker side);
 //   ps pull              "pull/c<q>"      server q's average, encoded once (ef here: the server
 //                                          side), decoded by every replica, q included.
@@ -44,7 +45,7 @@
 namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
-class ListenGuard;     // runtime/listen_guard.h
+class ListenGuard;      // runtime/listen_guard.h
 
 // The schedule's view of a run's data parallelism.
 DpShape dpShape(const RunSpec& spec);
@@ -109,13 +110,15 @@ class DpExchange {
   int64_t chunkBegin(int c) const { return protocol::dpChunkBegin(n_, c, opt_.replicas); }
   int64_t chunkLen(int c) const { return protocol::dpChunkValues(n_, c, opt_.replicas); }
   int32_t tag(Action::Message m, int chunk) const;
-  compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
-                            const std::string& role);
+  compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool,
+                            const std::string& key, const std::string& role);
   // Frames are ZeroMQ messages from the encoder to the socket and from the socket to the relay:
   // a frame's bytes are never copied on this side (a frame sent to several replicas is shared).
-  zmq::message_t encode(compression::Codec& c, Action::Message m, int chunk, const float* x, int peer);
+  zmq::message_t encode(compression::Codec& c, Action::Message m, int chunk, const float* x,
+                        int peer);
   compression::CodecContext context(int chunk, int tag) const;
-  void decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk, std::vector<float>& out);
+  void decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk,
+                     std::vector<float>& out);
   void sendFrame(int peer, zmq::message_t frame);
   void sendShared(int peer, zmq::message_t& frame);  // a reference-counted copy of frame
   zmq::message_t recvFrame(int peer, Action::Message m, int chunk);
@@ -124,7 +127,8 @@ class DpExchange {
 
   DpOptions opt_;
   zmq::context_t& ctx_;
-  std::unique_ptr<emulator::LinkModel> inbound_;   // the receiving part of its links' model (none: pipelined stamps all)
+  std::unique_ptr<emulator::LinkModel>
+      inbound_;  // the receiving part of its links' model (none: pipelined stamps all)
   std::map<int, std::unique_ptr<Channel>> links_;  // by replica (runtime/channel.h)
   std::map<std::string, std::unique_ptr<compression::Codec>> encoders_, decoders_;
   // The round in progress.
@@ -132,9 +136,9 @@ class DpExchange {
   int64_t n_ = 0, step_ = 0;
   int round_ = 0, pushes_ = 0;
   bool exact_ = false;
-  std::map<int, zmq::message_t> relay_;                   // all-gather frames to pass on, by chunk
-  std::optional<zmq::message_t> own_;                     // this replica's encoded chunk / shard average
-  std::map<int, std::vector<float>> pushed_;              // sharded_ps: the shards pushed to this server
+  std::map<int, zmq::message_t> relay_;       // all-gather frames to pass on, by chunk
+  std::optional<zmq::message_t> own_;         // this replica's encoded chunk / shard average
+  std::map<int, std::vector<float>> pushed_;  // sharded_ps: the shards pushed to this server
   std::vector<float> tmp_;
   DpStats stats_;
 };

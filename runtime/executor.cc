@@ -8,7 +8,8 @@
 
 namespace slowpipe::runtime {
 
-void StepExecutor::start(std::vector<Action> list, const ActionContext& where, double now, bool recordEvents) {
+void StepExecutor::start(std::vector<Action> list, const ActionContext& where, double now,
+                         bool recordEvents) {
   if (pending_) throw std::logic_error("executor: a list started while an action is pending");
   list_ = std::move(list);
   where_ = where;
@@ -58,18 +59,25 @@ Progress StepExecutor::dispatch(Backend& b, const Action& a) {
     where_.virtualStage = protocol::virtualStage(layout_, stage_, a);
   }
   switch (a.kind) {
-    case K::kSend: return b.send(a, where_);
-    case K::kRecv: return b.recv(a, where_);
+    case K::kSend:
+      return b.send(a, where_);
+    case K::kRecv:
+      return b.recv(a, where_);
     case K::kForward:
     case K::kBackward:
     case K::kBackwardInput:
     case K::kBackwardWeight:
     case K::kEvalForward:
-    case K::kGradNorm: return b.compute(a, where_);
-    case K::kStep: return b.step(a, where_);
-    case K::kDpBegin: return b.dpBegin(a, where_);
-    case K::kDpEnd: return b.dpEnd(a, where_);
-    case K::kOuterStep: return b.outerStep(a, where_);
+    case K::kGradNorm:
+      return b.compute(a, where_);
+    case K::kStep:
+      return b.step(a, where_);
+    case K::kDpBegin:
+      return b.dpBegin(a, where_);
+    case K::kDpEnd:
+      return b.dpEnd(a, where_);
+    case K::kOuterStep:
+      return b.outerStep(a, where_);
   }
   throw std::logic_error("executor: an action of unknown kind");
 }

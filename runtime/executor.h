@@ -24,13 +24,13 @@ namespace slowpipe::runtime {
 // answers for the action in hand.
 struct ActionContext {
   int rank = 0;
-  int64_t step = 0;         // global step (an evaluation: the number of steps before it)
+  int64_t step = 0;  // global step (an evaluation: the number of steps before it)
   int epoch = 0;
   int64_t stepInEpoch = 0;  // a training step's index within its epoch
   // Of the action in hand:
-  int peer = -1;          // Send / Recv: the rank at the other end (protocol::peerRank)
-  int chunk = 0;          // Send / Recv of the pipeline: the message key's chunk (protocol::boundaryChunk)
-  int virtualStage = 0;   // compute: the index of its layers (protocol::virtualStage)
+  int peer = -1;  // Send / Recv: the rank at the other end (protocol::peerRank)
+  int chunk = 0;  // Send / Recv of the pipeline: the message key's chunk (protocol::boundaryChunk)
+  int virtualStage = 0;  // compute: the index of its layers (protocol::virtualStage)
 };
 
 // What a backend did with an action: done, or still in progress (virtual backends only).
@@ -63,7 +63,8 @@ struct TimelineEvent {
 
 class StepExecutor {
  public:
-  StepExecutor(const RankLayout& layout, int rank) : layout_(layout), rank_(rank), stage_(layout.id(rank).stage) {}
+  StepExecutor(const RankLayout& layout, int rank)
+      : layout_(layout), rank_(rank), stage_(layout.id(rank).stage) {}
 
   // Starts a list at `now`: `where` gives its step and epoch.
   // recordEvents: keep a TimelineEvent per action (events()).

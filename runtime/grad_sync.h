@@ -11,7 +11,8 @@
 //             m_r = b1 m + (1-b1) g_r, which round 0 averages through the message codec; the
 //             update is AdamW with the mean m (bias-corrected as torch) and v updated with the mean
 //             gradient the mean m implies, (m_t - b1 m_{t-1}) / (1 - b1): the same on every
-//             replica, and torch's AdamW exactly when the codec is exact. Any warm-up works (0 too).
+//             replica, and torch's AdamW exactly when the codec is exact. Any warm-up works (0
+//             too).
 //   diloco    (dp.local_steps H > 1) every H-th step after Step: round 0 carries outer - local; the
 //             replicas' mean d drives Nesterov momentum v = mu v + d, outer -= lr_outer (d + mu v);
 //             every replica continues from outer.
@@ -49,11 +50,13 @@ using Runners = std::vector<StageRunner*>;
 std::vector<torch::Tensor> parametersOf(const Runners& runners);
 
 // The GradientSync of `spec`'s compressor for the runners of a rank of stage `stage`.
-std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, const Runners& runners, int stage);
+std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, const Runners& runners,
+                                               int stage);
 
 struct GradientSyncInfo {
   const char* name;  // the compressor's (GradientCompressor::name)
-  std::unique_ptr<GradientSync> (*make)(const RunSpec& spec, const GradientCompressor& c, const Runners& runners, int stage);
+  std::unique_ptr<GradientSync> (*make)(const RunSpec& spec, const GradientCompressor& c,
+                                        const Runners& runners, int stage);
 };
 const std::vector<GradientSyncInfo>& gradientSyncs();
 

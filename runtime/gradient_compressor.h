@@ -7,7 +7,8 @@
 //   powersgd  powersgd:rank=r: two rounds, P then Q, of every matrix's rank-r factors.
 //   qadam     qadam:bits=4|8,bucket=B,warmup_steps=N: exact gradients during the warm-up, then
 //             the momentum after Step through the reference's quantizer.
-//   diloco    dp.local_steps H > 1: every H-th step after Step, the outer gradient through dp.codec.
+//   diloco    dp.local_steps H > 1: every H-th step after Step, the outer gradient through
+//   dp.codec.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,8 @@ class GradientCompressor {
   // Values of round `round`'s flat buffer on a stage whose parameters have `shapes` (default:
   // every parameter, in round 0).
   virtual int64_t roundValues(const std::vector<std::vector<int64_t>>& shapes, int round) const;
-  // From this step on the rounds follow Step and OuterStep ends the step; -1: always before GradNorm.
+  // From this step on the rounds follow Step and OuterStep ends the step; -1: always before
+  // GradNorm.
   virtual int64_t afterStepFrom() const { return -1; }
   // Steps before the steady state (the simulator replays them first): qadam's warm-up.
   virtual int64_t warmupSteps() const { return 0; }
@@ -65,9 +67,10 @@ std::unique_ptr<GradientCompressor> gradientCompressor(const DpSpec& dp);
 
 // "name:k=v,k=v" -> {k: v} (a compressor file's parameters); keys must be among `known`; values
 // are strict integers in [lo, hi] where read with paramInt. Throws std::invalid_argument.
-std::map<std::string, std::string> compressorParams(const std::string& spec, const std::string& name,
+std::map<std::string, std::string> compressorParams(const std::string& spec,
+                                                    const std::string& name,
                                                     const std::vector<std::string>& known);
-int64_t paramInt(const std::map<std::string, std::string>& p, const std::string& name, const std::string& key, int64_t fallback,
-                 int64_t lo, int64_t hi);
+int64_t paramInt(const std::map<std::string, std::string>& p, const std::string& name,
+                 const std::string& key, int64_t fallback, int64_t lo, int64_t hi);
 
 }  // namespace slowpipe::runtime

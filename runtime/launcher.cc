@@ -17,7 +17,6 @@ double unixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-
 // zmq::poll that returns 0 when a signal interrupts it (EINTR), so that the caller's signal check
 // names the signal; other errors throw as before.
 int pollOrInterrupted(zmq::pollitem_t* items, int n, int ms) {
@@ -44,7 +43,9 @@ std::string requestProblem(const json& req) {
   if (!req.contains("type") || !req["type"].is_string()) return "no string field 'type'";
   const std::string type = req["type"];
   auto needInt = [&](const char* k) -> std::string {
-    return req.contains(k) && req[k].is_number_integer() ? "" : std::string("'") + type + "' without an integer '" + k + "'";
+    return req.contains(k) && req[k].is_number_integer()
+               ? ""
+               : std::string("'") + type + "' without an integer '" + k + "'";
   };
   if (type == "time") return "";
   if (type == "table") return needInt("rank");
@@ -54,8 +55,10 @@ std::string requestProblem(const json& req) {
   if (!req.contains("key") || !req["key"].is_string() || req["key"].get<std::string>().size() != 40)
     return "'join' without a 40-character Z85 'key'";
   for (const char* k : {"host", "address", "bootstrap"})
-    if (req.contains(k) && !req[k].is_string()) return std::string("'join' with a non-string '") + k + "'";
-  if (req.contains("pid") && !req["pid"].is_number_integer()) return "'join' with a non-integer 'pid'";
+    if (req.contains(k) && !req[k].is_string())
+      return std::string("'join' with a non-string '") + k + "'";
+  if (req.contains("pid") && !req["pid"].is_number_integer())
+    return "'join' with a non-integer 'pid'";
   return "";
 }
 
@@ -69,14 +72,15 @@ std::string recordProblem(const json& rec) {
   return "";
 }
 
-
 std::string describeExit(int status) {
   if (WIFSIGNALED(status)) return emulator::exitStatusText(status);
   const int code = WEXITSTATUS(status);
-  const char* why = code == kExitNoPin    ? " (could not be pinned to its CPU: sched_setaffinity failed, see its log)"
-                    : code == kExitNoLog  ? " (could not redirect its output to its log: dup2 failed)"
-                    : code == kExitNoExec ? " (the slowpipe binary could not be executed, see its log)"
-                                          : "";
+  const char* why =
+      code == kExitNoPin
+          ? " (could not be pinned to its CPU: sched_setaffinity failed, see its log)"
+      : code == kExitNoLog  ? " (could not redirect its output to its log: dup2 failed)"
+      : code == kExitNoExec ? " (the slowpipe binary could not be executed, see its log)"
+                            : "";
   return emulator::exitStatusText(status) + why;
 }
 
@@ -90,12 +94,15 @@ int Launcher::run() {
   int rc = 1;
   try {
     fs::create_directories(opt_.outDir);
-    result_["inputs"] = specInputs(result_.doc()["spec"]);  // content digests of the files the spec loads
+    result_["inputs"] =
+        specInputs(result_.doc()["spec"]);  // content digests of the files the spec loads
     // Environment (build provenance, host) is captured once, here, before any worker starts.
     result_["environment"] = environmentInfo("");
     writeJsonAtomically(specPath_, spec_.source.is_null() ? toJson(spec_) : spec_.source);
     const CorpusInfo corpus = prepareCorpus(spec_.data);
-    result_["data"] = {{"dir", corpus.dir}, {"finetune_tokens", corpus.finetuneTokens}, {"pretrain_tokens", corpus.pretrainTokens}};
+    result_["data"] = {{"dir", corpus.dir},
+                       {"finetune_tokens", corpus.finetuneTokens},
+                       {"pretrain_tokens", corpus.pretrainTokens}};
     if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
       throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
                                   "' does not exist (make it with `slowpipe pretrain`)");
@@ -131,7 +138,8 @@ int Launcher::run() {
       nodeLine_->stop();
       result_["network"]["node_line"] = nodeLine_->stats();
       if (const auto& n = result_["network"]["node_line"]; n.contains("forwarding"))
-        noteForwardingCost(n["forwarding"]["cpu_s"].get<double>(), n["forwarding"]["wall_s"].get<double>());
+        noteForwardingCost(n["forwarding"]["cpu_s"].get<double>(),
+                           n["forwarding"]["wall_s"].get<double>());
       nodeLine_.reset();
     }
   } catch (const std::exception& e) {
@@ -147,8 +155,10 @@ void Launcher::shareAccessLinks() {
   result_["network"]["nodes"] = links().nodesRecord();
   if (spec_.network.backend != "user") return;  // tc: the node line carries the access links
   if (opt_.external.enabled)
-    throw std::invalid_argument("network.nodes: access links are shared through memory the local launcher hands its workers; "
-                                "workers an external launcher (mpirun, srun) starts cannot share them");
+    throw std::invalid_argument(
+        "network.nodes: access links are shared through memory the local launcher hands its "
+        "workers; "
+        "workers an external launcher (mpirun, srun) starts cannot share them");
   // Every link comes from the nodes: the paths the ranks use, each with the access links it books.
   json paths = json::array();
   for (int r = 0; r < N_; ++r)
@@ -156,8 +166,9 @@ void Launcher::shareAccessLinks() {
       if (e.src == r) paths.push_back(toJson(e));
   result_["network"]["links"] = {{"from", "network.nodes"}, {"paths", paths}};
   result_["network"].erase("dp_links");
-  result_["network"]["mechanism"]["access_links"] = "user-space: the sender books its node's uplink, the core and the receiver's "
-                                                    "downlink in calendars the workers share (emulator/nodes.h)";
+  result_["network"]["mechanism"]["access_links"] =
+      "user-space: the sender books its node's uplink, the core and the receiver's "
+      "downlink in calendars the workers share (emulator/nodes.h)";
   accessFd_ = emulator::AccessLinks::createShared(links().accessCalendars());
   setenv(emulator::kAccessFdEnv, std::to_string(accessFd_).c_str(), 1);
 }
@@ -174,15 +185,19 @@ void Launcher::noteForwardingCost(double cpuS, double wallS) {
   if (share <= 0.05) return;
   // And what it cost the stages: each wake-up of a line takes a core from whatever ran there.
   std::string preempted;
-  if (const json doc = result_.snapshot(); doc.contains("summary") && doc["summary"].contains("stage_cpu")) {
+  if (const json doc = result_.snapshot();
+      doc.contains("summary") && doc["summary"].contains("stage_cpu")) {
     char b[160];
-    std::snprintf(b, sizeof b, "; each stage's process was preempted %.0f times a second (summary.stage_cpu)",
+    std::snprintf(b, sizeof b,
+                  "; each stage's process was preempted %.0f times a second (summary.stage_cpu)",
                   doc["summary"]["stage_cpu"]["preemptions_per_s"].get<double>());
     preempted = b;
   }
-  std::fprintf(stderr, "slowpipe: note: the delay lines' forwarding took %.1f CPU-s, %.1f%% of this machine's %u cores over "
-               "%.1f s; the stages computed on the rest (result: network.forwarding_cpu_s)%s\n", cpuS, 100 * share, cores, wallS,
-               preempted.c_str());
+  std::fprintf(stderr,
+               "slowpipe: note: the delay lines' forwarding took %.1f CPU-s, %.1f%% of this "
+               "machine's %u cores over "
+               "%.1f s; the stages computed on the rest (result: network.forwarding_cpu_s)%s\n",
+               cpuS, 100 * share, cores, wallS, preempted.c_str());
 }
 
 // The last write of result.json (short form on a full disk); 1 when even that failed.
@@ -205,9 +220,11 @@ json Launcher::launcherInfo() const {
 // Sender and receiver codec states must be bit-identical across every link, both directions,
 // and every data-parallel codec pair, each reported by both of its ends (codecStatesProblem).
 int Launcher::checkCodecStates() {
-  const std::string problem = codecStatesProblem(result_.doc().value("codec_state", json::object()), S_, layout_.replicas, layout_.chunks > 1);
+  const std::string problem = codecStatesProblem(result_.doc().value("codec_state", json::object()),
+                                                 S_, layout_.replicas, layout_.chunks > 1);
   result_["codec_states_match"] = problem.empty();
-  if (!problem.empty()) return fail("codec state of a sender and its receiver differ after the run: " + problem);
+  if (!problem.empty())
+    return fail("codec state of a sender and its receiver differ after the run: " + problem);
   result_.ok();
   return 0;
 }
@@ -216,12 +233,14 @@ int Launcher::checkCodecStates() {
 int Launcher::pollMs() const {
   double wait = 0.1;
   for (const auto& t : traces_)
-    if (t.next < t.trace.points().size()) wait = std::min(wait, t.trace.points()[t.next].first - (now() - start_));
+    if (t.next < t.trace.points().size())
+      wait = std::min(wait, t.trace.points()[t.next].first - (now() - start_));
   return std::max(1, static_cast<int>(wait * 1000));
 }
 
 int64_t Launcher::totalSteps() {  // computed once: it reads the token file
-  if (totalSteps_ < 0) totalSteps_ = Plan(spec_, "finetune").totalSteps;  // the workers' own data plan
+  if (totalSteps_ < 0)
+    totalSteps_ = Plan(spec_, "finetune").totalSteps;  // the workers' own data plan
   return totalSteps_;
 }
 
@@ -264,15 +283,20 @@ bool Launcher::handleChecked(const zmq::message_t& m) {
 // What every listening socket refused (runtime/listen_guard.h): the coordinator's and each rank's,
 // summed by kind; count is the total.
 json Launcher::refusalsReport() const {
-  json total = {{"count", 0}, {"by_kind", json::object()}, {"coordinator", coordinatorRefusals_}, {"ranks", rankRefusals_}};
+  json total = {{"count", 0},
+                {"by_kind", json::object()},
+                {"coordinator", coordinatorRefusals_},
+                {"ranks", rankRefusals_}};
   std::vector<json> parts;
   if (coordinatorRefusals_.is_object()) parts.push_back(coordinatorRefusals_);
   for (const auto& [r, j] : rankRefusals_.items()) parts.push_back(j);
   for (const json& j : parts) {
     total["count"] = total["count"].get<int64_t>() + j.value("count", int64_t{0});
-    const json byKind = j.value("by_kind", json::object());  // named: a temporary's items() would dangle
+    const json byKind =
+        j.value("by_kind", json::object());  // named: a temporary's items() would dangle
     for (const auto& [kind, n] : byKind.items())
-      total["by_kind"][kind] = total["by_kind"].value(kind, int64_t{0}) + (n.is_number_integer() ? n.get<int64_t>() : 0);
+      total["by_kind"][kind] =
+          total["by_kind"].value(kind, int64_t{0}) + (n.is_number_integer() ? n.get<int64_t>() : 0);
   }
   return total;
 }
@@ -280,7 +304,8 @@ json Launcher::refusalsReport() const {
 // One malformed message from a holder of the secret: refused, counted, the first 20 kept.
 void Launcher::badMessage(const std::string& socket, const std::string& problem) {
   ++badMessages_;
-  std::fprintf(stderr, "slowpipe: coordinator: refused a malformed %s message: %s\n", socket.c_str(), problem.c_str());
+  std::fprintf(stderr, "slowpipe: coordinator: refused a malformed %s message: %s\n",
+               socket.c_str(), problem.c_str());
   if (badFirst_.size() < 20) badFirst_.push_back({{"socket", socket}, {"problem", problem}});
 }
 
@@ -301,8 +326,9 @@ int launchRun(const RunSpec& spec, const LaunchOptions& opt) {
     std::error_code ec;
     const auto st = fs::symlink_status(p, ec);
     if (!ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_symlink(st))
-      throw std::invalid_argument("'" + p.string() + "' is a " + (fs::is_directory(st) ? "folder" : "special file") +
-                                  ", not a file: the run writes its result there; remove it or choose another --out");
+      throw std::invalid_argument(
+          "'" + p.string() + "' is a " + (fs::is_directory(st) ? "folder" : "special file") +
+          ", not a file: the run writes its result there; remove it or choose another --out");
   }
   detail::Launcher l(spec, opt);
   return l.run();

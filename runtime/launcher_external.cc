@@ -42,13 +42,20 @@ class StallWatch {
 class ExternalCoordinator {
  public:
   explicit ExternalCoordinator(Launcher& l)
-      : l_(l), ex_(l.opt_.external), gate_(ctx_), rv_(ctx_, zmq::socket_type::router), control_(ctx_, zmq::socket_type::pull),
-        events_(ctx_, zmq::socket_type::pub), refusals_(ctx_), lastSeen_(l.N_, 0) {}
+      : l_(l),
+        ex_(l.opt_.external),
+        gate_(ctx_),
+        rv_(ctx_, zmq::socket_type::router),
+        control_(ctx_, zmq::socket_type::pull),
+        events_(ctx_, zmq::socket_type::pub),
+        refusals_(ctx_),
+        lastSeen_(l.N_, 0) {}
 
   int run() {
     listen();
     while (l_.doneCount_ < l_.N_) {
-      zmq::pollitem_t items[] = {{static_cast<void*>(control_), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(rv_), 0, ZMQ_POLLIN, 0}};
+      zmq::pollitem_t items[] = {{static_cast<void*>(control_), 0, ZMQ_POLLIN, 0},
+                                 {static_cast<void*>(rv_), 0, ZMQ_POLLIN, 0}};
       pollOrInterrupted(items, 2, 100);
       // This process did not run for seconds (SIGSTOP, a debugger, swap), and every rank has given
       // up on its heartbeat meanwhile, so say so first.
@@ -64,7 +71,8 @@ class ExternalCoordinator {
       if (gInterrupt) return finish(l_.fail(membershipProblem()));
       if (!collectRecords()) return finish(l_.fail(gInterrupt ? membershipProblem() : l_.error_));
       watchConnections();
-      if (!tablesSent_ && static_cast<int>(l_.hellos_.size()) == l_.N_ && static_cast<int>(tableIds_.size()) == l_.N_) {
+      if (!tablesSent_ && static_cast<int>(l_.hellos_.size()) == l_.N_ &&
+          static_cast<int>(tableIds_.size()) == l_.N_) {
         for (const auto& [r, id] : tableIds_) reply(id, l_.peerTable(r));
         tablesSent_ = true;
       }
@@ -84,7 +92,8 @@ class ExternalCoordinator {
     // Message limits: rendezvous requests are a few hundred bytes; a worker's records are small
     // but its "done" carries its timeline (runtime.timeline "all": every step's events); the
     // events socket only takes subscriptions.
-    makeCurveServer(rv_, curveKeyPairFromSecret(ex_.secret, "rendezvous/server"), "rendezvous", Launcher::kRendezvousMaxBytes);
+    makeCurveServer(rv_, curveKeyPairFromSecret(ex_.secret, "rendezvous/server"), "rendezvous",
+                    Launcher::kRendezvousMaxBytes);
     makeCurveServer(control_, me_, "control", Launcher::kControlMaxBytes);
     makeCurveServer(events_, me_, "control", 4096);
     refusals_.watch(rv_, "rendezvous", true);
@@ -102,8 +111,10 @@ class ExternalCoordinator {
     events_.bind("tcp://" + ip + ":*");
     controlEp_ = control_.get(zmq::sockopt::last_endpoint);
     eventsEp_ = events_.get(zmq::sockopt::last_endpoint);
-    l_.result_["bootstrap"] = {{"kind", "external"}, {"rendezvous", rvEp_},
-                            {"security", "CURVE (keys per run; rendezvous keys from the shared secret)"}};
+    l_.result_["bootstrap"] = {
+        {"kind", "external"},
+        {"rendezvous", rvEp_},
+        {"security", "CURVE (keys per run; rendezvous keys from the shared secret)"}};
     l_.result_["workers"] = json::array();
     l_.readySent_ = true;
     if (ex_.ready) ex_.ready("");
@@ -120,8 +131,10 @@ class ExternalCoordinator {
     stallWorst_ = std::max(stallWorst_, stall_.take());
     if (stallWorst_ <= Launcher::kStallS) return "";
     char text[200];
-    std::snprintf(text, sizeof text, "the coordinator (in rank 0's process, pid %d) did not run for %.1f s (process "
-                  "stopped or starved); the ranks stop after 5 s without its heartbeat", static_cast<int>(getpid()), stallWorst_);
+    std::snprintf(text, sizeof text,
+                  "the coordinator (in rank 0's process, pid %d) did not run for %.1f s (process "
+                  "stopped or starved); the ranks stop after 5 s without its heartbeat",
+                  static_cast<int>(getpid()), stallWorst_);
     return text;
   }
 
@@ -138,8 +151,10 @@ class ExternalCoordinator {
     l_.coordinatorRefusals_ = refusals_.report();
     l_.coordinatorRefusals_["zap"] = gate_.refusals();
     writeJsonAtomically(l_.resultPath_, l_.finalDoc());
-    for (int i = 0; i < 3; ++i) {  // a subscriber may miss one message; it acts on the first it gets
-      publish(rc == 0 ? json{{"type", "end"}} : json{{"type", "abort"}, {"reason", l_.result_.reason()}});
+    for (int i = 0; i < 3;
+         ++i) {  // a subscriber may miss one message; it acts on the first it gets
+      publish(rc == 0 ? json{{"type", "end"}}
+                      : json{{"type", "abort"}, {"reason", l_.result_.reason()}});
       usleep(100000);
     }
     return rc;
@@ -155,29 +170,39 @@ class ExternalCoordinator {
       parts.push_back(std::move(part));
       while (parts.back().more() && rv_.recv(part)) parts.push_back(std::move(part));
       const std::string id = parts[0].to_string();
-      const json req = parts.size() == 3 ? json::parse(parts[2].to_string(), nullptr, false) : json();
-      std::string problem = parts.size() != 3 ? "expected [empty][json] after the routing id, got " +
-                                                    std::to_string(parts.size() - 1) + " part(s)"
-                                              : requestProblem(req);
-      if (problem.empty() && req["type"] == "table") problem = tableProblem(req["rank"].get<int64_t>());
+      const json req =
+          parts.size() == 3 ? json::parse(parts[2].to_string(), nullptr, false) : json();
+      std::string problem = parts.size() != 3
+                                ? "expected [empty][json] after the routing id, got " +
+                                      std::to_string(parts.size() - 1) + " part(s)"
+                                : requestProblem(req);
+      if (problem.empty() && req["type"] == "table")
+        problem = tableProblem(req["rank"].get<int64_t>());
       if (!problem.empty()) {  // refused, counted; the run goes on
         l_.badMessage("rendezvous", problem);
         reply(id, {{"error", "bad request: " + problem}});
         continue;
       }
       const std::string type = req["type"];
-      if (type == "time") reply(id, {{"t", now()}});
-      else if (type == "join") join(id, req);
-      else tableIds_[req["rank"].get<int>()] = id;  // "table": requestProblem admits no other type
+      if (type == "time")
+        reply(id, {{"t", now()}});
+      else if (type == "join")
+        join(id, req);
+      else
+        tableIds_[req["rank"].get<int>()] = id;  // "table": requestProblem admits no other type
     }
   }
 
   // A "table" request may come only from a rank of this run that has joined (an unknown rank hung
   // the run until its step timeout: it was never range-checked).
   std::string tableProblem(int64_t r) const {
-    if (r < 0 || r >= l_.N_) return "'table' for rank " + std::to_string(r) + ", not a rank of this run (0.." + std::to_string(l_.N_ - 1) + ")";
-    if (!joins_.count(static_cast<int>(r))) return "'table' for rank " + std::to_string(r) + ", which has not joined";
-    if (tableIds_.count(static_cast<int>(r))) return "'table' for rank " + std::to_string(r) + " asked twice";
+    if (r < 0 || r >= l_.N_)
+      return "'table' for rank " + std::to_string(r) + ", not a rank of this run (0.." +
+             std::to_string(l_.N_ - 1) + ")";
+    if (!joins_.count(static_cast<int>(r)))
+      return "'table' for rank " + std::to_string(r) + ", which has not joined";
+    if (tableIds_.count(static_cast<int>(r)))
+      return "'table' for rank " + std::to_string(r) + " asked twice";
     return "";
   }
 
@@ -186,14 +211,17 @@ class ExternalCoordinator {
   void join(const std::string& id, const json& req) {
     const int r = req.value("rank", -1), size = req.value("size", -1), N = l_.N_;
     if (size != N) {
-      const std::string why = "rank " + std::to_string(r) + " was started with world size " + std::to_string(size) +
-                              "; this run has " + std::to_string(N) + " workers (pipeline.stages x pipeline.replicas = " +
-                              std::to_string(l_.S_) + " x " + std::to_string(l_.layout_.replicas) + ")";
+      const std::string why =
+          "rank " + std::to_string(r) + " was started with world size " + std::to_string(size) +
+          "; this run has " + std::to_string(N) +
+          " workers (pipeline.stages x pipeline.replicas = " + std::to_string(l_.S_) + " x " +
+          std::to_string(l_.layout_.replicas) + ")";
       refusedJoins_[r] = why;
       reply(id, {{"error", why}});
     } else if (r < 0 || r >= N || joins_.count(r) || joined_) {
-      const std::string why = "rank " + std::to_string(r) + " is not a free rank of this run (0.." + std::to_string(N - 1) +
-                              (joins_.count(r) ? ", already joined" : "") + ")";
+      const std::string why = "rank " + std::to_string(r) + " is not a free rank of this run (0.." +
+                              std::to_string(N - 1) + (joins_.count(r) ? ", already joined" : "") +
+                              ")";
       refusedJoins_[r] = why;
       reply(id, {{"error", why}});
     } else {
@@ -206,11 +234,18 @@ class ExternalCoordinator {
     for (const auto& [k, j] : joins_) keys[std::to_string(k)] = j["key"];
     for (const auto& [k, j] : joins_) {
       const RankId rid = l_.layout_.id(k);
-      l_.result_["workers"].push_back({{"rank", k}, {"stage", rid.stage}, {"replica", rid.replica}, {"host", j.value("host", "")},
-                                    {"address", j.value("address", "")}, {"pid", j.value("pid", 0)},
-                                    {"bootstrap", j.value("bootstrap", "")}});
-      reply(joinIds_[k], {{"spec", l_.spec_.source.is_null() ? toJson(l_.spec_) : l_.spec_.source}, {"control", controlEp_},
-                          {"events", eventsEp_}, {"coordinator_key", me_.publicKey}, {"keys", keys}});
+      l_.result_["workers"].push_back({{"rank", k},
+                                       {"stage", rid.stage},
+                                       {"replica", rid.replica},
+                                       {"host", j.value("host", "")},
+                                       {"address", j.value("address", "")},
+                                       {"pid", j.value("pid", 0)},
+                                       {"bootstrap", j.value("bootstrap", "")}});
+      reply(joinIds_[k], {{"spec", l_.spec_.source.is_null() ? toJson(l_.spec_) : l_.spec_.source},
+                          {"control", controlEp_},
+                          {"events", eventsEp_},
+                          {"coordinator_key", me_.publicKey},
+                          {"keys", keys}});
       lastSeen_[k] = now();
     }
     joined_ = true;
@@ -228,16 +263,20 @@ class ExternalCoordinator {
       }
       const int64_t r64 = rec["rank"].get<int64_t>();
       if (r64 < 0 || r64 >= l_.N_) {  // every rank from the wire is range-checked
-        l_.badMessage("control", rec["type"].get<std::string>().substr(0, 40) + " record for rank " + std::to_string(r64) +
-                                     ", not a rank of this run (0.." + std::to_string(l_.N_ - 1) + ")");
+        l_.badMessage("control", rec["type"].get<std::string>().substr(0, 40) +
+                                     " record for rank " + std::to_string(r64) +
+                                     ", not a rank of this run (0.." + std::to_string(l_.N_ - 1) +
+                                     ")");
         continue;
       }
       const int r = static_cast<int>(r64);
       lastSeen_[r] = now();
       if (rec["type"] == "beat") continue;
       try {
-        if (rec["type"] == "hello" && rec.contains("clock")) l_.result_["clock"][std::to_string(r)] = rec["clock"];
-        if (rec["type"] == "hello" && !rec.value("control_from", "").empty()) rankOfPeer_[rec["control_from"]] = r;
+        if (rec["type"] == "hello" && rec.contains("clock"))
+          l_.result_["clock"][std::to_string(r)] = rec["clock"];
+        if (rec["type"] == "hello" && !rec.value("control_from", "").empty())
+          rankOfPeer_[rec["control_from"]] = r;
         if (!l_.handle(rec)) return false;
       } catch (const json::exception& e) {  // a field of the wrong type: refused, counted
         l_.badMessage("control", rec.value("type", "?") + " record: " + e.what());
@@ -252,7 +291,8 @@ class ExternalCoordinator {
     refusals_.poll([&](const ListenGuard::Event& e) {
       if (e.event != ZMQ_EVENT_DISCONNECTED) return;
       const auto it = rankOfPeer_.find(e.peer);
-      if (it != rankOfPeer_.end() && !l_.workers_[it->second].done) droppedAt_.emplace(it->second, now());
+      if (it != rankOfPeer_.end() && !l_.workers_[it->second].done)
+        droppedAt_.emplace(it->second, now());
     });
   }
 
@@ -266,11 +306,13 @@ class ExternalCoordinator {
     std::string from;
     for (const auto& [peer, rank] : rankOfPeer_)
       if (rank == r) from = peer;
-    return "host '" + host + "' as it said at its join" + (from.empty() ? "" : ", connected from " + from);
+    return "host '" + host + "' as it said at its join" +
+           (from.empty() ? "" : ", connected from " + from);
   }
 
   std::string lastStepOf(int r) const {
-    return l_.workers_[r].lastStep >= 0 ? "; last step " + std::to_string(l_.workers_[r].lastStep) : "; before its first step";
+    return l_.workers_[r].lastStep >= 0 ? "; last step " + std::to_string(l_.workers_[r].lastStep)
+                                        : "; before its first step";
   }
 
   // Why the run cannot go on, or "": a dropped connection, a silent rank, ranks that never
@@ -286,25 +328,31 @@ class ExternalCoordinator {
       return std::string("coordinator interrupted by signal ") + std::to_string(gInterrupt.load()) +
              (why.empty() ? "" : "; before it, the connection of " + why + " had dropped (died?)");
     }
-    for (const auto& [r, at] : droppedAt_)  // a dropped connection whose "done" has not come within 0.5 s
+    for (const auto& [r, at] :
+         droppedAt_)  // a dropped connection whose "done" has not come within 0.5 s
       if (!l_.workers_[r].done && now() - at > 0.5)
         return "rank " + std::to_string(r) + " (" + claimedHost(r) +
-               ") lost its connection to the coordinator: it died or its host is unreachable" + lastStepOf(r);
+               ") lost its connection to the coordinator: it died or its host is unreachable" +
+               lastStepOf(r);
     if (!joined_ && now() - l_.start_ > ex_.joinTimeoutS) {
       std::string missing;
       for (int r = 0; r < N; ++r)
         if (!joins_.count(r))
           missing += (missing.empty() ? "" : ", ") + std::to_string(r) +
-                     (refusedJoins_.count(r) ? " (refused: " + refusedJoins_[r] + ")" : " (never asked to join)");
-      return std::to_string(joins_.size()) + " of " + std::to_string(N) + " ranks joined the rendezvous at " + rvEp_ + " within " +
+                     (refusedJoins_.count(r) ? " (refused: " + refusedJoins_[r] + ")"
+                                             : " (never asked to join)");
+      return std::to_string(joins_.size()) + " of " + std::to_string(N) +
+             " ranks joined the rendezvous at " + rvEp_ + " within " +
              std::to_string(static_cast<int>(ex_.joinTimeoutS)) + " s; missing: " + missing;
     }
     if (joined_)
       for (int r = 0; r < N; ++r)
         if (!l_.workers_[r].done && now() - lastSeen_[r] > Launcher::kSilentS)
           return "rank " + std::to_string(r) + " (" + claimedHost(r) + ") sent nothing for " +
-                 std::to_string(static_cast<int>(Launcher::kSilentS)) + " s: it died or its host is unreachable" + lastStepOf(r);
-    if (joined_ && now() - l_.lastProgress_ > l_.spec_.runtime.stepTimeoutS) return l_.diagnoseHang();
+                 std::to_string(static_cast<int>(Launcher::kSilentS)) +
+                 " s: it died or its host is unreachable" + lastStepOf(r);
+    if (joined_ && now() - l_.lastProgress_ > l_.spec_.runtime.stepTimeoutS)
+      return l_.diagnoseHang();
     return "";
   }
 

@@ -8,20 +8,20 @@
 // Launcher: process management, record collection, result assembly (see launcher.h).
 #include "runtime/launcher.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <zmq.hpp>
 
 #include "emulator/calibrate.h"
@@ -55,14 +55,16 @@ struct Worker {
   bool done = false, exited = false;
   int status = 0;
   int64_t lastStep = -1;
-  long cpuAtProgress = 0;  // CPU ticks when a hang was first suspected (no record for half the timeout)
+  long cpuAtProgress =
+      0;  // CPU ticks when a hang was first suspected (no record for half the timeout)
 };
 
 // zmq::poll that returns 0 when a signal interrupts it (EINTR), so that the caller's signal check
 // names the signal; other errors throw as before.
 int pollOrInterrupted(zmq::pollitem_t* items, int n, int ms);
 int pollControl(zmq::socket_t& control, int ms);
-// What is wrong with a rendezvous request / a worker's record, or "" (launcher.cc says what is checked).
+// What is wrong with a rendezvous request / a worker's record, or "" (launcher.cc says what is
+// checked).
 std::string requestProblem(const json& req);
 std::string recordProblem(const json& rec);
 
@@ -75,8 +77,12 @@ class ExternalCoordinator;  // launcher_external.cc
 class Launcher {
  public:
   Launcher(const RunSpec& spec, const LaunchOptions& opt)
-      : spec_(spec), opt_(opt), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
-        N_(layout_.size()), workers_(layout_.size()) {}
+      : spec_(spec),
+        opt_(opt),
+        S_(spec.pipeline.stages),
+        layout_(rankLayout(spec)),
+        N_(layout_.size()),
+        workers_(layout_.size()) {}
   // Never throws: every failure, setup included, ends in a result.json with status "failed" and
   // the reason (an exception escaping here would terminate a coordinator thread or a sweep).
   int run();
@@ -116,8 +122,8 @@ class Launcher {
   int checkCodecStates();
   // One record from a worker. Returns false on an error record (error_ says what).
   bool handle(const json& rec);
-  // The last step's (runtime.timeline "all": every step's) events of every stage, on one time axis (all workers share the host's
-  // monotonic clock), in the simulator's timeline schema.
+  // The last step's (runtime.timeline "all": every step's) events of every stage, on one time axis
+  // (all workers share the host's monotonic clock), in the simulator's timeline schema.
   void recordTimeline();
   // Kernel backend with bandwidth traces: the launcher changes the HTB rate of each traced
   // direction when the trace says (time 0 = when the workers were started).
@@ -144,19 +150,23 @@ class Launcher {
   void badMessage(const std::string& socket, const std::string& problem);
   json refusalsReport() const;
   bool handleChecked(const zmq::message_t& m);
-  std::string exitedWorker(zmq::socket_t& control);  // local: a worker that ended before its "done"  // handle() of a record not yet parsed or checked
+  std::string exitedWorker(
+      zmq::socket_t& control);  // local: a worker that ended before its "done"  // handle() of a
+                                // record not yet parsed or checked
 
   static constexpr double kCalibrationLimitS = 120;  // the longest a link's calibration may take
-  static constexpr double kSilentS = 3.0;  // external: a rank this long without a record or heartbeat is gone
-  static constexpr double kStallS = 2.5;   // external: this process not run this long is a stall (StallWatch)
+  static constexpr double kSilentS =
+      3.0;  // external: a rank this long without a record or heartbeat is gone
+  static constexpr double kStallS =
+      2.5;  // external: this process not run this long is a stall (StallWatch)
   static constexpr double kHeartbeatWriteS = 5.0;  // result.json's heartbeat, at least this often
   static constexpr int64_t kRendezvousMaxBytes = 64 << 10;
   static constexpr int64_t kControlMaxBytes = int64_t{256} << 20;
   ProgressLine progressLine_;
   int64_t badMessages_ = 0;
   json badFirst_ = json::array();
-  json coordinatorRefusals_;                 // the coordinator's sockets (null: none watched)
-  json rankRefusals_ = json::object();       // rank -> what its sockets refused (from its "done")
+  json coordinatorRefusals_;            // the coordinator's sockets (null: none watched)
+  json rankRefusals_ = json::object();  // rank -> what its sockets refused (from its "done")
   bool readySent_ = false;
   const RunSpec& spec_;
   LaunchOptions opt_;
@@ -167,11 +177,11 @@ class Launcher {
   std::unique_ptr<emulator::NetnsFabric> fabric_;
   std::unique_ptr<emulator::NodeLine> nodeLine_;  // tc with network.nodes
   std::string resultPath_, specPath_, controlEp_;
-  ResultBuilder result_;  // result.json (runtime/records.h)
+  ResultBuilder result_;                                      // result.json (runtime/records.h)
   std::map<int64_t, std::map<int, RankStepRecord>> pending_;  // steps not every rank reported yet
   std::map<int, json> hellos_, timelines_;
   std::unique_ptr<LinkTable> links_;  // links(): made when the first peer table goes out
-  int accessFd_ = -1;                 // network.nodes: the access links' shared memory (workers inherit it)
+  int accessFd_ = -1;  // network.nodes: the access links' shared memory (workers inherit it)
   struct TraceCursor {
     int edge, from;
     emulator::BandwidthTrace trace;
@@ -187,7 +197,7 @@ class Launcher {
   int64_t totalSteps_ = -1;
   double traceOrigin_ = -1;  // time 0 of the links' traces and the first step (peerTable)
   static constexpr double kStartMarginS = 0.2;  // from the peer tables to the first step
-  double connectMarginS() const;                 // and, where the kernel carries the delay, 4 RTT more
+  double connectMarginS() const;  // and, where the kernel carries the delay, 4 RTT more
 };
 
 }  // namespace slowpipe::runtime::detail

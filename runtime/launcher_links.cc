@@ -21,8 +21,11 @@ std::vector<std::pair<int, int>> Launcher::pipelineEdges() const {
 int Launcher::edgeBetween(int a, int b) const {
   const auto edges = pipelineEdges();
   for (size_t e = 0; e < edges.size(); ++e)
-    if ((edges[e].first == a && edges[e].second == b) || (edges[e].first == b && edges[e].second == a)) return static_cast<int>(e);
-  throw std::logic_error("no pipeline edge joins stages " + std::to_string(a) + " and " + std::to_string(b));
+    if ((edges[e].first == a && edges[e].second == b) ||
+        (edges[e].first == b && edges[e].second == a))
+      return static_cast<int>(e);
+  throw std::logic_error("no pipeline edge joins stages " + std::to_string(a) + " and " +
+                         std::to_string(b));
 }
 
 namespace {
@@ -38,7 +41,8 @@ json userMechanism(const std::string& modelName) {
     mech["loss"] = "user-space retransmission delay (a lost message arrives retransmit_s later)";
   } else {
     mech["jitter"] = "not modelled (refused with this model)";
-    mech["loss"] = m.modelsLoss ? "per packet in the " + std::string(m.name) + " link model (a retransmission and the model's loss response)"
+    mech["loss"] = m.modelsLoss ? "per packet in the " + std::string(m.name) +
+                                      " link model (a retransmission and the model's loss response)"
                                 : "not modelled (refused with this model)";
   }
   return mech;
@@ -49,15 +53,19 @@ json userMechanism(const std::string& modelName) {
 // network.nodes on the kernel path: a namespace per node joined by the node line (uplink, core,
 // downlink as packet links; emulator/node_line.h); each rank runs in its node's namespace.
 void Launcher::setupNodeLine() {
-  nodeLine_ = std::make_unique<emulator::NodeLine>(*links().nodeNetwork(), links().rankNodes());  // the nodes the ranks sit on
+  nodeLine_ = std::make_unique<emulator::NodeLine>(
+      *links().nodeNetwork(), links().rankNodes());  // the nodes the ranks sit on
   json mech = nodeLine_->describe();
-  mech["rate"] = "node line: uplinks, downlinks and rated core pairs (goodput-compensated, mtu 1500, drop-tail 1000 packets)";
+  mech["rate"] =
+      "node line: uplinks, downlinks and rated core pairs (goodput-compensated, mtu 1500, "
+      "drop-tail 1000 packets)";
   mech["delay"] = mech["jitter"] = mech["loss"] = "node line (the core pair's)";
   result_["network"] = {{"backend", "tc"}, {"mechanism", mech}};
   const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
   result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
   for (const int n : nodeLine_->nodes())
-    result_["network"]["tcp"]["applied"].push_back(emulator::applyTcpSettings(nodeLine_->nsName(n), tcp));
+    result_["network"]["tcp"]["applied"].push_back(
+        emulator::applyTcpSettings(nodeLine_->nsName(n), tcp));
 }
 
 void Launcher::setupNetwork() {
@@ -68,43 +76,56 @@ void Launcher::setupNetwork() {
     if (!removed.empty()) {
       std::string names;
       for (const auto& n : removed) names += (names.empty() ? "" : ", ") + n;
-      std::fprintf(stderr, "slowpipe: removed %zu namespace(s) left by runs whose owner is gone: %s\n", removed.size(),
-                   names.c_str());
+      std::fprintf(stderr,
+                   "slowpipe: removed %zu namespace(s) left by runs whose owner is gone: %s\n",
+                   removed.size(), names.c_str());
       result_["network_cleanup"] = removed;
     }
   }
   if (opt_.external.enabled && spec_.network.backend == "tc")
-    throw std::invalid_argument("network.backend 'tc': its namespaces live on one host; a run started by an external "
-                                "launcher shapes in user space (backend user) or on the hosts' interfaces (tc-dev)");
+    throw std::invalid_argument(
+        "network.backend 'tc': its namespaces live on one host; a run started by an external "
+        "launcher shapes in user space (backend user) or on the hosts' interfaces (tc-dev)");
   if (!opt_.external.enabled && spec_.network.backend == "tc-dev")
-    throw std::invalid_argument("network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
-                                "mpirun or srun (docs/clusters.md); on one host use backend tc");
+    throw std::invalid_argument(
+        "network.backend 'tc-dev' shapes real interfaces between hosts: start the workers with "
+        "mpirun or srun (docs/clusters.md); on one host use backend tc");
   if (spec_.network.backend == "tc" && !spec_.network.nodes.is_null()) {
     setupNodeLine();
   } else if (spec_.network.backend == "tc") {
     // One veth pair per pipeline edge: the chain, and with model chunks the ring's S-1 -> 0
     // (with two stages the ring's two routes are the one edge 0 <-> 1).
     std::vector<emulator::FabricEdge> edges;
-    const double moderationS = spec_.network.moderationUs < 0 ? -1 : spec_.network.moderationUs * 1e-6;
-    for (const auto& [a, b] : pipelineEdges()) edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
+    const double moderationS =
+        spec_.network.moderationUs < 0 ? -1 : spec_.network.moderationUs * 1e-6;
+    for (const auto& [a, b] : pipelineEdges())
+      edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
     fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
     result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
-    if (spec_.network.moderationUs != 0 && fabric_->lineStats().is_null())  // veth pairs: no line to moderate
-      std::fprintf(stderr, "slowpipe: warning: network.moderation_us: %s\n",
-                   result_["network"]["mechanism"].value("moderation", std::string("not applied")).c_str());
+    if (spec_.network.moderationUs != 0 &&
+        fabric_->lineStats().is_null())  // veth pairs: no line to moderate
+      std::fprintf(
+          stderr, "slowpipe: warning: network.moderation_us: %s\n",
+          result_["network"]["mechanism"].value("moderation", std::string("not applied")).c_str());
     // network.tcp: every stage namespace's TCP as the spec says, read back into the result.
-    const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
+    const emulator::TcpSettings tcp =
+        emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
     result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
     for (int s = 0; s < S_; ++s)
-      result_["network"]["tcp"]["applied"].push_back(emulator::applyTcpSettings(fabric_->nsName(s), tcp));
+      result_["network"]["tcp"]["applied"].push_back(
+          emulator::applyTcpSettings(fabric_->nsName(s), tcp));
     for (int e = 0; e < static_cast<int>(edges.size()); ++e)
       for (int from : {edges[e].a, edges[e].b}) {
         const emulator::LinkSpec& l = from == edges[e].a ? edges[e].aToB : edges[e].bToA;
-        if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
+        if (!l.trace.empty())
+          traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
       }
   } else if (spec_.network.backend == "tc-dev") {
-    result_["network"] = {{"backend", "tc-dev"}, {"dev", spec_.network.dev},
-                       {"mechanism", "per worker: htb per destination on its interface (result.json workers[].shaping)"}};
+    result_["network"] = {
+        {"backend", "tc-dev"},
+        {"dev", spec_.network.dev},
+        {"mechanism",
+         "per worker: htb per destination on its interface (result.json workers[].shaping)"}};
   } else {
     result_["network"] = {{"backend", "user"}, {"mechanism", userMechanism(spec_.network.model)}};
   }
@@ -112,20 +133,28 @@ void Launcher::setupNetwork() {
   // Links on which the kernel's TCP has two outcomes the tcp model bills as one: flagged and said
   // once, so one figure is not read as the answer (emulator::tcpBimodality).
   if (spec_.network.backend == "user" && spec_.network.model == "tcp") {
-    const json flagged = emulator::tcpBimodalLinks(topo, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
+    const json flagged = emulator::tcpBimodalLinks(
+        topo, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
     if (!flagged.empty()) {
       result_["network"]["tcp_bimodal"] = flagged;
-      std::fprintf(stderr, "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 100 ms): the kernel's HyStart leaves slow start at one "
-                   "of several windows, the tcp model bills one outcome (result.json network.tcp_bimodal)\n", flagged.size());
+      std::fprintf(
+          stderr,
+          "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 100 ms): the kernel's HyStart "
+          "leaves slow start at one "
+          "of several windows, the tcp model bills one outcome (result.json network.tcp_bimodal)\n",
+          flagged.size());
     }
   }
   if (layout_.replicas > 1) {
     result_["network"]["dp_links"] = dpTopology(spec_);
-    result_["network"]["dp_mechanism"] = "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
+    result_["network"]["dp_mechanism"] =
+        "user-space (rate, delay, jitter) on one PUSH/PULL pair per directed replica link";
   }
-  if (opt_.calibrate && S_ > 1 && !opt_.external.enabled && spec_.network.nodes.is_null()) calibrate(topo);
+  if (opt_.calibrate && S_ > 1 && !opt_.external.enabled && spec_.network.nodes.is_null())
+    calibrate(topo);
   if (opt_.external.enabled)
-    result_["calibration_note"] = "not calibrated: the links run between the workers' hosts, not on this one";
+    result_["calibration_note"] =
+        "not calibrated: the links run between the workers' hosts, not on this one";
 }
 
 // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
@@ -151,18 +180,24 @@ void Launcher::calibrate(const emulator::Topology& topo) {
         c.link = l;
         // The run's message size, at least 64 KiB, for ~0.3 s of traffic: shorter bursts measure
         // scheduling noise on the first and last delivery, not the link.
-        c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen * spec_.model.width * 4;
+        c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen *
+                         spec_.model.width * 4;
         c.messageBytes = std::max<uint64_t>(c.messageBytes, 64 << 10);
-        c.messages = std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
+        c.messages = std::clamp(
+            static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
         c.probes = 30;
-        const std::string name = "link " + std::to_string(src) + "->" + std::to_string(dst) + " (" + l.describe() + ")";
+        const std::string name =
+            "link " + std::to_string(src) + "->" + std::to_string(dst) + " (" + l.describe() + ")";
         // A time limit up front: at a mistyped rate (50 bit/s) the bulk alone would take days.
-        const double expectS = 8.0 * static_cast<double>(c.messageBytes) * c.messages / l.bandwidthBps + 2 * l.latencyS;
+        const double expectS =
+            8.0 * static_cast<double>(c.messageBytes) * c.messages / l.bandwidthBps +
+            2 * l.latencyS;
         if (expectS > kCalibrationLimitS)
-          throw std::invalid_argument("calibrating " + name + ": " + std::to_string(c.messages) + " messages of " +
-                                      std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
-                                      " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
-                                      " s limit; is the bandwidth's unit right?");
+          throw std::invalid_argument(
+              "calibrating " + name + ": " + std::to_string(c.messages) + " messages of " +
+              std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
+              " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
+              " s limit; is the bandwidth's unit right?");
         try {
           seen[key] = emulator::calibrateLink(c);
         } catch (const std::exception& e) {
@@ -175,14 +210,19 @@ void Launcher::calibrate(const emulator::Topology& topo) {
       if (!entry["link_ok"].get<bool>()) {
         ok = false;
         const double steal = seen[key].value("host_cpu_steal", 0.0);
-        std::fprintf(stderr, "slowpipe: warning: link %d->%d (%s) achieved %.4g bps, %+.1f%% off its configured rate "
-                     "(tolerance 3%%; the hypervisor took %.1f%% of this machine's CPU meanwhile); results at this "
-                     "setting are flagged link_ok=false\n", src, dst,
-                     l.describe().c_str(), seen[key].value("achieved_bps", 0.0), 100 * err, 100 * steal);
+        std::fprintf(stderr,
+                     "slowpipe: warning: link %d->%d (%s) achieved %.4g bps, %+.1f%% off its "
+                     "configured rate "
+                     "(tolerance 3%%; the hypervisor took %.1f%% of this machine's CPU meanwhile); "
+                     "results at this "
+                     "setting are flagged link_ok=false\n",
+                     src, dst, l.describe().c_str(), seen[key].value("achieved_bps", 0.0),
+                     100 * err, 100 * steal);
       }
       all.push_back(entry);
     }
-  result_["calibration"] = all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
+  result_["calibration"] =
+      all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
   result_["calibration_links"] = all;
   result_["link_ok"] = ok;
 }
@@ -195,10 +235,14 @@ void Launcher::applyTraces() {
   for (auto& t : traces_) {
     const auto& pts = t.trace.points();
     const double origin = traceOrigin_ >= 0 ? traceOrigin_ : start_;
-    while (t.next < pts.size() && (traceOrigin_ >= 0 || pts[t.next].first <= 0) && now() - origin >= pts[t.next].first) {
+    while (t.next < pts.size() && (traceOrigin_ >= 0 || pts[t.next].first <= 0) &&
+           now() - origin >= pts[t.next].first) {
       fabric_->setRate(t.edge, t.from, pts[t.next].second);
-      result_["trace_changes"].push_back({{"at_s", now() - origin}, {"due_s", pts[t.next].first}, {"edge", t.edge},
-                                       {"from", t.from}, {"bandwidth_bps", pts[t.next].second}});
+      result_["trace_changes"].push_back({{"at_s", now() - origin},
+                                          {"due_s", pts[t.next].first},
+                                          {"edge", t.edge},
+                                          {"from", t.from},
+                                          {"bandwidth_bps", pts[t.next].second}});
       ++t.next;
     }
   }

@@ -1,17 +1,20 @@
-// Launcher: the local process group: spawn, placement, supervision, stop, hang diagnosis (see launcher_internal.h).
+// Launcher: the local process group: spawn, placement, supervision, stop, hang diagnosis (see
+// launcher_internal.h).
 #include "runtime/launcher_internal.h"
 
 namespace slowpipe::runtime::detail {
 
 void Launcher::spawn(int r) {
-  const std::string log = (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
-  std::vector<std::string> args = {"slowpipe", "worker", "--spec", specPath_, "--rank", std::to_string(r),
-                                   "--control", controlEp_, "--peers", peerEp(r), "--launcher-pid",
-                                   std::to_string(getpid())};
-  if (nodeLine_) {  // network.nodes on tc: the rank's node's namespace and address, toward both neighbours
+  const std::string log =
+      (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
+  std::vector<std::string> args = {
+      "slowpipe",  "worker",   "--spec",  specPath_, "--rank",         std::to_string(r),
+      "--control", controlEp_, "--peers", peerEp(r), "--launcher-pid", std::to_string(getpid())};
+  if (nodeLine_) {  // network.nodes on tc: the rank's node's namespace and address, toward both
+                    // neighbours
     const int node = links().rankNodes().at(r);
-    args.insert(args.end(), {"--netns", nodeLine_->nsName(node), "--bind-prev", nodeLine_->address(node), "--bind-next",
-                             nodeLine_->address(node)});
+    args.insert(args.end(), {"--netns", nodeLine_->nsName(node), "--bind-prev",
+                             nodeLine_->address(node), "--bind-next", nodeLine_->address(node)});
   } else if (fabric_) {
     // The rank's namespace and its addresses; its links (the kernel paces them, who adds which
     // delay) come with its peer table.
@@ -19,15 +22,18 @@ void Launcher::spawn(int r) {
     args.insert(args.end(), {"--netns", fabric_->nsName(r)});
     const RankId id = layout_.id(r);
     if (const int p = protocol::neighbourStage(layout_, id.stage, Action::Peer::kPrev); p >= 0)
-      args.insert(args.end(), {"--bind-prev", fabric_->address(edgeBetween(p, id.stage), id.stage)});
+      args.insert(args.end(),
+                  {"--bind-prev", fabric_->address(edgeBetween(p, id.stage), id.stage)});
     if (const int n = protocol::neighbourStage(layout_, id.stage, Action::Peer::kNext); n >= 0)
-      args.insert(args.end(), {"--bind-next", fabric_->address(edgeBetween(id.stage, n), id.stage)});
+      args.insert(args.end(),
+                  {"--bind-next", fabric_->address(edgeBetween(id.stage, n), id.stage)});
   }
   // Everything the child needs is built before fork: the child only redirects and execs.
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const int fd = createFileNoFollow(log);  // a link planted at worker-N.log is refused, its target untouched
+  const int fd =
+      createFileNoFollow(log);  // a link planted at worker-N.log is refused, its target untouched
   const pid_t pid = fork();
   if (pid < 0) {
     close(fd);
@@ -36,8 +42,9 @@ void Launcher::spawn(int r) {
   const int cpu = r < static_cast<int>(cpus_.size()) ? cpus_[r] : -1;
   if (pid == 0) {
     // Only async-signal-safe calls here; a failure exits with a status describeExit names.
-    if (dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(kExitNoLog);  // dup2 clears O_CLOEXEC on the copies
-    if (cpu >= 0) {  // inherited by everything the worker starts (torch's threads too)
+    if (dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+      _exit(kExitNoLog);  // dup2 clears O_CLOEXEC on the copies
+    if (cpu >= 0) {       // inherited by everything the worker starts (torch's threads too)
       cpu_set_t set;
       CPU_ZERO(&set);
       CPU_SET(cpu, &set);
@@ -53,8 +60,11 @@ void Launcher::spawn(int r) {
   close(fd);
   workers_[r].pid = pid;
   const RankId id = layout_.id(r);
-  result_["workers"].push_back({{"rank", r}, {"stage", id.stage}, {"replica", id.replica}, {"pid", pid},
-                             {"cpu", cpu >= 0 ? json(cpu) : json("any")}});
+  result_["workers"].push_back({{"rank", r},
+                                {"stage", id.stage},
+                                {"replica", id.replica},
+                                {"pid", pid},
+                                {"cpu", cpu >= 0 ? json(cpu) : json("any")}});
 }
 
 // runtime.pin_cores: one worker per CPU of this process's affinity mask, if there are enough.
@@ -65,15 +75,18 @@ void Launcher::planPlacement() {
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &set)) allowed.push_back(c);
-  json placement = {{"requested", spec_.runtime.pinCores}, {"cpus_available", allowed}, {"workers", N_}};
+  json placement = {
+      {"requested", spec_.runtime.pinCores}, {"cpus_available", allowed}, {"workers", N_}};
   if (spec_.runtime.pinCores && static_cast<int>(allowed.size()) >= N_) {
     cpus_.assign(allowed.begin(), allowed.begin() + N_);
     placement["pinned"] = true;
   } else {
     placement["pinned"] = false;
     if (spec_.runtime.pinCores) {
-      placement["reason"] = std::to_string(N_) + " workers but " + std::to_string(allowed.size()) + " CPUs";
-      std::fprintf(stderr, "slowpipe: runtime.pin_cores: not pinned (%d workers, %zu CPUs)\n", N_, allowed.size());
+      placement["reason"] =
+          std::to_string(N_) + " workers but " + std::to_string(allowed.size()) + " CPUs";
+      std::fprintf(stderr, "slowpipe: runtime.pin_cores: not pinned (%d workers, %zu CPUs)\n", N_,
+                   allowed.size());
     }
   }
   result_["placement"] = placement;
@@ -81,7 +94,8 @@ void Launcher::planPlacement() {
 
 int Launcher::supervise() {
   zmq::context_t ctx(1);
-  controlEp_ = "ipc:///tmp/slowpipe-" + std::to_string(getpid()) + "-" + std::to_string(static_cast<long>(now() * 1000) % 1000000);
+  controlEp_ = "ipc:///tmp/slowpipe-" + std::to_string(getpid()) + "-" +
+               std::to_string(static_cast<long>(now() * 1000) % 1000000);
   zmq::socket_t control(ctx, zmq::socket_type::pull);
   control.set(zmq::sockopt::maxmsgsize, kControlMaxBytes);
   ListenGuard guard(ctx);  // handshake timeout and refusals of the sockets this launcher binds
@@ -111,7 +125,8 @@ int Launcher::supervise() {
   while (doneCount_ < N_) {
     pollControl(control, pollMs());
     applyTraces();
-    if (coordinatorRefusals_.is_null() || guard.refused() != coordinatorRefusals_.value("count", int64_t{0}))
+    if (coordinatorRefusals_.is_null() ||
+        guard.refused() != coordinatorRefusals_.value("count", int64_t{0}))
       coordinatorRefusals_ = guard.report(0);  // rebuilt only when something was refused
     writeHeartbeat();
     zmq::message_t m;
@@ -125,7 +140,9 @@ int Launcher::supervise() {
       }
       sentPeers = true;
     }
-    if (gInterrupt) return fail(std::string("launcher interrupted by signal ") + std::to_string(gInterrupt.load()));
+    if (gInterrupt)
+      return fail(std::string("launcher interrupted by signal ") +
+                  std::to_string(gInterrupt.load()));
     if (const std::string why = exitedWorker(control); !why.empty()) return fail(why);
     // /proc is read only once a hang is suspected (no record for half the timeout), never
     // while steps run normally.
@@ -160,10 +177,13 @@ std::string Launcher::exitedWorker(zmq::socket_t& control) {
     if (clean && w.done) continue;
     // A crash names itself in the rank's log (runtime/worker.h installCrashReport), with the
     // plug-in it happened in.
-    const std::string log = (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
+    const std::string log =
+        (fs::path(opt_.outDir) / ("worker-" + std::to_string(r) + ".log")).string();
     const std::string crash = WIFSIGNALED(status) ? crashLineIn(log) : "";
-    return "rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " + describeExit(status) +
-           (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep) : " before its first step") +
+    return "rank " + std::to_string(r) + " (pid " + std::to_string(w.pid) + ") " +
+           describeExit(status) +
+           (w.lastStep >= 0 ? " after step " + std::to_string(w.lastStep)
+                            : " before its first step") +
            (crash.empty() ? "" : "; its log: " + crash);
   }
   return "";
@@ -178,7 +198,8 @@ double Launcher::connectMarginS() const {
   if (spec_.network.backend == "user") return 0;
   const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
   double oneWay = topo.defaultLink.latencyS + 3 * topo.defaultLink.jitterS;
-  for (const auto& [pair, l] : topo.overrides) oneWay = std::max(oneWay, l.latencyS + 3 * l.jitterS);
+  for (const auto& [pair, l] : topo.overrides)
+    oneWay = std::max(oneWay, l.latencyS + 3 * l.jitterS);
   return 4 * 2 * oneWay;
 }
 
@@ -191,7 +212,9 @@ json Launcher::peerTable(int r) {
     result_["trace_origin_s"] = traceOrigin_ - start_;  // on the steps' wall_s scale
   }
   const RankId id = layout_.id(r);
-  json table = {{"pipeline", json::object()}, {"dp_peers", json::object()}, {"trace_origin_s", traceOrigin_},
+  json table = {{"pipeline", json::object()},
+                {"dp_peers", json::object()},
+                {"trace_origin_s", traceOrigin_},
                 {"links", links().ofRankJson(r)}};
   // Each pipeline peer's endpoint for what this rank sends it (one per peer: with two stages in
   // a ring the previous and the next stage are one peer).
@@ -201,7 +224,8 @@ json Launcher::peerTable(int r) {
   // Replica q's endpoint for what this replica sends it.
   for (int q = 0; q < layout_.replicas; ++q)
     if (q != id.replica)
-      table["dp_peers"][std::to_string(q)] = hellos_[layout_.rank({id.stage, q})]["dp"][std::to_string(id.replica)];
+      table["dp_peers"][std::to_string(q)] =
+          hellos_[layout_.rank({id.stage, q})]["dp"][std::to_string(id.replica)];
   return table;
 }
 
@@ -214,9 +238,13 @@ const LinkTable& Launcher::links() {
     LinkCarriage c;
     const std::string& backend = spec_.network.backend;
     c.kernelPacesRate = backend == "tc" || backend == "tc-dev";
-    if (backend == "tc") c.pathDelays = [this](int) { return nodeLine_ || (fabric_ && fabric_->pathCarriesDelay()); };
+    if (backend == "tc")
+      c.pathDelays = [this](int) { return nodeLine_ || (fabric_ && fabric_->pathCarriesDelay()); };
     if (backend == "tc-dev")
-      c.pathDelays = [this](int src) { return hellos_.count(src) && hellos_[src].value("kernel", json::object()).value("netem", false); };
+      c.pathDelays = [this](int src) {
+        return hellos_.count(src) &&
+               hellos_[src].value("kernel", json::object()).value("netem", false);
+      };
     links_ = std::make_unique<LinkTable>(spec_, c);
   }
   return *links_;
@@ -250,7 +278,8 @@ std::string Launcher::diagnoseHang() {
     const auto [state, cpu] = procState(workers_[r].pid);
     if (state == 'T' || state == 't' || state == 'D') {
       culprit = r;
-      why = std::string("process state ") + state + (state == 'D' ? " (uninterruptible)" : " (stopped)");
+      why = std::string("process state ") + state +
+            (state == 'D' ? " (uninterruptible)" : " (stopped)");
       break;
     }
     const double used = cpuSampled_ ? (cpu - workers_[r].cpuAtProgress) / ticks : 0.0;
@@ -268,8 +297,9 @@ std::string Launcher::diagnoseHang() {
       if (workers_[r].lastStep < workers_[culprit].lastStep) culprit = r;
     why = "fewest completed steps";
   }
-  return "rank " + std::to_string(culprit) + " made no progress for " + std::to_string(spec_.runtime.stepTimeoutS) +
-         " s (runtime.step_timeout_s; " + why + "); last step " + std::to_string(workers_[culprit].lastStep);
+  return "rank " + std::to_string(culprit) + " made no progress for " +
+         std::to_string(spec_.runtime.stepTimeoutS) + " s (runtime.step_timeout_s; " + why +
+         "); last step " + std::to_string(workers_[culprit].lastStep);
 }
 
 void Launcher::stopWorkers() {
@@ -278,8 +308,10 @@ void Launcher::stopWorkers() {
   const double grace = doneCount_ == N_ ? now() + 5.0 : now();
   for (auto& w : workers_) {
     while (w.pid > 0 && !w.exited && now() < grace) {
-      if (waitpid(w.pid, nullptr, WNOHANG) == w.pid) w.exited = true;
-      else usleep(5000);
+      if (waitpid(w.pid, nullptr, WNOHANG) == w.pid)
+        w.exited = true;
+      else
+        usleep(5000);
     }
   }
   for (auto& w : workers_)

@@ -1,4 +1,5 @@
-// Launcher: records into the result: steps, evaluations, timelines, progress (see launcher_internal.h).
+// Launcher: records into the result: steps, evaluations, timelines, progress (see
+// launcher_internal.h).
 #include "runtime/launcher_internal.h"
 
 #include "emulator/tcp_settings.h"
@@ -24,11 +25,13 @@ bool Launcher::handle(const json& rec) {
     workers_[r].done = true;
     json state = rec;
     state.erase("timeline");
-    if (rec.contains("shaping") && !rec["shaping"].is_null()) result_["shaping"][std::to_string(r)] = rec["shaping"];
+    if (rec.contains("shaping") && !rec["shaping"].is_null())
+      result_["shaping"][std::to_string(r)] = rec["shaping"];
     state.erase("shaping");
     // runtime.slowdown: what each rank's compute really ran at (its compute time at full speed
     // over the time with its stalls).
-    if (!spec_.runtime.slowdown.empty() && rec.contains("slowdown")) result_["slowdown"][std::to_string(r)] = rec["slowdown"];
+    if (!spec_.runtime.slowdown.empty() && rec.contains("slowdown"))
+      result_["slowdown"][std::to_string(r)] = rec["slowdown"];
     state.erase("slowdown");
     // What this rank's sockets refused (runtime/listen_guard.h): summed into the result's
     // refused_connections by refusalsReport().
@@ -40,7 +43,8 @@ bool Launcher::handle(const json& rec) {
     if (doneCount_ == N_) recordTimeline();
   } else if (type == "error") {
     // The worker's message names its rank already where it says "rank N: ...": not twice.
-    const std::string prefix = "rank " + std::to_string(r) + ": ", message = rec.value("message", "error");
+    const std::string prefix = "rank " + std::to_string(r) + ": ",
+                      message = rec.value("message", "error");
     error_ = message.rfind(prefix, 0) == 0 ? message : prefix + message;
     return false;
   }
@@ -70,8 +74,10 @@ void Launcher::onStep(const json& rec) {
     json& info = result_["network"]["tcp_info"];
     if (!info.is_array()) info = json::array();
     for (int s = 0; s < S_; ++s) {
-      json connections = emulator::tcpInfo(fabric_ ? fabric_->nsName(s) : nodeLine_->nsName(links().rankNodes().at(s)));
-      if (static_cast<int>(info.size()) <= s) info.push_back({{"stage", s}, {"connections", json::array()}});
+      json connections = emulator::tcpInfo(fabric_ ? fabric_->nsName(s)
+                                                   : nodeLine_->nsName(links().rankNodes().at(s)));
+      if (static_cast<int>(info.size()) <= s)
+        info.push_back({{"stage", s}, {"connections", json::array()}});
       if (connections.is_array() && !connections.empty())
         info[s] = {{"stage", s}, {"after_step", r.step}, {"connections", std::move(connections)}};
     }
@@ -85,7 +91,8 @@ void Launcher::onStep(const json& rec) {
 }
 
 void Launcher::onEval(const json& rec) {
-  if (rec["rank"] != layout_.rank({S_ - 1, 0})) return;  // replica 0 evaluates; its last stage has the loss
+  if (rec["rank"] != layout_.rank({S_ - 1, 0}))
+    return;  // replica 0 evaluates; its last stage has the loss
   EvalRecord e = evalRecordFromJson(rec);
   e.wallS = now() - start_;
   result_.addEval(e);
@@ -95,11 +102,14 @@ void Launcher::progress(const json& st) {
   if (!opt_.progress) return;
   const int64_t total = totalSteps();
   const double elapsed = now() - start_;
-  const double eta = elapsed / (st["step"].get<int64_t>() + 1) * (total - st["step"].get<int64_t>() - 1);
+  const double eta =
+      elapsed / (st["step"].get<int64_t>() + 1) * (total - st["step"].get<int64_t>() - 1);
   char text[256];
-  std::snprintf(text, sizeof text, "[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ETA %.0fs", spec_.name.c_str(),
-                static_cast<long long>(st["step"].get<int64_t>() + 1), static_cast<long long>(total),
-                st["loss"].is_number() ? st["loss"].get<double>() : NAN, st["tokens_per_s"].get<double>(), eta);
+  std::snprintf(text, sizeof text, "[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ETA %.0fs",
+                spec_.name.c_str(), static_cast<long long>(st["step"].get<int64_t>() + 1),
+                static_cast<long long>(total),
+                st["loss"].is_number() ? st["loss"].get<double>() : NAN,
+                st["tokens_per_s"].get<double>(), eta);
   progressLine_.update(text, st["step"].get<int64_t>() + 1 >= total);
 }
 

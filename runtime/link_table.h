@@ -24,7 +24,7 @@ namespace slowpipe::runtime {
 struct RunSpec;
 
 struct LinkEntry {
-  int src = -1, dst = -1;  // ranks
+  int src = -1, dst = -1;     // ranks
   bool dataParallel = false;  // a replicas' link (else a pipeline neighbours' link)
   emulator::LinkSpec spec;
   // The link model (emulator/link_model.h) that paces and bills the link in user space; empty:
@@ -63,7 +63,8 @@ class LinkTable {
   // network.nodes (null without it) and each rank's node.
   const emulator::NodeNetwork* nodeNetwork() const { return nodes_.get(); }
   const std::vector<int>& rankNodes() const { return rankNode_; }
-  // For result.json's network.nodes: {"network", "rank_nodes" (names), "calendars"}; null without nodes.
+  // For result.json's network.nodes: {"network", "rank_nodes" (names), "calendars"}; null without
+  // nodes.
   nlohmann::json nodesRecord() const;
 
  private:

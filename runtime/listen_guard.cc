@@ -18,8 +18,9 @@ namespace slowpipe::runtime {
 
 namespace {
 
-constexpr int kRefusedEvents =
-    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+constexpr int kRefusedEvents = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 // Bytes a server has received from a client once its handshake is complete: ZMTP 3 greeting (64)
 // + HELLO (200) + INITIATE (at least 257) under CURVE; greeting + READY (at least 20) under NULL.
 constexpr uint64_t kCurveHandshakeBytes = 64 + 200 + 257, kNullHandshakeBytes = 64 + 20;
@@ -45,12 +46,13 @@ struct ListenGuard::Watched {
   uint64_t handshakeBytes = kNullHandshakeBytes;
   int extraEvents = 0;
   std::unique_ptr<zmq::socket_t> pair;
-  std::map<int, Conn> conns;      // fd -> connection, from ACCEPTED to DISCONNECTED
-  std::string failed;             // a handshake failure waiting for its connection's DISCONNECTED
+  std::map<int, Conn> conns;  // fd -> connection, from ACCEPTED to DISCONNECTED
+  std::string failed;         // a handshake failure waiting for its connection's DISCONNECTED
 };
 
 ListenGuard::ListenGuard(zmq::context_t& ctx, Limits limits) : ctx_(ctx), limits_(limits) {
-  const std::string ep = "inproc://slowpipe-guard-wake-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  const std::string ep =
+      "inproc://slowpipe-guard-wake-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   wakeRecv_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair);
   wakeRecv_->set(zmq::sockopt::linger, 0);
   wakeRecv_->bind(ep);
@@ -73,10 +75,13 @@ ListenGuard::~ListenGuard() {
 void ListenGuard::watch(zmq::socket_t& s, const std::string& name, bool curve, int extraEvents) {
   s.set(zmq::sockopt::handshake_ivl, limits_.handshakeMs);
   static std::atomic<int> seq{0};
-  const std::string ep = "inproc://slowpipe-guard-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" + std::to_string(seq++);
+  const std::string ep = "inproc://slowpipe-guard-" +
+                         std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
+                         std::to_string(seq++);
   const int events = kRefusedEvents | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED;
   if (zmq_socket_monitor(s.handle(), ep.c_str(), events) != 0)
-    throw std::runtime_error("cannot monitor the " + name + " socket: " + zmq_strerror(zmq_errno()));
+    throw std::runtime_error("cannot monitor the " + name +
+                             " socket: " + zmq_strerror(zmq_errno()));
   auto w = std::make_unique<Watched>();
   w->name = name;
   w->handshakeBytes = curve ? kCurveHandshakeBytes : kNullHandshakeBytes;
@@ -180,11 +185,15 @@ void ListenGuard::enforceCap(Watched& w) {
     if (peerOf(pending[i].second) != c.peer) continue;
     ::shutdown(pending[i].second, SHUT_RDWR);
     c.evicted = true;
-    record(w.name, "over the cap of " + std::to_string(limits_.maxUnauthenticated) + " connections not yet authenticated", c.peer);
+    record(w.name,
+           "over the cap of " + std::to_string(limits_.maxUnauthenticated) +
+               " connections not yet authenticated",
+           c.peer);
   }
 }
 
-void ListenGuard::record(const std::string& socket, const std::string& kind, const std::string& address) {
+void ListenGuard::record(const std::string& socket, const std::string& kind,
+                         const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   ++refused_;
   ++byKind_[kind];
@@ -192,10 +201,13 @@ void ListenGuard::record(const std::string& socket, const std::string& kind, con
   // The ZAP handler (CurveGate) prints the keys it did not admit itself; of the rest, the first 5
   // per socket (1,000 held connections must not become 1,000 lines).
   if (kind.rfind("key not admitted", 0) != 0 && printed_[socket]++ < 5)
-    std::fprintf(stderr, "slowpipe: refused a connection on the %s socket from %s: %s%s\n", socket.c_str(),
-                 address.empty() ? "?" : address.c_str(), kind.c_str(),
-                 printed_[socket] == 5 ? " (further refusals on this socket are counted in the result, not printed)" : "");
-  if (first_.size() < 100) first_.push_back({{"socket", socket}, {"kind", kind}, {"address", address}});
+    std::fprintf(stderr, "slowpipe: refused a connection on the %s socket from %s: %s%s\n",
+                 socket.c_str(), address.empty() ? "?" : address.c_str(), kind.c_str(),
+                 printed_[socket] == 5
+                     ? " (further refusals on this socket are counted in the result, not printed)"
+                     : "");
+  if (first_.size() < 100)
+    first_.push_back({{"socket", socket}, {"kind", kind}, {"address", address}});
 }
 
 std::vector<ListenGuard::Event> ListenGuard::takeEvents() {
@@ -216,15 +228,20 @@ nlohmann::json ListenGuard::report(int settleMs) const {
   return {{"count", refused_},
           {"by_kind", byKind_},
           {"by_socket", bySocket_},
-          {"limits", {{"handshake_timeout_ms", limits_.handshakeMs}, {"max_unauthenticated_per_socket", limits_.maxUnauthenticated}}},
+          {"limits",
+           {{"handshake_timeout_ms", limits_.handshakeMs},
+            {"max_unauthenticated_per_socket", limits_.maxUnauthenticated}}},
           {"first", first_}};
 }
 
 std::string ListenGuard::kindOf(int event, int value) {
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return "key not admitted (ZAP status " + std::to_string(value) + ")";
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+    return "key not admitted (ZAP status " + std::to_string(value) + ")";
   if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) return "not CURVE (mechanism mismatch, e.g. a NULL client)";
-    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) return "CURVE handshake failed (wrong server key: another secret?)";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+      return "not CURVE (mechanism mismatch, e.g. a NULL client)";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+      return "CURVE handshake failed (wrong server key: another secret?)";
     return "protocol error " + std::to_string(value);
   }
   return "handshake failed (no detail)";

@@ -35,8 +35,8 @@ namespace slowpipe::runtime {
 class ListenGuard {
  public:
   struct Limits {
-    int handshakeMs = 3000;        // ZMQ_HANDSHAKE_IVL of every watched socket
-    int maxUnauthenticated = 64;   // per watched socket
+    int handshakeMs = 3000;       // ZMQ_HANDSHAKE_IVL of every watched socket
+    int maxUnauthenticated = 64;  // per watched socket
   };
   struct Event {
     std::string socket, peer;  // peer: "address:port" read at accept ("" for ipc)

@@ -27,7 +27,9 @@ void initComponent(torch::nn::Module& m, uint64_t seed) {
 
 }  // namespace
 
-RMSNormImpl::RMSNormImpl(int width, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({width})); }
+RMSNormImpl::RMSNormImpl(int width, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({width}));
+}
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   const auto h = x.to(torch::kFloat);
@@ -35,30 +37,41 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 BlockImpl::BlockImpl(const ModelSpec& m)
-    : heads(m.heads), kvHeads(m.kvHeadCount()), ropeTheta(m.ropeTheta), llama(m.family == "llama"), geluTanh(m.activation == "gelu_new") {
+    : heads(m.heads),
+      kvHeads(m.kvHeadCount()),
+      ropeTheta(m.ropeTheta),
+      llama(m.family == "llama"),
+      geluTanh(m.activation == "gelu_new") {
   const int C = m.width, D = C / m.heads, F = m.mlpWidth();
   if (llama) {
     rms1 = register_module("ln1", RMSNorm(C, m.normEps));
-    q = register_module("q", torch::nn::Linear(torch::nn::LinearOptions(C, heads * D).bias(m.qkvBias)));
-    k = register_module("k", torch::nn::Linear(torch::nn::LinearOptions(C, kvHeads * D).bias(m.qkvBias)));
-    v = register_module("v", torch::nn::Linear(torch::nn::LinearOptions(C, kvHeads * D).bias(m.qkvBias)));
-    o = register_module("o", torch::nn::Linear(torch::nn::LinearOptions(heads * D, C).bias(m.oBias)));
+    q = register_module("q",
+                        torch::nn::Linear(torch::nn::LinearOptions(C, heads * D).bias(m.qkvBias)));
+    k = register_module(
+        "k", torch::nn::Linear(torch::nn::LinearOptions(C, kvHeads * D).bias(m.qkvBias)));
+    v = register_module(
+        "v", torch::nn::Linear(torch::nn::LinearOptions(C, kvHeads * D).bias(m.qkvBias)));
+    o = register_module("o",
+                        torch::nn::Linear(torch::nn::LinearOptions(heads * D, C).bias(m.oBias)));
     rms2 = register_module("ln2", RMSNorm(C, m.normEps));
     gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(C, F).bias(false)));
     up = register_module("up", torch::nn::Linear(torch::nn::LinearOptions(C, F).bias(false)));
     down = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(F, C).bias(false)));
     return;
   }
-  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(m.normEps)));
+  ln1 =
+      register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(m.normEps)));
   qkv = register_module("qkv", torch::nn::Linear(C, 3 * C));
   proj = register_module("proj", torch::nn::Linear(C, C));
-  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(m.normEps)));
+  ln2 =
+      register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(m.normEps)));
   fc = register_module("fc", torch::nn::Linear(C, F));
   out = register_module("out", torch::nn::Linear(F, C));
 }
 
 // Causal attention of q [B, H, T, D] over k, v [B, Hkv, T, D] (kv heads repeated to H).
-torch::Tensor BlockImpl::attention(const torch::Tensor& qh, const torch::Tensor& kh, const torch::Tensor& vh, int64_t T) {
+torch::Tensor BlockImpl::attention(const torch::Tensor& qh, const torch::Tensor& kh,
+                                   const torch::Tensor& vh, int64_t T) {
   const int64_t D = qh.size(-1);
   torch::Tensor kk = kh, vv = vh;
   if (kvHeads != heads) {
@@ -66,7 +79,8 @@ torch::Tensor BlockImpl::attention(const torch::Tensor& qh, const torch::Tensor&
     vv = vh.repeat_interleave(heads / kvHeads, 1);
   }
   auto att = torch::matmul(qh, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
-  const auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(qh.device())).triu(1);
+  const auto mask =
+      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(qh.device())).triu(1);
   att = torch::softmax(att.masked_fill(mask, -INFINITY), -1);
   return torch::matmul(att, vv);
 }
@@ -75,13 +89,19 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads;
   if (llama) {
     const auto hx = rms1(x);
-    auto split = [&](const torch::Tensor& t, int n) { return t.view({B, T, n, D}).transpose(1, 2); };
-    auto qh = split(splitLinear(q, hx, store), heads), kh = split(splitLinear(k, hx, store), kvHeads);
+    auto split = [&](const torch::Tensor& t, int n) {
+      return t.view({B, T, n, D}).transpose(1, 2);
+    };
+    auto qh = split(splitLinear(q, hx, store), heads),
+         kh = split(splitLinear(k, hx, store), kvHeads);
     const auto vh = split(splitLinear(v, hx, store), kvHeads);
     // Rotary embeddings as Hugging Face's Llama computes them (fp32 inverse frequencies, the two
     // halves of a head rotated together).
     const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(x.device());
-    const auto inv = 1.0 / torch::pow(ropeTheta, torch::arange(0, D, 2, opts.dtype(torch::kLong)).to(torch::kFloat) / static_cast<double>(D));
+    const auto inv =
+        1.0 /
+        torch::pow(ropeTheta, torch::arange(0, D, 2, opts.dtype(torch::kLong)).to(torch::kFloat) /
+                                  static_cast<double>(D));
     const auto freqs = torch::outer(torch::arange(T, opts), inv);
     const auto emb = torch::cat({freqs, freqs}, -1);
     const auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
@@ -94,17 +114,23 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
     const auto y = attention(qh, kh, vh, T).transpose(1, 2).contiguous().view({B, T, heads * D});
     const auto h = x + splitLinear(o, y, store);
     const auto m = rms2(h);
-    return h + splitLinear(down, torch::silu(splitLinear(gate, m, store)) * splitLinear(up, m, store), store);
+    return h + splitLinear(down,
+                           torch::silu(splitLinear(gate, m, store)) * splitLinear(up, m, store),
+                           store);
   }
   auto parts = splitLinear(qkv, ln1(x), store).chunk(3, -1);
   auto split = [&](const torch::Tensor& t) { return t.view({B, T, heads, D}).transpose(1, 2); };
-  const auto y = attention(split(parts[0]), split(parts[1]), split(parts[2]), T).transpose(1, 2).contiguous().view({B, T, C});
+  const auto y = attention(split(parts[0]), split(parts[1]), split(parts[2]), T)
+                     .transpose(1, 2)
+                     .contiguous()
+                     .view({B, T, C});
   const auto h = x + splitLinear(proj, y, store);
   const auto a = splitLinear(fc, ln2(h), store);
   return h + splitLinear(out, geluTanh ? torch::gelu(a, "tanh") : torch::gelu(a), store);
 }
 
-StageModelImpl::StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd, bool first_, bool last_)
+StageModelImpl::StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd, bool first_,
+                               bool last_)
     : first(first_), last(last_) {
   const bool llama = m.family == "llama";
   if (first) {
@@ -123,10 +149,12 @@ StageModelImpl::StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd,
     if (llama) {
       rmsF = register_module("ln_f", RMSNorm(m.width, m.normEps));
     } else {
-      lnF = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.width}).eps(m.normEps)));
+      lnF = register_module(
+          "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({m.width}).eps(m.normEps)));
       initComponent(*lnF, m.seed * 7919 + 3);
     }
-    lmHead = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(m.width, m.vocab).bias(false)));
+    lmHead = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(m.width, m.vocab).bias(false)));
     initComponent(*lmHead, m.seed * 7919 + 4);
   }
   if (!m.checkpoint.empty()) loadHfWeights(*this, m, layerBegin, layerEnd);
@@ -136,7 +164,10 @@ torch::Tensor StageModelImpl::forward(const torch::Tensor& x) {
   torch::Tensor h = x;
   if (first) {
     h = tokEmb(x);
-    if (posEmb) h = h + posEmb(torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()))).unsqueeze(0);
+    if (posEmb)
+      h = h + posEmb(torch::arange(x.size(1),
+                                   torch::TensorOptions().dtype(torch::kLong).device(x.device())))
+                  .unsqueeze(0);
   }
   for (auto& b : blocks) h = b(h);
   if (last) h = splitLinear(lmHead, rmsF ? rmsF(h) : lnF(h), store);
@@ -149,16 +180,19 @@ void StageModelImpl::deferWeightGradients(WeightGradStore* s) {
 }
 
 torch::Tensor lmLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                              targets.reshape({-1}));
 }
 
 void saveCheckpoint(StageModel& model, const std::string& path) {
   torch::serialize::OutputArchive archive;
   // Host tensors, whatever the stage's device: a checkpoint written on a GPU loads on a CPU.
-  for (const auto& p : model->named_parameters(true)) archive.write(p.key(), p.value().detach().to(torch::kCPU));
+  for (const auto& p : model->named_parameters(true))
+    archive.write(p.key(), p.value().detach().to(torch::kCPU));
   const std::string tmp = path + ".tmp";
   archive.save_to(tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write checkpoint '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot write checkpoint '" + path + "'");
 }
 
 void loadCheckpoint(StageModel& model, const std::string& path) {
@@ -166,16 +200,19 @@ void loadCheckpoint(StageModel& model, const std::string& path) {
   try {
     archive.load_from(path);
   } catch (const std::exception& e) {
-    throw std::runtime_error("training.init_checkpoint: cannot read '" + path + "': " + std::string(e.what()).substr(0, 200));
+    throw std::runtime_error("training.init_checkpoint: cannot read '" + path +
+                             "': " + std::string(e.what()).substr(0, 200));
   }
   torch::NoGradGuard guard;
   for (auto& p : model->named_parameters(true)) {
     torch::Tensor t;
     if (!archive.try_read(p.key(), t))
-      throw std::runtime_error("training.init_checkpoint: '" + path + "' has no parameter '" + p.key() + "'");
+      throw std::runtime_error("training.init_checkpoint: '" + path + "' has no parameter '" +
+                               p.key() + "'");
     if (t.sizes() != p.value().sizes())
-      throw std::runtime_error("training.init_checkpoint: '" + p.key() + "' has shape " + c10::str(t.sizes()) +
-                               " in '" + path + "', the model expects " + c10::str(p.value().sizes()));
+      throw std::runtime_error("training.init_checkpoint: '" + p.key() + "' has shape " +
+                               c10::str(t.sizes()) + " in '" + path + "', the model expects " +
+                               c10::str(p.value().sizes()));
     p.value().copy_(t);
   }
 }

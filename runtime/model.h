@@ -1,8 +1,9 @@
 // Decoders built per pipeline stage: slowpipe's GPT-2-style model (token + position embeddings on
 // the first stage, pre-LayerNorm blocks with causal self-attention and a GELU MLP, final LayerNorm
-// and LM head on the last), GPT-2 itself and Llama-family models (model.family; see BlockImpl). Every component is initialised from its own seed (model.seed, component index),
-// so a stage's parameters are identical whatever the partition: a 4-stage run starts from exactly
-// the weights of a 1-stage run.
+// and LM head on the last), GPT-2 itself and Llama-family models (model.family; see BlockImpl).
+// Every component is initialised from its own seed (model.seed, component index), so a stage's
+// parameters are identical whatever the partition: a 4-stage run starts from exactly the weights of
+// a 1-stage run.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,8 +26,9 @@ struct RMSNormImpl : torch::nn::Module {
 TORCH_MODULE(RMSNorm);
 
 // One decoder block of the spec's family:
-//   builtin / gpt2: pre-LayerNorm, fused qkv, causal attention, MLP fc -> GELU (gpt2: gelu_new) -> out;
-//   llama: pre-RMSNorm, q/k/v/o with rotary embeddings (rope_theta) and grouped-query attention
+//   builtin / gpt2: pre-LayerNorm, fused qkv, causal attention, MLP fc -> GELU (gpt2: gelu_new) ->
+//   out; llama: pre-RMSNorm, q/k/v/o with rotary embeddings (rope_theta) and grouped-query
+//   attention
 //          (kv heads repeated), SwiGLU MLP down(silu(gate(x)) * up(x)).
 struct BlockImpl : torch::nn::Module {
   explicit BlockImpl(const ModelSpec& m);
@@ -34,20 +36,23 @@ struct BlockImpl : torch::nn::Module {
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
   RMSNorm rms1{nullptr}, rms2{nullptr};
-  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, gate{nullptr}, up{nullptr}, down{nullptr};
+  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, gate{nullptr}, up{nullptr},
+      down{nullptr};
   int heads, kvHeads;
   double ropeTheta;
   bool llama, geluTanh;
   WeightGradStore* store = nullptr;  // set: the linears' weight gradients are deferred to it
 
  private:
-  torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t T);
+  torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          int64_t T);
 };
 TORCH_MODULE(Block);
 
 struct StageModelImpl : torch::nn::Module {
   StageModelImpl(const ModelSpec& m, int layerBegin, int layerEnd, bool first, bool last);
-  // first stage: int64 tokens [B, T] -> hidden [B, T, C]; middle: hidden -> hidden; last: -> logits [B, T, V].
+  // first stage: int64 tokens [B, T] -> hidden [B, T, C]; middle: hidden -> hidden; last: -> logits
+  // [B, T, V].
   torch::Tensor forward(const torch::Tensor& x);
   // Split backward (zero-bubble schedules): every linear layer's weight gradient is deferred to
   // `store` (runtime/weight_grad.h); nullptr: ordinary backward.
@@ -68,7 +73,8 @@ TORCH_MODULE(StageModel);
 void loadHfWeights(StageModelImpl& model, const ModelSpec& m, int layerBegin, int layerEnd);
 // The Hugging Face name of a parameter of ours ("block3.qkv.weight" -> "h.3.attn.c_attn.weight",
 // with `prefix` "transformer." where the checkpoint has it) and whether it is stored transposed.
-std::pair<std::string, bool> hfNameOf(const ModelSpec& m, const std::string& ours, const std::string& prefix);
+std::pair<std::string, bool> hfNameOf(const ModelSpec& m, const std::string& ours,
+                                      const std::string& prefix);
 
 // Mean token cross-entropy of logits [B, T, V] against targets [B, T].
 torch::Tensor lmLoss(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -16,14 +16,14 @@
 #include "runtime/executor.h"
 #include "runtime/grad_sync.h"
 #include "runtime/link_table.h"
+#include "runtime/listen_guard.h"
 #include "runtime/plan.h"
 #include "runtime/protocol.h"
-#include "runtime/records.h"
 #include "runtime/ranks.h"
+#include "runtime/records.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
-#include "runtime/listen_guard.h"
 #include "runtime/security.h"
 #include "runtime/stage_compute.h"
 #include "runtime/transport.h"
@@ -44,14 +44,17 @@ struct ProcessUsage {
 ProcessUsage processUsage() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  auto s = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
   return {s(u.ru_utime) + s(u.ru_stime), static_cast<int64_t>(u.ru_nivcsw)};
 }
 
 // Tensor32 -> torch without a copy: the tensor takes ownership of the decoded values.
 torch::Tensor fromTransport(Tensor32& t) {
   auto* values = new std::vector<float>(std::move(t.data));
-  return torch::from_blob(values->data(), t.shape, [values](void*) { delete values; }, torch::kFloat32);
+  return torch::from_blob(
+      values->data(), t.shape, [values](void*) { delete values; }, torch::kFloat32);
 }
 
 // A double as two floats (hi + lo) so the gradient-norm reduction keeps ~48 bits.
@@ -62,26 +65,35 @@ struct Scalar {
   }
   float parts[2];
 };
-double scalarOf(const Tensor32& t) { return static_cast<double>(t.data.at(0)) + static_cast<double>(t.data.at(1)); }
+double scalarOf(const Tensor32& t) {
+  return static_cast<double>(t.data.at(0)) + static_cast<double>(t.data.at(1));
+}
 
 // (stage, replica) of a rank the run has (checked before any member is built for it).
 RankId checkedId(const RankLayout& layout, int rank) {
   if (rank < 0 || rank >= layout.size())
-    throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the run's " + std::to_string(layout.size()) +
-                                " ranks");
+    throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the run's " +
+                                std::to_string(layout.size()) + " ranks");
   return layout.id(rank);
 }
-
 
 // The real backend (runtime/executor.h): StageCompute's runners and tensors, the stage's
 // channels and the replicas' exchange.
 class PipelineWorker : public Backend {
  public:
   PipelineWorker(const RunSpec& spec, const Context& c, zmq::context_t& ctx)
-      : spec_(spec), rank_(c.rank), S_(spec.pipeline.stages), layout_(rankLayout(spec)),
-        id_(checkedId(layout_, c.rank)), plan_(spec, "finetune"),
-        compute_(spec, plan_, layout_, id_), dpShape_(dpShape(spec)), control_(ctx, zmq::socket_type::push), guard_(ctx),
-        gc_(gradientCompressor(spec.dp)), exec_(layout_, c.rank) {
+      : spec_(spec),
+        rank_(c.rank),
+        S_(spec.pipeline.stages),
+        layout_(rankLayout(spec)),
+        id_(checkedId(layout_, c.rank)),
+        plan_(spec, "finetune"),
+        compute_(spec, plan_, layout_, id_),
+        dpShape_(dpShape(spec)),
+        control_(ctx, zmq::socket_type::push),
+        guard_(ctx),
+        gc_(gradientCompressor(spec.dp)),
+        exec_(layout_, c.rank) {
     controlFrom_ = connectControl(ctx, control_, c);
     TransportOptions o;
     o.rank = rank_;
@@ -94,7 +106,8 @@ class PipelineWorker : public Backend {
     o.security = c.security;
     o.guard = &guard_;
     // Computed once (it builds the run's codecs): across hosts SocketSecurity already holds it.
-    o.maxMessageBytes = c.security && c.security->maxMessageBytes > 0 ? c.security->maxMessageBytes : largestFrameBytes(spec);
+    o.maxMessageBytes = c.security && c.security->maxMessageBytes > 0 ? c.security->maxMessageBytes
+                                                                      : largestFrameBytes(spec);
     o.prevRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kPrev);
     o.nextRank = protocol::pipelinePeer(layout_, rank_, Action::Peer::kNext);
     o.prevStage = protocol::neighbourStage(layout_, id_.stage, Action::Peer::kPrev);
@@ -119,8 +132,11 @@ class PipelineWorker : public Backend {
       dp_ = std::make_unique<DpExchange>(ctx, d);
       sync_ = makeGradientSync(spec, compute_.runners(), id_.stage);
     }
-    json hello = {{"type", "hello"}, {"pipeline", transport_->endpoints()},
-                  {"dp", dp_ ? dp_->endpoints() : json::object()}, {"pid", getpid()}, {"torch_version", TORCH_VERSION}};
+    json hello = {{"type", "hello"},
+                  {"pipeline", transport_->endpoints()},
+                  {"dp", dp_ ? dp_->endpoints() : json::object()},
+                  {"pid", getpid()},
+                  {"torch_version", TORCH_VERSION}};
     hello.update(c.hello);
     if (!controlFrom_.empty()) hello["control_from"] = controlFrom_;
     const json table = c.peerTable(ctx, [&] { report(hello); });
@@ -129,7 +145,8 @@ class PipelineWorker : public Backend {
     if (!c.shapeDevice.empty()) shapeInterface(c.shapeDevice, c.bindNext, table, links);
     transport_->connect(table.value("pipeline", json::object()), links);
     if (dp_) dp_->connect(table.value("dp_peers", json::object()), links);
-    if (const auto origin = table.find("trace_origin_s"); origin != table.end() && origin->is_number()) {
+    if (const auto origin = table.find("trace_origin_s");
+        origin != table.end() && origin->is_number()) {
       startAt_ = origin->get<double>();
       transport_->setTraceOrigin(startAt_);
       if (dp_) dp_->setTraceOrigin(startAt_);
@@ -139,11 +156,16 @@ class PipelineWorker : public Backend {
   // tc-dev: one HTB class per destination this worker sends to, on its host's interface, before
   // any message leaves. Both ends of a link must be on different addresses (else the traffic
   // takes the loopback interface, which nobody shapes).
-  void shapeInterface(const std::string& device, const std::string& address, const json& table, const RankLinks& links) {
+  void shapeInterface(const std::string& device, const std::string& address, const json& table,
+                      const RankLinks& links) {
     const std::string dev = device == "auto" ? emulator::interfaceWithAddress(address) : device;
     shaper_ = std::make_unique<emulator::DeviceShaper>(dev);
-    shaping_ = {{"dev", dev}, {"address", address}, {"mechanism", shaper_->mechanism()}, {"destinations", json::array()}};
-    const json peers = table.value("pipeline", json::object());  // (items() of a temporary would dangle)
+    shaping_ = {{"dev", dev},
+                {"address", address},
+                {"mechanism", shaper_->mechanism()},
+                {"destinations", json::array()}};
+    const json peers =
+        table.value("pipeline", json::object());  // (items() of a temporary would dangle)
     for (const auto& [peer, endpoint] : peers.items()) {
       const std::string ep = endpoint.get<std::string>();
       const int peerStage = layout_.id(std::stoi(peer)).stage;
@@ -151,12 +173,16 @@ class PipelineWorker : public Backend {
       const std::string ip = ep.substr(host, colon - host);
       const int port = std::stoi(ep.substr(colon + 1));
       if (ip == address)
-        throw std::invalid_argument("network.backend tc-dev: rank " + std::to_string(rank_) + " and its peer of stage " +
-                                    std::to_string(peerStage) + " share address " + ip + ", so their traffic never crosses " + dev +
+        throw std::invalid_argument("network.backend tc-dev: rank " + std::to_string(rank_) +
+                                    " and its peer of stage " + std::to_string(peerStage) +
+                                    " share address " + ip + ", so their traffic never crosses " +
+                                    dev +
                                     "; tc-dev needs one worker per address (or use backend user)");
       const emulator::LinkSpec& link = links.at(rank_, std::stoi(peer)).spec;
       shaper_->addDestination(ip, port, link);
-      shaping_["destinations"].push_back({{"to", ip + ":" + std::to_string(port)}, {"stage", peerStage}, {"link", link.describe()}});
+      shaping_["destinations"].push_back({{"to", ip + ":" + std::to_string(port)},
+                                          {"stage", peerStage},
+                                          {"link", link.describe()}});
     }
   }
 
@@ -167,14 +193,15 @@ class PipelineWorker : public Backend {
     int64_t g = 0;
     for (int epoch = 0; epoch < spec_.training.epochs && g < plan_.totalSteps; ++epoch) {
       for (int64_t s = 0; s < plan_.epochs.stepsPerEpoch() && g < plan_.totalSteps; ++s) {
-        runList(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage, dpShape_, id_.replica, g,
-                             layout_.chunks),
+        runList(makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, id_.stage,
+                             dpShape_, id_.replica, g, layout_.chunks),
                 epoch, s, g, false);
         ++g;
         // Replica 0 evaluates (with local steps: its own parameters, as they are after step g).
         const bool epochEnd = s + 1 == plan_.epochs.stepsPerEpoch() || g == plan_.totalSteps;
         if (id_.replica == 0 && spec_.training.evaluatesAfter(g, epochEnd))
-          runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0, g, true);
+          runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0,
+                  g, true);
       }
     }
     if (!spec_.training.saveCheckpoint.empty() && id_.replica == 0) saveStages();
@@ -185,24 +212,33 @@ class PipelineWorker : public Backend {
     for (const TimelineEvent& e : events_) timeline.push_back(toJson(e, layout_.chunks > 1, all));
     // The run's last record: the worker may exit only once it is on its way (it exited 0 with a
     // multi-megabyte "done" dropped after the 2 s linger when the launcher did not read for a
-    // while). A launcher that died kills this process (PR_SET_PDEATHSIG; across hosts: the watchdog).
+    // while). A launcher that died kills this process (PR_SET_PDEATHSIG; across hosts: the
+    // watchdog).
     control_.set(zmq::sockopt::linger, -1);
-    report({{"type", "done"}, {"timeline", timeline}, {"fwd_sender_digest", transport_->codecDigest(true, true)},
+    report({{"type", "done"},
+            {"timeline", timeline},
+            {"fwd_sender_digest", transport_->codecDigest(true, true)},
             {"fwd_receiver_digest", transport_->codecDigest(true, false)},
             {"bwd_sender_digest", transport_->codecDigest(false, true)},
             {"bwd_receiver_digest", transport_->codecDigest(false, false)},
-            {"dp_digests", dp_ ? dp_->digests() : json::object()}, {"shaping", shaping_},
+            {"dp_digests", dp_ ? dp_->digests() : json::object()},
+            {"shaping", shaping_},
             {"refused_connections", guard_.report()},
-            {"slowdown", {{"effective_speed", meter_.effectiveSpeed()}, {"compute_s", meter_.computeS}, {"stalled_s", meter_.stalledS},
-                          {"owed_s", meter_.owedS}}}});
+            {"slowdown",
+             {{"effective_speed", meter_.effectiveSpeed()},
+              {"compute_s", meter_.computeS},
+              {"stalled_s", meter_.stalledS},
+              {"owed_s", meter_.owedS}}}});
   }
 
   // training.save_checkpoint: every model chunk of this stage, as its virtual stage's shard.
   void saveStages() {
     const auto ranges = stageLayers(spec_);
     for (int c = 0; c < layout_.chunks; ++c) {
-      const int v = c * S_ + id_.stage;  // the chunk's virtual stage (interleaved: v = c x S + stage)
-      saveHfStage(*compute_.runner(c).model(), spec_.model, spec_.training.saveCheckpoint, v, ranges);
+      const int v =
+          c * S_ + id_.stage;  // the chunk's virtual stage (interleaved: v = c x S + stage)
+      saveHfStage(*compute_.runner(c).model(), spec_.model, spec_.training.saveCheckpoint, v,
+                  ranges);
     }
   }
 
@@ -210,7 +246,8 @@ class PipelineWorker : public Backend {
     j["rank"] = rank_;
     const std::string s = j.dump();
     if (!control_.send(zmq::buffer(s), zmq::send_flags::none))
-      throw std::runtime_error("rank " + std::to_string(rank_) + ": the launcher took no record for 10 s");
+      throw std::runtime_error("rank " + std::to_string(rank_) +
+                               ": the launcher took no record for 10 s");
   }
 
   // Backend
@@ -241,7 +278,8 @@ class PipelineWorker : public Backend {
   }
   Progress dpBegin(const Action& a, const ActionContext& c) override {
     sync_->pack(a.microBatch, c.step, dpBuf_);
-    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.microBatch, gc_->exactRound(c.step));
+    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.microBatch,
+               gc_->exactRound(c.step));
     return Progress::kDone;
   }
   Progress dpEnd(const Action& a, const ActionContext& c) override {
@@ -271,29 +309,36 @@ class PipelineWorker : public Backend {
     }
     const bool fromPrev = a.peer == Action::Peer::kPrev;
     if (carriesTensor(a.message)) {
-      Tensor32 t = transport_->recv(fromPrev, kindOf(a.message), c.step, c.epoch, a.microBatch, c.chunk);
+      Tensor32 t =
+          transport_->recv(fromPrev, kindOf(a.message), c.step, c.epoch, a.microBatch, c.chunk);
       if (a.message == Msg::kActivation && t.exampleIds != compute_.planIds(c, a.microBatch))
-        throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " + std::to_string(a.microBatch) +
-                                 " differ from the data plan");
+        throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " +
+                                 std::to_string(a.microBatch) + " differ from the data plan");
       // A frame that passed every check of its own but does not fit this stage (a payload of
       // another shape) is the sender's error, said so, not libtorch's.
       const compression::Shape shape = t.shape;
-      const std::string what = "rank " + std::to_string(rank_) + ": the " + (a.message == Msg::kGradient ? "gradient" : "activation") +
+      const std::string what = "rank " + std::to_string(rank_) + ": the " +
+                               (a.message == Msg::kGradient ? "gradient" : "activation") +
                                " of micro-batch " + std::to_string(a.microBatch) + " from rank " +
-                               std::to_string(protocol::pipelinePeer(layout_, rank_, a.peer)) + " (shape " +
-                               compression::shapeString(shape) + ") does not fit this stage: ";
+                               std::to_string(protocol::pipelinePeer(layout_, rank_, a.peer)) +
+                               " (shape " + compression::shapeString(shape) +
+                               ") does not fit this stage: ";
       // Every message between stages is hidden states [rows <= micro_batch_size, seq_len, width].
       const int64_t mb = spec_.pipeline.microBatchSize;
-      if (shape.size() != 3 || shape[0] < 1 || shape[0] > mb || shape[1] != spec_.model.seqLen || shape[2] != spec_.model.width)
-        throw std::runtime_error(what + "expected [1.." + std::to_string(mb) + ", " + std::to_string(spec_.model.seqLen) + ", " +
-                                 std::to_string(spec_.model.width) + "] (pipeline.micro_batch_size, model.seq_len, model.width)");
+      if (shape.size() != 3 || shape[0] < 1 || shape[0] > mb || shape[1] != spec_.model.seqLen ||
+          shape[2] != spec_.model.width)
+        throw std::runtime_error(what + "expected [1.." + std::to_string(mb) + ", " +
+                                 std::to_string(spec_.model.seqLen) + ", " +
+                                 std::to_string(spec_.model.width) +
+                                 "] (pipeline.micro_batch_size, model.seq_len, model.width)");
       try {
         compute_.input(a, fromTransport(t));
       } catch (const std::exception& e) {
         throw std::runtime_error(what + errorText(e));
       }
     } else {
-      const Tensor32 t = transport_->recv(fromPrev, MessageKind::kControl, c.step, c.epoch, protocol::controlTag(a.message));
+      const Tensor32 t = transport_->recv(fromPrev, MessageKind::kControl, c.step, c.epoch,
+                                          protocol::controlTag(a.message));
       const double v = scalarOf(t);
       if (a.message == Msg::kNormPartial) compute_.squaredNorm() += v;
       if (a.message == Msg::kNormTotal) compute_.squaredNorm() = v;
@@ -310,12 +355,13 @@ class PipelineWorker : public Backend {
     const bool toNext = a.peer == Action::Peer::kNext;
     if (carriesTensor(a.message)) {
       const torch::Tensor t = compute_.output(a).contiguous();
-      transport_->send(toNext, kindOf(a.message), c.step, c.epoch, a.microBatch, t.data_ptr<float>(),
-                       compression::Shape(t.sizes().begin(), t.sizes().end()), compute_.ids(a.microBatch), c.chunk);
+      transport_->send(toNext, kindOf(a.message), c.step, c.epoch, a.microBatch,
+                       t.data_ptr<float>(), compression::Shape(t.sizes().begin(), t.sizes().end()),
+                       compute_.ids(a.microBatch), c.chunk);
     } else {
       const Scalar v(a.message == Msg::kBarrier ? 0.0 : compute_.squaredNorm());
-      transport_->send(toNext, MessageKind::kControl, c.step, c.epoch, protocol::controlTag(a.message), v.parts,
-                       {protocol::kControlValues}, {});
+      transport_->send(toNext, MessageKind::kControl, c.step, c.epoch,
+                       protocol::controlTag(a.message), v.parts, {protocol::kControlValues}, {});
     }
     return Progress::kDone;
   }
@@ -323,7 +369,8 @@ class PipelineWorker : public Backend {
  private:
   // Activations, their gradients, evaluation activations; the rest are control scalars.
   static bool carriesTensor(Action::Message m) {
-    return m == Action::Message::kActivation || m == Action::Message::kGradient || m == Action::Message::kEval;
+    return m == Action::Message::kActivation || m == Action::Message::kGradient ||
+           m == Action::Message::kEval;
   }
   static MessageKind kindOf(Action::Message m) {
     return m == Action::Message::kActivation ? MessageKind::kActivation
@@ -357,10 +404,12 @@ class PipelineWorker : public Backend {
       r["type"] = "eval";
       return report(r);
     }
-    // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with "done".
+    // This step's timeline; the last step's (runtime.timeline "all": every step's) goes out with
+    // "done".
     if (spec_.runtime.timeline != "all") events_.clear();
     events_.insert(events_.end(), exec_.events().begin(), exec_.events().end());
-    report(stepRecord(g, epoch, seconds, {after.cpuS - before.cpuS, after.preempted - before.preempted}));
+    report(stepRecord(g, epoch, seconds,
+                      {after.cpuS - before.cpuS, after.preempted - before.preempted}));
   }
 
   json stepRecord(int64_t g, int epoch, double seconds, const ProcessUsage& used) {
@@ -376,7 +425,8 @@ class PipelineWorker : public Backend {
     r.encodeS = st.encodeS + dst.encodeS;
     r.decodeS = st.decodeS + dst.decodeS;
     r.waitS = st.waitS + dst.waitS;
-    r.dpS = exec_.dpSeconds();  // what the data-parallel exchange alone took (its share of the breakdown)
+    r.dpS = exec_.dpSeconds();  // what the data-parallel exchange alone took (its share of the
+                                // breakdown)
     r.cpuS = used.cpuS;
     r.preempted = used.preempted;
     r.fwdRaw = st.fwdRaw, r.fwdWire = st.fwdWire, r.bwdRaw = st.bwdRaw, r.bwdWire = st.bwdWire;
@@ -385,8 +435,10 @@ class PipelineWorker : public Backend {
     r.lr = compute_.runner(0).learningRate(g);
     if (compute_.holdsLastStage()) r.loss = compute_.loss();
     // One-way times this stage observed on its inbound links (delivery - send stamp).
-    for (const auto& [name, d] : {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
-      if (d.messages > 0) r.recvDelay[name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
+    for (const auto& [name, d] :
+         {std::pair{"from_prev", st.fromPrev}, std::pair{"from_next", st.fromNext}})
+      if (d.messages > 0)
+        r.recvDelay[name] = {{"min", d.minS}, {"max", d.maxS}, {"messages", d.messages}};
     return toJson(r);
   }
 
@@ -400,17 +452,19 @@ class PipelineWorker : public Backend {
   zmq::socket_t control_;
   ListenGuard guard_;  // every socket this rank binds (before the transports: it outlives them)
   std::string controlFrom_;  // across hosts: this end of the control connection
-  std::unique_ptr<emulator::DeviceShaper> shaper_;  // tc-dev: this host's interface, removed with the worker
-  json shaping_;                                     // what it installed
-  SlowdownMeter meter_;                              // runtime.slowdown: compute and stalls
-  double stepStallS_ = 0;                            // the stalls of the step in hand
+  std::unique_ptr<emulator::DeviceShaper>
+      shaper_;             // tc-dev: this host's interface, removed with the worker
+  json shaping_;           // what it installed
+  SlowdownMeter meter_;    // runtime.slowdown: compute and stalls
+  double stepStallS_ = 0;  // the stalls of the step in hand
   std::unique_ptr<StageTransport> transport_;
-  std::unique_ptr<GradientCompressor> gc_;  // dp.codec / dp.local_steps (runtime/gradient_compressor.h)
-  std::unique_ptr<DpExchange> dp_;     // replicas > 1
+  std::unique_ptr<GradientCompressor>
+      gc_;                              // dp.codec / dp.local_steps (runtime/gradient_compressor.h)
+  std::unique_ptr<DpExchange> dp_;      // replicas > 1
   std::unique_ptr<GradientSync> sync_;  // what the rounds carry (runtime/grad_sync.h)
-  std::vector<float> dpBuf_;           // the round's flat buffer
+  std::vector<float> dpBuf_;            // the round's flat buffer
   StepExecutor exec_;
-  double startAt_ = 0;  // the run's first step (host monotonic clock; 0: at once)
+  double startAt_ = 0;                 // the run's first step (host monotonic clock; 0: at once)
   std::vector<TimelineEvent> events_;  // of the last step (runtime.timeline "all": of every step)
 };
 

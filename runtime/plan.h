@@ -33,11 +33,13 @@ struct Plan {
   Plan(const RunSpec& s, const std::string& split)
       : train(s.data, split, "train", s.model.seqLen),
         val(s.data, split, "val", s.model.seqLen),
-        epochs(train.size(), s.pipeline.microBatches * s.pipeline.replicas, s.pipeline.microBatchSize, s.training.seed) {
+        epochs(train.size(), s.pipeline.microBatches * s.pipeline.replicas,
+               s.pipeline.microBatchSize, s.training.seed) {
     if (std::max(train.maxToken(), val.maxToken()) >= s.model.vocab)
-      throw std::invalid_argument("data: token id " + std::to_string(std::max(train.maxToken(), val.maxToken())) +
-                                  " is beyond the model's vocabulary (" + std::to_string(s.model.vocab) +
-                                  "): data.tokenizer must be the model's");
+      throw std::invalid_argument(
+          "data: token id " + std::to_string(std::max(train.maxToken(), val.maxToken())) +
+          " is beyond the model's vocabulary (" + std::to_string(s.model.vocab) +
+          "): data.tokenizer must be the model's");
     totalSteps = epochs.stepsPerEpoch() * s.training.epochs;
     if (s.training.maxSteps > 0) totalSteps = std::min(totalSteps, s.training.maxSteps);
   }

@@ -59,13 +59,15 @@ class ProgressLine {
 };
 
 // "120/400 steps (30%), 35 s, ETA 82 s" (without a total: "120 steps, 35 s").
-inline std::string progressText(int64_t done, int64_t total, double elapsedS, const char* unit = "steps") {
+inline std::string progressText(int64_t done, int64_t total, double elapsedS,
+                                const char* unit = "steps") {
   char b[160];
   if (total <= 0 || done <= 0) {
     std::snprintf(b, sizeof b, "%lld %s, %.0f s", static_cast<long long>(done), unit, elapsedS);
   } else {
-    std::snprintf(b, sizeof b, "%lld/%lld %s (%.0f%%), %.0f s, ETA %.0f s", static_cast<long long>(done), static_cast<long long>(total),
-                  unit, 100.0 * done / total, elapsedS, elapsedS * (total - done) / done);
+    std::snprintf(b, sizeof b, "%lld/%lld %s (%.0f%%), %.0f s, ETA %.0f s",
+                  static_cast<long long>(done), static_cast<long long>(total), unit,
+                  100.0 * done / total, elapsedS, elapsedS * (total - done) / done);
   }
   return b;
 }

@@ -38,7 +38,9 @@ inline int boundaryChunk(const RankLayout& layout, int stage, const Action& a) {
 }
 
 // The virtual stage of a compute action of `stage` (the index of its layers in stageLayers).
-inline int virtualStage(const RankLayout& layout, int stage, const Action& a) { return layout.virtualStage(a.chunk, stage); }
+inline int virtualStage(const RankLayout& layout, int stage, const Action& a) {
+  return layout.virtualStage(a.chunk, stage);
+}
 
 // The previous / next stage's rank of `rank` (same replica), -1 at the ends of the pipeline.
 inline int pipelinePeer(const RankLayout& layout, int rank, Action::Peer side) {
@@ -63,7 +65,8 @@ inline int dpOwnedChunk(int replica, int replicas) { return (replica + 1) % repl
 // decodes itself (the ring all-gather of its own chunk; the parameter server's shard average):
 // the others relay a frame they received (all-gather) or encode per message (reduce, push).
 inline bool dpSendsOwnFrame(const Action& a, int replica, int replicas) {
-  return (a.message == Action::Message::kDpGather && a.microBatch == dpOwnedChunk(replica, replicas)) ||
+  return (a.message == Action::Message::kDpGather &&
+          a.microBatch == dpOwnedChunk(replica, replicas)) ||
          a.message == Action::Message::kDpPull;
 }
 
@@ -71,25 +74,38 @@ inline bool dpSendsOwnFrame(const Action& a, int replica, int replicas) {
 // double as hi + lo) under a negative tag in its micro-batch field, never a micro-batch's.
 inline constexpr int kControlValues = 2;
 inline int controlTag(Action::Message m) {
-  return m == Action::Message::kNormPartial ? -1 : m == Action::Message::kNormTotal ? -2 : -3;  // -3: the barrier
+  return m == Action::Message::kNormPartial ? -1
+         : m == Action::Message::kNormTotal ? -2
+                                            : -3;  // -3: the barrier
 }
 
 // The timeline's name of an action's event (runtime and simulator alike for compute; a
 // send is its encode + hand-off, a receive its wait + decode).
 inline const char* eventName(const Action& a) {
   switch (a.kind) {
-    case Action::Kind::kRecv: return a.isDataParallel() ? "dp_recv" : "recv";
-    case Action::Kind::kSend: return a.isDataParallel() ? "dp_send" : "send";
-    case Action::Kind::kForward: return "forward";
-    case Action::Kind::kBackward: return "backward";
-    case Action::Kind::kBackwardInput: return "backward_input";
-    case Action::Kind::kBackwardWeight: return "backward_weight";
-    case Action::Kind::kEvalForward: return "eval_forward";
-    case Action::Kind::kGradNorm: return "gradnorm";
-    case Action::Kind::kStep: return "step";
+    case Action::Kind::kRecv:
+      return a.isDataParallel() ? "dp_recv" : "recv";
+    case Action::Kind::kSend:
+      return a.isDataParallel() ? "dp_send" : "send";
+    case Action::Kind::kForward:
+      return "forward";
+    case Action::Kind::kBackward:
+      return "backward";
+    case Action::Kind::kBackwardInput:
+      return "backward_input";
+    case Action::Kind::kBackwardWeight:
+      return "backward_weight";
+    case Action::Kind::kEvalForward:
+      return "eval_forward";
+    case Action::Kind::kGradNorm:
+      return "gradnorm";
+    case Action::Kind::kStep:
+      return "step";
     case Action::Kind::kDpBegin:
-    case Action::Kind::kDpEnd: return "dp";  // packing / unpacking what is synchronised
-    case Action::Kind::kOuterStep: return "outer_step";
+    case Action::Kind::kDpEnd:
+      return "dp";  // packing / unpacking what is synchronised
+    case Action::Kind::kOuterStep:
+      return "outer_step";
   }
   return "?";
 }

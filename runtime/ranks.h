@@ -23,8 +23,8 @@ struct RankLayout {
   int rank(RankId id) const {
     if (id.stage < 0 || id.stage >= stages || id.replica < 0 || id.replica >= replicas)
       throw std::out_of_range("rank layout: (stage " + std::to_string(id.stage) + ", replica " +
-                              std::to_string(id.replica) + ") is outside " + std::to_string(stages) + " x " +
-                              std::to_string(replicas));
+                              std::to_string(id.replica) + ") is outside " +
+                              std::to_string(stages) + " x " + std::to_string(replicas));
     return id.stage * replicas + id.replica;
   }
   RankId id(int rank) const { return {rank / replicas, rank % replicas}; }
@@ -41,7 +41,9 @@ inline int ringIndex(int v, int n) { return ((v % n) + n) % n; }
 // The seed of a directed link's jitter and loss draws, the same in every tier (the emulator's
 // links, the simulator's replay): a pipeline link by its two ranks, a data-parallel link by the
 // sender's rank and the receiving replica (kept apart from pipeline links by its offset).
-inline uint64_t pipelineLinkSeed(int fromRank, int toRank) { return 1000ull * static_cast<uint64_t>(fromRank) + static_cast<uint64_t>(toRank); }
+inline uint64_t pipelineLinkSeed(int fromRank, int toRank) {
+  return 1000ull * static_cast<uint64_t>(fromRank) + static_cast<uint64_t>(toRank);
+}
 inline uint64_t dpLinkSeed(int fromRank, int toReplica) {
   return 5000ull + 1000ull * static_cast<uint64_t>(fromRank) + static_cast<uint64_t>(toReplica);
 }

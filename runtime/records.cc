@@ -19,24 +19,28 @@ template <typename T>
 T field(const json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || !it->is_number())
-    throw std::invalid_argument(std::string("record: field '") + key + "' " + (it == j.end() ? "is missing" : "is not a number"));
+    throw std::invalid_argument(std::string("record: field '") + key + "' " +
+                                (it == j.end() ? "is missing" : "is not a number"));
   return it->get<T>();
 }
 
 std::optional<double> optionalField(const json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw std::invalid_argument(std::string("record: field '") + key + "' is not a number");
+  if (!it->is_number())
+    throw std::invalid_argument(std::string("record: field '") + key + "' is not a number");
   return it->get<double>();
 }
 
 }  // namespace
 
 json toJson(const RankStepRecord& r) {
-  json j = {{"type", "step"}, {"rank", r.rank}, {"step", r.step}, {"epoch", r.epoch}, {"time_s", r.timeS},
-            {"compute_s", r.computeS}, {"encode_s", r.encodeS}, {"decode_s", r.decodeS}, {"wait_s", r.waitS},
-            {"dp_s", r.dpS}, {"stall_s", r.stallS}, {"fwd_raw", r.fwdRaw}, {"fwd_wire", r.fwdWire}, {"bwd_raw", r.bwdRaw},
-            {"bwd_wire", r.bwdWire}, {"grad_raw", r.gradRaw}, {"grad_wire", r.gradWire}};
+  json j = {{"type", "step"},        {"rank", r.rank},         {"step", r.step},
+            {"epoch", r.epoch},      {"time_s", r.timeS},      {"compute_s", r.computeS},
+            {"encode_s", r.encodeS}, {"decode_s", r.decodeS},  {"wait_s", r.waitS},
+            {"dp_s", r.dpS},         {"stall_s", r.stallS},    {"fwd_raw", r.fwdRaw},
+            {"fwd_wire", r.fwdWire}, {"bwd_raw", r.bwdRaw},    {"bwd_wire", r.bwdWire},
+            {"grad_raw", r.gradRaw}, {"grad_wire", r.gradWire}};
   if (r.loss) j["loss"] = *r.loss;
   if (r.gradNorm) j["grad_norm"] = *r.gradNorm;
   if (r.lr) j["lr"] = *r.lr;
@@ -74,7 +78,8 @@ RankStepRecord rankStepFromJson(const json& j) {
 }
 
 json toJson(const EvalRecord& e) {
-  json j = {{"epoch", e.epoch}, {"step", e.step}, {"time_s", e.timeS}, {"val_loss", optional(e.valLoss)}};
+  json j = {
+      {"epoch", e.epoch}, {"step", e.step}, {"time_s", e.timeS}, {"val_loss", optional(e.valLoss)}};
   if (e.wallS) j["wall_s"] = *e.wallS;
   return j;
 }
@@ -90,29 +95,42 @@ EvalRecord evalRecordFromJson(const json& j) {
 }
 
 json toJson(const TimelineEvent& e, bool withChunk, bool withStep) {
-  json j = {{"what", protocol::eventName(e.action)}, {"mb", e.action.microBatch}, {"start_s", e.start}, {"end_s", e.end}};
+  json j = {{"what", protocol::eventName(e.action)},
+            {"mb", e.action.microBatch},
+            {"start_s", e.start},
+            {"end_s", e.end}};
   if (withChunk) j["chunk"] = e.action.chunk;
   if (withStep) j["step"] = e.step;
   return j;
 }
 
-json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<RankStepRecord>& ranks) {
+json stepEntry(const RunSpec& spec, const RankLayout& layout,
+               const std::vector<RankStepRecord>& ranks) {
   const int N = layout.size(), R = layout.replicas;
   if (static_cast<int>(ranks.size()) != N)
-    throw std::logic_error("step entry: " + std::to_string(ranks.size()) + " records for " + std::to_string(N) + " ranks");
+    throw std::logic_error("step entry: " + std::to_string(ranks.size()) + " records for " +
+                           std::to_string(N) + " ranks");
   double time = 0;
   int64_t fwd[2] = {0, 0}, bwd[2] = {0, 0}, grad[2] = {0, 0};
-  json perStage = json::array(), breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
+  json perStage = json::array(),
+       breakdown = {{"compute", 0.0}, {"encode", 0.0}, {"decode", 0.0}, {"wait", 0.0}};
   if (R > 1) breakdown["allreduce"] = 0.0;
   for (int r = 0; r < N; ++r) {
     const RankStepRecord& p = ranks[r];
     time = std::max(time, p.timeS);
-    fwd[0] += p.fwdRaw, fwd[1] += p.fwdWire, bwd[0] += p.bwdRaw, bwd[1] += p.bwdWire, grad[0] += p.gradRaw, grad[1] += p.gradWire;
-    for (const auto& [k, v] : {std::pair{"compute", p.computeS}, std::pair{"encode", p.encodeS}, std::pair{"decode", p.decodeS},
-                               std::pair{"wait", p.waitS}, std::pair{"allreduce", p.dpS}})
+    fwd[0] += p.fwdRaw, fwd[1] += p.fwdWire, bwd[0] += p.bwdRaw, bwd[1] += p.bwdWire,
+        grad[0] += p.gradRaw, grad[1] += p.gradWire;
+    for (const auto& [k, v] : {std::pair{"compute", p.computeS}, std::pair{"encode", p.encodeS},
+                               std::pair{"decode", p.decodeS}, std::pair{"wait", p.waitS},
+                               std::pair{"allreduce", p.dpS}})
       if (breakdown.contains(k)) breakdown[k] = breakdown[k].get<double>() + v / N;
-    json row = {{"time_s", p.timeS}, {"compute", p.computeS}, {"encode", p.encodeS}, {"decode", p.decodeS}, {"wait", p.waitS}};
-    if (!spec.runtime.slowdown.empty()) row["stalled"] = p.stallS;  // the straggler's share of "compute"
+    json row = {{"time_s", p.timeS},
+                {"compute", p.computeS},
+                {"encode", p.encodeS},
+                {"decode", p.decodeS},
+                {"wait", p.waitS}};
+    if (!spec.runtime.slowdown.empty())
+      row["stalled"] = p.stallS;  // the straggler's share of "compute"
     if (R > 1) {
       const RankId id = layout.id(r);
       row["stage"] = id.stage;
@@ -124,19 +142,29 @@ json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<
     if (p.preempted) row["preempted"] = *p.preempted;
     perStage.push_back(std::move(row));
   }
-  // Tokens of the global batch; the loss is the replicas' mean (each the mean over its micro-batches).
-  const int64_t tokens = int64_t{spec.pipeline.microBatches} * spec.pipeline.microBatchSize * spec.model.seqLen * R;
+  // Tokens of the global batch; the loss is the replicas' mean (each the mean over its
+  // micro-batches).
+  const int64_t tokens =
+      int64_t{spec.pipeline.microBatches} * spec.pipeline.microBatchSize * spec.model.seqLen * R;
   json perReplica = json::array();
   std::optional<double> loss = 0.0;
   for (int q = 0; q < R; ++q) {
     const std::optional<double>& l = ranks[layout.rank({layout.stages - 1, q})].loss;
     perReplica.push_back(optional(l));
-    loss = loss && l ? std::optional<double>(*loss + *l / R) : std::nullopt;  // not a rank: the mean over replicas
+    const double share = l ? *l / R : 0.0;  // not a rank: the mean over replicas
+    loss = loss && l ? std::optional<double>(*loss + share) : std::nullopt;
   }
-  json st = {{"step", ranks[0].step}, {"epoch", ranks[0].epoch}, {"time_s", time}, {"tokens", tokens},
-             {"tokens_per_s", tokens / time}, {"loss", optional(loss)},
-             {"bytes", {{"forward", {{"raw", fwd[0]}, {"wire", fwd[1]}}}, {"backward", {{"raw", bwd[0]}, {"wire", bwd[1]}}}}},
-             {"breakdown_s", breakdown}, {"breakdown_s_per_stage", perStage}};
+  json st = {{"step", ranks[0].step},
+             {"epoch", ranks[0].epoch},
+             {"time_s", time},
+             {"tokens", tokens},
+             {"tokens_per_s", tokens / time},
+             {"loss", optional(loss)},
+             {"bytes",
+              {{"forward", {{"raw", fwd[0]}, {"wire", fwd[1]}}},
+               {"backward", {{"raw", bwd[0]}, {"wire", bwd[1]}}}}},
+             {"breakdown_s", breakdown},
+             {"breakdown_s_per_stage", perStage}};
   if (R > 1) {
     st["loss_per_replica"] = perReplica;
     st["bytes"]["gradient"] = {{"raw", grad[0]}, {"wire", grad[1]}};
@@ -146,9 +174,15 @@ json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<
   return st;
 }
 
-ResultBuilder::ResultBuilder(const RunSpec& spec, const RankLayout& layout, const std::string& status)
-    : spec_(&spec), layout_(layout),
-      doc_({{"schema", kResultSchema}, {"status", status}, {"spec", toJson(spec)}, {"steps", json::array()}, {"evals", json::array()}}) {}
+ResultBuilder::ResultBuilder(const RunSpec& spec, const RankLayout& layout,
+                             const std::string& status)
+    : spec_(&spec),
+      layout_(layout),
+      doc_({{"schema", kResultSchema},
+            {"status", status},
+            {"spec", toJson(spec)},
+            {"steps", json::array()},
+            {"evals", json::array()}}) {}
 
 const json& ResultBuilder::addStep(const std::vector<RankStepRecord>& ranks, double wallS) {
   json st = stepEntry(*spec_, layout_, ranks);
@@ -172,7 +206,8 @@ void ResultBuilder::setTimeline(const std::map<int, json>& eventsByRank) {
       out.push_back(std::move(e));
     }
     const RankId id = layout_.id(r);
-    rows.push_back({{"stage", id.stage}, {"replica", id.replica}, {"rank", r}, {"events", std::move(out)}});
+    rows.push_back(
+        {{"stage", id.stage}, {"replica", id.replica}, {"rank", r}, {"events", std::move(out)}});
   }
   doc_["timeline"] = std::move(rows);
 }

@@ -32,9 +32,9 @@ struct RankStepRecord {
   double stallS = 0;
   // Bytes this rank sent: activations, their gradients, data-parallel messages (raw: 4 per value).
   int64_t fwdRaw = 0, fwdWire = 0, bwdRaw = 0, bwdWire = 0, gradRaw = 0, gradWire = 0;
-  std::optional<double> loss;            // the last stage's mean loss of its micro-batches
-  std::optional<double> gradNorm, lr;    // what the step clipped with and its learning rate
-  nlohmann::json recvDelay;              // emulated: one-way times observed per inbound side
+  std::optional<double> loss;          // the last stage's mean loss of its micro-batches
+  std::optional<double> gradNorm, lr;  // what the step clipped with and its learning rate
+  nlohmann::json recvDelay;            // emulated: one-way times observed per inbound side
   // The rank's process over the step, every thread (compute, codecs, ZeroMQ's I/O): the CPU time
   // it got, and how often the scheduler took a CPU from one of its threads (involuntary context
   // switches: another process or a delay line woke and ran). Absent where nothing ran (simulator).
@@ -48,10 +48,10 @@ RankStepRecord rankStepFromJson(const nlohmann::json& j);
 
 struct EvalRecord {
   int epoch = 0;
-  int64_t step = 0;                // steps before it
-  double timeS = 0;                // how long it took (the slowest stage's)
-  std::optional<double> valLoss;   // mean loss per token (none: not computed, or simulated)
-  std::optional<double> wallS;     // when it ended, from the run's start
+  int64_t step = 0;               // steps before it
+  double timeS = 0;               // how long it took (the slowest stage's)
+  std::optional<double> valLoss;  // mean loss per token (none: not computed, or simulated)
+  std::optional<double> wallS;    // when it ended, from the run's start
 };
 nlohmann::json toJson(const EvalRecord& e);
 // Throws std::invalid_argument naming a missing or mistyped field.
@@ -65,7 +65,8 @@ nlohmann::json toJson(const TimelineEvent& e, bool withChunk, bool withStep);
 // breakdown_s, breakdown_s_per_stage, ...) from the records of every rank of `layout`, indexed by
 // rank: the step's time is the slowest rank's, breakdowns are means over ranks, bytes sums, the
 // loss the mean over the last stage's replicas.
-nlohmann::json stepEntry(const RunSpec& spec, const RankLayout& layout, const std::vector<RankStepRecord>& ranks);
+nlohmann::json stepEntry(const RunSpec& spec, const RankLayout& layout,
+                         const std::vector<RankStepRecord>& ranks);
 
 // One result document (result.json, schema runtime/result.h kResultSchema) as every producer
 // builds it: the spec, one entry per step from its ranks' records (stepEntry, with when it ended),

@@ -23,7 +23,8 @@ std::string resolveIPv4(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || !res) throw std::invalid_argument("cannot resolve host '" + host + "': " + gai_strerror(rc));
+  if (rc != 0 || !res)
+    throw std::invalid_argument("cannot resolve host '" + host + "': " + gai_strerror(rc));
   char buf[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof buf);
   freeaddrinfo(res);
@@ -62,7 +63,8 @@ std::string addressOf(const sockaddr_in& a) {
 std::string peerOf(int fd) {
   sockaddr_in a{};
   socklen_t len = sizeof a;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET)
+    return "";
   return addressOf(a);
 }
 
@@ -99,20 +101,26 @@ std::string connectedFrom(zmq::context_t& ctx, zmq::socket_t& s, const std::stri
   return from;
 }
 
-RendezvousClient::RendezvousClient(zmq::context_t& ctx, const std::string& host, int port, const std::string& secret,
-                                   double timeoutS)
-    : req_(ctx, zmq::socket_type::req), monitor_(ctx, zmq::socket_type::pair),
-      endpoint_("tcp://" + resolveIPv4(host) + ":" + std::to_string(port)), timeoutS_(timeoutS) {
+RendezvousClient::RendezvousClient(zmq::context_t& ctx, const std::string& host, int port,
+                                   const std::string& secret, double timeoutS)
+    : req_(ctx, zmq::socket_type::req),
+      monitor_(ctx, zmq::socket_type::pair),
+      endpoint_("tcp://" + resolveIPv4(host) + ":" + std::to_string(port)),
+      timeoutS_(timeoutS) {
   req_.set(zmq::sockopt::linger, 0);
   makeCurveClient(req_, curveKeyPairFromSecret(secret, "rendezvous/client"),
                   curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
   // Handshakes that fail (the server cannot open this process's greeting: another secret) show as
   // disconnects before any handshake succeeded.
-  const std::string mon = "inproc://rendezvous-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  const std::string mon =
+      "inproc://rendezvous-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   if (zmq_socket_monitor(req_.handle(), mon.c_str(),
-                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
-    throw std::runtime_error("rendezvous: cannot monitor the socket: " + std::string(zmq_strerror(zmq_errno())));
+                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+    throw std::runtime_error("rendezvous: cannot monitor the socket: " +
+                             std::string(zmq_strerror(zmq_errno())));
   monitor_.connect(mon);
   req_.connect(endpoint_);
 }
@@ -126,7 +134,8 @@ json RendezvousClient::call(const json& request, double timeoutS) {
   while (true) {
     const double left = deadline - emulator::hostClockNow();
     if (left <= 0) break;
-    zmq::pollitem_t items[] = {{static_cast<void*>(req_), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(monitor_), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{static_cast<void*>(req_), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>(monitor_), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, std::chrono::milliseconds(static_cast<long>(left * 1000) + 1));
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t ev, addr;
@@ -135,22 +144,30 @@ json RendezvousClient::call(const json& request, double timeoutS) {
       if (ev.size() >= 2) std::memcpy(&id, ev.data(), 2);
       // A refused handshake is one FAILED event (its DISCONNECTED follows and is not another
       // refusal: counting both said "refused 3 times" where the server had refused twice).
-      if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) handshook = true;
-      else if (!handshook && id != ZMQ_EVENT_DISCONNECTED) ++handshakeFailures_;
+      if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+        handshook = true;
+      else if (!handshook && id != ZMQ_EVENT_DISCONNECTED)
+        ++handshakeFailures_;
       if (handshakeFailures_ >= 3)
-        throw std::runtime_error("the rendezvous at " + endpoint_ + " refused this process's handshake " +
-                                 std::to_string(handshakeFailures_) + " times: its secret (SLOWPIPE_SECRET_FILE) differs "
+        throw std::runtime_error("the rendezvous at " + endpoint_ +
+                                 " refused this process's handshake " +
+                                 std::to_string(handshakeFailures_) +
+                                 " times: its secret (SLOWPIPE_SECRET_FILE) differs "
                                  "from the one rank 0 uses");
     }
     zmq::message_t m;
     if ((items[0].revents & ZMQ_POLLIN) && req_.recv(m, zmq::recv_flags::dontwait)) {
       json answer = json::parse(m.to_string());
-      if (answer.contains("error")) throw std::runtime_error("rendezvous at " + endpoint_ + ": " + answer["error"].get<std::string>());
+      if (answer.contains("error"))
+        throw std::runtime_error("rendezvous at " + endpoint_ + ": " +
+                                 answer["error"].get<std::string>());
       return answer;
     }
   }
-  throw std::runtime_error("no answer from the rendezvous at " + endpoint_ + " within " + std::to_string(static_cast<int>(timeoutS)) +
-                           " s to '" + request.value("type", "") + "' (is rank 0 running there, with the same world size?)");
+  throw std::runtime_error("no answer from the rendezvous at " + endpoint_ + " within " +
+                           std::to_string(static_cast<int>(timeoutS)) + " s to '" +
+                           request.value("type", "") +
+                           "' (is rank 0 running there, with the same world size?)");
 }
 
 ClockEstimate RendezvousClient::estimateClock(int samples) {

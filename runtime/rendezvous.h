@@ -37,7 +37,8 @@ struct ClockEstimate {
 class RendezvousClient {
  public:
   // Connects to tcp://host:port with the secret's client keys.
-  RendezvousClient(zmq::context_t& ctx, const std::string& host, int port, const std::string& secret, double timeoutS);
+  RendezvousClient(zmq::context_t& ctx, const std::string& host, int port,
+                   const std::string& secret, double timeoutS);
   // Sends `request`, returns the answer; throws naming the rendezvous when none comes within the
   // timeout (and saying when the handshake itself failed: a different secret).
   nlohmann::json call(const nlohmann::json& request, double timeoutS = -1);

@@ -2,9 +2,9 @@
 #include "runtime/result.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,9 +15,9 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <tuple>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "compression/bytes.h"
 #include "runtime/ranks.h"
@@ -39,7 +39,8 @@ json summarizeSteps(const json& steps, const json& evals) {
     if (maxEpoch >= 1 ? e >= 1 : i >= 1) steady.push_back(&steps[i]);
   }
   if (steady.empty()) steady.push_back(&steps.back());
-  double time = 0, tokens = 0, wait = 0, fwdWire = 0, bwdWire = 0, fwdRaw = 0, bwdRaw = 0, compute = 0, enc = 0, dec = 0;
+  double time = 0, tokens = 0, wait = 0, fwdWire = 0, bwdWire = 0, fwdRaw = 0, bwdRaw = 0,
+         compute = 0, enc = 0, dec = 0;
   double gradWire = 0, gradRaw = 0, allreduce = 0;
   bool dp = false;
   for (const json* st : steady) {
@@ -66,7 +67,10 @@ json summarizeSteps(const json& steps, const json& evals) {
   s["mean_step_time_s"] = time / n;
   s["throughput_tokens_per_s"] = tokens / time;
   s["wait_share"] = wait / time;
-  s["breakdown_share"] = {{"compute", compute / time}, {"encode", enc / time}, {"decode", dec / time}, {"wait", wait / time}};
+  s["breakdown_share"] = {{"compute", compute / time},
+                          {"encode", enc / time},
+                          {"decode", dec / time},
+                          {"wait", wait / time}};
   // Every byte every rank sent: pipeline activations and gradients, and (data parallelism) the
   // replicas' exchange, also listed on its own.
   s["wire_bytes_per_step"] = (fwdWire + bwdWire + gradWire) / n;
@@ -92,7 +96,8 @@ json summarizeSteps(const json& steps, const json& evals) {
         stageTime += (*st)["time_s"].get<double>();
       }
   if (rows > 0 && stageTime > 0)
-    s["stage_cpu"] = {{"cpu_s_per_step", cpu / rows}, {"core_share", cpu / stageTime},
+    s["stage_cpu"] = {{"cpu_s_per_step", cpu / rows},
+                      {"core_share", cpu / stageTime},
                       {"preemptions_per_s", preempted / stageTime}};
   s["final_train_loss"] = steps.back().value("loss", json());
   s["wall_time_s"] = steps.back().value("wall_s", 0.0);
@@ -113,28 +118,40 @@ std::string codecStatesProblem(const json& codecState, int stages, int replicas,
     for (int s = 0; s + 1 < stages || (ring && s < stages && stages > 1); ++s) {
       const int t = ringIndex(s + 1, stages);  // a ring (model chunks) closes stage S-1 -> 0
       const json a = of(s, q), b = of(t, q);
-      const std::string link = "stage " + std::to_string(s) + " <-> " + std::to_string(t) + " of replica " + std::to_string(q);
-      for (const auto& [send, recv, what] : {std::tuple{field(a, "fwd_sender_digest"), field(b, "fwd_receiver_digest"), "forward"},
-                                             std::tuple{field(b, "bwd_sender_digest"), field(a, "bwd_receiver_digest"), "backward"}}) {
-        if (send.empty() || recv.empty()) return link + ": the " + what + " codec state was not reported by both ends";
-        if (send != recv) return link + ": " + what + " sender digest " + send + " != receiver digest " + recv;
+      const std::string link = "stage " + std::to_string(s) + " <-> " + std::to_string(t) +
+                               " of replica " + std::to_string(q);
+      for (const auto& [send, recv, what] :
+           {std::tuple{field(a, "fwd_sender_digest"), field(b, "fwd_receiver_digest"), "forward"},
+            std::tuple{field(b, "bwd_sender_digest"), field(a, "bwd_receiver_digest"),
+                       "backward"}}) {
+        if (send.empty() || recv.empty())
+          return link + ": the " + what + " codec state was not reported by both ends";
+        if (send != recv)
+          return link + ": " + what + " sender digest " + send + " != receiver digest " + recv;
       }
     }
   for (int s = 0; s < stages; ++s) {
-    std::map<std::string, std::map<std::string, std::set<std::string>>> seen;  // key -> role -> digests
+    std::map<std::string, std::map<std::string, std::set<std::string>>>
+        seen;  // key -> role -> digests
     for (int q = 0; q < replicas; ++q) {
       const json st = of(s, q);
       if (!st.contains("dp_digests") || !st["dp_digests"].is_object()) {
-        if (replicas > 1) return "stage " + std::to_string(s) + " replica " + std::to_string(q) + ": no data-parallel codec state was reported";
+        if (replicas > 1)
+          return "stage " + std::to_string(s) + " replica " + std::to_string(q) +
+                 ": no data-parallel codec state was reported";
         continue;
       }
       for (const auto& [key, ends] : st["dp_digests"].items())
-        for (const auto& [role, d] : ends.items()) seen[key][role].insert(d.is_string() ? d.get<std::string>() : d.dump());
+        for (const auto& [role, d] : ends.items())
+          seen[key][role].insert(d.is_string() ? d.get<std::string>() : d.dump());
     }
-    // Every replica reported, none exchanged (dp.local_steps beyond the run's steps): nothing to compare.
+    // Every replica reported, none exchanged (dp.local_steps beyond the run's steps): nothing to
+    // compare.
     for (const auto& [key, roles] : seen) {
       const std::string where = "stage " + std::to_string(s) + " DP pair '" + key + "'";
-      if (!roles.count("send") || !roles.count("recv")) return where + ": reported by its " + (roles.count("send") ? "sender" : "receiver") + " only";
+      if (!roles.count("send") || !roles.count("recv"))
+        return where + ": reported by its " + (roles.count("send") ? "sender" : "receiver") +
+               " only";
       std::set<std::string> all = roles.at("send");
       all.insert(roles.at("recv").begin(), roles.at("recv").end());
       if (all.size() != 1) return where + ": the ends' digests differ";
@@ -166,8 +183,11 @@ void codecInputs(const std::string& codec, const std::string& field, json& out) 
     for (size_t at = codec.find(kind); at != std::string::npos; at = codec.find(kind, at + 1)) {
       const size_t from = at + kind.size();
       const size_t end = codec.find_first_of(",;)", from);
-      const std::string path = codec.substr(from, end == std::string::npos ? std::string::npos : end - from);
-      out.push_back({{"path", path}, {"role", field + " (" + kind.substr(0, kind.find(':')) + ")"}, {"digest", fileDigest(path)}});
+      const std::string path =
+          codec.substr(from, end == std::string::npos ? std::string::npos : end - from);
+      out.push_back({{"path", path},
+                     {"role", field + " (" + kind.substr(0, kind.find(':')) + ")"},
+                     {"digest", fileDigest(path)}});
     }
   }
 }
@@ -176,13 +196,18 @@ void codecInputs(const std::string& codec, const std::string& field, json& out) 
 void traceInputs(const json& j, const std::string& field, json& out) {
   if (j.is_object()) {
     for (const auto& [k, v] : j.items()) {
-      if (k == "trace" && v.is_string()) out.push_back({{"path", v}, {"role", field + ".trace"}, {"digest", fileDigest(v)}});
-      else if (k == "trace" && v.is_object() && v.contains("file") && v["file"].is_string())  // another format
-        out.push_back({{"path", v["file"]}, {"role", field + ".trace"}, {"digest", fileDigest(v["file"])}});
-      else traceInputs(v, field + "." + k, out);
+      if (k == "trace" && v.is_string())
+        out.push_back({{"path", v}, {"role", field + ".trace"}, {"digest", fileDigest(v)}});
+      else if (k == "trace" && v.is_object() && v.contains("file") &&
+               v["file"].is_string())  // another format
+        out.push_back(
+            {{"path", v["file"]}, {"role", field + ".trace"}, {"digest", fileDigest(v["file"])}});
+      else
+        traceInputs(v, field + "." + k, out);
     }
   } else if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) traceInputs(j[i], field + "[" + std::to_string(i) + "]", out);
+    for (size_t i = 0; i < j.size(); ++i)
+      traceInputs(j[i], field + "[" + std::to_string(i) + "]", out);
   }
 }
 
@@ -192,7 +217,8 @@ json specInputs(const json& spec) {
   json out = json::array();
   const json comp = spec.value("compression", json::object());
   for (const char* k : {"forward", "backward"})
-    if (comp.contains(k) && comp[k].is_string()) codecInputs(comp[k], std::string("compression.") + k, out);
+    if (comp.contains(k) && comp[k].is_string())
+      codecInputs(comp[k], std::string("compression.") + k, out);
   const json dp = spec.value("dp", json::object());
   if (dp.contains("codec") && dp["codec"].is_string()) codecInputs(dp["codec"], "dp.codec", out);
   const json net = spec.value("network", json::object());
@@ -208,9 +234,11 @@ namespace {
 template <typename Input>
 json parseLimited(Input&& in, const std::string& name) {
   const json::parser_callback_t limit = [&](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxJsonDepth)
-      throw std::invalid_argument(name + " is nested more than " + std::to_string(kMaxJsonDepth) +
-                                  " objects or arrays deep (refused: no spec, trace or profile needs that)");
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw std::invalid_argument(
+          name + " is nested more than " + std::to_string(kMaxJsonDepth) +
+          " objects or arrays deep (refused: no spec, trace or profile needs that)");
     return true;
   };
   try {
@@ -224,21 +252,26 @@ json parseLimited(Input&& in, const std::string& name) {
 
 json readJsonFile(const std::string& path, const std::string& what) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw std::invalid_argument(what + " '" + path + "' is a folder, not a file");
+  if (std::filesystem::is_directory(path, ec))
+    throw std::invalid_argument(what + " '" + path + "' is a folder, not a file");
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(what + " '" + path + "' cannot be read");
   return parseLimited(in, what + " '" + path + "'");
 }
 
-json parseJsonText(const std::string& text, const std::string& what) { return parseLimited(text, what); }
+json parseJsonText(const std::string& text, const std::string& what) {
+  return parseLimited(text, what);
+}
 
 std::string resultStatus(const json& r, std::string* why) {
   if (!r.is_object()) return "missing";
   const std::string st = r.value("status", "unknown");
   if (st != "running") return st;
-  const json l = r.contains("launcher") && r["launcher"].is_object() ? r["launcher"] : json::object();
+  const json l =
+      r.contains("launcher") && r["launcher"].is_object() ? r["launcher"] : json::object();
   const int pid = l.contains("pid") && l["pid"].is_number_integer() ? l["pid"].get<int>() : 0;
-  const std::string host = l.contains("host") && l["host"].is_string() ? l["host"].get<std::string>() : "";
+  const std::string host =
+      l.contains("host") && l["host"].is_string() ? l["host"].get<std::string>() : "";
   if (host == hostName()) {
     if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
       if (why) *why = "its writer (pid " + std::to_string(pid) + " on this host) is gone";
@@ -247,11 +280,13 @@ std::string resultStatus(const json& r, std::string* why) {
     return "running";
   }
   if (l.contains("heartbeat_unix_s") && l["heartbeat_unix_s"].is_number()) {
-    const double age = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
-                       l["heartbeat_unix_s"].get<double>();
+    const double age =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+        l["heartbeat_unix_s"].get<double>();
     if (age > kStaleHeartbeatS) {
-      if (why) *why = "its writer (pid " + std::to_string(pid) + " on " + host + ") wrote no heartbeat for " +
-                      std::to_string(static_cast<int64_t>(age)) + " s";
+      if (why)
+        *why = "its writer (pid " + std::to_string(pid) + " on " + host +
+               ") wrote no heartbeat for " + std::to_string(static_cast<int64_t>(age)) + " s";
       return "failed";
     }
   }
@@ -265,7 +300,9 @@ std::string hostName() {
 }
 
 json environmentInfo(const std::string& torchVersion) {
-  json env = {{"host", hostName()}, {"cores", std::thread::hardware_concurrency()}, {"compiler", "g++ " __VERSION__},
+  json env = {{"host", hostName()},
+              {"cores", std::thread::hardware_concurrency()},
+              {"compiler", "g++ " __VERSION__},
               {"libtorch", torchVersion}};
   // Stamped at build time: the commit and dirty flag of the tree this binary was built from.
   env["git_commit"] = SLOWPIPE_GIT_COMMIT;
@@ -275,7 +312,9 @@ json environmentInfo(const std::string& torchVersion) {
 
 namespace {
 
-std::string errnoText(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+std::string errnoText(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
 
 // Writes all of `text` to fd; false with errno set on the first failing write.
 bool writeAll(int fd, const std::string& text) {
@@ -300,7 +339,9 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   // there included, never its target.
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("cannot create a temporary file beside '" + path + "': " + errnoText(errno));
+  if (fd < 0)
+    throw std::runtime_error("cannot create a temporary file beside '" + path +
+                             "': " + errnoText(errno));
   // Every step that can fail is checked; on a failure the temporary file goes and `path` keeps
   // its last complete version.
   const bool wrote = ::fchmod(fd, 0644) == 0 && writeAll(fd, text);
@@ -309,8 +350,9 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   const int err = !wrote ? writeErr : errno;
   if (!wrote || !closed) {
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot write '" + tmp + "' (" + std::to_string(text.size()) + " bytes): " + errnoText(err) +
-                             "; '" + path + "' keeps its previous contents");
+    throw std::runtime_error("cannot write '" + tmp + "' (" + std::to_string(text.size()) +
+                             " bytes): " + errnoText(err) + "; '" + path +
+                             "' keeps its previous contents");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
@@ -320,15 +362,20 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   }
 }
 
-void writeJsonAtomically(const std::string& path, const json& doc) { writeFileAtomically(path, doc.dump(2) + "\n"); }
+void writeJsonAtomically(const std::string& path, const json& doc) {
+  writeFileAtomically(path, doc.dump(2) + "\n");
+}
 
 int createFileNoFollow(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
     const int e = errno;
-    throw std::runtime_error("cannot create '" + path + "': " +
-                             (e == ELOOP ? std::string("it is a symbolic link (refused: a file here is never written through a link)")
-                                         : errnoText(e)));
+    throw std::runtime_error(
+        "cannot create '" + path + "': " +
+        (e == ELOOP
+             ? std::string(
+                   "it is a symbolic link (refused: a file here is never written through a link)")
+             : errnoText(e)));
   }
   return fd;
 }
@@ -337,7 +384,8 @@ FolderLock::FolderLock(const std::string& dir, const std::string& what) {
   std::filesystem::create_directories(dir);
   const std::string path = (std::filesystem::path(dir) / ".slowpipe.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd_ < 0) throw std::runtime_error("cannot open the folder lock '" + path + "': " + errnoText(errno));
+  if (fd_ < 0)
+    throw std::runtime_error("cannot open the folder lock '" + path + "': " + errnoText(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     char holder[256] = {0};
@@ -347,16 +395,21 @@ FolderLock::FolderLock(const std::string& dir, const std::string& what) {
     if (e != EWOULDBLOCK) throw std::runtime_error("cannot lock '" + path + "': " + errnoText(e));
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
     while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    throw FolderInUse("'" + dir + "' is in use by " + who + ": two runs or sweeps writing into one folder overwrite each other's "
+    throw FolderInUse("'" + dir + "' is in use by " + who +
+                      ": two runs or sweeps writing into one folder overwrite each other's "
                       "files; wait for it to end or choose another --out");
   }
-  const std::string me = "slowpipe " + what + " (pid " + std::to_string(getpid()) + " on " + hostName() + ")\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
-    std::fprintf(stderr, "slowpipe: could not write the holder into '%s' (the lock holds)\n", path.c_str());
+  const std::string me =
+      "slowpipe " + what + " (pid " + std::to_string(getpid()) + " on " + hostName() + ")\n";
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+    std::fprintf(stderr, "slowpipe: could not write the holder into '%s' (the lock holds)\n",
+                 path.c_str());
 }
 
 FolderLock::~FolderLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race a waiter)
+  if (fd_ >= 0)
+    ::close(fd_);  // releases the lock; the file stays (removing it would race a waiter)
 }
 
 bool writeFinalResult(const std::string& path, json doc) {
@@ -368,9 +421,13 @@ bool writeFinalResult(const std::string& path, json doc) {
     // small document in its place, through a temporary file, then in place as the last resort
     // (a reader must never find "running" for a run that ended).
     const std::string why = std::string("the result could not be written in full: ") + e.what();
-    json small = {{"schema", doc.value("schema", kResultSchema)}, {"status", "failed"},
-                  {"reason", doc.value("status", "") == "failed" ? doc.value("reason", "") + "; " + why : why},
-                  {"launcher", doc.value("launcher", json::object())}, {"truncated", true}};
+    json small = {
+        {"schema", doc.value("schema", kResultSchema)},
+        {"status", "failed"},
+        {"reason",
+         doc.value("status", "") == "failed" ? doc.value("reason", "") + "; " + why : why},
+        {"launcher", doc.value("launcher", json::object())},
+        {"truncated", true}};
     std::fprintf(stderr, "slowpipe: %s\n", why.c_str());
     try {
       writeJsonAtomically(path, small);
@@ -379,13 +436,15 @@ bool writeFinalResult(const std::string& path, json doc) {
     }
     // In place, never through a link; a short form that did not fit is removed rather than left
     // as an empty or cut file (a full disk at the start left a 0-byte result.json).
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    const int fd =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     const bool ok = fd >= 0 && writeAll(fd, small.dump() + "\n");
     const int err = errno;
     const bool closed = fd >= 0 && ::close(fd) == 0;
     if (!ok || !closed) {
       if (fd >= 0) ::unlink(path.c_str());
-      throw std::runtime_error("cannot write '" + path + "' even in short form: " + errnoText(ok ? errno : err) +
+      throw std::runtime_error("cannot write '" + path +
+                               "' even in short form: " + errnoText(ok ? errno : err) +
                                (fd >= 0 ? " (the cut file was removed)" : ""));
     }
     return false;

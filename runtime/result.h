@@ -21,7 +21,8 @@ nlohmann::json environmentInfo(const std::string& torchVersion);
 // equal digests, else what differs or is missing. A key reported by one end only is a failure: a
 // check that passes when an end is silent cannot fail.
 // ring: the pipeline closes (interleaved model chunks), stage S-1 -> 0 is a link too.
-std::string codecStatesProblem(const nlohmann::json& codecState, int stages, int replicas, bool ring = false);
+std::string codecStatesProblem(const nlohmann::json& codecState, int stages, int replicas,
+                               bool ring = false);
 // Reads a JSON file; a missing or malformed file is std::invalid_argument "<what> '<path>' cannot
 // be read" / "... is not valid JSON: <parser message>".
 nlohmann::json readJsonFile(const std::string& path, const std::string& what);
@@ -36,12 +37,13 @@ std::string fileDigest(const std::string& path);
 nlohmann::json specInputs(const nlohmann::json& spec);
 // The status a result document stands for, and why when it differs from its "status": a
 // "running" result whose writer is gone is "failed" (nothing can write after a kill -9): on the
-// writer's host when its pid no longer exists, elsewhere when its heartbeat (launcher.heartbeat_unix_s,
-// rewritten at least every 5 s while a run is alive) is older than kStaleHeartbeatS. Anything
-// unreadable is "missing".
+// writer's host when its pid no longer exists, elsewhere when its heartbeat
+// (launcher.heartbeat_unix_s, rewritten at least every 5 s while a run is alive) is older than
+// kStaleHeartbeatS. Anything unreadable is "missing".
 constexpr double kStaleHeartbeatS = 60;
 std::string resultStatus(const nlohmann::json& result, std::string* why = nullptr);
-// This machine's host name (recorded with a launcher's pid: a pid means something on its host only).
+// This machine's host name (recorded with a launcher's pid: a pid means something on its host
+// only).
 std::string hostName();
 // Writes `doc` to path via a temporary file and rename, so readers never see a partial file.
 // Every write and the close are checked; a failure throws std::runtime_error naming the file and

@@ -21,11 +21,11 @@
 namespace slowpipe::runtime {
 
 struct TensorView {
-  std::string dtype;            // F32, F16 or BF16
+  std::string dtype;  // F32, F16 or BF16
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // into the mapping
   uint64_t bytes = 0;
-  std::string file;             // where it lives (for errors)
+  std::string file;  // where it lives (for errors)
   int64_t numel() const;
   // The values as fp32 (F16 and BF16 widened exactly).
   std::vector<float> toFloat() const;
@@ -43,7 +43,8 @@ class SafetensorsFile {
 
  private:
   // Every tensor of `header` checked against the data region and recorded (throws naming it).
-  void readHeader(const std::string& path, const nlohmann::json& header, const uint8_t* dataStart, uint64_t dataBytes);
+  void readHeader(const std::string& path, const nlohmann::json& header, const uint8_t* dataStart,
+                  uint64_t dataBytes);
   void* map_ = nullptr;
   size_t size_ = 0;
   std::map<std::string, TensorView> tensors_;
@@ -69,7 +70,9 @@ class Checkpoint {
 };
 
 // Writes `tensors` (name -> (shape, fp32 values)) as one F32 safetensors file, whole or not at all.
-void writeSafetensors(const std::string& path, const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& tensors,
-                      const nlohmann::json& metadata = nlohmann::json::object());
+void writeSafetensors(
+    const std::string& path,
+    const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& tensors,
+    const nlohmann::json& metadata = nlohmann::json::object());
 
 }  // namespace slowpipe::runtime

@@ -18,7 +18,8 @@ Action of(K kind, int mb, P peer, Msg m, int chunk) {
   return x;
 }
 
-void appendBackwardOf(std::vector<Action>& a, K kind, int mb, int stages, int stage, int chunk, int chunks) {
+void appendBackwardOf(std::vector<Action>& a, K kind, int mb, int stages, int stage, int chunk,
+                      int chunks) {
   const bool first = stage == 0 && chunk == 0, last = stage == stages - 1 && chunk == chunks - 1;
   if (!last) a.push_back(of(K::kRecv, mb, P::kNext, Msg::kGradient, chunk));
   a.push_back(of(kind, mb, P::kNone, Msg::kNone, chunk));
@@ -93,15 +94,18 @@ std::string scheduleNames() { return namesOf(schedules()); }
 
 const ScheduleInfo& scheduleInfo(const std::string& name) {
   if (const ScheduleInfo* info = entryNamed(schedules(), name)) return *info;
-  throw std::invalid_argument("pipeline.schedule: '" + name + "' is not a schedule; expected one of " + scheduleNames());
+  throw std::invalid_argument("pipeline.schedule: '" + name +
+                              "' is not a schedule; expected one of " + scheduleNames());
 }
 
 bool isScheduleName(const std::string& name) { return entryNamed(schedules(), name) != nullptr; }
 
-std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, int chunks) {
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage,
+                                 int chunks) {
   const ScheduleInfo& info = scheduleInfo(name);
   if (chunks != 1 && !info.interleaves)
-    throw std::invalid_argument("pipeline.schedule '" + name + "' runs one model chunk per stage, not " + std::to_string(chunks));
+    throw std::invalid_argument("pipeline.schedule '" + name +
+                                "' runs one model chunk per stage, not " + std::to_string(chunks));
   return info.build(stages, microBatches, stage, chunks);
 }
 
@@ -115,7 +119,8 @@ std::string dpAlgorithmNames() { return namesOf(dpAlgorithms()); }
 
 const DpAlgorithmInfo& dpAlgorithm(const std::string& name) {
   if (const DpAlgorithmInfo* info = entryNamed(dpAlgorithms(), name)) return *info;
-  throw std::invalid_argument("dp.algorithm: '" + name + "' is not an algorithm; expected one of " + dpAlgorithmNames());
+  throw std::invalid_argument("dp.algorithm: '" + name + "' is not an algorithm; expected one of " +
+                              dpAlgorithmNames());
 }
 
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) {
@@ -125,8 +130,8 @@ void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) 
   a.push_back({K::kDpEnd, round});
 }
 
-std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
-                                 int replica, int64_t step, int chunks) {
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage,
+                                 const DpShape& dp, int replica, int64_t step, int chunks) {
   std::vector<Action> a = makeSchedule(name, stages, microBatches, stage, chunks);
   if (!dp.syncs(step)) return a;
   std::vector<Action> rounds;
@@ -135,7 +140,8 @@ std::vector<Action> makeSchedule(const std::string& name, int stages, int microB
     a.insert(a.end(), rounds.begin(), rounds.end());
     a.push_back({K::kOuterStep});
   } else {  // the gradients, before their norm is taken
-    const auto n = std::find_if(a.begin(), a.end(), [](const Action& x) { return x.kind == K::kGradNorm; });
+    const auto n =
+        std::find_if(a.begin(), a.end(), [](const Action& x) { return x.kind == K::kGradNorm; });
     a.insert(n, rounds.begin(), rounds.end());
   }
   return a;
@@ -154,21 +160,44 @@ std::string describe(const std::vector<Action>& actions) {
     if (!s.empty()) s += ' ';
     const std::string chunk = x.chunk > 0 ? "." + std::to_string(x.chunk) : "";
     switch (x.kind) {
-      case K::kForward: s += "F" + std::to_string(x.microBatch) + chunk; break;
-      case K::kBackward: s += "B" + std::to_string(x.microBatch) + chunk; break;
-      case K::kBackwardInput: s += "I" + std::to_string(x.microBatch) + chunk; break;
-      case K::kBackwardWeight: s += "W" + std::to_string(x.microBatch) + chunk; break;
-      case K::kEvalForward: s += "E" + std::to_string(x.microBatch) + chunk; break;
-      case K::kGradNorm: s += "N"; break;
-      case K::kStep: s += "S"; break;
-      case K::kDpBegin: s += "D<" + std::to_string(x.microBatch); break;
-      case K::kDpEnd: s += "D>" + std::to_string(x.microBatch); break;
-      case K::kOuterStep: s += "O"; break;
+      case K::kForward:
+        s += "F" + std::to_string(x.microBatch) + chunk;
+        break;
+      case K::kBackward:
+        s += "B" + std::to_string(x.microBatch) + chunk;
+        break;
+      case K::kBackwardInput:
+        s += "I" + std::to_string(x.microBatch) + chunk;
+        break;
+      case K::kBackwardWeight:
+        s += "W" + std::to_string(x.microBatch) + chunk;
+        break;
+      case K::kEvalForward:
+        s += "E" + std::to_string(x.microBatch) + chunk;
+        break;
+      case K::kGradNorm:
+        s += "N";
+        break;
+      case K::kStep:
+        s += "S";
+        break;
+      case K::kDpBegin:
+        s += "D<" + std::to_string(x.microBatch);
+        break;
+      case K::kDpEnd:
+        s += "D>" + std::to_string(x.microBatch);
+        break;
+      case K::kOuterStep:
+        s += "O";
+        break;
       case K::kRecv:
       case K::kSend: {
         s += x.kind == K::kRecv ? "r" : "s";
         if (x.isDataParallel()) {
-          s += x.message == Msg::kDpReduce ? "RS" : x.message == Msg::kDpGather ? "AG" : x.message == Msg::kDpPush ? "PU" : "PL";
+          s += x.message == Msg::kDpReduce   ? "RS"
+               : x.message == Msg::kDpGather ? "AG"
+               : x.message == Msg::kDpPush   ? "PU"
+                                             : "PL";
           s += std::to_string(x.microBatch) + "@" + std::to_string(x.replica);
           break;
         }

@@ -4,11 +4,11 @@
 // predicts what the runtime does. Nothing about communication is implicit in the executor.
 //
 // Actions of stage s (S stages, M micro-batches):
-//   Recv(prev, activation, mb)  -> Forward(mb) -> Send(next, activation, mb)     (ends dropped at s=0 / s=S-1)
-//   Recv(next, gradient, mb)    -> Backward(mb) -> Send(prev, gradient, mb)
-//   GradNorm: local squared gradient norm; Recv(next, norm partial) adds the later stages' sum;
-//   Send(prev, norm partial); Recv(prev, norm total) replaces it with the global sum;
-//   Send(next, norm total); Step: clip with the global norm, optimizer step.
+//   Recv(prev, activation, mb)  -> Forward(mb) -> Send(next, activation, mb)     (ends dropped at
+//   s=0 / s=S-1) Recv(next, gradient, mb)    -> Backward(mb) -> Send(prev, gradient, mb) GradNorm:
+//   local squared gradient norm; Recv(next, norm partial) adds the later stages' sum; Send(prev,
+//   norm partial); Recv(prev, norm total) replaces it with the global sum; Send(next, norm total);
+//   Step: clip with the global norm, optimizer step.
 // A receiver takes each message by its key (kind, step, micro-batch, chunk; runtime/protocol.h),
 // so a schedule need not keep a link's messages in the receiver's order; it must not deadlock
 // (tests/runtime/schedule_test.cc replays every registered schedule to prove it).
@@ -24,9 +24,9 @@
 // write back). The algorithms are one file each in runtime/dp_algorithms/:
 //   allreduce (ring): R-1 reduce-scatter hops Send(r+1, DpReduce, chunk (r-t) mod R) /
 //     Recv(r-1, DpReduce, chunk (r-t-1) mod R) (the received chunk is added), then R-1 all-gather
-//     hops Send(r+1, DpGather, chunk (r+1-t) mod R) / Recv(r-1, DpGather, chunk (r-t) mod R): after the
-//     reduce-scatter replica r holds chunk (r+1) mod R, encodes it once, and that frame is relayed
-//     unchanged around the ring, so every replica decodes the same bytes.
+//     hops Send(r+1, DpGather, chunk (r+1-t) mod R) / Recv(r-1, DpGather, chunk (r-t) mod R): after
+//     the reduce-scatter replica r holds chunk (r+1) mod R, encodes it once, and that frame is
+//     relayed unchanged around the ring, so every replica decodes the same bytes.
 //   sharded_ps: replica r serves shard r: Send(q, DpPush, shard q) for every q != r, Recv(q,
 //     DpPush, shard r) for every q (summed in replica order), then Send(q, DpPull, shard r) of the
 //     one encoded average, Recv(q, DpPull, shard q) from every server q.
@@ -42,9 +42,18 @@ namespace slowpipe::runtime {
 
 struct Action {
   enum class Kind {
-    kRecv, kSend, kForward, kBackward, kGradNorm, kStep, kDpBegin, kDpEnd, kOuterStep,
-    kBackwardInput, kBackwardWeight,  // a Backward split in two (see above)
-    kEvalForward                      // evaluation: a forward without autograd (evalSchedule)
+    kRecv,
+    kSend,
+    kForward,
+    kBackward,
+    kGradNorm,
+    kStep,
+    kDpBegin,
+    kDpEnd,
+    kOuterStep,
+    kBackwardInput,
+    kBackwardWeight,  // a Backward split in two (see above)
+    kEvalForward      // evaluation: a forward without autograd (evalSchedule)
   };
   enum class Peer { kNone, kPrev, kNext, kReplica };
   // What a Recv/Send moves: activations go forward, their gradients backward, the two norm
@@ -52,8 +61,19 @@ struct Action {
   // The data-parallel messages: ring reduce-scatter partial sums and all-gather relays, parameter
   // server pushes (a replica's shard to its server) and pulls (the server's average).
   // Evaluation: its activations, and the barrier that ends it (from the last stage back).
-  enum class Message { kNone, kActivation, kGradient, kNormPartial, kNormTotal, kDpReduce, kDpGather, kDpPush, kDpPull,
-                       kEval, kBarrier };
+  enum class Message {
+    kNone,
+    kActivation,
+    kGradient,
+    kNormPartial,
+    kNormTotal,
+    kDpReduce,
+    kDpGather,
+    kDpPush,
+    kDpPull,
+    kEval,
+    kBarrier
+  };
   Kind kind;
   int microBatch = -1;  // DP messages: the chunk (shard); DpBegin / DpEnd: the round
   Peer peer = Peer::kNone;
@@ -61,14 +81,15 @@ struct Action {
   int replica = -1;  // Peer kReplica: the replica of this stage at the other end
   int chunk = 0;     // the model chunk (virtual stage) of this rank the action belongs to
   bool operator==(const Action& o) const {
-    return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message && replica == o.replica &&
-           chunk == o.chunk;
+    return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message &&
+           replica == o.replica && chunk == o.chunk;
   }
   bool isCommunication() const { return kind == Kind::kRecv || kind == Kind::kSend; }
   bool isDataParallel() const { return peer == Peer::kReplica; }  // a message between replicas
   // Any action of the replicas' exchange: its messages, DpBegin / DpEnd, OuterStep.
   bool partOfDataParallelism() const {
-    return isDataParallel() || kind == Kind::kDpBegin || kind == Kind::kDpEnd || kind == Kind::kOuterStep;
+    return isDataParallel() || kind == Kind::kDpBegin || kind == Kind::kDpEnd ||
+           kind == Kind::kOuterStep;
   }
 };
 
@@ -110,9 +131,11 @@ Action dpMessage(Action::Kind kind, Action::Message message, int chunk, int peer
 // With model chunks (interleaved schedules) the ends are those of the whole virtual pipeline
 // (chunk 0 of stage 0, chunk chunks-1 of stage S-1) and every action carries its chunk.
 // Recv(prev, activation) Forward Send(next, activation)
-void appendForward(std::vector<Action>& a, int mb, int stages, int stage, int chunk = 0, int chunks = 1);
+void appendForward(std::vector<Action>& a, int mb, int stages, int stage, int chunk = 0,
+                   int chunks = 1);
 // Recv(next, gradient) Backward Send(prev, gradient)
-void appendBackward(std::vector<Action>& a, int mb, int stages, int stage, int chunk = 0, int chunks = 1);
+void appendBackward(std::vector<Action>& a, int mb, int stages, int stage, int chunk = 0,
+                    int chunks = 1);
 // Recv(next, gradient) BackwardInput Send(prev, gradient); the BackwardWeight of mb follows later.
 void appendBackwardInput(std::vector<Action>& a, int mb, int stages, int stage);
 void appendBackwardWeight(std::vector<Action>& a, int mb);
@@ -142,18 +165,20 @@ std::vector<Action> oneFOneBSchedule(int stages, int microBatches, int stage);
 // The schedules makeSchedule knows, by name.
 bool isScheduleName(const std::string& name);
 // By name (a registered schedule). Throws std::invalid_argument naming the valid ones.
-std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, int chunks = 1);
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage,
+                                 int chunks = 1);
 // The step's list for (stage, replica) with the data-parallel rounds where dp says (step: global
 // step number; with local steps only every H-th step synchronises).
-std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage, const DpShape& dp,
-                                 int replica, int64_t step, int chunks = 1);
+std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage,
+                                 const DpShape& dp, int replica, int64_t step, int chunks = 1);
 // Evaluation of `batches` validation batches as an action list (the worker runs it after an
 // epoch's last step, the simulator replays it): batch k crosses every virtual stage in order,
 // Recv(prev, eval, k) EvalForward(k) Send(next, eval, k) per model chunk; then a barrier from the
 // last stage back to the first (Recv(next, barrier) / Send(prev, barrier)), so that every stage
 // starts the next step together.
 std::vector<Action> evalSchedule(int stages, int batches, int stage, int chunks = 1);
-// The compute actions only (Forward, Backward(Input|Weight), GradNorm, Step): the order of the work.
+// The compute actions only (Forward, Backward(Input|Weight), GradNorm, Step): the order of the
+// work.
 std::vector<Action> computeOnly(const std::vector<Action>& actions);
 // "F0 B0 N S" for compute (I0 / W0: BackwardInput / BackwardWeight; ".c" after the micro-batch:
 // model chunk c > 0); communication as r/s + A(ctivation)|G(radient)|P(artial)|T(otal) +

@@ -21,7 +21,8 @@ std::string z85(const uint8_t* key32) {
 CurveKeyPair newCurveKeyPair() {
   char pub[41], sec[41];
   if (zmq_curve_keypair(pub, sec) != 0)
-    throw std::runtime_error("curve: libzmq has no CURVE support (zmq_curve_keypair: " + std::string(zmq_strerror(zmq_errno())) + ")");
+    throw std::runtime_error("curve: libzmq has no CURVE support (zmq_curve_keypair: " +
+                             std::string(zmq_strerror(zmq_errno())) + ")");
   return {std::string(pub, 40), std::string(sec, 40)};
 }
 
@@ -30,17 +31,20 @@ CurveKeyPair curveKeyPairFromSecret(const std::string& secret, const std::string
   uint8_t key[32];
   const std::string in = "slowpipe/" + purpose;
   crypto_generichash(key, sizeof key, reinterpret_cast<const uint8_t*>(in.data()), in.size(),
-                     reinterpret_cast<const uint8_t*>(secret.data()), std::min<size_t>(secret.size(), crypto_generichash_KEYBYTES_MAX));
+                     reinterpret_cast<const uint8_t*>(secret.data()),
+                     std::min<size_t>(secret.size(), crypto_generichash_KEYBYTES_MAX));
   // Long secrets: fold the rest in as well (the key above takes at most 64 bytes of it).
   if (secret.size() > crypto_generichash_KEYBYTES_MAX) {
     const std::string all = in + secret;
-    crypto_generichash(key, sizeof key, reinterpret_cast<const uint8_t*>(all.data()), all.size(), key, sizeof key);
+    crypto_generichash(key, sizeof key, reinterpret_cast<const uint8_t*>(all.data()), all.size(),
+                       key, sizeof key);
   }
   CurveKeyPair p;
   p.secretKey = z85(key);
   sodium_memzero(key, sizeof key);
   char pub[41];
-  if (zmq_curve_public(pub, p.secretKey.c_str()) != 0) throw std::runtime_error("curve: zmq_curve_public failed");
+  if (zmq_curve_public(pub, p.secretKey.c_str()) != 0)
+    throw std::runtime_error("curve: zmq_curve_public failed");
   p.publicKey = std::string(pub, 40);
   return p;
 }
@@ -75,14 +79,17 @@ CurveGate::CurveGate(zmq::context_t& ctx) : ctx_(ctx) {
         }
         if (!ok) {
           ++refused_;
-          std::fprintf(stderr, "slowpipe: refused a %s connection from %s on '%s' (key not admitted)\n", mechanism.c_str(),
-                       address.c_str(), domain.c_str());
+          std::fprintf(stderr,
+                       "slowpipe: refused a %s connection from %s on '%s' (key not admitted)\n",
+                       mechanism.c_str(), address.c_str(), domain.c_str());
           std::lock_guard<std::mutex> lock(mu_);
           if (refusals_.size() < 100) refusals_.push_back(domain + " from " + address);
         }
-        const std::vector<std::string> reply = {"1.0", id, ok ? "200" : "400", ok ? "OK" : "key not admitted", ok ? domain : "", ""};
+        const std::vector<std::string> reply = {
+            "1.0", id, ok ? "200" : "400", ok ? "OK" : "key not admitted", ok ? domain : "", ""};
         for (size_t i = 0; i < reply.size(); ++i)
-          rep->send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+          rep->send(zmq::buffer(reply[i]),
+                    i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
       } catch (const zmq::error_t& e) {
         if (e.num() == ETERM) break;
       }
@@ -106,7 +113,8 @@ std::vector<std::string> CurveGate::refusals() const {
   return refusals_;
 }
 
-void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain, int64_t maxMessageBytes) {
+void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain,
+                     int64_t maxMessageBytes) {
   s.set(zmq::sockopt::maxmsgsize, maxMessageBytes);
   s.set(zmq::sockopt::curve_server, true);
   s.set(zmq::sockopt::curve_secretkey, own.secretKey);
@@ -121,7 +129,8 @@ void makeCurveClient(zmq::socket_t& s, const CurveKeyPair& own, const std::strin
 
 void SocketSecurity::server(zmq::socket_t& s, int fromRank) const {
   const auto it = rankKeys.find(fromRank);
-  if (it == rankKeys.end() || !gate) throw std::logic_error("security: no key of rank " + std::to_string(fromRank));
+  if (it == rankKeys.end() || !gate)
+    throw std::logic_error("security: no key of rank " + std::to_string(fromRank));
   const std::string domain = "from-rank-" + std::to_string(fromRank);
   gate->allow(domain, it->second);
   makeCurveServer(s, own, domain, maxMessageBytes);
@@ -129,7 +138,8 @@ void SocketSecurity::server(zmq::socket_t& s, int fromRank) const {
 
 void SocketSecurity::client(zmq::socket_t& s, int toRank) const {
   const auto it = rankKeys.find(toRank);
-  if (it == rankKeys.end()) throw std::logic_error("security: no key of rank " + std::to_string(toRank));
+  if (it == rankKeys.end())
+    throw std::logic_error("security: no key of rank " + std::to_string(toRank));
   makeCurveClient(s, own, it->second);
 }
 

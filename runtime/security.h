@@ -14,9 +14,9 @@
 #pragma once
 
 #include <atomic>
-#include <memory>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -78,7 +78,8 @@ struct SocketSecurity {
 // takes messages of at most `maxMessageBytes` (ZMQ_MAXMSGSIZE: a larger one drops the connection
 // before it is buffered; every socket that binds has a limit fitting its messages); a client of
 // the server whose public key is `serverKey`.
-void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain, int64_t maxMessageBytes);
+void makeCurveServer(zmq::socket_t& s, const CurveKeyPair& own, const std::string& domain,
+                     int64_t maxMessageBytes);
 
 void makeCurveClient(zmq::socket_t& s, const CurveKeyPair& own, const std::string& serverKey);
 

@@ -3,13 +3,13 @@
 
 #include <torch/torch.h>
 
-#include "emulator/shaped_socket.h"
 #include "compression/parallel.h"
-#include "runtime/plan.h"
-#include "runtime/schedule.h"
+#include "emulator/shaped_socket.h"
 #include "runtime/executor.h"
+#include "runtime/plan.h"
 #include "runtime/protocol.h"
 #include "runtime/records.h"
+#include "runtime/schedule.h"
 #include "runtime/stage_compute.h"
 #include "runtime/worker.h"
 
@@ -22,13 +22,15 @@ namespace {
 // A compute-only backend (runtime/executor.h): every layer in one StageCompute, no messages.
 class SingleProcess : public Backend {
  public:
-  SingleProcess(const RunSpec& spec, const Plan& plan) : compute_(spec, plan, RankLayout{}, RankId{}), exec_(RankLayout{}, 0) {}
+  SingleProcess(const RunSpec& spec, const Plan& plan)
+      : compute_(spec, plan, RankLayout{}, RankId{}), exec_(RankLayout{}, 0) {}
 
   // Runs a list; returns its wall time.
   double run(std::vector<Action> list, const ActionContext& where) {
     compute_.beginList();
     exec_.start(std::move(list), where, now(), false);
-    if (!exec_.run(*this)) throw std::logic_error("the single-process backend left an action pending");
+    if (!exec_.run(*this))
+      throw std::logic_error("the single-process backend left an action pending");
     return now() - exec_.started();
   }
   StageCompute& compute() { return compute_; }
@@ -50,7 +52,8 @@ class SingleProcess : public Backend {
 
  private:
   static Progress none(const Action& a) {
-    throw std::logic_error(std::string("a single process has no ") + protocol::eventName(a) + " action");
+    throw std::logic_error(std::string("a single process has no ") + protocol::eventName(a) +
+                           " action");
   }
   StageCompute compute_;
   StepExecutor exec_;
@@ -59,7 +62,8 @@ class SingleProcess : public Backend {
 }  // namespace
 
 void runSingleProcess(const RunSpec& specIn, const std::string& split,
-                      const std::function<void(const json&)>& onRecord, const std::string& checkpoint) {
+                      const std::function<void(const json&)>& onRecord,
+                      const std::string& checkpoint) {
   RunSpec spec = specIn;
   spec.pipeline.stages = 1;
   spec.pipeline.virtualStages = 1;  // every layer in one model chunk
@@ -80,10 +84,17 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
     for (int64_t s = 0; s < plan.epochs.stepsPerEpoch() && where.step < plan.totalSteps; ++s) {
       where.stepInEpoch = s;
       const double seconds = p.run(schedule, where);
-      onRecord({{"type", "step"}, {"step", where.step}, {"epoch", epoch}, {"loss", p.compute().loss()}, {"time_s", seconds},
-                {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen}, {"total_steps", plan.totalSteps}});
+      onRecord({{"type", "step"},
+                {"step", where.step},
+                {"epoch", epoch},
+                {"loss", p.compute().loss()},
+                {"time_s", seconds},
+                {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen},
+                {"total_steps", plan.totalSteps}});
       ++where.step;
-      if (!spec.training.evaluatesAfter(where.step, s + 1 == plan.epochs.stepsPerEpoch() || where.step == plan.totalSteps)) continue;
+      if (!spec.training.evaluatesAfter(
+              where.step, s + 1 == plan.epochs.stepsPerEpoch() || where.step == plan.totalSteps))
+        continue;
       EvalRecord e;
       e.epoch = epoch;
       e.step = where.step;
@@ -96,7 +107,8 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
   }
   if (!checkpoint.empty()) saveCheckpoint(p.compute().runner(0).model(), checkpoint);
   if (!spec.training.saveCheckpoint.empty())
-    saveHfStage(*p.compute().runner(0).model(), spec.model, spec.training.saveCheckpoint, 0, {{0, spec.model.layers}});
+    saveHfStage(*p.compute().runner(0).model(), spec.model, spec.training.saveCheckpoint, 0,
+                {{0, spec.model.layers}});
 }
 
 }  // namespace slowpipe::runtime

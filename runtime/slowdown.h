@@ -42,7 +42,9 @@ nlohmann::json toJson(const SlowdownSpec& s);
 struct SlowdownMeter {
   double computeS = 0, stalledS = 0;
   double owedS = 0;  // what the speeds asked for: sum of t x (1/speed - 1) over the compute actions
-  double effectiveSpeed() const { return computeS + stalledS > 0 ? computeS / (computeS + stalledS) : 1.0; }
+  double effectiveSpeed() const {
+    return computeS + stalledS > 0 ? computeS / (computeS + stalledS) : 1.0;
+  }
 };
 
 }  // namespace slowpipe::runtime

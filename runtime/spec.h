@@ -21,19 +21,22 @@ struct ModelSpec {
   int width = 64;
   int heads = 4;
   uint64_t seed = 1;
-  // A Hugging Face checkpoint folder (config.json + model.safetensors or its shards): the family and
-  // sizes below come from its config, the weights from its tensors (runtime/hf_model.h).
+  // A Hugging Face checkpoint folder (config.json + model.safetensors or its shards): the family
+  // and sizes below come from its config, the weights from its tensors (runtime/hf_model.h).
   std::string checkpoint;
-  std::string family = "builtin";  // builtin (slowpipe's GPT-2-style) | gpt2 | llama (Llama, Mistral, Qwen2 shapes)
-  int kvHeads = 0;        // llama: num_key_value_heads (grouped-query attention); 0: heads
-  int intermediate = 0;   // the MLP's hidden width; 0: 4 x width
-  int positions = 0;      // gpt2: rows of the learned position table (n_positions); 0: seq_len
+  std::string family =
+      "builtin";  // builtin (slowpipe's GPT-2-style) | gpt2 | llama (Llama, Mistral, Qwen2 shapes)
+  int kvHeads = 0;       // llama: num_key_value_heads (grouped-query attention); 0: heads
+  int intermediate = 0;  // the MLP's hidden width; 0: 4 x width
+  int positions = 0;     // gpt2: rows of the learned position table (n_positions); 0: seq_len
   double ropeTheta = 10000.0;
   double normEps = 1e-5;  // LayerNorm / RMSNorm epsilon
   bool tiedHead = false;  // the LM head is the token embedding (tie_word_embeddings)
-  bool qkvBias = false;   // llama family: q/k/v projections have biases (Qwen2; Llama's attention_bias)
-  bool oBias = false;     // llama family: the output projection too (Llama's attention_bias)
-  std::string activation = "gelu";  // builtin: gelu (erf); gpt2: gelu_new (tanh); llama: silu (SwiGLU)
+  bool qkvBias =
+      false;  // llama family: q/k/v projections have biases (Qwen2; Llama's attention_bias)
+  bool oBias = false;  // llama family: the output projection too (Llama's attention_bias)
+  std::string activation =
+      "gelu";  // builtin: gelu (erf); gpt2: gelu_new (tanh); llama: silu (SwiGLU)
   int mlpWidth() const { return intermediate > 0 ? intermediate : 4 * width; }
   int kvHeadCount() const { return kvHeads > 0 ? kvHeads : heads; }
   int positionRows() const { return positions > 0 ? positions : seqLen; }
@@ -43,7 +46,8 @@ struct ModelSpec {
 ModelSpec modelFromHfConfig(const std::string& dir, const ModelSpec& base);
 
 struct DataSpec {
-  std::string source = "/usr/share/games/fortunes";  // folder of text files (Debian package fortunes)
+  std::string source =
+      "/usr/share/games/fortunes";  // folder of text files (Debian package fortunes)
   std::vector<std::string> finetuneFiles = {"literature", "songs-poems"};
   std::string cacheDir = "data/fortunes";  // prepared token files
   double valFraction = 0.1;
@@ -123,7 +127,6 @@ struct CompressionSpec {
   int threads = 0;
 };
 
-
 // Throws std::invalid_argument naming `where` when `cost` is not one direction's device cost
 // (CompressionSpec::deviceCosts).
 void checkDeviceCost(const nlohmann::json& cost, const std::string& where);
@@ -143,9 +146,11 @@ struct NetworkSpec {
   // user (user-space shaping) | tc (namespaces + veths + tc on one host) | tc-dev (tc on a real
   // interface per destination, runs across hosts: see emulator/devshaper.h)
   std::string backend = "user";
-  std::string dev = "auto";  // tc-dev: the interface to shape; auto: the one holding the worker's address
+  std::string dev =
+      "auto";  // tc-dev: the interface to shape; auto: the one holding the worker's address
   // Link arrival model: "pipelined" (per directed link; latency overlaps back-to-back messages) or
-  // "serial_fifo" (one inbound FIFO per receiving rank for both directions; see simulator/simulate.h).
+  // "serial_fifo" (one inbound FIFO per receiving rank for both directions; see
+  // simulator/simulate.h).
   std::string model = "pipelined";
   // Pipeline links (emulator::Topology JSON): the default link and per-link overrides whose src and
   // dst are neighbouring *stages* (the same for every replica's pipeline).
@@ -154,7 +159,8 @@ struct NetworkSpec {
   // overrides name replicas (src, dst), the same within every stage. Null: links' default link.
   nlohmann::json dpLinks;
   // The kernel's TCP in the run's namespaces (backend tc only: namespace sysctls, never the
-  // host's): congestion_control, slow_start_after_idle, wmem_max, rmem_max (emulator/tcp_settings.h).
+  // host's): congestion_control, slow_start_after_idle, wmem_max, rmem_max
+  // (emulator/tcp_settings.h).
   nlohmann::json tcp = nlohmann::json::object();
   // Nodes and access links (emulator/nodes.h): null, or the network (a file named here is read and
   // held inline with "file": its path). With it every link of the run comes from the nodes the
@@ -162,8 +168,9 @@ struct NetworkSpec {
   nlohmann::json nodes;
   // The delay lines' interrupt moderation (backend tc without netem; emulator::DelayLineOptions::
   // batchS): 0, the default, writes every packet at its time; N writes streaming packets in batches
-  // at most N us apart; -1 ("auto" in JSON) min(delay / 50, 100 us) per line. Cuts the lines' CPU by a
-  // quarter to a half at 100 us, and changes the kernel's TCP at 1 Gbps (results/README.md section 14).
+  // at most N us apart; -1 ("auto" in JSON) min(delay / 50, 100 us) per line. Cuts the lines' CPU
+  // by a quarter to a half at 100 us, and changes the kernel's TCP at 1 Gbps (results/README.md
+  // section 14).
   double moderationUs = 0;
 };
 
@@ -171,7 +178,8 @@ struct RuntimeSpec {
   double stepTimeoutS = 120;  // a step taking longer than this fails the run
   int threadsPerWorker = 1;
   // Pin worker r to the r-th CPU this process may use, when there are at least as many CPUs as
-  // workers (otherwise the run is not pinned and says so). The placement is recorded in result.json.
+  // workers (otherwise the run is not pinned and says so). The placement is recorded in
+  // result.json.
   bool pinCores = false;
   // Where the stages compute: "cpu", or "cuda" / "cuda:N" with a libtorch built with CUDA (Debian's
   // is CPU-only; tools/gpu-build.sh builds against one). Messages leave and enter a stage in host
@@ -196,13 +204,15 @@ struct RunSpec {
   RuntimeSpec runtime;
   nlohmann::json source;  // the JSON it was read from (recorded in results)
 };
-// The codec threads a rank runs with (CompressionSpec::threads): `ranksSharingCores` ranks share the
-// cores this process may run on (its CPU affinity mask).
+// The codec threads a rank runs with (CompressionSpec::threads): `ranksSharingCores` ranks share
+// the cores this process may run on (its CPU affinity mask).
 int codecThreadsFor(const RunSpec& spec, int ranksSharingCores);
 
-// Parses and validates; unknown fields are errors (a typo must not silently fall back to a default).
-// simulation=true accepts what only the simulator can run (any vocab size: no tokenizer runs).
-RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec", bool simulation = false);
+// Parses and validates; unknown fields are errors (a typo must not silently fall back to a
+// default). simulation=true accepts what only the simulator can run (any vocab size: no tokenizer
+// runs).
+RunSpec runSpecFromJson(const nlohmann::json& j, const std::string& where = "spec",
+                        bool simulation = false);
 RunSpec loadRunSpec(const std::string& path);
 // Relative input paths of a spec (model.checkpoint, training.init_checkpoint, data.source,
 // data.tokenizer, data.finetune, data.pretrain, network.nodes, a link's trace, a plug-in's or
@@ -213,10 +223,10 @@ RunSpec loadRunSpec(const std::string& path);
 void resolveSpecPaths(nlohmann::json& spec, const std::string& specDir);
 // A spec file read with its relative paths resolved (resolveSpecPaths against the file's folder).
 nlohmann::json readSpecFile(const std::string& path, const std::string& what = "spec file");
-// `--set PATH=VALUE` (command line): sets the field at the dotted PATH of `doc`, creating objects on
-// the way; an object VALUE is merged into an object there. VALUE is JSON when it parses as JSON (4,
-// true, "x", {"a": 1}) and a string otherwise (100Mbps, plugin:path=x.so). A malformed assignment
-// or a path through a non-object is an error naming it.
+// `--set PATH=VALUE` (command line): sets the field at the dotted PATH of `doc`, creating objects
+// on the way; an object VALUE is merged into an object there. VALUE is JSON when it parses as JSON
+// (4, true, "x", {"a": 1}) and a string otherwise (100Mbps, plugin:path=x.so). A malformed
+// assignment or a path through a non-object is an error naming it.
 void setJsonPath(nlohmann::json& doc, const std::string& path, const nlohmann::json& value);
 void applySet(nlohmann::json& doc, const std::string& assignment);
 // loadRunSpec with `--set` assignments applied (recorded in the spec's source, so results and

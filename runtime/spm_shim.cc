@@ -36,12 +36,17 @@ void* slowpipe_spm_load(const char* path, char* err, size_t errLen) {
 
 void slowpipe_spm_close(void* h) { delete static_cast<sentencepiece::SentencePieceProcessor*>(h); }
 
-int slowpipe_spm_size(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h)->GetPieceSize(); }
+int slowpipe_spm_size(void* h) {
+  return static_cast<sentencepiece::SentencePieceProcessor*>(h)->GetPieceSize();
+}
 
 // Ids of `text` into *ids (malloc'ed, *n of them; free with slowpipe_spm_free). 0 on success.
-int slowpipe_spm_encode(void* h, const char* text, size_t len, int** ids, size_t* n, char* err, size_t errLen) {
+int slowpipe_spm_encode(void* h, const char* text, size_t len, int** ids, size_t* n, char* err,
+                        size_t errLen) {
   std::vector<int> out;
-  if (const auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(std::string(text, len), &out); !st.ok()) {
+  if (const auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(
+          std::string(text, len), &out);
+      !st.ok()) {
     setError(err, errLen, st.ToString());
     return 1;
   }
@@ -53,9 +58,12 @@ int slowpipe_spm_encode(void* h, const char* text, size_t len, int** ids, size_t
 }
 
 // The text of n ids into *text (malloc'ed, *len bytes; free with slowpipe_spm_free). 0 on success.
-int slowpipe_spm_decode(void* h, const int* ids, size_t n, char** text, size_t* len, char* err, size_t errLen) {
+int slowpipe_spm_decode(void* h, const int* ids, size_t n, char** text, size_t* len, char* err,
+                        size_t errLen) {
   std::string out;
-  if (const auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Decode(std::vector<int>(ids, ids + n), &out); !st.ok()) {
+  if (const auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Decode(
+          std::vector<int>(ids, ids + n), &out);
+      !st.ok()) {
     setError(err, errLen, st.ToString());
     return 1;
   }

@@ -11,11 +11,16 @@ namespace {
 double now() { return emulator::monotonicNow(); }
 }  // namespace
 
-StageCompute::StageCompute(const RunSpec& spec, const Plan& plan, const RankLayout& layout, RankId id)
-    : spec_(spec), plan_(plan), id_(id), evalBatches_(evalBatches(plan.val.size(), spec.pipeline.microBatchSize)) {
+StageCompute::StageCompute(const RunSpec& spec, const Plan& plan, const RankLayout& layout,
+                           RankId id)
+    : spec_(spec),
+      plan_(plan),
+      id_(id),
+      evalBatches_(evalBatches(plan.val.size(), spec.pipeline.microBatchSize)) {
   // Chunk v of stage s is virtual stage v S + s.
   for (int v = 0; v < layout.chunks; ++v)
-    runners_.push_back(std::make_unique<StageRunner>(spec, v * layout.stages + id.stage, plan.totalSteps));
+    runners_.push_back(
+        std::make_unique<StageRunner>(spec, v * layout.stages + id.stage, plan.totalSteps));
 }
 
 void StageCompute::beginList() {
@@ -29,7 +34,8 @@ void StageCompute::beginList() {
 
 std::vector<int64_t> StageCompute::planIds(const ActionContext& c, int mb) const {
   std::vector<int64_t> out;
-  for (int64_t i : plan_.epochs.microBatch(c.epoch, c.stepInEpoch, globalMb(mb))) out.push_back(plan_.train.id(i));
+  for (int64_t i : plan_.epochs.microBatch(c.epoch, c.stepInEpoch, globalMb(mb)))
+    out.push_back(plan_.train.id(i));
   return out;
 }
 
@@ -40,7 +46,8 @@ void StageCompute::input(const Action& a, torch::Tensor t) {
 torch::Tensor StageCompute::output(const Action& a) {
   const auto it = out_.find({a.chunk, a.microBatch});
   if (it == out_.end())
-    throw std::logic_error("a send of micro-batch " + std::to_string(a.microBatch) + " before its compute (the schedule)");
+    throw std::logic_error("a send of micro-batch " + std::to_string(a.microBatch) +
+                           " before its compute (the schedule)");
   torch::Tensor t = std::move(it->second);
   out_.erase(it);
   return t;
@@ -65,8 +72,8 @@ void StageCompute::forward(const Action& a, const ActionContext& c) {
   StageRunner& r = *runners_.at(a.chunk);
   torch::Tensor inputs, tgt;
   std::vector<int64_t> mbIds;
-  makeBatch(plan_.train, plan_.epochs.microBatch(c.epoch, c.stepInEpoch, globalMb(a.microBatch)), spec_.model.seqLen, &inputs,
-            &tgt, &mbIds);
+  makeBatch(plan_.train, plan_.epochs.microBatch(c.epoch, c.stepInEpoch, globalMb(a.microBatch)),
+            spec_.model.seqLen, &inputs, &tgt, &mbIds);
   ids_[a.microBatch] = mbIds;
   torch::Tensor in = inputs;
   if (!r.first()) {
@@ -91,8 +98,10 @@ void StageCompute::evalForward(const Action& a) {
     in_.erase(at);
   }
   torch::Tensor y = r.evalForward(x, tgt, &evalLossSum_);
-  if (r.last()) evalTokens_ += tgt.numel();
-  else out_[at] = y;
+  if (r.last())
+    evalTokens_ += tgt.numel();
+  else
+    out_[at] = y;
 }
 
 // Backward, or its input-gradient or weight-gradient part (split backwards).
@@ -105,7 +114,8 @@ void StageCompute::backward(const Action& a) {
     grad = grad_.at(at);
     grad_.erase(at);
   }
-  torch::Tensor gin = a.kind == Action::Kind::kBackward ? r.backward(a.microBatch, grad) : r.backwardInput(a.microBatch, grad);
+  torch::Tensor gin = a.kind == Action::Kind::kBackward ? r.backward(a.microBatch, grad)
+                                                        : r.backwardInput(a.microBatch, grad);
   if (!r.first()) out_[at] = gin;
 }
 
@@ -113,7 +123,8 @@ void StageCompute::step(const ActionContext& c, bool runOptimizer) {
   const double t0 = now();
   loss_ = 0;
   if (holdsLastStage())
-    for (int m = 0; m < spec_.pipeline.microBatches; ++m) loss_ += runners_.back()->lossValue(m) / spec_.pipeline.microBatches;
+    for (int m = 0; m < spec_.pipeline.microBatches; ++m)
+      loss_ += runners_.back()->lossValue(m) / spec_.pipeline.microBatches;
   norm_ = std::sqrt(sq_);
   if (runOptimizer)
     for (auto& r : runners_) r->step(c.step, norm_);

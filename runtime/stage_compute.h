@@ -7,8 +7,8 @@
 #include <torch/torch.h>
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -47,7 +47,8 @@ class StageCompute {
   // Mean loss per token of the evaluation in hand (none: no token was evaluated here), and how
   // many batches an evaluation of the plan's validation set has.
   std::optional<double> evalLoss() const {
-    return evalTokens_ > 0 ? std::optional<double>(evalLossSum_ / static_cast<double>(evalTokens_)) : std::nullopt;
+    return evalTokens_ > 0 ? std::optional<double>(evalLossSum_ / static_cast<double>(evalTokens_))
+                           : std::nullopt;
   }
   int evalBatchCount() const { return static_cast<int>(evalBatches_.size()); }
   bool holdsLastStage() const { return runners_.back()->last(); }
@@ -69,11 +70,11 @@ class StageCompute {
   const Plan& plan_;
   RankId id_;
   std::vector<std::unique_ptr<StageRunner>> runners_;  // by model chunk
-  std::vector<std::vector<int64_t>> evalBatches_;          // the validation plan's batches
+  std::vector<std::vector<int64_t>> evalBatches_;      // the validation plan's batches
   // By (chunk, micro-batch): activations (or evaluation inputs) received, gradients received,
   // outputs to send.
   std::map<std::pair<int, int>, torch::Tensor> in_, grad_, out_;
-  std::map<int, std::vector<int64_t>> ids_;              // example ids by micro-batch / batch
+  std::map<int, std::vector<int64_t>> ids_;  // example ids by micro-batch / batch
   double compute_ = 0, sq_ = 0, norm_ = 0, loss_ = 0, evalLossSum_ = 0;
   int64_t evalTokens_ = 0;
 };

@@ -48,7 +48,8 @@ class StageRunner {
   double learningRate(int64_t step) const;
 
   // Evaluation forward (no autograd): returns hidden, or on the last stage the summed token loss.
-  torch::Tensor evalForward(const torch::Tensor& input, const torch::Tensor& targets, double* lossSum);
+  torch::Tensor evalForward(const torch::Tensor& input, const torch::Tensor& targets,
+                            double* lossSum);
 
   StageModel& model() { return model_; }
 
@@ -69,7 +70,7 @@ class StageRunner {
 };
 
 // Builds the [B, T] input and target tensors and the example ids of one micro-batch.
-void makeBatch(const ExampleSet& set, const std::vector<int64_t>& indices, int seqLen, torch::Tensor* inputs,
-               torch::Tensor* targets, std::vector<int64_t>* ids);
+void makeBatch(const ExampleSet& set, const std::vector<int64_t>& indices, int seqLen,
+               torch::Tensor* inputs, torch::Tensor* targets, std::vector<int64_t>* ids);
 
 }  // namespace slowpipe::runtime

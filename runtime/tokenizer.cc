@@ -85,8 +85,9 @@ locale_t unicodeLocale() {
 }
 
 bool isSpace(uint32_t c) {  // JavaScript's \s
-  return c == 9 || c == 10 || c == 11 || c == 12 || c == 13 || c == 32 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000 || c == 0xfeff;
+  return c == 9 || c == 10 || c == 11 || c == 12 || c == 13 || c == 32 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000 || c == 0xfeff;
 }
 bool isNumber(uint32_t c) {  // \p{N}: digits, and Latin-1's other numbers
   if (c < 0x80) return c >= '0' && c <= '9';
@@ -120,7 +121,8 @@ std::vector<std::string> Gpt2BpeTokenizer::pretokenize(const std::string& text) 
       for (const char* s : {"s", "t", "re", "ve", "m", "ll", "d"}) {
         const size_t len = std::char_traits<char>::length(s);
         bool ok = i + 1 + len <= n;
-        for (size_t k = 0; ok && k < len; ++k) ok = cps[i + 1 + k].first == static_cast<uint32_t>(s[k]);
+        for (size_t k = 0; ok && k < len; ++k)
+          ok = cps[i + 1 + k].first == static_cast<uint32_t>(s[k]);
         if (ok) {
           take(i, i + 1 + len);
           i += 1 + len;
@@ -160,18 +162,22 @@ std::vector<std::string> Gpt2BpeTokenizer::pretokenize(const std::string& text) 
 }
 
 Gpt2BpeTokenizer::Gpt2BpeTokenizer(std::unordered_map<std::string, int32_t> vocab,
-                                   const std::vector<std::pair<std::string, std::string>>& merges, std::string source)
+                                   const std::vector<std::pair<std::string, std::string>>& merges,
+                                   std::string source)
     : vocab_(std::move(vocab)), source_(std::move(source)) {
   // bytes_to_unicode: printable bytes stand for themselves, the rest for 256 + n in byte order.
   int extra = 0;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
-    byteChar_[b] = utf8(printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + extra++));
+    const bool printable =
+        (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    byteChar_[b] =
+        utf8(printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + extra++));
     charByte_[byteChar_[b]] = static_cast<uint8_t>(b);
   }
   int32_t maxId = -1;
   for (const auto& [t, id] : vocab_) {
-    if (id < 0) throw std::invalid_argument(source_ + ": token '" + t + "' has id " + std::to_string(id));
+    if (id < 0)
+      throw std::invalid_argument(source_ + ": token '" + t + "' has id " + std::to_string(id));
     maxId = std::max(maxId, id);
   }
   idToToken_.assign(static_cast<size_t>(maxId + 1), "");
@@ -211,7 +217,9 @@ void Gpt2BpeTokenizer::bpe(const std::string& piece, std::vector<int32_t>& out) 
   std::vector<int32_t> ids;
   for (const auto& w : word) {
     const auto it = vocab_.find(w);
-    if (it == vocab_.end()) throw std::invalid_argument(source_ + ": the BPE of '" + piece + "' leaves '" + w + "', which is not in the vocabulary");
+    if (it == vocab_.end())
+      throw std::invalid_argument(source_ + ": the BPE of '" + piece + "' leaves '" + w +
+                                  "', which is not in the vocabulary");
     ids.push_back(it->second);
   }
   if (cache_.size() < 100000) cache_[piece] = ids;
@@ -227,7 +235,8 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(const std::string& text) const {
 std::string Gpt2BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
-    if (id < 0 || id >= static_cast<int32_t>(idToToken_.size())) throw std::invalid_argument(source_ + ": no token id " + std::to_string(id));
+    if (id < 0 || id >= static_cast<int32_t>(idToToken_.size()))
+      throw std::invalid_argument(source_ + ": no token id " + std::to_string(id));
     for (const auto& [cp, ch] : codePoints(idToToken_[id])) {
       const auto it = charByte_.find(ch);
       out += it == charByte_.end() ? ch : std::string(1, static_cast<char>(it->second));
@@ -250,17 +259,21 @@ std::vector<std::pair<std::string, std::string>> readMerges(const std::string& p
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
     const size_t sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size())
-      throw std::invalid_argument("tokenizer: '" + path + "' line " + std::to_string(no) + ": expected two symbols \"a b\"");
+      throw std::invalid_argument("tokenizer: '" + path + "' line " + std::to_string(no) +
+                                  ": expected two symbols \"a b\"");
     out.push_back({line.substr(0, sp), line.substr(sp + 1)});
   }
   return out;
 }
 
 std::unordered_map<std::string, int32_t> vocabOf(const json& j, const std::string& where) {
-  if (!j.is_object()) throw std::invalid_argument("tokenizer: " + where + ": expected an object of token -> id");
+  if (!j.is_object())
+    throw std::invalid_argument("tokenizer: " + where + ": expected an object of token -> id");
   std::unordered_map<std::string, int32_t> v;
   for (const auto& [t, id] : j.items()) {
-    if (!id.is_number_integer()) throw std::invalid_argument("tokenizer: " + where + "['" + t + "']: " + id.dump() + " is not an id");
+    if (!id.is_number_integer())
+      throw std::invalid_argument("tokenizer: " + where + "['" + t + "']: " + id.dump() +
+                                  " is not an id");
     v[t] = id.get<int32_t>();
   }
   return v;
@@ -288,7 +301,9 @@ struct SentencePieceTokenizer::Shim {
     if (const char* env = std::getenv("SLOWPIPE_SPM_SHIM")) out.push_back(env);
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) out.push_back((exe.parent_path().parent_path() / "lib" / "slowpipe" / "libslowpipe_spm.so").string());
+    if (!ec)
+      out.push_back(
+          (exe.parent_path().parent_path() / "lib" / "slowpipe" / "libslowpipe_spm.so").string());
 #ifdef SLOWPIPE_SPM_SHIM_BUILD
     out.push_back(SLOWPIPE_SPM_SHIM_BUILD);
 #endif
@@ -329,14 +344,20 @@ struct SentencePieceTokenizer::Shim {
       if (ok) return s;
       tried += (tried.empty() ? "" : ", ") + path + " (not the shim: a function is missing)";
     }
-    throw std::runtime_error("tokenizer: SentencePiece needs slowpipe's shim libslowpipe_spm.so (set SLOWPIPE_SPM_SHIM); tried " + tried);
+    throw std::runtime_error(
+        "tokenizer: SentencePiece needs slowpipe's shim libslowpipe_spm.so (set "
+        "SLOWPIPE_SPM_SHIM); tried " +
+        tried);
   }
 };
 
-SentencePieceTokenizer::SentencePieceTokenizer(const std::string& modelFile) : shim_(Shim::get()), source_(modelFile) {
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& modelFile)
+    : shim_(Shim::get()), source_(modelFile) {
   char err[512] = "";
   handle_ = shim_.load(modelFile.c_str(), err, sizeof err);
-  if (!handle_) throw std::invalid_argument("tokenizer: '" + modelFile + "' is not a SentencePiece model: " + err);
+  if (!handle_)
+    throw std::invalid_argument("tokenizer: '" + modelFile +
+                                "' is not a SentencePiece model: " + err);
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() { shim_.close(handle_); }
@@ -355,7 +376,9 @@ std::vector<int32_t> SentencePieceTokenizer::encode(const std::string& text) con
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
   const int n = vocabSize();
   for (int32_t i : ids)
-    if (i < 0 || i >= n) throw std::invalid_argument("tokenizer: id " + std::to_string(i) + " is outside SentencePiece's 0.." + std::to_string(n - 1));
+    if (i < 0 || i >= n)
+      throw std::invalid_argument("tokenizer: id " + std::to_string(i) +
+                                  " is outside SentencePiece's 0.." + std::to_string(n - 1));
   const std::vector<int> in(ids.begin(), ids.end());
   char err[512] = "";
   char* text = nullptr;
@@ -371,34 +394,45 @@ int SentencePieceTokenizer::vocabSize() const { return shim_.size(handle_); }
 
 std::unique_ptr<Tokenizer> loadTokenizer(const std::string& dir) {
   const fs::path d(dir);
-  if (fs::is_regular_file(d) && d.extension() == ".model") return std::make_unique<SentencePieceTokenizer>(dir);
+  if (fs::is_regular_file(d) && d.extension() == ".model")
+    return std::make_unique<SentencePieceTokenizer>(dir);
   if (fs::exists(d / "tokenizer.json")) {
     const std::string f = (d / "tokenizer.json").string();
     const json j = readJsonFile(f, "tokenizer");
-    if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE")
-      throw std::invalid_argument("tokenizer: '" + f + "': model.type is not BPE (only byte-level BPE tokenizer.json files are read)");
+    if (!j.is_object() || !j.contains("model") || !j["model"].is_object() ||
+        j["model"].value("type", "") != "BPE")
+      throw std::invalid_argument(
+          "tokenizer: '" + f +
+          "': model.type is not BPE (only byte-level BPE tokenizer.json files are read)");
     std::vector<std::pair<std::string, std::string>> merges;
     for (const json& m : j["model"].value("merges", json::array())) {
       if (m.is_string()) {
         const std::string s = m;
         const size_t sp = s.find(' ');
-        if (sp == std::string::npos) throw std::invalid_argument("tokenizer: '" + f + "': merge '" + s + "' is not \"a b\"");
+        if (sp == std::string::npos)
+          throw std::invalid_argument("tokenizer: '" + f + "': merge '" + s + "' is not \"a b\"");
         merges.push_back({s.substr(0, sp), s.substr(sp + 1)});
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         merges.push_back({m[0], m[1]});
       } else {
-        throw std::invalid_argument("tokenizer: '" + f + "': merge " + m.dump() + " is not \"a b\" or [a, b]");
+        throw std::invalid_argument("tokenizer: '" + f + "': merge " + m.dump() +
+                                    " is not \"a b\" or [a, b]");
       }
     }
-    return std::make_unique<Gpt2BpeTokenizer>(vocabOf(j["model"].value("vocab", json()), f + " model.vocab"), merges, f);
+    return std::make_unique<Gpt2BpeTokenizer>(
+        vocabOf(j["model"].value("vocab", json()), f + " model.vocab"), merges, f);
   }
-  for (const auto& [v, m] : {std::pair{"vocab.json", "merges.txt"}, std::pair{"encoder.json", "vocab.bpe"}})
+  for (const auto& [v, m] :
+       {std::pair{"vocab.json", "merges.txt"}, std::pair{"encoder.json", "vocab.bpe"}})
     if (fs::exists(d / v) && fs::exists(d / m))
-      return std::make_unique<Gpt2BpeTokenizer>(vocabOf(readJsonFile((d / v).string(), "tokenizer vocabulary"), (d / v).string()),
-                                                readMerges((d / m).string()), (d / v).string() + " + " + m);
-  if (fs::exists(d / "tokenizer.model")) return std::make_unique<SentencePieceTokenizer>((d / "tokenizer.model").string());
+      return std::make_unique<Gpt2BpeTokenizer>(
+          vocabOf(readJsonFile((d / v).string(), "tokenizer vocabulary"), (d / v).string()),
+          readMerges((d / m).string()), (d / v).string() + " + " + m);
+  if (fs::exists(d / "tokenizer.model"))
+    return std::make_unique<SentencePieceTokenizer>((d / "tokenizer.model").string());
   throw std::invalid_argument("tokenizer: '" + dir +
-                              "' has neither tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe nor tokenizer.model");
+                              "' has neither tokenizer.json, vocab.json + merges.txt, encoder.json "
+                              "+ vocab.bpe nor tokenizer.model");
 }
 
 }  // namespace slowpipe::runtime

@@ -38,8 +38,10 @@ class ByteTokenizer : public Tokenizer {
 
 class Gpt2BpeTokenizer : public Tokenizer {
  public:
-  // vocab: token string -> id; merges: "a b" pairs in rank order. `source` names the files (errors).
-  Gpt2BpeTokenizer(std::unordered_map<std::string, int32_t> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+  // vocab: token string -> id; merges: "a b" pairs in rank order. `source` names the files
+  // (errors).
+  Gpt2BpeTokenizer(std::unordered_map<std::string, int32_t> vocab,
+                   const std::vector<std::pair<std::string, std::string>>& merges,
                    std::string source);
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
@@ -53,7 +55,7 @@ class Gpt2BpeTokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> idToToken_;
   std::map<std::pair<std::string, std::string>, int> ranks_;
-  std::string byteChar_[256];                     // byte -> its printable character (UTF-8)
+  std::string byteChar_[256];  // byte -> its printable character (UTF-8)
   std::unordered_map<std::string, uint8_t> charByte_;
   std::string source_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;

@@ -1,4 +1,5 @@
-// Stage transport: framed, codec-compressed, shaped channels between a stage and its pipeline peers.
+// Stage transport: framed, codec-compressed, shaped channels between a stage and its pipeline
+// peers.
 //
 // Protocol. One Channel (runtime/channel.h) per peer rank: the PULL socket this rank binds for the
 // peer's messages and the PUSH socket to the peer's; the previous and the next stage are routes to
@@ -23,10 +24,10 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "compression/codec.h"
@@ -38,7 +39,7 @@
 namespace slowpipe::runtime {
 
 struct SocketSecurity;  // runtime/security.h
-class ListenGuard;     // runtime/listen_guard.h
+class ListenGuard;      // runtime/listen_guard.h
 
 struct Tensor32 {  // a float tensor as the transport sees it
   compression::Shape shape;
@@ -70,7 +71,8 @@ struct TransportOptions {
   // links come with the peer table (connect; runtime/link_table.h).
   int rank = 0, stage = 0, stages = 1;
   std::string forwardCodec = "none", backwardCodec = "none";
-  std::string bindPrevHost = "127.0.0.1", bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
+  std::string bindPrevHost = "127.0.0.1",
+              bindNextHost = "127.0.0.1";  // addresses of the PULL sockets
   double recvTimeoutS = 120;
   // Runs across hosts: CURVE on every socket, each PULL admitting only its peer's key.
   // nullptr: plain sockets (one host).
@@ -99,11 +101,13 @@ class StageTransport {
   // Sends numelOf(shape) floats at data to the next (toNext=true) or previous stage (`chunk`: the
   // model chunk of the boundary's lower side). The values are encoded straight from the caller's
   // memory and the frame is handed to ZeroMQ without a copy.
-  void send(bool toNext, compression::MessageKind kind, int64_t step, int epoch, int mb, const float* data,
-            const compression::Shape& shape, const std::vector<int64_t>& exampleIds, int chunk = 0);
+  void send(bool toNext, compression::MessageKind kind, int64_t step, int epoch, int mb,
+            const float* data, const compression::Shape& shape,
+            const std::vector<int64_t>& exampleIds, int chunk = 0);
   // Receives the message `kind` for (step, mb, chunk) from the previous (fromPrev=true) or next
   // stage (taking it from the channel's stash if it came ahead of its turn) and decodes it.
-  Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb, int chunk = 0);
+  Tensor32 recv(bool fromPrev, compression::MessageKind kind, int64_t step, int epoch, int mb,
+                int chunk = 0);
 
   // Time 0 of the links' bandwidth traces (the run's common start, host monotonic clock).
   void setTraceOrigin(double origin);
@@ -126,7 +130,7 @@ class StageTransport {
   compression::Codec& codec(Peer& p, bool encoder, bool forward, int chunk);
   TransportOptions opt_;
   zmq::context_t& ctx_;
-  std::map<int, Peer> peers_;        // by peer rank
+  std::map<int, Peer> peers_;  // by peer rank
   // The receiving part of the inbound links' model (serial_fifo: this rank's inbound wire), shared
   // by them; none where the sender stamps every message or the kernel paces.
   std::unique_ptr<emulator::LinkModel> inbound_;

@@ -3,10 +3,11 @@
 // weight gradient dW = dY^T X, db = sum dY (needed only by the optimizer step). With a
 // WeightGradStore attached, a model's linear layers run through splitLinear: their autograd
 // backward (BackwardInput) returns dX and files (X, dY) under the micro-batch of the forward that
-// built them; runWeightGradients(mb) (BackwardWeight) computes and accumulates their dW and db later.
-// Other parameters (LayerNorms, embeddings: a few percent of the work) get their gradients in the
-// BackwardInput pass, as autograd computes them. BackwardInput(mb) + BackwardWeight(mb) compute the
-// gradients one Backward(mb) computes (equal to rounding: dW is one matmul over the flattened rows).
+// built them; runWeightGradients(mb) (BackwardWeight) computes and accumulates their dW and db
+// later. Other parameters (LayerNorms, embeddings: a few percent of the work) get their gradients
+// in the BackwardInput pass, as autograd computes them. BackwardInput(mb) + BackwardWeight(mb)
+// compute the gradients one Backward(mb) computes (equal to rounding: dW is one matmul over the
+// flattened rows).
 #pragma once
 
 #include <torch/torch.h>
@@ -23,9 +24,11 @@ class WeightGradStore {
   void setMicroBatch(int mb) { mb_ = mb; }
   int microBatch() const { return mb_; }
   // Called from the autograd backward (any thread on a device).
-  void defer(int mb, torch::Tensor input, torch::Tensor gradOutput, torch::Tensor weight, torch::Tensor bias);
+  void defer(int mb, torch::Tensor input, torch::Tensor gradOutput, torch::Tensor weight,
+             torch::Tensor bias);
   // Computes and accumulates the weight (and bias) gradients filed under mb, in the order they
-  // were filed, and forgets them. Throws if mb has none (a BackwardWeight before its BackwardInput).
+  // were filed, and forgets them. Throws if mb has none (a BackwardWeight before its
+  // BackwardInput).
   void runWeightGradients(int mb);
 
  private:

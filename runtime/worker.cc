@@ -19,9 +19,9 @@
 
 #include "compression/codec.h"
 #include "compression/plugin.h"
-#include "runtime/result.h"
 #include "runtime/dp.h"
 #include "runtime/grad_sync.h"
+#include "runtime/result.h"
 
 namespace slowpipe::runtime {
 
@@ -30,11 +30,12 @@ using nlohmann::json;
 // Per-message buffers (frames, tensors) are 0.1-10 MB. With glibc's default, dynamic mmap
 // threshold they were often mmap'ed and munmap'ed for every message, page-faulting on each reuse,
 // and whether that happened depended on unrelated allocations (an AC-SGD buffer store raised the
-// threshold as a side effect): fp32 runs measured ~8% more compute time than AC-SGD runs at 10 Gbps.
-// Fixing the thresholds gives every codec the same allocator behaviour.
+// threshold as a side effect): fp32 runs measured ~8% more compute time than AC-SGD runs at 10
+// Gbps. Fixing the thresholds gives every codec the same allocator behaviour.
 std::string errorText(const std::exception& e) {
   const auto* torchError = dynamic_cast<const c10::Error*>(&e);
-  std::string text = torchError ? "libtorch: " + std::string(torchError->what_without_backtrace()) : e.what();
+  std::string text =
+      torchError ? "libtorch: " + std::string(torchError->what_without_backtrace()) : e.what();
   if (text.size() > 1000) text = text.substr(0, 1000) + " [...]";
   return text;
 }
@@ -54,9 +55,14 @@ void onCrash(int sig) {
   char num[8] = {0};
   int v = sig, n = 0;
   char rev[8];
-  do rev[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) && n < 7);
+  do rev[n++] = static_cast<char>('0' + v % 10);
+  while ((v /= 10) && n < 7);
   for (int i = 0; i < n; ++i) num[i] = rev[n - 1 - i];
-  const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGILL ? "SIGILL" : sig == SIGFPE ? "SIGFPE" : "SIGABRT";
+  const char* name = sig == SIGSEGV  ? "SIGSEGV"
+                     : sig == SIGBUS ? "SIGBUS"
+                     : sig == SIGILL ? "SIGILL"
+                     : sig == SIGFPE ? "SIGFPE"
+                                     : "SIGABRT";
   appendText(line, sizeof line, at, "slowpipe worker: crashed with signal ");
   appendText(line, sizeof line, at, num);
   appendText(line, sizeof line, at, " (");
@@ -99,7 +105,8 @@ std::string crashLineIn(const std::string& path) {
 
 void startResultKeeper(const std::string& resultPath, const std::string& crashFile) {
   const std::string pid = std::to_string(getpid());
-  std::vector<std::string> args = {"/proc/self/exe", "worker", "--keep-result", resultPath, "--keep-pid", pid, "--crash-file", crashFile};
+  std::vector<std::string> args = {"/proc/self/exe", "worker", "--keep-result", resultPath,
+                                   "--keep-pid",     pid,      "--crash-file",  crashFile};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -108,9 +115,12 @@ void startResultKeeper(const std::string& resultPath, const std::string& crashFi
   if (n <= 0) throw std::runtime_error("cannot start the result keeper: /proc/self/exe unreadable");
   exe[n] = '\0';
   const pid_t child = ::fork();
-  if (child < 0) throw std::runtime_error("cannot start the result keeper: fork failed: " + std::string(std::strerror(errno)));
+  if (child < 0)
+    throw std::runtime_error("cannot start the result keeper: fork failed: " +
+                             std::string(std::strerror(errno)));
   if (child == 0) {
-    ::setsid();  // out of the launcher's process group: mpirun's kill of the job's processes spares it
+    ::setsid();  // out of the launcher's process group: mpirun's kill of the job's processes spares
+                 // it
     // Nothing of the launcher's output pipes: mpirun (or a test reading the output to its end)
     // must not wait for the keeper.
     const int null = ::open("/dev/null", O_RDWR);
@@ -144,11 +154,15 @@ int keepResult(int pid, const std::string& resultPath, const std::string& crashF
   }
   // Only a result this process was writing (another run may hold the folder) that it left running.
   const json launcher = doc.value("launcher", json::object());
-  if (doc.value("status", "") != "running" || !launcher.is_object() || launcher.value("pid", 0) != pid) return 0;
+  if (doc.value("status", "") != "running" || !launcher.is_object() ||
+      launcher.value("pid", 0) != pid)
+    return 0;
   doc["status"] = "failed";
-  doc["reason"] = "rank 0's process (pid " + std::to_string(pid) + ", where the coordinator ran) ended before the run did: " +
-                  (crash.empty() ? std::string("it was killed or crashed (see its output)") : crash) +
-                  "; this result was finished by its keeper";
+  doc["reason"] =
+      "rank 0's process (pid " + std::to_string(pid) +
+      ", where the coordinator ran) ended before the run did: " +
+      (crash.empty() ? std::string("it was killed or crashed (see its output)") : crash) +
+      "; this result was finished by its keeper";
   writeFinalResult(resultPath, doc);
   return 0;
 }
@@ -166,14 +180,18 @@ int64_t largestFrameBytes(const RunSpec& spec) {
   // exceed fp32), with the frame header and one example id per row.
   uint64_t payload = 4 * static_cast<uint64_t>(compression::numelOf(act));
   for (const std::string& c : {spec.compression.forward, spec.compression.backward})
-    payload = std::max(payload, compression::makeCodec(c, "frame-bound")->maxPayloadBytes(act) + 8 * static_cast<uint64_t>(mb));
+    payload = std::max(payload, compression::makeCodec(c, "frame-bound")->maxPayloadBytes(act) +
+                                    8 * static_cast<uint64_t>(mb));
   if (spec.pipeline.replicas > 1) {
     const auto none = compression::makeCodec("none"),
-               message = compression::makeCodec(gradientCompressor(spec.dp)->messageCodec(), "frame-bound");
+               message = compression::makeCodec(gradientCompressor(spec.dp)->messageCodec(),
+                                                "frame-bound");
     for (int s = 0; s < spec.pipeline.stages; ++s)
       for (int round = 0; round < dpShape(spec).rounds; ++round) {
-        const compression::Shape chunk = {protocol::dpLargestChunk(dpRoundValues(spec, s, round), spec.pipeline.replicas)};
-        payload = std::max({payload, none->maxPayloadBytes(chunk), message->maxPayloadBytes(chunk)});
+        const compression::Shape chunk = {
+            protocol::dpLargestChunk(dpRoundValues(spec, s, round), spec.pipeline.replicas)};
+        payload =
+            std::max({payload, none->maxPayloadBytes(chunk), message->maxPayloadBytes(chunk)});
       }
   }
   return static_cast<int64_t>(payload) + (64 << 10);

@@ -19,11 +19,11 @@ namespace slowpipe::runtime {
 struct WorkerArgs {
   std::string specPath;  // resolved spec written by the launcher
   int rank = 0;
-  std::string control;   // launcher's ipc endpoint for records
-  std::string peers;     // launcher's ipc endpoint this worker pulls its peer table from
-  std::string netns;     // kernel backend: namespace to enter before opening sockets
+  std::string control;  // launcher's ipc endpoint for records
+  std::string peers;    // launcher's ipc endpoint this worker pulls its peer table from
+  std::string netns;    // kernel backend: namespace to enter before opening sockets
   std::string bindPrev = "127.0.0.1", bindNext = "127.0.0.1";
-  int launcherPid = 0;   // the parent this worker must not outlive (0: not checked)
+  int launcherPid = 0;  // the parent this worker must not outlive (0: not checked)
 };
 
 // The largest frame a worker of `spec` may legally receive (ZMQ_MAXMSGSIZE of its sockets): the
@@ -78,6 +78,7 @@ void tuneAllocator();
 // pipeline run of `spec`. split: "finetune" or "pretrain". Calls onRecord with each step's and
 // each evaluation's record; saves the model to checkpoint (if not empty) at the end.
 void runSingleProcess(const RunSpec& spec, const std::string& split,
-                      const std::function<void(const nlohmann::json&)>& onRecord, const std::string& checkpoint = "");
+                      const std::function<void(const nlohmann::json&)>& onRecord,
+                      const std::string& checkpoint = "");
 
 }  // namespace slowpipe::runtime

@@ -1,7 +1,7 @@
 // A worker started by an external launcher (mpirun, srun, torchrun-style variables): its
 // bootstrap through the rendezvous, the watchdog, and rank 0's coordinator thread.
-#include <cstdlib>
 #include <unistd.h>
+#include <cstdlib>
 
 #include <atomic>
 #include <filesystem>
@@ -11,10 +11,10 @@
 #include <torch/torch.h>
 #include <zmq.hpp>
 
+#include "compression/parallel.h"
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "emulator/shaped_socket.h"
-#include "compression/parallel.h"
 #include "runtime/bootstrap.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
@@ -33,7 +33,8 @@ namespace {
 // The ranks a launcher started on this node (they share its cores, unless each has a CPU set of its
 // own, which the affinity mask then shows): Open MPI's and Slurm's word for it, else 1.
 int ranksOnThisNode() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"}) {
     const char* v = std::getenv(var);
     if (v && std::atoi(v) >= 1) return std::atoi(v);  // Slurm's "4(x2)" reads as 4
   }
@@ -49,9 +50,10 @@ int ranksOnThisNode() {
 // to every rank; one then waited out the 5 s heartbeat instead (seen: 1 of 30 runs under load).
 class Watchdog {
  public:
-  Watchdog(zmq::context_t& ctx, const Context& c, const std::string& events, const std::atomic<bool>* coordinatorDone)
-      : thread_([this, &ctx, rank = c.rank, control = c.control, events, own = c.security->own, key = c.coordinatorKey,
-                 coordinatorDone] {
+  Watchdog(zmq::context_t& ctx, const Context& c, const std::string& events,
+           const std::atomic<bool>* coordinatorDone)
+      : thread_([this, &ctx, rank = c.rank, control = c.control, events, own = c.security->own,
+                 key = c.coordinatorKey, coordinatorDone] {
           zmq::socket_t beat(ctx, zmq::socket_type::push), sub(ctx, zmq::socket_type::sub);
           beat.set(zmq::sockopt::linger, 0);
           sub.set(zmq::sockopt::linger, 0);
@@ -78,24 +80,27 @@ class Watchdog {
               heard = emulator::hostClockNow();
               if (type == "end") ended = true;
               if (type == "abort") {
-                std::fprintf(stderr, "slowpipe worker %d: the coordinator stopped the run: %s\n", rank, e.value("reason", "").c_str());
+                std::fprintf(stderr, "slowpipe worker %d: the coordinator stopped the run: %s\n",
+                             rank, e.value("reason", "").c_str());
                 std::fflush(stderr);
                 emulator::removeAllDeviceShaping();
-                for (const double until = emulator::hostClockNow() + 5.0; coordinatorDone && !*coordinatorDone &&
-                                                                        emulator::hostClockNow() < until;)
+                for (const double until = emulator::hostClockNow() + 5.0;
+                     coordinatorDone && !*coordinatorDone && emulator::hostClockNow() < until;)
                   usleep(10000);
                 _exit(4);
               }
             }
             if (!ended && emulator::hostClockNow() - heard > 5.0) {
-              std::fprintf(stderr, "slowpipe worker %d: no heartbeat from the coordinator for 5 s (%s): it is gone; exiting\n",
+              std::fprintf(stderr,
+                           "slowpipe worker %d: no heartbeat from the coordinator for 5 s (%s): it "
+                           "is gone; exiting\n",
                            rank, events.c_str());
               std::fflush(stderr);
               emulator::removeAllDeviceShaping();
               // The coordinator in this process (rank 0) stalled with it (SIGSTOP, starvation):
               // it notices its own stall and writes the failed result; wait for that (5 s at most).
-              for (const double until = emulator::hostClockNow() + 5.0; coordinatorDone && !*coordinatorDone &&
-                                                                      emulator::hostClockNow() < until;)
+              for (const double until = emulator::hostClockNow() + 5.0;
+                   coordinatorDone && !*coordinatorDone && emulator::hostClockNow() < until;)
                 usleep(10000);
               _exit(5);
             }
@@ -144,23 +149,29 @@ Identity identify(const ExternalWorkerArgs& a) {
   if (id.rank < 0) {
     const auto b = bootstrapFromEnv(processEnv());
     if (!b)
-      throw std::invalid_argument("no rank: start the workers with mpirun, srun or torchrun-style variables (RANK, WORLD_SIZE), "
-                                  "or give --rank and --size");
+      throw std::invalid_argument(
+          "no rank: start the workers with mpirun, srun or torchrun-style variables (RANK, "
+          "WORLD_SIZE), "
+          "or give --rank and --size");
     id.rank = b->rank;
     id.size = b->size;
     id.source = b->source;
     if (!b->masterAddr.empty()) {
-      if (b->masterPort <= 0) throw std::invalid_argument("environment: MASTER_ADDR is set but MASTER_PORT is not");
+      if (b->masterPort <= 0)
+        throw std::invalid_argument("environment: MASTER_ADDR is set but MASTER_PORT is not");
       id.rvHost = b->masterAddr;
       id.rvPort = b->masterPort;
     }
   } else if (id.size <= id.rank) {
     throw std::invalid_argument("--rank " + std::to_string(id.rank) + " needs --size above it");
   }
-  if (!a.rendezvous.empty()) std::tie(id.rvHost, id.rvPort) = parseHostPort(a.rendezvous, "--rendezvous");
+  if (!a.rendezvous.empty())
+    std::tie(id.rvHost, id.rvPort) = parseHostPort(a.rendezvous, "--rendezvous");
   if (id.rvHost.empty())
-    throw std::invalid_argument("no rendezvous: give --rendezvous HOST:PORT (rank 0's host and a free port) or set MASTER_ADDR "
-                                "and MASTER_PORT");
+    throw std::invalid_argument(
+        "no rendezvous: give --rendezvous HOST:PORT (rank 0's host and a free port) or set "
+        "MASTER_ADDR "
+        "and MASTER_PORT");
   id.secret = loadSecret(processEnv());
   return id;
 }
@@ -170,7 +181,8 @@ Identity identify(const ExternalWorkerArgs& a) {
 class CoordinatorThread {
  public:
   void start(const ExternalWorkerArgs& a, const Identity& id) {
-    if (a.specPath.empty() || a.outDir.empty()) throw std::invalid_argument("rank 0 runs the coordinator: give --spec and --out");
+    if (a.specPath.empty() || a.outDir.empty())
+      throw std::invalid_argument("rank 0 runs the coordinator: give --spec and --out");
     spec_ = loadRunSpec(a.specPath);
     LaunchOptions o;
     o.outDir = a.outDir;
@@ -186,13 +198,15 @@ class CoordinatorThread {
     thread_ = std::thread([this, o] {
       try {
         rc_ = launchRun(spec_, o);
-      } catch (const std::exception& e) {  // the folder cannot take this run's result (held, or a folder)
+      } catch (const std::exception&
+                   e) {  // the folder cannot take this run's result (held, or a folder)
         if (o.external.ready) o.external.ready(e.what());
         rc_ = 2;
       }
       done_ = true;
     });
-    const std::string error = isReady.get();  // the corpus is prepared before the rendezvous listens
+    const std::string error =
+        isReady.get();  // the corpus is prepared before the rendezvous listens
     if (!error.empty()) throw std::runtime_error("the coordinator did not start: " + error);
   }
   int finish(int rc) {
@@ -205,7 +219,7 @@ class CoordinatorThread {
   std::thread thread_;
   std::atomic<int> rc_{0};
   std::atomic<bool> done_{false};  // launchRun returned (its sockets flushed and closed)
-  RunSpec spec_;                    // outlives the thread
+  RunSpec spec_;                   // outlives the thread
 };
 
 // tc-dev: the kernel paces the rate on each host's interface, this worker's toward its peers; the
@@ -218,26 +232,39 @@ void kernelPacedLinks(const RunSpec& spec, Context& c) {
 
 // Joins at the rendezvous (rank and size from the environment, the rest from the coordinator:
 // control socket, keys, clock offset, spec), then runs the worker under the watchdog.
-void joinAndRun(const ExternalWorkerArgs& a, const Identity& id, zmq::context_t& ctx, SocketSecurity& security, Context& c,
-                const std::atomic<bool>* coordinatorDone) {
-  const std::string address = a.bindHost.empty() ? localAddressToward(id.rvHost) : resolveIPv4(a.bindHost);
+void joinAndRun(const ExternalWorkerArgs& a, const Identity& id, zmq::context_t& ctx,
+                SocketSecurity& security, Context& c, const std::atomic<bool>* coordinatorDone) {
+  const std::string address =
+      a.bindHost.empty() ? localAddressToward(id.rvHost) : resolveIPv4(a.bindHost);
   c.bindPrev = c.bindNext = c.bindDp = address;
   RendezvousClient rv(ctx, id.rvHost, id.rvPort, id.secret, a.joinTimeoutS);
-  const json join = rv.call({{"type", "join"}, {"rank", id.rank}, {"size", id.size}, {"key", security.own.publicKey},
-                             {"host", hostName()}, {"address", address}, {"pid", getpid()}, {"bootstrap", id.source}},
+  const json join = rv.call({{"type", "join"},
+                             {"rank", id.rank},
+                             {"size", id.size},
+                             {"key", security.own.publicKey},
+                             {"host", hostName()},
+                             {"address", address},
+                             {"pid", getpid()},
+                             {"bootstrap", id.source}},
                             a.joinTimeoutS + 10);
   c.control = join.at("control").get<std::string>();
   c.coordinatorKey = join.at("coordinator_key").get<std::string>();
-  for (const auto& [k, v] : join.at("keys").items()) security.rankKeys[std::stoi(k)] = v.get<std::string>();
+  for (const auto& [k, v] : join.at("keys").items())
+    security.rankKeys[std::stoi(k)] = v.get<std::string>();
   // The coordinator's clock, NTP-style; rank 0 shares its process (and clock).
   const ClockEstimate clock = id.rank == 0 ? ClockEstimate{} : rv.estimateClock();
   emulator::setClockOffset(clock.offsetS);
-  c.hello = {{"host", hostName()}, {"address", address}, {"bootstrap", id.source},
-             {"clock", {{"offset_s", clock.offsetS}, {"rtt_s", clock.rttS}, {"error_bound_s", 0.5 * clock.rttS}}}};
+  c.hello = {
+      {"host", hostName()},
+      {"address", address},
+      {"bootstrap", id.source},
+      {"clock",
+       {{"offset_s", clock.offsetS}, {"rtt_s", clock.rttS}, {"error_bound_s", 0.5 * clock.rttS}}}};
   const RunSpec spec = runSpecFromJson(join.at("spec"), "the run's spec (from the rendezvous)");
   c.id = rankLayout(spec).id(id.rank);
   if (spec.network.backend == "tc-dev") kernelPacedLinks(spec, c);
-  c.peerTable = [&rv, rank = id.rank, &spec](zmq::context_t&, const std::function<void()>& sayHello) {
+  c.peerTable = [&rv, rank = id.rank, &spec](zmq::context_t&,
+                                             const std::function<void()>& sayHello) {
     sayHello();  // the coordinator answers once every rank said hello
     return rv.call({{"type", "table"}, {"rank", rank}}, 2 * spec.runtime.stepTimeoutS);
   };

@@ -1,6 +1,6 @@
 // The local launcher's bootstrap (`slowpipe run`): a worker process from its command line.
-#include <sys/prctl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,8 +9,8 @@
 #include <torch/torch.h>
 #include <zmq.hpp>
 
-#include "emulator/netns.h"
 #include "compression/parallel.h"
+#include "emulator/netns.h"
 #include "runtime/pipeline_worker.h"
 #include "runtime/worker.h"
 
@@ -29,13 +29,14 @@ int runWorker(const WorkerArgs& args) {
   zmq::context_t ctx(1);
   try {
     if (!orphanGuard)  // reported to the launcher like any error (the catch below)
-      throw std::runtime_error(std::string("prctl(PR_SET_PDEATHSIG) failed: ") + std::strerror(prctlErrno) +
+      throw std::runtime_error(std::string("prctl(PR_SET_PDEATHSIG) failed: ") +
+                               std::strerror(prctlErrno) +
                                "; refusing to run a worker that could outlive its launcher");
     // Everything, setup included, runs inside the try: a failed setup is reported like any error.
     if (!args.netns.empty()) emulator::enterNamespace(args.netns);
     const RunSpec spec = loadRunSpec(args.specPath);
     torch::set_num_threads(spec.runtime.threadsPerWorker);
-  compression::setCodecThreads(codecThreadsFor(spec, rankLayout(spec).size()));
+    compression::setCodecThreads(codecThreadsFor(spec, rankLayout(spec).size()));
     // The local launcher's bootstrap: everything from its command line; the peer table comes on
     // a socket of this rank's own.
     Context c;
@@ -54,8 +55,10 @@ int runWorker(const WorkerArgs& args) {
       sayHello();
       zmq::message_t m;
       zmq::pollitem_t item{static_cast<void*>(peers), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 || !peers.recv(m, zmq::recv_flags::dontwait))
-        throw std::runtime_error("rank " + std::to_string(args.rank) + ": no peer table from the launcher within 60 s");
+      if (zmq::poll(&item, 1, std::chrono::seconds(60)) == 0 ||
+          !peers.recv(m, zmq::recv_flags::dontwait))
+        throw std::runtime_error("rank " + std::to_string(args.rank) +
+                                 ": no peer table from the launcher within 60 s");
       return json::parse(m.to_string());
     };
     runPipelineWorker(spec, c, ctx);

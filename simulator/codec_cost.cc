@@ -27,7 +27,8 @@ CodecCost measureCodecOnHost(const std::string& spec, const std::vector<int64_t>
   compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y);
   // Steady state from here: every encode is a delta, and decoding a delta again is as costly.
   const double enc = medianSeconds([&] { compression::encodeFrame(*tx, x.data(), h, ctx); });
-  const double dec = medianSeconds([&] { compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y); });
+  const double dec =
+      medianSeconds([&] { compression::decodeFrame(*rx, frame.data(), frame.size(), ctx, y); });
   const double bytes = 4.0 * static_cast<double>(n);
   return {{0.0, enc / bytes}, {0.0, dec / bytes}};
 }

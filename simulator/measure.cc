@@ -21,15 +21,15 @@
 #include "compression/timing.h"
 #include "emulator/shaped_socket.h"
 #include "experiments/sweep.h"
-#include "runtime/grad_sync.h"
-#include "runtime/launcher.h"
-#include "runtime/result.h"
 #include "runtime/dp.h"
 #include "runtime/executor.h"
+#include "runtime/grad_sync.h"
+#include "runtime/launcher.h"
 #include "runtime/protocol.h"
-#include "simulator/codec_cost.h"
+#include "runtime/result.h"
 #include "runtime/schedule.h"
 #include "runtime/stage_runner.h"
+#include "simulator/codec_cost.h"
 
 namespace slowpipe::simulator {
 namespace {
@@ -45,11 +45,13 @@ double medianOf(std::vector<double> v) {
 
 // Forward/backward of one micro-batch and the optimizer step of every stage, timed with the code a
 // worker runs (StageRunner), one stage at a time with the worker's thread count. Median of `reps`.
-// Data-parallel host work of one stage under `v`'s compressor (GradientSync, the worker's code) at a
-// step that exchanges (after qadam's warm-up): per round DpBegin (pack) and DpEnd (unpack), then
+// Data-parallel host work of one stage under `v`'s compressor (GradientSync, the worker's code) at
+// a step that exchanges (after qadam's warm-up): per round DpBegin (pack) and DpEnd (unpack), then
 // OuterStep where the spec has one. Median of `reps`.
-simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner& runner, int stage, int reps) {
-  const std::unique_ptr<runtime::GradientSync> made = runtime::makeGradientSync(v, {&runner}, stage);
+simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner& runner, int stage,
+                                int reps) {
+  const std::unique_ptr<runtime::GradientSync> made =
+      runtime::makeGradientSync(v, {&runner}, stage);
   runtime::GradientSync& sync = *made;
   const runtime::DpShape dp = runtime::dpShape(v);
   int64_t g = std::max<int64_t>(0, dp.afterStepFrom);
@@ -58,7 +60,8 @@ simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner&
   std::vector<double> outer;
   std::vector<float> buf;
   for (int rep = 0; rep < reps + 1; ++rep) {  // rep 0 warms up
-    if (dp.afterStep(g) && sync.replacesStep(g)) sync.clipAndMomentum(1.0);  // qadam: the momentum to exchange
+    if (dp.afterStep(g) && sync.replacesStep(g))
+      sync.clipAndMomentum(1.0);  // qadam: the momentum to exchange
     for (int round = 0; round < dp.rounds; ++round) {
       const double t0 = nowSeconds();
       sync.pack(round, g, buf);
@@ -84,7 +87,6 @@ simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner&
   return c;
 }
 
-
 // A compute-only backend (runtime/executor.h): the profiler walks a stage's action list in the
 // order of the schedule it profiles and times each compute action of one model chunk (the
 // runner's) on random inputs, as the worker runs it. Messages, GradNorm and the DP actions cost
@@ -93,10 +95,17 @@ class TimingBackend : public runtime::Backend {
  public:
   // idleS > 0: the backend sleeps that long before each compute action, as a worker blocked on a
   // receive does (StageCost::idle).
-  TimingBackend(runtime::StageRunner& runner, const runtime::RunSpec& spec, int chunk, double idleS = 0)
-      : runner_(runner), chunk_(chunk), idleS_(idleS), b_(spec.pipeline.microBatchSize), T_(spec.model.seqLen), C_(spec.model.width) {}
+  TimingBackend(runtime::StageRunner& runner, const runtime::RunSpec& spec, int chunk,
+                double idleS = 0)
+      : runner_(runner),
+        chunk_(chunk),
+        idleS_(idleS),
+        b_(spec.pipeline.microBatchSize),
+        T_(spec.model.seqLen),
+        C_(spec.model.width) {}
   // Runs `list` `reps` + 1 times (the first warms up, untimed).
-  void measure(const runtime::RankLayout& layout, int rank, const std::vector<runtime::Action>& list, int reps) {
+  void measure(const runtime::RankLayout& layout, int rank,
+               const std::vector<runtime::Action>& list, int reps) {
     runtime::StepExecutor ex(layout, rank);
     for (int rep = 0; rep < reps + 1; ++rep) {
       timing_ = rep > 0;
@@ -115,21 +124,27 @@ class TimingBackend : public runtime::Backend {
   double now() override { return nowSeconds(); }
   runtime::Progress compute(const runtime::Action& a, const runtime::ActionContext&) override {
     using K = runtime::Action::Kind;
-    if (a.chunk != chunk_ || a.kind == K::kGradNorm || a.kind == K::kEvalForward) return runtime::Progress::kDone;
+    if (a.chunk != chunk_ || a.kind == K::kGradNorm || a.kind == K::kEvalForward)
+      return runtime::Progress::kDone;
     // This action's random inputs, made before its timer starts.
     torch::Tensor in, tgt, grad;
     if (a.kind == K::kForward) {
-      in = runner_.first() ? torch::randint(0, 256, {b_, T_}, torch::kLong) : torch::randn({b_, T_, C_});
+      in = runner_.first() ? torch::randint(0, 256, {b_, T_}, torch::kLong)
+                           : torch::randn({b_, T_, C_});
       tgt = torch::randint(0, 256, {b_, T_}, torch::kLong);
     } else if (a.kind != K::kBackwardWeight && !runner_.last()) {
       grad = torch::randn({b_, T_, C_});
     }
     idle();
     const double t0 = now();
-    if (a.kind == K::kForward) runner_.forward(a.microBatch, in, tgt);
-    else if (a.kind == K::kBackward) runner_.backward(a.microBatch, grad);
-    else if (a.kind == K::kBackwardInput) runner_.backwardInput(a.microBatch, grad);
-    else runner_.backwardWeight(a.microBatch);
+    if (a.kind == K::kForward)
+      runner_.forward(a.microBatch, in, tgt);
+    else if (a.kind == K::kBackward)
+      runner_.backward(a.microBatch, grad);
+    else if (a.kind == K::kBackwardInput)
+      runner_.backwardInput(a.microBatch, grad);
+    else
+      runner_.backwardWeight(a.microBatch);
     record(a.kind, t0);
     return runtime::Progress::kDone;
   }
@@ -140,11 +155,21 @@ class TimingBackend : public runtime::Backend {
     record(a.kind, t0);
     return runtime::Progress::kDone;
   }
-  runtime::Progress send(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
-  runtime::Progress recv(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
-  runtime::Progress dpBegin(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
-  runtime::Progress dpEnd(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
-  runtime::Progress outerStep(const runtime::Action&, const runtime::ActionContext&) override { return runtime::Progress::kDone; }
+  runtime::Progress send(const runtime::Action&, const runtime::ActionContext&) override {
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress recv(const runtime::Action&, const runtime::ActionContext&) override {
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress dpBegin(const runtime::Action&, const runtime::ActionContext&) override {
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress dpEnd(const runtime::Action&, const runtime::ActionContext&) override {
+    return runtime::Progress::kDone;
+  }
+  runtime::Progress outerStep(const runtime::Action&, const runtime::ActionContext&) override {
+    return runtime::Progress::kDone;
+  }
 
  private:
   void record(runtime::Action::Kind kind, double t0) {
@@ -164,12 +189,14 @@ class TimingBackend : public runtime::Backend {
 // Virtual stage k's compute timed in the order of `schedule` (stage k mod S's list of a run with
 // `chunks` model chunks, its chunk k / S timed; chunks 1: chunk 0), on a runner of `spec`; idleS:
 // asleep that long before each compute action.
-TimingBackend timeStage(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k, const std::string& schedule,
-                        int chunks, int reps, double idleS = 0) {
+TimingBackend timeStage(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k,
+                        const std::string& schedule, int chunks, int reps, double idleS = 0) {
   const runtime::RankLayout layout{spec.pipeline.stages, 1, chunks};
   const int S = layout.stages, stage = layout.stageOfVirtual(k);
   TimingBackend b(runner, spec, chunks > 1 ? layout.chunkOfVirtual(k) : 0, idleS);
-  b.measure(layout, stage, runtime::computeOnly(runtime::makeSchedule(schedule, S, spec.pipeline.microBatches, stage, chunks)),
+  b.measure(layout, stage,
+            runtime::computeOnly(
+                runtime::makeSchedule(schedule, S, spec.pipeline.microBatches, stage, chunks)),
             reps);
   return b;
 }
@@ -177,18 +204,21 @@ TimingBackend timeStage(const runtime::RunSpec& spec, runtime::StageRunner& runn
 // What a wait before a compute action adds to it (StageCost::idle): the schedule's order timed
 // again with a sleep of each length before every compute action, per kind the median minus the
 // back-to-back median (`own`), clamped at 0; min(reps, 3) steps per length.
-simulator::StageCost::IdleExtra measureIdleExtra(const runtime::RunSpec& spec, runtime::StageRunner& runner, int k, int chunks,
+simulator::StageCost::IdleExtra measureIdleExtra(const runtime::RunSpec& spec,
+                                                 runtime::StageRunner& runner, int k, int chunks,
                                                  int reps, const TimingBackend& own) {
   using K = runtime::Action::Kind;
   simulator::StageCost::IdleExtra e;
   e.afterS = {0.002, 0.005, 0.01, 0.03, 0.1};
   for (double idleS : e.afterS) {
-    const TimingBackend slept = timeStage(spec, runner, k, spec.pipeline.schedule, chunks, std::min(reps, 3), idleS);
+    const TimingBackend slept =
+        timeStage(spec, runner, k, spec.pipeline.schedule, chunks, std::min(reps, 3), idleS);
     for (K kind : {K::kForward, K::kBackward, K::kBackwardInput, K::kBackwardWeight, K::kStep}) {
       if (own.median(kind) <= 0) continue;
       runtime::Action a;
       a.kind = kind;
-      e.extraS[runtime::protocol::eventName(a)].push_back(std::max(0.0, slept.median(kind) - own.median(kind)));
+      e.extraS[runtime::protocol::eventName(a)].push_back(
+          std::max(0.0, slept.median(kind) - own.median(kind)));
     }
   }
   return e;
@@ -196,7 +226,8 @@ simulator::StageCost::IdleExtra measureIdleExtra(const runtime::RunSpec& spec, r
 
 // split: also measure the parts of a split backward (a profiled schedule splits them).
 std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps,
-                                                const std::vector<runtime::RunSpec>& dpVariants, bool split) {
+                                                const std::vector<runtime::RunSpec>& dpVariants,
+                                                bool split) {
   using K = runtime::Action::Kind;
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   torch::manual_seed(0);
@@ -207,10 +238,12 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
   for (int k = 0; k < static_cast<int>(runtime::stageLayers(spec).size()); ++k) {
     runtime::StageRunner runner(spec, k, 1000);
     const TimingBackend own = timeStage(spec, runner, k, spec.pipeline.schedule, chunks, reps);
-    simulator::StageCost c{own.median(K::kForward), own.median(K::kBackward), own.median(K::kStep), {}};
+    simulator::StageCost c{
+        own.median(K::kForward), own.median(K::kBackward), own.median(K::kStep), {}};
     c.backwardInputS = own.median(K::kBackwardInput);
     c.backwardWeightS = own.median(K::kBackwardWeight);
-    if (splits) {  // the whole backward, as 1F1B runs it (a splitting schedule has one chunk per stage)
+    if (splits) {  // the whole backward, as 1F1B runs it (a splitting schedule has one chunk per
+                   // stage)
       runtime::RunSpec whole = spec;
       whole.pipeline.schedule = "1f1b";
       runtime::StageRunner r(whole, k, 1000);
@@ -223,7 +256,8 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
       c.backwardWeightS = parts.median(K::kBackwardWeight);
     }
     c.idle = measureIdleExtra(spec, runner, k, chunks, reps, own);
-    for (const auto& v : dpVariants) c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, k, reps);
+    for (const auto& v : dpVariants)
+      c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, k, reps);
     out.push_back(c);
   }
   return out;
@@ -257,7 +291,8 @@ UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
   // Close-on-exec: a child must not inherit the pipes of its siblings (a sibling's stdin kept
   // open by another child never sees EOF).
   int toChild[2], fromChild[2];
-  if (pipe2(toChild, O_CLOEXEC) != 0) throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(errno));
+  if (pipe2(toChild, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(errno));
   if (pipe2(fromChild, O_CLOEXEC) != 0) {
     const int e = errno;
     close(toChild[0]);
@@ -265,8 +300,9 @@ UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
     throw std::runtime_error(std::string("profile: pipe2() failed: ") + std::strerror(e));
   }
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> args = {exe, "profile-unit", "--spec", specPath, "--stage", std::to_string(stage),
-                                   "--window", std::to_string(windowS)};
+  std::vector<std::string> args = {
+      exe,       "profile-unit",        "--spec",   specPath,
+      "--stage", std::to_string(stage), "--window", std::to_string(windowS)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -287,8 +323,14 @@ UnitProcess spawnUnit(const std::string& specPath, int stage, double windowS) {
   UnitProcess p{pid, fdopen(toChild[1], "w"), fdopen(fromChild[0], "r")};
   if (!p.in || !p.out) {
     const int e = errno;
-    if (p.in) fclose(p.in); else close(toChild[1]);
-    if (p.out) fclose(p.out); else close(fromChild[0]);
+    if (p.in)
+      fclose(p.in);
+    else
+      close(toChild[1]);
+    if (p.out)
+      fclose(p.out);
+    else
+      close(fromChild[0]);
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     throw std::runtime_error(std::string("profile: fdopen() failed: ") + std::strerror(e));
@@ -333,17 +375,21 @@ class UnitGroup {
 // not: SMT siblings, shared caches and memory bandwidth, process switches. Each stage's rate alone
 // is measured the same way; speed(n) = mean over the n processes of rate / rate alone, median of
 // `reps` windows.
-std::vector<double> measureHostSpeed(const json& runJson, int stages, int workers, double windowS, int reps) {
+std::vector<double> measureHostSpeed(const json& runJson, int stages, int workers, double windowS,
+                                     int reps) {
   const std::string specPath = (std::filesystem::temp_directory_path() /
-                                ("slowpipe-profile-" + std::to_string(getpid()) + ".json")).string();
+                                ("slowpipe-profile-" + std::to_string(getpid()) + ".json"))
+                                   .string();
   runtime::writeJsonAtomically(specPath, runJson);
   auto rates = [&](int n, int first) {
     UnitGroup g;
     auto& ps = g.ps;
     auto failed = [&](int i, const std::string& what) {
-      return std::runtime_error("profile: the host-speed process for stage " + std::to_string(runtime::ringIndex(first + i, stages)) + " " + what);
+      return std::runtime_error("profile: the host-speed process for stage " +
+                                std::to_string(runtime::ringIndex(first + i, stages)) + " " + what);
     };
-    for (int i = 0; i < n; ++i) ps.push_back(spawnUnit(specPath, runtime::ringIndex(first + i, stages), windowS));
+    for (int i = 0; i < n; ++i)
+      ps.push_back(spawnUnit(specPath, runtime::ringIndex(first + i, stages), windowS));
     std::vector<double> out(n, -1);
     char line[128];
     for (int i = 0; i < n; ++i)  // each says "ready" once its runner is built and warm
@@ -385,8 +431,11 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
       // while the stages ran alone (other load, a slow spell). It is recorded as 1 and said.
       const double m = medianOf(r);
       if (m > 1.05)
-        std::fprintf(stderr, "profile: with %d stages busy each ran at %.2fx its speed alone; the host was busy while "
-                             "they ran alone (other load?): recorded as 1.00\n", n, m);
+        std::fprintf(stderr,
+                     "profile: with %d stages busy each ran at %.2fx its speed alone; the host was "
+                     "busy while "
+                     "they ran alone (other load?): recorded as 1.00\n",
+                     n, m);
       speed.push_back(std::min(1.0, m));
     }
   } catch (...) {
@@ -396,7 +445,6 @@ std::vector<double> measureHostSpeed(const json& runJson, int stages, int worker
   std::filesystem::remove(specPath);
   return speed;
 }
-
 
 // Host CPU time of moving one message of `bytes` over the workers' transport (a ZeroMQ PUSH/PULL
 // pair over TCP loopback through ShapedSender/ShapedReceiver, unpaced), all threads of this process
@@ -426,18 +474,18 @@ double transportCpuSeconds(size_t bytes) {
       for (int i = 0; i < kBatch; ++i) tx.send(buf.data(), bytes);
     });
     for (int i = 0; i < kBatch; ++i)
-      if (!rx.recv(10000)) throw std::runtime_error("profile: the loopback transport lost a message");
+      if (!rx.recv(10000))
+        throw std::runtime_error("profile: the loopback transport lost a message");
     sender.join();
     if (rep) perMessage.push_back((cpuNow() - c0) / kBatch);  // rep 0 warms up
   }
-  std::nth_element(perMessage.begin(), perMessage.begin() + perMessage.size() / 2, perMessage.end());
+  std::nth_element(perMessage.begin(), perMessage.begin() + perMessage.size() / 2,
+                   perMessage.end());
   return perMessage[perMessage.size() / 2];
 }
 
 // Encode/decode seconds per raw byte of a codec at the run's message shape, in steady state
 // (acsgd: deltas of examples seen before), as the transport calls it (frames included).
-
-
 
 // A real run of `runJson` on this host for the host-speed fit: the spec's pipeline, its codecs and
 // data, over user-space links so fast that compute dominates (the stages overlap as much as they
@@ -456,25 +504,31 @@ json calibrationTimeline(const json& runJson, const std::string& bandwidth) {
       std::error_code ec;
       std::filesystem::remove_all(path, ec);
     }
-  } dir{(std::filesystem::temp_directory_path() / ("slowpipe-calibration-" + std::to_string(getpid()))).string()};
+  } dir{(std::filesystem::temp_directory_path() /
+         ("slowpipe-calibration-" + std::to_string(getpid())))
+            .string()};
   runtime::LaunchOptions lo;
   lo.outDir = dir.path;
   lo.progress = false;
   lo.calibrate = false;  // links are not what is measured here
-  const int rc = runtime::launchRun(runtime::runSpecFromJson(doc, "profile --host-from-run: the calibration run"), lo);
+  const int rc = runtime::launchRun(
+      runtime::runSpecFromJson(doc, "profile --host-from-run: the calibration run"), lo);
   const json result = runtime::readJsonFile(dir.path + "/result.json", "calibration run result");
   if (rc != 0 || result.value("status", "") != "ok")
     throw std::runtime_error("profile --host-from-run: the calibration run ended with status '" +
-                             result.value("status", std::string("?")) + "' (" + result.value("reason", std::string("no reason given")) + ")");
+                             result.value("status", std::string("?")) + "' (" +
+                             result.value("reason", std::string("no reason given")) + ")");
   return result["timeline"];
 }
 
 }  // namespace
 
-// `slowpipe profile-unit` (internal): build the stage's unit, warm it, print "ready", read the start
-// time (monotonic seconds) from stdin, then print the units per second it completed in the window.
+// `slowpipe profile-unit` (internal): build the stage's unit, warm it, print "ready", read the
+// start time (monotonic seconds) from stdin, then print the units per second it completed in the
+// window.
 int runProfileUnit(const std::string& specPath, int stage, double windowS) {
-  const runtime::RunSpec spec = runtime::runSpecFromJson(runtime::readSpecFile(specPath), "spec", /*simulation=*/true);
+  const runtime::RunSpec spec =
+      runtime::runSpecFromJson(runtime::readSpecFile(specPath), "spec", /*simulation=*/true);
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   StageUnit unit(spec, stage);
   unit.run();
@@ -494,7 +548,8 @@ int runProfileUnit(const std::string& specPath, int stage, double windowS) {
   return 0;
 }
 
-ProfileTargets profileTargets(const json& j, const std::vector<std::string>& sets, std::vector<std::string> all) {
+ProfileTargets profileTargets(const json& j, const std::vector<std::string>& sets,
+                              std::vector<std::string> all) {
   ProfileTargets t;
   std::vector<json> dpSettings;
   json runJson = j;
@@ -539,46 +594,60 @@ ProfileTargets profileTargets(const json& j, const std::vector<std::string>& set
   return t;
 }
 
-
 // host_speed, the stages' run factors and warm-ups fitted to two real calibration runs of the spec
 // here: links at 100 Gbps (the stages compute side by side) and links on which one fp32 activation
 // takes as long as the slowest stage's forward (they also compute alone, and after waits); each
 // other schedule the points use gets its speeds from the same two runs in its order, with the
 // spec's stage factors. p.hostSpeed holds the side-by-side speeds (the fallback) on entry.
-static void fitToCalibrationRuns(simulator::Profile& p, const json& runJson, const runtime::RunSpec& spec, int workers,
+static void fitToCalibrationRuns(simulator::Profile& p, const json& runJson,
+                                 const runtime::RunSpec& spec, int workers,
                                  const std::set<std::string>& schedules) {
-  const double slowestForward = std::max_element(p.stages.begin(), p.stages.end(), [](const auto& a, const auto& b) {
-                                  return a.forwardS < b.forwardS;
-                                })->forwardS;
-  const double actBits = 8.0 * 4.0 * static_cast<double>(spec.pipeline.microBatchSize * spec.model.seqLen * spec.model.width);
+  const double slowestForward =
+      std::max_element(p.stages.begin(), p.stages.end(), [](const auto& a, const auto& b) {
+        return a.forwardS < b.forwardS;
+      })->forwardS;
+  const double actBits =
+      8.0 * 4.0 *
+      static_cast<double>(spec.pipeline.microBatchSize * spec.model.seqLen * spec.model.width);
   char balanced[32];
-  std::snprintf(balanced, sizeof balanced, "%.0fMbps", std::max(1.0, std::round(actBits / std::max(slowestForward, 1e-6) / 1e6)));
+  std::snprintf(balanced, sizeof balanced, "%.0fMbps",
+                std::max(1.0, std::round(actBits / std::max(slowestForward, 1e-6) / 1e6)));
   auto calibrationOf = [&](const json& doc) {
-    return std::vector<json>{calibrationTimeline(doc, "100Gbps"), calibrationTimeline(doc, balanced)};
+    return std::vector<json>{calibrationTimeline(doc, "100Gbps"),
+                             calibrationTimeline(doc, balanced)};
   };
   const std::vector<json> calibration = calibrationOf(runJson);
   const std::vector<double> sideBySide = p.hostSpeed;
   auto fitOf = [&](const std::vector<json>& timelines, bool perStage) {
-    return simulator::fitHostSpeed(timelines, p.stages, workers, /*firstStep=*/2, sideBySide, perStage);
+    return simulator::fitHostSpeed(timelines, p.stages, workers, /*firstStep=*/2, sideBySide,
+                                   perStage);
   };
   auto describe = [](const simulator::HostSpeedFit& f) {
-    return json{{"events", f.events}, {"coverage_s", f.coverageS}, {"raw_speed", f.rawSpeed}, {"lone_speed", f.loneSpeed},
+    return json{{"events", f.events},
+                {"coverage_s", f.coverageS},
+                {"raw_speed", f.rawSpeed},
+                {"lone_speed", f.loneSpeed},
                 {"stage_factor", f.stageFactor}};
   };
   const simulator::HostSpeedFit fit = fitOf(calibration, true);
   p.device["host_speed_side_by_side"] = sideBySide;
   p.device["host_speed_fit"] = describe(fit);
-  p.device["host_speed_fit"]["method"] = "least squares over the compute events of two real 12-step pipelined runs of the "
-                                         "spec here (user links at 100 Gbps and at " + std::string(balanced) + ", steps 2-11), against "
-                                         "the stage costs above plus their idle extras, with a factor per stage "
-                                         "(stages[].run_factor) by alternating least squares, speeds clamped to [0.05, 1.5]";
+  p.device["host_speed_fit"]["method"] =
+      "least squares over the compute events of two real 12-step pipelined runs of the "
+      "spec here (user links at 100 Gbps and at " +
+      std::string(balanced) +
+      ", steps 2-11), against "
+      "the stage costs above plus their idle extras, with a factor per stage "
+      "(stages[].run_factor) by alternating least squares, speeds clamped to [0.05, 1.5]";
   p.device["host_speed_fit"]["schedule"] = spec.pipeline.schedule;
-  p.device["warmup_fit"] = "stages[].warmup_s: per event kind, step 0's events of the 100 Gbps run minus as many times "
-                           "the median of its steps 2-11 (the first step's extra compute; simulated on step 0)";
+  p.device["warmup_fit"] =
+      "stages[].warmup_s: per event kind, step 0's events of the 100 Gbps run minus as many times "
+      "the median of its steps 2-11 (the first step's extra compute; simulated on step 0)";
   p.hostSpeed = fit.speed;
   for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].runFactor = fit.stageFactor[v];
   // The same run's first step: what its compute events cost beyond the later steps' (warm-up).
-  const std::vector<std::map<std::string, double>> warmup = simulator::fitWarmup(calibration[0], p.stages.size());
+  const std::vector<std::map<std::string, double>> warmup =
+      simulator::fitWarmup(calibration[0], p.stages.size());
   for (size_t v = 0; v < p.stages.size(); ++v) p.stages[v].warmupS = warmup[v];
   if (schedules.size() <= 1) return;
   p.hostSpeedBySchedule[spec.pipeline.schedule] = fit.speed;
@@ -586,7 +655,8 @@ static void fitToCalibrationRuns(simulator::Profile& p, const json& runJson, con
     if (name == spec.pipeline.schedule) continue;
     json doc = runJson;
     doc["pipeline"]["schedule"] = name;
-    const simulator::HostSpeedFit other = fitOf(calibrationOf(doc), false);  // the spec's stage factors
+    const simulator::HostSpeedFit other =
+        fitOf(calibrationOf(doc), false);  // the spec's stage factors
     p.device["host_speed_fit_by_schedule"][name] = describe(other);
     p.hostSpeedBySchedule[name] = other.speed;
   }
@@ -595,31 +665,42 @@ static void fitToCalibrationRuns(simulator::Profile& p, const json& runJson, con
 // `schedules`: every schedule the profiled points use (a sweep may vary it); with --host-from-run
 // each gets its own calibration run and fit (host_speed_by_schedule), host_speed is the spec's.
 simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& spec, int reps,
-                                   const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
-                                   const std::vector<runtime::RunSpec>& dpVariants, const std::set<std::string>& schedules) {
+                                   const std::vector<std::string>& extraCodecs,
+                                   const HostSpeedOptions& host,
+                                   const std::vector<runtime::RunSpec>& dpVariants,
+                                   const std::set<std::string>& schedules) {
   simulator::Profile p;
   p.source = "measured";
-  p.device = {{"host", "this machine"}, {"threads_per_stage", spec.runtime.threadsPerWorker},
-              {"method", "StageRunner forward/backward/step per stage, one stage at a time, median of " +
-                             std::to_string(reps) + " steps after one warm-up; codecs: median encode/decode "
-                             "of one message at the run's shape (steady state), cost proportional to its bytes; host_speed: n "
-                             "processes computing stages at once (median of --host-reps windows of --host-window s); transport: process CPU time per message over "
-                             "ZeroMQ TCP loopback"}};
-  const bool split = std::any_of(schedules.begin(), schedules.end(),
-                                 [](const std::string& n) { return runtime::scheduleInfo(n).splitsBackward; });
+  p.device = {
+      {"host", "this machine"},
+      {"threads_per_stage", spec.runtime.threadsPerWorker},
+      {"method", "StageRunner forward/backward/step per stage, one stage at a time, median of " +
+                     std::to_string(reps) +
+                     " steps after one warm-up; codecs: median encode/decode "
+                     "of one message at the run's shape (steady state), cost proportional to its "
+                     "bytes; host_speed: n "
+                     "processes computing stages at once (median of --host-reps windows of "
+                     "--host-window s); transport: process CPU time per message over "
+                     "ZeroMQ TCP loopback"}};
+  const bool split = std::any_of(schedules.begin(), schedules.end(), [](const std::string& n) {
+    return runtime::scheduleInfo(n).splitsBackward;
+  });
   p.stages = measureStages(spec, reps, dpVariants, split);
-  const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
+  const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen,
+                                      spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
   // worker's threads), at the speeds measured with n stages busy at once.
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  const int workers = spec.pipeline.stages * spec.pipeline.replicas;  // every one may be busy at once
+  const int workers =
+      spec.pipeline.stages * spec.pipeline.replicas;  // every one may be busy at once
   p.hostCores = std::max(1, cpus / std::max(1, spec.runtime.threadsPerWorker));
   if (host.dedicated) {
     p.hostCores = workers;
     p.hostSpeed.assign(static_cast<size_t>(workers), 1.0);
-    p.device["dedicated"] = "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
+    p.device["dedicated"] =
+        "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
   } else {
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
     if (host.fromRun) fitToCalibrationRuns(p, runJson, spec, workers, schedules);
@@ -633,8 +714,10 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   p.device["cpus"] = cpus;
   std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
   codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
-  for (const auto& v : dpVariants) codecs.push_back(runtime::gradientCompressor(v.dp)->messageCodec());
-  for (const auto& c : codecs) p.codecs[compression::makeCodec(c)->spec()] = simulator::measureCodecOnHost(c, shape);
+  for (const auto& v : dpVariants)
+    codecs.push_back(runtime::gradientCompressor(v.dp)->messageCodec());
+  for (const auto& c : codecs)
+    p.codecs[compression::makeCodec(c)->spec()] = simulator::measureCodecOnHost(c, shape);
   return p;
 }
 

@@ -37,7 +37,8 @@ struct ProfileTargets {
   std::vector<runtime::RunSpec> dpVariants;
   std::set<std::string> schedules;
 };
-ProfileTargets profileTargets(const nlohmann::json& specOrSweep, const std::vector<std::string>& sets,
+ProfileTargets profileTargets(const nlohmann::json& specOrSweep,
+                              const std::vector<std::string>& sets,
                               std::vector<std::string> codecs);
 
 // A measured profile of `spec` (runJson: its resolved JSON) on this host: `reps` repeats per
@@ -45,7 +46,8 @@ ProfileTargets profileTargets(const nlohmann::json& specOrSweep, const std::vect
 // schedules its points use (each gets its own host-speed fit with host.fromRun).
 Profile measuredProfile(const nlohmann::json& runJson, const runtime::RunSpec& spec, int reps,
                         const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
-                        const std::vector<runtime::RunSpec>& dpVariants, const std::set<std::string>& schedules);
+                        const std::vector<runtime::RunSpec>& dpVariants,
+                        const std::set<std::string>& schedules);
 
 // The child side of the side-by-side host-speed measurement (`slowpipe profile-unit`): repeats
 // stage `stage`'s forward and backward for windowS seconds each time its parent says go.

@@ -29,14 +29,17 @@ namespace {
 
 using nlohmann::json;
 
-constexpr double kUnlimitedBps = 10e9;  // "no limit": 1.2 us a packet (at 100 Gbps a packet rounds to 0 of ns-3 nanoseconds)
+constexpr double kUnlimitedBps =
+    10e9;  // "no limit": 1.2 us a packet (at 100 Gbps a packet rounds to 0 of ns-3 nanoseconds)
 constexpr uint32_t kSegment = 1448;  // MTU 1500 less 52 bytes of IP, TCP and timestamp headers
 
 // Delays d with L(a, b) = d[a] + d[b] for every pair of `items` (a star), from triples.
-std::map<int, double> starSplit(const std::vector<int>& items, const std::function<double(int, int)>& L) {
+std::map<int, double> starSplit(const std::vector<int>& items,
+                                const std::function<double(int, int)>& L) {
   std::map<int, double> d;
   if (items.size() == 1) return {{items[0], 0.0}};
-  if (items.size() == 2) return {{items[0], L(items[0], items[1]) / 2}, {items[1], L(items[0], items[1]) / 2}};
+  if (items.size() == 2)
+    return {{items[0], L(items[0], items[1]) / 2}, {items[1], L(items[0], items[1]) / 2}};
   for (size_t i = 0; i < items.size(); ++i) {
     const int n = items[i], p = items[(i + 1) % items.size()], q = items[(i + 2) % items.size()];
     d[n] = std::max(0.0, (L(n, p) + L(n, q) - L(p, q)) / 2);
@@ -72,11 +75,14 @@ Hierarchy hierarchy(const emulator::NodeNetwork& net, const std::vector<int>& us
     for (const int b : used) {
       if (a == b) continue;
       const bool same = h.regionOf[a] == h.regionOf[b];
-      const double fit = h.node[a] + h.node[b] + (same ? 0.0 : h.region[h.regionOf[a]] + h.region[h.regionOf[b]]);
+      const double fit =
+          h.node[a] + h.node[b] + (same ? 0.0 : h.region[h.regionOf[a]] + h.region[h.regionOf[b]]);
       if (std::fabs(fit - L(a, b)) > 1e-6 || fit < 0)
-        throw std::invalid_argument("network.model ns3: the ns-3 tier joins nodes to region routers and regions to a core "
-                                    "router (two stars), and the latency from '" + net.node(a).name + "' to '" + net.node(b).name +
-                                    "' (" + std::to_string(L(a, b) * 1e3) + " ms) does not fit them (" + std::to_string(fit * 1e3) + " ms)");
+        throw std::invalid_argument(
+            "network.model ns3: the ns-3 tier joins nodes to region routers and regions to a core "
+            "router (two stars), and the latency from '" +
+            net.node(a).name + "' to '" + net.node(b).name + "' (" + std::to_string(L(a, b) * 1e3) +
+            " ms) does not fit them (" + std::to_string(fit * 1e3) + " ms)");
     }
   return h;
 }
@@ -84,7 +90,9 @@ Hierarchy hierarchy(const emulator::NodeNetwork& net, const std::vector<int>& us
 class Ns3Network : public PacketNetwork {
  public:
   Ns3Network(const runtime::RunSpec& spec, const runtime::LinkTable& links)
-      : net_(links.nodeNetwork() ? *links.nodeNetwork() : throw std::invalid_argument("network.model ns3: the ns-3 tier needs network.nodes")),
+      : net_(links.nodeNetwork() ? *links.nodeNetwork()
+                                 : throw std::invalid_argument(
+                                       "network.model ns3: the ns-3 tier needs network.nodes")),
         rankNode_(links.rankNodes()) {
     std::set<int> usedSet(rankNode_.begin(), rankNode_.end());
     const std::vector<int> used(usedSet.begin(), usedSet.end());
@@ -94,11 +102,15 @@ class Ns3Network : public PacketNetwork {
         const auto p = net_.access(a, b);
         const auto l = net_.path(a, b);
         if (p.coreSlot >= 0 || l.jitterS > 0 || l.loss > 0 || !l.trace.empty())
-          throw std::invalid_argument("network.model ns3: the core from '" + net_.node(a).name + "' to '" + net_.node(b).name +
-                                      "' has a rate, jitter, loss or trace; the ns-3 tier models access rates, latencies and TCP");
+          throw std::invalid_argument("network.model ns3: the core from '" + net_.node(a).name +
+                                      "' to '" + net_.node(b).name +
+                                      "' has a rate, jitter, loss or trace; the ns-3 tier models "
+                                      "access rates, latencies and TCP");
       }
     const Hierarchy h = hierarchy(net_, used);
-    configureTcp(spec.network.tcp.is_null() ? emulator::TcpSettings{} : emulator::tcpSettingsFromJson(spec.network.tcp, "network.tcp"));
+    configureTcp(spec.network.tcp.is_null()
+                     ? emulator::TcpSettings{}
+                     : emulator::tcpSettingsFromJson(spec.network.tcp, "network.tcp"));
     build(used, h);
     local_ = net_.path(rankNode_[0], rankNode_[0]);
     // Pipeline neighbours connect before time 0 (as ZeroMQ connects before a run's first step).
@@ -115,7 +127,8 @@ class Ns3Network : public PacketNetwork {
   ~Ns3Network() override { ns3::Simulator::Destroy(); }
 
   void send(int src, int dst, uint64_t bytes, std::function<void(double)> delivered) override {
-    if (rankNode_.at(src) == rankNode_.at(dst)) {  // one node: its local link, as the pipelined model bills it
+    if (rankNode_.at(src) ==
+        rankNode_.at(dst)) {  // one node: its local link, as the pipelined model bills it
       double& free = localFree_[{src, dst}];
       free = std::max(free, now()) + 8.0 * static_cast<double>(bytes) / local_.bandwidthBps;
       const double t = free + local_.latencyS;
@@ -136,17 +149,24 @@ class Ns3Network : public PacketNetwork {
 
   double now() const override { return ns3::Simulator::Now().GetSeconds() - origin_; }
 
-  void run() override {
-    ns3::Simulator::Run();
-  }
+  void run() override { ns3::Simulator::Run(); }
 
   json describe() const override {
-    return {{"tier", "ns-3 " + std::to_string(NS3_VERSION_MAJOR) + "." + std::to_string(NS3_VERSION_MINOR)}, {"nodes", devices_}, {"regions", regions_}, {"connections", conns_.size()},
-            {"messages", messages_}, {"packets_dropped", drops_},
-            {"topology", "two stars: each node's point-to-point link to its region's router (uplink rate node -> router, downlink "
-                         "rate router -> node, the node's delay), each region router's to one core router (unlimited, the "
-                         "region's delay), drop-tail 1000 packets, no queue discs"},
-            {"tcp", tcp_}, {"time_0_at_s", origin_}};
+    return {{"tier",
+             "ns-3 " + std::to_string(NS3_VERSION_MAJOR) + "." + std::to_string(NS3_VERSION_MINOR)},
+            {"nodes", devices_},
+            {"regions", regions_},
+            {"connections", conns_.size()},
+            {"messages", messages_},
+            {"packets_dropped", drops_},
+            {"topology",
+             "two stars: each node's point-to-point link to its region's router (uplink rate node "
+             "-> router, downlink "
+             "rate router -> node, the node's delay), each region router's to one core router "
+             "(unlimited, the "
+             "region's delay), drop-tail 1000 packets, no queue discs"},
+            {"tcp", tcp_},
+            {"time_0_at_s", origin_}};
   }
 
  private:
@@ -160,13 +180,20 @@ class Ns3Network : public PacketNetwork {
 
   void configureTcp(const emulator::TcpSettings& t) {
     const std::string cc = t.congestionControl.empty() ? "cubic" : t.congestionControl;
-    const std::string type = cc == "cubic" ? "ns3::TcpCubic" : cc == "reno" ? "ns3::TcpLinuxReno" : cc == "bbr" ? "ns3::TcpBbr" : "";
-    if (type.empty()) throw std::invalid_argument("network.tcp.congestion_control: '" + cc + "' is not in the ns-3 tier (cubic, reno, bbr)");
+    const std::string type = cc == "cubic"  ? "ns3::TcpCubic"
+                             : cc == "reno" ? "ns3::TcpLinuxReno"
+                             : cc == "bbr"  ? "ns3::TcpBbr"
+                                            : "";
+    if (type.empty())
+      throw std::invalid_argument("network.tcp.congestion_control: '" + cc +
+                                  "' is not in the ns-3 tier (cubic, reno, bbr)");
     const uint32_t sndBuf = t.wmemMax > 0 ? static_cast<uint32_t>(t.wmemMax) : 4194304;
     // ns-3's receive buffer is its advertised window: Linux's ceiling for the same tcp_rmem maximum
     // (emulator::receiveWindowCeiling, as the tcp link model has it).
-    const uint32_t rcvBuf = static_cast<uint32_t>(emulator::receiveWindowCeiling(t.rmemMax, kSegment + 52));
-    ns3::Config::SetDefault("ns3::TcpL4Protocol::SocketType", ns3::TypeIdValue(ns3::TypeId::LookupByName(type)));
+    const uint32_t rcvBuf =
+        static_cast<uint32_t>(emulator::receiveWindowCeiling(t.rmemMax, kSegment + 52));
+    ns3::Config::SetDefault("ns3::TcpL4Protocol::SocketType",
+                            ns3::TypeIdValue(ns3::TypeId::LookupByName(type)));
     ns3::Config::SetDefault("ns3::TcpSocket::SegmentSize", ns3::UintegerValue(kSegment));
     ns3::Config::SetDefault("ns3::TcpSocket::InitialCwnd", ns3::UintegerValue(10));
     ns3::Config::SetDefault("ns3::TcpSocket::DelAckCount", ns3::UintegerValue(2));
@@ -177,9 +204,14 @@ class Ns3Network : public PacketNetwork {
     ns3::Config::SetDefault("ns3::TcpSocket::RcvBufSize", ns3::UintegerValue(rcvBuf));
     ns3::Config::SetDefault("ns3::TcpSocketBase::MinRto", ns3::TimeValue(ns3::MilliSeconds(200)));
     ns3::Config::SetDefault("ns3::TcpSocketBase::Sack", ns3::BooleanValue(true));
-    tcp_ = {{"congestion_control", type}, {"segment_bytes", kSegment}, {"initial_cwnd", 10}, {"delayed_ack_count", 2},
+    tcp_ = {{"congestion_control", type},
+            {"segment_bytes", kSegment},
+            {"initial_cwnd", 10},
+            {"delayed_ack_count", 2},
             {"delayed_ack_timeout_s", 0.040},
-            {"snd_buf", sndBuf}, {"rcv_buf", rcvBuf}, {"min_rto_s", 0.2}};
+            {"snd_buf", sndBuf},
+            {"rcv_buf", rcvBuf},
+            {"min_rto_s", 0.2}};
   }
 
   // Routers: one core, one per region (joined to the core by an unlimited link of the region's
@@ -192,7 +224,8 @@ class Ns3Network : public PacketNetwork {
     int subnet = 0;
     auto addressPair = [&](ns3::NetDeviceContainer& d) {
       ns3::Ipv4AddressHelper addr;
-      const std::string base = "10." + std::to_string(subnet / 256) + "." + std::to_string(subnet % 256) + ".0";
+      const std::string base =
+          "10." + std::to_string(subnet / 256) + "." + std::to_string(subnet % 256) + ".0";
       addr.SetBase(base.c_str(), "255.255.255.0");
       ++subnet;
       const ns3::Ipv4InterfaceContainer ifc = addr.Assign(d);
@@ -207,7 +240,8 @@ class Ns3Network : public PacketNetwork {
       regionRouter[name] = r.Get(0);
       ns3::PointToPointHelper p2p;
       p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", ns3::StringValue("1000p"));
-      p2p.SetDeviceAttribute("DataRate", ns3::DataRateValue(ns3::DataRate(static_cast<uint64_t>(kUnlimitedBps))));
+      p2p.SetDeviceAttribute(
+          "DataRate", ns3::DataRateValue(ns3::DataRate(static_cast<uint64_t>(kUnlimitedBps))));
       p2p.SetChannelAttribute("Delay", ns3::TimeValue(ns3::Seconds(delay)));
       ns3::NetDeviceContainer d = p2p.Install(r.Get(0), core.Get(0));
       addressPair(d);
@@ -224,23 +258,32 @@ class Ns3Network : public PacketNetwork {
       p2p.SetChannelAttribute("Delay", ns3::TimeValue(ns3::Seconds(nodeDelay)));
       ns3::NetDeviceContainer d = p2p.Install(node.Get(0), router);
       // Goodput rates: the device sends PPP frames of IP packets, 1502 bytes for 1448 of payload.
-      auto wire = [](double goodput) { return ns3::DataRate(static_cast<uint64_t>((goodput > 0 ? goodput : kUnlimitedBps) * 1502.0 / kSegment)); };
+      auto wire = [](double goodput) {
+        return ns3::DataRate(
+            static_cast<uint64_t>((goodput > 0 ? goodput : kUnlimitedBps) * 1502.0 / kSegment));
+      };
       d.Get(0)->GetObject<ns3::PointToPointNetDevice>()->SetDataRate(wire(net_.node(n).upBps));
       d.Get(1)->GetObject<ns3::PointToPointNetDevice>()->SetDataRate(wire(net_.node(n).downBps));
       const ns3::Ipv4InterfaceContainer ifc = addressPair(d);
       node_[n] = node.Get(0);
       address_[n] = ifc.GetAddress(0);
-      devices_.push_back({{"node", net_.node(n).name}, {"up_bps", net_.node(n).upBps}, {"down_bps", net_.node(n).downBps},
-                          {"region", h.regionOf.at(n)}, {"delay_s", nodeDelay}});
+      devices_.push_back({{"node", net_.node(n).name},
+                          {"up_bps", net_.node(n).upBps},
+                          {"down_bps", net_.node(n).downBps},
+                          {"region", h.regionOf.at(n)},
+                          {"delay_s", nodeDelay}});
     }
     ns3::Ipv4GlobalRoutingHelper::PopulateRoutingTables();
     // Packets the devices dropped (their queues full, or a receiving device's error): counted.
-    ns3::Config::ConnectWithoutContext("/NodeList/*/DeviceList/*/$ns3::PointToPointNetDevice/TxQueue/Drop",
-                                       ns3::MakeCallback(&Ns3Network::dropped, this));
-    ns3::Config::ConnectWithoutContext("/NodeList/*/DeviceList/*/$ns3::PointToPointNetDevice/PhyRxDrop",
-                                       ns3::MakeCallback(&Ns3Network::dropped, this));
-    ns3::Config::ConnectWithoutContext("/NodeList/*/DeviceList/*/$ns3::PointToPointNetDevice/MacTxDrop",
-                                       ns3::MakeCallback(&Ns3Network::dropped, this));
+    ns3::Config::ConnectWithoutContext(
+        "/NodeList/*/DeviceList/*/$ns3::PointToPointNetDevice/TxQueue/Drop",
+        ns3::MakeCallback(&Ns3Network::dropped, this));
+    ns3::Config::ConnectWithoutContext(
+        "/NodeList/*/DeviceList/*/$ns3::PointToPointNetDevice/PhyRxDrop",
+        ns3::MakeCallback(&Ns3Network::dropped, this));
+    ns3::Config::ConnectWithoutContext(
+        "/NodeList/*/DeviceList/*/$ns3::PointToPointNetDevice/MacTxDrop",
+        ns3::MakeCallback(&Ns3Network::dropped, this));
   }
 
   Conn& connection(int src, int dst) {
@@ -251,17 +294,21 @@ class Ns3Network : public PacketNetwork {
     Conn* conn = c.get();
     conns_.emplace(key, std::move(c));
     const uint16_t port = static_cast<uint16_t>(10000 + nextPort_[rankNode_[dst]]++);
-    ns3::Ptr<ns3::Socket> listen = ns3::Socket::CreateSocket(node_.at(rankNode_[dst]), ns3::TcpSocketFactory::GetTypeId());
+    ns3::Ptr<ns3::Socket> listen =
+        ns3::Socket::CreateSocket(node_.at(rankNode_[dst]), ns3::TcpSocketFactory::GetTypeId());
     listen->Bind(ns3::InetSocketAddress(ns3::Ipv4Address::GetAny(), port));
     listen->Listen();
-    listen->SetAcceptCallback(ns3::MakeNullCallback<bool, ns3::Ptr<ns3::Socket>, const ns3::Address&>(),
-                              ns3::MakeCallback(&Ns3Network::accepted, this));
+    listen->SetAcceptCallback(
+        ns3::MakeNullCallback<bool, ns3::Ptr<ns3::Socket>, const ns3::Address&>(),
+        ns3::MakeCallback(&Ns3Network::accepted, this));
     listeners_.push_back(listen);  // kept alive until the run ends
     listening_[{listen->GetNode()->GetId(), port}] = conn;
-    conn->tx = ns3::Socket::CreateSocket(node_.at(rankNode_[src]), ns3::TcpSocketFactory::GetTypeId());
+    conn->tx =
+        ns3::Socket::CreateSocket(node_.at(rankNode_[src]), ns3::TcpSocketFactory::GetTypeId());
     conn->tx->Bind();
     senders_[conn->tx] = conn;
-    conn->tx->SetConnectCallback(ns3::MakeCallback(&Ns3Network::connected, this), ns3::MakeCallback(&Ns3Network::failed, this));
+    conn->tx->SetConnectCallback(ns3::MakeCallback(&Ns3Network::connected, this),
+                                 ns3::MakeCallback(&Ns3Network::failed, this));
     conn->tx->SetSendCallback(ns3::MakeCallback(&Ns3Network::writable, this));
     conn->tx->Connect(ns3::InetSocketAddress(address_.at(rankNode_[dst]), port));
     return *conn;
@@ -270,10 +317,12 @@ class Ns3Network : public PacketNetwork {
   void dropped(ns3::Ptr<const ns3::Packet>) { ++drops_; }
 
   void accepted(ns3::Ptr<ns3::Socket> s, const ns3::Address&) {
-    // Every connection has a listening port of its own on its receiver's node: the one it came in on.
+    // Every connection has a listening port of its own on its receiver's node: the one it came in
+    // on.
     ns3::Address local;
     s->GetSockName(local);
-    Conn* conn = listening_.at({s->GetNode()->GetId(), ns3::InetSocketAddress::ConvertFrom(local).GetPort()});
+    Conn* conn = listening_.at(
+        {s->GetNode()->GetId(), ns3::InetSocketAddress::ConvertFrom(local).GetPort()});
     conn->rx = s;
     receivers_[s] = conn;
     s->SetRecvCallback(ns3::MakeCallback(&Ns3Network::readable, this));
@@ -283,7 +332,9 @@ class Ns3Network : public PacketNetwork {
     c->connected = true;
     write(*c);
   }
-  void failed(ns3::Ptr<ns3::Socket>) { throw std::runtime_error("network.model ns3: a connection failed to open"); }
+  void failed(ns3::Ptr<ns3::Socket>) {
+    throw std::runtime_error("network.model ns3: a connection failed to open");
+  }
   void writable(ns3::Ptr<ns3::Socket> s, uint32_t) { write(*senders_.at(s)); }
 
   void write(Conn& c) {
@@ -291,7 +342,8 @@ class Ns3Network : public PacketNetwork {
     while (!c.toWrite.empty()) {
       const uint32_t room = c.tx->GetTxAvailable();
       if (room == 0) return;
-      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>({room, c.toWrite.front(), 1u << 20}));
+      const uint32_t n =
+          static_cast<uint32_t>(std::min<uint64_t>({room, c.toWrite.front(), 1u << 20}));
       const int sent = c.tx->Send(ns3::Create<ns3::Packet>(n));
       if (sent <= 0) return;
       c.toWrite.front() -= static_cast<uint64_t>(sent);
@@ -328,7 +380,8 @@ class Ns3Network : public PacketNetwork {
 
 }  // namespace
 
-std::unique_ptr<PacketNetwork> makeNs3Network(const runtime::RunSpec& spec, const runtime::LinkTable& links) {
+std::unique_ptr<PacketNetwork> makeNs3Network(const runtime::RunSpec& spec,
+                                              const runtime::LinkTable& links) {
   return std::make_unique<Ns3Network>(spec, links);
 }
 

@@ -8,10 +8,11 @@
 // per-region delays (latencies no such split fits are refused), drop-tail device queues of 1000
 // packets as the node line's, no queue discs;
 // ns-3's TCP (its CUBIC, Linux Reno or BBR as network.tcp says, 1448-byte segments, initial window
-// 10, delayed ACKs every 2 segments or 40 ms, minimum RTO 200 ms, send buffer network.tcp.wmem_max or 4 MiB).
-// Connections between pipeline neighbours are opened before time 0, as ZeroMQ's are before a
-// run's first step; other pairs (the replicas') when their first message goes, which then pays
-// the handshake. Ranks on one node exchange over its `local` link, billed as the pipelined model.
+// 10, delayed ACKs every 2 segments or 40 ms, minimum RTO 200 ms, send buffer network.tcp.wmem_max
+// or 4 MiB). Connections between pipeline neighbours are opened before time 0, as ZeroMQ's are
+// before a run's first step; other pairs (the replicas') when their first message goes, which then
+// pays the handshake. Ranks on one node exchange over its `local` link, billed as the pipelined
+// model.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,7 @@ class PacketNetwork {
 bool haveNs3();
 // The ns-3 network of `spec` (network.nodes, placement, network.tcp); throws naming what it cannot
 // model, or that the build has no ns-3.
-std::unique_ptr<PacketNetwork> makeNs3Network(const runtime::RunSpec& spec, const runtime::LinkTable& links);
+std::unique_ptr<PacketNetwork> makeNs3Network(const runtime::RunSpec& spec,
+                                              const runtime::LinkTable& links);
 
 }  // namespace slowpipe::simulator

@@ -9,8 +9,9 @@ namespace slowpipe::simulator {
 bool haveNs3() { return false; }
 
 std::unique_ptr<PacketNetwork> makeNs3Network(const runtime::RunSpec&, const runtime::LinkTable&) {
-  throw std::invalid_argument("network.model ns3: this build has no ns-3 tier; configure with -DSLOWPIPE_NS3=ON (Debian's "
-                              "libns3-dev)");
+  throw std::invalid_argument(
+      "network.model ns3: this build has no ns-3 tier; configure with -DSLOWPIPE_NS3=ON (Debian's "
+      "libns3-dev)");
 }
 
 }  // namespace slowpipe::simulator

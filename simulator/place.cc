@@ -15,7 +15,8 @@ namespace slowpipe::simulator {
 
 using nlohmann::json;
 
-json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwork& net, const std::vector<int>& rankNode) {
+json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwork& net,
+                   const std::vector<int>& rankNode) {
   json out = json::array();
   for (int s = 0; s < layout.stages; ++s) {
     if (layout.replicas == 1) {
@@ -23,7 +24,8 @@ json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwor
       continue;
     }
     json reps = json::array();
-    for (int q = 0; q < layout.replicas; ++q) reps.push_back(net.node(rankNode[layout.rank({s, q})]).name);
+    for (int q = 0; q < layout.replicas; ++q)
+      reps.push_back(net.node(rankNode[layout.rank({s, q})]).name);
     out.push_back(reps);
   }
   return out;
@@ -33,14 +35,20 @@ namespace {
 
 class Search {
  public:
-  Search(const runtime::RunSpec& spec, const Profile& profile, const PlaceOptions& opt, const SimOptions& replay)
-      : spec_(spec), profile_(profile), opt_(opt), replay_(replay),
+  Search(const runtime::RunSpec& spec, const Profile& profile, const PlaceOptions& opt,
+         const SimOptions& replay)
+      : spec_(spec),
+        profile_(profile),
+        opt_(opt),
+        replay_(replay),
         net_(emulator::NodeNetwork::fromJson(spec.network.nodes, "network.nodes")),
-        K_(spec.pipeline.stages * spec.pipeline.replicas), N_(net_.size()) {
+        K_(spec.pipeline.stages * spec.pipeline.replicas),
+        N_(net_.size()) {
     if (opt_.perNode < 1) throw std::invalid_argument("place: --per-node must be >= 1");
     if (static_cast<int64_t>(N_) * opt_.perNode < K_)
-      throw std::invalid_argument("place: " + std::to_string(K_) + " ranks do not fit on " + std::to_string(N_) + " nodes of " +
-                                  std::to_string(opt_.perNode) + " rank(s) each (--per-node)");
+      throw std::invalid_argument("place: " + std::to_string(K_) + " ranks do not fit on " +
+                                  std::to_string(N_) + " nodes of " + std::to_string(opt_.perNode) +
+                                  " rank(s) each (--per-node)");
   }
 
   // Mean step time of a placement on the short replay (memoised).
@@ -178,8 +186,10 @@ class Search {
 
 }  // namespace
 
-json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, const PlaceOptions& opt, const SimOptions& replay) {
-  if (spec.network.nodes.is_null()) throw std::invalid_argument("place: the spec has no network.nodes (give --network FILE)");
+json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, const PlaceOptions& opt,
+                      const SimOptions& replay) {
+  if (spec.network.nodes.is_null())
+    throw std::invalid_argument("place: the spec has no network.nodes (give --network FILE)");
   Search search(spec, profile, opt, replay);
   runtime::RunSpec naiveSpec = spec;
   naiveSpec.pipeline.placement = json();  // rank order
@@ -189,7 +199,8 @@ json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, cons
   if (method == "auto") method = space >= 0 && space <= opt.maxExhaustive ? "exhaustive" : "local";
   if (method == "exhaustive") {
     if (space < 0 || space > 50'000'000)
-      throw std::invalid_argument("place: exhaustive search over " + (space < 0 ? std::string("too many") : std::to_string(space)) +
+      throw std::invalid_argument("place: exhaustive search over " +
+                                  (space < 0 ? std::string("too many") : std::to_string(space)) +
                                   " placements; use --method local");
     search.setTotal(space);
     search.exhaustive();
@@ -197,7 +208,8 @@ json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, cons
     search.setTotal(opt.budget);
     search.local(naive);
   } else {
-    throw std::invalid_argument("place: --method '" + method + "'; expected auto, exhaustive or local");
+    throw std::invalid_argument("place: --method '" + method +
+                                "'; expected auto, exhaustive or local");
   }
   json best = json::array();
   const auto ranked = search.ranked();
@@ -208,15 +220,26 @@ json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, cons
     replayed.emplace_back(search.stepTime(ranked[i].second, replay), ranked[i].second);
     search.report(searched + static_cast<int64_t>(i) + 1);
   }
-  std::stable_sort(replayed.begin(), replayed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(replayed.begin(), replayed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [t, p] : replayed)
-    best.push_back({{"placement", placementJson(runtime::rankLayout(spec), search.net(), p)}, {"rank_nodes", p}, {"step_s", t}});
+    best.push_back({{"placement", placementJson(runtime::rankLayout(spec), search.net(), p)},
+                    {"rank_nodes", p},
+                    {"step_s", t}});
   const double naiveT = search.stepTime(naive, replay);
   search.report(searched + opt.top + 1);
-  return {{"method", method}, {"space", space < 0 ? json() : json(space)}, {"evaluated", search.evaluated()},
-          {"search_steps", opt.searchSteps}, {"network", search.net().name},
-          {"naive", {{"placement", placementJson(runtime::rankLayout(spec), search.net(), naive)}, {"rank_nodes", naive}, {"step_s", naiveT}}},
-          {"best", best}, {"gain_over_naive", best.empty() ? json() : json(naiveT / best[0]["step_s"].get<double>())}};
+  return {
+      {"method", method},
+      {"space", space < 0 ? json() : json(space)},
+      {"evaluated", search.evaluated()},
+      {"search_steps", opt.searchSteps},
+      {"network", search.net().name},
+      {"naive",
+       {{"placement", placementJson(runtime::rankLayout(spec), search.net(), naive)},
+        {"rank_nodes", naive},
+        {"step_s", naiveT}}},
+      {"best", best},
+      {"gain_over_naive", best.empty() ? json() : json(naiveT / best[0]["step_s"].get<double>())}};
 }
 
 }  // namespace slowpipe::simulator

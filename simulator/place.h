@@ -24,26 +24,29 @@
 namespace slowpipe::simulator {
 
 struct PlaceOptions {
-  int top = 5;                      // placements reported
-  int searchSteps = 3;              // steps a candidate is replayed for (the reported ones: the SimOptions given)
-  std::string method = "auto";      // auto | exhaustive | local
-  int64_t maxExhaustive = 5040;     // auto: exhaustive up to this many placements (8 ranks on 7+ nodes is beyond)
-  int restarts = 8;                 // local search: random starts besides rank order
-  int64_t budget = 4000;            // local search: candidate replays at most
+  int top = 5;  // placements reported
+  int searchSteps =
+      3;  // steps a candidate is replayed for (the reported ones: the SimOptions given)
+  std::string method = "auto";  // auto | exhaustive | local
+  int64_t maxExhaustive =
+      5040;          // auto: exhaustive up to this many placements (8 ranks on 7+ nodes is beyond)
+  int restarts = 8;  // local search: random starts besides rank order
+  int64_t budget = 4000;  // local search: candidate replays at most
   uint64_t seed = 1;
-  int perNode = 1;                  // ranks a node may host
+  int perNode = 1;  // ranks a node may host
   // Called after each replay (search candidates, then the reported ones and rank order): done of
   // at most total (the local search may stop before its budget).
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // The placement of each rank (node indices of `net`) as pipeline.placement JSON (node names).
-nlohmann::json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwork& net, const std::vector<int>& rankNode);
+nlohmann::json placementJson(const runtime::RankLayout& layout, const emulator::NodeNetwork& net,
+                             const std::vector<int>& rankNode);
 
 // Searches placements of `spec` (which has network.nodes) costed by `profile`. Returns
 // {"method", "space", "evaluated", "naive": {"placement", "rank_nodes", "step_s"}, "best": [{...}],
 //  "gain_over_naive"}: step_s the mean step time of the reported replay.
-nlohmann::json searchPlacements(const runtime::RunSpec& spec, const Profile& profile, const PlaceOptions& opt,
-                                const SimOptions& replay = {});
+nlohmann::json searchPlacements(const runtime::RunSpec& spec, const Profile& profile,
+                                const PlaceOptions& opt, const SimOptions& replay = {});
 
 }  // namespace slowpipe::simulator

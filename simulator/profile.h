@@ -4,25 +4,25 @@
 //   analytic  - FLOPs of the GPT layers x (peak FLOP/s x MFU) of a named device, codec costs from
 //               its memory bandwidth. Every assumed number is written into the profile.
 // File format (JSON, "schema": "slowpipe.profile/1"):
-//   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s", "backward_s",
-//    "step_s", ["backward_input_s", "backward_weight_s"] (split backwards), "dp": {"<dpCostKey>": {"begin_s": [per round], "end_s": [per round], "outer_step_s"}},
-//    "warmup_s": {"<kind>": s}, "idle_extra_s": {"after_s": [s, ...], "<kind>": [s per after_s]}}, ...],
-//    "codecs": {"<spec>" | "default": {"encode": {"a_s", "b_s_per_byte"},
-//    "decode": {...}}}}
+//   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s",
+//   "backward_s",
+//    "step_s", ["backward_input_s", "backward_weight_s"] (split backwards), "dp": {"<dpCostKey>":
+//    {"begin_s": [per round], "end_s": [per round], "outer_step_s"}}, "warmup_s": {"<kind>": s},
+//    "idle_extra_s": {"after_s": [s, ...], "<kind>": [s per after_s]}}, ...], "codecs": {"<spec>" |
+//    "default": {"encode": {"a_s", "b_s_per_byte"}, "decode": {...}}}}
 // A codec's cost for a message of B raw (fp32) bytes is a_s + b_s_per_byte * B.
 // host_cores: the stages share one host of C cores for all their work (a profile measured here,
-// where every worker is a process on this machine): n > C busy stages each run at C/n of full speed.
-// 0 or absent: every stage has a device of its own (GPU profiles).
-// host_speed (measured profiles): [v1, v2, ...], the speed of each busy stage, relative to running
-// alone, while n stages are busy at once; it replaces min(1, C/n) for the n it covers.
-// host_speed_by_schedule (measured profiles, optional): {"gpipe": [v1, ...], "1f1b": [...]}, the
-// same speeds fitted to a real run of each schedule (`profile --host-from-run` on a sweep whose
-// points use several): on 2 shared cores the order of the work changes what it costs (1F1B's
-// backward right after its forward ran 5-10% cheaper per step than GPipe's). A run uses its
-// schedule's speeds; a schedule not named uses host_speed.
-// transport (measured profiles): {"a_s", "b_s_per_byte"}, host CPU time of moving one message of B
-// wire bytes over the workers' transport; the simulator bills half to the sender after its encode
-// and half to the receiver before its decode, as host work.
+// where every worker is a process on this machine): n > C busy stages each run at C/n of full
+// speed. 0 or absent: every stage has a device of its own (GPU profiles). host_speed (measured
+// profiles): [v1, v2, ...], the speed of each busy stage, relative to running alone, while n stages
+// are busy at once; it replaces min(1, C/n) for the n it covers. host_speed_by_schedule (measured
+// profiles, optional): {"gpipe": [v1, ...], "1f1b": [...]}, the same speeds fitted to a real run of
+// each schedule (`profile --host-from-run` on a sweep whose points use several): on 2 shared cores
+// the order of the work changes what it costs (1F1B's backward right after its forward ran 5-10%
+// cheaper per step than GPipe's). A run uses its schedule's speeds; a schedule not named uses
+// host_speed. transport (measured profiles): {"a_s", "b_s_per_byte"}, host CPU time of moving one
+// message of B wire bytes over the workers' transport; the simulator bills half to the sender after
+// its encode and half to the receiver before its decode, as host work.
 #pragma once
 
 #include <algorithm>
@@ -79,13 +79,13 @@ struct StageCost {
   // fitWarmup); absent: none (analytic profiles). The simulator adds a kind's extra to the first
   // such event of step 0.
   std::map<std::string, double> warmupS{};
-  // Compute after a wait (measured profiles; `stages[].idle_extra_s`): on a shared host a stage that
-  // blocked for a while before a compute event computes it slower (its caches and TLBs refilled after
-  // the other processes ran, its core woken): here a forward after 50 ms asleep took 0.6-1.3 ms
-  // more than back to back. afterS: the idle lengths measured (increasing); extraS[kind][k]: the
-  // extra seconds of an event of that kind ("forward", "backward", ...) after afterS[k] idle
-  // (profile: the schedule's order with a sleep before each compute, minus without). Empty:
-  // none (analytic profiles: a device of its own per stage).
+  // Compute after a wait (measured profiles; `stages[].idle_extra_s`): on a shared host a stage
+  // that blocked for a while before a compute event computes it slower (its caches and TLBs
+  // refilled after the other processes ran, its core woken): here a forward after 50 ms asleep took
+  // 0.6-1.3 ms more than back to back. afterS: the idle lengths measured (increasing);
+  // extraS[kind][k]: the extra seconds of an event of that kind ("forward", "backward", ...) after
+  // afterS[k] idle (profile: the schedule's order with a sleep before each compute, minus without).
+  // Empty: none (analytic profiles: a device of its own per stage).
   struct IdleExtra {
     std::vector<double> afterS;
     std::map<std::string, std::vector<double>> extraS;
@@ -111,11 +111,11 @@ double stepSeconds(const std::vector<StageCost>& costs, size_t stage, size_t sta
 
 struct Profile {
   std::string source = "measured";
-  nlohmann::json device;            // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...
-  int hostCores = 0;                // > 0: the cores all stages share; 0: one device per stage
-  std::vector<double> hostSpeed;    // measured speed of each busy stage with n = 1, 2, ... busy
+  nlohmann::json device;          // analytic: name, dtype, peak_flops, mfu, memory_bytes_per_s, ...
+  int hostCores = 0;              // > 0: the cores all stages share; 0: one device per stage
+  std::vector<double> hostSpeed;  // measured speed of each busy stage with n = 1, 2, ... busy
   std::map<std::string, std::vector<double>> hostSpeedBySchedule;  // the same, fitted per schedule
-  AffineCost transport;             // host CPU time per message of B wire bytes (0 on GPU profiles)
+  AffineCost transport;  // host CPU time per message of B wire bytes (0 on GPU profiles)
   // Speed of each of n busy stages (1 without a shared host).
   double speedWithBusy(int n) const;
   // This profile as a run of `schedule` uses it: host_speed replaced by the schedule's own, if any.
@@ -142,12 +142,14 @@ Profile medianProfile(const std::vector<Profile>& ps);
 // Per event kind, what an event that waited idle seconds before it costs on stage v of `stages`:
 // its profiled cost (a step: every model chunk's of stage v, stepSeconds) plus the stage's idle
 // extra; < 0: not a compute event, or a part the profile did not measure.
-double eventCost(const std::vector<StageCost>& stages, size_t v, size_t pipelineStages, const std::string& what, double idleS);
+double eventCost(const std::vector<StageCost>& stages, size_t v, size_t pipelineStages,
+                 const std::string& what, double idleS);
 
 // The first step's extra compute per (virtual) stage and event kind (StageCost::warmupS) in a real
-// run's timeline of every step (runtime.timeline "all"): per kind, the summed wall time of its step-0
-// events minus as many times the median of the same events at steps >= 2 (clamped at 0), averaged
-// over the rows (replicas) of a stage. `stages`: the number of virtual stages of the profile.
+// run's timeline of every step (runtime.timeline "all"): per kind, the summed wall time of its
+// step-0 events minus as many times the median of the same events at steps >= 2 (clamped at 0),
+// averaged over the rows (replicas) of a stage. `stages`: the number of virtual stages of the
+// profile.
 std::vector<std::map<std::string, double>> fitWarmup(const nlohmann::json& timeline, size_t stages);
 
 // host_speed fitted to a real pipelined run on this host (`slowpipe profile --host-from-run`): its
@@ -161,11 +163,11 @@ std::vector<std::map<std::string, double>> fitWarmup(const nlohmann::json& timel
 // of the profiled cost, so neither choice is right every time; the factor common to a grid is what
 // tools/validate_sim_cv.py calibrates out, leave one point out (results/README.md section 7).
 struct HostSpeedFit {
-  std::vector<double> speed;      // v_1 .. v_workers (clamped)
-  std::vector<double> rawSpeed;   // the least-squares solution before clamping
-  double loneSpeed = 1.0;         // raw v_1 (1 where n = 1 kept its fallback)
-  std::vector<double> coverageS;  // wall seconds the events spent with n = 1 .. workers computing
-  std::vector<bool> fitted;       // per n: solved from the events (else its fallback)
+  std::vector<double> speed;        // v_1 .. v_workers (clamped)
+  std::vector<double> rawSpeed;     // the least-squares solution before clamping
+  double loneSpeed = 1.0;           // raw v_1 (1 where n = 1 kept its fallback)
+  std::vector<double> coverageS;    // wall seconds the events spent with n = 1 .. workers computing
+  std::vector<bool> fitted;         // per n: solved from the events (else its fallback)
   std::vector<double> stageFactor;  // per virtual stage (perStage; else 1): StageCost::runFactor
   int events = 0;
 };
@@ -174,11 +176,14 @@ struct HostSpeedFit {
 // are fitted too, by alternating least squares, scaled so that the events' costs keep their
 // total: a stage's compute in a pipeline of processes on shared cores need not stand to the
 // others as it did timed alone.
-HostSpeedFit fitHostSpeed(const std::vector<nlohmann::json>& timelines, const std::vector<StageCost>& stages, int workers,
-                          int firstStep, const std::vector<double>& fallback, bool perStage = false);
-inline HostSpeedFit fitHostSpeed(const nlohmann::json& timeline, const std::vector<StageCost>& stages, int workers, int firstStep,
+HostSpeedFit fitHostSpeed(const std::vector<nlohmann::json>& timelines,
+                          const std::vector<StageCost>& stages, int workers, int firstStep,
+                          const std::vector<double>& fallback, bool perStage = false);
+inline HostSpeedFit fitHostSpeed(const nlohmann::json& timeline,
+                                 const std::vector<StageCost>& stages, int workers, int firstStep,
                                  const std::vector<double>& fallback) {
-  return fitHostSpeed(std::vector<nlohmann::json>{timeline}, stages, workers, firstStep, fallback, false);
+  return fitHostSpeed(std::vector<nlohmann::json>{timeline}, stages, workers, firstStep, fallback,
+                      false);
 }
 
 // Named devices: peak dense FLOP/s per dtype and memory bandwidth (vendor datasheets, SXM parts).
@@ -187,14 +192,16 @@ struct DeviceSpec {
   std::map<std::string, double> peakFlops;  // "fp32", "bf16", "fp16"
   double memoryBytesPerS = 0;
 };
-const DeviceSpec& deviceSpec(const std::string& name);  // V100, A100, H100, H200; throws listing them
+const DeviceSpec& deviceSpec(
+    const std::string& name);  // V100, A100, H100, H200; throws listing them
 
 // FLOPs of one GPT block for a micro-batch of b sequences of s tokens, width d:
 // forward 24·b·s·d² + 4·b·s²·d; backward twice that.
 double blockForwardFlops(double b, double s, double d);
 // Analytic profile of `spec` on `device` in `dtype` at model-FLOPs utilisation `mfu`. Its codecs
 // (addCodecPlaces) are costed where they run.
-Profile analyticProfile(const runtime::RunSpec& spec, const std::string& device, const std::string& dtype, double mfu);
+Profile analyticProfile(const runtime::RunSpec& spec, const std::string& device,
+                        const std::string& dtype, double mfu);
 // Where each codec of `spec` (forward, backward, the data-parallel message codec) runs under an
 // analytic profile, in device["codecs"][canonical spec]: one with a device path on the device (the
 // profile's memory-bandwidth cost); one without (compression::devicePathMissing: plug-ins,

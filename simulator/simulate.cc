@@ -2,31 +2,31 @@
 #include "simulator/simulate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <limits>
-#include <chrono>
-#include <deque>
 #include <map>
 #include <optional>
 #include <queue>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 #include <unordered_map>
-#include <stdexcept>
 
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "emulator/link.h"
 #include "emulator/link_model.h"
 #include "emulator/shaped_socket.h"
-#include "runtime/ranks.h"
 #include "runtime/data.h"
-#include "runtime/plan.h"
 #include "runtime/dp.h"
 #include "runtime/executor.h"
 #include "runtime/link_table.h"
+#include "runtime/plan.h"
 #include "runtime/protocol.h"
+#include "runtime/ranks.h"
 #include "runtime/records.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
@@ -39,11 +39,13 @@ using runtime::Action;
 
 // The frame of a message of `shape` encoded by a fresh codec at `epoch` (examples 0..rows-1), and
 // with steady = true the frame of the same examples' next message (acsgd: a delta).
-static int64_t frameBytesOf(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds, bool steady) {
+static int64_t frameBytesOf(const std::string& codecSpec, const std::vector<int64_t>& shape,
+                            bool exampleIds, bool steady) {
   auto codec = compression::makeCodec(codecSpec);
   const int64_t n = compression::numelOf(shape);
   std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 7919 % 1000) - 500) * 1e-3f;  // finite, varied
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = static_cast<float>((i * 7919 % 1000) - 500) * 1e-3f;  // finite, varied
   compression::FrameHeader h;
   h.shape = shape;
   if (exampleIds)
@@ -51,11 +53,14 @@ static int64_t frameBytesOf(const std::string& codecSpec, const std::vector<int6
   compression::CodecContext ctx;
   ctx.exampleIds = h.exampleIds;
   ctx.epoch = steady ? 1 : 0;
-  const int64_t first = static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size());  // acsgd: full precision
-  return steady ? static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size()) : first;
+  const int64_t first = static_cast<int64_t>(
+      compression::encodeFrame(*codec, x.data(), h, ctx).size());  // acsgd: full precision
+  return steady ? static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size())
+                : first;
 }
 
-int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds) {
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape,
+                         bool exampleIds) {
   return frameBytesOf(codecSpec, shape, exampleIds, true);
 }
 
@@ -66,9 +71,11 @@ int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>
 namespace {
 
 struct Message {
-  double sentAt = 0, arrival = -1;  // arrival < 0: unstamped, the receiver's part of the link model bills it
+  double sentAt = 0,
+         arrival = -1;  // arrival < 0: unstamped, the receiver's part of the link model bills it
   int64_t bytes = 0;
-  bool inFlight = false;  // network.model ns3: on its way through the packet network, arrival not yet known
+  bool inFlight =
+      false;  // network.model ns3: on its way through the packet network, arrival not yet known
 };
 
 // A message's key on its link (runtime/protocol.h: kind, step, micro-batch, boundary chunk; DP
@@ -77,15 +84,17 @@ struct MailKey {
   int from, to, step, microBatch, chunk, round;
   Action::Message message;
   bool operator==(const MailKey& o) const {
-    return from == o.from && to == o.to && step == o.step && microBatch == o.microBatch && chunk == o.chunk && round == o.round &&
-           message == o.message;
+    return from == o.from && to == o.to && step == o.step && microBatch == o.microBatch &&
+           chunk == o.chunk && round == o.round && message == o.message;
   }
 };
 struct MailKeyHash {
   size_t operator()(const MailKey& k) const {
     size_t h = 0;
-    for (const int v : {k.from, k.to, k.step, k.microBatch, k.chunk, k.round, static_cast<int>(k.message)})
-      h = (h ^ static_cast<size_t>(static_cast<unsigned>(v))) * 0x100000001B3ull;  // FNV-1a over the fields
+    for (const int v :
+         {k.from, k.to, k.step, k.microBatch, k.chunk, k.round, static_cast<int>(k.message)})
+      h = (h ^ static_cast<size_t>(static_cast<unsigned>(v))) *
+          0x100000001B3ull;  // FNV-1a over the fields
     return h;
   }
 };
@@ -97,8 +106,9 @@ struct MailKeyHash {
 struct RankState {
   enum class Mode { kReady, kBusy, kWaiting, kDone } mode = Mode::kReady;
   int step = 0;
-  runtime::RankStepRecord record;  // of the step in hand (its times: compute, encode, decode, wait; bytes)
-  double other = 0;                // DP packing, outer step: in the step's time, in no column
+  runtime::RankStepRecord
+      record;            // of the step in hand (its times: compute, encode, decode, wait; bytes)
+  double other = 0;      // DP packing, outer step: in the step's time, in no column
   int round = 0;         // the DP round in progress
   bool ownSent = false;  // this round's own chunk (ring) / shard average (ps) is encoded
   // busy: the task
@@ -109,31 +119,44 @@ struct RankState {
   int64_t postBytes = 0;
   // waiting
   double waitStart = 0, arrival = -1;
-  double waitedS = 0;  // waited since its last compute event (StageCost::idle: the next one pays it)
-  runtime::SlowdownMeter slowdown;  // runtime.slowdown: compute at full speed, and the straggler's extra
+  double waitedS =
+      0;  // waited since its last compute event (StageCost::idle: the next one pays it)
+  runtime::SlowdownMeter
+      slowdown;  // runtime.slowdown: compute at full speed, and the straggler's extra
   int64_t recvBytes = 0;
   bool onTimeline = false;
   bool evaluating = false;  // replaying the evaluation after its step (evalSchedule)
   std::set<std::pair<int, std::string>> warmed;  // (virtual stage, kind) whose first event has run
-  uint64_t generation = 0;    // of its pending event in the queue (older ones are stale)
+  uint64_t generation = 0;  // of its pending event in the queue (older ones are stale)
 };
 
-// The virtual backend (runtime/executor.h) and its global discrete-event loop. Host work (forward, backward, step, encode, decode, DP packing) is
-// shared among the busy workers when the profile describes a shared host: each of n busy workers
-// runs at the profile's measured speed for n (host_speed), else at min(1, host_cores/n) (processor
-// sharing); without either, every worker has its own device and runs at full speed.
+// The virtual backend (runtime/executor.h) and its global discrete-event loop. Host work (forward,
+// backward, step, encode, decode, DP packing) is shared among the busy workers when the profile
+// describes a shared host: each of n busy workers runs at the profile's measured speed for n
+// (host_speed), else at min(1, host_cores/n) (processor sharing); without either, every worker has
+// its own device and runs at full speed.
 class Replay : public runtime::Backend {
  public:
   Replay(const runtime::RunSpec& spec, const Profile& profile, int steps, const SimOptions& opt)
-      : spec_(spec), profile_(profile), opt_(opt), S_(spec.pipeline.stages), R_(spec.pipeline.replicas), N_(S_ * R_), steps_(steps),
+      : spec_(spec),
+        profile_(profile),
+        opt_(opt),
+        S_(spec.pipeline.stages),
+        R_(spec.pipeline.replicas),
+        N_(S_ * R_),
+        steps_(steps),
         layout_(runtime::rankLayout(spec)),
-        topo_(emulator::topologyFromJson(spec.network.links, "network.links")), dp_(runtime::dpShape(spec)), ranks_(N_) {
+        topo_(emulator::topologyFromJson(spec.network.links, "network.links")),
+        dp_(runtime::dpShape(spec)),
+        ranks_(N_) {
     for (int i = 0; i < N_; ++i) execs_.emplace_back(layout_, i);
     const int virtualStages = S_ * layout_.chunks;  // the profile has one entry per virtual stage
     if (static_cast<int>(profile.stages.size()) != virtualStages)
-      throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) + " stages, the spec " +
-                                  std::to_string(virtualStages) + " (profile the same partition)");
-    const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen, spec.model.width};
+      throw std::invalid_argument("profile has " + std::to_string(profile.stages.size()) +
+                                  " stages, the spec " + std::to_string(virtualStages) +
+                                  " (profile the same partition)");
+    const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen,
+                                      spec.model.width};
     rawActBytes_ = 4 * compression::numelOf(act);
     fwdBytes_ = steadyFrameBytes(spec.compression.forward, act);
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
@@ -145,7 +168,8 @@ class Replay : public runtime::Backend {
       dpTopo_ = runtime::dpTopology(spec);
       for (int s = 0; s < S_; ++s) {
         dpValues_.emplace_back();
-        for (int k = 0; k < dp_.rounds; ++k) dpValues_.back().push_back(runtime::dpRoundValues(spec, s, k));
+        for (int k = 0; k < dp_.rounds; ++k)
+          dpValues_.back().push_back(runtime::dpRoundValues(spec, s, k));
         dpCosts_.push_back(profile.dpCost(spec, s));
       }
     }
@@ -166,8 +190,10 @@ class Replay : public runtime::Backend {
     for (int i = 0; i < N_; ++i) startList(i, planOf(i, 0), false);
     if (spec_.network.model == "ns3") {
       if (sharedHost_)
-        throw std::invalid_argument("network.model ns3: the profile describes workers sharing a host's cores; the ns-3 tier "
-                                    "replays workers with a device each (an analytic profile, or one without host_speed)");
+        throw std::invalid_argument(
+            "network.model ns3: the profile describes workers sharing a host's cores; the ns-3 "
+            "tier "
+            "replays workers with a device each (an analytic profile, or one without host_speed)");
       packet_ = makeNs3Network(spec_, linkTable_);
       loopPacket();
     } else if (sharedHost_) {
@@ -175,7 +201,8 @@ class Replay : public runtime::Backend {
     } else {
       loopDedicated();
     }
-    // The same result document as the launcher's (runtime/records.h ResultBuilder), on virtual time.
+    // The same result document as the launcher's (runtime/records.h ResultBuilder), on virtual
+    // time.
     runtime::ResultBuilder result(spec_, layout_, "ok");
     for (int k = 0; k < steps_; ++k) result.addStep(perRank_[k], stepEnds_[k]);
     for (const runtime::EvalRecord& e : evals()) result.addEval(e);
@@ -183,38 +210,57 @@ class Replay : public runtime::Backend {
     for (int i = 0; i < N_; ++i) {
       if (!ranks_[i].onTimeline) continue;
       json& ev = events[i] = json::array();
-      for (const auto& e : lastEvents_[i]) ev.push_back(runtime::toJson(e, layout_.chunks > 1, false));  // the worker's form
+      for (const auto& e : lastEvents_[i])
+        ev.push_back(runtime::toJson(e, layout_.chunks > 1, false));  // the worker's form
     }
     result.setTimeline(events);
     result["simulated"] = true;
-    result["network"] = {{"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}};
-    if (spec_.network.model == "tcp") {  // one figure where the kernel has two (emulator::tcpBimodality)
-      const json flagged = emulator::tcpBimodalLinks(topo_, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
+    result["network"] = {
+        {"backend", "simulated"}, {"model", spec_.network.model}, {"links", topo_}};
+    if (spec_.network.model ==
+        "tcp") {  // one figure where the kernel has two (emulator::tcpBimodality)
+      const json flagged = emulator::tcpBimodalLinks(
+          topo_, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
       if (!flagged.empty()) result["network"]["tcp_bimodal"] = flagged;
     }
     if (R_ > 1) {
       result["network"]["dp_links"] = dpTopo_;
       result["network"]["dp_model"] = "pipelined";
     }
-    result["profile"] = {{"source", profile_.source}, {"device", profile_.device}, {"host_cores", profile_.hostCores},
-                         {"host_speed", profile_.hostSpeed},
-                         {"transport", {{"a_s", profile_.transport.aS}, {"b_s_per_byte", profile_.transport.bSPerByte}}}};
-    result["message_bytes"] = {{"forward", fwdBytes_}, {"backward", bwdBytes_}, {"control", ctlBytes_}, {"raw", rawActBytes_},
-                               {"forward_first_epoch", fwdFirstBytes_}, {"backward_first_epoch", bwdFirstBytes_}};
+    result["profile"] = {
+        {"source", profile_.source},
+        {"device", profile_.device},
+        {"host_cores", profile_.hostCores},
+        {"host_speed", profile_.hostSpeed},
+        {"transport",
+         {{"a_s", profile_.transport.aS}, {"b_s_per_byte", profile_.transport.bSPerByte}}}};
+    result["message_bytes"] = {{"forward", fwdBytes_},
+                               {"backward", bwdBytes_},
+                               {"control", ctlBytes_},
+                               {"raw", rawActBytes_},
+                               {"forward_first_epoch", fwdFirstBytes_},
+                               {"backward_first_epoch", bwdFirstBytes_}};
     if (!spec_.runtime.slowdown.empty())
       for (int r = 0; r < N_; ++r)
-        result["slowdown"][std::to_string(r)] = {{"effective_speed", ranks_[r].slowdown.effectiveSpeed()},
-                                                 {"compute_s", ranks_[r].slowdown.computeS},
-                                                 {"stalled_s", ranks_[r].slowdown.stalledS},
-                                                 {"owed_s", ranks_[r].slowdown.owedS}};
+        result["slowdown"][std::to_string(r)] = {
+            {"effective_speed", ranks_[r].slowdown.effectiveSpeed()},
+            {"compute_s", ranks_[r].slowdown.computeS},
+            {"stalled_s", ranks_[r].slowdown.stalledS},
+            {"owed_s", ranks_[r].slowdown.owedS}};
     json doc = result.snapshot();
     if (!spec_.network.nodes.is_null()) doc["network"]["nodes"] = linkTable_.nodesRecord();
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     if (opt_.recordMessages) doc["messages"] = messages_;
     if (packet_) doc["network"]["packet_network"] = packet_->describe();
-    doc["simulator"] = {{"events", actions_}, {"wall_s", wall}, {"events_per_s", actions_ / std::max(wall, 1e-9)},
-                        {"loop", packet_ ? "ns-3's scheduler" : sharedHost_ ? "shared host (every event re-times all busy workers)" : "event queue"},
-                        {"timeline_ranks", N_ <= kTimelineRanks ? "all" : "replica 0 of every stage"}};
+    doc["simulator"] = {
+        {"events", actions_},
+        {"wall_s", wall},
+        {"events_per_s", actions_ / std::max(wall, 1e-9)},
+        {"loop", packet_       ? "ns-3's scheduler"
+                 : sharedHost_ ? "shared host (every event re-times all busy workers)"
+                               : "event queue"},
+        {"timeline_ranks", N_ <= kTimelineRanks ? "all" : "replica 0 of every stage"}};
     return doc;
   }
 
@@ -224,26 +270,34 @@ class Replay : public runtime::Backend {
   int rankOf(int stage, int replica) const { return stage * R_ + replica; }
 
   // The run's epoch of step k (without a data plan: 0, the first steps of any run).
-  int epochOf(int64_t k) const { return opt_.stepsPerEpoch > 0 ? static_cast<int>(k / opt_.stepsPerEpoch) : 0; }
+  int epochOf(int64_t k) const {
+    return opt_.stepsPerEpoch > 0 ? static_cast<int>(k / opt_.stepsPerEpoch) : 0;
+  }
   // The quality curve's validation loss at the run's step k (after k steps), or none.
   std::optional<double> curveLossAt(int64_t k) const {
     const auto& c = opt_.quality;
     if (c.empty() || opt_.runSteps <= 0) return std::nullopt;
-    // By progress: the curve's point at its step s of qualitySteps lands at s * runSteps / qualitySteps.
-    const double scale = opt_.qualitySteps > 0 ? static_cast<double>(opt_.runSteps) / opt_.qualitySteps : 1.0;
+    // By progress: the curve's point at its step s of qualitySteps lands at s * runSteps /
+    // qualitySteps.
+    const double scale =
+        opt_.qualitySteps > 0 ? static_cast<double>(opt_.runSteps) / opt_.qualitySteps : 1.0;
     const double x = static_cast<double>(k);
     if (x < c.front().first * scale - 1e-9) return std::nullopt;
     for (size_t j = 1; j < c.size(); ++j) {
       const double x0 = c[j - 1].first * scale, x1 = c[j].first * scale;
-      if (x <= x1 + 1e-9) return x1 > x0 ? c[j - 1].second + (c[j].second - c[j - 1].second) * (x - x0) / (x1 - x0) : c[j].second;
+      if (x <= x1 + 1e-9)
+        return x1 > x0 ? c[j - 1].second + (c[j].second - c[j - 1].second) * (x - x0) / (x1 - x0)
+                       : c[j].second;
     }
-    return x <= c.back().first * scale + 1e-9 ? std::optional<double>(c.back().second) : std::nullopt;
+    return x <= c.back().first * scale + 1e-9 ? std::optional<double>(c.back().second)
+                                              : std::nullopt;
   }
   // Whether the run evaluates after step k (the end of an epoch; the run's last step when the
   // whole run is replayed); replica 0 of every stage evaluates, as in the runtime.
   bool evaluatesAfter(int k) const {
     if (opt_.evalRows.empty() || opt_.stepsPerEpoch <= 0) return false;
-    return spec_.training.evaluatesAfter(k + 1, (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps));
+    return spec_.training.evaluatesAfter(
+        k + 1, (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps));
   }
   std::vector<runtime::EvalRecord> evals() const {
     std::vector<runtime::EvalRecord> out;
@@ -260,8 +314,8 @@ class Replay : public runtime::Backend {
     return out;
   }
   std::vector<Action> planOf(int i, int step) const {
-    return runtime::makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, i / R_, dp_, i % R_, step,
-                                 layout_.chunks);
+    return runtime::makeSchedule(spec_.pipeline.schedule, S_, spec_.pipeline.microBatches, i / R_,
+                                 dp_, i % R_, step, layout_.chunks);
   }
 
   // Every rank has a device of its own (speed 1 whatever the others do): an event queue, each
@@ -331,7 +385,8 @@ class Replay : public runtime::Backend {
     drain(*wake_);
   }
   void logMessage(const MailKey& k, const Message& m, double arrival) {
-    messages_.push_back({k.from, k.to, k.step, k.microBatch, k.chunk, k.round, static_cast<int>(k.message), m.bytes, m.sentAt, arrival});
+    messages_.push_back({k.from, k.to, k.step, k.microBatch, k.chunk, k.round,
+                         static_cast<int>(k.message), m.bytes, m.sentAt, arrival});
   }
   void delivered(const MailKey& k, double t) {
     now_ = t;
@@ -343,7 +398,8 @@ class Replay : public runtime::Backend {
     if (w == waiting_.end()) return;  // nobody waits yet: the receiver finds it arrived
     const int i = w->second;
     waiting_.erase(w);
-    if (!collect(i)) throw std::logic_error("simulator: a delivered message was not found by its receiver");
+    if (!collect(i))
+      throw std::logic_error("simulator: a delivered message was not found by its receiver");
     finishWait(i);
     wake_->push_back(i);
     drain(*wake_);
@@ -352,15 +408,20 @@ class Replay : public runtime::Backend {
   // Rank i's next event, if it has one: the end of its task, or its message's arrival.
   void schedule(int i) {
     RankState& st = ranks_[i];
-    const double t = st.mode == Mode::kBusy ? now_ + st.remaining : st.mode == Mode::kWaiting ? st.arrival : -1;
+    const double t = st.mode == Mode::kBusy      ? now_ + st.remaining
+                     : st.mode == Mode::kWaiting ? st.arrival
+                                                 : -1;
     if (t < 0) return;
-    if (packet_) packet_->at(t, [this, i, g = ++st.generation] { packetEvent(i, g); });
-    else queue_.push({t, i, ++st.generation});
+    if (packet_)
+      packet_->at(t, [this, i, g = ++st.generation] { packetEvent(i, g); });
+    else
+      queue_.push({t, i, ++st.generation});
   }
 
   std::runtime_error deadlock(int i) const {
-    return std::runtime_error("simulator: stage " + std::to_string(i / R_) + " replica " + std::to_string(i % R_) +
-                              " is blocked at action " + std::to_string(execs_[i].position()) + " of step " +
+    return std::runtime_error("simulator: stage " + std::to_string(i / R_) + " replica " +
+                              std::to_string(i % R_) + " is blocked at action " +
+                              std::to_string(execs_[i].position()) + " of step " +
                               std::to_string(ranks_[i].step) + " (the schedules deadlock)");
   }
 
@@ -424,11 +485,21 @@ class Replay : public runtime::Backend {
     RankState& st = ranks_[c.rank];
     const StageCost& cost = profile_.stages[c.virtualStage];
     if (a.kind == Action::Kind::kGradNorm) return runtime::Progress::kDone;
-    if (a.kind == Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
-      return startTask(c.rank, slowed(st, cost.runFactor * cost.forwardS * opt_.evalRows.at(a.microBatch) / spec_.pipeline.microBatchSize +
-                                              afterIdle(st, cost, "forward"), c.rank, c.step - 1), &st.record.computeS);
-    return startTask(c.rank, slowed(st, cost.runFactor * cost.of(a) + warmup(c, c.virtualStage, a) +
-                                            afterIdle(st, cost, runtime::protocol::eventName(a)), c.rank, c.step), &st.record.computeS);
+    if (a.kind ==
+        Action::Kind::kEvalForward)  // a forward of the batch's rows (no autograd: billed as one)
+      return startTask(c.rank,
+                       slowed(st,
+                              cost.runFactor * cost.forwardS * opt_.evalRows.at(a.microBatch) /
+                                      spec_.pipeline.microBatchSize +
+                                  afterIdle(st, cost, "forward"),
+                              c.rank, c.step - 1),
+                       &st.record.computeS);
+    return startTask(c.rank,
+                     slowed(st,
+                            cost.runFactor * cost.of(a) + warmup(c, c.virtualStage, a) +
+                                afterIdle(st, cost, runtime::protocol::eventName(a)),
+                            c.rank, c.step),
+                     &st.record.computeS);
   }
   // runtime.slowdown: a straggler's compute takes its cost / its speed at that step.
   double slowed(RankState& st, double seconds, int rank, int64_t step) const {
@@ -438,12 +509,17 @@ class Replay : public runtime::Backend {
     st.slowdown.owedS += seconds / speed - seconds;
     return seconds / speed;
   }
-  runtime::Progress step(const Action& a, const runtime::ActionContext& c) override {  // every model chunk's
+  runtime::Progress step(const Action& a,
+                         const runtime::ActionContext& c) override {  // every model chunk's
     RankState& st = ranks_[c.rank];
     const size_t stage = static_cast<size_t>(c.rank / R_);
-    return startTask(c.rank, slowed(st, profile_.stages[stage].runFactor * stepSeconds(profile_.stages, stage, S_) +
-                                            warmup(c, c.rank / R_, a) + afterIdle(st, profile_.stages[stage], "step"), c.rank, c.step),
-                     &st.record.computeS);
+    return startTask(
+        c.rank,
+        slowed(st,
+               profile_.stages[stage].runFactor * stepSeconds(profile_.stages, stage, S_) +
+                   warmup(c, c.rank / R_, a) + afterIdle(st, profile_.stages[stage], "step"),
+               c.rank, c.step),
+        &st.record.computeS);
   }
   // What the wait since the rank's last compute event adds to this one (StageCost::idle).
   static double afterIdle(RankState& st, const StageCost& cost, const char* what) {
@@ -467,7 +543,8 @@ class Replay : public runtime::Backend {
     return startTask(c.rank, perRound(dpCosts_[c.rank / R_].beginS, st.round), &st.other);
   }
   runtime::Progress dpEnd(const Action&, const runtime::ActionContext& c) override {
-    return startTask(c.rank, perRound(dpCosts_[c.rank / R_].endS, ranks_[c.rank].round), &ranks_[c.rank].other);
+    return startTask(c.rank, perRound(dpCosts_[c.rank / R_].endS, ranks_[c.rank].round),
+                     &ranks_[c.rank].other);
   }
   runtime::Progress outerStep(const Action&, const runtime::ActionContext& c) override {
     return startTask(c.rank, dpCosts_[c.rank / R_].outerStepS, &ranks_[c.rank].other);
@@ -479,7 +556,8 @@ class Replay : public runtime::Backend {
     double seconds = 0;
     st.postBytes = sendBytesAndCost(i, a, &seconds);
     st.postAfter = true;
-    if (startTask(i, seconds, &st.record.encodeS) == runtime::Progress::kPending) return runtime::Progress::kPending;
+    if (startTask(i, seconds, &st.record.encodeS) == runtime::Progress::kPending)
+      return runtime::Progress::kPending;
     post(i);
     return runtime::Progress::kDone;
   }
@@ -492,7 +570,9 @@ class Replay : public runtime::Backend {
     return endWait(c.rank);
   }
 
-  static double perRound(const std::vector<double>& v, int round) { return round < static_cast<int>(v.size()) ? v[round] : 0.0; }
+  static double perRound(const std::vector<double>& v, int round) {
+    return round < static_cast<int>(v.size()) ? v[round] : 0.0;
+  }
 
   // A waiting rank looks for its message; once it is there its arrival is known (one the sender
   // left unstamped is billed now, in this receiver's retrieval order, by its part of the link
@@ -568,14 +648,17 @@ class Replay : public runtime::Backend {
     if (packet_) {  // the packet network delivers it; whoever waits for it wakes then (delivered)
       m.inFlight = true;
       mail_[st.postKey] = m;
-      packet_->send(i, execs_[i].context().peer, static_cast<uint64_t>(st.postBytes), [this, k = st.postKey](double t) { delivered(k, t); });
+      packet_->send(i, execs_[i].context().peer, static_cast<uint64_t>(st.postBytes),
+                    [this, k = st.postKey](double t) { delivered(k, t); });
       st.postAfter = false;
       return;
     }
     Link& l = link(i, execs_[i].context().peer);
     m.arrival = l.sender->stamp(l.clock, now_, static_cast<uint64_t>(st.postBytes));
-    if (l.entry.access.active() && m.arrival >= 0)  // network.nodes: the path's access links, shared by the nodes' connections
-      m.arrival = std::max(m.arrival, access_.send(l.entry.access, now_, static_cast<uint64_t>(st.postBytes)));
+    if (l.entry.access.active() &&
+        m.arrival >= 0)  // network.nodes: the path's access links, shared by the nodes' connections
+      m.arrival = std::max(m.arrival,
+                           access_.send(l.entry.access, now_, static_cast<uint64_t>(st.postBytes)));
     mail_[st.postKey] = m;
     if (opt_.recordMessages && m.arrival >= 0) logMessage(st.postKey, m, m.arrival);
     if (wake_) {
@@ -620,13 +703,18 @@ class Replay : public runtime::Backend {
     st.other = 0;
     if (st.step == steps_ - 1 && st.onTimeline) lastEvents_[i] = ex.events();
     if (evaluatesAfter(st.step) && i % R_ == 0)
-      return startList(i, runtime::evalSchedule(S_, static_cast<int>(opt_.evalRows.size()), i / R_, layout_.chunks), true);
+      return startList(
+          i,
+          runtime::evalSchedule(S_, static_cast<int>(opt_.evalRows.size()), i / R_, layout_.chunks),
+          true);
     nextStep(i);
   }
   void nextStep(int i) {
     RankState& st = ranks_[i];
-    if (++st.step == steps_) st.mode = Mode::kDone;
-    else startList(i, planOf(i, st.step), false);
+    if (++st.step == steps_)
+      st.mode = Mode::kDone;
+    else
+      startList(i, planOf(i, st.step), false);
   }
 
   double evalRawBytes(int batch) const {
@@ -636,7 +724,10 @@ class Replay : public runtime::Backend {
     const int rows = opt_.evalRows.at(batch);
     auto it = evalFrames_.find(rows);
     if (it == evalFrames_.end())
-      it = evalFrames_.emplace(rows, steadyFrameBytes("none", {rows, spec_.model.seqLen, spec_.model.width})).first;
+      it = evalFrames_
+               .emplace(rows,
+                        steadyFrameBytes("none", {rows, spec_.model.seqLen, spec_.model.width}))
+               .first;
     return it->second;
   }
   bool tensorMessage(const Action& a) const {
@@ -650,13 +741,15 @@ class Replay : public runtime::Backend {
   int64_t frameBytes(const std::string& codec, int64_t values) {
     auto key = std::pair{codec, values};
     auto it = frameBytes_.find(key);
-    if (it == frameBytes_.end()) it = frameBytes_.emplace(key, steadyFrameBytes(codec, {values}, /*exampleIds=*/false)).first;
+    if (it == frameBytes_.end())
+      it = frameBytes_.emplace(key, steadyFrameBytes(codec, {values}, /*exampleIds=*/false)).first;
     return it->second;
   }
   // The codec of a step's DP messages, parsed once per step (not per message).
   const std::string& dpCodec(int step) {
     auto it = dpCodecs_.find(step);
-    if (it == dpCodecs_.end()) it = dpCodecs_.emplace(step, runtime::dpRoundCodec(spec_, step)).first;
+    if (it == dpCodecs_.end())
+      it = dpCodecs_.emplace(step, runtime::dpRoundCodec(spec_, step)).first;
     return it->second;
   }
   // A DP message's chunk: its values (chunk c of the round's buffer, as runtime/dp.h splits it).
@@ -678,7 +771,8 @@ class Replay : public runtime::Backend {
       // time (acsgd: full precision), later epochs send deltas. Without a data plan every replayed
       // step is one of the run's first steps (epoch 0), so it is billed in full too.
       const bool first = epochOf(st.step) == 0;
-      bytes = first ? (forward ? fwdFirstBytes_ : bwdFirstBytes_) : (forward ? fwdBytes_ : bwdBytes_);
+      bytes =
+          first ? (forward ? fwdFirstBytes_ : bwdFirstBytes_) : (forward ? fwdBytes_ : bwdBytes_);
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
       (forward ? st.record.fwdRaw : st.record.bwdRaw) += rawActBytes_;
       (forward ? st.record.fwdWire : st.record.bwdWire) += bytes;
@@ -707,12 +801,15 @@ class Replay : public runtime::Backend {
   double recvCost(int i, const Action& a, int64_t bytes) {
     double seconds = 0.5 * profile_.transport.at(static_cast<double>(bytes));
     if (tensorMessage(a)) {
-      const std::string& codec = a.message == Action::Message::kActivation ? spec_.compression.forward : spec_.compression.backward;
+      const std::string& codec = a.message == Action::Message::kActivation
+                                     ? spec_.compression.forward
+                                     : spec_.compression.backward;
       seconds += codecCost(codec).decode.at(static_cast<double>(rawActBytes_));
     } else if (a.message == Action::Message::kEval) {
       seconds += codecCost("none").decode.at(evalRawBytes(a.microBatch));
     } else if (a.isDataParallel()) {
-      seconds += codecCost(dpCodec(ranks_[i].step)).decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
+      seconds += codecCost(dpCodec(ranks_[i].step))
+                     .decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
     }
     return seconds;
   }
@@ -735,7 +832,8 @@ class Replay : public runtime::Backend {
     auto it = links_.find(k);
     if (it == links_.end()) {
       runtime::LinkEntry e = linkTable_.at(from, to);
-      const uint64_t seed = e.dataParallel ? runtime::dpLinkSeed(from, to % R_) : runtime::pipelineLinkSeed(from, to);
+      const uint64_t seed =
+          e.dataParallel ? runtime::dpLinkSeed(from, to % R_) : runtime::pipelineLinkSeed(from, to);
       emulator::LinkClock c(e.spec, 0.0, seed);
       auto sender = emulator::linkModel(e.model).make();
       it = links_.emplace(k, Link{std::move(e), std::move(c), std::move(sender)}).first;
@@ -753,29 +851,34 @@ class Replay : public runtime::Backend {
   std::vector<RankState> ranks_;
   std::vector<std::vector<int64_t>> dpValues_;  // [stage][round]: values of the round's buffer
   std::vector<DpCost> dpCosts_;                 // [stage]
-  std::vector<runtime::StepExecutor> execs_;  // by rank
+  std::vector<runtime::StepExecutor> execs_;    // by rank
   std::map<int, std::vector<runtime::TimelineEvent>> lastEvents_;
-  runtime::LinkTable linkTable_{spec_, {}};  // every link paced and billed in user (here: virtual) time
+  runtime::LinkTable linkTable_{spec_,
+                                {}};  // every link paced and billed in user (here: virtual) time
   emulator::AccessLinks access_{linkTable_.accessCalendars()};  // network.nodes' access links
   std::unique_ptr<PacketNetwork> packet_;                       // network.model ns3
   json messages_ = json::array();                               // SimOptions::recordMessages
-  std::unordered_map<uint64_t, Link> links_;                   // by (from rank, to rank)
-  std::vector<std::unique_ptr<emulator::LinkModel>> inbound_;  // the receiver's part of the model, per rank (made at its first bill)
+  std::unordered_map<uint64_t, Link> links_;                    // by (from rank, to rank)
+  std::vector<std::unique_ptr<emulator::LinkModel>>
+      inbound_;  // the receiver's part of the model, per rank (made at its first bill)
   std::unordered_map<MailKey, Message, MailKeyHash> mail_;
-  std::unordered_map<MailKey, int, MailKeyHash> waiting_;  // loopDedicated: who waits for a message not yet sent
-  std::deque<int>* wake_ = nullptr;                        // loopDedicated: ranks to act on
-  std::priority_queue<std::tuple<double, int, uint64_t>, std::vector<std::tuple<double, int, uint64_t>>,
-                      std::greater<>> queue_;               // loopDedicated: (time, rank, generation)
+  std::unordered_map<MailKey, int, MailKeyHash>
+      waiting_;                      // loopDedicated: who waits for a message not yet sent
+  std::deque<int>* wake_ = nullptr;  // loopDedicated: ranks to act on
+  std::priority_queue<std::tuple<double, int, uint64_t>,
+                      std::vector<std::tuple<double, int, uint64_t>>,
+                      std::greater<>>
+      queue_;  // loopDedicated: (time, rank, generation)
   bool sharedHost_ = false;
   int64_t actions_ = 0;  // actions replayed (the simulator's events)
   std::map<std::string, const CodecCost*> codecCosts_;
   std::map<int, std::string> dpCodecs_;
   std::map<std::pair<std::string, int64_t>, int64_t> frameBytes_;
   std::vector<std::vector<runtime::RankStepRecord>> perRank_;  // [step][rank]
-  std::vector<double> evalTimes_;        // by step: the evaluation after it (the slowest rank's)
-  std::vector<double> evalEnds_;         // by step: when that evaluation ended (virtual time)
-  std::vector<double> stepEnds_;         // by step: when its last rank ended it (virtual time)
-  std::map<int, int64_t> evalFrames_;    // frame bytes of an evaluation message, by rows
+  std::vector<double> evalTimes_;      // by step: the evaluation after it (the slowest rank's)
+  std::vector<double> evalEnds_;       // by step: when that evaluation ended (virtual time)
+  std::vector<double> stepEnds_;       // by step: when its last rank ended it (virtual time)
+  std::map<int, int64_t> evalFrames_;  // frame bytes of an evaluation message, by rows
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
@@ -788,7 +891,8 @@ bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why)
   try {
     runtime::prepareCorpus(spec.data);
     const runtime::Plan plan(spec, "finetune");  // the workers' own data plan
-    if (plan.epochs.stepsPerEpoch() <= 0) throw std::runtime_error("fewer training examples than one step takes");
+    if (plan.epochs.stepsPerEpoch() <= 0)
+      throw std::runtime_error("fewer training examples than one step takes");
     opt->stepsPerEpoch = plan.epochs.stepsPerEpoch();
     opt->runSteps = plan.totalSteps;
     opt->evalRows.clear();
@@ -807,12 +911,15 @@ void qualityCurveOf(const std::string& path, SimOptions* opt) {
   double steps = 0;
   auto point = [&](const json& step, const json& loss, const std::string& where) {
     if (!step.is_number() || step.get<double>() < 0)
-      throw std::invalid_argument("quality curve '" + path + "': " + where + ": step " + step.dump() + " is not a step count >= 0");
+      throw std::invalid_argument("quality curve '" + path + "': " + where + ": step " +
+                                  step.dump() + " is not a step count >= 0");
     if (loss.is_null()) return;  // an evaluation without a loss (a simulated run's)
     if (!loss.is_number() || !std::isfinite(loss.get<double>()))
-      throw std::invalid_argument("quality curve '" + path + "': " + where + ": validation loss " + loss.dump() + " is not a number");
+      throw std::invalid_argument("quality curve '" + path + "': " + where + ": validation loss " +
+                                  loss.dump() + " is not a number");
     if (!curve.empty() && step.get<double>() <= curve.back().first)
-      throw std::invalid_argument("quality curve '" + path + "': " + where + ": steps must increase (" + step.dump() + " after " +
+      throw std::invalid_argument("quality curve '" + path + "': " + where +
+                                  ": steps must increase (" + step.dump() + " after " +
                                   std::to_string(curve.back().first) + ")");
     curve.push_back({step.get<double>(), loss.get<double>()});
   };
@@ -820,23 +927,31 @@ void qualityCurveOf(const std::string& path, SimOptions* opt) {
     for (size_t k = 0; k < j["evals"].size(); ++k) {
       const json& e = j["evals"][k];
       const std::string where = "evals[" + std::to_string(k) + "]";
-      if (!e.is_object()) throw std::invalid_argument("quality curve '" + path + "': " + where + ": expected an object");
+      if (!e.is_object())
+        throw std::invalid_argument("quality curve '" + path + "': " + where +
+                                    ": expected an object");
       point(e.value("step", json()), e.value("val_loss", json()), where);
     }
-    steps = j.contains("steps") && j["steps"].is_array() && !j["steps"].empty() ? static_cast<double>(j["steps"].size())
-                                                                                 : (curve.empty() ? 0 : curve.back().first);
+    steps = j.contains("steps") && j["steps"].is_array() && !j["steps"].empty()
+                ? static_cast<double>(j["steps"].size())
+                : (curve.empty() ? 0 : curve.back().first);
   } else if (j.is_array()) {
     for (size_t k = 0; k < j.size(); ++k) {
       const std::string where = "[" + std::to_string(k) + "]";
-      if (!j[k].is_array() || j[k].size() != 2) throw std::invalid_argument("quality curve '" + path + "': " + where + ": expected [step, val_loss]");
+      if (!j[k].is_array() || j[k].size() != 2)
+        throw std::invalid_argument("quality curve '" + path + "': " + where +
+                                    ": expected [step, val_loss]");
       point(j[k][0], j[k][1], where);
     }
     steps = curve.empty() ? 0 : curve.back().first;
   } else {
-    throw std::invalid_argument("quality curve '" + path + "': expected a result.json (with \"evals\") or an array of [step, val_loss]");
+    throw std::invalid_argument(
+        "quality curve '" + path +
+        "': expected a result.json (with \"evals\") or an array of [step, val_loss]");
   }
   if (curve.empty() || steps <= 0)
-    throw std::invalid_argument("quality curve '" + path + "': no evaluation with a validation loss after step 0");
+    throw std::invalid_argument("quality curve '" + path +
+                                "': no evaluation with a validation loss after step 0");
   opt->quality = std::move(curve);
   opt->qualitySteps = steps;
   opt->qualitySource = path;
@@ -859,24 +974,33 @@ std::string projectionText(const json& doc, double targetLoss) {
   for (const auto& e : doc.value("evals", json::array()))
     if (e.value("wall_s", json()).is_number()) total = std::max(total, e["wall_s"].get<double>());
   char b[512];
-  std::snprintf(b, sizeof b, "projected run: %zu steps, %d epoch(s), total %.1f s (%.2f h); epoch 0 step %.4f s (n=%lld)", steps.size(),
-                maxEpoch + 1, total, total / 3600, nFirst ? first / nFirst : 0.0, static_cast<long long>(nFirst));
+  std::snprintf(
+      b, sizeof b,
+      "projected run: %zu steps, %d epoch(s), total %.1f s (%.2f h); epoch 0 step %.4f s (n=%lld)",
+      steps.size(), maxEpoch + 1, total, total / 3600, nFirst ? first / nFirst : 0.0,
+      static_cast<long long>(nFirst));
   std::string out = b;
   if (nLater) {
-    std::snprintf(b, sizeof b, ", later epochs %.4f s (n=%lld)", later / nLater, static_cast<long long>(nLater));
+    std::snprintf(b, sizeof b, ", later epochs %.4f s (n=%lld)", later / nLater,
+                  static_cast<long long>(nLater));
     out += b;
   }
   out += "\n";
   if (targetLoss > 0) {
     for (const auto& e : doc.value("evals", json::array()))
       if (e.value("val_loss", json()).is_number() && e["val_loss"].get<double>() <= targetLoss) {
-        std::snprintf(b, sizeof b, "time to target (validation loss <= %g): %.1f s (%.2f h), at the evaluation after step %lld "
-                                   "(projected loss %.4f)\n",
-                      targetLoss, e["wall_s"].get<double>(), e["wall_s"].get<double>() / 3600, static_cast<long long>(e["step"].get<int64_t>()),
+        std::snprintf(b, sizeof b,
+                      "time to target (validation loss <= %g): %.1f s (%.2f h), at the evaluation "
+                      "after step %lld "
+                      "(projected loss %.4f)\n",
+                      targetLoss, e["wall_s"].get<double>(), e["wall_s"].get<double>() / 3600,
+                      static_cast<long long>(e["step"].get<int64_t>()),
                       e["val_loss"].get<double>());
         return out + b;
       }
-    std::snprintf(b, sizeof b, "time to target (validation loss <= %g): not reached in the projected run\n", targetLoss);
+    std::snprintf(b, sizeof b,
+                  "time to target (validation loss <= %g): not reached in the projected run\n",
+                  targetLoss);
     out += b;
   }
   return out;
@@ -891,31 +1015,43 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt) {
   };
   // A straggler whose speed changes during the run (runtime.slowdown trace) likewise.
   bool slowdownChanges = false;
-  for (const auto& r : spec.runtime.slowdown.ranks) slowdownChanges |= r.trace.size() > 1 || r.trace.at(0).first > 0;
+  for (const auto& r : spec.runtime.slowdown.ranks)
+    slowdownChanges |= r.trace.size() > 1 || r.trace.at(0).first > 0;
   const bool varies = traced(emulator::topologyFromJson(spec.network.links, "network.links")) ||
-                      (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec))) || slowdownChanges;
+                      (spec.pipeline.replicas > 1 && traced(runtime::dpTopology(spec))) ||
+                      slowdownChanges;
   (void)varies;
   // The run the spec describes, every epoch and evaluation, when its data plan is known.
   if (opt.runSteps >= 2) return static_cast<int>(std::min<int64_t>(opt.runSteps, 100000));
   if (spec.pipeline.replicas == 1) return 4;
-  // The run's steps (max_steps, or fewer when the data plan ends first: it replayed 6 of a 2-step run).
+  // The run's steps (max_steps, or fewer when the data plan ends first: it replayed 6 of a 2-step
+  // run).
   if (spec.training.maxSteps > 0)
-    return static_cast<int>(std::min<int64_t>(opt.runSteps >= 2 ? opt.runSteps : spec.training.maxSteps, 100000));
+    return static_cast<int>(
+        std::min<int64_t>(opt.runSteps >= 2 ? opt.runSteps : spec.training.maxSteps, 100000));
   const int64_t warmup = runtime::gradientCompressor(spec.dp)->warmupSteps();
   return static_cast<int>(std::min<int64_t>(warmup + 4 * spec.dp.localSteps, 100000));
 }
 
 json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt) {
   const int steps = opt.steps > 0 ? opt.steps : defaultSteps(spec, opt);
-  if (steps < 2) throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
-  const Profile mine = profile.forSchedule(spec.pipeline.schedule);  // the speeds fitted to this schedule, if any
+  if (steps < 2)
+    throw std::invalid_argument("simulator: at least 2 steps (the first fills the pipeline)");
+  const Profile mine =
+      profile.forSchedule(spec.pipeline.schedule);  // the speeds fitted to this schedule, if any
   json doc = Replay(spec, mine, steps, opt).run();
-  doc["simulator"]["data_plan"] = opt.stepsPerEpoch > 0 ? json{{"steps_per_epoch", opt.stepsPerEpoch}, {"run_steps", opt.runSteps},
-                                                               {"eval_batches", opt.evalRows.size()}}
-                                                        : json("unknown (no corpus): the run's first steps, epoch 0 (AC-SGD "
-                                                               "sends them in full), no evaluation");
-  if (!opt.quality.empty()) doc["simulator"]["quality_curve"] = {{"source", opt.qualitySource}, {"points", opt.quality.size()},
-                                                                 {"curve_steps", opt.qualitySteps}, {"mapped", "by progress"}};
+  doc["simulator"]["data_plan"] =
+      opt.stepsPerEpoch > 0 ? json{{"steps_per_epoch", opt.stepsPerEpoch},
+                                   {"run_steps", opt.runSteps},
+                                   {"eval_batches", opt.evalRows.size()}}
+                            : json(
+                                  "unknown (no corpus): the run's first steps, epoch 0 (AC-SGD "
+                                  "sends them in full), no evaluation");
+  if (!opt.quality.empty())
+    doc["simulator"]["quality_curve"] = {{"source", opt.qualitySource},
+                                         {"points", opt.quality.size()},
+                                         {"curve_steps", opt.qualitySteps},
+                                         {"mapped", "by progress"}};
   return doc;
 }
 

@@ -9,7 +9,8 @@
 // (network.model):
 //   pipelined   - per directed link, arrival = max(sent, link_free) + 8B/R + latency (emulator
 //                 LinkClock: latency overlaps back-to-back messages, as on a real wire);
-//   serial_fifo - one inbound FIFO per receiving rank shared by forward and backward traffic, billed
+//   serial_fifo - one inbound FIFO per receiving rank shared by forward and backward traffic,
+//   billed
 //                 in the receiver's retrieval order: start = max(previous arrival, sent);
 //                 arrival = start + 8B/R + latency (the Protocol NanoGPT meter, SimPipelineStage).
 // Stages run their steps back to back; a step's time is the longest stage's, as in emulated runs.
@@ -68,14 +69,16 @@ int defaultSteps(const runtime::RunSpec& spec, const SimOptions& opt = {});
 // delta, i.e. the example was seen before).
 // exampleIds: the header carries one example id per row (pipeline messages); data-parallel frames
 // (a 1-D chunk) carry none.
-int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape, bool exampleIds = true);
+int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape,
+                         bool exampleIds = true);
 // The frame of the first message of examples never seen before (acsgd: full precision; the
 // simulator sizes the first epoch's pipeline messages so when the data plan is known).
 int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape);
 
 // A result document in the result.json schema, with "simulated": true, per-step records, the
 // summary, and "timeline": per stage, the last step's events {what, mb, start_s, end_s}.
-nlohmann::json simulateRun(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt = {});
+nlohmann::json simulateRun(const runtime::RunSpec& spec, const Profile& profile,
+                           const SimOptions& opt = {});
 
 // What a replay projects for the whole run, in lines: its steps and epochs, total time (the last
 // step's or evaluation's end), the first epoch's and later epochs' step times, and with a quality

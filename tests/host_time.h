@@ -24,7 +24,7 @@ class StealMeter {
 
 // In a test body: skips when `missed` and `steal` passed kStealNoticeable; what follows the macro
 // with << is streamed into the skip message.
-#define SKIP_IF_HOST_TIME(missed, steal)                                      \
-  if (!((missed) && (steal) > ::slowpipe::emulator::kStealNoticeable)) {     \
-  } else                                                                      \
+#define SKIP_IF_HOST_TIME(missed, steal)                                 \
+  if (!((missed) && (steal) > ::slowpipe::emulator::kStealNoticeable)) { \
+  } else                                                                 \
     GTEST_SKIP() << "the hypervisor took " << 100 * (steal) << "% of this machine's CPU: "

@@ -14,27 +14,35 @@ using nlohmann::json;
 
 void printTable(const json& doc) {
   const int threads = doc["threads"].get<int>();
-  std::printf("memcpy: %s GB/s; codecs marked * encode or decode below twice the byte rate of a %g Gbps link\n",
-              doc["memcpy_GBps"].dump().c_str(), doc["link_bps"].get<double>() / 1e9);
+  std::printf(
+      "memcpy: %s GB/s; codecs marked * encode or decode below twice the byte rate of a %g Gbps "
+      "link\n",
+      doc["memcpy_GBps"].dump().c_str(), doc["link_bps"].get<double>() / 1e9);
   std::printf("%-44s %10s %11s %7s %8s %8s %6s %6s %8s %8s", "codec", "raw", "wire", "ratio",
               "enc GB/s", "dec GB/s", "enc/mc", "dec/mc", "enc/torch", "dec/torch");
   std::printf(" %6s", "read");
-  if (threads > 1) std::printf(" %7s %7s", ("enc x" + std::to_string(threads)).c_str(), ("dec x" + std::to_string(threads)).c_str());
+  if (threads > 1)
+    std::printf(" %7s %7s", ("enc x" + std::to_string(threads)).c_str(),
+                ("dec x" + std::to_string(threads)).c_str());
   std::printf("\n");
   for (const auto& r : doc["results"]) {
     auto opt = [&](const char* k) {
-      return r.contains(k) && !r[k].is_null() ? std::to_string(r[k].get<double>()).substr(0, 6) : "-";
+      return r.contains(k) && !r[k].is_null() ? std::to_string(r[k].get<double>()).substr(0, 6)
+                                              : "-";
     };
-    const std::string name = (r["codec_bound"].get<bool>() ? "*" : "") + r["codec"].get<std::string>();
-    std::printf("%-44s %10lld %11lld %7.2f %8.2f %8.2f %6.2f %6.2f %8s %8s", name.substr(0, 44).c_str(),
-                static_cast<long long>(r["raw_bytes"].get<int64_t>()),
-                static_cast<long long>(r["wire_bytes"].get<int64_t>()), r["compression_ratio"].get<double>(),
-                r["encode_GBps"].get<double>(), r["decode_GBps"].get<double>(),
-                r["encode_vs_memcpy"].get<double>(), r["decode_vs_memcpy"].get<double>(),
-                opt("encode_vs_torch_ops").c_str(), opt("decode_vs_torch_ops").c_str());
+    const std::string name =
+        (r["codec_bound"].get<bool>() ? "*" : "") + r["codec"].get<std::string>();
+    std::printf("%-44s %10lld %11lld %7.2f %8.2f %8.2f %6.2f %6.2f %8s %8s",
+                name.substr(0, 44).c_str(), static_cast<long long>(r["raw_bytes"].get<int64_t>()),
+                static_cast<long long>(r["wire_bytes"].get<int64_t>()),
+                r["compression_ratio"].get<double>(), r["encode_GBps"].get<double>(),
+                r["decode_GBps"].get<double>(), r["encode_vs_memcpy"].get<double>(),
+                r["decode_vs_memcpy"].get<double>(), opt("encode_vs_torch_ops").c_str(),
+                opt("decode_vs_torch_ops").c_str());
     std::printf(" %6.2f", r["read_GBps"].get<double>());
     if (threads > 1)
-      std::printf(" %7.2f %7.2f", r["encode_thread_speedup"].get<double>(), r["decode_thread_speedup"].get<double>());
+      std::printf(" %7.2f %7.2f", r["encode_thread_speedup"].get<double>(),
+                  r["decode_thread_speedup"].get<double>());
     std::printf("\n");
   }
 }
@@ -44,30 +52,38 @@ void printTable(const json& doc) {
 void addBenchCodecs(CLI::App& bench) {
   auto opts = std::make_shared<compression::CodecBenchOptions>();
   auto asJson = std::make_shared<bool>(false);
-  auto* cmd = bench.add_subcommand("codecs", "codec throughput vs memcpy and libtorch ops (one thread; --threads N adds N)");
+  auto* cmd = bench.add_subcommand(
+      "codecs", "codec throughput vs memcpy and libtorch ops (one thread; --threads N adds N)");
   cmd->add_flag("--json", *asJson, "print one JSON document instead of a table");
-  cmd->add_option("--codec", opts->codecs, "codec spec(s) to measure (repeatable)")->capture_default_str();
-  cmd->add_option("--rounds", opts->rounds, "measure every codec this many times, in turn; report medians")
+  cmd->add_option("--codec", opts->codecs, "codec spec(s) to measure (repeatable)")
+      ->capture_default_str();
+  cmd->add_option("--rounds", opts->rounds,
+                  "measure every codec this many times, in turn; report medians")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--size-kib", opts->sizesKiB, "tensor sizes in KiB of fp32 (repeatable)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", opts->threads,
-                  "also measure every codec on this many threads (compression.threads) and report the speed-up")
+                  "also measure every codec on this many threads (compression.threads) and report "
+                  "the speed-up")
       ->check(CLI::PositiveNumber);
   auto linkGbps = std::make_shared<double>(10.0);
-  cmd->add_option("--link-gbps", *linkGbps, "the fastest link of your sweep: codecs below twice its byte rate are flagged *")
+  cmd->add_option("--link-gbps", *linkGbps,
+                  "the fastest link of your sweep: codecs below twice its byte rate are flagged *")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->callback([opts, asJson, linkGbps] {
     opts->linkBps = *linkGbps * 1e9;
     if (!*asJson)
       opts->onCodec = [](const std::string& codec, const compression::Shape& shape, int round) {
-        std::fprintf(stderr, "bench %s on %s (round %d)...\n", codec.c_str(), compression::shapeString(shape).c_str(), round + 1);
+        std::fprintf(stderr, "bench %s on %s (round %d)...\n", codec.c_str(),
+                     compression::shapeString(shape).c_str(), round + 1);
       };
     const json doc = compression::benchCodecs(*opts);
-    if (*asJson) std::cout << doc.dump(2) << std::endl;
-    else printTable(doc);
+    if (*asJson)
+      std::cout << doc.dump(2) << std::endl;
+    else
+      printTable(doc);
   });
 }
 

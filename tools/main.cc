@@ -6,7 +6,8 @@
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
-  slowpipe::compression::registerTorchScriptCodec();  // torchscript:path=... in every command and worker
+  slowpipe::compression::registerTorchScriptCodec();  // torchscript:path=... in every command and
+                                                      // worker
   CLI::App app{"slowpipe: network emulation testbed for compressed pipeline-parallel fine-tuning"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "slowpipe 0.1");

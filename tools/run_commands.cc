@@ -1,12 +1,12 @@
 // `slowpipe run`, `worker` (started by the launcher), `pretrain`, `data prepare`.
 #include <fstream>
 #include <iostream>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
-#include "runtime/progress.h"
 #include "runtime/data.h"
 #include "runtime/launcher.h"
+#include "runtime/progress.h"
 #include "runtime/result.h"
 #include "runtime/worker.h"
 #include "tools/commands.h"
@@ -22,13 +22,17 @@ void addRunCommand(CLI::App& app) {
   auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
   auto sets = std::make_shared<std::vector<std::string>>();
-  auto* cmd = app.add_subcommand("run", "run one experiment: start the workers, write DIR/result.json");
+  auto* cmd =
+      app.add_subcommand("run", "run one experiment: start the workers, write DIR/result.json");
   cmd->add_option("spec", *spec, "experiment spec (JSON)")->required();
-  cmd->add_option("--set", *sets, "PATH=VALUE: set a spec field (repeatable), e.g. compression.forward=quant:bits=4");
+  cmd->add_option(
+      "--set", *sets,
+      "PATH=VALUE: set a spec field (repeatable), e.g. compression.forward=quant:bits=4");
   cmd->add_option("--out", *out, "output folder")->required();
   cmd->add_flag("--quiet", *quiet, "no progress line");
   cmd->callback([=] {
-    const runtime::RunSpec s = runtime::loadRunSpec(*spec, *sets);  // fails before any process starts
+    const runtime::RunSpec s =
+        runtime::loadRunSpec(*spec, *sets);  // fails before any process starts
     runtime::LaunchOptions o;
     o.outDir = *out;
     o.progress = !*quiet;
@@ -39,9 +43,11 @@ void addRunCommand(CLI::App& app) {
       std::exit(1);
     }
     const auto& sum = r["summary"];
-    std::printf("%s: %lld steps, %.0f tokens/s, final val loss %s -> %s/result.json\n", s.name.c_str(),
-                static_cast<long long>(sum["steps"].get<int64_t>()), sum.value("throughput_tokens_per_s", 0.0),
-                sum.contains("final_val_loss") ? sum["final_val_loss"].dump().c_str() : "-", out->c_str());
+    std::printf("%s: %lld steps, %.0f tokens/s, final val loss %s -> %s/result.json\n",
+                s.name.c_str(), static_cast<long long>(sum["steps"].get<int64_t>()),
+                sum.value("throughput_tokens_per_s", 0.0),
+                sum.contains("final_val_loss") ? sum["final_val_loss"].dump().c_str() : "-",
+                out->c_str());
   });
 }
 
@@ -49,15 +55,24 @@ void addRunCommand(CLI::App& app) {
 void addWorkerCommand(CLI::App& app) {
   auto a = std::make_shared<runtime::WorkerArgs>();
   auto x = std::make_shared<runtime::ExternalWorkerArgs>();
-  auto* cmd = app.add_subcommand("worker", "one worker process: started by mpirun / srun / torchrun-style scripts "
-                                           "(docs/clusters.md), or internally by `slowpipe run`");
-  cmd->add_option("--spec", a->specPath, "experiment spec (rank 0 reads it; the others take it from the rendezvous)");
+  auto* cmd =
+      app.add_subcommand("worker",
+                         "one worker process: started by mpirun / srun / torchrun-style scripts "
+                         "(docs/clusters.md), or internally by `slowpipe run`");
+  cmd->add_option("--spec", a->specPath,
+                  "experiment spec (rank 0 reads it; the others take it from the rendezvous)");
   cmd->add_option("--out", x->outDir, "output folder on rank 0's host (result.json)");
-  cmd->add_option("--rendezvous", x->rendezvous, "HOST:PORT where rank 0 listens (default: MASTER_ADDR:MASTER_PORT)");
-  cmd->add_option("--bind", x->bindHost, "address this worker's sockets bind (default: its address toward the rendezvous)");
+  cmd->add_option("--rendezvous", x->rendezvous,
+                  "HOST:PORT where rank 0 listens (default: MASTER_ADDR:MASTER_PORT)");
+  cmd->add_option(
+      "--bind", x->bindHost,
+      "address this worker's sockets bind (default: its address toward the rendezvous)");
   cmd->add_option("--size", x->size, "world size (default: from the launcher's environment)");
-  cmd->add_option("--join-timeout", x->joinTimeoutS, "seconds to wait for every rank at the rendezvous")->check(CLI::Range(1.0, 3600.0));
-  cmd->add_option("--rank", a->rank, "this worker's rank (default: from the launcher's environment)");
+  cmd->add_option("--join-timeout", x->joinTimeoutS,
+                  "seconds to wait for every rank at the rendezvous")
+      ->check(CLI::Range(1.0, 3600.0));
+  cmd->add_option("--rank", a->rank,
+                  "this worker's rank (default: from the launcher's environment)");
   cmd->add_option("--control", a->control)->group("");  // internal: started by `slowpipe run`
   cmd->add_option("--peers", a->peers)->group("");
   cmd->add_option("--netns", a->netns);
@@ -80,9 +95,12 @@ void addWorkerCommand(CLI::App& app) {
 
 // `slowpipe pretrain SPEC --out CKPT`.
 void addPretrainCommand(CLI::App& app) {
-  auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(), log = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand("pretrain", "train a base model in one process on the pretrain split, save a checkpoint");
-  cmd->add_option("spec", *spec, "spec whose model, data and training sections are used")->required();
+  auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(),
+       log = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "pretrain", "train a base model in one process on the pretrain split, save a checkpoint");
+  cmd->add_option("spec", *spec, "spec whose model, data and training sections are used")
+      ->required();
   cmd->add_option("--out", *out, "checkpoint path")->required();
   cmd->add_option("--log", *log, "write the per-step records as JSON here");
   cmd->callback([=] {
@@ -93,18 +111,26 @@ void addPretrainCommand(CLI::App& app) {
     json records = json::array();
     runtime::ProgressLine line;
     const double t0 = emulator::monotonicNow();
-    runtime::runSingleProcess(s, "pretrain", [&](const json& r) {
-      records.push_back(r);
-      char text[128];
-      if (r["type"] == "eval") {
-        line.finish();
-        std::fprintf(stderr, "epoch %d val loss %s\n", r["epoch"].get<int>(), r["val_loss"].dump().c_str());
-      } else {
-        const int64_t done = r["step"].get<int64_t>() + 1, total = r.value("total_steps", int64_t{0});
-        std::snprintf(text, sizeof text, " loss %.4f", r["loss"].get<double>());
-        line.milestone("pretrain: " + runtime::progressText(done, total, emulator::monotonicNow() - t0) + text, done, total);
-      }
-    }, *out);
+    runtime::runSingleProcess(
+        s, "pretrain",
+        [&](const json& r) {
+          records.push_back(r);
+          char text[128];
+          if (r["type"] == "eval") {
+            line.finish();
+            std::fprintf(stderr, "epoch %d val loss %s\n", r["epoch"].get<int>(),
+                         r["val_loss"].dump().c_str());
+          } else {
+            const int64_t done = r["step"].get<int64_t>() + 1,
+                          total = r.value("total_steps", int64_t{0});
+            std::snprintf(text, sizeof text, " loss %.4f", r["loss"].get<double>());
+            line.milestone(
+                "pretrain: " + runtime::progressText(done, total, emulator::monotonicNow() - t0) +
+                    text,
+                done, total);
+          }
+        },
+        *out);
     line.finish();
     if (!log->empty()) runtime::writeJsonAtomically(*log, records);
     std::printf("\nsaved %s\n", out->c_str());
@@ -123,11 +149,14 @@ void addDataCommand(CLI::App& app) {
   prep->callback([=] {
     const auto s = runtime::loadRunSpec(*spec);
     const auto info = runtime::prepareCorpus(s.data, *force);
-    const runtime::ExampleSet train(s.data, "finetune", "train", s.model.seqLen), val(s.data, "finetune", "val", s.model.seqLen);
-    std::printf("%s: %zu files, pretrain %lld tokens, finetune %lld tokens (%lld train / %lld val examples of %d)\n",
-                info.dir.c_str(), info.files.size(), static_cast<long long>(info.pretrainTokens),
-                static_cast<long long>(info.finetuneTokens), static_cast<long long>(train.size()),
-                static_cast<long long>(val.size()), s.model.seqLen);
+    const runtime::ExampleSet train(s.data, "finetune", "train", s.model.seqLen),
+        val(s.data, "finetune", "val", s.model.seqLen);
+    std::printf(
+        "%s: %zu files, pretrain %lld tokens, finetune %lld tokens (%lld train / %lld val examples "
+        "of %d)\n",
+        info.dir.c_str(), info.files.size(), static_cast<long long>(info.pretrainTokens),
+        static_cast<long long>(info.finetuneTokens), static_cast<long long>(train.size()),
+        static_cast<long long>(val.size()), s.model.seqLen);
   });
 }
 

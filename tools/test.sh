@@ -11,7 +11,8 @@ sanitize=1
 # libns3-dev builds the simulator's ns-3 tier (-DSLOWPIPE_NS3=ON), tested here.
 # nodejs (and its npm): the GPT-2 BPE reference (gpt-3-encoder from the npm registry); a nodejs that
 # bundles npm (nodesource) conflicts with Debian's npm package, so npm is installed only if missing.
-need=(chromium libns3-dev nodejs)
+# clang-format: the tree is formatted by its .clang-format, checked first (a diff fails the run).
+need=(chromium libns3-dev nodejs clang-format)
 command -v npm > /dev/null || need+=(npm)
 for pkg in "${need[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
@@ -20,6 +21,10 @@ for pkg in "${need[@]}"; do
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" > /dev/null
   fi
 done
+if ! git ls-files '*.cc' '*.h' '*.cu' '*.cuh' '*.c' '*.inc' | xargs clang-format --dry-run --Werror; then
+  echo "test.sh: the files above are not formatted; run: git ls-files '*.cc' '*.h' '*.cu' '*.cuh' '*.c' '*.inc' | xargs clang-format -i" >&2
+  exit 1
+fi
 tools/setup.sh --build-dir build --cmake-arg -DSLOWPIPE_NS3=ON
 # A test that fails is run once more (--repeat until-pass:2): the timing tests measure a shared
 # 2-core VM whose hiccups (steal, a late wake-up) fail one run in many; a real fault fails both.

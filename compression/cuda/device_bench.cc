@@ -16,10 +16,14 @@ namespace {
 
 using nlohmann::json;
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("bench_device_codecs: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("bench_device_codecs: ") + what + ": " +
+                             cudaGetErrorString(e));
 }
 
 template <typename Fn>
@@ -46,8 +50,9 @@ struct DeviceFloats {
 };
 
 // One codec on the tensor: x0 primes both ends (acsgd's full rows), x1 is the timed message.
-json measureCodec(const std::string& spec, const Shape& shape, const float* dx0, const float* dx1, float* dy,
-                  const std::vector<float>& x0, const std::vector<float>& x1, int rounds, double copyS) {
+json measureCodec(const std::string& spec, const Shape& shape, const float* dx0, const float* dx1,
+                  float* dy, const std::vector<float>& x0, const std::vector<float>& x1, int rounds,
+                  double copyS) {
   CodecContext c0, c1;
   for (int64_t r = 0; r < shape[0]; ++r) {
     c0.exampleIds.push_back(r);
@@ -69,7 +74,8 @@ json measureCodec(const std::string& spec, const Shape& shape, const float* dx0,
     Bytes out;
     enc->encode(dx1, shape, c1, out);
   });
-  const double decS = median(rounds, [&](int) { dec->decode(payload.data(), payload.size(), shape, c1, dy); });
+  const double decS =
+      median(rounds, [&](int) { dec->decode(payload.data(), payload.size(), shape, c1, dy); });
   const double raw = 4.0 * static_cast<double>(numelOf(shape));
   return {{"codec", enc->spec()},
           {"raw_bytes", static_cast<int64_t>(raw)},
@@ -85,9 +91,20 @@ json measureCodec(const std::string& spec, const Shape& shape, const float* dx0,
 }  // namespace
 
 std::vector<std::string> defaultDeviceBenchCodecs() {
-  return {"none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8", "quant:bits=4,scale=group,group=128",
-          "quant:bits=2,round=stochastic", "quant:bits=2,levels=fixpoint", "acsgd:bits=2", "acsgd:bits=4",
-          "acsgd:bits=2,levels=fixpoint", "acsgd:bits=2,levels=fixpoint,store=fp32", "topk:ratio=0.01",
+  return {"none",
+          "fp16",
+          "bf16",
+          "quant:bits=2",
+          "quant:bits=4",
+          "quant:bits=8",
+          "quant:bits=4,scale=group,group=128",
+          "quant:bits=2,round=stochastic",
+          "quant:bits=2,levels=fixpoint",
+          "acsgd:bits=2",
+          "acsgd:bits=4",
+          "acsgd:bits=2,levels=fixpoint",
+          "acsgd:bits=2,levels=fixpoint,store=fp32",
+          "topk:ratio=0.01",
           "randk:ratio=0.1,seed=1"};
 }
 
@@ -106,24 +123,28 @@ json benchDeviceCodecs(const DeviceBenchOptions& opt) {
   std::mt19937 rng(1);
   std::normal_distribution<float> d(0.0f, 1.0f);
   for (auto& v : x0) v = d(rng);
-  for (int64_t i = 0; i < numel; ++i) x1[i] = x0[i] + 0.05f * d(rng);  // the next epoch's activation
+  for (int64_t i = 0; i < numel; ++i)
+    x1[i] = x0[i] + 0.05f * d(rng);  // the next epoch's activation
   DeviceFloats dx0(bytes), dx1(bytes), dy(bytes);
   ok(cudaMemcpy(dx0.p, x0.data(), bytes, cudaMemcpyHostToDevice), "upload");
   ok(cudaMemcpy(dx1.p, x1.data(), bytes, cudaMemcpyHostToDevice), "upload");
-  const double copyS =
-      median(std::max(opt.rounds, 10), [&](int) { ok(cudaMemcpy(dy.p, dx0.p, bytes, cudaMemcpyDeviceToDevice), "copy"); });
+  const double copyS = median(std::max(opt.rounds, 10), [&](int) {
+    ok(cudaMemcpy(dy.p, dx0.p, bytes, cudaMemcpyDeviceToDevice), "copy");
+  });
   json results = json::array();
   for (const std::string& spec : opt.specs.empty() ? defaultDeviceBenchCodecs() : opt.specs) {
     if (opt.onCodec) opt.onCodec(spec);
     results.push_back(measureCodec(spec, shape, dx0.p, dx1.p, dy.p, x0, x1, opt.rounds, copyS));
   }
-  return {{"benchmark", "device_codecs"},
-          {"device", prop.name},
-          {"shape", shape},
-          {"rounds", opt.rounds},
-          {"copy_GBps", static_cast<double>(bytes) / copyS / 1e9},
-          {"unit", "GB/s of raw fp32 bytes; copy = device-to-device cudaMemcpy of the same tensor, same run"},
-          {"results", results}};
+  return {
+      {"benchmark", "device_codecs"},
+      {"device", prop.name},
+      {"shape", shape},
+      {"rounds", opt.rounds},
+      {"copy_GBps", static_cast<double>(bytes) / copyS / 1e9},
+      {"unit",
+       "GB/s of raw fp32 bytes; copy = device-to-device cudaMemcpy of the same tensor, same run"},
+      {"results", results}};
 }
 
 }  // namespace slowpipe::compression::cuda

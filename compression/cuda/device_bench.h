@@ -25,11 +25,11 @@ struct DeviceBenchOptions {
 
 std::vector<std::string> defaultDeviceBenchCodecs();
 
-// {"benchmark": "device_codecs", "device", "shape", "rounds", "copy_GBps", "unit", "results": [{"codec",
-// "raw_bytes", "wire_bytes", "matches_host", "encode_device_GBps", "encode_device_vs_copy",
-// "encode_to_host_GBps", "decode_from_host_GBps", "decode_from_host_vs_copy"}]}. Throws
-// std::invalid_argument on bad options and std::runtime_error naming a CUDA call that failed or
-// why no device is available.
+// {"benchmark": "device_codecs", "device", "shape", "rounds", "copy_GBps", "unit", "results":
+// [{"codec", "raw_bytes", "wire_bytes", "matches_host", "encode_device_GBps",
+// "encode_device_vs_copy", "encode_to_host_GBps", "decode_from_host_GBps",
+// "decode_from_host_vs_copy"}]}. Throws std::invalid_argument on bad options and std::runtime_error
+// naming a CUDA call that failed or why no device is available.
 nlohmann::json benchDeviceCodecs(const DeviceBenchOptions& opt);
 
 }  // namespace slowpipe::compression::cuda

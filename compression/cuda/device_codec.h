@@ -42,7 +42,9 @@ class DeviceBuffer {
   void* reserve(size_t bytes);  // contents are not kept when it grows
   void* data() const { return p_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(p_); }
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
 
  private:
   void* p_ = nullptr;
@@ -52,20 +54,23 @@ class DeviceBuffer {
 class DeviceCodec {
  public:
   virtual ~DeviceCodec() = default;
-  static std::unique_ptr<DeviceCodec> make(const std::string& spec, BufferPlace buffers = BufferPlace::kDevice);
+  static std::unique_ptr<DeviceCodec> make(const std::string& spec,
+                                           BufferPlace buffers = BufferPlace::kDevice);
 
   virtual std::string spec() const = 0;
   // Writes the payload of numelOf(shape) device values at dx into device memory (devicePayload()),
   // returning its size. Waits on `s` only where the host needs a reduction's result.
-  virtual size_t encodeToDevice(const float* dx, const Shape& shape, const CodecContext& ctx, Stream s) = 0;
+  virtual size_t encodeToDevice(const float* dx, const Shape& shape, const CodecContext& ctx,
+                                Stream s) = 0;
   const uint8_t* devicePayload() const { return payload_.as<uint8_t>(); }
   // encodeToDevice, then the payload appended to out (host); returns when out holds it.
-  void encode(const float* dx, const Shape& shape, const CodecContext& ctx, Bytes& out, Stream s = nullptr);
+  void encode(const float* dx, const Shape& shape, const CodecContext& ctx, Bytes& out,
+              Stream s = nullptr);
   // Decodes a host payload of exactly `size` bytes into numelOf(shape) device floats at dout, with
   // the host codec's validation (CodecError naming the problem; state untouched on error). Returns
   // when dout holds the values.
-  virtual void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx, float* dout,
-                      Stream s = nullptr) = 0;
+  virtual void decode(const uint8_t* payload, size_t size, const Shape& shape,
+                      const CodecContext& ctx, float* dout, Stream s = nullptr) = 0;
   // The host codec's stateDigest() for the same state (acsgd: its buffers); 0 for stateless codecs.
   virtual uint64_t stateDigest() const { return 0; }
 

@@ -14,24 +14,28 @@ namespace el = slowpipe::compression::element;
 
 namespace {
 
-__global__ void quantVecK(const float* x, const float* m, const float* inv, int64_t n, float top, uint8_t* codes) {
+__global__ void quantVecK(const float* x, const float* m, const float* inv, int64_t n, float top,
+                          uint8_t* codes) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) codes[i] = el::symCode(x[i], m[i], inv[i], top);
 }
-__global__ void stochVecK(const float* x, const float* m, const float* inv, int64_t n, float top, uint32_t lo, uint32_t key,
-                          uint8_t* codes) {
+__global__ void stochVecK(const float* x, const float* m, const float* inv, int64_t n, float top,
+                          uint32_t lo, uint32_t key, uint8_t* codes) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) codes[i] = el::symCodeStochastic(x[i], m[i], inv[i], top, el::uniform24(lo, key, i));
 }
-__global__ void dequantVecK(const uint8_t* codes, const float* m, const float* step, int64_t n, float* out) {
+__global__ void dequantVecK(const uint8_t* codes, const float* m, const float* step, int64_t n,
+                            float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = el::symValue(codes[i], m[i], step[i]);
 }
-__global__ void fixVecK(const float* x, const float* d, int64_t n, float mult, float lo, float hi, uint8_t* codes) {
+__global__ void fixVecK(const float* x, const float* d, int64_t n, float mult, float lo, float hi,
+                        uint8_t* codes) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) codes[i] = el::fixCode(x[i], d[i], mult, lo, hi);
 }
-__global__ void fixDequantVecK(const uint8_t* codes, const float* sc, int64_t n, float lo, float inv, float* out) {
+__global__ void fixDequantVecK(const uint8_t* codes, const float* sc, int64_t n, float lo,
+                               float inv, float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = el::fixValue(codes[i], sc[i], lo, inv);
 }
@@ -78,28 +82,31 @@ __global__ void unpackK(const uint8_t* packed, int64_t n, int bits, uint8_t* cod
   if (i < n) codes[i] = el::codeAt(packed, i, bits);
 }
 
-#define SP_INDEX const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; \
+#define SP_INDEX                                                                 \
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; \
   if (i >= n) return
 __global__ void deltaAbsMaxK(const float* x, const float* m, int64_t n, float* acc) {
   SP_INDEX;
   acc[i] = el::maxOf(acc[i], el::absOf(x[i] - m[i]));
 }
-__global__ void deltaQuantUpdateK(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n,
-                                  float top, uint8_t* codes) {
+__global__ void deltaQuantUpdateK(const float* x, float* m, const float* mx, const float* inv,
+                                  const float* step, int64_t n, float top, uint8_t* codes) {
   SP_INDEX;
   float mi = m[i];
   codes[i] = el::deltaSymStep(x[i], mi, mx[i], inv[i], step[i], top);
   m[i] = mi;
 }
-__global__ void deltaFixUpdateK(const float* x, float* m, const float* d, const float* sc, int64_t n, float mult, float lo,
-                                float hi, float inv, uint8_t* codes) {
+__global__ void deltaFixUpdateK(const float* x, float* m, const float* d, const float* sc,
+                                int64_t n, float mult, float lo, float hi, float inv,
+                                uint8_t* codes) {
   SP_INDEX;
   float mi = m[i];
   codes[i] = el::deltaFixStep(x[i], mi, d[i], sc[i], mult, lo, hi, inv);
   m[i] = mi;
 }
-__global__ void deltaFixUpdateHK(const float* x, uint16_t* mh, const float* d, const float* sc, int64_t n, float mult,
-                                 float lo, float hi, float inv, uint8_t* codes) {
+__global__ void deltaFixUpdateHK(const float* x, uint16_t* mh, const float* d, const float* sc,
+                                 int64_t n, float mult, float lo, float hi, float inv,
+                                 uint8_t* codes) {
   SP_INDEX;
   float mi = el::floatFromHalf(mh[i]);
   codes[i] = el::deltaFixStep(x[i], mi, d[i], sc[i], mult, lo, hi, inv);
@@ -109,15 +116,15 @@ __global__ void sumAbsMaxK(const float* x, const float* r, int64_t n, float* acc
   SP_INDEX;
   acc[i] = el::maxOf(acc[i], el::absOf(x[i] + r[i]));
 }
-__global__ void efQuantUpdateK(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n,
-                               float top, uint8_t* codes) {
+__global__ void efQuantUpdateK(const float* x, float* r, const float* mx, const float* inv,
+                               const float* step, int64_t n, float top, uint8_t* codes) {
   SP_INDEX;
   float ri = r[i];
   codes[i] = el::efSymStep(x[i], ri, mx[i], inv[i], step[i], top);
   r[i] = ri;
 }
-__global__ void efFixUpdateK(const float* x, float* r, const float* d, const float* sc, int64_t n, float mult, float lo,
-                             float hi, float inv, uint8_t* codes) {
+__global__ void efFixUpdateK(const float* x, float* r, const float* d, const float* sc, int64_t n,
+                             float mult, float lo, float hi, float inv, uint8_t* codes) {
   SP_INDEX;
   float ri = r[i];
   codes[i] = el::efFixStep(x[i], ri, d[i], sc[i], mult, lo, hi, inv);
@@ -130,27 +137,27 @@ __global__ void efFixUpdateK(const float* x, float* r, const float* d, const flo
 void deltaAbsMax(const float* x, const float* m, int64_t n, float* acc, Stream s) {
   launch("deltaAbsMax", n, s, deltaAbsMaxK, x, m, n, acc);
 }
-void deltaQuantUpdate(const float* x, float* m, const float* mx, const float* inv, const float* step, int64_t n, float top,
-                      uint8_t* codes, Stream s) {
+void deltaQuantUpdate(const float* x, float* m, const float* mx, const float* inv,
+                      const float* step, int64_t n, float top, uint8_t* codes, Stream s) {
   launch("deltaQuantUpdate", n, s, deltaQuantUpdateK, x, m, mx, inv, step, n, top, codes);
 }
-void deltaFixUpdate(const float* x, float* m, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
-                    float inv, uint8_t* codes, Stream s) {
+void deltaFixUpdate(const float* x, float* m, const float* d, const float* sc, int64_t n,
+                    float mult, float lo, float hi, float inv, uint8_t* codes, Stream s) {
   launch("deltaFixUpdate", n, s, deltaFixUpdateK, x, m, d, sc, n, mult, lo, hi, inv, codes);
 }
-void deltaFixUpdateH(const float* x, uint16_t* mh, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
-                     float inv, uint8_t* codes, Stream s) {
+void deltaFixUpdateH(const float* x, uint16_t* mh, const float* d, const float* sc, int64_t n,
+                     float mult, float lo, float hi, float inv, uint8_t* codes, Stream s) {
   launch("deltaFixUpdateH", n, s, deltaFixUpdateHK, x, mh, d, sc, n, mult, lo, hi, inv, codes);
 }
 void sumAbsMax(const float* x, const float* r, int64_t n, float* acc, Stream s) {
   launch("sumAbsMax", n, s, sumAbsMaxK, x, r, n, acc);
 }
-void efQuantUpdate(const float* x, float* r, const float* mx, const float* inv, const float* step, int64_t n, float top,
-                   uint8_t* codes, Stream s) {
+void efQuantUpdate(const float* x, float* r, const float* mx, const float* inv, const float* step,
+                   int64_t n, float top, uint8_t* codes, Stream s) {
   launch("efQuantUpdate", n, s, efQuantUpdateK, x, r, mx, inv, step, n, top, codes);
 }
-void efFixUpdate(const float* x, float* r, const float* d, const float* sc, int64_t n, float mult, float lo, float hi,
-                 float inv, uint8_t* codes, Stream s) {
+void efFixUpdate(const float* x, float* r, const float* d, const float* sc, int64_t n, float mult,
+                 float lo, float hi, float inv, uint8_t* codes, Stream s) {
   launch("efFixUpdate", n, s, efFixUpdateK, x, r, d, sc, n, mult, lo, hi, inv, codes);
 }
 
@@ -158,26 +165,32 @@ bool deviceAvailable(std::string* why) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    if (why) *why = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e) : "no CUDA device on this machine";
+    if (why)
+      *why = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e)
+                              : "no CUDA device on this machine";
     return false;
   }
   return true;
 }
 
-void quantVec(const float* x, const float* m, const float* inv, int64_t n, float top, uint8_t* codes, Stream s) {
+void quantVec(const float* x, const float* m, const float* inv, int64_t n, float top,
+              uint8_t* codes, Stream s) {
   launch("quantVec", n, s, quantVecK, x, m, inv, n, top, codes);
 }
-void stochVec(const float* x, const float* m, const float* inv, int64_t n, float top, uint32_t lo, uint32_t key, uint8_t* codes,
-              Stream s) {
+void stochVec(const float* x, const float* m, const float* inv, int64_t n, float top, uint32_t lo,
+              uint32_t key, uint8_t* codes, Stream s) {
   launch("stochVec", n, s, stochVecK, x, m, inv, n, top, lo, key, codes);
 }
-void dequantVec(const uint8_t* codes, const float* m, const float* step, int64_t n, float* out, Stream s) {
+void dequantVec(const uint8_t* codes, const float* m, const float* step, int64_t n, float* out,
+                Stream s) {
   launch("dequantVec", n, s, dequantVecK, codes, m, step, n, out);
 }
-void fixVec(const float* x, const float* d, int64_t n, float mult, float lo, float hi, uint8_t* codes, Stream s) {
+void fixVec(const float* x, const float* d, int64_t n, float mult, float lo, float hi,
+            uint8_t* codes, Stream s) {
   launch("fixVec", n, s, fixVecK, x, d, n, mult, lo, hi, codes);
 }
-void fixDequantVec(const uint8_t* codes, const float* sc, int64_t n, float lo, float inv, float* out, Stream s) {
+void fixDequantVec(const uint8_t* codes, const float* sc, int64_t n, float lo, float inv,
+                   float* out, Stream s) {
   launch("fixDequantVec", n, s, fixDequantVecK, codes, sc, n, lo, inv, out);
 }
 void toHalf(const float* x, int64_t n, uint16_t* out, Stream s) {

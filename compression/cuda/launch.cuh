@@ -17,7 +17,8 @@ inline int blocksFor(int64_t n) { return static_cast<int>((n + kThreads - 1) / k
 
 // Throws std::runtime_error naming `what` and CUDA's message.
 inline void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e));
 }
 
 // One thread per item of `count` (nothing to do for 0), then the launch's error, named.

@@ -11,8 +11,12 @@ namespace slowpipe::emulator {
 namespace {
 class Ns3 : public LinkModel {
  public:
-  double stamp(LinkClock&, double, uint64_t) override { throw std::logic_error("network.model ns3 runs in the simulator only"); }
-  double bill(const LinkSpec&, double, uint64_t) override { throw std::logic_error("network.model ns3 runs in the simulator only"); }
+  double stamp(LinkClock&, double, uint64_t) override {
+    throw std::logic_error("network.model ns3 runs in the simulator only");
+  }
+  double bill(const LinkSpec&, double, uint64_t) override {
+    throw std::logic_error("network.model ns3 runs in the simulator only");
+  }
 };
 }  // namespace
 

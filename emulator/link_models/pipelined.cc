@@ -8,8 +8,12 @@ namespace slowpipe::emulator {
 namespace {
 class Pipelined : public LinkModel {
  public:
-  double stamp(LinkClock& clock, double sentAt, uint64_t bytes) override { return clock.send(sentAt, bytes); }
-  double bill(const LinkSpec&, double sentAt, uint64_t) override { return sentAt; }  // never unstamped
+  double stamp(LinkClock& clock, double sentAt, uint64_t bytes) override {
+    return clock.send(sentAt, bytes);
+  }
+  double bill(const LinkSpec&, double sentAt, uint64_t) override {
+    return sentAt;
+  }  // never unstamped
 };
 }  // namespace
 

@@ -13,7 +13,8 @@ class SerialFifo : public LinkModel {
  public:
   double stamp(LinkClock&, double, uint64_t) override { return -1; }
   double bill(const LinkSpec& link, double sentAt, uint64_t bytes) override {
-    arrivesAt_ = std::max(arrivesAt_, sentAt) + 8.0 * static_cast<double>(bytes) / link.bandwidthBps + link.latencyS;
+    arrivesAt_ = std::max(arrivesAt_, sentAt) +
+                 8.0 * static_cast<double>(bytes) / link.bandwidthBps + link.latencyS;
     return arrivesAt_;
   }
 

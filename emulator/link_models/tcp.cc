@@ -1,7 +1,8 @@
 // tcp: every directed link is one TCP connection (ZeroMQ opens one per peer pair), modelled as
 // Linux runs it, at the granularity of ACK-clocked bursts rather than whole rounds (a burst is at
 // most 2 segments, one ACK per two segments as delayed ACKs give; it is acknowledged one round trip
-// after its last byte left, RTT = 2 x the link's one-way latency). What it carries, each from the kernel's own rule:
+// after its last byte left, RTT = 2 x the link's one-way latency). What it carries, each from the
+// kernel's own rule:
 // - segments of the link's MTU (1500 by default) less 52 bytes of IP, TCP and timestamp headers;
 //   an initial window of 10 segments (RFC 6928);
 // - slow start: the window grows by what each ACK acknowledges, but only while the sender uses
@@ -22,7 +23,8 @@
 // - restart after idle (tcp_slow_start_after_idle, on by default): with nothing in flight for more
 //   than an RTO (srtt + rttvar, rttvar at least 200 ms, in 4 ms jiffies rounded up) the window
 //   halves per RTO of idle, not below the initial window; BBR never restarts;
-// - the send buffer as Linux autotunes it: it starts at 2 x 10 segments' worth (tcp_init_buffer_space)
+// - the send buffer as Linux autotunes it: it starts at 2 x 10 segments' worth
+// (tcp_init_buffer_space)
 //   and grows only on an ACK that finds the writer asleep on it and the window not full after the
 //   ACK's sending (tcp_new_space), to 2 x max(10, cwnd) x the worst-case memory of one segment
 //   (tcp_sndbuf_expand: roundup_pow_of_two(MSS + headers) + the skb, 2304 bytes at MSS 1448 and
@@ -33,9 +35,9 @@
 //   the median): queued data in 64 KiB skbs (the GSO size goal), data in flight in the skbs it was
 //   sent as, of tcp_tso_autosize's size at the pacing rate (CUBIC and Reno: 2 x cwnd / srtt in slow
 //   start, 1.2 x after, tcp_update_pacing_rate), so at long RTTs 2 segments an skb. The writer adds
-//   64 KiB while the charge is below the buffer, so it may overshoot by one skb; once full it sleeps
-//   until the charge has drained to two thirds (sk_stream_min_wspace), so a long transfer at the cap
-//   averages about 5/6 of it;
+//   64 KiB while the charge is below the buffer, so it may overshoot by one skb; once full it
+//   sleeps until the charge has drained to two thirds (sk_stream_min_wspace), so a long transfer at
+//   the cap averages about 5/6 of it;
 // - BBR: startup grows as slow start does while the bandwidth estimate (the largest delivery rate
 //   measured) rises by 25% a round, pacing at 2.89 x the estimate (from 2.89 x the initial window
 //   per RTT, never falling during startup; less 1%); after three rounds without it, the window
@@ -48,10 +50,10 @@
 //   200 ms and a round trip, cut short by sending after idle once the 200 ms are over;
 // - messages on one connection queue FIFO behind the previous message's last byte;
 // - `network.tcp.streams` N > 1: every message striped evenly over N connections that share the
-//   link, as N like flows: one aggregate with N initial windows, N send and receive buffers, N segments of
-//   growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N of the
-//   aggregate (the MulTCP view of N flows), its stripes ending together at the link's rate: per
-//   message against N kernel connections median 2.0%, max 31.4% (results/README.md section 16,
+//   link, as N like flows: one aggregate with N initial windows, N send and receive buffers, N
+//   segments of growth per round in congestion avoidance, and a loss cutting one flow's window, 1/N
+//   of the aggregate (the MulTCP view of N flows), its stripes ending together at the link's rate:
+//   per message against N kernel connections median 2.0%, max 31.4% (results/README.md section 16,
 //   "Streams per message": the kernel's stripes finish apart, so the first to finish may idle past
 //   their RTO and restart before the next message; the model is faster), end to end
 //   section 17 (reno over 4 streams).
@@ -60,16 +62,16 @@
 //   at most rmem_max) and the first window at half of it, at most 65,535 bytes (the SYN's
 //   unscaled field); each segment received raises the window by
 //   twice its size (tcp_grow_window), up to the buffer times the receiver's scaling ratio. Once a
-//   receiver's RTT after the last measure, a read measures what was read since (tcp_rcv_space_adjust);
-//   when that exceeds the last such figure s, the buffer grows to hold a window of
-//   2c (1 + 2 (c - s) / s) for c read ("DRS is always one RTT late" and slow start doubles), at most
-//   net.ipv4.tcp_rmem's maximum (32 MiB unless network.tcp.rmem_max says: the window's ceiling,
-//   receiveWindowCeiling). The window counts from the receiver's next expected byte (the first hole
-//   not yet repaired). At MTU 9000 the first window (65,535 bytes at most) is 7 segments, not the
-//   initial congestion window's 10: per message against the kernel there median 1.1%, max 38.3%
-//   (1.5% / 66.6% with the window at its ceiling; results/README.md section 16, "The receiver's
-//   window as Linux grows it"). Not modelled: what a receiver announces after a loss while it
-//   queues data out of order (the main grid's largest miss).
+//   receiver's RTT after the last measure, a read measures what was read since
+//   (tcp_rcv_space_adjust); when that exceeds the last such figure s, the buffer grows to hold a
+//   window of 2c (1 + 2 (c - s) / s) for c read ("DRS is always one RTT late" and slow start
+//   doubles), at most net.ipv4.tcp_rmem's maximum (32 MiB unless network.tcp.rmem_max says: the
+//   window's ceiling, receiveWindowCeiling). The window counts from the receiver's next expected
+//   byte (the first hole not yet repaired). At MTU 9000 the first window (65,535 bytes at most) is
+//   7 segments, not the initial congestion window's 10: per message against the kernel there
+//   median 1.1%, max 38.3% (1.5% / 66.6% with the window at its ceiling; results/README.md section
+//   16, "The receiver's window as Linux grows it"). Not modelled: what a receiver announces after a
+//   loss while it queues data out of order (the main grid's largest miss).
 // Not modelled: delayed ACKs beyond the 2-segment bursts, BBR's ProbeBW gain cycle and its loss
 // recovery (packet conservation), jitter and bandwidth traces (refused:
 // `modelsVariation` false), connections sharing a link (every directed link has its own).
@@ -96,7 +98,9 @@ enum class Cc { kReno, kCubic, kBbr };
 
 Cc ccOf(const std::string& name) {
   checkTcpModelCongestionControl(name, "network.tcp");
-  return name == "reno" ? Cc::kReno : name == "bbr" ? Cc::kBbr : Cc::kCubic;  // empty: Linux's default
+  return name == "reno"  ? Cc::kReno
+         : name == "bbr" ? Cc::kBbr
+                         : Cc::kCubic;  // empty: Linux's default
 }
 
 struct Burst {
@@ -104,7 +108,7 @@ struct Burst {
   bool lost;
   double deliveredAtSend, deliveredTimeAtSend;  // for BBR's delivery-rate sample
   double seq;                                   // its first byte's offset on the connection
-  double memory;                                // what the send buffer is charged for it (skb overhead included)
+  double memory;  // what the send buffer is charged for it (skb overhead included)
 };
 
 // A lost burst on its way to repair: its retransmission is acknowledged one RTT after the loss was
@@ -140,18 +144,22 @@ class Tcp : public LinkModel {
         const bool last = appLeft == 0 && n == unsent_;
         send(now, start, end, n, clock);
         arrival = std::max(arrival, end + latency);
-        if (inflight_.back().lost) arrival = std::max(arrival, inflight_.back().ackAt + (last ? rtt_ : 0) + latency);
+        if (inflight_.back().lost)
+          arrival = std::max(arrival, inflight_.back().ackAt + (last ? rtt_ : 0) + latency);
       } else {
-        // Wait for the next acknowledgement or repaired hole (with neither the window and the buffer
-        // always have room).
+        // Wait for the next acknowledgement or repaired hole (with neither the window and the
+        // buffer always have room).
         const double next = nextEvent();
-        if (next == kInf) throw std::logic_error("tcp model: no room in the window and nothing in flight");
+        if (next == kInf)
+          throw std::logic_error("tcp model: no room in the window and nothing in flight");
         now = std::max(now, next);
       }
     }
     return arrival;
   }
-  double bill(const LinkSpec&, double sentAt, uint64_t) override { return sentAt; }  // never unstamped
+  double bill(const LinkSpec&, double sentAt, uint64_t) override {
+    return sentAt;
+  }  // never unstamped
 
  private:
   void configure(const LinkClock& clock) {
@@ -169,22 +177,26 @@ class Tcp : public LinkModel {
     bufferMax_ *= flows_;
     // The receiver (per flow, times the flows): its scaling ratio, its buffer at the start
     // (tcp_rmem's default, at most its maximum), the window it first announces (the buffer at the
-    // default ratio of 1/2, at most 65,535 bytes: at MTU 9000 7 segments, not 10), and the first measure's
-    // figure (tcp_init_buffer_space: that window less a segment, at most 10 segments; 56,588 bytes
-    // at MTU 9000 in the tracepoint).
+    // default ratio of 1/2, at most 65,535 bytes: at MTU 9000 7 segments, not 10), and the first
+    // measure's figure (tcp_init_buffer_space: that window less a segment, at most 10 segments;
+    // 56,588 bytes at MTU 9000 in the tracepoint).
     rcvRatio_ = receiveScalingRatio(mtu);
     rmemMax_ = link.tcp.rmemMax;
-    rcvBuf_ = (rmemMax_ ? std::min<double>(kReceiveBufferDefault, rmemMax_) : kReceiveBufferDefault) * flows_;
+    rcvBuf_ =
+        (rmemMax_ ? std::min<double>(kReceiveBufferDefault, rmemMax_) : kReceiveBufferDefault) *
+        flows_;
     rcvClamp_ = std::max(mss_ * flows_, rcvBuf_ * rcvRatio_ / 256);
     rcvSsthresh_ = std::min(rcvBuf_ / 2, 65535.0 * flows_);  // the SYN's window field is not scaled
     rcvSpace_ = std::max(mss_, std::min(rcvBuf_ / 2 / flows_ - mss_, 10 * mss_)) * flows_;
     cwnd_ = initialWindow();
     segmentMemory_ = 1;
-    while (segmentMemory_ < mss_ + 576) segmentMemory_ *= 2;  // roundup_pow_of_two(MSS + MAX_TCP_HEADER + shared info)
-    segmentMemory_ += 256;                                    // + the sk_buff
+    while (segmentMemory_ < mss_ + 576)
+      segmentMemory_ *= 2;               // roundup_pow_of_two(MSS + MAX_TCP_HEADER + shared info)
+    segmentMemory_ += 256;               // + the sk_buff
     sendBuffer_ = sendBufferFor(cwnd_);  // tcp_init_buffer_space at the handshake
-    bbrPacing_ = kBbrHighGain * initialWindow() / std::max(rtt_, 1e-3);  // bbr_init_pacing_rate_from_rtt
-    srtt_ = rtt_;  // the handshake's sample
+    bbrPacing_ =
+        kBbrHighGain * initialWindow() / std::max(rtt_, 1e-3);  // bbr_init_pacing_rate_from_rtt
+    srtt_ = rtt_;                                               // the handshake's sample
     mdev_ = 2 * rtt_;
     mdevMax_ = rttvar_ = std::max(mdev_, kRtoMin);
     // The receiver's first measure runs from the handshake (the clock's openedAt; on the ACKs'
@@ -217,7 +229,9 @@ class Tcp : public LinkModel {
   }
   // In jiffies, rounded up (usecs_to_jiffies): 4 ms at Debian's CONFIG_HZ=250.
   double rto() const { return std::ceil((srtt_ + rttvar_) / kJiffy - 1e-9) * kJiffy; }
-  double initialWindow() const { return 10 * mss_ * flows_; }  // RFC 6928, Linux's default, per flow
+  double initialWindow() const {
+    return 10 * mss_ * flows_;
+  }  // RFC 6928, Linux's default, per flow
 
   // The writer puts the message into the send buffer while it has room; once full it sleeps
   // until the charge for what the buffer holds (in flight, queued, and acknowledged behind a hole)
@@ -229,37 +243,43 @@ class Tcp : public LinkModel {
     if (writerAsleep_ && held <= sendBuffer_ * 2 / 3) writerAsleep_ = false;
     if (writerAsleep_ || appLeft <= 0) return;
     // Whole skbs while the charge is below the buffer (sk_stream_memory_free before each new skb).
-    const double room = held < sendBuffer_ ? std::ceil((sendBuffer_ - held) / unitMemory) * unit : 0;
+    const double room =
+        held < sendBuffer_ ? std::ceil((sendBuffer_ - held) / unitMemory) * unit : 0;
     const double take = std::min(appLeft, room);
     appLeft -= take;
     unsent_ += take;
     if (appLeft > 0) writerAsleep_ = true;
   }
-  // tcp_sndbuf_expand: 2 (BBR 3) x max(10, cwnd in segments) x the worst-case memory of one segment,
-  // per flow; never below what it was, never above the maximum.
+  // tcp_sndbuf_expand: 2 (BBR 3) x max(10, cwnd in segments) x the worst-case memory of one
+  // segment, per flow; never below what it was, never above the maximum.
   double sendBufferFor(double cwnd) const {
     const double segments = std::max(10.0, std::floor(cwnd / mss_ / flows_ + 1e-9));
-    return std::min(bufferMax_, std::max(sendBuffer_, (cc_ == Cc::kBbr ? 3 : 2) * segments * segmentMemory_ * flows_));
+    return std::min(bufferMax_, std::max(sendBuffer_, (cc_ == Cc::kBbr ? 3 : 2) * segments *
+                                                          segmentMemory_ * flows_));
   }
   // tcp_tso_autosize: the segments an skb leaves in, about 1 ms at the pacing rate (CUBIC and Reno:
-  // 2 x cwnd / srtt in slow start, 1.2 x after, tcp_update_pacing_rate), at least 2, at most 64 KiB.
+  // 2 x cwnd / srtt in slow start, 1.2 x after, tcp_update_pacing_rate), at least 2, at most 64
+  // KiB.
   double tsoSegments() const {
-    const double perFlowRate = cc_ == Cc::kBbr ? pacingRate() / 8 / flows_
-                                               : (cwnd_ < ssthresh_ ? 2.0 : 1.2) * cwnd_ / flows_ / std::max(srtt_, 1e-6);
+    const double perFlowRate =
+        cc_ == Cc::kBbr ? pacingRate() / 8 / flows_
+                        : (cwnd_ < ssthresh_ ? 2.0 : 1.2) * cwnd_ / flows_ / std::max(srtt_, 1e-6);
     const long minRttUs = std::lround(1e6 * (minRtt_ < kInf ? minRtt_ : rtt_)) >> 9;
-    const double bytes = perFlowRate / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
+    const double bytes =
+        perFlowRate / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
     return std::clamp(std::floor(std::min(bytes, 65536.0) / mss_), 2.0, std::floor(65536.0 / mss_));
   }
   // What the buffer is charged for n bytes sent now: the payload and an skb's overhead per chunk.
   double sentMemory(double n) const { return n * (1 + kSkbOverhead / (tsoSegments() * mss_)); }
   // tcp_check_space after an ACK's sending: an ACK that finds the writer asleep on the buffer grows
-  // it unless the sender then fills the window. It does not fill it when the buffer ran dry, nor when
-  // TSO deferral holds the segments back (tcp_tso_should_defer: the room is less than one autosized
-  // skb and less than a third of the window; with 2-segment skbs, at long RTTs, never).
+  // it unless the sender then fills the window. It does not fill it when the buffer ran dry, nor
+  // when TSO deferral holds the segments back (tcp_tso_should_defer: the room is less than one
+  // autosized skb and less than a third of the window; with 2-segment skbs, at long RTTs, never).
   void expandSendBufferOnAck() {
     if (!writerAsleep_) return;
     const double room = this->room();
-    if (unsent_ < room || room < std::min(tsoSegments() * mss_ * flows_, window() / 3)) sendBuffer_ = sendBufferFor(cwnd_);
+    if (unsent_ < room || room < std::min(tsoSegments() * mss_ * flows_, window() / 3))
+      sendBuffer_ = sendBufferFor(cwnd_);
   }
 
   // The congestion window (BBR in PROBE_RTT: 4 segments); window(): with the receiver's.
@@ -276,8 +296,8 @@ class Tcp : public LinkModel {
     const double rcvNxt = holes_.empty() ? sndUna_ : holes_.front().seq;
     return std::min(congestionWindow() - out_, rcvNxt + receiveWindow() - sndNxt_);
   }
-  // BBR's pacing rate (bit/s): the bandwidth estimate (before any, the initial window per RTT) times
-  // its gain (2.89 in startup, 1 after), less bbr_pacing_margin_percent (1%).
+  // BBR's pacing rate (bit/s): the bandwidth estimate (before any, the initial window per RTT)
+  // times its gain (2.89 in startup, 1 after), less bbr_pacing_margin_percent (1%).
   double pacingRate() const { return 0.99 * 8 * bbrPacing_; }
   // Linux paces per TSO chunk (tcp_tso_autosize): a chunk of about 1 ms at the pacing rate (plus
   // 64 KiB >> (min RTT in us >> 9) on short paths; at most 64 KiB, at least 2 segments) leaves at
@@ -295,7 +315,8 @@ class Tcp : public LinkModel {
       chunkAt_ = now;
       paceCredit_ = now - prior;
       const long minRttUs = std::lround(1e6 * (minRtt_ < kInf ? minRtt_ : rtt_)) >> 9;
-      double bytes = pacingRate() / 8 / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
+      double bytes =
+          pacingRate() / 8 / 1024 + (minRttUs < 32 ? 65536.0 / std::pow(2.0, minRttUs) : 0);
       chunkLeft_ = std::max(2.0, std::floor(std::min(bytes, 65536.0) / mss_)) * mss_ * flows_;
       chunkPaced_ = (sndNxt_ + chunkLeft_) / (mss_ * flows_) >= 10 - 1e-9;
     }
@@ -309,17 +330,21 @@ class Tcp : public LinkModel {
     return now;
   }
   double nextEvent() const {
-    return std::min(inflight_.empty() ? kInf : inflight_.front().ackAt, holes_.empty() ? kInf : holes_.front().repairAt);
+    return std::min(inflight_.empty() ? kInf : inflight_.front().ackAt,
+                    holes_.empty() ? kInf : holes_.front().repairAt);
   }
 
   void send(double tx, double start, double end, double n, LinkClock& clock) {
-    if (out_ == 0) deliveredTime_ = tx;  // Linux restarts the delivery clock when nothing is in flight
-    lastTx_ = tx;  // lsndtime: the TUN device orphans what it queues, so TCP small queues never hold it
+    if (out_ == 0)
+      deliveredTime_ = tx;  // Linux restarts the delivery clock when nothing is in flight
+    lastTx_ =
+        tx;  // lsndtime: the TUN device orphans what it queues, so TCP small queues never hold it
     free_ = end;
     unsent_ -= n;
     bool lost = false;
     for (double p = 0; loss_ > 0 && p < n; p += mss_) lost = clock.lose() || lost;
-    inflight_.push_back({tx, end + rtt_, n, lost, delivered_, deliveredTime_, sndNxt_, sentMemory(n)});
+    inflight_.push_back(
+        {tx, end + rtt_, n, lost, delivered_, deliveredTime_, sndNxt_, sentMemory(n)});
     outMemory_ += inflight_.back().memory;
     out_ += n;
     sndNxt_ += n;
@@ -328,12 +353,14 @@ class Tcp : public LinkModel {
       maxOut_ = out_;
       usageSeq_ = sndNxt_;
     }
-    if (out_ + mss_ > congestionWindow()) cwndLimited_ = true;  // tcp_cwnd_validate: limited by cwnd, not the receiver
+    if (out_ + mss_ > congestionWindow())
+      cwndLimited_ = true;  // tcp_cwnd_validate: limited by cwnd, not the receiver
   }
 
   void acknowledge(double now) {
     while (nextEvent() <= now) {
-      if (!holes_.empty() && holes_.front().repairAt <= (inflight_.empty() ? kInf : inflight_.front().ackAt)) {
+      if (!holes_.empty() &&
+          holes_.front().repairAt <= (inflight_.empty() ? kInf : inflight_.front().ackAt)) {
         const double at = holes_.front().repairAt, before = holes_.front().seq;
         repairHole();
         receiverRead(at, before);
@@ -389,16 +416,20 @@ class Tcp : public LinkModel {
   // tcp_rcv_space_adjust: a read at least the receiver's RTT (its smallest sample) after the last
   // measure measures what was read since (c), not counting what this read finds (`read`: the
   // kernel subtracts what is still queued; in its trace c is the previous round trip's data, as
-  // 62,636 bytes, the first flight at MTU 9000); above the last figure s it grows the buffer to hold
-  // a window of 2c (1 + 2 (c - s) / s) (tcp_rcvbuf_grow), at most tcp_rmem's maximum, and the
+  // 62,636 bytes, the first flight at MTU 9000); above the last figure s it grows the buffer to
+  // hold a window of 2c (1 + 2 (c - s) / s) (tcp_rcvbuf_grow), at most tcp_rmem's maximum, and the
   // window's clamp follows.
   void receiverRead(double at, double read) {
     const double rtt = rtt_ > 0 ? rtt_ : minRtt_;
     if (!(rtt < kInf) || at - rcvSpaceTime_ < rtt) return;
     const double copied = read - rcvSpaceSeq_;
     if (copied > rcvSpace_) {
-      const auto c = static_cast<uint64_t>(std::ceil(copied / flows_)), sp = static_cast<uint64_t>(std::ceil(rcvSpace_ / flows_));
-      const double buf = c > sp ? flows_ * static_cast<double>(receiveBufferAfterMeasure(c, sp, rcvRatio_, rmemMax_)) : 0;
+      const auto c = static_cast<uint64_t>(std::ceil(copied / flows_)),
+                 sp = static_cast<uint64_t>(std::ceil(rcvSpace_ / flows_));
+      const double buf =
+          c > sp
+              ? flows_ * static_cast<double>(receiveBufferAfterMeasure(c, sp, rcvRatio_, rmemMax_))
+              : 0;
       rcvSpace_ = copied;
       if (buf > rcvBuf_) {
         rcvBuf_ = buf;
@@ -435,13 +466,16 @@ class Tcp : public LinkModel {
     bool found = false;
     if (b.ackAt - hsLastAck_ <= 0.002) {
       hsLastAck_ = b.ackAt;
-      const double pacing = 2 * cwnd_ / std::max(srtt_, 1e-6);  // tcp_update_pacing_rate in slow start
+      const double pacing =
+          2 * cwnd_ / std::max(srtt_, 1e-6);  // tcp_update_pacing_rate in slow start
       const double ackDelay = std::min(1e-3, 4 * 65536 / pacing);
       found = b.ackAt - hsRoundStart_ > (minRtt_ + ackDelay) / 2;
     }
     hsCurrRtt_ = std::min(hsCurrRtt_, sample);
-    if (hsSamples_ < 8) ++hsSamples_;
-    else found = found || hsCurrRtt_ > minRtt_ + std::clamp(minRtt_ / 8, 0.004, 0.016);
+    if (hsSamples_ < 8)
+      ++hsSamples_;
+    else
+      found = found || hsCurrRtt_ > minRtt_ + std::clamp(minRtt_ / 8, 0.004, 0.016);
     if (found) {
       hystartFound_ = true;
       ssthresh_ = cwnd_;
@@ -457,7 +491,7 @@ class Tcp : public LinkModel {
   void grow(double acked, double at) {
     const bool inSlowStart = cwnd_ < ssthresh_;
     if (inSlowStart ? cwnd_ >= 2 * maxOut_ : !cwndLimited_) return;  // the window was not used
-    if (sndUna_ <= recoveryEnd_) return;                               // recovery holds the window
+    if (sndUna_ <= recoveryEnd_) return;                             // recovery holds the window
     if (inSlowStart) {
       cwnd_ = std::min(cwnd_ + acked, ssthresh_ == kInf ? kInf : std::max(ssthresh_, cwnd_ + mss_));
       return;
@@ -473,7 +507,8 @@ class Tcp : public LinkModel {
   // ACK in congestion avoidance (origin the last maximum, or the window if above it); the window
   // moves towards W(t) = origin + C (t - K)^3, t counted from the epoch plus the minimum RTT;
   // before any loss at least 5% a round; never slower than the Reno-friendly estimate (one segment
-  // per 1.875 windows acknowledged, counted per ACK); at most half a segment per segment acknowledged.
+  // per 1.875 windows acknowledged, counted per ACK); at most half a segment per segment
+  // acknowledged.
   void cubicGrow(double acked, double at) {
     const double cwndSeg = cwnd_ / mss_ / flows_, wMaxSeg = wMax_ / mss_ / flows_;
     if (epoch_ < 0) {
@@ -511,8 +546,10 @@ class Tcp : public LinkModel {
     const double rate = (fullBw_ ? 1.0 : kBbrHighGain) * btlBw_;
     if (btlBw_ > 0) bbrPacing_ = fullBw_ ? rate : std::max(bbrPacing_, rate);
     const double target = (fullBw_ ? 2.0 : kBbrHighGain) * btlBw_ * rtt_;
-    if (fullBw_) cwnd_ = std::min(cwnd_ + b.bytes, std::max(target, 4 * mss_));
-    else if (cwnd_ < target || delivered_ < initialWindow() || btlBw_ == 0) cwnd_ += b.bytes;
+    if (fullBw_)
+      cwnd_ = std::min(cwnd_ + b.bytes, std::max(target, 4 * mss_));
+    else if (cwnd_ < target || delivered_ < initialWindow() || btlBw_ == 0)
+      cwnd_ += b.bytes;
     bbrMinRtt(b);
   }
 
@@ -559,34 +596,41 @@ class Tcp : public LinkModel {
     double idle = now - lastTx_;
     if (idle <= rto) return;
     ssthresh_ = std::max(ssthresh_, 0.75 * cwnd_);  // tcp_current_ssthresh
-    for (idle -= rto; idle > 0 && cwnd_ > initial; idle -= rto) cwnd_ = std::max(initial, cwnd_ / 2);
+    for (idle -= rto; idle > 0 && cwnd_ > initial; idle -= rto)
+      cwnd_ = std::max(initial, cwnd_ / 2);
   }
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   static constexpr double kRtoMin = 0.2;
-  static constexpr double kSkbOverhead = 768;  // bytes charged per skb beyond its payload (fitted to ss -m here)
+  static constexpr double kSkbOverhead =
+      768;  // bytes charged per skb beyond its payload (fitted to ss -m here)
   static constexpr double kReceiveBufferDefault = 131072;  // net.ipv4.tcp_rmem's default
-  static constexpr double kJiffy = 0.004;  // 1 / CONFIG_HZ (250 in Debian's kernels)
+  static constexpr double kJiffy = 0.004;         // 1 / CONFIG_HZ (250 in Debian's kernels)
   static constexpr double kProbeRttSegments = 4;  // bbr_cwnd_min_target
-  bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false, fullBw_ = false;
+  bool configured_ = false, restartAfterIdle_ = true, writerAsleep_ = false, cwndLimited_ = false,
+       fullBw_ = false;
   Cc cc_ = Cc::kCubic;
   double mss_ = 1448, rtt_ = 0, bufferMax_ = kDefaultSendBuffer, sendBuffer_ = 0, loss_ = 0;
   // The receiver, all flows: scaling ratio, tcp_rmem's maximum, the buffer, the window's clamp and
-  // what the window has grown to (rcv_ssthresh), the last measure's figure, where and when it was taken.
-  int rcvRatio_ = 160;      // x 256
-  uint64_t rmemMax_ = 0;    // net.ipv4.tcp_rmem's maximum (0: the kernel's default)
+  // what the window has grown to (rcv_ssthresh), the last measure's figure, where and when it was
+  // taken.
+  int rcvRatio_ = 160;    // x 256
+  uint64_t rmemMax_ = 0;  // net.ipv4.tcp_rmem's maximum (0: the kernel's default)
   double rcvBuf_ = 0, rcvClamp_ = 0, rcvSsthresh_ = 0;
   double rcvSpace_ = 0, rcvSpaceSeq_ = 0, rcvSpaceTime_ = -kInf;
   double segmentMemory_ = 0;  // tcp_sndbuf_expand's worst-case memory of one segment
-  double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0, renoCwnd_ = 0;
+  double cwnd_ = 0, ssthresh_ = kInf, wMax_ = 0, epoch_ = -1, cubicK_ = 0, originSeg_ = 0,
+         renoCwnd_ = 0;
   bool hystartFound_ = false;
   double hsRoundStart_ = 0, hsLastAck_ = 0, hsEndSeq_ = -1, hsCurrRtt_ = kInf, minRtt_ = kInf;
   int hsSamples_ = 0;
   std::deque<Hole> holes_;
   std::deque<std::pair<double, double>> held_;  // (seq, memory) acknowledged behind a hole
   double heldMemory_ = 0, outMemory_ = 0, bbrPacing_ = 0;
-  double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0, recoveryEnd_ = -1;
-  double free_ = 0, paceFree_ = 0, chunkAt_ = -1, chunkLeft_ = 0, lastTx_ = -1;  // lastTx_: when the sender last handed data over (-1: never)
+  double out_ = 0, unsent_ = 0, sndNxt_ = 0, sndUna_ = 0, maxOut_ = 0, usageSeq_ = 0,
+         recoveryEnd_ = -1;
+  double free_ = 0, paceFree_ = 0, chunkAt_ = -1, chunkLeft_ = 0,
+         lastTx_ = -1;     // lastTx_: when the sender last handed data over (-1: never)
   double paceCredit_ = 0;  // what the chunk in hand may still take off the pacing clock
   bool chunkPaced_ = true;
   double delivered_ = 0, deliveredTime_ = 0, btlBw_ = 0, bwAtLastGrowth_ = 0, roundEnd_ = 0;
@@ -601,7 +645,8 @@ class Tcp : public LinkModel {
 
 void checkTcpModelCongestionControl(const std::string& name, const std::string& where) {
   if (!name.empty() && name != "cubic" && name != "reno" && name != "bbr")
-    throw std::invalid_argument(where + ".congestion_control: '" + name + "' has no tcp model; expected cubic, reno or bbr");
+    throw std::invalid_argument(where + ".congestion_control: '" + name +
+                                "' has no tcp model; expected cubic, reno or bbr");
 }
 
 std::unique_ptr<LinkModel> makeTcp() { return std::make_unique<Tcp>(); }

@@ -13,7 +13,8 @@ const std::vector<DpAlgorithmInfo>& dpAlgorithms() {
   static const std::vector<DpAlgorithmInfo> all = {
       // ring allreduce: reduce-scatter, then an all-gather that relays one encoded frame per chunk
       {"allreduce", ringAllreduceRound, false},
-      // sharded parameter server: replica r serves shard r (push, then pull of its one encoded average)
+      // sharded parameter server: replica r serves shard r (push, then pull of its one encoded
+      // average)
       {"sharded_ps", shardedPsRound, true},
   };
   return all;

@@ -14,10 +14,12 @@ void ringAllreduceRound(std::vector<Action>& a, int replicas, int r) {
   auto mod = [R](int v) { return ringIndex(v, R); };
   for (int t = 0; t + 1 < R; ++t) {
     a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpReduce, mod(r - t), mod(r + 1)));
-    a.push_back(dpMessage(Action::Kind::kRecv, Action::Message::kDpReduce, mod(r - t - 1), mod(r - 1)));
+    a.push_back(
+        dpMessage(Action::Kind::kRecv, Action::Message::kDpReduce, mod(r - t - 1), mod(r - 1)));
   }
   for (int t = 0; t + 1 < R; ++t) {
-    a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpGather, mod(r + 1 - t), mod(r + 1)));
+    a.push_back(
+        dpMessage(Action::Kind::kSend, Action::Message::kDpGather, mod(r + 1 - t), mod(r + 1)));
     a.push_back(dpMessage(Action::Kind::kRecv, Action::Message::kDpGather, mod(r - t), mod(r - 1)));
   }
 }

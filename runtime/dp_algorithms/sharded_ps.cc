@@ -10,10 +10,12 @@ namespace slowpipe::runtime {
 void shardedPsRound(std::vector<Action>& a, int replicas, int r) {
   const int R = replicas;
   auto mod = [R](int v) { return ringIndex(v, R); };
-  for (int k = 1; k < R; ++k) a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpPush, mod(r + k), mod(r + k)));
+  for (int k = 1; k < R; ++k)
+    a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpPush, mod(r + k), mod(r + k)));
   for (int q = 0; q < R; ++q)
     if (q != r) a.push_back(dpMessage(Action::Kind::kRecv, Action::Message::kDpPush, r, q));
-  for (int k = 1; k < R; ++k) a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpPull, r, mod(r + k)));
+  for (int k = 1; k < R; ++k)
+    a.push_back(dpMessage(Action::Kind::kSend, Action::Message::kDpPull, r, mod(r + k)));
   for (int q = 0; q < R; ++q)
     if (q != r) a.push_back(dpMessage(Action::Kind::kRecv, Action::Message::kDpPull, q, q));
 }

@@ -11,6 +11,8 @@ struct CodecCompressor : GradientCompressor {
 };
 }  // namespace
 
-std::unique_ptr<GradientCompressor> parseCodecCompressor(const DpSpec& dp) { return std::make_unique<CodecCompressor>(dp.codec); }
+std::unique_ptr<GradientCompressor> parseCodecCompressor(const DpSpec& dp) {
+  return std::make_unique<CodecCompressor>(dp.codec);
+}
 
 }  // namespace slowpipe::runtime

@@ -13,6 +13,8 @@ struct Diloco : GradientCompressor {
 };
 }  // namespace
 
-std::unique_ptr<GradientCompressor> parseDiloco(const DpSpec& dp) { return std::make_unique<Diloco>(dp.codec); }
+std::unique_ptr<GradientCompressor> parseDiloco(const DpSpec& dp) {
+  return std::make_unique<Diloco>(dp.codec);
+}
 
 }  // namespace slowpipe::runtime

@@ -27,6 +27,7 @@ class PowerSgd : public GradientCompressor {
     }
     return n;
   }
+
  private:
   int rank_;
 };
@@ -34,7 +35,8 @@ class PowerSgd : public GradientCompressor {
 
 std::unique_ptr<GradientCompressor> parsePowerSgd(const DpSpec& dp) {
   const auto p = compressorParams(dp.codec, "powersgd", {"rank"});
-  return std::make_unique<PowerSgd>(static_cast<int>(paramInt(p, "powersgd", "rank", 4, 1, 1 << 16)));
+  return std::make_unique<PowerSgd>(
+      static_cast<int>(paramInt(p, "powersgd", "rank", 4, 1, 1 << 16)));
 }
 
 }  // namespace slowpipe::runtime

@@ -15,7 +15,8 @@ class Qadam : public GradientCompressor {
   }
   const char* name() const override { return "qadam"; }
   std::string messageCodec() const override {
-    return "ef(quant:bits=" + std::to_string(bits_) + ",scale=group,group=" + std::to_string(bucket_) + ",levels=fixpoint)";
+    return "ef(quant:bits=" + std::to_string(bits_) +
+           ",scale=group,group=" + std::to_string(bucket_) + ",levels=fixpoint)";
   }
   bool exactRound(int64_t step) const override { return step < warmup_; }
   int64_t afterStepFrom() const override { return warmup_; }
@@ -30,8 +31,10 @@ class Qadam : public GradientCompressor {
 std::unique_ptr<GradientCompressor> parseQadam(const DpSpec& dp) {
   const auto p = compressorParams(dp.codec, "qadam", {"bits", "bucket", "warmup_steps"});
   const int bits = static_cast<int>(paramInt(p, "qadam", "bits", 8, 1, 8));
-  if (bits != 4 && bits != 8) throw std::invalid_argument("qadam: bits=" + std::to_string(bits) + "; expected 4 or 8");
-  return std::make_unique<Qadam>(bits, static_cast<int>(paramInt(p, "qadam", "bucket", 512, 1, 1 << 24)),
+  if (bits != 4 && bits != 8)
+    throw std::invalid_argument("qadam: bits=" + std::to_string(bits) + "; expected 4 or 8");
+  return std::make_unique<Qadam>(bits,
+                                 static_cast<int>(paramInt(p, "qadam", "bucket", 512, 1, 1 << 24)),
                                  paramInt(p, "qadam", "warmup_steps", 0, 0, int64_t{1} << 40));
 }
 

@@ -1,4 +1,5 @@
-// The registered gradient compressors (runtime/gradient_compressor.h): one file each, one line here.
+// The registered gradient compressors (runtime/gradient_compressor.h): one file each, one line
+// here.
 #include <algorithm>
 #include <stdexcept>
 
@@ -25,7 +26,8 @@ const std::vector<GradientCompressorInfo>& gradientCompressors() {
 
 namespace {
 bool namedBy(const std::string& spec, const std::string& name) {
-  return spec.compare(0, name.size(), name) == 0 && (spec.size() == name.size() || spec[name.size()] == ':');
+  return spec.compare(0, name.size(), name) == 0 &&
+         (spec.size() == name.size() || spec[name.size()] == ':');
 }
 const GradientCompressorInfo& entry(const std::string& name) {
   for (const auto& c : gradientCompressors())
@@ -38,24 +40,29 @@ std::unique_ptr<GradientCompressor> gradientCompressor(const DpSpec& dp) {
   for (const auto& c : gradientCompressors())
     if (c.namedInCodec && namedBy(dp.codec, c.name)) {
       if (dp.localSteps > 1)
-        throw std::invalid_argument("'" + dp.codec + "' compresses every step's gradient; with local_steps " +
-                                    std::to_string(dp.localSteps) + " (DiLoCo) the outer gradient takes a codec spec "
+        throw std::invalid_argument("'" + dp.codec +
+                                    "' compresses every step's gradient; with local_steps " +
+                                    std::to_string(dp.localSteps) +
+                                    " (DiLoCo) the outer gradient takes a codec spec "
                                     "(e.g. quant:bits=8,scale=group,group=512)");
       return c.parse(dp);
     }
   return entry(dp.localSteps > 1 ? "diloco" : "codec").parse(dp);
 }
 
-std::map<std::string, std::string> compressorParams(const std::string& spec, const std::string& name,
+std::map<std::string, std::string> compressorParams(const std::string& spec,
+                                                    const std::string& name,
                                                     const std::vector<std::string>& known) {
   std::map<std::string, std::string> out;
   const std::string text = spec.size() > name.size() ? spec.substr(name.size() + 1) : "";
   size_t at = 0;
   while (at < text.size()) {
     const size_t comma = text.find(',', at);
-    const std::string kv = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const std::string kv =
+        text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) throw std::invalid_argument(name + ": '" + kv + "' is not key=value");
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument(name + ": '" + kv + "' is not key=value");
     const std::string k = kv.substr(0, eq);
     if (std::find(known.begin(), known.end(), k) == known.end()) {
       std::string list;
@@ -69,11 +76,12 @@ std::map<std::string, std::string> compressorParams(const std::string& spec, con
   return out;
 }
 
-int64_t paramInt(const std::map<std::string, std::string>& p, const std::string& name, const std::string& key, int64_t fallback,
-                 int64_t lo, int64_t hi) {
+int64_t paramInt(const std::map<std::string, std::string>& p, const std::string& name,
+                 const std::string& key, int64_t fallback, int64_t lo, int64_t hi) {
   const auto it = p.find(key);
   if (it == p.end()) return fallback;
-  return compression::parseStrictIntIn<std::invalid_argument>(name + ": " + key, it->second, lo, hi);
+  return compression::parseStrictIntIn<std::invalid_argument>(name + ": " + key, it->second, lo,
+                                                              hi);
 }
 
 void GradientCompressor::useCodec(const std::string& codec) {
@@ -83,11 +91,13 @@ void GradientCompressor::useCodec(const std::string& codec) {
 
 int64_t GradientCompressor::param(const std::string& key) const {
   const auto it = params_.find(key);
-  if (it == params_.end()) throw std::logic_error(std::string(name()) + " has no parameter '" + key + "'");
+  if (it == params_.end())
+    throw std::logic_error(std::string(name()) + " has no parameter '" + key + "'");
   return it->second;
 }
 
-int64_t GradientCompressor::roundValues(const std::vector<std::vector<int64_t>>& shapes, int round) const {
+int64_t GradientCompressor::roundValues(const std::vector<std::vector<int64_t>>& shapes,
+                                        int round) const {
   int64_t n = 0;
   for (const auto& p : shapes) {
     int64_t numel = 1;

@@ -22,7 +22,8 @@ class MeanGradients : public GradientSync {
 };
 }  // namespace
 
-std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&, const Runners& runners, int) {
+std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&,
+                                                const Runners& runners, int) {
   return std::make_unique<MeanGradients>(runners);
 }
 

@@ -23,7 +23,8 @@ class Diloco : public GradientSync {
   // Nesterov momentum (torch.optim.SGD, nesterov=True) on the mean outer gradient.
   void outerStep(int64_t, const std::vector<float>& buf) override {
     torch::NoGradGuard guard;
-    const float mu = static_cast<float>(spec_.dp.outerMomentum), lr = static_cast<float>(spec_.dp.outerLr);
+    const float mu = static_cast<float>(spec_.dp.outerMomentum),
+                lr = static_cast<float>(spec_.dp.outerLr);
     for (size_t i = 0; i < outer_.size(); ++i) {
       momentum_[i] = mu * momentum_[i] + buf[i];
       outer_[i] -= lr * (buf[i] + mu * momentum_[i]);
@@ -42,7 +43,8 @@ class Diloco : public GradientSync {
 };
 }  // namespace
 
-std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec& spec, const GradientCompressor&, const Runners& runners, int) {
+std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec& spec, const GradientCompressor&,
+                                             const Runners& runners, int) {
   return std::make_unique<Diloco>(spec, runners);
 }
 

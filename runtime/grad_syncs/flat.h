@@ -18,7 +18,8 @@ inline void put(std::vector<float>& buf, const torch::Tensor& t) {
 
 // t = buf[at, at + numel), at advanced.
 inline void take(const std::vector<float>& buf, size_t& at, torch::Tensor& t) {
-  if (at + static_cast<size_t>(t.numel()) > buf.size()) throw std::logic_error("dp: flat buffer shorter than its parameters");
+  if (at + static_cast<size_t>(t.numel()) > buf.size())
+    throw std::logic_error("dp: flat buffer shorter than its parameters");
   t.copy_(torch::from_blob(const_cast<float*>(buf.data() + at), t.sizes(), torch::kFloat32));
   at += static_cast<size_t>(t.numel());
 }

@@ -12,7 +12,8 @@ namespace slowpipe::runtime {
 namespace {
 class PowerSgd : public GradientSync {
  public:
-  PowerSgd(const RunSpec& spec, Runners runners, int stage, int rank) : runners_(std::move(runners)), rank_(rank) {
+  PowerSgd(const RunSpec& spec, Runners runners, int stage, int rank)
+      : runners_(std::move(runners)), rank_(rank) {
     torch::NoGradGuard guard;
     const auto ps = parametersOf(runners_);
     // Q of each matrix parameter from a generator seeded by (training.seed, stage, index): the
@@ -23,7 +24,8 @@ class PowerSgd : public GradientSync {
         err_.emplace_back();
         continue;
       }
-      auto gen = at::detail::createCPUGenerator(spec.training.seed * 1000003 + static_cast<uint64_t>(stage) * 1009 + i);
+      auto gen = at::detail::createCPUGenerator(spec.training.seed * 1000003 +
+                                                static_cast<uint64_t>(stage) * 1009 + i);
       q_.push_back(torch::randn({ps[i].size(1), rank_}, gen, torch::kFloat32));
       err_.push_back(torch::zeros_like(ps[i]));
     }
@@ -42,7 +44,8 @@ class PowerSgd : public GradientSync {
         flat::put(buf, m_[i].mm(q_[i]));  // P = M Q
       }
       for (size_t i = 0; i < ps.size(); ++i)
-        if (!q_[i].defined()) flat::put(buf, flat::gradOf(ps[i]));  // vectors and small matrices: exact
+        if (!q_[i].defined())
+          flat::put(buf, flat::gradOf(ps[i]));  // vectors and small matrices: exact
     } else {
       for (size_t i = 0; i < ps.size(); ++i)
         if (q_[i].defined()) flat::put(buf, m_[i].t().mm(p_[i]));  // Q = M^T P
@@ -58,7 +61,8 @@ class PowerSgd : public GradientSync {
         if (!q_[i].defined()) continue;
         torch::Tensor p = torch::empty({ps[i].size(0), rank_});
         flat::take(buf, at, p);
-        p_[i] = std::get<0>(torch::linalg_qr(p));  // orthonormal columns, identical on every replica
+        p_[i] =
+            std::get<0>(torch::linalg_qr(p));  // orthonormal columns, identical on every replica
       }
       for (size_t i = 0; i < ps.size(); ++i)
         if (!q_[i].defined()) {
@@ -84,8 +88,8 @@ class PowerSgd : public GradientSync {
 };
 }  // namespace
 
-std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec& spec, const GradientCompressor& c, const Runners& runners,
-                                               int stage) {
+std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec& spec, const GradientCompressor& c,
+                                               const Runners& runners, int stage) {
   return std::make_unique<PowerSgd>(spec, runners, stage, static_cast<int>(c.param("rank")));
 }
 

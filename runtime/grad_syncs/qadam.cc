@@ -28,9 +28,11 @@ auto findState(Map& state, const torch::Tensor& p) {
 
 class Qadam : public GradientSync {
  public:
-  Qadam(const RunSpec& spec, StageRunner& runner, int64_t warmup) : spec_(spec), runner_(runner), warmup_(warmup) {}
+  Qadam(const RunSpec& spec, StageRunner& runner, int64_t warmup)
+      : spec_(spec), runner_(runner), warmup_(warmup) {}
 
-  // The warm-up's rounds carry the gradients (exactly: GradientCompressor::exactRound), then the momentum.
+  // The warm-up's rounds carry the gradients (exactly: GradientCompressor::exactRound), then the
+  // momentum.
   void pack(int, int64_t step, std::vector<float>& buf) override {
     torch::NoGradGuard guard;
     if (replacesStep(step)) {
@@ -72,10 +74,12 @@ class Qadam : public GradientSync {
                                " parameters found in AdamW's state (its key format?)");
     }
     const double clip = spec_.training.clipNorm;
-    const double coef = clip > 0 && clip / (globalNorm + 1e-6) < 1.0 ? clip / (globalNorm + 1e-6) : 1.0;
+    const double coef =
+        clip > 0 && clip / (globalNorm + 1e-6) < 1.0 ? clip / (globalNorm + 1e-6) : 1.0;
     const double b1 = 0.9;  // torch's AdamW defaults, as StageRunner's optimizer
     momentumLocal_.clear();
-    for (size_t i = 0; i < ps.size(); ++i) flat::put(momentumLocal_, expAvg_[i] * b1 + flat::gradOf(ps[i]) * ((1 - b1) * coef));
+    for (size_t i = 0; i < ps.size(); ++i)
+      flat::put(momentumLocal_, expAvg_[i] * b1 + flat::gradOf(ps[i]) * ((1 - b1) * coef));
   }
 
   void outerStep(int64_t step, const std::vector<float>& buf) override {
@@ -88,7 +92,8 @@ class Qadam : public GradientSync {
     // small momentum entry divided by its tiny sqrt(v) + 1e-8 overflowed to inf at step 4.) With
     // an exact codec this is torch's AdamW on the mean clipped gradient.
     ++adamStep_;
-    const double lr = runner_.learningRate(step), wd = spec_.training.weightDecay, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    const double lr = runner_.learningRate(step), wd = spec_.training.weightDecay, b1 = 0.9,
+                 b2 = 0.999, eps = 1e-8;
     const double bc1 = 1 - std::pow(b1, static_cast<double>(adamStep_));
     const double bc2Sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(adamStep_)));
     size_t at = 0;
@@ -116,9 +121,12 @@ class Qadam : public GradientSync {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> makeQadamSync(const RunSpec& spec, const GradientCompressor& c, const Runners& runners, int) {
+std::unique_ptr<GradientSync> makeQadamSync(const RunSpec& spec, const GradientCompressor& c,
+                                            const Runners& runners, int) {
   // Its Adam state is one runner's optimizer's (the spec check refuses it with model chunks).
-  if (runners.size() != 1) throw std::invalid_argument("qadam synchronises one model chunk per rank, not " + std::to_string(runners.size()));
+  if (runners.size() != 1)
+    throw std::invalid_argument("qadam synchronises one model chunk per rank, not " +
+                                std::to_string(runners.size()));
   return std::make_unique<Qadam>(spec, *runners[0], c.param("warmup_steps"));
 }
 

@@ -6,10 +6,14 @@
 
 namespace slowpipe::runtime {
 
-std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&, const Runners&, int);
-std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec&, const GradientCompressor&, const Runners&, int);
-std::unique_ptr<GradientSync> makeQadamSync(const RunSpec&, const GradientCompressor&, const Runners&, int);
-std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec&, const GradientCompressor&, const Runners&, int);
+std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&,
+                                                const Runners&, int);
+std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec&, const GradientCompressor&,
+                                               const Runners&, int);
+std::unique_ptr<GradientSync> makeQadamSync(const RunSpec&, const GradientCompressor&,
+                                            const Runners&, int);
+std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec&, const GradientCompressor&,
+                                             const Runners&, int);
 
 const std::vector<GradientSyncInfo>& gradientSyncs() {
   static const std::vector<GradientSyncInfo> all = {
@@ -28,11 +32,13 @@ std::vector<torch::Tensor> parametersOf(const Runners& runners) {
   return out;
 }
 
-std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, const Runners& runners, int stage) {
+std::unique_ptr<GradientSync> makeGradientSync(const RunSpec& spec, const Runners& runners,
+                                               int stage) {
   const std::unique_ptr<GradientCompressor> c = gradientCompressor(spec.dp);
   for (const auto& s : gradientSyncs())
     if (std::string(s.name) == c->name()) return s.make(spec, *c, runners, stage);
-  throw std::logic_error(std::string("gradient compressor '") + c->name() + "' has no torch side in runtime/grad_syncs/registry.cc");
+  throw std::logic_error(std::string("gradient compressor '") + c->name() +
+                         "' has no torch side in runtime/grad_syncs/registry.cc");
 }
 
 }  // namespace slowpipe::runtime

@@ -11,7 +11,8 @@
 
 namespace slowpipe::runtime {
 
-std::vector<Action> interleavedOneFOneBSchedule(int stages, int microBatches, int stage, int chunks) {
+std::vector<Action> interleavedOneFOneBSchedule(int stages, int microBatches, int stage,
+                                                int chunks) {
   const int S = stages, V = chunks, total = microBatches * V;
   auto mbOf = [&](int k) { return (k / (S * V)) * S + k % S; };
   auto chunkOf = [&](int k, bool forward) {

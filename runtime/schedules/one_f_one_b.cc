@@ -1,5 +1,6 @@
 // 1F1B (PipeDream-flush): stage s runs S-1-s warm-up forwards, then alternates one forward and one
-// backward, then drains the remaining backwards. At most S-s micro-batches are in flight on stage s.
+// backward, then drains the remaining backwards. At most S-s micro-batches are in flight on stage
+// s.
 #include <algorithm>
 
 #include "runtime/schedule.h"

@@ -8,7 +8,8 @@ namespace slowpipe::runtime {
 
 // Builders defined in their own files (gpipe's and 1f1b's are declared in schedule.h).
 std::vector<Action> zbH1Schedule(int stages, int microBatches, int stage);
-std::vector<Action> interleavedOneFOneBSchedule(int stages, int microBatches, int stage, int chunks);
+std::vector<Action> interleavedOneFOneBSchedule(int stages, int microBatches, int stage,
+                                                int chunks);
 
 const std::vector<ScheduleInfo>& schedules() {
   static const std::vector<ScheduleInfo> all = {

@@ -18,7 +18,8 @@ std::vector<Action> zbH1Schedule(int stages, int microBatches, int stage) {
   auto backward = [&](int mb) {
     appendBackwardInput(a, mb, stages, stage);
     deferred.push_back(mb);
-    for (; static_cast<int>(deferred.size()) > stage; deferred.pop_front()) appendBackwardWeight(a, deferred.front());
+    for (; static_cast<int>(deferred.size()) > stage; deferred.pop_front())
+      appendBackwardWeight(a, deferred.front());
   };
   const int warmup = std::min(stages - 1 - stage, microBatches);
   int f = 0, b = 0;

@@ -32,8 +32,11 @@ struct Pair {
   AcsgdCodec& r() { return static_cast<AcsgdCodec&>(*receiver); }
 };
 
-// Each end built for its own instance, as the transport does (file-backed stores get their own files).
-Pair makePair(const std::string& spec) { return {makeCodec(spec, "send"), makeCodec(spec, "recv")}; }
+// Each end built for its own instance, as the transport does (file-backed stores get their own
+// files).
+Pair makePair(const std::string& spec) {
+  return {makeCodec(spec, "send"), makeCodec(spec, "recv")};
+}
 
 // Sends one micro-batch through a real frame; returns the receiver's output.
 std::vector<float> roundTrip(Pair& p, const std::vector<int64_t>& ids, const std::vector<float>& x,
@@ -117,7 +120,8 @@ TEST_P(AcsgdStateTest, ReconstructionErrorShrinksEveryRoundForFixedActivation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, AcsgdStateTest,
-                         ::testing::Values("acsgd:bits=2", "acsgd:bits=2,store=fp32", "acsgd:bits=4,store=fp16",
+                         ::testing::Values("acsgd:bits=2", "acsgd:bits=2,store=fp32",
+                                           "acsgd:bits=4,store=fp16",
                                            "acsgd:bits=3,group=64,store=q8",
                                            "acsgd:bits=2,round=stochastic,seed=5",
                                            "acsgd:bits=2,backing=mmap,budget=1MiB"));
@@ -174,10 +178,13 @@ TEST(AcsgdTest, DeltaForUnknownExampleIsAnError) {
 }
 
 TEST(AcsgdTest, MmapStoreWritesItsFileAndReportsBytes) {
-  const auto path = std::filesystem::temp_directory_path() / ("slowpipe-acsgd-test-" + std::to_string(getpid()) + ".bin");
-  const std::filesystem::path sendFile = path.string() + ".send", recvFile = path.string() + ".recv";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("slowpipe-acsgd-test-" + std::to_string(getpid()) + ".bin");
+  const std::filesystem::path sendFile = path.string() + ".send",
+                              recvFile = path.string() + ".recv";
   {
-    Pair p = makePair("acsgd:bits=2,backing=mmap,path=" + path.string() + ",store=fp16,budget=64KiB");
+    Pair p =
+        makePair("acsgd:bits=2,backing=mmap,path=" + path.string() + ",store=fp16,budget=64KiB");
     EXPECT_FALSE(std::filesystem::exists(sendFile));  // nothing is created before the first row
     std::vector<float> x(2 * kRow);
     activation(1, 0, 0, x.data());
@@ -200,7 +207,8 @@ TEST(AcsgdTest, MmapStoreWritesItsFileAndReportsBytes) {
     EXPECT_TRUE(std::filesystem::exists(recvFile));
   }
   EXPECT_TRUE(std::filesystem::exists(sendFile)) << "keep=true keeps it";
-  // A store never opens a file that exists: two codecs given one file is an error, not a shared buffer.
+  // A store never opens a file that exists: two codecs given one file is an error, not a shared
+  // buffer.
   auto a = makeCodec("acsgd:bits=2,backing=mmap,path=" + path.string(), "send");
   std::vector<float> x(kRow);
   activation(1, 0, 0, x.data());
@@ -227,7 +235,8 @@ TEST(AcsgdTest, StoresStayWithinTheirBudget) {
         if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
       }
       std::vector<float> x(ids.size() * kRow);
-      for (size_t r = 0; r < ids.size(); ++r) activation(ids[r], round, 0.01f * round, x.data() + r * kRow);
+      for (size_t r = 0; r < ids.size(); ++r)
+        activation(ids[r], round, 0.01f * round, x.data() + r * kRow);
       roundTrip(p, ids, x, 1);
       ASSERT_LE(p.s().store().bytesUsed(), 40000u) << backing;
       ASSERT_LE(p.r().store().bytesUsed(), 40000u) << backing;
@@ -263,7 +272,8 @@ TEST(ErrorFeedbackTest, ResidualCarriesWhatWasNotSent) {
 // receiver never has, so the old digest (of the residuals) differed between the ends after any
 // message, and every run with ef failed at the end.
 TEST(ErrorFeedbackTest, SenderAndReceiverDigestsAgree) {
-  for (const char* spec : {"ef(quant:bits=4)", "ef(topk:ratio=0.05)", "ef(fp16)", "ef(quant:bits=4;store=bf16)"}) {
+  for (const char* spec :
+       {"ef(quant:bits=4)", "ef(topk:ratio=0.05)", "ef(fp16)", "ef(quant:bits=4;store=bf16)"}) {
     auto tx = makeCodec(spec), rx = makeCodec(spec);
     std::vector<float> x(256), y(256);
     const Shape shape{8, 32};

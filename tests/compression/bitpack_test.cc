@@ -1,4 +1,5 @@
-// Bit packing must be exact: every width 1..8, every length 0..1000, against a bit-by-bit reference.
+// Bit packing must be exact: every width 1..8, every length 0..1000, against a bit-by-bit
+// reference.
 #include "compression/bitpack.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +36,8 @@ TEST_P(BitpackTest, ExactForAllLengths) {
     packBits(codes.data(), n, bits, packed.data() + 1);
     ASSERT_EQ(packed.front(), 0xAB) << "bits=" << bits << " n=" << n;
     ASSERT_EQ(packed.back(), 0xAB) << "bits=" << bits << " n=" << n;
-    ASSERT_TRUE(std::equal(want.begin(), want.end(), packed.begin() + 1)) << "bits=" << bits << " n=" << n;
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), packed.begin() + 1))
+        << "bits=" << bits << " n=" << n;
     std::vector<uint8_t> back(n + 1, 0xCD);
     unpackBits(packed.data() + 1, n, bits, back.data());
     ASSERT_EQ(back[n], 0xCD) << "unpack wrote past n";

@@ -19,21 +19,25 @@ namespace slowpipe::compression {
 namespace {
 
 TEST(RegistryTest, BuildsEveryDocumentedSpec) {
-  for (const char* s : {"none", "fp16", "bf16", "quant:bits=4,scale=channel,round=nearest",
-                        "quant:bits=2,group=128,round=stochastic", "topk:ratio=0.01", "topk:ratio=0.02,bits=2", "acsgd:bits=2",
-                        "ef(quant:bits=4)", "acsgd:bits=4,store=fp16,backing=mmap,budget=16MiB", "randk:ratio=0.1",
-                        "randk:ratio=0.25,seed=7", "ef(randk:ratio=0.1)", "hadamard(quant:bits=3,scale=group,group=64)",
-                        "hadamard(acsgd:bits=2;seed=3;block=64)", "ef(hadamard(quant:bits=4))"}) {
+  for (const char* s :
+       {"none", "fp16", "bf16", "quant:bits=4,scale=channel,round=nearest",
+        "quant:bits=2,group=128,round=stochastic", "topk:ratio=0.01", "topk:ratio=0.02,bits=2",
+        "acsgd:bits=2", "ef(quant:bits=4)", "acsgd:bits=4,store=fp16,backing=mmap,budget=16MiB",
+        "randk:ratio=0.1", "randk:ratio=0.25,seed=7", "ef(randk:ratio=0.1)",
+        "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2;seed=3;block=64)",
+        "ef(hadamard(quant:bits=4))"}) {
     auto c = makeCodec(s);
     ASSERT_NE(c, nullptr) << s;
     EXPECT_EQ(makeCodec(c->spec())->spec(), c->spec()) << "canonical spec must round-trip: " << s;
   }
-  EXPECT_EQ(makeCodec("quant:bits=2,group=128")->spec(), "quant:bits=2,scale=group,group=128,round=nearest");
+  EXPECT_EQ(makeCodec("quant:bits=2,group=128")->spec(),
+            "quant:bits=2,scale=group,group=128,round=nearest");
 }
 
 TEST(RegistryTest, ErrorsListWhatIsValid) {
   EXPECT_NE(errorOf("zip").find("valid codecs: none, fp16"), std::string::npos) << errorOf("zip");
-  EXPECT_NE(errorOf("quant:bitz=4").find("unknown parameter 'bitz'; valid: bits, scale"), std::string::npos);
+  EXPECT_NE(errorOf("quant:bitz=4").find("unknown parameter 'bitz'; valid: bits, scale"),
+            std::string::npos);
   EXPECT_NE(errorOf("quant:bits=9").find("1..8"), std::string::npos);
   EXPECT_NE(errorOf("quant:bits=x").find("not an integer"), std::string::npos);
   EXPECT_NE(errorOf("quant:round=up").find("nearest, stochastic"), std::string::npos);
@@ -49,8 +53,8 @@ TEST(HalfTest, MatchesKnownValuesAndRoundsToNearestEven) {
   EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(floatToHalf(-2.0f), 0xc000);
   EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);        // ties to even -> inf
-  EXPECT_EQ(floatToHalf(5.960464477539063e-8f), 1);  // smallest subnormal
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);            // ties to even -> inf
+  EXPECT_EQ(floatToHalf(5.960464477539063e-8f), 1);    // smallest subnormal
   EXPECT_EQ(floatToHalf(1.0f + 1.0f / 2048), 0x3c00);  // exact tie rounds to even
   EXPECT_EQ(floatToHalf(1.0f + 3.0f / 2048), 0x3c02);
   EXPECT_TRUE(std::isnan(halfToFloat(floatToHalf(std::nanf("")))));
@@ -82,14 +86,16 @@ TEST(HalfTest, BulkConversionEqualsScalar) {
 TEST(CastCodecTest, RoundTripErrorWithinFormatPrecision) {
   std::vector<float> x(1000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * 100;
-  for (const auto& [spec, rel] : std::vector<std::pair<std::string, float>>{{"none", 0}, {"fp16", 1.0f / 2048}, {"bf16", 1.0f / 256}}) {
+  for (const auto& [spec, rel] : std::vector<std::pair<std::string, float>>{
+           {"none", 0}, {"fp16", 1.0f / 2048}, {"bf16", 1.0f / 256}}) {
     auto c = makeCodec(spec);
     Bytes p;
     c->encode(x.data(), {1000}, {}, p);
     EXPECT_EQ(p.size(), spec == "none" ? 4000u : 2000u);
     std::vector<float> y(1000);
     c->decode(p.data(), p.size(), {1000}, {}, y.data());
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(y[i] - x[i]), rel * std::fabs(x[i])) << spec;
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_LE(std::fabs(y[i] - x[i]), rel * std::fabs(x[i])) << spec;
   }
 }
 
@@ -140,9 +146,11 @@ TEST(TopkCodecTest, QuantizedValuesAreTheQuantizerOfTheKeptOnes) {
     quant->decode(qp.data(), qp.size(), {30}, {}, qv.data());
     EXPECT_EQ(p.size(), 4 + 4 * 30 + qp.size()) << spec;
     size_t j = 0;
-    for (size_t i = 0; i < 1000; ++i) EXPECT_EQ(y[i], j < at.size() && at[j] == i ? qv[j++] : 0.0f) << spec << " " << i;
+    for (size_t i = 0; i < 1000; ++i)
+      EXPECT_EQ(y[i], j < at.size() && at[j] == i ? qv[j++] : 0.0f) << spec << " " << i;
   }
-  EXPECT_NE(errorOf("topk:ratio=0.1,bits=9").find("bits=9 is out of range"), std::string::npos) << errorOf("topk:ratio=0.1,bits=9");
+  EXPECT_NE(errorOf("topk:ratio=0.1,bits=9").find("bits=9 is out of range"), std::string::npos)
+      << errorOf("topk:ratio=0.1,bits=9");
 }
 
 // The rotation is the textbook transform bit for bit (the signs from the seed, every pass h = 1, 2,
@@ -154,7 +162,8 @@ TEST(HadamardCodecTest, RotationIsTheTextbookTransformBitForBit) {
     for (size_t r = 0; r < v.size() / d; ++r) {
       float* row = v.data() + r * d;
       auto signs = [&] {
-        for (int64_t j = 0; j < d; ++j) row[j] *= (mix64(seed ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
+        for (int64_t j = 0; j < d; ++j)
+          row[j] *= (mix64(seed ^ static_cast<uint64_t>(j)) & 1) ? -1.0f : 1.0f;
       };
       if (!inverse) signs();
       for (int64_t k = 0; k < d; k += b) {
@@ -174,7 +183,13 @@ TEST(HadamardCodecTest, RotationIsTheTextbookTransformBitForBit) {
   };
   std::mt19937 g(3);
   std::normal_distribution<float> dist;
-  for (const auto& [d, maxBlock] : {std::pair<int64_t, int64_t>{1024, 256}, {1024, 65536}, {192, 256}, {8, 256}, {12, 256}, {7, 256}, {4096, 16}}) {
+  for (const auto& [d, maxBlock] : {std::pair<int64_t, int64_t>{1024, 256},
+                                    {1024, 65536},
+                                    {192, 256},
+                                    {8, 256},
+                                    {12, 256},
+                                    {7, 256},
+                                    {4096, 16}}) {
     HadamardCodec h(makeCodec("none"), 11, maxBlock);
     std::vector<float> x(static_cast<size_t>(3 * d));
     for (auto& v : x) v = dist(g) * 3.0f;
@@ -196,7 +211,8 @@ TEST(HadamardCodecTest, OrthonormalInverseAndHelpsWithOutliers) {
   std::vector<float> x(n);
   std::mt19937 g(9);
   std::normal_distribution<float> d;
-  for (int64_t i = 0; i < n; ++i) x[i] = d(g) * (i % 64 == 17 ? 8.0f : 1.0f);  // one 8x outlier per 64 values
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = d(g) * (i % 64 == 17 ? 8.0f : 1.0f);  // one 8x outlier per 64 values
   HadamardCodec h(makeCodec("none"), 7, 256);
   EXPECT_EQ(h.blockFor(192), 64);
   EXPECT_EQ(h.blockFor(7), 1);
@@ -222,7 +238,8 @@ TEST(HadamardCodecTest, OrthonormalInverseAndHelpsWithOutliers) {
   };
   // A group's scale follows its largest value: the outlier sets a coarse grid for the other 63.
   // Rotated, the outlier's energy is spread over the block and the grid is several times finer.
-  const double plain = relErr("quant:bits=4,scale=group,group=64"), rotated = relErr("hadamard(quant:bits=4,scale=group,group=64)");
+  const double plain = relErr("quant:bits=4,scale=group,group=64"),
+               rotated = relErr("hadamard(quant:bits=4,scale=group,group=64)");
   EXPECT_LT(rotated, 0.5 * plain) << "plain " << plain << ", rotated " << rotated;
   EXPECT_NE(errorOf("hadamard(quant:bits=4;block=96)").find("power of two"), std::string::npos);
   EXPECT_NE(errorOf("ef(hadamard(acsgd:bits=2))").find("stateful"), std::string::npos);
@@ -249,7 +266,8 @@ TEST(BuiltinRegistryTest, ARegisteredCodecIsKnownEverywhere) {
   CodecContext ctx;
   Bytes frame = encodeFrame(*randk, x.data(), FrameHeader{.shape = {64}}, ctx);
   std::vector<float> out;
-  const FrameHeader h = decodeFrame(*makeCodec("randk:ratio=0.5,seed=3"), frame.data(), frame.size(), ctx, out);
+  const FrameHeader h =
+      decodeFrame(*makeCodec("randk:ratio=0.5,seed=3"), frame.data(), frame.size(), ctx, out);
   EXPECT_EQ(h.codec, randk->id());
   EXPECT_FALSE(knownCodecId(200));
   EXPECT_EQ(codecName(static_cast<CodecId>(200)), std::string("unknown"));

@@ -18,7 +18,9 @@ namespace slowpipe::compression {
 namespace {
 
 struct DeviceMemory {
-  explicit DeviceMemory(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 1)), cudaSuccess); }
+  explicit DeviceMemory(size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 1)), cudaSuccess);
+  }
   ~DeviceMemory() { cudaFree(p); }
   float* f() const { return static_cast<float*>(p); }
   void* p = nullptr;
@@ -29,8 +31,8 @@ std::vector<float> activations(int64_t n, uint32_t seed) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(n);
   for (auto& v : x) v = d(rng);
-  for (int64_t i = 0; i < n; i += 97) x[i] *= 20.0f;              // outliers
-  for (int64_t i = 5; i + 1 < n; i += 211) x[i + 1] = -x[i];      // equal magnitudes (topk ties)
+  for (int64_t i = 0; i < n; i += 97) x[i] *= 20.0f;          // outliers
+  for (int64_t i = 5; i + 1 < n; i += 211) x[i + 1] = -x[i];  // equal magnitudes (topk ties)
   for (int64_t i = 3; i < n; i += 389) x[i] = 0.0f;
   return x;
 }
@@ -48,7 +50,8 @@ class CudaCodecTest : public ::testing::TestWithParam<std::string> {
   void checkSequence(cuda::BufferPlace place) {
     const std::string spec = GetParam();
     auto hostEnc = makeCodec(spec), hostDec = makeCodec(spec);
-    auto devEnc = cuda::DeviceCodec::make(spec, place), devDec = cuda::DeviceCodec::make(spec, place);
+    auto devEnc = cuda::DeviceCodec::make(spec, place),
+         devDec = cuda::DeviceCodec::make(spec, place);
     const Shape shape{4, 33, 96};  // odd sequence length; rows = examples
     const int64_t n = numelOf(shape);
     DeviceMemory dx(4 * n), dout(4 * n);
@@ -59,7 +62,8 @@ class CudaCodecTest : public ::testing::TestWithParam<std::string> {
         ctx.step = epoch * 3 + mb;
         ctx.microBatch = mb;
         ctx.key = "fwd/mb" + std::to_string(mb);
-        for (int r = 0; r < 4; ++r) ctx.exampleIds.push_back((mb * 3 + r * 5) % 11);  // overlaps across mbs
+        for (int r = 0; r < 4; ++r)
+          ctx.exampleIds.push_back((mb * 3 + r * 5) % 11);  // overlaps across mbs
         const std::vector<float> x = activations(n, 100 * epoch + mb);
         ASSERT_EQ(cudaMemcpy(dx.p, x.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
         Bytes want, got;
@@ -76,14 +80,18 @@ class CudaCodecTest : public ::testing::TestWithParam<std::string> {
         // A truncated payload is refused, naming the codec, and leaves the state as it was.
         const uint64_t before = devDec->stateDigest();
         if (!want.empty()) {
-          EXPECT_THROW(devDec->decode(want.data(), want.size() - 1, shape, ctx, dout.f()), CodecError) << spec;
+          EXPECT_THROW(devDec->decode(want.data(), want.size() - 1, shape, ctx, dout.f()),
+                       CodecError)
+              << spec;
           EXPECT_EQ(devDec->stateDigest(), before) << spec;
         }
       }
   }
 };
 
-TEST_P(CudaCodecTest, PayloadsValuesAndStateEqualTheHostCodec) { checkSequence(cuda::BufferPlace::kDevice); }
+TEST_P(CudaCodecTest, PayloadsValuesAndStateEqualTheHostCodec) {
+  checkSequence(cuda::BufferPlace::kDevice);
+}
 
 TEST_P(CudaCodecTest, PinnedHostBuffersGiveTheSameBytes) {
   if (GetParam().rfind("acsgd", 0) != 0) GTEST_SKIP() << "stateless: no buffers to place";
@@ -92,10 +100,12 @@ TEST_P(CudaCodecTest, PinnedHostBuffersGiveTheSameBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CudaCodecTest,
-    ::testing::Values("none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8", "quant:bits=3,scale=group,group=100",
-                      "quant:bits=4,round=stochastic,seed=7", "quant:bits=2,scale=group,group=64,round=stochastic,seed=1",
-                      "quant:bits=2,levels=fixpoint", "quant:bits=8,levels=fixpoint", "acsgd:bits=2", "acsgd:bits=4,levels=fixpoint",
-                      "acsgd:bits=3,store=fp32", "acsgd:bits=2,levels=fixpoint,warmup_epochs=1", "topk:ratio=0.01",
+    ::testing::Values("none", "fp16", "bf16", "quant:bits=2", "quant:bits=4", "quant:bits=8",
+                      "quant:bits=3,scale=group,group=100", "quant:bits=4,round=stochastic,seed=7",
+                      "quant:bits=2,scale=group,group=64,round=stochastic,seed=1",
+                      "quant:bits=2,levels=fixpoint", "quant:bits=8,levels=fixpoint",
+                      "acsgd:bits=2", "acsgd:bits=4,levels=fixpoint", "acsgd:bits=3,store=fp32",
+                      "acsgd:bits=2,levels=fixpoint,warmup_epochs=1", "topk:ratio=0.01",
                       "topk:ratio=0.05,bits=2", "randk:ratio=0.1,seed=3"),
     [](const ::testing::TestParamInfo<std::string>& i) {
       std::string s = i.param;

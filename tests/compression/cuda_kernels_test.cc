@@ -73,7 +73,8 @@ TEST_F(CudaKernelsTest, QuantizersEqualTheCpu) {
     s[i] = m[i];
   }
   const Kernels& k = kernels();
-  const float *dx = toDevice(x), *dm = toDevice(m), *dinv = toDevice(inv), *dstep = toDevice(step), *dd = toDevice(d), *ds = toDevice(s);
+  const float *dx = toDevice(x), *dm = toDevice(m), *dinv = toDevice(inv), *dstep = toDevice(step),
+              *dd = toDevice(d), *ds = toDevice(s);
   uint8_t* dcodes = deviceBuffer<uint8_t>(n);
   float* dout = deviceBuffer<float>(n);
   std::vector<uint8_t> want(n);
@@ -120,8 +121,8 @@ TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
   std::vector<float> rd(n);
   for (int64_t i = 0; i < n; ++i) rd[i] = 1.0f / d[i];
   const Kernels& k = kernels();
-  const float *dx = toDevice(x), *dmx = toDevice(mx), *dinv = toDevice(inv), *dstep = toDevice(step), *dd = toDevice(d),
-              *ds = toDevice(s);
+  const float *dx = toDevice(x), *dmx = toDevice(mx), *dinv = toDevice(inv),
+              *dstep = toDevice(step), *dd = toDevice(d), *ds = toDevice(s);
   uint8_t* dcodes = deviceBuffer<uint8_t>(n);
   std::vector<uint8_t> codes(n);
   std::vector<float> m = m0;
@@ -132,7 +133,8 @@ TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
   ASSERT_EQ(toHost(dm, n), m);
   m = m0;
   dm = toDevice(m0);
-  k.deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
+  k.deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f,
+                   codes.data());
   cuda::deltaFixUpdate(dx, dm, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
   ASSERT_EQ(toHost(dcodes, n), codes);
   ASSERT_EQ(toHost(dm, n), m);
@@ -144,7 +146,8 @@ TEST_F(CudaKernelsTest, FusedDeltaAndErrorFeedbackStepsEqualTheCpu) {
   ASSERT_EQ(toHost(dm, n), m);
   m = m0;
   dm = toDevice(m0);
-  k.efFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f, codes.data());
+  k.efFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, 2.0f, -2.0f, 1.0f, 0.5f,
+                codes.data());
   cuda::efFixUpdate(dx, dm, dd, ds, n, 2.0f, -2.0f, 1.0f, 0.5f, dcodes);
   ASSERT_EQ(toHost(dcodes, n), codes);
   ASSERT_EQ(toHost(dm, n), m);
@@ -181,13 +184,15 @@ TEST_F(CudaKernelsTest, HalfBf16AndScalesEqualTheCpu) {
   const std::vector<uint16_t> b = toHost(dh, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(b[i], floatToBf16(x[i])) << i;
   std::vector<float> want(channels, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) kernels().absMaxAccum(x.data() + r * channels, channels, want.data());
+  for (int64_t r = 0; r < rows; ++r)
+    kernels().absMaxAccum(x.data() + r * channels, channels, want.data());
   float* dmax = deviceBuffer<float>(channels);
   cuda::channelAbsMax(dx, rows, channels, dmax);
   ASSERT_EQ(toHost(dmax, channels), want);
   const int64_t group = 512, groups = (n + group - 1) / group;
   std::vector<float> gwant(groups);
-  for (int64_t g = 0; g < groups; ++g) gwant[g] = kernels().absMax(x.data() + g * group, std::min(group, n - g * group));
+  for (int64_t g = 0; g < groups; ++g)
+    gwant[g] = kernels().absMax(x.data() + g * group, std::min(group, n - g * group));
   float* dg = deviceBuffer<float>(groups);
   cuda::groupAbsMax(dx, n, group, dg);
   ASSERT_EQ(toHost(dg, groups), gwant);

@@ -28,7 +28,9 @@ std::vector<float> portableTensor(const Shape& shape, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     float s = 0.0f;
     for (uint64_t k = 0; k < 4; ++k)
-      s += static_cast<float>(mix64(seed * 0x9e3779b97f4a7c15ull + 4 * static_cast<uint64_t>(i) + k) >> 40) * 0x1.0p-24f;
+      s += static_cast<float>(
+               mix64(seed * 0x9e3779b97f4a7c15ull + 4 * static_cast<uint64_t>(i) + k) >> 40) *
+           0x1.0p-24f;
     x[i] = (s - 2.0f) * static_cast<float>(1 + (i % cols) % 7);
   }
   x[n / 3] = 40.0f + static_cast<float>(seed % 5);
@@ -60,7 +62,8 @@ uint64_t sequenceDigest(const std::string& spec, const Shape& shape) {
     p.clear();
     sender->encode(x.data(), shape, ctx, p);
     std::vector<float> buf(n + 1);
-    float* y = buf.data() + 1;  // 4 bytes past an allocation's alignment: the stores' heads and tails run
+    float* y =
+        buf.data() + 1;  // 4 bytes past an allocation's alignment: the stores' heads and tails run
     receiver->decode(p.data(), p.size(), shape, ctx, y);
     EXPECT_EQ(sender->stateDigest(), receiver->stateDigest()) << spec << " message " << step;
     const uint64_t size = p.size();
@@ -86,11 +89,13 @@ const Case kCases[] = {
     {"quant:bits=4,scale=group,group=64", 0xe5c4bcdb58ad1a37ull, 0xa87dec484f9bc67dull},
     {"quant:bits=2,round=stochastic", 0x8e9d19bb52b43a0cull, 0xbc0a42cf990b4e2eull},
     {"quant:bits=3,round=stochastic,seed=9", 0x59f9833782aea5d8ull, 0x7e358e12f0e17c8cull},
-    {"quant:bits=4,scale=group,group=100,round=stochastic", 0x6e07085d823e96e7ull, 0xc90a9028ab8d8c5full},
+    {"quant:bits=4,scale=group,group=100,round=stochastic", 0x6e07085d823e96e7ull,
+     0xc90a9028ab8d8c5full},
     {"quant:bits=2,levels=fixpoint", 0x35cc75cb0f1e8584ull, 0x875e84373f4d72bdull},
     {"quant:bits=4,levels=fixpoint", 0x5854c82969b431a4ull, 0xfb4d98b9a100473dull},
     {"quant:bits=8,levels=fixpoint", 0x0572fd464fa3413cull, 0x1af44f39287d0fbeull},
-    {"quant:bits=8,levels=fixpoint,scale=group,group=100", 0x46c92d6324ee1e2dull, 0xb0c41d2fd043d7c8ull},
+    {"quant:bits=8,levels=fixpoint,scale=group,group=100", 0x46c92d6324ee1e2dull,
+     0xb0c41d2fd043d7c8ull},
     {"topk:ratio=0.01", 0x9f0a87f89e3ccecdull, 0xab0724f82a0c620bull},
     {"topk:ratio=0.05", 0x9df61df62d81838cull, 0xfdd619663095d05eull},
     {"topk:ratio=0.05,bits=2", 0x742e128328d83b78ull, 0x93a6ba0b00515c16ull},
@@ -111,7 +116,8 @@ const Case kCases[] = {
     {"ef(quant:bits=2,levels=fixpoint)", 0xb0585e052b2c0972ull, 0x73410c97cd777c2bull},
     {"ef(quant:bits=2,levels=fixpoint;store=bf16)", 0x27e454a11e70b116ull, 0x823f153d065cabfdull},
     {"ef(quant:bits=3,scale=group,group=64)", 0xb40ef5428e2ca6cdull, 0xd8d95ff414de81bfull},
-    {"ef(quant:bits=3,scale=group,group=64;store=bf16)", 0x5926f9e28d8d8d2eull, 0x7f02132e92118392ull},
+    {"ef(quant:bits=3,scale=group,group=64;store=bf16)", 0x5926f9e28d8d8d2eull,
+     0x7f02132e92118392ull},
     {"ef(topk:ratio=0.1)", 0xa13387c794e9e03dull, 0xe4b1a14df2bae764ull},
     {"hadamard(quant:bits=3,scale=group,group=64)", 0xca0e2d1926989c36ull, 0x26156329ce1fc792ull},
     {"hadamard(quant:bits=4)", 0x7380343b7302c44cull, 0x577c68a3a27dbf86ull},
@@ -128,11 +134,14 @@ TEST(CodecDigestTest, EveryBuiltInCodecKeepsItsBytes) {
   for (const Case& c : kCases) {
     const uint64_t small = sequenceDigest(c.spec, kSmall), large = sequenceDigest(c.spec, kLarge);
     if (print) {
-      std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0x%016" PRIx64 "ull},\n", c.spec, small, large);
+      std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0x%016" PRIx64 "ull},\n", c.spec, small,
+                  large);
       continue;
     }
-    EXPECT_EQ(small, c.small) << c.spec << " on " << shapeString(kSmall) << " (" << cpuPathName() << ")";
-    EXPECT_EQ(large, c.large) << c.spec << " on " << shapeString(kLarge) << " (" << cpuPathName() << ")";
+    EXPECT_EQ(small, c.small) << c.spec << " on " << shapeString(kSmall) << " (" << cpuPathName()
+                              << ")";
+    EXPECT_EQ(large, c.large) << c.spec << " on " << shapeString(kLarge) << " (" << cpuPathName()
+                              << ")";
   }
 }
 
@@ -160,14 +169,17 @@ TEST(CodecDigestTest, LargeMessagesKeepTheirBytes) {
   const bool print = std::getenv("SLOWPIPE_PRINT_CODEC_DIGESTS") != nullptr;
   for (const Case& c : kHuge) {
     const uint64_t h = sequenceDigest(c.spec, kHugeShape);
-    if (print) std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0},\n", c.spec, h);
-    else EXPECT_EQ(h, c.small) << c.spec << " on " << shapeString(kHugeShape);
+    if (print)
+      std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0},\n", c.spec, h);
+    else
+      EXPECT_EQ(h, c.small) << c.spec << " on " << shapeString(kHugeShape);
   }
 }
 
 // The same digests on every CPU path the machine has.
 TEST(CodecDigestTest, BaselinePathKeepsTheBytesToo) {
-  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "one CPU path only: the test above covers it";
+  if (!cpuPathAvailable(CpuPath::kAvx2))
+    GTEST_SKIP() << "one CPU path only: the test above covers it";
   const std::string before = cpuPathName();
   setCpuPath(CpuPath::kBaseline);
   for (const Case& c : kCases) {
@@ -185,8 +197,10 @@ TEST(CodecDigestTest, ThreadsKeepTheBytes) {
   for (int threads : {2, 3}) {
     setCodecThreads(threads);
     for (const Case& c : kCases) {
-      EXPECT_EQ(sequenceDigest(c.spec, kSmall), c.small) << c.spec << " on " << threads << " threads";
-      EXPECT_EQ(sequenceDigest(c.spec, kLarge), c.large) << c.spec << " on " << threads << " threads";
+      EXPECT_EQ(sequenceDigest(c.spec, kSmall), c.small)
+          << c.spec << " on " << threads << " threads";
+      EXPECT_EQ(sequenceDigest(c.spec, kLarge), c.large)
+          << c.spec << " on " << threads << " threads";
     }
   }
   setCodecThreads(1);

@@ -24,8 +24,10 @@ std::vector<float> inputs(int64_t n, uint32_t seed) {
   std::vector<float> x(n);
   for (auto& v : x) v = d(rng);
   // Ties and edges: exact halves, zeros of both signs, the clamps, subnormals, huge values.
-  const float edges[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 7.5f, 1e-40f, -1e-40f, 65504.0f, 65520.0f, 1e30f, -1e30f};
-  for (size_t i = 0; i < sizeof edges / sizeof edges[0] && i < x.size(); ++i) x[i * 7 % n] = edges[i];
+  const float edges[] = {0.0f, -0.0f,  0.5f,    -0.5f,    1.5f,     2.5f,  -2.5f,
+                         7.5f, 1e-40f, -1e-40f, 65504.0f, 65520.0f, 1e30f, -1e30f};
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0] && i < x.size(); ++i)
+    x[i * 7 % n] = edges[i];
   return x;
 }
 
@@ -62,22 +64,29 @@ TEST(ElementTest, QuantizerCodesAndValuesAreTheCpuKernels) {
     std::vector<uint8_t> codes(n);
     std::vector<float> out(n);
     k->quantVec(x.data(), m.data(), inv.data(), n, 7.0f, codes.data());
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(codes[i], element::symCode(x[i], m[i], inv[i], 7.0f)) << k->name << " " << i;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(codes[i], element::symCode(x[i], m[i], inv[i], 7.0f)) << k->name << " " << i;
     k->stochVec(x.data(), m.data(), inv.data(), n, 8.0f, 12345u, 0x9e3779b9u, codes.data());
     for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(codes[i], element::symCodeStochastic(x[i], m[i], inv[i], 8.0f, element::uniform24(12345u, 0x9e3779b9u, i)))
+      ASSERT_EQ(codes[i], element::symCodeStochastic(x[i], m[i], inv[i], 8.0f,
+                                                     element::uniform24(12345u, 0x9e3779b9u, i)))
           << k->name << " " << i;
     k->dequantVec(codes.data(), m.data(), step.data(), n, out.data());
     for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(element::floatBits(out[i]), element::floatBits(element::symValue(codes[i], m[i], step[i]))) << k->name << " " << i;
+      ASSERT_EQ(element::floatBits(out[i]),
+                element::floatBits(element::symValue(codes[i], m[i], step[i])))
+          << k->name << " " << i;
     for (int bits : {2, 4, 8}) {
       const float mult = static_cast<float>(1 << (bits - 1)), lo = -mult, hi = mult - 1;
       k->fixVec(x.data(), d.data(), n, mult, lo, hi, codes.data());
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(codes[i], element::fixCode(x[i], d[i], mult, lo, hi)) << k->name << " bits " << bits << " " << i;
+        ASSERT_EQ(codes[i], element::fixCode(x[i], d[i], mult, lo, hi))
+            << k->name << " bits " << bits << " " << i;
       k->fixDequantVec(codes.data(), s.data(), n, lo, 1.0f / mult, out.data());
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(element::floatBits(out[i]), element::floatBits(element::fixValue(codes[i], s[i], lo, 1.0f / mult))) << i;
+        ASSERT_EQ(element::floatBits(out[i]),
+                  element::floatBits(element::fixValue(codes[i], s[i], lo, 1.0f / mult)))
+            << i;
     }
   }
   // NaN maps to code 0 / lo, as on the CPU.
@@ -103,36 +112,47 @@ TEST(ElementTest, FusedDeltaAndErrorFeedbackStepsAreTheCpuKernels) {
   for (const Kernels* k : cpuPaths()) {
     std::vector<uint8_t> codes(n);
     std::vector<float> m = m0, mine = m0;
-    k->deltaQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f, codes.data());
+    k->deltaQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f,
+                        codes.data());
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(codes[i], element::deltaSymStep(x[i], mine[i], mx[i], inv[i], step[i], 3.0f)) << k->name << " " << i;
+      ASSERT_EQ(codes[i], element::deltaSymStep(x[i], mine[i], mx[i], inv[i], step[i], 3.0f))
+          << k->name << " " << i;
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
     m = mine = m0;
-    k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+    k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv,
+                      codes.data());
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
+      ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv))
+          << k->name << " " << i;
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
     m = mine = m0;
     k->efQuantUpdate(x.data(), m.data(), mx.data(), inv.data(), step.data(), n, 3.0f, codes.data());
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(codes[i], element::efSymStep(x[i], mine[i], mx[i], inv[i], step[i], 3.0f)) << k->name << " " << i;
+      ASSERT_EQ(codes[i], element::efSymStep(x[i], mine[i], mx[i], inv[i], step[i], 3.0f))
+          << k->name << " " << i;
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
     m = mine = m0;
-    k->efFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+    k->efFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv,
+                   codes.data());
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(codes[i], element::efFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
+      ASSERT_EQ(codes[i], element::efFixStep(x[i], mine[i], d[i], s[i], mult, lo, hi, finv))
+          << k->name << " " << i;
       ASSERT_EQ(element::floatBits(m[i]), element::floatBits(mine[i])) << k->name << " " << i;
     }
-    if (k->deltaFixUpdateH) {  // fp16 buffers (the AVX2 build; the baseline converts through a buffer)
+    if (k->deltaFixUpdateH) {  // fp16 buffers (the AVX2 build; the baseline converts through a
+                               // buffer)
       std::vector<uint8_t> mh = halfBytes(m0);
-      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv,
+                         codes.data());
       for (int64_t i = 0; i < n; ++i) {
         float mi = element::floatFromHalf(element::halfFromFloat(m0[i]));
-        ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mi, d[i], s[i], mult, lo, hi, finv)) << k->name << " " << i;
-        ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi)) << k->name << " " << i;
+        ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mi, d[i], s[i], mult, lo, hi, finv))
+            << k->name << " " << i;
+        ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi))
+            << k->name << " " << i;
       }
     }
   }
@@ -146,18 +166,24 @@ TEST(ElementTest, FixpointStepWithoutDivisionMatchesTheQuotientAtTies) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> logScale(-20.0f, 15.0f);
   for (int bits : {2, 3, 4, 8}) {
-    const float mult = static_cast<float>(1 << (bits - 1)), lo = -mult, hi = mult - 1, finv = 1.0f / mult;
+    const float mult = static_cast<float>(1 << (bits - 1)), lo = -mult, hi = mult - 1,
+                finv = 1.0f / mult;
     std::vector<float> x, d, rd, s, m0;
     for (int scale = 0; scale < 400; ++scale) {
       const uint16_t sh = element::halfFromFloat(std::exp2(logScale(rng)));
       const float sv = element::floatFromHalf(sh);
-      const float dv = element::floatFromHalf(element::halfFromFloat(sv + element::floatFromHalf(element::halfFromFloat(1e-6f))));
-      const float mv = scale % 2 ? element::floatFromHalf(element::halfFromFloat(sv * 0.25f * static_cast<float>(scale % 5))) : 0.0f;
+      const float dv = element::floatFromHalf(
+          element::halfFromFloat(sv + element::floatFromHalf(element::halfFromFloat(1e-6f))));
+      const float mv = scale % 2 ? element::floatFromHalf(element::halfFromFloat(
+                                       sv * 0.25f * static_cast<float>(scale % 5)))
+                                 : 0.0f;
       for (int k = static_cast<int>(lo) - 2; k <= static_cast<int>(hi) + 1; ++k) {
-        const float at = (static_cast<float>(k) + 0.5f) / mult * dv;  // (x - m) / d * mult ~ k + 0.5
+        const float at =
+            (static_cast<float>(k) + 0.5f) / mult * dv;  // (x - m) / d * mult ~ k + 0.5
         for (int ulps = -6; ulps <= 6; ++ulps) {
           float v = at;
-          for (int u = 0; u < std::abs(ulps); ++u) v = std::nextafter(v, ulps > 0 ? INFINITY : -INFINITY);
+          for (int u = 0; u < std::abs(ulps); ++u)
+            v = std::nextafter(v, ulps > 0 ? INFINITY : -INFINITY);
           x.push_back(mv + v);
           d.push_back(dv);
           rd.push_back(1.0f / dv);
@@ -170,17 +196,21 @@ TEST(ElementTest, FixpointStepWithoutDivisionMatchesTheQuotientAtTies) {
     for (const Kernels* k : cpuPaths()) {
       std::vector<uint8_t> codes(n);
       std::vector<float> m = m0;
-      k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      k->deltaFixUpdate(x.data(), m.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv,
+                        codes.data());
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(codes[i], element::fixCode(x[i] - m0[i], d[i], mult, lo, hi)) << k->name << " bits " << bits << " " << i;
+        ASSERT_EQ(codes[i], element::fixCode(x[i] - m0[i], d[i], mult, lo, hi))
+            << k->name << " bits " << bits << " " << i;
       if (!k->deltaFixUpdateH) continue;
       std::vector<uint8_t> mh = halfBytes(m0);
-      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv, codes.data());
+      k->deltaFixUpdateH(x.data(), mh.data(), d.data(), rd.data(), s.data(), n, mult, lo, hi, finv,
+                         codes.data());
       for (int64_t i = 0; i < n; ++i) {
         float mi = m0[i];
         ASSERT_EQ(codes[i], element::deltaFixStep(x[i], mi, d[i], s[i], mult, lo, hi, finv))
             << k->name << " bits " << bits << " " << i << " x " << x[i] << " d " << d[i];
-        ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi)) << k->name << " " << i;
+        ASSERT_EQ(mh[2 * i] | (mh[2 * i + 1] << 8), element::halfFromFloat(mi))
+            << k->name << " " << i;
       }
     }
   }
@@ -195,7 +225,8 @@ TEST(ElementTest, HalfAndBf16AreTheCpusConversions) {
     all[2 * h + 1] = static_cast<uint8_t>(h >> 8);
   }
   std::vector<float> sweep;
-  for (uint64_t u = 0; u <= 0xffffffffull; u += 997) sweep.push_back(element::bitsFloat(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 997)
+    sweep.push_back(element::bitsFloat(static_cast<uint32_t>(u)));
   std::vector<float> back(65536);
   std::vector<uint8_t> bytes(2 * sweep.size());
   for (const Kernels* k : cpuPaths()) {
@@ -215,7 +246,8 @@ TEST(ElementTest, HalfAndBf16AreTheCpusConversions) {
         ASSERT_TRUE((got & 0x7c00) == 0x7c00 && (got & 0x3ff) != 0) << k->name;
         continue;
       }
-      ASSERT_EQ(got, element::halfFromFloat(sweep[i])) << k->name << " " << std::hex << element::floatBits(sweep[i]);
+      ASSERT_EQ(got, element::halfFromFloat(sweep[i]))
+          << k->name << " " << std::hex << element::floatBits(sweep[i]);
     }
   }
   EXPECT_EQ(element::bf16FromFloat(1.0f), 0x3f80);
@@ -236,12 +268,14 @@ TEST(ElementTest, PackedBytesAreBitpacks) {
       std::vector<uint8_t> packed(packedBytes(n, bits));
       packBits(codes.data(), n, bits, packed.data());
       for (size_t j = 0; j < packed.size(); ++j)
-        ASSERT_EQ(element::packedByte(codes.data(), n, bits, static_cast<int64_t>(j)), packed[j]) << bits << " bits, n " << n << ", byte " << j;
+        ASSERT_EQ(element::packedByte(codes.data(), n, bits, static_cast<int64_t>(j)), packed[j])
+            << bits << " bits, n " << n << ", byte " << j;
       // and back: code i of the packed stream, as the GPU's unpack reads it.
       std::vector<uint8_t> unpacked(n);
       unpackBits(packed.data(), n, bits, unpacked.data());
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(element::codeAt(packed.data(), i, bits), unpacked[i]) << bits << " bits, n " << n << ", value " << i;
+        ASSERT_EQ(element::codeAt(packed.data(), i, bits), unpacked[i])
+            << bits << " bits, n " << n << ", value " << i;
     }
 }
 

@@ -19,9 +19,15 @@
 namespace slowpipe::compression {
 namespace {
 
-const std::vector<std::string> kSpecs = {
-    "none", "fp16", "bf16", "quant:bits=4", "quant:bits=3,group=16,round=stochastic",
-    "quant:bits=8", "topk:ratio=0.1", "acsgd:bits=2", "ef(quant:bits=4)"};
+const std::vector<std::string> kSpecs = {"none",
+                                         "fp16",
+                                         "bf16",
+                                         "quant:bits=4",
+                                         "quant:bits=3,group=16,round=stochastic",
+                                         "quant:bits=8",
+                                         "topk:ratio=0.1",
+                                         "acsgd:bits=2",
+                                         "ef(quant:bits=4)"};
 
 Bytes makeFrame(const std::string& spec, std::vector<float>* x = nullptr) {
   auto codec = makeCodec(spec);
@@ -61,7 +67,8 @@ TEST_P(FrameTest, RoundTripKeepsHeader) {
   EXPECT_EQ(h.shape, (Shape{2, 5, 12}));
   EXPECT_EQ(h.exampleIds, (std::vector<int64_t>{17, 18}));
   ASSERT_EQ(y.size(), x.size());
-  if (GetParam() == "none" || GetParam() == "acsgd:bits=2") EXPECT_EQ(y, x);  // acsgd: first sighting
+  if (GetParam() == "none" || GetParam() == "acsgd:bits=2")
+    EXPECT_EQ(y, x);  // acsgd: first sighting
 }
 
 TEST_P(FrameTest, RandomTruncationsAndBitFlipsNeverCrash) {
@@ -71,8 +78,12 @@ TEST_P(FrameTest, RandomTruncationsAndBitFlipsNeverCrash) {
   for (int trial = 0; trial < 3000; ++trial) {
     Bytes bad = good;
     switch (trial % 3) {
-      case 0: bad.resize(rng() % good.size()); break;                       // truncation
-      case 1: bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;  // one flip
+      case 0:
+        bad.resize(rng() % good.size());
+        break;  // truncation
+      case 1:
+        bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+        break;  // one flip
       default:
         for (int k = 0; k < 4; ++k) bad[rng() % bad.size()] = static_cast<uint8_t>(rng());
     }
@@ -117,7 +128,8 @@ TEST_P(FrameTest, PayloadDamageBehindAValidChecksumIsStillRejectedByTheCodec) {
     std::vector<float> y;
     if (truncate) {
       ASSERT_THROW(decodeFrame(*codec, bad.data(), bad.size(), {}, y), CodecError)
-          << GetParam() << ": a payload cut from " << h0.payloadBytes << " to " << cut << " bytes was accepted";
+          << GetParam() << ": a payload cut from " << h0.payloadBytes << " to " << cut
+          << " bytes was accepted";
       ++truncated;
     } else {
       try {
@@ -240,7 +252,7 @@ TEST(FrameErrors, HeaderCannotMakeTheReceiverAllocateWhatTheFrameDoesNotHold) {
   w.put<uint16_t>(static_cast<uint16_t>(CodecId::kNone));
   w.put<uint8_t>(1);
   w.put<uint8_t>(0);
-  w.put<int64_t>(int64_t{1} << 30);  // shape {2^30}
+  w.put<int64_t>(int64_t{1} << 30);    // shape {2^30}
   w.put<uint32_t>(uint32_t{1} << 30);  // as many ids, none of them in the frame
   ASSERT_LE(b.size(), 60u);
   const pid_t pid = fork();
@@ -261,7 +273,8 @@ TEST(FrameErrors, HeaderCannotMakeTheReceiverAllocateWhatTheFrameDoesNotHold) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "the parser crashed";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: allocated before validating (bad_alloc); 2: another error; 3: accepted";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: allocated before validating (bad_alloc); 2: another error; 3: accepted";
 #endif
 }
 

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -36,7 +36,8 @@ struct ComposedAcsgd {
 
   static float held(float v, bool fp16) { return fp16 ? halfToFloat(floatToHalf(v)) : v; }
 
-  Bytes encode(const std::vector<float>& x, const Shape& shape, const std::vector<int64_t>& ids, int epoch) {
+  Bytes encode(const std::vector<float>& x, const Shape& shape, const std::vector<int64_t>& ids,
+               int epoch) {
     const int64_t rows = shape[0], rowLen = numelOf(shape) / rows;
     std::vector<uint8_t> flags((rows + 7) / 8, 0);
     std::vector<int64_t> full, delta;
@@ -55,7 +56,8 @@ struct ComposedAcsgd {
       ds[0] = static_cast<int64_t>(delta.size());
       std::vector<float> d(delta.size() * rowLen), q(d.size());
       for (size_t j = 0; j < delta.size(); ++j)
-        for (int64_t i = 0; i < rowLen; ++i) d[j * rowLen + i] = x[delta[j] * rowLen + i] - m[ids[delta[j]]][i];
+        for (int64_t i = 0; i < rowLen; ++i)
+          d[j * rowLen + i] = x[delta[j] * rowLen + i] - m[ids[delta[j]]][i];
       const size_t at = out.size();
       quant.encode(d.data(), ds, {}, out);
       quant.decode(out.data() + at, out.size() - at, ds, {}, q.data());
@@ -101,10 +103,12 @@ TEST_P(FusedAcsgdTest, BytesAndBuffersEqualTheComposedProtocol) {
     ASSERT_EQ(mine, want) << spec << " epoch " << epoch;
     std::vector<float> y(n);
     receiver->decode(mine.data(), mine.size(), c.shape, ctx, y.data());
-    for (int64_t r = 0; r < rows; ++r) {  // FULL rows (flag set): x itself; DELTA rows: the updated m
+    for (int64_t r = 0; r < rows;
+         ++r) {  // FULL rows (flag set): x itself; DELTA rows: the updated m
       const bool full = (mine[4 + r / 8] >> (r % 8)) & 1;
       const float* want = full ? x.data() + r * rowLen : ref.m.at(ids[r]).data();
-      ASSERT_EQ(0, std::memcmp(want, y.data() + r * rowLen, 4 * rowLen)) << spec << " epoch " << epoch << " row " << r;
+      ASSERT_EQ(0, std::memcmp(want, y.data() + r * rowLen, 4 * rowLen))
+          << spec << " epoch " << epoch << " row " << r;
     }
     ASSERT_EQ(sender->stateDigest(), receiver->stateDigest());
   }
@@ -119,7 +123,8 @@ TEST_P(FusedAcsgdTest, BytesAndBuffersEqualTheComposedProtocol) {
 // channel and group scales, both level mappings, stochastic rounding.
 INSTANTIATE_TEST_SUITE_P(
     Fused, FusedAcsgdTest,
-    ::testing::Combine(::testing::Values(FusedCase{"bits=2", {3, 5, 7}}, FusedCase{"bits=3", {2, 3, 4099}},
+    ::testing::Combine(::testing::Values(FusedCase{"bits=2", {3, 5, 7}},
+                                         FusedCase{"bits=3", {2, 3, 4099}},
                                          FusedCase{"bits=4,levels=fixpoint", {5, 9, 13}},
                                          FusedCase{"bits=2,levels=fixpoint", {2, 2, 5000}},
                                          FusedCase{"bits=3,scale=group,group=7", {3, 11, 3}},
@@ -132,8 +137,10 @@ INSTANTIATE_TEST_SUITE_P(
 // (the generic path).
 TEST(FusedEfTest, BytesAndResidualEqualTheDefinition) {
   for (const std::string store : {"", ";store=bf16"})
-    for (const std::string q : {"quant:bits=4", "quant:bits=2,scale=group,group=5", "quant:bits=3,round=stochastic,seed=2",
-                                "quant:bits=4,levels=fixpoint", "topk:ratio=0.1", "hadamard(quant:bits=3;seed=4)"}) {
+    for (const std::string q :
+         {"quant:bits=4", "quant:bits=2,scale=group,group=5",
+          "quant:bits=3,round=stochastic,seed=2", "quant:bits=4,levels=fixpoint", "topk:ratio=0.1",
+          "hadamard(quant:bits=3;seed=4)"}) {
       auto ef = makeCodec("ef(" + q + store + ")");
       EXPECT_EQ(ef->spec(), "ef(" + makeCodec(q)->spec() + store + ")");
       auto inner = makeCodec(q);
@@ -166,10 +173,13 @@ TEST(FusedEfTest, BytesAndResidualEqualTheDefinition) {
 TEST(FusedEfTest, StoreOptionIsParsedAtItsOwnLevel) {
   EXPECT_EQ(makeCodec("ef(hadamard(quant:bits=3;seed=4;block=64);store=bf16)")->spec(),
             "ef(hadamard(quant:bits=3,scale=channel,round=nearest;seed=4;block=64);store=bf16)");
-  EXPECT_EQ(makeCodec("ef(quant:bits=2;store=fp32)")->spec(), "ef(quant:bits=2,scale=channel,round=nearest)");
-  // The same rule for hadamard's options: an inner ef keeps its own, and the canonical spec parses back.
+  EXPECT_EQ(makeCodec("ef(quant:bits=2;store=fp32)")->spec(),
+            "ef(quant:bits=2,scale=channel,round=nearest)");
+  // The same rule for hadamard's options: an inner ef keeps its own, and the canonical spec parses
+  // back.
   const std::string rotatedEf = makeCodec("hadamard(ef(quant:bits=3;store=bf16);seed=4)")->spec();
-  EXPECT_EQ(rotatedEf, "hadamard(ef(quant:bits=3,scale=channel,round=nearest;store=bf16);seed=4;block=256)");
+  EXPECT_EQ(rotatedEf,
+            "hadamard(ef(quant:bits=3,scale=channel,round=nearest;store=bf16);seed=4;block=256)");
   EXPECT_EQ(makeCodec(rotatedEf)->spec(), rotatedEf);
   for (const auto& [bad, needle] : std::vector<std::pair<std::string, std::string>>{
            {"ef(quant:bits=2;store=fp8)", "fp8"}, {"ef(quant:bits=2;stroe=bf16)", "stroe"}}) {
@@ -240,17 +250,33 @@ std::vector<Bytes> runSequence(const std::string& spec, std::vector<std::vector<
 }
 
 TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
-  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU: one path only";
-  const char* specs[] = {"fp16", "bf16", "quant:bits=2", "quant:bits=4,scale=group,group=64",
-                         "quant:bits=3,round=stochastic,seed=9", "quant:bits=2,levels=fixpoint",
-                         "quant:bits=8,levels=fixpoint,scale=group,group=100", "topk:ratio=0.05", "randk:ratio=0.2",
-                         "acsgd:bits=2", "acsgd:bits=4,store=fp16", "acsgd:bits=2,levels=fixpoint,store=fp16",
-                         "acsgd:bits=2,store=q8", "acsgd:bits=2,store=fp32", "acsgd:bits=4,levels=fixpoint,store=fp32",
-                         "ef(quant:bits=4)", "ef(topk:ratio=0.1)", "topk:ratio=0.05,bits=2",
-                         "ef(quant:bits=4;store=bf16)", "ef(quant:bits=2,levels=fixpoint;store=bf16)",
-                         "ef(quant:bits=2,levels=fixpoint)", "ef(quant:bits=3,scale=group,group=64)",
+  if (!cpuPathAvailable(CpuPath::kAvx2))
+    GTEST_SKIP() << "no AVX2 + F16C on this CPU: one path only";
+  const char* specs[] = {"fp16",
+                         "bf16",
+                         "quant:bits=2",
+                         "quant:bits=4,scale=group,group=64",
+                         "quant:bits=3,round=stochastic,seed=9",
+                         "quant:bits=2,levels=fixpoint",
+                         "quant:bits=8,levels=fixpoint,scale=group,group=100",
+                         "topk:ratio=0.05",
+                         "randk:ratio=0.2",
+                         "acsgd:bits=2",
+                         "acsgd:bits=4,store=fp16",
+                         "acsgd:bits=2,levels=fixpoint,store=fp16",
+                         "acsgd:bits=2,store=q8",
+                         "acsgd:bits=2,store=fp32",
+                         "acsgd:bits=4,levels=fixpoint,store=fp32",
+                         "ef(quant:bits=4)",
+                         "ef(topk:ratio=0.1)",
+                         "topk:ratio=0.05,bits=2",
+                         "ef(quant:bits=4;store=bf16)",
+                         "ef(quant:bits=2,levels=fixpoint;store=bf16)",
+                         "ef(quant:bits=2,levels=fixpoint)",
+                         "ef(quant:bits=3,scale=group,group=64)",
                          "ef(quant:bits=3,scale=group,group=64;store=bf16)",
-                         "hadamard(quant:bits=3,scale=group,group=64)", "hadamard(acsgd:bits=2)"};
+                         "hadamard(quant:bits=3,scale=group,group=64)",
+                         "hadamard(acsgd:bits=2)"};
   const char* before = cpuPathName();
   for (const char* spec : specs) {
     std::vector<std::vector<float>> yBase, yAvx;
@@ -260,7 +286,8 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
     const auto avx = runSequence(spec, &yAvx);
     EXPECT_EQ(base, avx) << spec;
     for (size_t k = 0; k < yBase.size(); ++k)
-      EXPECT_EQ(0, std::memcmp(yBase[k].data(), yAvx[k].data(), 4 * yBase[k].size())) << spec << " message " << k;
+      EXPECT_EQ(0, std::memcmp(yBase[k].data(), yAvx[k].data(), 4 * yBase[k].size()))
+          << spec << " message " << k;
   }
   setCpuPath(std::string(before) == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
 }

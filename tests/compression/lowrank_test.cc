@@ -97,11 +97,13 @@ TEST(LowrankTest, RefreshedRandomBasesStayInStepOnBothEnds) {
 }
 
 TEST(LowrankTest, PcaFindsALowRankSignalAndTheReceiverFollows) {
-  auto tx = makeCodec("lowrank:rank=6,basis=pca,refresh=4,iters=3"), rx = makeCodec("lowrank:rank=6,basis=pca,refresh=4,iters=3");
+  auto tx = makeCodec("lowrank:rank=6,basis=pca,refresh=4,iters=3"),
+       rx = makeCodec("lowrank:rank=6,basis=pca,refresh=4,iters=3");
   auto rnd = makeCodec("lowrank:rank=6");
   const Shape shape{64, 96};
   for (int m = 0; m < 6; ++m) {
-    const auto x = lowRankData(64, 96, 6, 0.001f, 3);  // the same subspace in every message; noise floor ~0.004
+    const auto x = lowRankData(64, 96, 6, 0.001f,
+                               3);  // the same subspace in every message; noise floor ~0.004
     Bytes p, q;
     tx->encode(x.data(), shape, {}, p);
     std::vector<float> y(x.size()), z(x.size());

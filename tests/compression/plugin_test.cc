@@ -27,7 +27,8 @@ TEST(PluginTest, LoadsChecksAndRoundTrips) {
   ctx.exampleIds = h.exampleIds;
   const Bytes f = encodeFrame(*tx, x.data(), h, ctx);
   size_t at = 0;
-  EXPECT_EQ(parseFrame(f.data(), f.size(), &at).payloadBytes, 4 + x.size()) << "payload: 4-byte scale + one byte per value";
+  EXPECT_EQ(parseFrame(f.data(), f.size(), &at).payloadBytes, 4 + x.size())
+      << "payload: 4-byte scale + one byte per value";
   decodeFrame(*rx, f.data(), f.size(), ctx, y);
   ASSERT_EQ(y.size(), x.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 4.5f / 127) << i;
@@ -45,7 +46,8 @@ TEST(PluginTest, LoadsChecksAndRoundTrips) {
 TEST(PluginTest, DeclaresItsDeviceCost) {
   const auto c = makeCodec(std::string("plugin:path=") + COSTED_PLUGIN);
   EXPECT_EQ(c->deviceCost(), "{\"encode_bytes_per_s\": 5e11, \"decode_bytes_per_s\": 7e11}");
-  EXPECT_EQ(makeCodec(std::string("plugin:path=") + GOOD_PLUGIN)->deviceCost(), "");  // it declares nothing
+  EXPECT_EQ(makeCodec(std::string("plugin:path=") + GOOD_PLUGIN)->deviceCost(),
+            "");  // it declares nothing
   EXPECT_EQ(makeCodec("quant:bits=4")->deviceCost(), "");
   const std::string lr = makeCodec("lowrank:rank=16")->deviceCost();
   EXPECT_NE(lr.find("\"encode_flops_per_element\": 32,"), std::string::npos) << lr;
@@ -66,7 +68,8 @@ TEST(PluginTest, BadLibrariesAndParametersAreNamed) {
 
 #ifdef SLOWPIPE_BINARY
 TEST(PluginTest, CodecCheckSurvivesACrashingPluginAndNamesIt) {
-  const auto r = emulator::runCommand({SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + CRASH_PLUGIN,
+  const auto r = emulator::runCommand({SLOWPIPE_BINARY, "codec", "check", "--quick",
+                                       std::string("plugin:path=") + CRASH_PLUGIN,
                                        std::string("plugin:path=") + GOOD_PLUGIN});
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find(CRASH_PLUGIN), std::string::npos) << r.output;
@@ -79,14 +82,18 @@ TEST(PluginTest, CodecCheckSurvivesACrashingPluginAndNamesIt) {
 // bytes after it were readable): placed against a protected page it crashes, and the check fails
 // naming the case. Rejected rows show the codec's own message.
 TEST(PluginTest, CodecCheckFailsADecoderThatReadsPastItsPayload) {
-  const auto r = emulator::runCommand({SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + OOB_PLUGIN});
+  const auto r = emulator::runCommand(
+      {SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + OOB_PLUGIN});
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("FAIL damage payload truncated by 1 byte"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FAIL damage payload truncated by 1 byte"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("crashed (signal 11)"), std::string::npos) << r.output;
-  const auto good = emulator::runCommand({SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + GOOD_PLUGIN});
+  const auto good = emulator::runCommand(
+      {SLOWPIPE_BINARY, "codec", "check", "--quick", std::string("plugin:path=") + GOOD_PLUGIN});
   EXPECT_EQ(good.status, 0) << good.output;
   EXPECT_NE(good.output.find("rejected: codec plugin"), std::string::npos) << good.output;
-  EXPECT_NE(good.output.find("(int8): payload of 1191 bytes, expected 1192"), std::string::npos) << good.output;
+  EXPECT_NE(good.output.find("(int8): payload of 1191 bytes, expected 1192"), std::string::npos)
+      << good.output;
   EXPECT_NE(good.output.find("state (gradient)"), std::string::npos) << good.output;
 }
 #endif

@@ -39,11 +39,15 @@ class QuantTest : public ::testing::TestWithParam<Case> {
 };
 
 // Per-element step of the level grid, recomputed independently from the definition.
-std::vector<float> stepsFor(const QuantOptions& o, const std::vector<float>& x, const Shape& shape) {
+std::vector<float> stepsFor(const QuantOptions& o, const std::vector<float>& x,
+                            const Shape& shape) {
   const int64_t n = static_cast<int64_t>(x.size());
   const int64_t cols = o.scale == QuantOptions::Scale::kChannel ? shape.back() : o.group;
-  std::vector<float> maxabs(o.scale == QuantOptions::Scale::kChannel ? cols : (n + cols - 1) / cols, 0);
-  auto slot = [&](int64_t i) { return o.scale == QuantOptions::Scale::kChannel ? i % cols : i / cols; };
+  std::vector<float> maxabs(o.scale == QuantOptions::Scale::kChannel ? cols : (n + cols - 1) / cols,
+                            0);
+  auto slot = [&](int64_t i) {
+    return o.scale == QuantOptions::Scale::kChannel ? i % cols : i / cols;
+  };
   for (int64_t i = 0; i < n; ++i) maxabs[slot(i)] = std::max(maxabs[slot(i)], std::fabs(x[i]));
   std::vector<float> step(n);
   for (int64_t i = 0; i < n; ++i) step[i] = 2 * maxabs[slot(i)] / ((1 << o.bits) - 1);
@@ -57,7 +61,8 @@ TEST_P(QuantTest, NearestErrorAtMostHalfStep) {
   Bytes payload;
   q.encode(x.data(), shape, {}, payload);
   EXPECT_EQ(payload.size(), quantPayloadBytes(q.options(), shape));
-  EXPECT_EQ(payload.size(), 4 * quantScaleCount(q.options(), shape) + packedBytes(x.size(), q.options().bits));
+  EXPECT_EQ(payload.size(),
+            4 * quantScaleCount(q.options(), shape) + packedBytes(x.size(), q.options().bits));
   std::vector<float> y(x.size());
   q.decode(payload.data(), payload.size(), shape, {}, y.data());
   const auto step = stepsFor(q.options(), x, shape);
@@ -89,7 +94,8 @@ TEST_P(QuantTest, StochasticIsUnbiased) {
     total += mean;
     totalStep += step[i];
   }
-  EXPECT_LE(std::fabs(total / x.size()), 5 * (totalStep / x.size()) / (2 * std::sqrt(double(draws) * x.size())));
+  EXPECT_LE(std::fabs(total / x.size()),
+            5 * (totalStep / x.size()) / (2 * std::sqrt(double(draws) * x.size())));
 }
 
 TEST_P(QuantTest, ZerosAndEmptyTensors) {
@@ -132,7 +138,8 @@ std::vector<Case> allCases() {
 
 INSTANTIATE_TEST_SUITE_P(Bits, QuantTest, ::testing::ValuesIn(allCases()), [](const auto& info) {
   return "b" + std::to_string(info.param.bits) +
-         (info.param.channel ? std::string("_channel") : "_group" + std::to_string(info.param.group));
+         (info.param.channel ? std::string("_channel")
+                             : "_group" + std::to_string(info.param.group));
 });
 
 }  // namespace

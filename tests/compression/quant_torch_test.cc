@@ -54,7 +54,8 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Bits, QuantTorchTest, ::testing::ValuesIn(cases()), [](const auto& info) {
   return "b" + std::to_string(info.param.bits) +
-         (info.param.channel ? std::string("_channel") : "_group" + std::to_string(info.param.group));
+         (info.param.channel ? std::string("_channel")
+                             : "_group" + std::to_string(info.param.group));
 });
 
 // levels=fixpoint against the transcription of the AC-SGD reference (torch_ops_quant.h), bit for
@@ -65,12 +66,13 @@ torch::Tensor fixpointInput(const Shape& shape, uint64_t seed) {
   auto x = torch::randn(shape) * torch::rand({shape.back()}).add(0.05);
   auto flat = x.view({-1, shape.back()});
   const int64_t rows = flat.size(0), c = shape.back();
-  flat.index_put_({0, 0}, 900.0f);       // outliers: one channel's scale dominated by one value
+  flat.index_put_({0, 0}, 900.0f);  // outliers: one channel's scale dominated by one value
   flat.index_put_({rows - 1, 1}, -350.5f);
-  flat.select(1, 2).zero_();              // a channel of zeros
-  flat.select(1, 3).mul_(1e-5f);          // tiny channel: subnormal fp16 scale
-  if (c > 5) {                            // exact ties: max 2.0, values on k + 0.5 grid points
-    flat.select(1, 4).copy_(torch::arange(rows, torch::kFloat32).remainder(8).sub(4.0f).add(0.5f).div(4.0f));
+  flat.select(1, 2).zero_();      // a channel of zeros
+  flat.select(1, 3).mul_(1e-5f);  // tiny channel: subnormal fp16 scale
+  if (c > 5) {                    // exact ties: max 2.0, values on k + 0.5 grid points
+    flat.select(1, 4).copy_(
+        torch::arange(rows, torch::kFloat32).remainder(8).sub(4.0f).add(0.5f).div(4.0f));
     flat.index_put_({0, 4}, 2.0f);
     flat.index_put_({1, 5}, 0.0f);
   }
@@ -94,7 +96,9 @@ TEST_P(FixpointTorchTest, BitExactWithTheReferenceTranscription) {
   o.bits = bits;
   o.levels = QuantOptions::Levels::kFixpoint;
   for (const Shape& shape : {Shape{4, 9, 24}, Shape{2, 16, 7}, Shape{33, 6}, Shape{16, 64, 512}}) {
-    const auto x = (shape.back() == 512 ? fixpointWideInput(7 + bits) : fixpointInput(shape, 1000 + bits)).contiguous();
+    const auto x =
+        (shape.back() == 512 ? fixpointWideInput(7 + bits) : fixpointInput(shape, 1000 + bits))
+            .contiguous();
     QuantCodec codec(o);
     Bytes payload;
     codec.encode(x.data_ptr<float>(), shape, {}, payload);
@@ -105,12 +109,15 @@ TEST_P(FixpointTorchTest, BitExactWithTheReferenceTranscription) {
     for (int64_t k = 0; k < c; ++k) {
       uint16_t mine;
       std::memcpy(&mine, payload.data() + 2 * k, 2);
-      ASSERT_EQ(mine, reinterpret_cast<const uint16_t*>(scale.data_ptr<at::Half>())[k]) << "scale " << k;
+      ASSERT_EQ(mine, reinterpret_cast<const uint16_t*>(scale.data_ptr<at::Half>())[k])
+          << "scale " << k;
     }
     std::vector<uint8_t> codes(n);
     unpackBits(payload.data() + 2 * c, n, bits, codes.data());
     const auto refCodes = ref.codes.contiguous();
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(codes[i], refCodes.data_ptr<uint8_t>()[i]) << "code " << i << " x=" << x.view({-1})[i].item<float>();
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(codes[i], refCodes.data_ptr<uint8_t>()[i])
+          << "code " << i << " x=" << x.view({-1})[i].item<float>();
     std::vector<float> y(n);
     codec.decode(payload.data(), payload.size(), shape, {}, y.data());
     const auto refY = referenceFixpointDecompress(ref, bits).contiguous();

@@ -66,14 +66,15 @@ static size_t maxPayload(const slowpipe_codec* c, const int64_t* shape, int ndim
 static void see(slowpipe_codec* c, const slowpipe_codec_context* ctx) {
   c->messages++;
   for (size_t i = 0; i < ctx->n_example_ids; ++i) c->idSum += (uint64_t)ctx->example_ids[i];
-  uint64_t h = (uint64_t)ctx->direction * 7u + (uint64_t)(uint32_t)ctx->epoch * 131u + (uint64_t)ctx->step * 1009u +
-               (uint64_t)(uint32_t)ctx->micro_batch * 17u;
+  uint64_t h = (uint64_t)ctx->direction * 7u + (uint64_t)(uint32_t)ctx->epoch * 131u +
+               (uint64_t)ctx->step * 1009u + (uint64_t)(uint32_t)ctx->micro_batch * 17u;
   for (const char* k = ctx->key ? ctx->key : ""; *k; ++k) h = h * 31u + (uint8_t)*k;
   c->ctxSum = c->ctxSum * 1000003u + h;
 }
 
-static int64_t encode(slowpipe_codec* c, const float* x, const int64_t* shape, int ndim, const slowpipe_codec_context* ctx,
-                      uint8_t* out, size_t outLen, char* err, size_t errLen) {
+static int64_t encode(slowpipe_codec* c, const float* x, const int64_t* shape, int ndim,
+                      const slowpipe_codec_context* ctx, uint8_t* out, size_t outLen, char* err,
+                      size_t errLen) {
   const int64_t n = numel(shape, ndim);
   if (outLen < (size_t)(4 + n)) {
     snprintf(err, errLen, "buffer of %zu bytes for %lld values", outLen, (long long)n);
@@ -107,15 +108,16 @@ static int64_t encode(slowpipe_codec* c, const float* x, const int64_t* shape, i
   return 4 + n;
 }
 
-static int decode(slowpipe_codec* c, const uint8_t* payload, size_t size, const int64_t* shape, int ndim,
-                  const slowpipe_codec_context* ctx, float* out, char* err, size_t errLen) {
+static int decode(slowpipe_codec* c, const uint8_t* payload, size_t size, const int64_t* shape,
+                  int ndim, const slowpipe_codec_context* ctx, float* out, char* err,
+                  size_t errLen) {
 #ifdef PLUGIN_CRASH
   volatile int* null = NULL;
   *null = (int)size;
 #endif
   const int64_t n = numel(shape, ndim);
 #ifdef PLUGIN_OOB
-  if (size > (size_t)(4 + n)) {  /* the bug: a short payload is not refused */
+  if (size > (size_t)(4 + n)) { /* the bug: a short payload is not refused */
     snprintf(err, errLen, "payload of %zu bytes, more than %lld", size, (long long)(4 + n));
     return 1;
   }
@@ -140,7 +142,9 @@ static int decode(slowpipe_codec* c, const uint8_t* payload, size_t size, const 
   return 0;
 }
 
-static uint64_t stateDigest(const slowpipe_codec* c) { return c->messages * 1000003u + c->idSum + c->ctxSum * 7919u; }
+static uint64_t stateDigest(const slowpipe_codec* c) {
+  return c->messages * 1000003u + c->idSum + c->ctxSum * 7919u;
+}
 
 static const slowpipe_codec_api kApi = {
 #ifdef PLUGIN_BAD_ABI

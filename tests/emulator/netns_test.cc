@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -78,7 +78,9 @@ ThreeRuns calibrateThrice(const CalibrationOptions& o, double slack) {
     t.latencies.push_back(r["latency_median_s"].get<double>());
     t.dump += r.dump() + "\n";
     EXPECT_LT(t.rates.back(), 1.05) << "run " << run << " beat the configured rate:\n" << r.dump(2);
-    EXPECT_GE(t.latencies.back(), o.link.latencyS - slack) << "run " << run << " delivered before its delay:\n" << r.dump(2);
+    EXPECT_GE(t.latencies.back(), o.link.latencyS - slack)
+        << "run " << run << " delivered before its delay:\n"
+        << r.dump(2);
   }
   t.steal = meter.share();
   return t;
@@ -142,7 +144,8 @@ std::vector<pid_t> forkedChildren(pid_t parent) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::string st = statOf(e.path().string() + "/stat");
     const size_t close = st.rfind(')');
-    if (close == std::string::npos || st.substr(st.find('('), close - st.find('(') + 1) != comm) continue;
+    if (close == std::string::npos || st.substr(st.find('('), close - st.find('(') + 1) != comm)
+      continue;
     std::istringstream rest(st.substr(close + 2));
     std::string field;
     std::vector<std::string> f;  // from field 3 (state) on
@@ -171,8 +174,8 @@ std::vector<pid_t> calibrationChildren(pid_t parent) {
 }
 
 // A kernel-path calibration whose receiver dies (a signal, a crash) ends at once with an error that
-// says so, and leaves nothing: its sender used to wait out a minute for a go-ahead or block for good
-// on a send, and the run with it (a SIGTERM that reached the forked receiver of a sweep's
+// says so, and leaves nothing: its sender used to wait out a minute for a go-ahead or block for
+// good on a send, and the run with it (a SIGTERM that reached the forked receiver of a sweep's
 // calibration, and not its sender, held the sweep 90 s).
 TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
   int report[2];
@@ -194,7 +197,8 @@ TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
     _exit(0);
   }
   close(report[1]);
-  const std::vector<pid_t> kids = calibrationChildren(child);  // its receiver and its sender, in that order
+  const std::vector<pid_t> kids =
+      calibrationChildren(child);  // its receiver and its sender, in that order
   if (kids.size() < 2) {
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
@@ -207,7 +211,8 @@ TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
   int status = 0;
   pid_t done = 0;
   for (int i = 0; i < 300 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i) usleep(100000);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   if (done == 0) {
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
@@ -219,7 +224,9 @@ TEST_F(KernelBackendTest, CalibrationEndsWhenItsReceiverDies) {
   close(report[0]);
   ASSERT_NE(done, 0) << "still calibrating 30 s after its receiver was killed";
   EXPECT_LT(took, 5.0) << buf;
-  EXPECT_NE(std::string(buf).find("calibration receiver: died: killed by signal 9"), std::string::npos) << buf;
+  EXPECT_NE(std::string(buf).find("calibration receiver: died: killed by signal 9"),
+            std::string::npos)
+      << buf;
   EXPECT_TRUE(forkedChildren(child).empty());
   EXPECT_EQ(kill(kids[1], 0), -1) << "its sender " << kids[1] << " outlived it";
   EXPECT_EQ(namespacesOf(child), 0) << "the calibration's namespaces outlived it";
@@ -263,9 +270,9 @@ TEST_F(KernelBackendTest, CalibrationChildrenDieWithTheirParent) {
 }
 
 // On veth pairs (where the kernel has netem, or has no TUN device) nothing forwards packets in user
-// space, so nothing can be moderated: a moderated edge says so in the mechanism (the launcher warns)
-// instead of being recorded as if it had been applied. This kernel has no netem: a child hides
-// /dev/net/tun in a mount namespace of its own to get that path.
+// space, so nothing can be moderated: a moderated edge says so in the mechanism (the launcher
+// warns) instead of being recorded as if it had been applied. This kernel has no netem: a child
+// hides /dev/net/tun in a mount namespace of its own to get that path.
 TEST_F(KernelBackendTest, ModerationOnVethPairsSaysItIsNotApplied) {
   int out[2];
   ASSERT_EQ(pipe(out), 0);
@@ -275,7 +282,8 @@ TEST_F(KernelBackendTest, ModerationOnVethPairsSaysItIsNotApplied) {
     std::string said;
     try {
       if (!kernelFeatures().netem &&
-          (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/dev", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+          (unshare(CLONE_NEWNS) != 0 ||
+           mount(nullptr, "/dev", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
            mount("none", "/dev/net", "tmpfs", 0, nullptr) != 0))
         throw std::runtime_error(std::string("hiding /dev/net/tun: ") + std::strerror(errno));
       for (double moderationS : {100e-6, 0.0}) {
@@ -292,11 +300,14 @@ TEST_F(KernelBackendTest, ModerationOnVethPairsSaysItIsNotApplied) {
   close(out[1]);
   std::string said;
   char buf[512];
-  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;)
+    said.append(buf, static_cast<size_t>(n));
   close(out[0]);
   waitpid(child, nullptr, 0);
-  EXPECT_EQ(said, "veth pair | not applied: the edges are veth pairs (no delay line), so network.moderation_us has no effect\n"
-                  "veth pair | (none)\n");
+  EXPECT_EQ(said,
+            "veth pair | not applied: the edges are veth pairs (no delay line), so "
+            "network.moderation_us has no effect\n"
+            "veth pair | (none)\n");
   EXPECT_EQ(namespacesOf(child), 0);
 }
 
@@ -320,11 +331,14 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
   for (const auto& r : t.docs) {
     // Without netem the namespaces are joined by the delay line (TUN), else by shaped veths.
     const bool line = !kernelFeatures().netem && access("/dev/net/tun", R_OK | W_OK) == 0;
-    EXPECT_EQ(r["mechanism"]["rate"].get<std::string>().rfind(line ? "delay line" : "htb", 0), 0u) << r.dump();
+    EXPECT_EQ(r["mechanism"]["rate"].get<std::string>().rfind(line ? "delay line" : "htb", 0), 0u)
+        << r.dump();
     EXPECT_EQ(r["mechanism"]["netem_available"].get<bool>(), kernelFeatures().netem);
   }
   const double steal = t.steal, best = t.best(), least = t.least();
-  SKIP_IF_HOST_TIME(best < 1.0 - kRateTolerance || least > 0.002 + 0.5e-3, steal) << "shaped runs:\n" << runs;
+  SKIP_IF_HOST_TIME(best < 1.0 - kRateTolerance || least > 0.002 + 0.5e-3, steal)
+      << "shaped runs:\n"
+      << runs;
   if (best < 1.0 - kRateTolerance && o.link.bandwidthBps >= 1e9) {
     // Whether this host can carry the rate at all: the same path with a rate 10x higher. A host
     // whose line cannot forward 1.05x the rate unshaped says nothing about the shaper (one CI run
@@ -333,7 +347,9 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
     open.link.bandwidthBps = 10 * o.link.bandwidthBps;
     const double capacity = calibrateLink(open)["achieved_bps"].get<double>();
     if (capacity < 1.05 * o.link.bandwidthBps)
-      GTEST_SKIP() << "this host forwarded only " << capacity / 1e9 << " Gbit/s unshaped; shaped runs:\n" << runs;
+      GTEST_SKIP() << "this host forwarded only " << capacity / 1e9
+                   << " Gbit/s unshaped; shaped runs:\n"
+                   << runs;
   }
   EXPECT_GE(best, 1.0 - kRateTolerance) << runs;
   // Without netem the delay is added in user space on top of the real receipt: allow 0.5 ms.
@@ -344,7 +360,9 @@ TEST_P(KernelRateTest, HtbGoodputWithin5Percent) {
     CalibrationOptions bare = o;
     bare.link.latencyS = 0;
     const double floor = calibrateLink(bare)["latency_median_s"].get<double>();
-    if (floor > 0.5e-3) GTEST_SKIP() << "this host's path took " << floor * 1e3 << " ms with no delay; shaped runs:\n" << runs;
+    if (floor > 0.5e-3)
+      GTEST_SKIP() << "this host's path took " << floor * 1e3 << " ms with no delay; shaped runs:\n"
+                   << runs;
   }
   EXPECT_LE(least, 0.002 + 0.5e-3) << runs;
 }
@@ -370,13 +388,16 @@ TEST_F(KernelBackendTest, WanDelayCalibratesTheRateNotTheConnectionsWindow) {
     EXPECT_TRUE(r.contains("host_cpu_steal")) << r.dump(2);
   }
   const double shortfall = std::max(0.08, kRateTolerance);
-  SKIP_IF_HOST_TIME(t.best() < 1.0 - shortfall || t.least() > 0.025 + 1e-3, t.steal) << "runs:\n" << t.dump;
+  SKIP_IF_HOST_TIME(t.best() < 1.0 - shortfall || t.least() > 0.025 + 1e-3, t.steal) << "runs:\n"
+                                                                                     << t.dump;
   EXPECT_GE(t.best(), 1.0 - shortfall) << t.dump;
   EXPECT_LE(t.least(), 0.025 + 1e-3) << t.dump;
 }
 
 INSTANTIATE_TEST_SUITE_P(Rates, KernelRateTest, ::testing::Values(100e6, 1e9),
-                         [](const auto& info) { return std::to_string(static_cast<int>(info.param / 1e6)) + "Mbps"; });
+                         [](const auto& info) {
+                           return std::to_string(static_cast<int>(info.param / 1e6)) + "Mbps";
+                         });
 
 // A SIGTERM that lands while the process is inside fork() (runCommand forks for every ip and tc
 // call) must still run the cleanups and end the process. The cleanups used to fork() from the
@@ -421,14 +442,18 @@ TEST(SignalCleanupTest, ASignalInsideForkStillCleansUpAndEnds) {
       kill(child, SIGKILL);
       waitpid(child, &status, 0);
       close(out[0]);
-      FAIL() << "trial " << trial << ": the process was still alive 5 s after SIGTERM (its handler hung)";
+      FAIL() << "trial " << trial
+             << ": the process was still alive 5 s after SIGTERM (its handler hung)";
     }
     std::string said;
     char buf[64];
-    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;)
+      said.append(buf, static_cast<size_t>(n));
     close(out[0]);
-    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "trial " << trial << ": status " << status;
-    EXPECT_NE(said.find("cleaned"), std::string::npos) << "trial " << trial << ": the cleanup did not run";
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
+        << "trial " << trial << ": status " << status;
+    EXPECT_NE(said.find("cleaned"), std::string::npos)
+        << "trial " << trial << ": the cleanup did not run";
   }
 }
 
@@ -491,9 +516,9 @@ TEST_F(KernelBackendTest, CleanupRemovesWhatKill9Left) {
   EXPECT_GE(removed.size(), 2u);
 }
 
-// tc-dev's leftovers after kill -9: `emulator cleanup` deletes the qdisc a dead shaper left and says
-// so; where the interface went with its namespace, it drops the record and says nothing was removed
-// (it used to list such an interface as removed).
+// tc-dev's leftovers after kill -9: `emulator cleanup` deletes the qdisc a dead shaper left and
+// says so; where the interface went with its namespace, it drops the record and says nothing was
+// removed (it used to list such an interface as removed).
 TEST_F(KernelBackendTest, DeviceCleanupReportsOnlyWhatItRemoved) {
   // A child that shapes a veth in a namespace of its own, then is killed.
   auto shapeAndDie = [](std::string* ns) {
@@ -505,11 +530,14 @@ TEST_F(KernelBackendTest, DeviceCleanupReportsOnlyWhatItRemoved) {
       const std::string name = "slowpipe-" + std::to_string(getpid()) + "-shaped";
       std::string ok = "no";
       if (runCommand({"ip", "netns", "add", name}).status == 0 &&
-          runCommand({"ip", "-n", name, "link", "add", "sp0", "type", "veth", "peer", "name", "sp1"}).status == 0 &&
+          runCommand(
+              {"ip", "-n", name, "link", "add", "sp0", "type", "veth", "peer", "name", "sp1"})
+                  .status == 0 &&
           runCommand({"ip", "-n", name, "link", "set", "sp0", "up"}).status == 0) {
         const int fd = open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
         if (fd >= 0 && setns(fd, CLONE_NEWNET) == 0) {
-          static DeviceShaper* shaper = new DeviceShaper("sp0");  // never destroyed: the kill leaves it
+          static DeviceShaper* shaper =
+              new DeviceShaper("sp0");  // never destroyed: the kill leaves it
           (void)shaper;
           ok = "ok";
         }
@@ -527,7 +555,10 @@ TEST_F(KernelBackendTest, DeviceCleanupReportsOnlyWhatItRemoved) {
     waitpid(child, nullptr, 0);
     return ok ? child : pid_t{-1};
   };
-  auto htbOn = [](const std::string& ns) { return runCommand({"tc", "-n", ns, "qdisc", "show", "dev", "sp0"}).output.find("htb") != std::string::npos; };
+  auto htbOn = [](const std::string& ns) {
+    return runCommand({"tc", "-n", ns, "qdisc", "show", "dev", "sp0"}).output.find("htb") !=
+           std::string::npos;
+  };
   auto listed = [](const std::vector<std::string>& v, const std::string& ns) {
     return std::find(v.begin(), v.end(), "sp0 (" + ns + ")") != v.end();
   };
@@ -543,8 +574,11 @@ TEST_F(KernelBackendTest, DeviceCleanupReportsOnlyWhatItRemoved) {
   const pid_t second = shapeAndDie(&gone);
   ASSERT_GT(second, 0);
   runCommand({"ip", "netns", "delete", gone});  // as namespace cleanup does first
-  EXPECT_FALSE(listed(cleanupDeviceShaping(), gone)) << "an interface that no longer exists was reported removed";
-  EXPECT_NE(access(("/run/slowpipe/tc-dev/" + std::to_string(second) + "-sp0.json").c_str(), F_OK), 0) << "the stale record was kept";
+  EXPECT_FALSE(listed(cleanupDeviceShaping(), gone))
+      << "an interface that no longer exists was reported removed";
+  EXPECT_NE(access(("/run/slowpipe/tc-dev/" + std::to_string(second) + "-sp0.json").c_str(), F_OK),
+            0)
+      << "the stale record was kept";
 }
 
 TEST_F(KernelBackendTest, CleanupLeavesLiveOwnersAlone) {

@@ -29,7 +29,8 @@ TEST(NodesTest, PairsResolveByNodeThenRegionThenDefault) {
   ASSERT_EQ(net.size(), 3);
   EXPECT_EQ(net.node(1).name, "home-1");
   EXPECT_EQ(net.node(1).region, "home");
-  const int h0 = net.index("home-0", "x"), h1 = net.index(json(1), "x"), srv = net.index("server", "x");
+  const int h0 = net.index("home-0", "x"), h1 = net.index(json(1), "x"),
+            srv = net.index("server", "x");
   // home-0 -> server: the directed node pair (30 ms, core 40 Mbps), bottleneck min(10, 40, 1000).
   EXPECT_DOUBLE_EQ(net.path(h0, srv).latencyS, 0.030);
   EXPECT_DOUBLE_EQ(net.path(h0, srv).bandwidthBps, 10e6);
@@ -64,13 +65,17 @@ TEST(NodesTest, BadNetworksNameTheFieldAndValue) {
   j = consumer();
   j["nodes"][0].erase("up");
   j["nodes"][1].erase("down");
-  EXPECT_THROW(NodeNetwork::fromJson(j, "network.nodes").path(1, 2), std::invalid_argument);  // only a used pair fails
+  EXPECT_THROW(NodeNetwork::fromJson(j, "network.nodes").path(1, 2),
+               std::invalid_argument);  // only a used pair fails
   try {
     NodeNetwork::fromJson(j, "network.nodes").path(1, 2);
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("nothing limits the rate from node 'home-1' to 'server'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nothing limits the rate from node 'home-1' to 'server'"),
+              std::string::npos)
+        << e.what();
   }
-  expectError(json("/nonexistent/net.json"), "cannot read the network file '/nonexistent/net.json'");
+  expectError(json("/nonexistent/net.json"),
+              "cannot read the network file '/nonexistent/net.json'");
   j = consumer();
   j["nodez"] = 1;
   expectError(j, "network.nodes.nodez: unknown field");
@@ -103,7 +108,8 @@ TEST(NodesTest, AccessLinksShareByHand) {
   // A second message on home-0's uplink queues behind the first: 0.2 + 0.03.
   EXPECT_NEAR(links.send(net.access(h0, srv), 0.05, mbit), 0.230, 1e-12);
   // server -> home-0 twice at t = 1: up 1 ms each (back to back), down 20 ms each at 50 Mbps:
-  // the first 1.001 + 0.020 + ... : s3 = 1.0 + 0.020, f3 = 1.040; the second s3 = 1.040, f3 = 1.060.
+  // the first 1.001 + 0.020 + ... : s3 = 1.0 + 0.020, f3 = 1.040; the second s3 = 1.040, f3
+  // = 1.060.
   EXPECT_NEAR(links.send(net.access(srv, h0), 1.0, mbit), 1.040, 1e-12);
   EXPECT_NEAR(links.send(net.access(srv, h0), 1.0, mbit), 1.060, 1e-12);
 }
@@ -115,7 +121,8 @@ TEST(NodesTest, AccessLinksShareByHand) {
 TEST(NodesTest, DownlinkServesInArrivalOrder) {
   const NodeNetwork net = NodeNetwork::fromJson(json::parse(R"({
     "nodes": [{"name": "far", "up": "1Gbps"}, {"name": "near", "up": "1Gbps"}, {"name": "sink", "down": "8Mbps"}],
-    "core": {"default": {"latency": "50ms"}, "pairs": [{"a": "near", "b": "sink", "latency": "1ms"}]}})"), "n");
+    "core": {"default": {"latency": "50ms"}, "pairs": [{"a": "near", "b": "sink", "latency": "1ms"}]}})"),
+                                                "n");
   AccessLinks links(net.calendars());
   EXPECT_NEAR(links.send(net.access(0, 2), 0, 10000), 0.060, 1e-12);
   EXPECT_NEAR(links.send(net.access(1, 2), 0.001, 10000), 0.012, 1e-12);
@@ -130,9 +137,15 @@ TEST(NodesTest, DownlinkServesInArrivalOrder) {
 TEST(NodesTest, AFullCalendarNeverDoubleBooks) {
   json pairs = json::array();
   for (int k = 0; k < 60; ++k)
-    pairs.push_back({{"a", "src-" + std::to_string(k)}, {"b", "sink"}, {"latency", std::to_string(2 * k) + "ms"}, {"directed", true}});
-  const NodeNetwork net = NodeNetwork::fromJson({{"nodes", json::parse(R"([{"name": "src", "count": 60, "up": "100Gbps"},
-      {"name": "near", "up": "100Gbps"}, {"name": "sink", "down": "8Mbps"}])")}, {"core", {{"default", {{"latency", "0ms"}}}, {"pairs", pairs}}}}, "n");
+    pairs.push_back({{"a", "src-" + std::to_string(k)},
+                     {"b", "sink"},
+                     {"latency", std::to_string(2 * k) + "ms"},
+                     {"directed", true}});
+  const NodeNetwork net = NodeNetwork::fromJson(
+      {{"nodes", json::parse(R"([{"name": "src", "count": 60, "up": "100Gbps"},
+      {"name": "near", "up": "100Gbps"}, {"name": "sink", "down": "8Mbps"}])")},
+       {"core", {{"default", {{"latency", "0ms"}}}, {"pairs", pairs}}}},
+      "n");
   AccessLinks links(net.calendars());
   const int near = net.index("near", "n"), sink = net.index("sink", "n");
   std::vector<std::pair<double, double>> busy;
@@ -142,7 +155,9 @@ TEST(NodesTest, AFullCalendarNeverDoubleBooks) {
   }
   for (int k = 0; k < 60; ++k) {
     const double end = links.send(net.access(near, sink), 0.0, 1000), start = end - 0.001;
-    for (const auto& [s, e] : busy) EXPECT_FALSE(start < e - 1e-9 && s < end - 1e-9) << "[" << start << ", " << end << ") on [" << s << ", " << e << ")";
+    for (const auto& [s, e] : busy)
+      EXPECT_FALSE(start < e - 1e-9 && s < end - 1e-9)
+          << "[" << start << ", " << end << ") on [" << s << ", " << e << ")";
     busy.emplace_back(start, end);
   }
 }
@@ -161,7 +176,8 @@ TEST(NodesTest, SharedAccessLinksSpanProcesses) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   AccessLinks parent = AccessLinks::attach(fd);
-  EXPECT_NEAR(parent.send(net.access(0, 2), 0, 125000), 0.230, 1e-12);  // behind the child's message
+  EXPECT_NEAR(parent.send(net.access(0, 2), 0, 125000), 0.230,
+              1e-12);  // behind the child's message
   close(fd);
 }
 

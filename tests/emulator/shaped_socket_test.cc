@@ -38,12 +38,12 @@ constexpr double kRateShortfall = 0.03;
 // thread reads the clock just before each send, the receiver right after each recv() returns. A
 // receiver that delivered early (or stamped deliveries with their due time) fails this.
 // The emulator stamps each message with its arrival time (send + serialisation + latency) and the
-// receiver holds it until then, so the transport's own latency (ZeroMQ over TCP loopback, 0.05-0.4 ms
-// depending on the machine and its load) is hidden inside any emulated latency longer than it, and is
-// all there is at latency 0. The expected median is therefore max(latency, transport), where the
-// transport's latency is the median of unshaped probes over a second socket pair of the same kind,
-// each sent just before a shaped probe. Probes go one at a time (the next waits until the last was
-// received), so neither kind waits behind the other.
+// receiver holds it until then, so the transport's own latency (ZeroMQ over TCP loopback, 0.05-0.4
+// ms depending on the machine and its load) is hidden inside any emulated latency longer than it,
+// and is all there is at latency 0. The expected median is therefore max(latency, transport), where
+// the transport's latency is the median of unshaped probes over a second socket pair of the same
+// kind, each sent just before a shaped probe. Probes go one at a time (the next waits until the
+// last was received), so neither kind waits behind the other.
 TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   zmq::context_t ctx(2);
   zmq::socket_t pull(ctx, zmq::socket_type::pull), push(ctx, zmq::socket_type::push);
@@ -60,7 +60,8 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   link.bandwidthBps = GetParam().bps;
   link.latencyS = GetParam().latency;
   const size_t bytes = 256 * 1024, probeBytes = 64;
-  const int bulk = static_cast<int>(std::max(8.0, 0.5 * link.bandwidthBps / (8.0 * bytes)));  // ~0.5 s
+  const int bulk =
+      static_cast<int>(std::max(8.0, 0.5 * link.bandwidthBps / (8.0 * bytes)));  // ~0.5 s
   const int probes = 60;
   ShapedSender tx(push, link, &linkModel("pipelined"), 3);
   ShapedReceiver rx(pull);
@@ -81,7 +82,8 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       rawSent[k] = monotonicNow();
       rawTx.send(buf.data(), probeBytes);
-      while (received < bulk + 2 * k + 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      while (received < bulk + 2 * k + 1)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       sentAt[i] = monotonicNow();
       tx.send(buf.data(), probeBytes);
@@ -116,8 +118,8 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   std::sort(raw.begin(), raw.end());
   const double transport = raw[raw.size() / 2], median = lat[lat.size() / 2];
   const double steal = meter.share();
-  std::printf("achieved %.4f of the rate; median probe %.3f ms (hypervisor steal %.1f%%)\n", achieved / link.bandwidthBps,
-              1e3 * median, 100 * steal);
+  std::printf("achieved %.4f of the rate; median probe %.3f ms (hypervisor steal %.1f%%)\n",
+              achieved / link.bandwidthBps, 1e3 * median, 100 * steal);
   // Never faster than the rate, never earlier than the latency, whatever the host did.
   EXPECT_LE(achieved / link.bandwidthBps, 1.03) << "achieved " << achieved << " bps";
   EXPECT_GE(lat.front(), link.latencyS - 1e-5) << "a probe arrived before its latency had passed";
@@ -126,16 +128,18 @@ TEST_P(UserRateTest, RateWithin3PercentLatencyWithin02ms) {
   // A stall of the host only lowers the rate and lengthens probes (tests/host_time.h).
   const bool missed = achieved / link.bandwidthBps < 1.0 - kRateShortfall ||
                       median > std::max(link.latencyS, transport) + kLatencyTolerance;
-  SKIP_IF_HOST_TIME(missed, steal) << "achieved " << achieved / link.bandwidthBps << " of the rate, median probe " << median
-                                   << " s (transport " << transport << " s)";
-  EXPECT_GE(achieved / link.bandwidthBps, 1.0 - kRateShortfall) << "achieved " << achieved << " bps";
+  SKIP_IF_HOST_TIME(missed, steal)
+      << "achieved " << achieved / link.bandwidthBps << " of the rate, median probe " << median
+      << " s (transport " << transport << " s)";
+  EXPECT_GE(achieved / link.bandwidthBps, 1.0 - kRateShortfall)
+      << "achieved " << achieved << " bps";
   EXPECT_LE(median, std::max(link.latencyS, transport) + kLatencyTolerance)
       << "median shaped probe " << median << " s, unshaped transport " << transport << " s";
 }
 
 INSTANTIATE_TEST_SUITE_P(Points, UserRateTest,
-                         ::testing::Values(RateCase{100e6, 0.0}, RateCase{100e6, 0.010}, RateCase{1e9, 0.0},
-                                           RateCase{1e9, 0.005}),
+                         ::testing::Values(RateCase{100e6, 0.0}, RateCase{100e6, 0.010},
+                                           RateCase{1e9, 0.0}, RateCase{1e9, 0.005}),
                          [](const auto& info) {
                            return std::to_string(static_cast<int>(info.param.bps / 1e6)) + "Mbps_" +
                                   std::to_string(static_cast<int>(info.param.latency * 1e3)) + "ms";
@@ -185,7 +189,8 @@ TEST(ShapedSocketTest, TraceStepChangesAchievedRate) {
   const auto r = calibrateLink(o);
   const auto& seg = r["trace_segments"];
   ASSERT_EQ(seg.size(), 2u) << r.dump(2);
-  const double first = seg[0]["achieved_bps"].get<double>() / 400e6, second = seg[1]["achieved_bps"].get<double>() / 100e6;
+  const double first = seg[0]["achieved_bps"].get<double>() / 400e6,
+               second = seg[1]["achieved_bps"].get<double>() / 100e6;
   EXPECT_LE(first, 1.05) << r.dump(2);
   EXPECT_LE(second, 1.05) << r.dump(2);
   SKIP_IF_HOST_TIME(first < 0.95 || second < 0.95, r.value("host_cpu_steal", 0.0)) << seg.dump();
@@ -195,8 +200,8 @@ TEST(ShapedSocketTest, TraceStepChangesAchievedRate) {
 
 // serial_fifo: one inbound wire per receiving rank, shared by both inbound links and billed in the
 // receiver's retrieval order. Two messages sent at the same time on two links arrive one after the
-// other: the second one's (serialisation + latency) starts when the first has arrived. Measured with
-// the test's own clock.
+// other: the second one's (serialisation + latency) starts when the first has arrived. Measured
+// with the test's own clock.
 TEST(ShapedSocketTest, SerialFifoSharesOneInboundWire) {
   zmq::context_t ctx(2);
   zmq::socket_t pullA(ctx, zmq::socket_type::pull), pullB(ctx, zmq::socket_type::pull);
@@ -255,13 +260,15 @@ TEST(LinkModelTest, EachModelBillsByHand) {
   LinkSpec slow = l;
   slow.bandwidthBps = 4e6;
   EXPECT_DOUBLE_EQ(fifo->bill(l, 1.0, 100000), 1.11);
-  EXPECT_DOUBLE_EQ(fifo->bill(slow, 1.0, 100000), 1.11 + 0.2 + 0.010);  // another link, the same wire
+  EXPECT_DOUBLE_EQ(fifo->bill(slow, 1.0, 100000),
+                   1.11 + 0.2 + 0.010);  // another link, the same wire
   EXPECT_FALSE(linkModel("serial_fifo").kernelBackends);
   try {
     linkModel("tcp_reno");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("pipelined, serial_fifo, tcp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pipelined, serial_fifo, tcp"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -311,12 +318,13 @@ TEST(LinkModelTest, TcpSlowStartAfterIdleByHand) {
   EXPECT_FALSE(linkModel("tcp").modelsVariation);
   EXPECT_TRUE(linkModel("tcp").modelsLoss);
   // Jumbo frames (the link's mtu 9000): segments of 8948 bytes, 894.1 of them; the receiver's
-  // window holds the first rounds to 7, 10 and 16 segments (its first window 65,535 bytes, its clamp
-  // 93,184, then 152,047 after its first measure) and the fourth to 37 (332,353 after the second),
-  // so 7 rounds carry 590 and the 8th the rest: 7 round trips + at most 64 ms + 50 ms (the
+  // window holds the first rounds to 7, 10 and 16 segments (its first window 65,535 bytes, its
+  // clamp 93,184, then 152,047 after its first measure) and the fourth to 37 (332,353 after the
+  // second), so 7 rounds carry 590 and the 8th the rest: 7 round trips + at most 64 ms + 50 ms (the
   // kernel through the delay line: 0.86-0.87 s in three runs; without the receiver's window the
   // model took 6 round trips, 0.67 s).
-  LinkSpec jumbo = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"mtu", 9000}}, "links");
+  LinkSpec jumbo =
+      linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"mtu", 9000}}, "links");
   EXPECT_EQ(jumbo.mtu, 9000);
   LinkClock cj(jumbo, 0.0);
   cj.setOpenedAt(0.0);  // a fresh connection, as the kernel's
@@ -333,13 +341,15 @@ TEST(LinkModelTest, TcpSlowStartAfterIdleByHand) {
 
 // Loss by hand: a packet in 1/p lost (here drawn per packet, so on average), every loss halving
 // Reno's window, makes the sawtooth behind the Mathis formula: W oscillates between W/2 and W with
-// 1/p packets a cycle, so 3/8 W^2 = 1/p and the mean rate is MSS / RTT x sqrt(3 / (2p)): 14.19 Mbit/s at 1448-byte
-// segments, RTT 100 ms, p = 1e-4 (the link's 1 Gbps and the 4 MiB buffer are far above it). A
-// 50 MB transfer after 200 MB (slow start's overshoot halved away) takes that rate within 10%; CUBIC (beta 0.7,
-// its cubic growth) gets more from the same loss, BBR (which does not cut on loss) far more.
+// 1/p packets a cycle, so 3/8 W^2 = 1/p and the mean rate is MSS / RTT x sqrt(3 / (2p)): 14.19
+// Mbit/s at 1448-byte segments, RTT 100 ms, p = 1e-4 (the link's 1 Gbps and the 4 MiB buffer are
+// far above it). A 50 MB transfer after 200 MB (slow start's overshoot halved away) takes that rate
+// within 10%; CUBIC (beta 0.7, its cubic growth) gets more from the same loss, BBR (which does not
+// cut on loss) far more.
 TEST(LinkModelTest, TcpLossFollowsMathisUnderReno) {
   auto timeFor = [](const std::string& cc) {
-    LinkSpec l = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", 1e-4}}, "links");
+    LinkSpec l =
+        linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", 1e-4}}, "links");
     l.tcp.congestionControl = cc;
     LinkClock clock(l, 0.0);
     auto tcp = linkModel("tcp").make();
@@ -360,7 +370,8 @@ TEST(LinkModelTest, TcpLossFollowsMathisUnderReno) {
     linkModel("tcp").make()->stamp(clock, 0.0, 1000);
     FAIL() << "vegas was modelled";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("expected cubic, reno or bbr"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected cubic, reno or bbr"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -374,12 +385,14 @@ TEST(LinkModelTest, TcpLossFollowsMathisUnderReno) {
 TEST(LinkModelTest, CubicLeavesSlowStartByHyStart) {
   auto oneMiB = [](const std::string& cc) {
     LinkSpec l;
-    l.bandwidthBps = 1e9 * 1448 / 1500;  // the line's goodput, as slowpipe emulator tcp-rebill bills it
+    l.bandwidthBps =
+        1e9 * 1448 / 1500;  // the line's goodput, as slowpipe emulator tcp-rebill bills it
     l.latencyS = 0.001;
     l.tcp.congestionControl = cc;
     LinkClock clock(l, 0.0);
     auto tcp = linkModel("tcp").make();
-    for (const double sent : {0.0, 0.0078, 1.0197}) tcp->stamp(clock, sent, 65536);  // the kernel run's send times
+    for (const double sent : {0.0, 0.0078, 1.0197})
+      tcp->stamp(clock, sent, 65536);  // the kernel run's send times
     return tcp->stamp(clock, 1.0255, 1048576) - 1.0255;
   };
   const double reno = oneMiB("reno"), cubic = oneMiB("cubic");
@@ -390,13 +403,14 @@ TEST(LinkModelTest, CubicLeavesSlowStartByHyStart) {
 // The send buffer keeps a lost packet and everything acknowledged behind it until the
 // retransmission is acknowledged (one RTT after the loss is found). A transfer limited by the
 // buffer (BBR over 1 Gbps with RTT 100 ms: 4 MiB of buffer against a 12.5 MB pipe) therefore
-// stalls for about an RTT per loss, although BBR does not cut its window: the kernel took 0.86-0.90 s
-// for 16 MiB at 0.1% loss against 0.62-0.67 s without (results/wan/model_validation, 1Gbps_50ms_bbr).
-// (a ratio of 1.27-1.45). At 0.1% a 16 MiB message loses about 11.6 packets: at least 25% slower
-// here; the model before counted only the retransmissions' own round trips (15%).
+// stalls for about an RTT per loss, although BBR does not cut its window: the kernel took 0.86-0.90
+// s for 16 MiB at 0.1% loss against 0.62-0.67 s without (results/wan/model_validation,
+// 1Gbps_50ms_bbr). (a ratio of 1.27-1.45). At 0.1% a 16 MiB message loses about 11.6 packets: at
+// least 25% slower here; the model before counted only the retransmissions' own round trips (15%).
 TEST(LinkModelTest, LossHoldsTheSendBuffer) {
   auto timeFor = [](double loss) {
-    LinkSpec l = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", loss}}, "links");
+    LinkSpec l =
+        linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", loss}}, "links");
     l.tcp.congestionControl = "bbr";
     LinkClock clock(l, 0.0);
     auto tcp = linkModel("tcp").make();
@@ -413,7 +427,8 @@ TEST(LinkModelTest, LossHoldsTheSendBuffer) {
 // Mathis' rate with a tenth of the loss events, sqrt(10) = 3.2x the throughput; at least 2x here.
 TEST(LinkModelTest, TcpLossInBurstsCutsTheWindowOncePerBurst) {
   auto timeFor = [](const nlohmann::json& loss) {
-    LinkSpec l = linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", loss}}, "links");
+    LinkSpec l =
+        linkSpecFromJson({{"bandwidth", "1Gbps"}, {"latency", "50ms"}, {"loss", loss}}, "links");
     l.tcp.congestionControl = "reno";
     LinkClock clock(l, 0.0);
     auto tcp = linkModel("tcp").make();
@@ -430,10 +445,10 @@ TEST(LinkModelTest, TcpLossInBurstsCutsTheWindowOncePerBurst) {
 // pacing rate before any ACK is 2.885 x 14480 B / 2 ms less 1% = 20.68 MB/s, so a chunk is
 // 20.68e6 / 1024 + 64 KiB >> (2000 us >> 9) = 28387 bytes, 19 segments: the whole window leaves
 // at once at the link's rate and arrives 11.6 us + 1 ms later (paced segment by segment it would
-// take 0.56 ms more). PROBE_RTT: a transfer that crosses the 10 s of the minimum RTT's life pays the
-// drain to 4 segments (one round trip, nothing new sent), 200 ms at 4 segments and the round that
-// ends it: 100 Mbps / 50 ms, 150 MB against 90 MB (7.2 s, over before the 10 s) plus 60 MB at the
-// rate: between RTT + 200 ms and 2 RTT + 200 ms + what 4 segments a round trip left unsent.
+// take 0.56 ms more). PROBE_RTT: a transfer that crosses the 10 s of the minimum RTT's life pays
+// the drain to 4 segments (one round trip, nothing new sent), 200 ms at 4 segments and the round
+// that ends it: 100 Mbps / 50 ms, 150 MB against 90 MB (7.2 s, over before the 10 s) plus 60 MB at
+// the rate: between RTT + 200 ms and 2 RTT + 200 ms + what 4 segments a round trip left unsent.
 TEST(LinkModelTest, BbrPacesPerTsoChunkAndProbesRttByTheKernelsRule) {
   LinkSpec fast = linkSpecFromJson({{"bandwidth", "10Gbps"}, {"latency", "1ms"}}, "links");
   fast.tcp.congestionControl = "bbr";
@@ -464,20 +479,22 @@ TEST(LinkModelTest, BbrPacingSparesTheFirstTenSegmentsAndCreditsLateness) {
   LinkClock clock(l, 0.0);
   auto model = linkModel("tcp").make();
   const double segment = 8 * 1448 / 1e8;
-  EXPECT_NEAR(model->stamp(clock, 1.0, 14480) - 1.0, 10 * segment + 0.125, 1e-9) << "the first 10 segments were paced";
-  const double t = 2 * 1448 / (0.99 * 2.885 * 14480 / 0.25);  // one 2-segment chunk at the pacing rate
+  EXPECT_NEAR(model->stamp(clock, 1.0, 14480) - 1.0, 10 * segment + 0.125, 1e-9)
+      << "the first 10 segments were paced";
+  const double t =
+      2 * 1448 / (0.99 * 2.885 * 14480 / 0.25);  // one 2-segment chunk at the pacing rate
   EXPECT_NEAR(model->stamp(clock, 2.0, 28960) - 2.0, 8.5 * t + 2 * segment + 0.125, 1e-9);
 }
 
-// The send buffer as Linux autotunes it, by hand (Reno, 1 Gbps, 10 ms one way, MSS 1448). The buffer
-// starts at 2 x 10 segments x 2304 bytes = 46080 and grows only while the writer waits on it. Three
-// 45-segment messages (65160 bytes, one 64 KiB skb, charged 65928: the writer never waits), each 20 ms
-// after the last arrived (an RTT, far below the RTO), grow the window to 2 x 45 = 90 segments
-// (slow start grows it only while it is under twice what was in flight) and leave the buffer at
-// 46080. A 90-segment message then fits the window but not the buffer: its first skb leaves at
-// once, the second when the first ACK (an RTT later) finds the writer waiting and grows the buffer
-// to 2 x 90 x 2304: RTT + its 45 segments + the one-way delay, where a buffer at its 4 MiB maximum
-// (the model before) sent all 90 at once.
+// The send buffer as Linux autotunes it, by hand (Reno, 1 Gbps, 10 ms one way, MSS 1448). The
+// buffer starts at 2 x 10 segments x 2304 bytes = 46080 and grows only while the writer waits on
+// it. Three 45-segment messages (65160 bytes, one 64 KiB skb, charged 65928: the writer never
+// waits), each 20 ms after the last arrived (an RTT, far below the RTO), grow the window to 2 x 45
+// = 90 segments (slow start grows it only while it is under twice what was in flight) and leave the
+// buffer at 46080. A 90-segment message then fits the window but not the buffer: its first skb
+// leaves at once, the second when the first ACK (an RTT later) finds the writer waiting and grows
+// the buffer to 2 x 90 x 2304: RTT + its 45 segments + the one-way delay, where a buffer at its 4
+// MiB maximum (the model before) sent all 90 at once.
 TEST(LinkModelTest, TcpSendBufferGrowsOnlyWhileTheWriterWaits) {
   const LinkSpec l = tcpLink("1Gbps", "10ms", "reno");
   LinkClock clock(l, 0.0);
@@ -486,7 +503,8 @@ TEST(LinkModelTest, TcpSendBufferGrowsOnlyWhileTheWriterWaits) {
   double at = 0;
   for (int k = 0; k < 3; ++k) {
     const double arrived = model->stamp(clock, at, 65160);
-    if (k > 0) EXPECT_NEAR(arrived - at, 45 * segment + 0.010, 1e-6) << "message " << k << " waited";
+    if (k > 0)
+      EXPECT_NEAR(arrived - at, 45 * segment + 0.010, 1e-6) << "message " << k << " waited";
     at = arrived + 0.020;
   }
   const double t = model->stamp(clock, at, 130320) - at;
@@ -499,7 +517,8 @@ TEST(LinkModelTest, TcpSendBufferGrowsOnlyWhileTheWriterWaits) {
   auto model2 = linkModel("tcp").make();
   at = 0;
   for (int k = 0; k < 3; ++k) at = model2->stamp(clock2, at, 65160) + 0.020;
-  EXPECT_NEAR(model2->stamp(clock2, at, 130320) - at, 0.020 + 2 * segment + 45 * segment + 0.010, 1e-6)
+  EXPECT_NEAR(model2->stamp(clock2, at, 130320) - at, 0.020 + 2 * segment + 45 * segment + 0.010,
+              1e-6)
       << "the maximum is a cap: autotuning starts small whatever it is";
 }
 
@@ -526,7 +545,8 @@ TEST(LinkModelTest, TcpReceiveWindowCapsALongFatConnectionByHand) {
   const double jumbo = bytes / (4194304 * 182.0 / 256) * 0.1;  // 2.25 s
   EXPECT_GE(transfer(4194304, 9000), jumbo);
   EXPECT_LE(transfer(4194304, 9000), jumbo + 0.8);
-  EXPECT_LT(transfer(0, 1500), 1.5) << "the default receive buffer held back a link the send buffer does not";
+  EXPECT_LT(transfer(0, 1500), 1.5)
+      << "the default receive buffer held back a link the send buffer does not";
   EXPECT_NEAR(transfer(0, 1500), transfer(33554432, 1500), 1e-9) << "the default is 32 MiB";
 }
 
@@ -540,23 +560,31 @@ TEST(LinkModelTest, TcpReceiveWindowCapsALongFatConnectionByHand) {
 TEST(LinkModelTest, TcpReceiveBufferGrowsAsTheKernelsTracepointPrinted) {
   EXPECT_EQ(receiveScalingRatio(1500), 160);
   EXPECT_EQ(receiveScalingRatio(9000), 182);
-  const struct { uint64_t copied, space, rcvbuf; } mtu1500[] = {
-      {31856, 14480, 346592},        {55024, 31856, 432185},        {217200, 115840, 1911360},
-      {463360, 217200, 4843654},     {925496, 463360, 8869113},     {1853440, 925496, 17824396},
-      {3160984, 1853440, 24386988}};
+  const struct {
+    uint64_t copied, space, rcvbuf;
+  } mtu1500[] = {{31856, 14480, 346592},      {55024, 31856, 432185},
+                 {217200, 115840, 1911360},   {463360, 217200, 4843654},
+                 {925496, 463360, 8869113},   {1853440, 925496, 17824396},
+                 {3160984, 1853440, 24386988}};
   for (const auto& e : mtu1500)
-    EXPECT_EQ(receiveBufferAfterMeasure(e.copied, e.space, 160, 0), e.rcvbuf) << e.copied << " after " << e.space;
-  const struct { uint64_t copied, space, clamp; } mtu9000[] = {{71584, 56588, 219045}, {84992, 71584, 233659}, {214016, 84992, 1727597}};
+    EXPECT_EQ(receiveBufferAfterMeasure(e.copied, e.space, 160, 0), e.rcvbuf)
+        << e.copied << " after " << e.space;
+  const struct {
+    uint64_t copied, space, clamp;
+  } mtu9000[] = {{71584, 56588, 219045}, {84992, 71584, 233659}, {214016, 84992, 1727597}};
   for (const auto& e : mtu9000)
-    EXPECT_EQ(receiveBufferAfterMeasure(e.copied, e.space, 182, 0) * 182 / 256, e.clamp) << e.copied << " after " << e.space;
-  EXPECT_EQ(receiveBufferAfterMeasure(3341208, 3160984, 160, 0), 11911059u) << "sized below the 24,386,988 it had, which stays";
-  EXPECT_EQ(receiveBufferAfterMeasure(3160984, 1853440, 160, 4194304), 4194304u) << "tcp_rmem's maximum caps it";
+    EXPECT_EQ(receiveBufferAfterMeasure(e.copied, e.space, 182, 0) * 182 / 256, e.clamp)
+        << e.copied << " after " << e.space;
+  EXPECT_EQ(receiveBufferAfterMeasure(3341208, 3160984, 160, 0), 11911059u)
+      << "sized below the 24,386,988 it had, which stays";
+  EXPECT_EQ(receiveBufferAfterMeasure(3160984, 1853440, 160, 4194304), 4194304u)
+      << "tcp_rmem's maximum caps it";
   EXPECT_THROW(receiveBufferAfterMeasure(100, 100, 160, 0), std::invalid_argument);
 }
 
 // The receiver's first window by hand: at MTU 9000 the initial congestion window is 10 segments of
-// 8948 bytes (89,480) but a new receiver announces half its 128 KiB buffer (64 KiB), so 80,000 bytes
-// over 1 Gbps / 50 ms each way take a first flight of 64 KiB and the rest a round trip later:
+// 8948 bytes (89,480) but a new receiver announces half its 128 KiB buffer (64 KiB), so 80,000
+// bytes over 1 Gbps / 50 ms each way take a first flight of 64 KiB and the rest a round trip later:
 // at least 100 + 50 ms, where the congestion window alone gives 50.6 ms. The kernel does the same
 // (DelayLineTest.AJumboInitialWindowWaitsForTheReceiversFirstWindow). At MTU 1500 (10 segments,
 // 14,480 bytes) the first window is not what limits: 3 round trips (10 + 20 + 40 segments) carry

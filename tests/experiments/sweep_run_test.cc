@@ -1,7 +1,7 @@
 // Real sweeps through the CLI on a tiny corpus: outputs, resume (complete points skipped, failed
 // ones re-run), and `slowpipe plot` producing non-empty PNG and SVG files.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -47,29 +47,40 @@ json tinySweep(const fs::path& root) {
   }
   const json sweep = {
       {"name", "tiny"},
-      {"base", {{"name", "tiny"},
-                {"model", {{"seq_len", 16}, {"layers", 2}, {"width", 32}, {"heads", 4}}},
-                {"data", {{"source", (root / "corpus").string()}, {"finetune_files", {"ft.txt"}},
-                          {"cache_dir", (root / "cache").string()}, {"max_train_examples", 32}, {"max_val_examples", 8}}},
-                {"pipeline", {{"stages", 2}, {"micro_batches", 2}, {"micro_batch_size", 4}}},
-                {"training", {{"epochs", 2}, {"warmup_steps", 1}}},
-                {"compression", {{"forward", "none"}, {"backward", "none"}}},
-                {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}}},
+      {"base",
+       {{"name", "tiny"},
+        {"model", {{"seq_len", 16}, {"layers", 2}, {"width", 32}, {"heads", 4}}},
+        {"data",
+         {{"source", (root / "corpus").string()},
+          {"finetune_files", {"ft.txt"}},
+          {"cache_dir", (root / "cache").string()},
+          {"max_train_examples", 32},
+          {"max_val_examples", 8}}},
+        {"pipeline", {{"stages", 2}, {"micro_batches", 2}, {"micro_batch_size", 4}}},
+        {"training", {{"epochs", 2}, {"warmup_steps", 1}}},
+        {"compression", {{"forward", "none"}, {"backward", "none"}}},
+        {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}}},
       {"pretrain", {{"max_steps", 4}}},
       {"baseline", "fp32"},
-      {"axes", {{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}},
-                {{"path", "compression"}, {"values", {{{"label", "fp32"}, {"forward", "none"}, {"backward", "none"}},
-                                                      {{"label", "AC-SGD fw2/bw4"}, {"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}}}}}}}};
+      {"axes",
+       {{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}},
+        {{"path", "compression"},
+         {"values",
+          {{{"label", "fp32"}, {"forward", "none"}, {"backward", "none"}},
+           {{"label", "AC-SGD fw2/bw4"},
+            {"forward", "acsgd:bits=2"},
+            {"backward", "quant:bits=4"}}}}}}}};
   return sweep;
 }
 
 TEST(SweepRunTest, RunsResumesAndPlots) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-sweep-test-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-sweep-test-" + std::to_string(getpid()));
   const json sweep = tinySweep(root);
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path out = root / "out";
-  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
-                                           "--repeats", "2"});
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                           "--out", out.string(), "--repeats", "2"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(fs::exists(out / "base.pt"));
   // Interleaved: repeat 0 of every point runs before any repeat 1.
@@ -106,14 +117,17 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
     std::ifstream in(out / "summary.csv");
     return std::string(std::istreambuf_iterator<char>(in), {});
   }());
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", root.string()});  // a spec beside it, no runs
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "summarize", root.string()});  // a spec beside it, no runs
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("no runs/ folder"), std::string::npos) << r.output;
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", (root / "nowhere").string()});
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find((root / "nowhere" / "sweep.json").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find((root / "nowhere" / "sweep.json").string()), std::string::npos)
+      << r.output;
   const std::string p0 = summary["rows"][0]["point"], victim = summary["rows"][1]["point"];
-  for (int k = 0; k < 2; ++k) EXPECT_TRUE(fs::exists(out / "runs" / (p0 + ".r" + std::to_string(k) + ".json")));
+  for (int k = 0; k < 2; ++k)
+    EXPECT_TRUE(fs::exists(out / "runs" / (p0 + ".r" + std::to_string(k) + ".json")));
 
   auto countOf = [](const std::string& text, const std::string& what) {
     size_t n = 0;
@@ -139,14 +153,19 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   std::ofstream(changedFile) << changed.dump();
   const fs::path kept = out / "runs" / (p2 + ".r1.json");
   const auto keptTime = fs::last_write_time(kept);
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
-                                      "--repeats", "2"});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                      "--out", out.string(), "--repeats", "2"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(countOf(r.output, "same experiment complete, skipped"), 5u) << r.output;
-  EXPECT_NE(r.output.find(victim + " r1: previous attempt failed: test"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(p0 + " r1: previous attempt failed: its writer (pid 999999999 on this host) is gone"), std::string::npos)
+  EXPECT_NE(r.output.find(victim + " r1: previous attempt failed: test"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find(p2 + " r0: rerun: the point's resolved spec changed"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find(
+          p0 + " r1: previous attempt failed: its writer (pid 999999999 on this host) is gone"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(p2 + " r0: rerun: the point's resolved spec changed"), std::string::npos)
+      << r.output;
   EXPECT_EQ(json::parse(std::ifstream(failedFile))["status"], "ok");
   EXPECT_EQ(json::parse(std::ifstream(staleFile))["status"], "ok");
   EXPECT_EQ(fs::last_write_time(kept), keptTime);
@@ -157,8 +176,8 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   sweep2["pretrain"]["max_steps"] = 6;
   std::ofstream(root / "sweep2.json") << sweep2.dump(2);
   fs::remove(out / "base.pt");
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep2.json").string(), "--out", out.string(),
-                                      "--repeats", "1"});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep2.json").string(),
+                                      "--out", out.string(), "--repeats", "1"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(countOf(r.output, "rerun: the base checkpoint changed"), 4u) << r.output;
   EXPECT_EQ(countOf(r.output, "skipped"), 0u) << r.output;
@@ -170,7 +189,8 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   std::string firstPoint;
   const json exported = json::parse(std::ifstream(out / "summary.json"));
   for (const auto& row : exported["rows"]) {
-    const json run = json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    const json run =
+        json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
     steps += run["steps"].size();
     evals += run["evals"].size();
     if (firstRun.is_null()) {
@@ -179,7 +199,8 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
     }
   }
   ASSERT_GT(evals, 0u);
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", out.string(), "--format", "jsonl", "--out", (root / "rows.jsonl").string()});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", out.string(), "--format", "jsonl",
+                                      "--out", (root / "rows.jsonl").string()});
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream jl(root / "rows.jsonl");
   size_t stepRows = 0, evalRows = 0;
@@ -187,11 +208,15 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   for (std::string line; std::getline(jl, line);) {
     const json row = json::parse(line);
     EXPECT_EQ(row["repeat"], 0) << line;
-    EXPECT_TRUE(row.contains("axis:network.links.bandwidth") && row.contains("axis:compression")) << line;
+    EXPECT_TRUE(row.contains("axis:network.links.bandwidth") && row.contains("axis:compression"))
+        << line;
     if (row["kind"] == "step") {
       ++stepRows;
-      EXPECT_TRUE(row.contains("loss") && row.contains("forward_wire_bytes") && row.contains("wait_s")) << line;
-      matched |= row["point"] == firstPoint && row["step"] == 0 && row["loss"] == firstRun["steps"][0]["loss"];
+      EXPECT_TRUE(row.contains("loss") && row.contains("forward_wire_bytes") &&
+                  row.contains("wait_s"))
+          << line;
+      matched |= row["point"] == firstPoint && row["step"] == 0 &&
+                 row["loss"] == firstRun["steps"][0]["loss"];
     } else {
       ++evalRows;
       EXPECT_EQ(row["kind"], "eval") << line;
@@ -201,25 +226,31 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   EXPECT_EQ(stepRows, steps);
   EXPECT_EQ(evalRows, evals);
   EXPECT_TRUE(matched) << "no row carries " << firstPoint << "'s step-0 loss";
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", out.string(), "--out", (root / "rows.csv").string()});
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "export", out.string(), "--out", (root / "rows.csv").string()});
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream rowsCsv(root / "rows.csv");
   std::string header;
   std::getline(rowsCsv, header);
-  EXPECT_EQ(header.rfind("kind,point,label,axis:network.links.bandwidth,axis:compression,repeat,", 0), 0u) << header;
+  EXPECT_EQ(
+      header.rfind("kind,point,label,axis:network.links.bandwidth,axis:compression,repeat,", 0), 0u)
+      << header;
   size_t lines = 0;
   for (std::string line; std::getline(rowsCsv, line);) ++lines;
   EXPECT_EQ(lines, steps + evals);
   // A folder that is not a sweep's is named, and nothing is written.
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", (root / "corpus").string(), "--out", (root / "none.csv").string()});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "export", (root / "corpus").string(),
+                                      "--out", (root / "none.csv").string()});
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find((root / "corpus" / "sweep.json").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find((root / "corpus" / "sweep.json").string()), std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(root / "none.csv"));
 
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "plot", out.string()});
   ASSERT_EQ(r.status, 0) << r.output;
-  for (const char* name : {"speedup_vs_bandwidth", "throughput_vs_bandwidth", "loss_vs_step_slowest", "loss_vs_time_fastest", "time_breakdown",
-                           "quality_slowest", "val_loss_gap_vs_bandwidth"})
+  for (const char* name :
+       {"speedup_vs_bandwidth", "throughput_vs_bandwidth", "loss_vs_step_slowest",
+        "loss_vs_time_fastest", "time_breakdown", "quality_slowest", "val_loss_gap_vs_bandwidth"})
     for (const char* ext : {".png", ".svg"}) {
       const fs::path f = out / "figures" / (std::string(name) + ext);
       ASSERT_TRUE(fs::exists(f)) << f;
@@ -230,26 +261,33 @@ TEST(SweepRunTest, RunsResumesAndPlots) {
   // a table row per point, every figure inline, the claims, provenance and the sweep.
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", out.string()});
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("report: " + (out / "report.html").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("report: " + (out / "report.html").string()), std::string::npos)
+      << r.output;
   const char* chromium = "/usr/bin/chromium";
-  ASSERT_TRUE(fs::exists(chromium)) << "Debian's chromium renders the report in this test (tools/test.sh installs it)";
-  r = slowpipe::emulator::runCommand({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                                      "file://" + (out / "report.html").string()});
+  ASSERT_TRUE(fs::exists(chromium))
+      << "Debian's chromium renders the report in this test (tools/test.sh installs it)";
+  r = slowpipe::emulator::runCommand({chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                                      "--dump-dom", "file://" + (out / "report.html").string()});
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string dom = r.output;
   EXPECT_EQ(countOf(dom, "<tr class=\"point\""), 4u) << dom.substr(0, 2000);
   size_t svgs = 0;
-  for (const auto& e : fs::directory_iterator(out / "figures")) svgs += e.path().extension() == ".svg";
+  for (const auto& e : fs::directory_iterator(out / "figures"))
+    svgs += e.path().extension() == ".svg";
   EXPECT_EQ(countOf(dom, "<figure class=\"figure\""), svgs);
   EXPECT_GE(countOf(dom, "<svg"), svgs);
-  for (const char* part : {"id=\"claims\"", "id=\"provenance\"", "id=\"spec\"", "id=\"links\"", "fig-quality_slowest"})
+  for (const char* part :
+       {"id=\"claims\"", "id=\"provenance\"", "id=\"spec\"", "id=\"links\"", "fig-quality_slowest"})
     EXPECT_NE(dom.find(part), std::string::npos) << part;
   // Fewer than 5 repeats: the table and every figure say "range" with n, never "95% CI" (a
   // percentile bootstrap over so few numbers is their range).
-  const std::string n = std::to_string(json::parse(std::ifstream(out / "summary.json"))["repeats"].get<int>());
+  const std::string n =
+      std::to_string(json::parse(std::ifstream(out / "summary.json"))["repeats"].get<int>());
   EXPECT_EQ(dom.find("95% CI"), std::string::npos);
-  EXPECT_NE(dom.find("[range, n=" + n + "]"), std::string::npos) << dom.substr(dom.find("<thead>"), 300);
-  EXPECT_NE(dom.find("median of n=" + n + ", bars: range (under 5 repeats, no CI)"), std::string::npos);
+  EXPECT_NE(dom.find("[range, n=" + n + "]"), std::string::npos)
+      << dom.substr(dom.find("<thead>"), 300);
+  EXPECT_NE(dom.find("median of n=" + n + ", bars: range (under 5 repeats, no CI)"),
+            std::string::npos);
   fs::remove_all(root);
 }
 
@@ -276,20 +314,26 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   ASSERT_EQ(r.status, 0) << r.output;
   const json before = json::parse(std::ifstream(root / "summary.json"));
   const size_t points = before["rows"].size();
-  EXPECT_NE(r.output.find(std::to_string(points) + " point(s): " + std::to_string(points) + " ok"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(points) + " point(s): " + std::to_string(points) + " ok"),
+            std::string::npos)
+      << r.output;
   EXPECT_TRUE(before["stale_copies"].empty()) << before["stale_copies"].dump();
   // Five repeats: the interval is named a 95% CI, with its method, in the rendered report.
   ASSERT_EQ(before["repeats"], 5);
-  EXPECT_NE(before["interval"].get<std::string>().find("95% percentile bootstrap interval of the median over 5 repeats"),
-            std::string::npos) << before["interval"];
+  EXPECT_NE(before["interval"].get<std::string>().find(
+                "95% percentile bootstrap interval of the median over 5 repeats"),
+            std::string::npos)
+      << before["interval"];
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", root.string()});
   ASSERT_EQ(r.status, 0) << r.output;
-  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox",
+                                      "--disable-gpu", "--dump-dom",
                                       "file://" + (root / "report.html").string()});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[95% CI, n=5]"), std::string::npos);
   EXPECT_NE(r.output.find("median of n=5, 95% bootstrap CI"), std::string::npos);
-  EXPECT_NE(r.output.find("95% percentile bootstrap interval of the median over 5 repeats"), std::string::npos);
+  EXPECT_NE(r.output.find("95% percentile bootstrap interval of the median over 5 repeats"),
+            std::string::npos);
   // Figures that show what went wrong: a target AC-SGD's repeats never all reached is marked "not
   // reached" (the point was left out), a point whose link calibration failed is drawn hollow with
   // a legend note (it was drawn like the others), the bandwidth axis reads Mbps/Gbps (10^8).
@@ -297,7 +341,8 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   json doc = json::parse(std::ifstream(calibrated));
   doc["link_ok"] = false;
   std::ofstream(calibrated) << doc.dump();
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "summarize", root.string(), "--target-loss", "2.877"});
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "summarize", root.string(), "--target-loss", "2.877"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json targeted = json::parse(std::ifstream(root / "summary.json"));
   size_t unreached = 0;
@@ -305,14 +350,19 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   ASSERT_GT(unreached, 0u) << "the committed runs all reach 2.877 now: pick a lower target";
   r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", root.string()});
   ASSERT_EQ(r.status, 0) << r.output;
-  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox",
+                                      "--disable-gpu", "--dump-dom",
                                       "file://" + (root / "report.html").string()});
   ASSERT_EQ(r.status, 0) << r.output;
   size_t marked = 0;
-  for (size_t at = r.output.find(">not reached</text>"); at != std::string::npos; at = r.output.find(">not reached</text>", at + 1)) ++marked;
+  for (size_t at = r.output.find(">not reached</text>"); at != std::string::npos;
+       at = r.output.find(">not reached</text>", at + 1))
+    ++marked;
   EXPECT_EQ(marked, unreached);
-  EXPECT_NE(r.output.find(">hollow: link calibration failed (link_ok false)</text>"), std::string::npos);
-  for (const char* tick : {")\">100 Mbps</text>", ")\">1 Gbps</text>", ")\">10 Gbps</text>"})  // SVG tick labels
+  EXPECT_NE(r.output.find(">hollow: link calibration failed (link_ok false)</text>"),
+            std::string::npos);
+  for (const char* tick :
+       {")\">100 Mbps</text>", ")\">1 Gbps</text>", ")\">10 Gbps</text>"})  // SVG tick labels
     EXPECT_NE(r.output.find(tick), std::string::npos) << tick;
   json sweep = json::parse(std::ifstream(root / "sweep.json"));
   sweep["base"]["training"]["epochs"] = sweep["base"]["training"].value("epochs", 1) + 2;
@@ -322,7 +372,8 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
   const json after = json::parse(std::ifstream(root / "summary.json"));
   for (const auto& row : after["rows"]) EXPECT_NE(row["status"], "ok") << row.dump();
   size_t copies = 0;
-  for (const auto& e : fs::directory_iterator(root / "runs")) copies += e.path().extension() == ".json";
+  for (const auto& e : fs::directory_iterator(root / "runs"))
+    copies += e.path().extension() == ".json";
   EXPECT_EQ(after["stale_copies"].size(), copies);
   fs::remove_all(root);
 }
@@ -332,8 +383,10 @@ TEST(SweepRunTest, SummaryLeavesOutCopiesOfAnotherVersionOfTheSweep) {
 TEST(SweepRunTest, ADeeplyNestedSpecIsRefusedByName) {
   const fs::path root = fs::temp_directory_path() / ("slowpipe-deep-" + std::to_string(getpid()));
   fs::create_directories(root);
-  std::ofstream(root / "deep.json") << "{\"name\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
-  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "run", (root / "deep.json").string(), "--out", (root / "out").string()});
+  std::ofstream(root / "deep.json")
+      << "{\"name\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
+  const auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "run", (root / "deep.json").string(), "--out", (root / "out").string()});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("deep.json' is nested more than 128"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(root / "out" / "result.json"));
@@ -348,47 +401,57 @@ TEST(SweepRunTest, ASecondSweepIntoOneFolderIsRefusedAtOnce) {
   const json sweep = tinySweep(root);
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path out = root / "out";
-  const std::vector<std::string> argv = {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string()};
+  const std::vector<std::string> argv = {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                         "--out", out.string()};
   const pid_t first = fork();
   if (first == 0) {
     const int devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     dup2(devnull, 2);
-    execl(SLOWPIPE_BINARY, "slowpipe", "sweep", (root / "sweep.json").c_str(), "--out", out.c_str(), nullptr);
+    execl(SLOWPIPE_BINARY, "slowpipe", "sweep", (root / "sweep.json").c_str(), "--out", out.c_str(),
+          nullptr);
     _exit(127);
   }
-  for (int i = 0; i < 100 && !fs::exists(out / ".slowpipe.lock"); ++i) usleep(50000);  // it holds the folder
+  for (int i = 0; i < 100 && !fs::exists(out / ".slowpipe.lock"); ++i)
+    usleep(50000);  // it holds the folder
   usleep(200000);
   const auto second = slowpipe::emulator::runCommand(argv);
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
   EXPECT_NE(second.status, 0) << second.output;
-  EXPECT_NE(second.output.find("is in use by slowpipe sweep (pid " + std::to_string(first)), std::string::npos) << second.output;
-  EXPECT_EQ(second.output.find("pretrain"), std::string::npos) << "the second sweep pretrained: " << second.output;
+  EXPECT_NE(second.output.find("is in use by slowpipe sweep (pid " + std::to_string(first)),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("pretrain"), std::string::npos)
+      << "the second sweep pretrained: " << second.output;
   fs::remove_all(root);
 }
 
 TEST(SweepRunTest, RepeatSeedsTrainEachRepeatOnItsOwnSeed) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-seeds-test-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-seeds-test-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   sweep["axes"][0]["values"] = json::array({"1Gbps"});
   auto finalLosses = [&](const std::string& seeds) {
     sweep["repeat_seeds"] = seeds;
     std::ofstream(root / "sweep.json") << sweep.dump(2);
     const fs::path out = root / ("out-" + seeds);
-    auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
-                                             "--repeats", "2", "--quiet"});
+    auto r =
+        slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                        "--out", out.string(), "--repeats", "2", "--quiet"});
     EXPECT_EQ(r.status, 0) << r.output;
     const json summary = json::parse(std::ifstream(out / "summary.json"));
     EXPECT_EQ(summary["repeat_seeds"], seeds);
     std::vector<double> losses;
     for (int k = 0; k < 2; ++k) {
-      const json run = json::parse(std::ifstream(out / "runs" / ("bandwidth-1Gbps_compression-fp32.r" + std::to_string(k) + ".json")));
+      const json run = json::parse(std::ifstream(
+          out / "runs" / ("bandwidth-1Gbps_compression-fp32.r" + std::to_string(k) + ".json")));
       EXPECT_EQ(run["spec"]["training"]["seed"], seeds == "per_repeat" ? 1 + k : 1);
       losses.push_back(run["summary"]["final_val_loss"].get<double>());
     }
     for (const auto& row : summary["rows"])
-      if (row["label"] == "fp32" && seeds == "per_repeat") EXPECT_LT(row["final_val_loss_lo"], row["final_val_loss_hi"]) << row.dump();
+      if (row["label"] == "fp32" && seeds == "per_repeat")
+        EXPECT_LT(row["final_val_loss_lo"], row["final_val_loss_hi"]) << row.dump();
     return losses;
   };
   const auto per = finalLosses("per_repeat"), same = finalLosses("same");
@@ -399,13 +462,15 @@ TEST(SweepRunTest, RepeatSeedsTrainEachRepeatOnItsOwnSeed) {
 }
 
 TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-sim-test-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-sim-test-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   sweep.erase("pretrain");
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path prof = root / "profile.json", out = root / "sim";
-  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out", prof.string(),
-                                           "--reps", "2", "--host-window", "0.2", "--host-reps", "1", "--host-from-run"});
+  auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out", prof.string(), "--reps",
+       "2", "--host-window", "0.2", "--host-reps", "1", "--host-from-run"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json p = json::parse(std::ifstream(prof));
   EXPECT_EQ(p["source"], "measured");
@@ -418,32 +483,38 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   ASSERT_EQ(p["device"]["host_speed_fit"]["raw_speed"].size(), 2u) << p["device"].dump(2);
   for (size_t n = 0; n < 2; ++n) {
     const double raw = p["device"]["host_speed_fit"]["raw_speed"][n].get<double>();
-    EXPECT_DOUBLE_EQ(p["host_speed"][n].get<double>(), std::min(1.5, std::max(0.05, raw))) << p["device"].dump(2);
+    EXPECT_DOUBLE_EQ(p["host_speed"][n].get<double>(), std::min(1.5, std::max(0.05, raw)))
+        << p["device"].dump(2);
   }
   // Two calibration runs (100 Gbps, and links as slow as the slowest forward), steps 2-11 of each.
-  EXPECT_EQ(p["device"]["host_speed_fit"]["events"], 2 * 2 * 10 * (2 + 2 + 1)) << p["device"].dump(2);
+  EXPECT_EQ(p["device"]["host_speed_fit"]["events"], 2 * 2 * 10 * (2 + 2 + 1))
+      << p["device"].dump(2);
   // Each stage's factor in the pipeline, fitted with the speeds, and its compute after a wait.
   ASSERT_EQ(p["device"]["host_speed_fit"]["stage_factor"].size(), 2u) << p["device"].dump(2);
   for (size_t s = 0; s < 2; ++s) {
-    EXPECT_EQ(p["stages"][s].value("run_factor", 1.0), p["device"]["host_speed_fit"]["stage_factor"][s].get<double>());
+    EXPECT_EQ(p["stages"][s].value("run_factor", 1.0),
+              p["device"]["host_speed_fit"]["stage_factor"][s].get<double>());
     EXPECT_EQ(p["stages"][s]["idle_extra_s"]["after_s"].size(), 5u) << p["stages"][s].dump();
     EXPECT_EQ(p["stages"][s]["idle_extra_s"]["forward"].size(), 5u) << p["stages"][s].dump();
   }
   ASSERT_EQ(p["device"]["host_speed_side_by_side"].size(), 2u);
   EXPECT_EQ(p["device"]["host_speed_side_by_side"][0], 1.0);  // relative to running alone
-  EXPECT_GT(p["transport"]["b_s_per_byte"].get<double>() + p["transport"]["a_s"].get<double>(), 0.0);
+  EXPECT_GT(p["transport"]["b_s_per_byte"].get<double>() + p["transport"]["a_s"].get<double>(),
+            0.0);
   // Every codec the sweep's compression axis names is profiled, by its canonical spec.
   bool acsgd = false;
   for (const auto& [k, v] : p["codecs"].items()) acsgd |= k.rfind("acsgd:", 0) == 0;
   EXPECT_TRUE(acsgd) << p["codecs"].dump();
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      prof.string(), "--out", out.string(), "--quiet"});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                      "--simulate", "--profile", prof.string(), "--out",
+                                      out.string(), "--quiet"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json summary = json::parse(std::ifstream(out / "summary.json"));
   ASSERT_EQ(summary["rows"].size(), 4u);
   for (const auto& row : summary["rows"]) {
     EXPECT_EQ(row["status"], "ok") << row.dump();
-    const json run = json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    const json run =
+        json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
     EXPECT_EQ(run["simulated"], true);
     EXPECT_EQ(run["profile"]["host_speed"], p["host_speed"]) << run["profile"].dump();
     ASSERT_EQ(run["timeline"].size(), 2u);
@@ -463,29 +534,35 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   ASSERT_EQ(r.status, 0) << r.output;
   // --set on the command line changes every point's base (here: 4 micro-batches); a field an axis
   // varies is refused, naming the axis.
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      prof.string(), "--out", (root / "sim4").string(), "--quiet", "--set",
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                      "--simulate", "--profile", prof.string(), "--out",
+                                      (root / "sim4").string(), "--quiet", "--set",
                                       "pipeline.micro_batches=4"});
   ASSERT_EQ(r.status, 0) << r.output;
   for (const auto& e : fs::directory_iterator(root / "sim4" / "runs")) {
     if (e.path().extension() != ".json") continue;
-    EXPECT_EQ(json::parse(std::ifstream(e.path()))["spec"]["pipeline"]["micro_batches"], 4) << e.path();
+    EXPECT_EQ(json::parse(std::ifstream(e.path()))["spec"]["pipeline"]["micro_batches"], 4)
+        << e.path();
   }
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      prof.string(), "--out", (root / "sim5").string(), "--quiet", "--set",
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                      "--simulate", "--profile", prof.string(), "--out",
+                                      (root / "sim5").string(), "--quiet", "--set",
                                       "compression.forward=fp16"});
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("axis 'compression'"), std::string::npos) << r.output;
   // A profile that is not one is named in the error, and nothing is written.
-  std::ofstream(root / "bad.json") << R"({"schema": "slowpipe.profile/1", "stages": [{"forward_s": -1}]})";
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                      (root / "bad.json").string(), "--out", (root / "sim2").string(), "--quiet"});
+  std::ofstream(root / "bad.json")
+      << R"({"schema": "slowpipe.profile/1", "stages": [{"forward_s": -1}]})";
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                      "--simulate", "--profile", (root / "bad.json").string(),
+                                      "--out", (root / "sim2").string(), "--quiet"});
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("bad.json"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("forward_s"), std::string::npos) << r.output;
   // --dedicated (a processor per stage, as on a GPU per stage): host_speed is 1, not measured.
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out",
-                                      (root / "dedicated.json").string(), "--reps", "2", "--dedicated"});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(),
+                                      "--out", (root / "dedicated.json").string(), "--reps", "2",
+                                      "--dedicated"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json d = json::parse(std::ifstream(root / "dedicated.json"));
   EXPECT_EQ(d["host_speed"], json::array({1.0, 1.0})) << d.dump(2);
@@ -494,12 +571,15 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   // A sweep that varies the schedule: --host-from-run fits a calibration run of each schedule
   // (host_speed_by_schedule; host_speed is the base's), and each simulated point uses its own.
   json bySchedule = sweep;
-  bySchedule["axes"] = {{{"path", "pipeline.schedule"}, {"values", {"gpipe", "1f1b"}}},
-                        {{"path", "compression"}, {"values", {{{"label", "fp32"}, {"forward", "none"}, {"backward", "none"}}}}}};
+  bySchedule["axes"] = {
+      {{"path", "pipeline.schedule"}, {"values", {"gpipe", "1f1b"}}},
+      {{"path", "compression"},
+       {"values", {{{"label", "fp32"}, {"forward", "none"}, {"backward", "none"}}}}}};
   std::ofstream(root / "schedules.json") << bySchedule.dump(2);
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "profile", (root / "schedules.json").string(), "--out",
-                                      (root / "schedules_profile.json").string(), "--reps", "2", "--host-window", "0.2",
-                                      "--host-reps", "1", "--host-from-run"});
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "profile", (root / "schedules.json").string(), "--out",
+       (root / "schedules_profile.json").string(), "--reps", "2", "--host-window", "0.2",
+       "--host-reps", "1", "--host-from-run"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json ps = json::parse(std::ifstream(root / "schedules_profile.json"));
   ASSERT_EQ(ps["host_speed_by_schedule"].size(), 2u) << ps.dump(2);
@@ -510,8 +590,10 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
   for (size_t n = 0; n < 2; ++n)
     EXPECT_DOUBLE_EQ(ps["host_speed_by_schedule"]["1f1b"][n].get<double>(),
                      std::min(1.5, std::max(0.05, fit1f1b["raw_speed"][n].get<double>())));
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "schedules.json").string(), "--simulate", "--profile",
-                                      (root / "schedules_profile.json").string(), "--out", (root / "sim_sched").string(), "--quiet"});
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "schedules.json").string(),
+                                      "--simulate", "--profile",
+                                      (root / "schedules_profile.json").string(), "--out",
+                                      (root / "sim_sched").string(), "--quiet"});
   ASSERT_EQ(r.status, 0) << r.output;
   int seen = 0;
   for (const auto& e : fs::directory_iterator(root / "sim_sched" / "runs")) {
@@ -528,21 +610,25 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
 // A codec that is not part of slowpipe, swept from the command line: a C plug-in on both
 // directions through --set, every point a real multi-process run whose ends keep equal state.
 TEST(SweepRunTest, PluginCodecSweptWithSet) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-plugin-sweep-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-plugin-sweep-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   sweep.erase("pretrain");
-  sweep["axes"] = json::array({{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}}});
+  sweep["axes"] =
+      json::array({{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}}});
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const std::string plugin = std::string("plugin:path=") + GOOD_PLUGIN;
-  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out",
-                                                 (root / "out").string(), "--quiet", "--set", "compression.forward=" + plugin + ",clip=16",
-                                                 "--set", "compression.backward=" + plugin, "--set", "compression.label=int8 plug-in"});
+  const auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", (root / "out").string(),
+       "--quiet", "--set", "compression.forward=" + plugin + ",clip=16", "--set",
+       "compression.backward=" + plugin, "--set", "compression.label=int8 plug-in"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json summary = json::parse(std::ifstream(root / "out" / "summary.json"));
   ASSERT_EQ(summary["rows"].size(), 2u);
   for (const auto& row : summary["rows"]) {
     EXPECT_EQ(row["status"], "ok") << row.dump();
-    const json run = json::parse(std::ifstream(root / "out" / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    const json run = json::parse(
+        std::ifstream(root / "out" / "runs" / (row["point"].get<std::string>() + ".r0.json")));
     EXPECT_EQ(run["spec"]["compression"]["forward"], plugin + ",clip=16");
     EXPECT_EQ(run["codec_states_match"], true) << run["codec_state"].dump();
     EXPECT_GT(run["summary"]["compression_ratio"].get<double>(), 3.0) << run["summary"].dump();
@@ -554,7 +640,8 @@ TEST(SweepRunTest, PluginCodecSweptWithSet) {
 // codec_bound (its encode + decode take longer than its raw bytes on the wire), the paper's
 // built-in codecs are not, and the sweep says which points were.
 TEST(SweepRunTest, ASlowCodecIsCodecBoundAtTenGbps) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-codec-bound-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-codec-bound-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   sweep.erase("pretrain");
   // Messages of 512 KiB (a smaller model's messages cost more in framing than in coding) and a
@@ -563,10 +650,12 @@ TEST(SweepRunTest, ASlowCodecIsCodecBoundAtTenGbps) {
   sweep["base"]["model"] = {{"seq_len", 64}, {"layers", 2}, {"width", 512}, {"heads", 4}};
   sweep["axes"][0]["values"] = {"10Gbps"};
   const std::string slow = std::string("plugin:path=") + SLOW_PLUGIN;
-  sweep["axes"][1]["values"].push_back({{"label", "slow plug-in"}, {"forward", slow}, {"backward", slow}});
+  sweep["axes"][1]["values"].push_back(
+      {{"label", "slow plug-in"}, {"forward", slow}, {"backward", slow}});
   std::ofstream(root / "sweep.json") << sweep.dump(2);
-  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out",
-                                                 (root / "out").string(), "--quiet"});
+  const auto r =
+      slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                      "--out", (root / "out").string(), "--quiet"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json summary = json::parse(std::ifstream(root / "out" / "summary.json"));
   ASSERT_EQ(summary["rows"].size(), 3u);
@@ -574,9 +663,12 @@ TEST(SweepRunTest, ASlowCodecIsCodecBoundAtTenGbps) {
     ASSERT_EQ(row["status"], "ok") << row.dump();
     const bool slowOne = row["label"] == "slow plug-in";
     EXPECT_EQ(row["codec_bound"], slowOne) << row.dump();
-    if (slowOne) EXPECT_NE(r.output.find("codec-bound: " + row["point"].get<std::string>()), std::string::npos) << r.output;
+    if (slowOne)
+      EXPECT_NE(r.output.find("codec-bound: " + row["point"].get<std::string>()), std::string::npos)
+          << r.output;
   }
-  EXPECT_EQ(r.output.find("codec-bound: bandwidth-10Gbps_compression-AC"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("codec-bound: bandwidth-10Gbps_compression-AC"), std::string::npos)
+      << r.output;
   fs::remove_all(root);
 }
 
@@ -588,18 +680,25 @@ TEST(SweepRunTest, ReportComparesAPluginWithAcsgd) {
   const fs::path root = fs::temp_directory_path() / ("slowpipe-vs-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   const std::string plugin = std::string("plugin:path=") + GOOD_PLUGIN;
-  sweep["axes"][1]["values"].push_back({{"label", "int8 plug-in"}, {"forward", plugin + ",clip=16"}, {"backward", plugin}});
-  sweep["claims"] = json::array({{{"label", "int8 plug-in"}, {"vs", "AC-SGD fw2/bw4"}, {"at", "200Mbps"}, {"speedup_at_least", 1000}}});
+  sweep["axes"][1]["values"].push_back(
+      {{"label", "int8 plug-in"}, {"forward", plugin + ",clip=16"}, {"backward", plugin}});
+  sweep["claims"] = json::array({{{"label", "int8 plug-in"},
+                                  {"vs", "AC-SGD fw2/bw4"},
+                                  {"at", "200Mbps"},
+                                  {"speedup_at_least", 1000}}});
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path out = root / "out";
-  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", out.string(),
-                                           "--repeats", "2", "--quiet"});
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                           "--out", out.string(), "--repeats", "2", "--quiet"});
   ASSERT_EQ(r.status, 0) << r.output;
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "report", out.string(), "--vs", "int8 plug-in", "AC-SGD fw2/bw4"});
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "report", out.string(), "--vs", "int8 plug-in", "AC-SGD fw2/bw4"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json summary = json::parse(std::ifstream(out / "summary.json"));
   auto stat = [&](const std::string& point, int k, const char* key) {
-    return json::parse(std::ifstream(out / "runs" / (point + ".r" + std::to_string(k) + ".json")))["summary"][key].get<double>();
+    return json::parse(std::ifstream(out / "runs" /
+                                     (point + ".r" + std::to_string(k) + ".json")))["summary"][key]
+        .get<double>();
   };
   size_t checked = 0;
   for (const auto& c : summary["comparisons"]) {
@@ -607,7 +706,8 @@ TEST(SweepRunTest, ReportComparesAPluginWithAcsgd) {
     ++checked;
     double ratio[2], gap[2];
     for (int k = 0; k < 2; ++k) {
-      ratio[k] = stat(c["point"], k, "throughput_tokens_per_s") / stat(c["vs_point"], k, "throughput_tokens_per_s");
+      ratio[k] = stat(c["point"], k, "throughput_tokens_per_s") /
+                 stat(c["vs_point"], k, "throughput_tokens_per_s");
       gap[k] = stat(c["point"], k, "final_val_loss") / stat(c["vs_point"], k, "final_val_loss") - 1;
     }
     // Two pairs: the median is their mean, the interval their range.
@@ -618,21 +718,28 @@ TEST(SweepRunTest, ReportComparesAPluginWithAcsgd) {
     EXPECT_NEAR(c["val_loss_gap_hi"].get<double>(), std::max(gap[0], gap[1]), 1e-12);
     // The CLI printed the same line.
     char expect[160];
-    std::snprintf(expect, sizeof expect, "int8 plug-in vs AC-SGD fw2/bw4 @ %s (range, n=2 paired repeats): speed ratio %.3f [%.3f, %.3f]",
-                  c["setting"].get<std::string>().c_str(), c["speed_ratio"].get<double>(), c["speed_ratio_lo"].get<double>(),
-                  c["speed_ratio_hi"].get<double>());
+    std::snprintf(expect, sizeof expect,
+                  "int8 plug-in vs AC-SGD fw2/bw4 @ %s (range, n=2 paired repeats): speed ratio "
+                  "%.3f [%.3f, %.3f]",
+                  c["setting"].get<std::string>().c_str(), c["speed_ratio"].get<double>(),
+                  c["speed_ratio_lo"].get<double>(), c["speed_ratio_hi"].get<double>());
     EXPECT_NE(r.output.find(expect), std::string::npos) << expect << "\n" << r.output;
   }
   EXPECT_EQ(checked, 2u);  // 200Mbps and 1Gbps
   ASSERT_EQ(summary["claims"].size(), 1u);
   EXPECT_EQ(summary["claims"][0]["pass"], false);  // 1000x at the lower bound: no
-  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+  r = slowpipe::emulator::runCommand({"/usr/bin/chromium", "--headless", "--no-sandbox",
+                                      "--disable-gpu", "--dump-dom",
                                       "file://" + (out / "report.html").string()});
   ASSERT_EQ(r.status, 0) << r.output;
   size_t rows = 0;
-  for (size_t at = r.output.find("<tr class=\"comparison\">"); at != std::string::npos; at = r.output.find("<tr class=\"comparison\">", at + 1)) ++rows;
+  for (size_t at = r.output.find("<tr class=\"comparison\">"); at != std::string::npos;
+       at = r.output.find("<tr class=\"comparison\">", at + 1))
+    ++rows;
   EXPECT_EQ(rows, 2u);  // the claim's pair is the --vs pair: once, at 2 settings
-  EXPECT_NE(r.output.find("<b>FAIL</b>: int8 plug-in vs AC-SGD fw2/bw4 @ 200Mbps"), std::string::npos) << r.output.substr(0, 3000);
+  EXPECT_NE(r.output.find("<b>FAIL</b>: int8 plug-in vs AC-SGD fw2/bw4 @ 200Mbps"),
+            std::string::npos)
+      << r.output.substr(0, 3000);
   EXPECT_NE(r.output.find("fig-quality_vs_bytes"), std::string::npos);
   EXPECT_EQ(r.output.find("95% CI"), std::string::npos);
   fs::remove_all(root);
@@ -642,25 +749,33 @@ TEST(SweepRunTest, ReportComparesAPluginWithAcsgd) {
 // other fine-tuning settings) takes it from the cache and pretrains nothing; a changed pretraining
 // setting is another base; `--base` fine-tunes a given checkpoint; `--cache-dir off` pretrains.
 TEST(SweepRunTest, BaseModelIsPretrainedOncePerContent) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-base-cache-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-base-cache-" + std::to_string(getpid()));
   const fs::path cache = root / "cache";
   json sweep = tinySweep(root);
   sweep["axes"] = json::array({{{"path", "network.links.bandwidth"}, {"values", {"1Gbps"}}}});
   std::ofstream(root / "a.json") << sweep.dump(2);
-  sweep["base"]["data"]["max_train_examples"] = 16;  // what the fine-tuning reads: not what the base is made of
+  sweep["base"]["data"]["max_train_examples"] =
+      16;  // what the fine-tuning reads: not what the base is made of
   sweep["base"]["compression"] = {{"forward", "fp16"}, {"backward", "fp16"}};
   std::ofstream(root / "b.json") << sweep.dump(2);
   sweep["pretrain"]["max_steps"] = 5;  // another base
   std::ofstream(root / "c.json") << sweep.dump(2);
   size_t pretrainings = 0;
-  auto sweepOnce = [&](const std::string& spec, const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {SLOWPIPE_BINARY, "sweep", (root / spec).string(), "--out", (root / out).string(), "--quiet"};
-    if (std::find(extra.begin(), extra.end(), "--cache-dir") == extra.end()) extra.insert(extra.begin(), {"--cache-dir", cache.string()});
+  auto sweepOnce = [&](const std::string& spec, const std::string& out,
+                       std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {SLOWPIPE_BINARY,        "sweep",
+                                     (root / spec).string(), "--out",
+                                     (root / out).string(),  "--quiet"};
+    if (std::find(extra.begin(), extra.end(), "--cache-dir") == extra.end())
+      extra.insert(extra.begin(), {"--cache-dir", cache.string()});
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto r = slowpipe::emulator::runCommand(argv);
     EXPECT_EQ(r.status, 0) << r.output;
-    for (size_t at = r.output.find("pretraining the base: "); at != std::string::npos; at = r.output.find("pretraining the base: ", at + 1))
-      if (r.output.compare(at, 30, "pretraining the base: 1/4 step") == 0 || r.output.compare(at, 30, "pretraining the base: 1/5 step") == 0)
+    for (size_t at = r.output.find("pretraining the base: "); at != std::string::npos;
+         at = r.output.find("pretraining the base: ", at + 1))
+      if (r.output.compare(at, 30, "pretraining the base: 1/4 step") == 0 ||
+          r.output.compare(at, 30, "pretraining the base: 1/5 step") == 0)
         ++pretrainings;  // the first step of a pretraining
     return r.output;
   };
@@ -671,12 +786,16 @@ TEST(SweepRunTest, BaseModelIsPretrainedOncePerContent) {
   out = sweepOnce("b.json", "b");
   EXPECT_EQ(pretrainings, 1u) << out;
   EXPECT_NE(out.find("from the cache"), std::string::npos) << out;
-  EXPECT_EQ(slowpipe::emulator::runCommand({"cmp", (root / "a" / "base.pt").string(), (root / "b" / "base.pt").string()}).status, 0);
+  EXPECT_EQ(slowpipe::emulator::runCommand(
+                {"cmp", (root / "a" / "base.pt").string(), (root / "b" / "base.pt").string()})
+                .status,
+            0);
   EXPECT_TRUE(fs::exists(root / "b" / "pretrain_log.json"));
   out = sweepOnce("c.json", "c");
   EXPECT_EQ(pretrainings, 2u) << out;
   size_t entries = 0;
-  for (const auto& e : fs::directory_iterator(cache / "bases")) entries += fs::exists(e.path() / "base.pt") && fs::exists(e.path() / "key.json");
+  for (const auto& e : fs::directory_iterator(cache / "bases"))
+    entries += fs::exists(e.path() / "base.pt") && fs::exists(e.path() / "key.json");
   EXPECT_EQ(entries, 2u);
   // --base: that checkpoint, no pretraining; the run says it started from it.
   out = sweepOnce("c.json", "given", {"--base", (root / "a" / "base.pt").string()});
@@ -685,10 +804,14 @@ TEST(SweepRunTest, BaseModelIsPretrainedOncePerContent) {
   EXPECT_FALSE(fs::exists(root / "given" / "base.pt"));
   const json run = json::parse(std::ifstream(root / "given" / "runs" / "bandwidth-1Gbps.r0.json"));
   EXPECT_EQ(run["spec"]["training"]["init_checkpoint"], (root / "a" / "base.pt").string());
-  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "c.json").string(), "--out", (root / "none").string(),
-                                           "--base", (root / "nothing.pt").string()});
+  auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "c.json").string(),
+                                           "--out", (root / "none").string(), "--base",
+                                           (root / "nothing.pt").string()});
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("--base '" + (root / "nothing.pt").string() + "': no such checkpoint file"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("--base '" + (root / "nothing.pt").string() + "': no such checkpoint file"),
+      std::string::npos)
+      << r.output;
   // No cache: pretrained again.
   out = sweepOnce("a.json", "uncached", {"--cache-dir", "off"});
   EXPECT_EQ(pretrainings, 3u) << out;
@@ -701,17 +824,19 @@ TEST(SweepRunTest, BaseModelIsPretrainedOncePerContent) {
 // of every file a spec loads is in the identity and in result.json. A point whose spec cannot be
 // built fails alone, with its reason; the sweep goes on (it aborted the sweep).
 TEST(SweepRunTest, RebuiltPluginRerunsAndABadPointFailsAlone) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-plugin-resume-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-plugin-resume-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   sweep.erase("pretrain");
-  sweep["axes"] = json::array({{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}}});
+  sweep["axes"] =
+      json::array({{{"path", "network.links.bandwidth"}, {"values", {"200Mbps", "1Gbps"}}}});
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path lib = root / "libmine.so";
   fs::copy_file(GOOD_PLUGIN, lib);
   const std::string plugin = "compression.forward=plugin:path=" + lib.string();
   auto sweepOnce = [&] {
-    return slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", (root / "out").string(),
-                                           "--set", plugin});
+    return slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(),
+                                           "--out", (root / "out").string(), "--set", plugin});
   };
   auto r = sweepOnce();
   ASSERT_EQ(r.status, 0) << r.output;
@@ -724,16 +849,22 @@ TEST(SweepRunTest, RebuiltPluginRerunsAndABadPointFailsAlone) {
   r = sweepOnce();
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("same experiment complete, skipped"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("rerun: a file the spec loads (plug-in, TorchScript module, trace) changed"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("rerun: a file the spec loads (plug-in, TorchScript module, trace) changed"),
+      std::string::npos)
+      << r.output;
 
   // One point's setup fails (its run folder's spec.json cannot be written: a folder is there).
-  fs::create_directories(root / "bad" / "runs" / "bandwidth-200Mbps" / "r0" / "spec.json" / "in-the-way");
-  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", (root / "bad").string()});
+  fs::create_directories(root / "bad" / "runs" / "bandwidth-200Mbps" / "r0" / "spec.json" /
+                         "in-the-way");
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--out", (root / "bad").string()});
   EXPECT_NE(r.status, 0);
   const json bad = json::parse(std::ifstream(root / "bad" / "runs" / "bandwidth-200Mbps.r0.json"));
   EXPECT_EQ(bad["status"], "failed");
   EXPECT_NE(bad.value("reason", "").find("spec.json"), std::string::npos) << bad.dump();
-  EXPECT_EQ(json::parse(std::ifstream(root / "bad" / "runs" / "bandwidth-1Gbps.r0.json"))["status"], "ok");
+  EXPECT_EQ(json::parse(std::ifstream(root / "bad" / "runs" / "bandwidth-1Gbps.r0.json"))["status"],
+            "ok");
   fs::remove_all(root);
 }
 
@@ -744,7 +875,8 @@ std::vector<pid_t> childrenRunning(pid_t parent, const std::string& what) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream status(e.path() / "status"), cmd(e.path() / "cmdline");
-    std::string line, cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    std::string line,
+        cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
     pid_t ppid = -1;
     while (std::getline(status, line))
       if (line.rfind("PPid:", 0) == 0) ppid = std::stoi(line.substr(5));
@@ -757,7 +889,8 @@ std::vector<pid_t> childrenRunning(pid_t parent, const std::string& what) {
 // the write raise SIGPIPE, which killed the CLI with no message. Now it is an error naming the
 // stage, and the other children are reaped.
 TEST(SweepRunTest, ProfileSurvivesAHostSpeedChildThatDies) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-profile-child-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-profile-child-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   std::ofstream(root / "spec.json") << sweep["base"].dump(2);
   const fs::path log = root / "profile.log";
@@ -766,8 +899,9 @@ TEST(SweepRunTest, ProfileSurvivesAHostSpeedChildThatDies) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(SLOWPIPE_BINARY, "slowpipe", "profile", (root / "spec.json").c_str(), "--out", (root / "p.json").c_str(), "--reps", "1",
-          "--host-window", "2", "--host-reps", "1", nullptr);
+    execl(SLOWPIPE_BINARY, "slowpipe", "profile", (root / "spec.json").c_str(), "--out",
+          (root / "p.json").c_str(), "--reps", "1", "--host-window", "2", "--host-reps", "1",
+          nullptr);
     _exit(127);
   }
   bool killed = false;
@@ -780,7 +914,8 @@ TEST(SweepRunTest, ProfileSurvivesAHostSpeedChildThatDies) {
   ASSERT_EQ(waitpid(cli, &status, 0), cli);
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_FALSE(WIFSIGNALED(status)) << "the CLI was killed by signal " << WTERMSIG(status) << "\n" << text;
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the CLI was killed by signal " << WTERMSIG(status) << "\n"
+                                    << text;
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(text.find("the host-speed process for stage"), std::string::npos) << text;
   EXPECT_TRUE(childrenRunning(cli, "profile-unit").empty());
@@ -791,17 +926,21 @@ TEST(SweepRunTest, ProfileSurvivesAHostSpeedChildThatDies) {
 // path: it says the codec is costed on the host, and writes the result (the line that says so
 // once read a temporary's items() after it was gone).
 TEST(SweepRunTest, SimulateCliSaysWhereACodecRuns) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-simulate-cli-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-simulate-cli-" + std::to_string(getpid()));
   json spec = tinySweep(root)["base"];
   spec["compression"] = {{"forward", "hadamard(quant:bits=4)"}, {"backward", "quant:bits=8"}};
   std::ofstream(root / "spec.json") << spec.dump(2);
-  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / "spec.json").string(), "--profile",
-                                                 "analytic:A100", "--out", (root / "sim").string()});
+  const auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "simulate", (root / "spec.json").string(), "--profile", "analytic:A100",
+       "--out", (root / "sim").string()});
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("has no device path: costed on this host's CPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("has no device path: costed on this host's CPU"), std::string::npos)
+      << r.output;
   const json result = json::parse(std::ifstream(root / "sim" / "result.json"));
   int host = 0;
-  for (const auto& [codec, place] : result["profile"]["device"]["codecs"].items()) host += place["runs_on"] == "host";
+  for (const auto& [codec, place] : result["profile"]["device"]["codecs"].items())
+    host += place["runs_on"] == "host";
   EXPECT_EQ(host, 1) << result["profile"]["device"].dump(2);
   fs::remove_all(root);
 }
@@ -811,18 +950,23 @@ TEST(SweepRunTest, SimulateCliSaysWhereACodecRuns) {
 // its data plan describes, bills every step the bytes the emulated run sent. A one-epoch run of
 // AC-SGD and of a stateless codec too (a one-epoch projection billed deltas: it flattered AC-SGD).
 TEST(SweepRunTest, SimulatedStepBytesEqualTheEmulatedRunsInEveryEpoch) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-sim-bytes-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-sim-bytes-" + std::to_string(getpid()));
   json spec = tinySweep(root)["base"];
   spec["training"]["warmup_steps"] = 0;
-  for (const auto& [epochs, forward] : {std::pair{3, "acsgd:bits=2"}, std::pair{1, "acsgd:bits=2"}, std::pair{1, "quant:bits=2"}}) {
+  for (const auto& [epochs, forward] :
+       {std::pair{3, "acsgd:bits=2"}, std::pair{1, "acsgd:bits=2"}, std::pair{1, "quant:bits=2"}}) {
     spec["training"]["epochs"] = epochs;
     spec["compression"] = {{"forward", forward}, {"backward", "quant:bits=4"}};
     const std::string tag = std::to_string(epochs) + "-" + std::string(forward).substr(0, 5);
     std::ofstream(root / (tag + ".json")) << spec.dump(2);
-    auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "run", (root / (tag + ".json")).string(), "--out", (root / tag / "run").string()});
+    auto r =
+        slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "run", (root / (tag + ".json")).string(),
+                                        "--out", (root / tag / "run").string()});
     ASSERT_EQ(r.status, 0) << r.output;
-    r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / (tag + ".json")).string(), "--profile", "analytic:A100",
-                                        "--out", (root / tag / "sim").string()});
+    r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate",
+                                        (root / (tag + ".json")).string(), "--profile",
+                                        "analytic:A100", "--out", (root / tag / "sim").string()});
     ASSERT_EQ(r.status, 0) << r.output;
     const json run = json::parse(std::ifstream(root / tag / "run" / "result.json"));
     const json sim = json::parse(std::ifstream(root / tag / "sim" / "result.json"));
@@ -832,13 +976,16 @@ TEST(SweepRunTest, SimulatedStepBytesEqualTheEmulatedRunsInEveryEpoch) {
     for (size_t k = 0; k < run["steps"].size(); ++k) {
       EXPECT_EQ(sim["steps"][k]["epoch"], run["steps"][k]["epoch"]) << tag << " step " << k;
       for (const char* dir : {"forward", "backward"})
-        EXPECT_EQ(sim["steps"][k]["bytes"][dir]["wire"], run["steps"][k]["bytes"][dir]["wire"]) << tag << " step " << k << " " << dir;
+        EXPECT_EQ(sim["steps"][k]["bytes"][dir]["wire"], run["steps"][k]["bytes"][dir]["wire"])
+            << tag << " step " << k << " " << dir;
       forwardSizes.insert(run["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>());
     }
-    // AC-SGD over 3 epochs has two sizes (first sightings, deltas); one epoch or a stateless codec one.
+    // AC-SGD over 3 epochs has two sizes (first sightings, deltas); one epoch or a stateless codec
+    // one.
     EXPECT_EQ(forwardSizes.size(), epochs == 3 ? 2u : 1u) << tag;
     if (epochs == 3) {
-      EXPECT_GT(run["steps"][0]["bytes"]["forward"]["wire"].get<int64_t>(), 4 * run["steps"].back()["bytes"]["forward"]["wire"].get<int64_t>());
+      EXPECT_GT(run["steps"][0]["bytes"]["forward"]["wire"].get<int64_t>(),
+                4 * run["steps"].back()["bytes"]["forward"]["wire"].get<int64_t>());
     }
   }
   fs::remove_all(root);
@@ -847,21 +994,24 @@ TEST(SweepRunTest, SimulatedStepBytesEqualTheEmulatedRunsInEveryEpoch) {
 // A shipped spec whose network file is spec-relative ("networks/...") runs from another folder, and
 // `place` says how far its search is (a line per 10% in a log, with an ETA), ending at 100%.
 TEST(SweepRunTest, SpecRelativePathsRunFromAnyFolderAndPlaceShowsProgress) {
-  const fs::path elsewhere = fs::temp_directory_path() / ("slowpipe-elsewhere-" + std::to_string(getpid()));
+  const fs::path elsewhere =
+      fs::temp_directory_path() / ("slowpipe-elsewhere-" + std::to_string(getpid()));
   fs::create_directories(elsewhere);
   const std::string spec = std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/networks_paper.json";
-  const auto r = slowpipe::emulator::runCommand({"/bin/sh", "-c", "cd '" + elsewhere.string() + "' && '" + SLOWPIPE_BINARY + "' place '" + spec +
-                                                 "' --profile analytic:A100 --method local --budget 20 --steps 2 2>&1"});
+  const auto r = slowpipe::emulator::runCommand(
+      {"/bin/sh", "-c",
+       "cd '" + elsewhere.string() + "' && '" + SLOWPIPE_BINARY + "' place '" + spec +
+           "' --profile analytic:A100 --method local --budget 20 --steps 2 2>&1"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("on yuan2022_worldwide_8: local search"), std::string::npos) << r.output;
   size_t lines = 0;
   for (size_t at = 0; (at = r.output.find("\nplace: ", at)) != std::string::npos; ++at) ++lines;
   EXPECT_GE(lines, 8u) << r.output;  // about one a 10%
-  EXPECT_NE(r.output.find("place: 26/26 replays (100%)"), std::string::npos) << r.output;  // 20 searched + top 5 + rank order
+  EXPECT_NE(r.output.find("place: 26/26 replays (100%)"), std::string::npos)
+      << r.output;  // 20 searched + top 5 + rank order
   EXPECT_NE(r.output.find("ETA"), std::string::npos) << r.output;
   fs::remove_all(elsewhere);
 }
-
 
 // `slowpipe doctor --json`: a line for each piece, agreeing with what this test sees itself (root,
 // the TUN device, the cores this process may use).
@@ -869,42 +1019,57 @@ TEST(SweepRunTest, DoctorSaysWhatThisMachineOffers) {
   const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "doctor", "--json"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json d = json::parse(r.output);
-  for (const char* k : {"root", "TUN", "HTB qdisc", "netem qdisc", "cores", "BLAS", "CUDA", "ns-3", "ip", "tc", "mpirun", "matplotlib"})
-    ASSERT_TRUE(d.contains(k) && d[k].contains("ok") && d[k].contains("detail")) << k << ": " << r.output;
+  for (const char* k : {"root", "TUN", "HTB qdisc", "netem qdisc", "cores", "BLAS", "CUDA", "ns-3",
+                        "ip", "tc", "mpirun", "matplotlib"})
+    ASSERT_TRUE(d.contains(k) && d[k].contains("ok") && d[k].contains("detail"))
+        << k << ": " << r.output;
   EXPECT_EQ(d["root"]["ok"], geteuid() == 0);
   EXPECT_EQ(d["TUN"]["ok"], access("/dev/net/tun", F_OK) == 0);
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  EXPECT_EQ(d["cores"]["detail"].get<std::string>().rfind(std::to_string(CPU_COUNT(&set)) + " usable", 0), 0u) << d["cores"].dump();
-  EXPECT_FALSE(d["CUDA"]["ok"].get<bool>() && d["CUDA"]["detail"].get<std::string>().find("device") == std::string::npos);
+  EXPECT_EQ(
+      d["cores"]["detail"].get<std::string>().rfind(std::to_string(CPU_COUNT(&set)) + " usable", 0),
+      0u)
+      << d["cores"].dump();
+  EXPECT_FALSE(d["CUDA"]["ok"].get<bool>() &&
+               d["CUDA"]["detail"].get<std::string>().find("device") == std::string::npos);
 }
-
 
 // A projection of the paper-scale spec's whole run: 10 epochs of 1,000 steps (declared: the spec's
 // corpus is not the one it would train on), every step replayed, AC-SGD's first epoch in full,
 // every epoch's evaluation with the loss of the committed emulated AC-SGD run's curve, the total
 // time and the time to a target printed.
 TEST(SweepRunTest, PaperScaleProjectionOfTheWholeRun) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-projection-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-projection-" + std::to_string(getpid()));
   fs::create_directories(root);
   const fs::path src = SLOWPIPE_SOURCE_DIR;
   json spec = json::parse(std::ifstream(src / "experiments" / "paper_scale.json"))["base"];
-  spec["compression"] = {{"forward", "acsgd:bits=2,levels=fixpoint"}, {"backward", "quant:bits=4,levels=fixpoint"}, {"label", "AC-SGD"}};
+  spec["compression"] = {{"forward", "acsgd:bits=2,levels=fixpoint"},
+                         {"backward", "quant:bits=4,levels=fixpoint"},
+                         {"label", "AC-SGD"}};
   spec["training"]["epochs"] = 10;
   std::ofstream(root / "spec.json") << spec.dump(2);
-  const std::string curve = (src / "results" / "paper" / "runs" / "bandwidth-100Mbps_compression-AC-SGD-fw2-bw4.r0.json").string();
-  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "simulate", (root / "spec.json").string(), "--profile", "analytic:A100",
-                                                 "--out", (root / "sim").string(), "--steps-per-epoch", "1000", "--quality", curve,
-                                                 "--target-loss", "2.61"});
+  const std::string curve =
+      (src / "results" / "paper" / "runs" / "bandwidth-100Mbps_compression-AC-SGD-fw2-bw4.r0.json")
+          .string();
+  const auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "simulate", (root / "spec.json").string(), "--profile", "analytic:A100",
+       "--out", (root / "sim").string(), "--steps-per-epoch", "1000", "--quality", curve,
+       "--target-loss", "2.61"});
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("projected run: 10000 steps, 10 epoch(s), total "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("time to target (validation loss <= 2.61): "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("projected run: 10000 steps, 10 epoch(s), total "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("time to target (validation loss <= 2.61): "), std::string::npos)
+      << r.output;
   const json sim = json::parse(std::ifstream(root / "sim" / "result.json"));
   ASSERT_EQ(sim["steps"].size(), 10000u);
   EXPECT_EQ(sim["evals"].size(), 10u);
-  EXPECT_EQ(sim["steps"][999]["bytes"]["forward"]["wire"], 7 * 32 * sim["message_bytes"]["forward_first_epoch"].get<int64_t>());
-  EXPECT_EQ(sim["steps"][1000]["bytes"]["forward"]["wire"], 7 * 32 * sim["message_bytes"]["forward"].get<int64_t>());
+  EXPECT_EQ(sim["steps"][999]["bytes"]["forward"]["wire"],
+            7 * 32 * sim["message_bytes"]["forward_first_epoch"].get<int64_t>());
+  EXPECT_EQ(sim["steps"][1000]["bytes"]["forward"]["wire"],
+            7 * 32 * sim["message_bytes"]["forward"].get<int64_t>());
   const double share = sim["summary"]["wait_share"].get<double>();
   EXPECT_TRUE(share >= 0 && share <= 1) << share;
   fs::remove_all(root);
@@ -917,23 +1082,31 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
   using slowpipe::emulator::runCommand;
   const auto dry = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run", "--no-setup"});
   ASSERT_EQ(dry.status, 0) << dry.output;
-  EXPECT_NE(dry.output.find("sweep experiments/quickstart.json --out out/quickstart"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("sweep experiments/quickstart.json --out out/quickstart"),
+            std::string::npos)
+      << dry.output;
   // The main job builds the CLI only (the tests are the test command's).
   const auto withSetup = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run"});
-  EXPECT_NE(withSetup.output.find("tools/setup.sh --build-dir build --target slowpipe\n"), std::string::npos) << withSetup.output;
-  EXPECT_EQ(runCommand({"git", "-C", src, "check-ignore", "-q", "out/quickstart/runs/x.r0.json"}).status, 0)
+  EXPECT_NE(withSetup.output.find("tools/setup.sh --build-dir build --target slowpipe\n"),
+            std::string::npos)
+      << withSetup.output;
+  EXPECT_EQ(
+      runCommand({"git", "-C", src, "check-ignore", "-q", "out/quickstart/runs/x.r0.json"}).status,
+      0)
       << "out/quickstart is not ignored by git";
   EXPECT_EQ(runCommand({"git", "-C", src, "ls-files", "out"}).output, "")
       << "files under out/ are tracked: a fresh clone would find 'complete' runs there";
 
   // The real script (setup skipped) on a tiny sweep, into a folder under out/ of the source tree.
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-quickstart-test-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-quickstart-test-" + std::to_string(getpid()));
   const json sweep = tinySweep(root);
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const std::string out = "out/quickstart-test-" + std::to_string(getpid());
   const auto before = runCommand({"git", "-C", src, "status", "--porcelain"});
-  const auto r = runCommand({"env", std::string("SLOWPIPE_BIN=") + SLOWPIPE_BINARY, "bash", src + "/tools/quickstart.sh",
-                             "--no-setup", "--spec", (root / "sweep.json").string(), "--out", out});
+  const auto r = runCommand({"env", std::string("SLOWPIPE_BIN=") + SLOWPIPE_BINARY, "bash",
+                             src + "/tools/quickstart.sh", "--no-setup", "--spec",
+                             (root / "sweep.json").string(), "--out", out});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.find("skipped"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[4/4]"), std::string::npos) << r.output;
@@ -941,7 +1114,8 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
   // It ends with the report and says where it is.
   EXPECT_TRUE(fs::exists(fs::path(src) / out / "report.html"));
   EXPECT_NE(r.output.find("the report: " + out + "/report.html"), std::string::npos) << r.output;
-  EXPECT_EQ(runCommand({"git", "-C", src, "status", "--porcelain"}).output, before.output) << "the main job changed the tree";
+  EXPECT_EQ(runCommand({"git", "-C", src, "status", "--porcelain"}).output, before.output)
+      << "the main job changed the tree";
   fs::remove_all(fs::path(src) / out);
   fs::remove_all(root);
 }
@@ -958,15 +1132,21 @@ TEST(NetworkLibraryTest, FilesLoadAndTranscribeTheirSources) {
   for (const auto& f : fs::directory_iterator(dir)) {
     if (f.path().extension() != ".json") continue;
     ++files;
-    const auto net = slowpipe::emulator::NodeNetwork::fromJson(json(f.path().string()), f.path().filename().string());
+    const auto net = slowpipe::emulator::NodeNetwork::fromJson(json(f.path().string()),
+                                                               f.path().filename().string());
     EXPECT_FALSE(net.document().value("source", "").empty()) << f.path();
     EXPECT_GE(net.size(), 8) << f.path();
   }
   EXPECT_GE(files, 8);
-  auto load = [&](const char* name) { return slowpipe::emulator::NodeNetwork::fromJson(json((dir / name).string()), name); };
+  auto load = [&](const char* name) {
+    return slowpipe::emulator::NodeNetwork::fromJson(json((dir / name).string()), name);
+  };
   const auto w8 = load("yuan2022_worldwide_8.json");
-  auto node = [](const slowpipe::emulator::NodeNetwork& n, const char* name) { return n.index(json(name), "test"); };
-  const auto ov = w8.path(node(w8, "Oregon"), node(w8, "Virginia")), sl = w8.path(node(w8, "London"), node(w8, "Seoul"));
+  auto node = [](const slowpipe::emulator::NodeNetwork& n, const char* name) {
+    return n.index(json(name), "test");
+  };
+  const auto ov = w8.path(node(w8, "Oregon"), node(w8, "Virginia")),
+             sl = w8.path(node(w8, "London"), node(w8, "Seoul"));
   EXPECT_DOUBLE_EQ(ov.latencyS, 0.067);
   EXPECT_DOUBLE_EQ(ov.bandwidthBps, 790e6);
   EXPECT_DOUBLE_EQ(sl.latencyS, 0.238);
@@ -987,23 +1167,28 @@ TEST(NetworkLibraryTest, FilesLoadAndTranscribeTheirSources) {
 
 // A sweep axis may name network files: one point per file, each run on its network.
 TEST(NetworkLibraryTest, SweepAxisNamesNetworkFiles) {
-  const fs::path root = fs::temp_directory_path() / ("slowpipe-netaxis-test-" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-netaxis-test-" + std::to_string(getpid()));
   json sweep = tinySweep(root);
   sweep.erase("pretrain");
-  const std::string a = (fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/networks/consumer_500_110.json").string();
-  const std::string b = (fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/networks/yuan2022_worldwide_8.json").string();
+  const std::string a =
+      (fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/networks/consumer_500_110.json").string();
+  const std::string b =
+      (fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/networks/yuan2022_worldwide_8.json").string();
   sweep["base"]["network"] = {{"model", "tcp"}};
   sweep["axes"][0] = {{"path", "network.nodes"}, {"values", {a, b}}};
   std::ofstream(root / "sweep.json") << sweep.dump(2);
   const fs::path out = root / "out";
-  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
-                                                 "analytic:A100", "--out", out.string(), "--quiet"});
+  const auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+       "analytic:A100", "--out", out.string(), "--quiet"});
   ASSERT_EQ(r.status, 0) << r.output;
   const json summary = json::parse(std::ifstream(out / "summary.json"));
   ASSERT_EQ(summary["rows"].size(), 4u);
   std::set<std::string> networks;
   for (const auto& row : summary["rows"]) {
-    const json run = json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
+    const json run =
+        json::parse(std::ifstream(out / "runs" / (row["point"].get<std::string>() + ".r0.json")));
     networks.insert(run["network"]["nodes"]["network"].get<std::string>());
     EXPECT_EQ(run["spec"]["network"]["nodes"]["file"], row["axes"][0]) << row.dump();
   }

@@ -35,8 +35,10 @@ RankLinks linksOf(int r, bool ring, int streams = 1) {
   if (ring) pipeline.update({{"schedule", "interleaved_1f1b"}, {"virtual_stages", 2}});
   nlohmann::json network = {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}};
   if (streams > 1) network.update({{"backend", "tc"}, {"tcp", {{"streams", streams}}}});
-  const nlohmann::json j = {{"name", "channel"}, {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
-                            {"pipeline", pipeline}, {"compression", {{"forward", "none"}, {"backward", "none"}}},
+  const nlohmann::json j = {{"name", "channel"},
+                            {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+                            {"pipeline", pipeline},
+                            {"compression", {{"forward", "none"}, {"backward", "none"}}},
                             {"network", network}};
   LinkCarriage carriage;
   carriage.kernelPacesRate = streams > 1;
@@ -46,7 +48,8 @@ RankLinks linksOf(int r, bool ring, int streams = 1) {
 struct Pair {
   zmq::context_t ctx{1};
   std::unique_ptr<StageTransport> t[2];
-  Pair(const std::string& fwd, const std::string& bwd, bool ring, int streams = 1, int64_t maxMessageBytes = -1) {
+  Pair(const std::string& fwd, const std::string& bwd, bool ring, int streams = 1,
+       int64_t maxMessageBytes = -1) {
     for (int r = 0; r < 2; ++r) {
       TransportOptions o;
       o.rank = o.stage = r;
@@ -100,7 +103,8 @@ TEST(ChannelTest, StripedFramesAreJoinedWholeWhateverTheirOrder) {
   std::vector<std::vector<float>> sent;
   for (int mb = 0; mb < 6; ++mb) sent.push_back(ramp(static_cast<float>(mb), 1 + 7 * mb * mb));
   for (int mb = 5; mb >= 0; --mb)
-    p.t[0]->send(true, MessageKind::kActivation, 2, 0, mb, sent[mb].data(), {1, static_cast<int64_t>(sent[mb].size())}, {mb});
+    p.t[0]->send(true, MessageKind::kActivation, 2, 0, mb, sent[mb].data(),
+                 {1, static_cast<int64_t>(sent[mb].size())}, {mb});
   for (int mb = 0; mb < 6; ++mb) {
     const Tensor32 got = p.t[1]->recv(true, MessageKind::kActivation, 2, 0, mb);
     EXPECT_EQ(got.data, sent[mb]) << "micro-batch " << mb;
@@ -128,8 +132,10 @@ TEST(ChannelTest, EachChunkHasItsOwnCodecPair) {
       const Tensor32 got = p.t[1]->recv(true, MessageKind::kActivation, epoch, epoch, 0, chunk);
       const auto x = ramp(static_cast<float>(chunk * 5 + epoch), 64);
       double err = 0;
-      for (size_t i = 0; i < x.size(); ++i) err = std::max(err, static_cast<double>(std::abs(got.data[i] - x[i])));
-      EXPECT_LT(err, 1.0) << "chunk " << chunk << " epoch " << epoch;  // a shared buffer would be off by ~5
+      for (size_t i = 0; i < x.size(); ++i)
+        err = std::max(err, static_cast<double>(std::abs(got.data[i] - x[i])));
+      EXPECT_LT(err, 1.0) << "chunk " << chunk << " epoch "
+                          << epoch;  // a shared buffer would be off by ~5
     }
   EXPECT_EQ(p.t[0]->codecDigest(true, true), p.t[1]->codecDigest(true, false));
   EXPECT_NE(p.t[0]->codecDigest(true, true), 0u);
@@ -158,7 +164,9 @@ TEST(ChannelTest, AnOlderStepsMessageIsASlip) {
     p.t[1]->recv(true, MessageKind::kActivation, 4, 0, 0);
     FAIL() << "took a step-3 message for step 4";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected activation step 4 micro-batch 0, got activation step 3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "expected activation step 4 micro-batch 0, got activation step 3"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -172,13 +180,19 @@ namespace {
 RunSpec tableSpec(const std::string& backend, int replicas) {
   nlohmann::json links = {{"bandwidth", "1Gbps"}, {"latency", "5ms"}};
   if (backend != "user") links["jitter"] = "1ms";  // (serial_fifo models no jitter)
-  links["links"] = nlohmann::json::array({{{"src", 2}, {"dst", 1}, {"bandwidth", "20Mbps"}, {"latency", "7ms"}}});
-  nlohmann::json network = {{"backend", backend}, {"model", backend == "user" ? "serial_fifo" : "pipelined"}, {"links", links}};
+  links["links"] = nlohmann::json::array(
+      {{{"src", 2}, {"dst", 1}, {"bandwidth", "20Mbps"}, {"latency", "7ms"}}});
+  nlohmann::json network = {{"backend", backend},
+                            {"model", backend == "user" ? "serial_fifo" : "pipelined"},
+                            {"links", links}};
   network["dp_links"] = {{"bandwidth", "10Gbps"}, {"latency", "1ms"}};
-  const nlohmann::json j = {{"name", "table"},
-                            {"model", {{"seq_len", 4}, {"layers", 6}, {"width", 8}, {"heads", 2}}},
-                            {"pipeline", {{"stages", 3}, {"replicas", replicas}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
-                            {"compression", {{"forward", "none"}, {"backward", "none"}}}, {"network", network}};
+  const nlohmann::json j = {
+      {"name", "table"},
+      {"model", {{"seq_len", 4}, {"layers", 6}, {"width", 8}, {"heads", 2}}},
+      {"pipeline",
+       {{"stages", 3}, {"replicas", replicas}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+      {"compression", {{"forward", "none"}, {"backward", "none"}}},
+      {"network", network}};
   return runSpecFromJson(j, "spec", true);
 }
 
@@ -273,7 +287,9 @@ class ImpostorTest : public ::testing::Test {
     const auto x = ramp(1, 24);
     return compression::encodeFrame(*codec, x.data(), h, {});
   }
-  void sendRaw(const std::string& payload, double arrival) { sendShaped(push, payload.data(), payload.size(), arrival); }
+  void sendRaw(const std::string& payload, double arrival) {
+    sendShaped(push, payload.data(), payload.size(), arrival);
+  }
   // Receives the activation rank 1 waits for: the error it fails with, the seconds it took and
   // the peak-memory growth of this process (MiB).
   std::string refusal(double* seconds, double* grewMiB) {

@@ -16,19 +16,25 @@ namespace slowpipe::runtime {
 namespace {
 
 // Replica r's value i before the round.
-float input(int r, int64_t i) { return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(r)) * (1.0f + r); }
+float input(int r, int64_t i) {
+  return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(r)) * (1.0f + r);
+}
 
-// Replica r's links as the launcher sends them: the link table of one stage with R replicas at 10 Gbps.
+// Replica r's links as the launcher sends them: the link table of one stage with R replicas at 10
+// Gbps.
 RankLinks linksOf(int r, int R) {
-  const nlohmann::json j = {{"name", "dp"}, {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
-                            {"pipeline", {{"stages", 1}, {"replicas", R}, {"micro_batches", 1}, {"micro_batch_size", 2}}},
-                            {"compression", {{"forward", "none"}, {"backward", "none"}}},
-                            {"network", {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}}}};
+  const nlohmann::json j = {
+      {"name", "dp"},
+      {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+      {"pipeline", {{"stages", 1}, {"replicas", R}, {"micro_batches", 1}, {"micro_batch_size", 2}}},
+      {"compression", {{"forward", "none"}, {"backward", "none"}}},
+      {"network", {{"links", {{"bandwidth", "10Gbps"}, {"latency", "0ms"}}}}}};
   return RankLinks(LinkTable(runSpecFromJson(j, "spec", true), {}).ofRankJson(r), r);
 }
 
 // One round of `algorithm` over R replicas with n values each; returns every replica's buffer.
-std::vector<std::vector<float>> runRound(const std::string& algorithm, int R, int64_t n, const std::string& codec) {
+std::vector<std::vector<float>> runRound(const std::string& algorithm, int R, int64_t n,
+                                         const std::string& codec) {
   zmq::context_t ctx(1);
   std::vector<std::unique_ptr<DpExchange>> ex;
   for (int r = 0; r < R; ++r) {
@@ -83,9 +89,12 @@ TEST(DpAlgorithmTest, EveryAlgorithmAveragesAndEveryReplicaAgrees) {
         const auto exact = runRound(info.name, R, n, "none");
         for (int r = 0; r < R; ++r)
           for (int64_t i = 0; i < n; ++i)
-            ASSERT_NEAR(exact[r][i], mean[i], 1e-6) << info.name << " R=" << R << " replica " << r << " value " << i;
+            ASSERT_NEAR(exact[r][i], mean[i], 1e-6)
+                << info.name << " R=" << R << " replica " << r << " value " << i;
         const auto lossy = runRound(info.name, R, n, "quant:bits=8");
-        for (int r = 1; r < R; ++r) ASSERT_EQ(lossy[r], lossy[0]) << info.name << " R=" << R << ": replicas decoded different bytes";
+        for (int r = 1; r < R; ++r)
+          ASSERT_EQ(lossy[r], lossy[0])
+              << info.name << " R=" << R << ": replicas decoded different bytes";
         double err = 0;
         for (int64_t i = 0; i < n; ++i) err = std::max(err, std::abs(lossy[0][i] - mean[i]));
         EXPECT_LT(err, 0.1) << info.name << " R=" << R;  // 8-bit messages of values within +-4

@@ -17,10 +17,10 @@
 #include "runtime/dp.h"
 #include "runtime/grad_sync.h"
 #include "runtime/model.h"
-#include "runtime/stage_runner.h"
-#include "simulator/simulate.h"
 #include "runtime/schedule.h"
+#include "runtime/stage_runner.h"
 #include "runtime/worker.h"
+#include "simulator/simulate.h"
 #include "tests/runtime/pipeline_fixture.h"
 
 namespace slowpipe::runtime {
@@ -54,7 +54,8 @@ TEST_P(DpEquivalenceTest, LossesEqualOneProcessOnTheGlobalBatch) {
     if (r["type"] == "step") reference.push_back(r["loss"].get<double>());
   });
   ASSERT_EQ(reference.size(), 20u);
-  const json result = launch(spec, "dpeq-" + std::to_string(c.stages) + "x" + std::to_string(c.replicas) + c.schedule + c.algorithm);
+  const json result = launch(spec, "dpeq-" + std::to_string(c.stages) + "x" +
+                                       std::to_string(c.replicas) + c.schedule + c.algorithm);
   ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
   ASSERT_EQ(result["steps"].size(), 20u);
   for (size_t i = 0; i < reference.size(); ++i) {
@@ -79,11 +80,12 @@ INSTANTIATE_TEST_SUITE_P(
                       DpCase{1, 3, "gpipe", "allreduce"}, DpCase{1, 3, "1f1b", "sharded_ps"},
                       DpCase{1, 3, "1f1b", "allreduce"}, DpCase{1, 3, "gpipe", "sharded_ps"},
                       // Replicas of interleaved stages synchronise both model chunks as one buffer.
-                      DpCase{2, 2, "interleaved_1f1b", "allreduce", 2}, DpCase{2, 2, "interleaved_1f1b", "sharded_ps", 2}),
+                      DpCase{2, 2, "interleaved_1f1b", "allreduce", 2},
+                      DpCase{2, 2, "interleaved_1f1b", "sharded_ps", 2}),
     [](const auto& info) {
       const DpCase& c = info.param;
-      return std::to_string(c.stages) + "x" + std::to_string(c.replicas) + "_" + c.schedule + "_" + c.algorithm +
-             (c.virtualStages > 1 ? "_v" + std::to_string(c.virtualStages) : "");
+      return std::to_string(c.stages) + "x" + std::to_string(c.replicas) + "_" + c.schedule + "_" +
+             c.algorithm + (c.virtualStages > 1 ? "_v" + std::to_string(c.virtualStages) : "");
     });
 
 // Parameters of each stage of `spec` (what one replica synchronises).
@@ -91,7 +93,8 @@ std::vector<int64_t> stageParams(const RunSpec& spec) {
   std::vector<int64_t> out;
   const auto ranges = stageLayers(spec);
   for (int s = 0; s < spec.pipeline.stages; ++s) {
-    StageModel m(spec.model, ranges[s].first, ranges[s].second, s == 0, s == spec.pipeline.stages - 1);
+    StageModel m(spec.model, ranges[s].first, ranges[s].second, s == 0,
+                 s == spec.pipeline.stages - 1);
     int64_t n = 0;
     for (const auto& p : m->parameters()) n += p.numel();
     out.push_back(n);
@@ -118,7 +121,8 @@ int64_t expectedGradientWire(const RunSpec& spec, const std::string& codec) {
   const int R = spec.pipeline.replicas;
   int64_t total = 0;
   for (int64_t n : stageParams(spec))
-    for (int c = 0; c < R; ++c) total += 2 * (R - 1) * frameBytes(codec, n * (c + 1) / R - n * c / R);
+    for (int c = 0; c < R; ++c)
+      total += 2 * (R - 1) * frameBytes(codec, n * (c + 1) / R - n * c / R);
   return total;
 }
 
@@ -136,7 +140,8 @@ void expectSimulatedBytesEqual(const json& spec, const json& result) {
             << "step " << k << " " << kind << " " << what;
 }
 
-class DpCodecTest : public PipelineTest, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+class DpCodecTest : public PipelineTest,
+                    public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
 
 TEST_P(DpCodecTest, RunEndsOkLossFallsAndBytesMatchTheCodec) {
   const auto [algorithm, codec] = GetParam();
@@ -144,7 +149,8 @@ TEST_P(DpCodecTest, RunEndsOkLossFallsAndBytesMatchTheCodec) {
   spec["pipeline"]["replicas"] = 2;
   spec["training"]["lr"] = 0.01;
   spec["dp"] = {{"algorithm", algorithm}, {"codec", codec}};
-  const json result = launch(spec, "dpcodec-" + algorithm + "-" + std::to_string(std::hash<std::string>()(codec)));
+  const json result =
+      launch(spec, "dpcodec-" + algorithm + "-" + std::to_string(std::hash<std::string>()(codec)));
   ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
   EXPECT_EQ(result["codec_states_match"], true);
   const auto& steps = result["steps"];
@@ -154,14 +160,16 @@ TEST_P(DpCodecTest, RunEndsOkLossFallsAndBytesMatchTheCodec) {
   for (int i = 17; i < 20; ++i) last += steps[i]["loss"].get<double>() / 3;
   EXPECT_LT(last, first - 0.05) << "loss did not fall with dp.codec " << codec;
   const int64_t expect = expectedGradientWire(runSpecFromJson(spec), codec);
-  for (const auto& st : steps) EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << "step " << st["step"];
+  for (const auto& st : steps)
+    EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << "step " << st["step"];
   expectSimulatedBytesEqual(spec, result);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, DpCodecTest,
     ::testing::Combine(::testing::Values("allreduce", "sharded_ps"),
-                       ::testing::Values("quant:bits=8,scale=group,group=512", "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)",
+                       ::testing::Values("quant:bits=8,scale=group,group=512",
+                                         "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)",
                                          "ef(topk:ratio=0.05)", "ef(topk:ratio=0.02,bits=2)")),
     [](const auto& info) {
       std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
@@ -174,7 +182,8 @@ INSTANTIATE_TEST_SUITE_P(
 int64_t roundWire(const std::vector<int64_t>& lens, int R, const std::string& codec) {
   int64_t total = 0;
   for (int64_t n : lens)
-    for (int c = 0; c < R; ++c) total += 2 * (R - 1) * frameBytes(codec, n * (c + 1) / R - n * c / R);
+    for (int c = 0; c < R; ++c)
+      total += 2 * (R - 1) * frameBytes(codec, n * (c + 1) / R - n * c / R);
   return total;
 }
 
@@ -221,7 +230,8 @@ TEST_F(DpCompressorTest, PowerSgdSendsItsFactorsAndTrains) {
     round1.push_back(b);
   }
   const int64_t expect = roundWire(round0, 2, "none") + roundWire(round1, 2, "none");
-  for (const auto& st : r["steps"]) ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << st["step"];
+  for (const auto& st : r["steps"])
+    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), expect) << st["step"];
   EXPECT_LT(expect, expectedGradientWire(rs, "none") / 3);  // it compresses
   expectSimulatedBytesEqual(spec, r);
   EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
@@ -231,12 +241,17 @@ TEST_F(DpCompressorTest, PowerSgdSendsItsFactorsAndTrains) {
 // per 512-value bucket) between replicas and their servers.
 TEST_F(DpCompressorTest, QadamWarmsUpExactlyThenSendsQuantizedMomentum) {
   json spec;
-  const json r = run({{"algorithm", "sharded_ps"}, {"codec", "qadam:bits=4,bucket=512,warmup_steps=8"}}, "dp-qadam", &spec);
+  const json r =
+      run({{"algorithm", "sharded_ps"}, {"codec", "qadam:bits=4,bucket=512,warmup_steps=8"}},
+          "dp-qadam", &spec);
   const RunSpec rs = runSpecFromJson(spec);
   const int64_t exact = expectedGradientWire(rs, "none");
-  const int64_t quantized = expectedGradientWire(rs, "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)");
+  const int64_t quantized =
+      expectedGradientWire(rs, "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)");
   for (const auto& st : r["steps"])
-    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), st["step"].get<int>() < 8 ? exact : quantized) << st["step"];
+    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(),
+              st["step"].get<int>() < 8 ? exact : quantized)
+        << st["step"];
   EXPECT_LT(quantized * 6, exact);
   expectSimulatedBytesEqual(spec, r);
   EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
@@ -245,10 +260,14 @@ TEST_F(DpCompressorTest, QadamWarmsUpExactlyThenSendsQuantizedMomentum) {
 // DiLoCo: only every H-th step exchanges (the outer gradient, through dp.codec).
 TEST_F(DpCompressorTest, DilocoExchangesEveryHthStepOnly) {
   json spec;
-  const json r = run({{"codec", "quant:bits=8,scale=group,group=512"}, {"local_steps", 4}}, "dp-diloco", &spec);
-  const int64_t sync = expectedGradientWire(runSpecFromJson(spec), "quant:bits=8,scale=group,group=512");
+  const json r = run({{"codec", "quant:bits=8,scale=group,group=512"}, {"local_steps", 4}},
+                     "dp-diloco", &spec);
+  const int64_t sync =
+      expectedGradientWire(runSpecFromJson(spec), "quant:bits=8,scale=group,group=512");
   for (const auto& st : r["steps"])
-    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), (st["step"].get<int>() + 1) % 4 == 0 ? sync : 0) << st["step"];
+    ASSERT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(),
+              (st["step"].get<int>() + 1) % 4 == 0 ? sync : 0)
+        << st["step"];
   expectSimulatedBytesEqual(spec, r);
   EXPECT_LT(mean(r["steps"], 17, 20), mean(r["steps"], 0, 3) - 0.05);
 }
@@ -256,14 +275,18 @@ TEST_F(DpCompressorTest, DilocoExchangesEveryHthStepOnly) {
 // The simulator's torch-free view of a stage: its parameters' shapes in the model's order, and the
 // values GradientSync packs into each round, for balanced and explicit partitions.
 TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
-  for (const json& partition : {json(), json::array({json::array({0, 1}), json::array({1, 3}), json::array({3, 4})})}) {
-    json spec = {{"name", "shapes"},
-                 {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 24}, {"heads", 2}, {"vocab", 256}}},
-                 {"pipeline", {{"stages", 3}, {"replicas", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
-                 {"compression", {{"forward", "none"}, {"backward", "none"}}},
-                 {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  for (const json& partition :
+       {json(), json::array({json::array({0, 1}), json::array({1, 3}), json::array({3, 4})})}) {
+    json spec = {
+        {"name", "shapes"},
+        {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 24}, {"heads", 2}, {"vocab", 256}}},
+        {"pipeline",
+         {{"stages", 3}, {"replicas", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+        {"compression", {{"forward", "none"}, {"backward", "none"}}},
+        {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
     if (!partition.is_null()) spec["pipeline"]["partition"] = partition;
-    for (const char* codec : {"none", "powersgd:rank=3", "qadam:bits=4,bucket=512,warmup_steps=1"}) {
+    for (const char* codec :
+         {"none", "powersgd:rank=3", "qadam:bits=4,bucket=512,warmup_steps=1"}) {
       for (int h : {1, 3}) {
         if (h > 1 && std::string(codec) != "none") continue;  // local steps take a plain codec
         spec["dp"] = {{"codec", codec}, {"local_steps", h}};
@@ -273,7 +296,8 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
           const auto shapes = stageParameterShapes(rs, s);
           const auto ps = runner.model()->parameters();
           ASSERT_EQ(shapes.size(), ps.size()) << "stage " << s;
-          for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(shapes[i], ps[i].sizes().vec()) << "stage " << s << " parameter " << i;
+          for (size_t i = 0; i < ps.size(); ++i)
+            EXPECT_EQ(shapes[i], ps[i].sizes().vec()) << "stage " << s << " parameter " << i;
           const std::unique_ptr<GradientSync> made = makeGradientSync(rs, {&runner}, s);
           GradientSync& sync = *made;
           const DpShape dp = dpShape(rs);
@@ -281,7 +305,8 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
           const int64_t step = h - 1;  // a step that exchanges (qadam: still in its warm-up)
           for (int round = 0; round < dp.rounds; ++round) {
             sync.pack(round, step, buf);
-            EXPECT_EQ(static_cast<int64_t>(buf.size()), dpRoundValues(rs, s, round)) << codec << " stage " << s << " round " << round;
+            EXPECT_EQ(static_cast<int64_t>(buf.size()), dpRoundValues(rs, s, round))
+                << codec << " stage " << s << " round " << round;
             sync.unpack(round, step, buf);
           }
         }
@@ -293,17 +318,24 @@ TEST(DpShapesTest, TorchFreeShapesAndRoundSizesAreTheModels) {
 // With model chunks a rank's replicas synchronise every chunk it holds as one buffer: the values
 // GradientSync packs from both runners are dpRoundValues of the rank's stage.
 TEST(DpShapesTest, RoundsOfAnInterleavedRankCoverEveryModelChunk) {
-  json spec = {{"name", "chunks"},
-               {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 24}, {"heads", 2}, {"vocab", 256}}},
-               {"pipeline", {{"stages", 2}, {"virtual_stages", 2}, {"schedule", "interleaved_1f1b"}, {"replicas", 2},
-                             {"micro_batches", 2}, {"micro_batch_size", 2}}},
-               {"compression", {{"forward", "none"}, {"backward", "none"}}},
-               {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  json spec = {
+      {"name", "chunks"},
+      {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 24}, {"heads", 2}, {"vocab", 256}}},
+      {"pipeline",
+       {{"stages", 2},
+        {"virtual_stages", 2},
+        {"schedule", "interleaved_1f1b"},
+        {"replicas", 2},
+        {"micro_batches", 2},
+        {"micro_batch_size", 2}}},
+      {"compression", {{"forward", "none"}, {"backward", "none"}}},
+      {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
   for (const char* codec : {"none", "powersgd:rank=3"}) {
     spec["dp"] = {{"codec", codec}};
     const RunSpec rs = runSpecFromJson(spec, "spec", true);
     for (int s = 0; s < 2; ++s) {
-      StageRunner first(rs, s, 100), second(rs, s + 2, 100);  // chunks 0 and 1: virtual stages s, s + S
+      StageRunner first(rs, s, 100),
+          second(rs, s + 2, 100);  // chunks 0 and 1: virtual stages s, s + S
       int64_t shapes = 0, params = 0;
       for (const auto& shape : rankParameterShapes(rs, s)) shapes += compression::numelOf(shape);
       for (const auto& p : parametersOf({&first, &second})) params += p.numel();
@@ -312,7 +344,8 @@ TEST(DpShapesTest, RoundsOfAnInterleavedRankCoverEveryModelChunk) {
       std::vector<float> buf;
       for (int round = 0; round < dpShape(rs).rounds; ++round) {
         sync->pack(round, 0, buf);
-        EXPECT_EQ(static_cast<int64_t>(buf.size()), dpRoundValues(rs, s, round)) << codec << " stage " << s << " round " << round;
+        EXPECT_EQ(static_cast<int64_t>(buf.size()), dpRoundValues(rs, s, round))
+            << codec << " stage " << s << " round " << round;
         sync->unpack(round, 0, buf);
       }
     }
@@ -330,8 +363,11 @@ TEST(DpScheduleTest, EveryCompressorHasItsTorchSide) {
   }
   DpSpec dp;
   for (const auto& [codec, h, name] : std::vector<std::tuple<std::string, int, std::string>>{
-           {"none", 1, "codec"}, {"ef(quant:bits=4)", 1, "codec"}, {"powersgd", 1, "powersgd"},
-           {"qadam:bits=4,warmup_steps=3", 1, "qadam"}, {"quant:bits=8", 4, "diloco"}}) {
+           {"none", 1, "codec"},
+           {"ef(quant:bits=4)", 1, "codec"},
+           {"powersgd", 1, "powersgd"},
+           {"qadam:bits=4,warmup_steps=3", 1, "qadam"},
+           {"quant:bits=8", 4, "diloco"}}) {
     dp.codec = codec;
     dp.localSteps = h;
     EXPECT_EQ(gradientCompressor(dp)->name(), name) << codec;
@@ -339,7 +375,8 @@ TEST(DpScheduleTest, EveryCompressorHasItsTorchSide) {
   dp.codec = "qadam:bits=4,warmup_steps=3";
   dp.localSteps = 1;
   EXPECT_EQ(gradientCompressor(dp)->roundCodec(2), "none");
-  EXPECT_EQ(gradientCompressor(dp)->roundCodec(3), "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)");
+  EXPECT_EQ(gradientCompressor(dp)->roundCodec(3),
+            "ef(quant:bits=4,scale=group,group=512,levels=fixpoint)");
   dp.localSteps = 2;
   EXPECT_THROW(gradientCompressor(dp), std::invalid_argument);
   dp.codec = "qadamx";  // not a prefix of a name: a codec spec, and no such codec
@@ -353,14 +390,17 @@ TEST(DpScheduleTest, RingAndServerRoundsPairEverySendWithAReceive) {
       DpShape dp;
       dp.replicas = R;
       dp.algorithm = algorithm;
-      // Every (from, to, message, chunk) sent is received once, in the same order per directed link.
+      // Every (from, to, message, chunk) sent is received once, in the same order per directed
+      // link.
       std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;
       for (int r = 0; r < R; ++r) {
         std::vector<Action> a;
         appendDpRound(a, dp, r, 0);
         for (const auto& x : a) {
-          if (x.kind == Action::Kind::kSend) sent[{r, x.replica}].push_back({static_cast<int>(x.message), x.microBatch});
-          if (x.kind == Action::Kind::kRecv) received[{x.replica, r}].push_back({static_cast<int>(x.message), x.microBatch});
+          if (x.kind == Action::Kind::kSend)
+            sent[{r, x.replica}].push_back({static_cast<int>(x.message), x.microBatch});
+          if (x.kind == Action::Kind::kRecv)
+            received[{x.replica, r}].push_back({static_cast<int>(x.message), x.microBatch});
         }
       }
       EXPECT_EQ(sent, received) << algorithm << " R=" << R;
@@ -386,10 +426,11 @@ TEST_F(DpCompressorTest, QadamMatchesTheUncompressedLossAtAnyWarmUp) {
     for (int replicas : {2, 4}) {
       const double none = valLoss(algorithm, "none", replicas);
       for (const char* warmup : {"", ",warmup_steps=0", ",warmup_steps=1", ",warmup_steps=2"}) {
-        if (replicas == 4 && std::string(warmup) != "" && std::string(warmup) != ",warmup_steps=1") continue;  // time
+        if (replicas == 4 && std::string(warmup) != "" && std::string(warmup) != ",warmup_steps=1")
+          continue;  // time
         const double q = valLoss(algorithm, std::string("qadam:bits=4") + warmup, replicas);
-        EXPECT_LT(std::fabs(q - none), 0.02 * none) << algorithm << " R=" << replicas << " qadam" << warmup << ": " << q
-                                                    << " vs none " << none;
+        EXPECT_LT(std::fabs(q - none), 0.02 * none) << algorithm << " R=" << replicas << " qadam"
+                                                    << warmup << ": " << q << " vs none " << none;
       }
     }
 }
@@ -398,11 +439,14 @@ TEST_F(DpCompressorTest, QadamMatchesTheUncompressedLossAtAnyWarmUp) {
 // context): the check compares real digests, reported by both ends (the old tests used codecs
 // whose digest is always 0, and a key reported by one end only passed).
 TEST_F(DpCompressorTest, MirroredDpCodecStatesMatchAtBothEnds) {
-  for (const std::string codec : {std::string("lowrank:rank=2,basis=pca,refresh=5"), std::string("plugin:path=") + GOOD_PLUGIN})
+  for (const std::string codec : {std::string("lowrank:rank=2,basis=pca,refresh=5"),
+                                  std::string("plugin:path=") + GOOD_PLUGIN})
     for (const char* algorithm : {"allreduce", "sharded_ps"}) {
       json spec;
-      const json r = run({{"algorithm", algorithm}, {"codec", codec}}, std::string("dp-mirror-") + algorithm +
-                                                                          std::to_string(std::hash<std::string>()(codec)), &spec);
+      const json r = run(
+          {{"algorithm", algorithm}, {"codec", codec}},
+          std::string("dp-mirror-") + algorithm + std::to_string(std::hash<std::string>()(codec)),
+          &spec);
       bool nonzero = false;
       for (const auto& [rank, st] : r["codec_state"].items())
         for (const auto& [key, ends] : st["dp_digests"].items())

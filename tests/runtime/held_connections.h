@@ -34,7 +34,9 @@ inline int established(const std::vector<int>& fds) {
     pollfd p{fd, POLLOUT, 0};
     int err = 0;
     socklen_t len = sizeof err;
-    if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ++n;
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+      ++n;
   }
   return n;
 }

@@ -15,7 +15,8 @@ namespace slowpipe::runtime {
 
 // `f` (encoded with `ids` example ids) with its shape replaced by `shape` (the same number of
 // dimensions), its checksum recomputed.
-inline compression::Bytes withShape(compression::Bytes f, const compression::Shape& shape, size_t ids) {
+inline compression::Bytes withShape(compression::Bytes f, const compression::Shape& shape,
+                                    size_t ids) {
   std::memcpy(f.data() + 32, shape.data(), 8 * shape.size());
   const size_t lenAt = 32 + 8 * shape.size() + 4 + 8 * ids, payloadAt = lenAt + 12;
   uint32_t crc = compression::crc32c(f.data(), lenAt + 8);

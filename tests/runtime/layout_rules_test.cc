@@ -1,8 +1,9 @@
 // Rank arithmetic lives in RankLayout (runtime/ranks.h) and the message protocol
-// (runtime/protocol.h): this test reads the source tree and fails on a stage, replica or model-chunk
-// index computed by hand anywhere else (x / R, x % R, x / replicas, chunk * S + stage, ...). A
-// schedule's own ordering of micro-batches (runtime/schedules/) is not rank arithmetic, and a line
-// whose arithmetic is about something else says so ("// not a rank: the mean over replicas").
+// (runtime/protocol.h): this test reads the source tree and fails on a stage, replica or
+// model-chunk index computed by hand anywhere else (x / R, x % R, x / replicas, chunk * S + stage,
+// ...). A schedule's own ordering of micro-batches (runtime/schedules/) is not rank arithmetic, and
+// a line whose arithmetic is about something else says so ("// not a rank: the mean over
+// replicas").
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,12 +21,14 @@ TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
   const fs::path src = SLOWPIPE_SOURCE_DIR;
   const std::set<std::string> allowed = {"runtime/ranks.h", "runtime/protocol.h"};
   // Divisions and remainders by a replica or stage count, and chunk * stages + stage.
-  const std::regex rule(R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
-                        R"((?:\*\s*(?:S|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w*stage\b)|)"
-                        R"((?:\*\s*(?:R|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w*replica\b))");
+  const std::regex rule(
+      R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
+      R"((?:\*\s*(?:S|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w*stage\b)|)"
+      R"((?:\*\s*(?:R|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w*replica\b))");
   std::string found;
   size_t files = 0;
-  for (const char* dir : {"runtime", "simulator", "experiments", "tools", "emulator", "compression"})
+  for (const char* dir :
+       {"runtime", "simulator", "experiments", "tools", "emulator", "compression"})
     for (const auto& e : fs::recursive_directory_iterator(src / dir)) {
       const std::string ext = e.path().extension().string();
       if (ext != ".cc" && ext != ".h" && ext != ".inc") continue;
@@ -38,23 +41,28 @@ TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
         const std::string code = line.substr(0, line.find("//"));  // comments may say it
         // An arithmetic that is not about ranks says so on its line ("// not a rank: why").
         if (line.find("// not a rank: ") != std::string::npos) continue;
-        if (std::regex_search(code, rule)) found += rel + ":" + std::to_string(n) + ": " + line + "\n";
+        if (std::regex_search(code, rule))
+          found += rel + ":" + std::to_string(n) + ": " + line + "\n";
       }
     }
   EXPECT_GT(files, 100u) << "the source tree was not found under " << src;
-  EXPECT_EQ(found, "") << "rank arithmetic outside runtime/ranks.h and runtime/protocol.h (use RankLayout):\n" << found;
+  EXPECT_EQ(found, "")
+      << "rank arithmetic outside runtime/ranks.h and runtime/protocol.h (use RankLayout):\n"
+      << found;
 }
 
 // The rule itself: it finds the shapes it is meant to find.
 TEST(LayoutRulesTest, TheRuleSeesTheShapesItForbids) {
-  const std::regex rule(R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
-                        R"((?:\*\s*(?:S|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w*stage\b)|)"
-                        R"((?:\*\s*(?:R|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w*replica\b))");
+  const std::regex rule(
+      R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
+      R"((?:\*\s*(?:S|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w*stage\b)|)"
+      R"((?:\*\s*(?:R|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w*replica\b))");
   for (const char* bad : {"int s = i / R;", "int r = i % R;", "x = rank % spec.pipeline.replicas;",
-                          "v = chunk * S + stage;", "k = c * layout.stages + stage;", "q = i / layout.replicas;",
-                          "key = stage * replicas + replica;"})
+                          "v = chunk * S + stage;", "k = c * layout.stages + stage;",
+                          "q = i / layout.replicas;", "key = stage * replicas + replica;"})
     EXPECT_TRUE(std::regex_search(std::string(bad), rule)) << bad;
-  for (const char* ok : {"double mean = sum / n;", "int x = a / 2;", "RankLayout{S, R, 1}", "y = l / Rate;"})
+  for (const char* ok :
+       {"double mean = sum / n;", "int x = a / 2;", "RankLayout{S, R, 1}", "y = l / Rate;"})
     EXPECT_FALSE(std::regex_search(std::string(ok), rule)) << ok;
 }
 

@@ -21,8 +21,10 @@ namespace {
 
 bool tcUsable(std::string* why) {
   const auto& f = emulator::kernelFeatures();
-  if (!f.root) *why = "kernel backend needs root: " + f.note;
-  else if (!f.htb) *why = "kernel has no HTB qdisc";
+  if (!f.root)
+    *why = "kernel backend needs root: " + f.note;
+  else if (!f.htb)
+    *why = "kernel has no HTB qdisc";
   return f.root && f.htb;
 }
 
@@ -43,7 +45,8 @@ class LinkRunTest : public PipelineTest, public ::testing::WithParamInterface<st
 TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
   json s = spec();
   // Forward 0 -> 1: no latency. Backward 1 -> 0: 20 ms, an override for that direction only.
-  s["network"]["links"] = {{"bandwidth", "1Gbps"}, {"latency", "0ms"},
+  s["network"]["links"] = {{"bandwidth", "1Gbps"},
+                           {"latency", "0ms"},
                            {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
   const testsupport::StealMeter meter;
   const json r = launch(s, "latency-" + GetParam());
@@ -55,7 +58,8 @@ TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
   // within 5 ms and the hypervisor's steal low; another 26.4 ms with 27% steal.
   std::vector<double> back, fwd;
   for (const auto& st : r["steps"]) {
-    back.push_back(st["breakdown_s_per_stage"][0]["recv_delay_s"]["from_next"]["min"].get<double>());
+    back.push_back(
+        st["breakdown_s_per_stage"][0]["recv_delay_s"]["from_next"]["min"].get<double>());
     fwd.push_back(st["breakdown_s_per_stage"][1]["recv_delay_s"]["from_prev"]["min"].get<double>());
     EXPECT_GE(back.back(), 0.020 - 1e-4) << "backward into rank 0 came early, step " << st["step"];
   }
@@ -64,7 +68,8 @@ TEST_P(LinkRunTest, EachDirectionGetsItsOwnLatency) {
   std::sort(fwd.begin(), fwd.end());
   const double backMedian = back[back.size() / 2], fwdMedian = fwd[fwd.size() / 2];
   SKIP_IF_HOST_TIME(backMedian > 0.020 + 5e-3 || fwdMedian > 5e-3, steal)
-      << "deliveries more than 5 ms late at the median: " << backMedian << " s back, " << fwdMedian << " s forward";
+      << "deliveries more than 5 ms late at the median: " << backMedian << " s back, " << fwdMedian
+      << " s forward";
   EXPECT_LE(backMedian, 0.020 + 5e-3) << "backward into rank 0 at the median over the steps";
   EXPECT_LE(fwdMedian, 5e-3) << "forward into rank 1 has no latency, at the median over the steps";
 }
@@ -101,11 +106,15 @@ TEST_F(PipelineTest, SerialFifoRunMatchesPipelinedLossesAndIsSlower) {
   ASSERT_EQ(b["status"], "ok") << b.value("reason", "");
   for (size_t i = 0; i < a["steps"].size(); ++i)
     EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>());
-  EXPECT_GT(b["summary"]["mean_step_time_s"].get<double>(), a["summary"]["mean_step_time_s"].get<double>() + 0.02);
+  EXPECT_GT(b["summary"]["mean_step_time_s"].get<double>(),
+            a["summary"]["mean_step_time_s"].get<double>() + 0.02);
   // Each result says which model billed its links and what became of loss and jitter.
-  EXPECT_EQ(a["network"]["mechanism"]["rate"], "user-space, billed by the pipelined link model") << a["network"].dump();
-  EXPECT_EQ(a["network"]["mechanism"]["loss"], "user-space retransmission delay (a lost message arrives retransmit_s later)");
-  EXPECT_EQ(b["network"]["mechanism"]["rate"], "user-space, billed by the serial_fifo link model") << b["network"].dump();
+  EXPECT_EQ(a["network"]["mechanism"]["rate"], "user-space, billed by the pipelined link model")
+      << a["network"].dump();
+  EXPECT_EQ(a["network"]["mechanism"]["loss"],
+            "user-space retransmission delay (a lost message arrives retransmit_s later)");
+  EXPECT_EQ(b["network"]["mechanism"]["rate"], "user-space, billed by the serial_fifo link model")
+      << b["network"].dump();
   EXPECT_EQ(b["network"]["mechanism"]["loss"], "not modelled (refused with this model)");
   // GPipe sends the 4 activations back to back. Pipelined, each arrives ~one latency after it was
   // sent; on the serial FIFO the 4th waits for the 3 before it: 4 latencies less the 3 forwards
@@ -126,14 +135,19 @@ TEST_F(PipelineTest, SerialFifoRunMatchesPipelinedLossesAndIsSlower) {
 TEST_F(PipelineTest, TcpModelRunSaysTheModelCarriesTheLoss) {
   json s = baseSpec(2, "gpipe");
   s["training"]["max_steps"] = 2;
-  s["network"] = {{"backend", "user"}, {"model", "tcp"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
-  s["network"]["tcp"] = {{"congestion_control", "reno"}, {"wmem_max", 8388608}, {"rmem_max", 1048576}};
+  s["network"] = {{"backend", "user"},
+                  {"model", "tcp"},
+                  {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
+  s["network"]["tcp"] = {
+      {"congestion_control", "reno"}, {"wmem_max", 8388608}, {"rmem_max", 1048576}};
   const json r = launch(s, "model-tcp");
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   EXPECT_EQ(r["spec"]["network"]["tcp"]["rmem_max"], 1048576) << r["spec"]["network"].dump();
   const json& m = r["network"]["mechanism"];
   EXPECT_EQ(m["rate"], "user-space, billed by the tcp link model") << m.dump();
-  EXPECT_EQ(m["loss"], "per packet in the tcp link model (a retransmission and the model's loss response)") << m.dump();
+  EXPECT_EQ(m["loss"],
+            "per packet in the tcp link model (a retransmission and the model's loss response)")
+      << m.dump();
   EXPECT_EQ(m["jitter"], "not modelled (refused with this model)") << m.dump();
   EXPECT_NE(m["model"].get<std::string>().find("receive window"), std::string::npos) << m.dump();
 }
@@ -170,28 +184,36 @@ TEST_F(TcRunTest, RunFollowsABandwidthTrace) {
   double slow = 0, fast = 0;
   int nSlow = 0, nFast = 0;
   for (const auto& st : r["steps"]) {
-    const double end = st["wall_s"].get<double>() - origin, begin = end - st["time_s"].get<double>();
+    const double end = st["wall_s"].get<double>() - origin,
+                 begin = end - st["time_s"].get<double>();
     if (st["step"].get<int>() == 0) continue;
     if (end < 3.9) slow += st["time_s"].get<double>(), ++nSlow;
     if (begin > 4.1) fast += st["time_s"].get<double>(), ++nFast;
   }
   ASSERT_GE(nSlow, 3) << "too few steps before the change";
   ASSERT_GE(nFast, 3) << "too few steps after the change";
-  EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast)) << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
+  EXPECT_GT(slow / nSlow, 3.0 * (fast / nFast))
+      << "slow " << slow / nSlow << " s/step, fast " << fast / nFast;
 }
 
 // The launcher's stderr note on what forwarding cost: there exactly when the lines (or the node
 // line) took more than 5% of the machine, as the result records it.
 void expectForwardingNote(const json& r, const std::string& err) {
-  const bool noted = err.find("slowpipe: note: the delay lines' forwarding took") != std::string::npos;
-  EXPECT_EQ(noted, r["network"]["forwarding_cpu_share"].get<double>() > 0.05) << r["network"].dump() << "\nstderr:\n" << err;
-  if (noted && r["summary"].contains("stage_cpu")) {  // and what it cost the stages, as the result says
+  const bool noted =
+      err.find("slowpipe: note: the delay lines' forwarding took") != std::string::npos;
+  EXPECT_EQ(noted, r["network"]["forwarding_cpu_share"].get<double>() > 0.05)
+      << r["network"].dump() << "\nstderr:\n"
+      << err;
+  if (noted &&
+      r["summary"].contains("stage_cpu")) {  // and what it cost the stages, as the result says
     char said[96];
     std::snprintf(said, sizeof said, "was preempted %.0f times a second (summary.stage_cpu)",
                   r["summary"]["stage_cpu"]["preemptions_per_s"].get<double>());
-    EXPECT_NE(err.find(said), std::string::npos) << "stderr:\n" << err << "\nsummary: " << r["summary"].dump();
+    EXPECT_NE(err.find(said), std::string::npos) << "stderr:\n"
+                                                 << err << "\nsummary: " << r["summary"].dump();
   }
-  std::printf("forwarding share %.3f, noted: %d\n", r["network"]["forwarding_cpu_share"].get<double>(), noted);
+  std::printf("forwarding share %.3f, noted: %d\n",
+              r["network"]["forwarding_cpu_share"].get<double>(), noted);
 }
 
 // network.nodes on tc: each stage in its node's namespace, joined by the node line (the nodes no
@@ -215,15 +237,20 @@ TEST_F(TcRunTest, NodesRunThroughTheNodeLine) {
   ASSERT_EQ(k["status"], "ok") << k.value("reason", "");
   expectForwardingNote(k, err);
   EXPECT_EQ(k["network"]["nodes"]["rank_nodes"], json::parse(R"(["slow", "mid", "end"])"));
-  EXPECT_EQ(k["network"]["node_line"]["nodes"], json::parse(R"(["slow", "mid", "end"])"));  // no namespace for an idle node
-  EXPECT_GT(k["network"]["node_line"]["uplinks"][0]["delivered"].get<uint64_t>(), 100u) << k["network"]["node_line"].dump();
-  EXPECT_GT(k["network"]["forwarding_cpu_s"].get<double>(), 0.0) << k["network"].dump();  // the node line's, as the delay lines'
+  EXPECT_EQ(k["network"]["node_line"]["nodes"],
+            json::parse(R"(["slow", "mid", "end"])"));  // no namespace for an idle node
+  EXPECT_GT(k["network"]["node_line"]["uplinks"][0]["delivered"].get<uint64_t>(), 100u)
+      << k["network"]["node_line"].dump();
+  EXPECT_GT(k["network"]["forwarding_cpu_s"].get<double>(), 0.0)
+      << k["network"].dump();  // the node line's, as the delay lines'
   EXPECT_LE(k["network"]["forwarding_cpu_share"].get<double>(), 1.0) << k["network"].dump();
-  for (size_t i = 1; i < k["steps"].size(); ++i) EXPECT_GT(k["steps"][i]["time_s"].get<double>(), 4 * 0.033) << "step " << i;
+  for (size_t i = 1; i < k["steps"].size(); ++i)
+    EXPECT_GT(k["steps"][i]["time_s"].get<double>(), 4 * 0.033) << "step " << i;
   s["network"]["backend"] = "user";
   const json u = launch(s, "nodes-user");
   ASSERT_EQ(u["steps"].size(), k["steps"].size());
-  for (size_t i = 0; i < u["steps"].size(); ++i) EXPECT_EQ(u["steps"][i]["loss"], k["steps"][i]["loss"]) << "step " << i;
+  for (size_t i = 0; i < u["steps"].size(); ++i)
+    EXPECT_EQ(u["steps"][i]["loss"], k["steps"][i]["loss"]) << "step " << i;
   EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
 
@@ -244,13 +271,15 @@ TEST_F(TcRunTest, InterleavedChunksRunAroundARingOfNamespaces) {
   const json tc = launch(s, "ring-tc", true, /*calibrate=*/true);
   ASSERT_EQ(tc["status"], "ok") << tc.value("reason", "");
   ASSERT_EQ(tc["steps"].size(), 4u);
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(tc["steps"][k]["loss"], user["steps"][k]["loss"]) << "step " << k;
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(tc["steps"][k]["loss"], user["steps"][k]["loss"]) << "step " << k;
   EXPECT_EQ(tc["calibration_links"].size(), 6u);
   EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
   // The rates: a calibration that missed while the hypervisor took the CPU is host time (one CI
   // run here: 0.68 of 200 Mbps with 27% steal).
   for (const auto& l : tc["calibration_links"])
-    SKIP_IF_HOST_TIME(!l["link_ok"].get<bool>(), l["calibration"].value("host_cpu_steal", 0.0)) << l.dump();
+    SKIP_IF_HOST_TIME(!l["link_ok"].get<bool>(), l["calibration"].value("host_cpu_steal", 0.0))
+        << l.dump();
   bool ring = false;
   for (const auto& l : tc["calibration_links"]) {
     EXPECT_TRUE(l["link_ok"].get<bool>()) << l.dump();
@@ -259,7 +288,8 @@ TEST_F(TcRunTest, InterleavedChunksRunAroundARingOfNamespaces) {
       EXPECT_NEAR(l["calibration"]["achieved_bps"].get<double>(), 50e6, 0.03 * 50e6) << l.dump();
     }
   }
-  EXPECT_TRUE(ring) << "the ring link 2 -> 0 was not calibrated: " << tc["calibration_links"].dump();
+  EXPECT_TRUE(ring) << "the ring link 2 -> 0 was not calibrated: "
+                    << tc["calibration_links"].dump();
 }
 
 // Loss is applied by packets really dropped: netem's, or the delay line's where the kernel has no
@@ -270,8 +300,10 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
   // 5% over some hundreds of packets: a run without a single loss has probability ~1e-5.
   s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "1Gbps"}, {"loss", 0.05}}}};
   s["training"]["max_steps"] = 8;
-  const bool netem = emulator::kernelFeatures().netem, line = !netem && access("/dev/net/tun", R_OK | W_OK) == 0;
-  testing::internal::CaptureStderr();  // the launcher runs in this process: its note on what forwarding cost
+  const bool netem = emulator::kernelFeatures().netem,
+             line = !netem && access("/dev/net/tun", R_OK | W_OK) == 0;
+  testing::internal::CaptureStderr();  // the launcher runs in this process: its note on what
+                                       // forwarding cost
   const json r = launch(s, "loss", /*expectOk=*/netem || line);
   const std::string err = testing::internal::GetCapturedStderr();
   if (netem) {
@@ -279,12 +311,15 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
     EXPECT_EQ(r["network"]["mechanism"]["loss"], "netem (gemodel for Gilbert-Elliott)");
   } else if (line) {
     EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
-    EXPECT_EQ(r["network"]["mechanism"]["loss"], "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)");
+    EXPECT_EQ(r["network"]["mechanism"]["loss"],
+              "delay line (Bernoulli, or Gilbert-Elliott where a link gives one, at ingress)");
     int64_t lost = 0, offered = 0;
     for (const auto& e : r["network"]["delay_lines"]) {
-      EXPECT_EQ(e["moderation_us"].get<double>(), 0.0) << "a 0 ms link is not moderated: " << e.dump();
+      EXPECT_EQ(e["moderation_us"].get<double>(), 0.0)
+          << "a 0 ms link is not moderated: " << e.dump();
     }
-    EXPECT_TRUE(r["network"]["mechanism"].contains("moderation")) << r["network"]["mechanism"].dump();
+    EXPECT_TRUE(r["network"]["mechanism"].contains("moderation"))
+        << r["network"]["mechanism"].dump();
     for (const auto& e : r["network"]["delay_lines"])
       for (const char* d : {"a_to_b", "b_to_a"}) {
         lost += e["stats"][d]["lost_ingress"].get<int64_t>();
@@ -294,7 +329,8 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
     // what the run offers it, at about the rate asked (binomial, > 4 sigma bounds).
     EXPECT_GT(offered, 100) << r["network"]["delay_lines"].dump();
     EXPECT_GT(lost, 0) << r["network"]["delay_lines"].dump();
-    EXPECT_LT(static_cast<double>(lost) / offered, 0.05 + 4 * std::sqrt(0.05 * 0.95 / offered)) << r["network"]["delay_lines"].dump();
+    EXPECT_LT(static_cast<double>(lost) / offered, 0.05 + 4 * std::sqrt(0.05 * 0.95 / offered))
+        << r["network"]["delay_lines"].dump();
     // What the lines' forwarding cost the host: some CPU for hundreds of packets, and no more than
     // the whole machine over their life.
     EXPECT_GT(r["network"]["forwarding_cpu_s"].get<double>(), 0.0) << r["network"].dump();
@@ -317,7 +353,8 @@ TEST_F(TcRunTest, LossIsAppliedByNetemOrTheDelayLineOrRefused) {
 TEST_F(TcRunTest, TcpSettingsApplyInTheRunsNamespacesAndTcpInfoShowsThem) {
   json s = baseSpec(2, "gpipe");
   s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "200Mbps"}, {"latency", "5ms"}}}};
-  s["network"]["tcp"] = {{"congestion_control", "reno"}, {"slow_start_after_idle", false}, {"wmem_max", 8388608}};
+  s["network"]["tcp"] = {
+      {"congestion_control", "reno"}, {"slow_start_after_idle", false}, {"wmem_max", 8388608}};
   s["training"]["max_steps"] = 3;
   const json r = launch(s, "tcp");
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
@@ -325,25 +362,33 @@ TEST_F(TcRunTest, TcpSettingsApplyInTheRunsNamespacesAndTcpInfoShowsThem) {
   for (const auto& a : r["network"]["tcp"]["applied"]) {
     EXPECT_EQ(a["congestion_control"], "reno");
     EXPECT_EQ(a["slow_start_after_idle"], false);
-    EXPECT_EQ(a["tcp_wmem"].get<std::string>().substr(a["tcp_wmem"].get<std::string>().rfind(' ') + 1), "8388608");
+    EXPECT_EQ(
+        a["tcp_wmem"].get<std::string>().substr(a["tcp_wmem"].get<std::string>().rfind(' ') + 1),
+        "8388608");
   }
-  const bool pathDelays = emulator::kernelFeatures().netem || access("/dev/net/tun", R_OK | W_OK) == 0;
+  const bool pathDelays =
+      emulator::kernelFeatures().netem || access("/dev/net/tun", R_OK | W_OK) == 0;
   int connections = 0;
   for (const auto& ns : r["network"]["tcp_info"])
     for (const auto& c : ns["connections"]) {
       ++connections;
       EXPECT_EQ(c["congestion_control"], "reno") << c.dump();
-      if (pathDelays && c.value("bytes_acked", 0.0) > 1e5) EXPECT_GE(c["rtt_ms"].get<double>(), 10.0) << c.dump();
+      if (pathDelays && c.value("bytes_acked", 0.0) > 1e5)
+        EXPECT_GE(c["rtt_ms"].get<double>(), 10.0) << c.dump();
     }
   EXPECT_GE(connections, 2) << r["network"].dump() << " steps " << r["steps"].size();
   // cubic: available here, but a namespace may only default to the host's allowed ones.
-  const std::string allowed = emulator::runCommand({"sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control"}).output;
+  const std::string allowed =
+      emulator::runCommand({"sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control"}).output;
   s["network"]["tcp"] = {{"congestion_control", "cubic"}};
   const bool cubicAllowed = (" " + allowed).find(" cubic") != std::string::npos;
   const json c = launch(s, "tcp-cubic", /*expectOk=*/cubicAllowed);
-  if (!cubicAllowed) EXPECT_NE(c.value("reason", "").find("tcp_allowed_congestion_control"), std::string::npos) << c.value("reason", "");
+  if (!cubicAllowed)
+    EXPECT_NE(c.value("reason", "").find("tcp_allowed_congestion_control"), std::string::npos)
+        << c.value("reason", "");
   s["network"]["tcp"] = {{"congestion_control", "nosuchcc"}};
-  EXPECT_NE(launch(s, "tcp-bad", false).value("reason", "").find("not one this kernel offers"), std::string::npos);
+  EXPECT_NE(launch(s, "tcp-bad", false).value("reason", "").find("not one this kernel offers"),
+            std::string::npos);
   s["network"]["backend"] = "user";
   try {
     runSpecFromJson(s);
@@ -360,15 +405,19 @@ TEST_F(TcRunTest, TcpSettingsApplyInTheRunsNamespacesAndTcpInfoShowsThem) {
 // refused by name, and TCP settings written into a link are refused (they are the run's).
 TEST_F(PipelineTest, NetworkTcpReachesTheTcpModelsLinksAndBadOnesAreRefused) {
   json s = baseSpec(2, "gpipe");
-  s["network"] = {{"backend", "user"}, {"model", "tcp"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
-  s["network"]["tcp"] = {{"congestion_control", "bbr"}, {"wmem_max", 8388608}, {"rmem_max", 2097152}};
+  s["network"] = {{"backend", "user"},
+                  {"model", "tcp"},
+                  {"links", {{"bandwidth", "1Gbps"}, {"latency", "5ms"}, {"loss", 0.001}}}};
+  s["network"]["tcp"] = {
+      {"congestion_control", "bbr"}, {"wmem_max", 8388608}, {"rmem_max", 2097152}};
   const RunSpec spec = runSpecFromJson(s);
   const LinkTable table(spec, {});
   const LinkEntry e = table.at(0, 1);
   EXPECT_EQ(e.model, "tcp");
   EXPECT_EQ(e.spec.tcp.congestionControl, "bbr");
   EXPECT_EQ(e.spec.tcp.wmemMax, 8388608u);
-  EXPECT_EQ(e.spec.tcp.rmemMax, 2097152u);  // the model's receive window (it was refused before it had one)
+  EXPECT_EQ(e.spec.tcp.rmemMax,
+            2097152u);  // the model's receive window (it was refused before it had one)
   EXPECT_DOUBLE_EQ(e.spec.loss, 0.001);
   // Through the JSON the workers receive, unchanged.
   const LinkEntry back = linkEntryFromJson(toJson(e), "links[0]");
@@ -419,13 +468,17 @@ TEST_F(TcRunTest, StreamsStripeEveryFrameOverSeveralConnections) {
   s["training"]["max_steps"] = 3;
   const json user = launch(s, "streams-user");
   ASSERT_EQ(user["status"], "ok") << user.value("reason", "");
-  s["network"] = {{"backend", "tc"}, {"links", {{"bandwidth", "200Mbps"}, {"latency", "2ms"}}}, {"tcp", {{"streams", 4}}}};
+  s["network"] = {{"backend", "tc"},
+                  {"links", {{"bandwidth", "200Mbps"}, {"latency", "2ms"}}},
+                  {"tcp", {{"streams", 4}}}};
   const json r = launch(s, "streams-tc");
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   ASSERT_EQ(r["steps"].size(), user["steps"].size());
-  for (size_t i = 0; i < r["steps"].size(); ++i) EXPECT_EQ(r["steps"][i]["loss"], user["steps"][i]["loss"]) << "step " << i;
+  for (size_t i = 0; i < r["steps"].size(); ++i)
+    EXPECT_EQ(r["steps"][i]["loss"], user["steps"][i]["loss"]) << "step " << i;
   int most = 0;
-  for (const auto& ns : r["network"]["tcp_info"]) most = std::max(most, static_cast<int>(ns["connections"].size()));
+  for (const auto& ns : r["network"]["tcp_info"])
+    most = std::max(most, static_cast<int>(ns["connections"].size()));
   EXPECT_GE(most, 8) << r["network"]["tcp_info"].dump();  // 4 out, 4 in
   EXPECT_TRUE(emulator::cleanupNamespaces(false).empty()) << "a namespace was left behind";
 }
@@ -441,7 +494,8 @@ TEST_F(TcRunTest, NextRunRemovesNamespacesOfDeadRuns) {
   const json r = launch(s, "stale-ns");
   EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
   ASSERT_TRUE(r.contains("network_cleanup")) << r.dump();
-  EXPECT_NE(std::find(r["network_cleanup"].begin(), r["network_cleanup"].end(), dead), r["network_cleanup"].end());
+  EXPECT_NE(std::find(r["network_cleanup"].begin(), r["network_cleanup"].end(), dead),
+            r["network_cleanup"].end());
   EXPECT_EQ(emulator::runCommand({"ip", "netns", "list"}).output.find(dead), std::string::npos);
 }
 

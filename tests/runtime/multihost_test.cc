@@ -12,8 +12,8 @@
 #include <cmath>
 #include <map>
 
-#include "emulator/shaped_socket.h"
 #include "compression/codec.h"
+#include "emulator/shaped_socket.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
 #include "runtime/security.h"
@@ -47,7 +47,8 @@ class MultiHostTest : public PipelineTest {
 
   // Starts `argv` with this process's environment plus `env`; output to `log`.
   // nofile > 0: the process's descriptor limit (soft and hard), as a user's ulimit -n sets it.
-  static pid_t spawn(const std::vector<std::string>& argv, const Env& env, const fs::path& log, rlim_t nofile = 0) {
+  static pid_t spawn(const std::vector<std::string>& argv, const Env& env, const fs::path& log,
+                     rlim_t nofile = 0) {
     std::vector<std::string> vars;
     for (char** e = environ; *e; ++e) {
       const std::string v = *e;
@@ -83,7 +84,8 @@ class MultiHostTest : public PipelineTest {
     const double until = emulator::hostClockNow() + timeoutS;
     while (emulator::hostClockNow() < until) {
       int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (waitpid(pid, &status, WNOHANG) == pid)
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       usleep(20000);
     }
     kill(pid, SIGKILL);
@@ -98,7 +100,8 @@ class MultiHostTest : public PipelineTest {
   }
 
   // N workers started with per-rank environments (rank r gets env(r)) and common arguments.
-  std::vector<pid_t> startWorkers(int n, const std::function<Env(int)>& env, const std::vector<std::string>& args,
+  std::vector<pid_t> startWorkers(int n, const std::function<Env(int)>& env,
+                                  const std::vector<std::string>& args,
                                   const std::string& tag) const {
     std::vector<pid_t> pids;
     for (int r = 0; r < n; ++r) {
@@ -106,7 +109,8 @@ class MultiHostTest : public PipelineTest {
       argv.insert(argv.end(), args.begin(), args.end());
       Env e = env(r);
       e["SLOWPIPE_SECRET_FILE"] = secret_.string();
-      pids.push_back(spawn(argv, e, root_ / (tag + "-w" + std::to_string(r) + ".log"), r == 0 ? rank0NoFile_ : 0));
+      pids.push_back(spawn(argv, e, root_ / (tag + "-w" + std::to_string(r) + ".log"),
+                           r == 0 ? rank0NoFile_ : 0));
     }
     return pids;
   }
@@ -114,12 +118,18 @@ class MultiHostTest : public PipelineTest {
   // n ranks of `spec` started torchrun-style on 127.0.0.1:port, rank 0 writing under root_/tag.
   std::vector<pid_t> startRun(int n, const json& spec, const std::string& tag, int port,
                               const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> args = {"--spec", writeSpec(spec, tag).string(), "--out", (root_ / tag).string()};
+    std::vector<std::string> args = {"--spec", writeSpec(spec, tag).string(), "--out",
+                                     (root_ / tag).string()};
     args.insert(args.end(), extra.begin(), extra.end());
-    return startWorkers(n, [&](int r) {
-      return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(n)}, {"MASTER_ADDR", "127.0.0.1"},
-                 {"MASTER_PORT", std::to_string(port)}};
-    }, args, tag);
+    return startWorkers(
+        n,
+        [&](int r) {
+          return Env{{"RANK", std::to_string(r)},
+                     {"WORLD_SIZE", std::to_string(n)},
+                     {"MASTER_ADDR", "127.0.0.1"},
+                     {"MASTER_PORT", std::to_string(port)}};
+        },
+        args, tag);
   }
 
   static std::string readFile(const fs::path& p) {
@@ -130,7 +140,8 @@ class MultiHostTest : public PipelineTest {
   static void expectSameLosses(const json& got, const json& reference) {
     ASSERT_EQ(got["steps"].size(), reference["steps"].size());
     for (size_t i = 0; i < got["steps"].size(); ++i) {
-      const double a = got["steps"][i]["loss"].get<double>(), b = reference["steps"][i]["loss"].get<double>();
+      const double a = got["steps"][i]["loss"].get<double>(),
+                   b = reference["steps"][i]["loss"].get<double>();
       EXPECT_NEAR(a, b, 1e-6 * std::fabs(b)) << "step " << i;
     }
   }
@@ -153,7 +164,8 @@ TEST_F(MultiHostTest, TorchrunStyleEnvironmentGivesTheLocalLaunchersLosses) {
   expectSameLosses(r, reference);
   EXPECT_EQ(r["bootstrap"]["kind"], "external");
   ASSERT_EQ(r["clock"].size(), 3u);
-  for (const auto& [rank, c] : r["clock"].items()) EXPECT_LT(c["error_bound_s"].get<double>(), 0.01) << rank;
+  for (const auto& [rank, c] : r["clock"].items())
+    EXPECT_LT(c["error_bound_s"].get<double>(), 0.01) << rank;
   EXPECT_EQ(r["refused_connections"]["count"], 0);
 }
 
@@ -165,30 +177,40 @@ TEST_F(MultiHostTest, SlurmEnvironmentWithReplicasGivesTheLocalLaunchersLosses) 
   spec["dp"] = {{"algorithm", "sharded_ps"}, {"codec", "ef(quant:bits=8,scale=group,group=512)"}};
   const json reference = launch(spec, "mh-ref2x2");
   const int port = freePort();
-  const auto pids = startWorkers(4, [](int r) { return Env{{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "4"}}; },
-                                 {"--spec", writeSpec(spec, "mh-slurm").string(), "--out", (root_ / "mh-slurm").string(),
-                                  "--rendezvous", "127.0.0.1:" + std::to_string(port)},
-                                 "mh-slurm");
+  const auto pids = startWorkers(
+      4,
+      [](int r) {
+        return Env{{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "4"}};
+      },
+      {"--spec", writeSpec(spec, "mh-slurm").string(), "--out", (root_ / "mh-slurm").string(),
+       "--rendezvous", "127.0.0.1:" + std::to_string(port)},
+      "mh-slurm");
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-slurm" / "result.json"));
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   EXPECT_EQ(r["codec_states_match"], true);
   expectSameLosses(r, reference);
   for (size_t i = 0; i < r["steps"].size(); ++i)
-    EXPECT_EQ(r["steps"][i]["bytes"]["gradient"]["wire"], reference["steps"][i]["bytes"]["gradient"]["wire"]);
+    EXPECT_EQ(r["steps"][i]["bytes"]["gradient"]["wire"],
+              reference["steps"][i]["bytes"]["gradient"]["wire"]);
 }
 
 // OpenMPI's mpirun starts the workers (OMPI_COMM_WORLD_RANK / SIZE).
 TEST_F(MultiHostTest, MpirunStartsTheRun) {
-  if (system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
+  if (system("command -v mpirun > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
   const json spec = baseSpec(3, "1f1b");
   const json reference = launch(spec, "mh-ref3-1f1b");
   fs::create_directories(root_ / "mh-mpi-ompi");
-  const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np 3 --mca rtc ^hwloc --mca orte_tmpdir_base " + (root_ / "mh-mpi-ompi").string() +
-                          " -x SLOWPIPE_SECRET_FILE " + std::string(SLOWPIPE_BINARY) +
-                          " worker --spec " + writeSpec(spec, "mh-mpi").string() + " --out " + (root_ / "mh-mpi").string() +
-                          " --rendezvous 127.0.0.1:" + std::to_string(freePort()) + " > " + (root_ / "mh-mpi.log").string() + " 2>&1";
-  const pid_t p = spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}}, root_ / "mh-mpi-sh.log");
+  const std::string cmd =
+      "mpirun --allow-run-as-root --oversubscribe -np 3 --mca rtc ^hwloc --mca orte_tmpdir_base " +
+      (root_ / "mh-mpi-ompi").string() + " -x SLOWPIPE_SECRET_FILE " +
+      std::string(SLOWPIPE_BINARY) + " worker --spec " + writeSpec(spec, "mh-mpi").string() +
+      " --out " + (root_ / "mh-mpi").string() +
+      " --rendezvous 127.0.0.1:" + std::to_string(freePort()) + " > " +
+      (root_ / "mh-mpi.log").string() + " 2>&1";
+  const pid_t p = spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}},
+                        root_ / "mh-mpi-sh.log");
   ASSERT_EQ(waitFor(p, 180), 0) << readFile(root_ / "mh-mpi.log");
   const json r = json::parse(std::ifstream(root_ / "mh-mpi" / "result.json"));
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
@@ -207,16 +229,24 @@ TEST_F(MultiHostTest, ClockOffsetsBetweenHostsAreEstimatedAndCorrected) {
   const json reference = launch(spec, "mh-ref-clock");
   const int port = freePort();
   const std::vector<std::string> skew = {"0", "1000", "-500"};
-  const auto pids = startWorkers(3, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"SLOWPIPE_TEST_CLOCK_SKEW_S", skew[r]}};
-  }, {"--spec", writeSpec(spec, "mh-clock").string(), "--out", (root_ / "mh-clock").string(), "--rendezvous",
-      "127.0.0.1:" + std::to_string(port)}, "mh-clock");
+  const auto pids = startWorkers(
+      3,
+      [&](int r) {
+        return Env{{"RANK", std::to_string(r)},
+                   {"WORLD_SIZE", "3"},
+                   {"SLOWPIPE_TEST_CLOCK_SKEW_S", skew[r]}};
+      },
+      {"--spec", writeSpec(spec, "mh-clock").string(), "--out", (root_ / "mh-clock").string(),
+       "--rendezvous", "127.0.0.1:" + std::to_string(port)},
+      "mh-clock");
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-clock" / "result.json"));
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   for (const auto& [rank, want] : {std::pair{"1", -1000.0}, std::pair{"2", 500.0}}) {
     const json& c = r["clock"][rank];
-    EXPECT_NEAR(c["offset_s"].get<double>(), want, std::max(0.005, c["error_bound_s"].get<double>())) << rank;
+    EXPECT_NEAR(c["offset_s"].get<double>(), want,
+                std::max(0.005, c["error_bound_s"].get<double>()))
+        << rank;
   }
   for (const auto& st : r["steps"])
     for (const auto& stage : st["breakdown_s_per_stage"])
@@ -227,7 +257,8 @@ TEST_F(MultiHostTest, ClockOffsetsBetweenHostsAreEstimatedAndCorrected) {
         }
   // Uncorrected, a message would wait 1000 s (the run would time out); corrected, the step takes
   // what the unskewed run takes, up to this machine's noise (other tests run beside this one).
-  const double got = r["summary"]["mean_step_time_s"].get<double>(), want = reference["summary"]["mean_step_time_s"].get<double>();
+  const double got = r["summary"]["mean_step_time_s"].get<double>(),
+               want = reference["summary"]["mean_step_time_s"].get<double>();
   EXPECT_LT(got, 3 * want);
 }
 
@@ -242,14 +273,19 @@ TEST_F(MultiHostTest, RogueClientIsRefusedAndTheRunIsUnaffected) {
     zmq::context_t ctx(1);
     zmq::socket_t rogue(ctx, zmq::socket_type::req);
     rogue.set(zmq::sockopt::linger, 0);
-    // The strongest outsider: it has the server's public key (derived here from the secret), not the
-    // secret's client key.
-    makeCurveClient(rogue, newCurveKeyPair(), curveKeyPairFromSecret("a shared secret of this test run", "rendezvous/server").publicKey);
+    // The strongest outsider: it has the server's public key (derived here from the secret), not
+    // the secret's client key.
+    makeCurveClient(
+        rogue, newCurveKeyPair(),
+        curveKeyPairFromSecret("a shared secret of this test run", "rendezvous/server").publicKey);
     rogue.connect("tcp://127.0.0.1:" + std::to_string(port));
-    const std::string join = json{{"type", "join"}, {"rank", 1}, {"size", 2}, {"key", newCurveKeyPair().publicKey}}.dump();
+    const std::string join =
+        json{{"type", "join"}, {"rank", 1}, {"size", 2}, {"key", newCurveKeyPair().publicKey}}
+            .dump();
     rogue.send(zmq::buffer(join), zmq::send_flags::none);
     zmq::pollitem_t item{static_cast<void*>(rogue), 0, ZMQ_POLLIN, 0};
-    EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(3000)), 0) << "the rendezvous answered a process without the secret";
+    EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(3000)), 0)
+        << "the rendezvous answered a process without the secret";
   }
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-rogue" / "result.json"));
@@ -264,30 +300,47 @@ TEST_F(MultiHostTest, WrongSecretFailsTheRendezvousWithAClearMessage) {
   const fs::path other = root_ / "other-secret";
   std::ofstream(other) << "not the secret the others have\n";
   const int port = freePort();
-  const auto rank0 = startWorkers(1, [&](int) {
-    return Env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-secret").string(), "--out", (root_ / "mh-secret").string(), "--join-timeout", "6"}, "mh-secret");
+  const auto rank0 = startWorkers(
+      1,
+      [&](int) {
+        return Env{{"RANK", "0"},
+                   {"WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)}};
+      },
+      {"--spec", writeSpec(spec, "mh-secret").string(), "--out", (root_ / "mh-secret").string(),
+       "--join-timeout", "6"},
+      "mh-secret");
   const pid_t wrong = spawn({SLOWPIPE_BINARY, "worker", "--join-timeout", "6"},
-                            {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+                            {{"RANK", "1"},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_ADDR", "127.0.0.1"},
+                             {"MASTER_PORT", std::to_string(port)},
                              {"SLOWPIPE_SECRET_FILE", other.string()}},
                             root_ / "mh-secret-wrong.log");
   EXPECT_NE(waitFor(wrong, 30), 0);
   EXPECT_NE(waitFor(rank0[0], 30), 0);
   const std::string log = readFile(root_ / "mh-secret-wrong.log");
-  EXPECT_NE(log.find("secret (SLOWPIPE_SECRET_FILE) differs from the one rank 0 uses"), std::string::npos) << log;
+  EXPECT_NE(log.find("secret (SLOWPIPE_SECRET_FILE) differs from the one rank 0 uses"),
+            std::string::npos)
+      << log;
   const json r = json::parse(std::ifstream(root_ / "mh-secret" / "result.json"));
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r["reason"].get<std::string>().find("1 of 2 ranks joined the rendezvous"), std::string::npos) << r["reason"];
+  EXPECT_NE(r["reason"].get<std::string>().find("1 of 2 ranks joined the rendezvous"),
+            std::string::npos)
+      << r["reason"];
   EXPECT_NE(r["reason"].get<std::string>().find("missing: 1"), std::string::npos) << r["reason"];
   // Its handshakes were refused before ZAP (another server key): counted now, by kind.
   EXPECT_GE(r["refused_connections"]["count"].get<int>(), 1) << r["refused_connections"].dump();
-  EXPECT_TRUE(r["refused_connections"]["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)"))
+  EXPECT_TRUE(r["refused_connections"]["by_kind"].contains(
+      "CURVE handshake failed (wrong server key: another secret?)"))
       << r["refused_connections"].dump();
   // Both ends count the same refusals (the worker said 3 where the coordinator had counted 2).
   const std::string said = "refused this process's handshake ";
   const size_t at = log.find(said);
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_EQ(std::stoi(log.substr(at + said.size())), r["refused_connections"]["coordinator"]["by_socket"].value("rendezvous", 0))
+  EXPECT_EQ(std::stoi(log.substr(at + said.size())),
+            r["refused_connections"]["coordinator"]["by_socket"].value("rendezvous", 0))
       << log << r["refused_connections"]["coordinator"].dump();
 }
 
@@ -303,12 +356,14 @@ bool waitForSteps(const fs::path& result, size_t steps) {
   return false;
 }
 
-// One request on the rendezvous by a holder of the secret; the reply, or null when none came in 3 s.
+// One request on the rendezvous by a holder of the secret; the reply, or null when none came in 3
+// s.
 json askRendezvous(int port, const std::string& secret, const std::string& text) {
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::req);
   s.set(zmq::sockopt::linger, 0);
-  makeCurveClient(s, curveKeyPairFromSecret(secret, "rendezvous/client"), curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
+  makeCurveClient(s, curveKeyPairFromSecret(secret, "rendezvous/client"),
+                  curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
   s.connect("tcp://127.0.0.1:" + std::to_string(port));
   s.send(zmq::buffer(text), zmq::send_flags::none);
   zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
@@ -331,24 +386,31 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
   const auto pids = startRun(2, spec, "mh-attack", port);
   ASSERT_TRUE(waitForSteps(root_ / "mh-attack" / "result.json", 1)) << "the run made no progress";
   // {"type": "table", "rank": 7}: never range-checked, it hung the run until its step timeout.
-  for (const std::string bad : {"[1,2,3]", "{\"type\": 5}", "{\"type\": \"join\", \"rank\": \"x\", \"size\": 2}", "not json",
-                                "{\"type\": \"table\", \"rank\": 7}"}) {
+  for (const std::string bad :
+       {"[1,2,3]", "{\"type\": 5}", "{\"type\": \"join\", \"rank\": \"x\", \"size\": 2}",
+        "not json", "{\"type\": \"table\", \"rank\": 7}"}) {
     const json reply = askRendezvous(port, secret, bad);
     ASSERT_TRUE(reply.is_object()) << "no reply to " << bad;
-    EXPECT_NE(reply.value("error", "").find("bad request"), std::string::npos) << bad << " -> " << reply.dump();
+    EXPECT_NE(reply.value("error", "").find("bad request"), std::string::npos)
+        << bad << " -> " << reply.dump();
   }
   {
     zmq::context_t ctx(1);
-    zmq::socket_t big(ctx, zmq::socket_type::req), plain(ctx, zmq::socket_type::req), other(ctx, zmq::socket_type::req);
+    zmq::socket_t big(ctx, zmq::socket_type::req), plain(ctx, zmq::socket_type::req),
+        other(ctx, zmq::socket_type::req);
     for (auto* s : {&big, &plain, &other}) s->set(zmq::sockopt::linger, 0);
-    makeCurveClient(big, curveKeyPairFromSecret(secret, "rendezvous/client"), curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
-    makeCurveClient(other, newCurveKeyPair(), newCurveKeyPair().publicKey);  // random keys, another server key
+    makeCurveClient(big, curveKeyPairFromSecret(secret, "rendezvous/client"),
+                    curveKeyPairFromSecret(secret, "rendezvous/server").publicKey);
+    makeCurveClient(other, newCurveKeyPair(),
+                    newCurveKeyPair().publicKey);  // random keys, another server key
     for (auto* s : {&big, &plain, &other}) s->connect("tcp://127.0.0.1:" + std::to_string(port));
     big.send(zmq::message_t(std::string(400u << 20, 'x')), zmq::send_flags::none);
     plain.send(zmq::buffer(std::string("{\"type\": \"time\"}")), zmq::send_flags::none);
     other.send(zmq::buffer(std::string("{\"type\": \"time\"}")), zmq::send_flags::none);
-    zmq::pollitem_t items[] = {{static_cast<void*>(plain), 0, ZMQ_POLLIN, 0}, {static_cast<void*>(other), 0, ZMQ_POLLIN, 0}};
-    EXPECT_EQ(zmq::poll(items, 2, std::chrono::milliseconds(3000)), 0) << "a client without the secret got an answer";
+    zmq::pollitem_t items[] = {{static_cast<void*>(plain), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>(other), 0, ZMQ_POLLIN, 0}};
+    EXPECT_EQ(zmq::poll(items, 2, std::chrono::milliseconds(3000)), 0)
+        << "a client without the secret got an answer";
   }
   EXPECT_EQ(waitpid(pids[0], nullptr, WNOHANG), 0) << "the run ended before the attacks did";
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
@@ -363,7 +425,9 @@ TEST_F(MultiHostTest, MalformedRequestsAndRogueHandshakesAreRefusedCountedAndThe
   EXPECT_TRUE(refused["by_kind"].contains("not CURVE (mechanism mismatch, e.g. a NULL client)") ||
               refused["by_kind"].contains("handshake failed (no detail)"))
       << refused.dump();
-  EXPECT_TRUE(refused["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)")) << refused.dump();
+  EXPECT_TRUE(
+      refused["by_kind"].contains("CURVE handshake failed (wrong server key: another secret?)"))
+      << refused.dump();
 }
 
 // An outsider without the secret holds 1,100 connections open on the rendezvous of a rank 0
@@ -398,14 +462,16 @@ TEST_F(MultiHostTest, HeldConnectionsWithoutTheSecretNeitherStopTheRunNorGoUncou
   const json r = json::parse(std::ifstream(root_ / "mh-flood" / "result.json"));
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   const json& refused = r["refused_connections"];
-  std::printf("held %d on the rendezvous, %d on rank 1's data socket; refused %s\n", rvHeld, dataHeld, refused["by_kind"].dump().c_str());
+  std::printf("held %d on the rendezvous, %d on rank 1's data socket; refused %s\n", rvHeld,
+              dataHeld, refused["by_kind"].dump().c_str());
   EXPECT_GE(rvHeld, 1000);
   // Every held connection is counted; a few more may be (a worker's own connection evicted at
   // the cap during the flood reconnects, and its first attempt counts).
   const int onRv = refused["coordinator"]["by_socket"].value("rendezvous", 0);
   EXPECT_GE(onRv, rvHeld);
   EXPECT_LE(onRv, rvHeld + 10);
-  EXPECT_EQ(refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0), dataHeld) << refused["ranks"]["1"]["by_kind"].dump();
+  EXPECT_EQ(refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0), dataHeld)
+      << refused["ranks"]["1"]["by_kind"].dump();
   EXPECT_EQ(refused["count"].get<int>(), onRv + dataHeld) << refused["by_kind"].dump();
 }
 
@@ -429,7 +495,8 @@ TEST_F(MultiHostTest, PluginCrashInRankZeroLeavesAFailedResultNamingThePlugin) {
   const std::string why = r["reason"];
   EXPECT_NE(why.find("rank 0's process"), std::string::npos) << why;
   EXPECT_NE(why.find("SIGSEGV"), std::string::npos) << why;
-  EXPECT_NE(why.find(std::string("inside codec plugin '") + CRASH_PLUGIN + "'"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::string("inside codec plugin '") + CRASH_PLUGIN + "'"), std::string::npos)
+      << why;
   EXPECT_NE(why.find("in its decode"), std::string::npos) << why;
 }
 
@@ -470,7 +537,8 @@ TEST_F(MultiHostTest, StoppedCoordinatorWritesAFailedResultWithTheReason) {
   for (pid_t p : pids) EXPECT_NE(waitFor(p, 30), -1);
   const json r = json::parse(std::ifstream(root_ / "mh-stop" / "result.json"));
   EXPECT_EQ(r["status"], "failed") << r.dump().substr(0, 300);
-  EXPECT_NE(r.value("reason", "").find("did not run for"), std::string::npos) << r.value("reason", "");
+  EXPECT_NE(r.value("reason", "").find("did not run for"), std::string::npos)
+      << r.value("reason", "");
 }
 
 // kill -9 of rank 0: its process cannot write a final status; its keeper (a process of its own
@@ -493,7 +561,8 @@ TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
     usleep(100000);
   }
   EXPECT_EQ(finished["status"], "failed");
-  EXPECT_NE(finished.value("reason", "").find("ended before the run did: it was killed or crashed"), std::string::npos)
+  EXPECT_NE(finished.value("reason", "").find("ended before the run did: it was killed or crashed"),
+            std::string::npos)
       << finished.value("reason", "");
   json r = finished;
   r["status"] = "running";  // as if the keeper had been killed as well
@@ -506,7 +575,8 @@ TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
   json elsewhere = r;  // read on another host: the heartbeat decides
   elsewhere["launcher"]["host"] = "another-host";
   EXPECT_EQ(resultStatus(elsewhere), "running");
-  elsewhere["launcher"]["heartbeat_unix_s"] = r["launcher"]["heartbeat_unix_s"].get<double>() - 2 * kStaleHeartbeatS;
+  elsewhere["launcher"]["heartbeat_unix_s"] =
+      r["launcher"]["heartbeat_unix_s"].get<double>() - 2 * kStaleHeartbeatS;
   EXPECT_EQ(resultStatus(elsewhere, &why), "failed");
   EXPECT_NE(why.find("wrote no heartbeat"), std::string::npos) << why;
 }
@@ -515,15 +585,26 @@ TEST_F(MultiHostTest, KilledCoordinatorIsFailedForTheNextReader) {
 TEST_F(MultiHostTest, WorldSizeMismatchSaysWhyTheRankWasRefused) {
   const json spec = baseSpec(2, "gpipe");
   const int port = freePort();
-  const auto pids = startWorkers(2, [&](int r) {
-    return Env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", r == 0 ? "2" : "3"}, {"MASTER_ADDR", "127.0.0.1"},
-               {"MASTER_PORT", std::to_string(port)}};
-  }, {"--spec", writeSpec(spec, "mh-size").string(), "--out", (root_ / "mh-size").string(), "--join-timeout", "6"}, "mh-size");
+  const auto pids = startWorkers(
+      2,
+      [&](int r) {
+        return Env{{"RANK", std::to_string(r)},
+                   {"WORLD_SIZE", r == 0 ? "2" : "3"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)}};
+      },
+      {"--spec", writeSpec(spec, "mh-size").string(), "--out", (root_ / "mh-size").string(),
+       "--join-timeout", "6"},
+      "mh-size");
   for (pid_t p : pids) EXPECT_NE(waitFor(p, 40), 0);
   const json r = json::parse(std::ifstream(root_ / "mh-size" / "result.json"));
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r.value("reason", "").find("missing: 1 (refused: rank 1 was started with world size 3; this run has 2 workers"),
-            std::string::npos) << r.value("reason", "");
+  EXPECT_NE(
+      r.value("reason", "")
+          .find(
+              "missing: 1 (refused: rank 1 was started with world size 3; this run has 2 workers"),
+      std::string::npos)
+      << r.value("reason", "");
 }
 
 // Codecs whose payload exceeds fp32 (topk keeping 90%: index + value per kept entry; lowrank with
@@ -538,7 +619,8 @@ TEST_F(MultiHostTest, CodecsLargerThanFp32PassTheMessageLimit) {
   spec["compression"] = {{"forward", "topk:ratio=0.9"}, {"backward", "none"}};
   spec["dp"] = {{"codec", "lowrank:rank=4,basis=pca"}};
   const RunSpec rs = runSpecFromJson(spec);
-  ASSERT_GT(compression::makeCodec("topk:ratio=0.9")->maxPayloadBytes({4, 32, 256}), 4u * 4 * 32 * 256 + (64u << 10));
+  ASSERT_GT(compression::makeCodec("topk:ratio=0.9")->maxPayloadBytes({4, 32, 256}),
+            4u * 4 * 32 * 256 + (64u << 10));
   const int port = freePort();
   const auto pids = startRun(4, spec, "mh-big", port);
   for (pid_t p : pids) EXPECT_EQ(waitFor(p, 120), 0);
@@ -572,47 +654,61 @@ TEST_F(MultiHostTest, KilledRankStopsEveryRankWithin5Seconds) {
   for (int r : {0, 2}) EXPECT_NE(waitFor(pids[r], 10), -1) << "rank " << r << " did not stop";
   const double stopped = emulator::hostClockNow() - t0;
   const json r = json::parse(std::ifstream(root_ / "mh-kill" / "result.json"));
-  std::printf("every rank stopped %.2f s after the kill: %s\n", stopped, r.value("reason", "").c_str());
+  std::printf("every rank stopped %.2f s after the kill: %s\n", stopped,
+              r.value("reason", "").c_str());
   // How each rank ended (the coordinator's abort, or its heartbeat silent for 5 s), when slow.
   if (stopped >= 5.0)
-    for (int w : {0, 2}) std::printf("rank %d's log:\n%s\n", w, readFile(root_ / ("mh-kill-w" + std::to_string(w) + ".log")).c_str());
+    for (int w : {0, 2})
+      std::printf("rank %d's log:\n%s\n", w,
+                  readFile(root_ / ("mh-kill-w" + std::to_string(w) + ".log")).c_str());
   EXPECT_LT(stopped, 5.0);
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
   // The host is the rank's own word (any holder of the secret may join under any name), said so,
   // with the address its connection came from.
-  EXPECT_NE(r["reason"].get<std::string>().find("as it said at its join, connected from 127.0.0.1:"), std::string::npos) << r["reason"];
+  EXPECT_NE(
+      r["reason"].get<std::string>().find("as it said at its join, connected from 127.0.0.1:"),
+      std::string::npos)
+      << r["reason"];
   EXPECT_GE(r["steps"].size(), 2u);
 }
 
 // Network namespaces standing in for hosts: a hub namespace holding a bridge, and one veth pair per
 // "host" namespace (10.215.0.10 + i) into it; mpirun runs inside host 0 and starts the workers in
-// their namespaces through tools/netns_rsh_agent.sh, so the real launcher, real TCP between distinct
-// addresses, CURVE and tc-dev on the veths are all exercised. Root only. Nothing lives in the root
-// namespace: a test killed midway (ctest's timeout) leaves only namespaces named slowpipe-<pid>-*,
-// which `slowpipe emulator cleanup` removes with everything in them (it used to leave its bridge
-// and veths in the root namespace, which nothing removed).
+// their namespaces through tools/netns_rsh_agent.sh, so the real launcher, real TCP between
+// distinct addresses, CURVE and tc-dev on the veths are all exercised. Root only. Nothing lives in
+// the root namespace: a test killed midway (ctest's timeout) leaves only namespaces named
+// slowpipe-<pid>-*, which `slowpipe emulator cleanup` removes with everything in them (it used to
+// leave its bridge and veths in the root namespace, which nothing removed).
 class NamespaceHostsTest : public MultiHostTest {
  protected:
   void SetUp() override {
     MultiHostTest::SetUp();
     if (geteuid() != 0) GTEST_SKIP() << "namespaces need root";
-    if (system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
+    if (system("command -v mpirun > /dev/null 2>&1") != 0)
+      GTEST_SKIP() << "mpirun is not installed (Debian package openmpi-bin)";
     const std::string p = std::to_string(getpid());
     hub_ = "slowpipe-" + p + "-hub";
-    ASSERT_EQ(sh("ip netns add " + hub_ + " && ip -n " + hub_ + " link add br0 type bridge && ip -n " + hub_ + " link set br0 up"), 0);
+    ASSERT_EQ(sh("ip netns add " + hub_ + " && ip -n " + hub_ +
+                 " link add br0 type bridge && ip -n " + hub_ + " link set br0 up"),
+              0);
     for (int i = 0; i < 3; ++i) {
-      const std::string ns = "slowpipe-" + p + "-h" + std::to_string(i), outer = "h" + std::to_string(i);
-      const std::string inner = "sph" + std::to_string(i), ip = "10.215.0." + std::to_string(10 + i);
+      const std::string ns = "slowpipe-" + p + "-h" + std::to_string(i),
+                        outer = "h" + std::to_string(i);
+      const std::string inner = "sph" + std::to_string(i),
+                        ip = "10.215.0." + std::to_string(10 + i);
       hosts_.push_back(ns);
       addresses_.push_back(ip);
       devs_.push_back(inner);
-      ASSERT_EQ(sh("ip netns add " + ns + " && ip -n " + hub_ + " link add " + outer + " type veth peer name " + inner + " netns " + ns +
-                   " && ip -n " + hub_ + " link set " + outer + " master br0 up && ip -n " + ns + " addr add " + ip + "/24 dev " + inner +
-                   " && ip -n " + ns + " link set " + inner + " up && ip -n " + ns + " link set lo up"),
-                0);
+      ASSERT_EQ(
+          sh("ip netns add " + ns + " && ip -n " + hub_ + " link add " + outer +
+             " type veth peer name " + inner + " netns " + ns + " && ip -n " + hub_ + " link set " +
+             outer + " master br0 up && ip -n " + ns + " addr add " + ip + "/24 dev " + inner +
+             " && ip -n " + ns + " link set " + inner + " up && ip -n " + ns + " link set lo up"),
+          0);
     }
-    EXPECT_NE(sh("ip link show | grep -q -e sph -e sp" + p), 0) << "a device of this test is in the root namespace";
+    EXPECT_NE(sh("ip link show | grep -q -e sph -e sp" + p), 0)
+        << "a device of this test is in the root namespace";
   }
   void TearDown() override {
     for (const auto& ns : hosts_) sh("ip netns delete " + ns);
@@ -628,7 +724,9 @@ class NamespaceHostsTest : public MultiHostTest {
     }
     EXPECT_TRUE(gone) << "a veth or bridge of this test is left in the root namespace: " << p;
   }
-  static int sh(const std::string& cmd) { return system(("(" + cmd + ") > /dev/null 2>&1").c_str()); }
+  static int sh(const std::string& cmd) {
+    return system(("(" + cmd + ") > /dev/null 2>&1").c_str());
+  }
 
   // mpirun over the three namespaces, started; its pid.
   pid_t startMpirun(const json& spec, const std::string& tag) {
@@ -638,13 +736,18 @@ class NamespaceHostsTest : public MultiHostTest {
     // topology to shared memory here (hwloc_shmem_topology_write), and workers need no binding.
     const fs::path session = root_ / (tag + "-ompi");
     fs::create_directories(session);
-    const std::string cmd = "exec ip netns exec " + hosts_[0] + " mpirun --allow-run-as-root --oversubscribe -np 3 -H " + hosts_[0] + "," + hosts_[1] + "," + hosts_[2] +
-                            " --mca orte_tmpdir_base " + session.string() + " --mca rtc ^hwloc --mca plm_rsh_agent " + agent + " --mca oob_tcp_if_include 10.215.0.0/24 --mca btl self,tcp"
-                            " --mca btl_tcp_if_include 10.215.0.0/24 -x SLOWPIPE_SECRET_FILE " + SLOWPIPE_BINARY +
-                            " worker --spec " + writeSpec(spec, tag).string() + " --out " + (root_ / tag).string() +
-                            " --rendezvous " + addresses_[0] + ":" + std::to_string(freePort()) + " > " +
+    const std::string cmd = "exec ip netns exec " + hosts_[0] +
+                            " mpirun --allow-run-as-root --oversubscribe -np 3 -H " + hosts_[0] +
+                            "," + hosts_[1] + "," + hosts_[2] + " --mca orte_tmpdir_base " +
+                            session.string() + " --mca rtc ^hwloc --mca plm_rsh_agent " + agent +
+                            " --mca oob_tcp_if_include 10.215.0.0/24 --mca btl self,tcp"
+                            " --mca btl_tcp_if_include 10.215.0.0/24 -x SLOWPIPE_SECRET_FILE " +
+                            SLOWPIPE_BINARY + " worker --spec " + writeSpec(spec, tag).string() +
+                            " --out " + (root_ / tag).string() + " --rendezvous " + addresses_[0] +
+                            ":" + std::to_string(freePort()) + " > " +
                             (root_ / (tag + ".log")).string() + " 2>&1";
-    return spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}}, root_ / (tag + "-sh.log"));
+    return spawn({"/bin/sh", "-c", cmd}, {{"SLOWPIPE_SECRET_FILE", secret_.string()}},
+                 root_ / (tag + "-sh.log"));
   }
   // mpirun over the three namespaces; returns result.json.
   json mpirunRun(const json& spec, const std::string& tag) {
@@ -676,7 +779,8 @@ TEST_F(NamespaceHostsTest, MpirunAcrossThreeHostsGivesTheLocalLaunchersLosses) {
 // qdiscs, and `slowpipe emulator cleanup` removes the one the killed worker could not.
 TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
   json spec = baseSpec(3, "gpipe");
-  spec["network"] = {{"backend", "tc-dev"}, {"links", {{"bandwidth", "5Mbps"}, {"latency", "1ms"}}}};
+  spec["network"] = {{"backend", "tc-dev"},
+                     {"links", {{"bandwidth", "5Mbps"}, {"latency", "1ms"}}}};
   spec["training"]["max_steps"] = 0;
   const pid_t mpirun = startMpirun(spec, "ns-kill");
   json partial;
@@ -690,7 +794,8 @@ TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
   }
   ASSERT_GE(partial["steps"].size(), 2u) << readFile(root_ / "ns-kill.log");
   const pid_t victim = partial["workers"][1]["pid"].get<int>();
-  std::vector<pid_t> others = {partial["workers"][0]["pid"].get<int>(), partial["workers"][2]["pid"].get<int>()};
+  std::vector<pid_t> others = {partial["workers"][0]["pid"].get<int>(),
+                               partial["workers"][2]["pid"].get<int>()};
   const double t0 = emulator::hostClockNow();
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   EXPECT_NE(waitFor(mpirun, 10), -1) << "mpirun did not end";
@@ -709,10 +814,14 @@ TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
   EXPECT_EQ(r["status"], "failed");
   EXPECT_NE(r["reason"].get<std::string>().find("rank 1"), std::string::npos) << r["reason"];
   EXPECT_GE(r["steps"].size(), 2u);
-  for (int i : {0, 2}) EXPECT_NE(sh("tc -n " + hosts_[i] + " qdisc show dev " + devs_[i] + " | grep -q htb"), 0) << devs_[i];
-  EXPECT_EQ(sh("tc -n " + hosts_[1] + " qdisc show dev " + devs_[1] + " | grep -q htb"), 0) << "kill -9 left nothing to clean?";
+  for (int i : {0, 2})
+    EXPECT_NE(sh("tc -n " + hosts_[i] + " qdisc show dev " + devs_[i] + " | grep -q htb"), 0)
+        << devs_[i];
+  EXPECT_EQ(sh("tc -n " + hosts_[1] + " qdisc show dev " + devs_[1] + " | grep -q htb"), 0)
+      << "kill -9 left nothing to clean?";
   EXPECT_EQ(sh(std::string(SLOWPIPE_BINARY) + " emulator cleanup"), 0);
-  EXPECT_NE(sh("tc -n " + hosts_[1] + " qdisc show dev " + devs_[1] + " | grep -q htb"), 0) << "emulator cleanup left the qdisc";
+  EXPECT_NE(sh("tc -n " + hosts_[1] + " qdisc show dev " + devs_[1] + " | grep -q htb"), 0)
+      << "emulator cleanup left the qdisc";
 }
 
 // tc-dev on the hosts' veths: every worker shapes its own interface toward its peers (HTB class
@@ -721,7 +830,8 @@ TEST_F(NamespaceHostsTest, KilledRankOnOneHostStopsTheRunWithin5Seconds) {
 TEST_F(NamespaceHostsTest, TcDevShapesEachHostsInterfacePerDestination) {
   json spec = baseSpec(3, "gpipe");
   spec["training"]["max_steps"] = 10;
-  spec["network"] = {{"backend", "tc-dev"}, {"links", {{"bandwidth", "1Gbps"}, {"latency", "0ms"}}}};
+  spec["network"] = {{"backend", "tc-dev"},
+                     {"links", {{"bandwidth", "1Gbps"}, {"latency", "0ms"}}}};
   const json fast = mpirunRun(spec, "ns-tcdev-fast");
   ASSERT_EQ(fast["status"], "ok") << fast.value("reason", "");
   spec["network"]["links"] = {{"bandwidth", "500Kbps"}, {"latency", "0ms"}};
@@ -731,15 +841,19 @@ TEST_F(NamespaceHostsTest, TcDevShapesEachHostsInterfacePerDestination) {
   ASSERT_EQ(slow["shaping"].size(), 3u);
   EXPECT_EQ(slow["shaping"]["1"]["destinations"].size(), 2u);  // the middle stage sends both ways
   EXPECT_EQ(slow["shaping"]["0"]["dev"], devs_[0]);
-  EXPECT_EQ(slow["shaping"]["0"]["destinations"][0]["to"].get<std::string>().rfind(addresses_[1] + ":", 0), 0u);
+  EXPECT_EQ(slow["shaping"]["0"]["destinations"][0]["to"].get<std::string>().rfind(
+                addresses_[1] + ":", 0),
+            0u);
   // Stage 0's activations alone: 4 micro-batches a step, each frame at least the fp32 tensor, at
   // 500 Kbps of goodput (the network dominates the slow run even on a loaded machine).
   const double bytes = slow["steps"][3]["bytes"]["forward"]["wire"].get<double>() / 2;  // per link
   const double floor = 8 * bytes / 5e5;
   EXPECT_GT(slow["summary"]["mean_step_time_s"].get<double>(), floor);
-  EXPECT_GT(slow["summary"]["mean_step_time_s"].get<double>(), 3 * fast["summary"]["mean_step_time_s"].get<double>());
+  EXPECT_GT(slow["summary"]["mean_step_time_s"].get<double>(),
+            3 * fast["summary"]["mean_step_time_s"].get<double>());
   for (size_t i = 0; i < hosts_.size(); ++i)
-    EXPECT_NE(sh("tc -n " + hosts_[i] + " qdisc show dev " + devs_[i] + " | grep -q htb"), 0) << "qdisc left on " << devs_[i];
+    EXPECT_NE(sh("tc -n " + hosts_[i] + " qdisc show dev " + devs_[i] + " | grep -q htb"), 0)
+        << "qdisc left on " << devs_[i];
 }
 
 }  // namespace

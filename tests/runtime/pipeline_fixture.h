@@ -2,8 +2,8 @@
 // spec, and helpers that launch real runs of the real CLI binary.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,15 +32,20 @@ namespace slowpipe::runtime {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A small English corpus: sentences recombined deterministically so the model has structure to learn.
+// A small English corpus: sentences recombined deterministically so the model has structure to
+// learn.
 inline void writeCorpus(const fs::path& dir) {
   fs::create_directories(dir);
-  const std::vector<std::string> subjects = {"The old sailor", "A quiet child", "My neighbour", "The tired doctor", "Every farmer"};
-  const std::vector<std::string> verbs = {"walked to", "looked at", "painted", "remembered", "sang about"};
-  const std::vector<std::string> objects = {"the grey harbour", "a small garden", "the winter sky", "an empty road", "the long river"};
+  const std::vector<std::string> subjects = {"The old sailor", "A quiet child", "My neighbour",
+                                             "The tired doctor", "Every farmer"};
+  const std::vector<std::string> verbs = {"walked to", "looked at", "painted", "remembered",
+                                          "sang about"};
+  const std::vector<std::string> objects = {"the grey harbour", "a small garden", "the winter sky",
+                                            "an empty road", "the long river"};
   std::ofstream pre(dir / "pretrain.txt"), ft(dir / "finetune.txt");
   for (int i = 0; i < 300; ++i) {
-    const std::string line = subjects[i % 5] + " " + verbs[(i / 5) % 5] + " " + objects[(i / 25) % 5] + ".\n";
+    const std::string line =
+        subjects[i % 5] + " " + verbs[(i / 5) % 5] + " " + objects[(i / 25) % 5] + ".\n";
     (i % 4 == 0 ? pre : ft) << line;
     if (i % 7 == 0) ft << "%\n";
   }
@@ -59,17 +64,30 @@ class PipelineTest : public ::testing::Test {
   json baseSpec(int stages, const std::string& schedule) const {
     return {{"name", "t"},
             {"model", {{"seq_len", 16}, {"layers", 4}, {"width", 32}, {"heads", 4}, {"seed", 3}}},
-            {"data", {{"source", (root_ / "corpus").string()}, {"finetune_files", {"finetune.txt"}},
-                      {"cache_dir", (root_ / "cache").string()}, {"max_val_examples", 16}}},
-            {"pipeline", {{"stages", stages}, {"schedule", schedule}, {"micro_batches", 4}, {"micro_batch_size", 2}}},
-            {"training", {{"epochs", 20}, {"max_steps", 20}, {"lr", 0.003}, {"warmup_steps", 3}, {"clip_norm", 0.5},
-                          {"eval_each_epoch", false}}},
+            {"data",
+             {{"source", (root_ / "corpus").string()},
+              {"finetune_files", {"finetune.txt"}},
+              {"cache_dir", (root_ / "cache").string()},
+              {"max_val_examples", 16}}},
+            {"pipeline",
+             {{"stages", stages},
+              {"schedule", schedule},
+              {"micro_batches", 4},
+              {"micro_batch_size", 2}}},
+            {"training",
+             {{"epochs", 20},
+              {"max_steps", 20},
+              {"lr", 0.003},
+              {"warmup_steps", 3},
+              {"clip_norm", 0.5},
+              {"eval_each_epoch", false}}},
             {"compression", {{"forward", "none"}, {"backward", "none"}}},
             {"network", {{"links", {{"bandwidth", "100Gbps"}, {"latency", "0ms"}}}}},
             {"runtime", {{"step_timeout_s", 15}}}};
   }
 
-  json launch(const json& specJson, const std::string& tag, bool expectOk = true, bool calibrate = false) const {
+  json launch(const json& specJson, const std::string& tag, bool expectOk = true,
+              bool calibrate = false) const {
     const RunSpec spec = runSpecFromJson(specJson);
     LaunchOptions o;
     o.outDir = (root_ / tag).string();
@@ -78,8 +96,10 @@ class PipelineTest : public ::testing::Test {
     o.calibrate = calibrate;
     const int rc = launchRun(spec, o);
     json r = json::parse(std::ifstream(o.outDir + "/result.json"));
-    if (expectOk) EXPECT_EQ(rc, 0) << r.value("reason", "");
-    else EXPECT_NE(rc, 0);
+    if (expectOk)
+      EXPECT_EQ(rc, 0) << r.value("reason", "");
+    else
+      EXPECT_NE(rc, 0);
     return r;
   }
 
@@ -92,7 +112,8 @@ class PipelineTest : public ::testing::Test {
     if (launcher == 0) {
       const int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 2);
-      execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet", nullptr);
+      execl(SLOWPIPE_BINARY, "slowpipe", "run", specFile.c_str(), "--out", out.c_str(), "--quiet",
+            nullptr);
       _exit(127);
     }
     for (int i = 0; i < 300; ++i) {
@@ -117,7 +138,8 @@ inline std::vector<int> listeningPorts(pid_t pid) {
   if (DIR* d = opendir(fdDir.c_str())) {
     while (dirent* e = readdir(d)) {
       char link[256] = {0};
-      if (readlink((fdDir + "/" + e->d_name).c_str(), link, sizeof link - 1) > 0 && std::string(link).rfind("socket:[", 0) == 0)
+      if (readlink((fdDir + "/" + e->d_name).c_str(), link, sizeof link - 1) > 0 &&
+          std::string(link).rfind("socket:[", 0) == 0)
         inodes.insert(std::string(link).substr(8, std::string(link).size() - 9));
     }
     closedir(d);
@@ -130,7 +152,8 @@ inline std::vector<int> listeningPorts(pid_t pid) {
     std::istringstream in(line);
     std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
     in >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
-    if (st == "0A" && inodes.count(inode)) ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    if (st == "0A" && inodes.count(inode))
+      ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
   }
   return ports;
 }
@@ -152,7 +175,8 @@ inline pid_t childWith(pid_t parent, const std::string& arg) {
     rest >> state >> ppid;
     if (ppid != parent) continue;
     std::ifstream cmd("/proc/" + std::to_string(p) + "/cmdline");
-    const std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    const std::string cmdline((std::istreambuf_iterator<char>(cmd)),
+                              std::istreambuf_iterator<char>());
     if (cmdline.find(arg) != std::string::npos) found = p;
   }
   if (d) closedir(d);

@@ -7,13 +7,13 @@
 //  - malformed specs fail before any process starts.
 #include <gtest/gtest.h>
 
-#include <set>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <set>
 
 #include <chrono>
 #include <filesystem>
@@ -38,7 +38,8 @@
 namespace slowpipe::runtime {
 namespace {
 
-class EquivalenceTest : public PipelineTest, public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
+class EquivalenceTest : public PipelineTest,
+                        public ::testing::WithParamInterface<std::tuple<int, std::string>> {};
 
 TEST_P(EquivalenceTest, LossesEqualSingleProcess) {
   const auto [stages, schedule] = GetParam();
@@ -60,8 +61,12 @@ TEST_P(EquivalenceTest, LossesEqualSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, EquivalenceTest,
-                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("gpipe", "1f1b", "zb_h1")),
-                         [](const auto& info) { return std::to_string(std::get<0>(info.param)) + "stages_" + std::get<1>(info.param); });
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values("gpipe", "1f1b", "zb_h1")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "stages_" +
+                                  std::get<1>(info.param);
+                         });
 
 // Hugging Face checkpoints fine-tune in a pipeline exactly as in one process: a Llama-family model
 // with grouped-query attention (4 heads, 2 kv heads) at 3 uneven stages under 1F1B, and GPT-2 at 2
@@ -69,9 +74,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EquivalenceTest,
 // training.save_checkpoint writes the fine-tuned model back; the reference reads it.
 TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
   const std::string hf = (root_ / "hf").string();
-  const auto made = emulator::runCommand({"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--out", hf});
+  const auto made = emulator::runCommand(
+      {"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--out",
+       hf});
   ASSERT_EQ(made.status, 0) << made.output;
-  for (const auto& [family, stages, schedule] : {std::tuple{"llama", 3, "1f1b"}, std::tuple{"gpt2", 2, "gpipe"}}) {
+  for (const auto& [family, stages, schedule] :
+       {std::tuple{"llama", 3, "1f1b"}, std::tuple{"gpt2", 2, "gpipe"}}) {
     json spec = baseSpec(stages, schedule);
     spec["model"] = {{"checkpoint", hf + "/" + family + "-f32"}, {"seq_len", 16}};
     if (stages == 3) spec["pipeline"]["partition"] = {{0, 2}, {2, 3}, {3, 4}};
@@ -89,16 +97,22 @@ TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
     ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
     ASSERT_EQ(result["steps"].size(), 20u);
     for (size_t i = 0; i < reference.size(); ++i)
-      EXPECT_NEAR(result["steps"][i]["loss"].get<double>(), reference[i], 1e-6 * std::fabs(reference[i])) << family << " step " << i;
+      EXPECT_NEAR(result["steps"][i]["loss"].get<double>(), reference[i],
+                  1e-6 * std::fabs(reference[i]))
+          << family << " step " << i;
     EXPECT_LT(reference.back(), reference.front()) << family;
     // The fine-tuned model, written back by the stages as shards, reloads in the reference with
     // slowpipe's logits; and it is not the checkpoint it started from.
-    const auto back = emulator::runCommand({"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--verify",
-                                            saved, "--bin", SLOWPIPE_BINARY});
+    const auto back = emulator::runCommand(
+        {"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py",
+         "--verify", saved, "--bin", SLOWPIPE_BINARY});
     EXPECT_EQ(back.status, 0) << back.output;
-    EXPECT_TRUE(std::filesystem::exists(saved + "/model-0000" + std::to_string(stages) + "-of-0000" + std::to_string(stages) + ".safetensors"));
-    const auto before = emulator::runCommand({SLOWPIPE_BINARY, "model", "logits", hf + "/" + family + "-f32", "--tokens", "1,2,3"});
-    const auto after = emulator::runCommand({SLOWPIPE_BINARY, "model", "logits", saved, "--tokens", "1,2,3"});
+    EXPECT_TRUE(std::filesystem::exists(saved + "/model-0000" + std::to_string(stages) +
+                                        "-of-0000" + std::to_string(stages) + ".safetensors"));
+    const auto before = emulator::runCommand(
+        {SLOWPIPE_BINARY, "model", "logits", hf + "/" + family + "-f32", "--tokens", "1,2,3"});
+    const auto after =
+        emulator::runCommand({SLOWPIPE_BINARY, "model", "logits", saved, "--tokens", "1,2,3"});
     EXPECT_NE(before.output, after.output);
   }
 }
@@ -120,7 +134,8 @@ TEST_F(PipelineTest, SplitBackwardComputesTheWholeBackwardsGradients) {
     torch::manual_seed(s);
     std::vector<torch::Tensor> in, tgt, grad;
     for (int m = 0; m < 2; ++m) {
-      in.push_back(s == 0 ? torch::randint(0, 64, {2, 16}, torch::kLong) : torch::randn({2, 16, 32}));
+      in.push_back(s == 0 ? torch::randint(0, 64, {2, 16}, torch::kLong)
+                          : torch::randn({2, 16, 32}));
       tgt.push_back(torch::randint(0, 64, {2, 16}, torch::kLong));
       grad.push_back(s == 2 ? torch::Tensor() : torch::randn({2, 16, 32}));
       const torch::Tensor ya = a.forward(m, in[m], tgt[m]), yb = b.forward(m, in[m], tgt[m]);
@@ -135,13 +150,22 @@ TEST_F(PipelineTest, SplitBackwardComputesTheWholeBackwardsGradients) {
     }
     // Before BackwardWeight the linear layers have no gradient yet; after it, all are there.
     const auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
-    EXPECT_FALSE(pb["block" + std::to_string(s == 0 ? 0 : s == 1 ? 1 : 4) + ".fc.weight"].grad().defined()) << s;
+    EXPECT_FALSE(pb["block" +
+                    std::to_string(s == 0   ? 0
+                                   : s == 1 ? 1
+                                            : 4) +
+                    ".fc.weight"]
+                     .grad()
+                     .defined())
+        << s;
     for (int m = 0; m < 2; ++m) b.backwardWeight(m);
     EXPECT_THROW(b.backwardWeight(0), std::logic_error);  // its weight gradients were taken
     for (const auto& p : pa) {
       const torch::Tensor ga = p.value().grad(), gb = pb[p.key()].grad();
       ASSERT_TRUE(gb.defined()) << p.key();
-      EXPECT_LE((ga - gb).abs().max().item<double>(), 1e-6 * std::max(1e-12, ga.abs().max().item<double>())) << p.key();
+      EXPECT_LE((ga - gb).abs().max().item<double>(),
+                1e-6 * std::max(1e-12, ga.abs().max().item<double>()))
+          << p.key();
     }
   }
 }
@@ -161,7 +185,8 @@ TEST_F(PipelineTest, ZbH1LossesEqualOneFOneB) {
     ASSERT_EQ(zb["status"], "ok") << zb.value("reason", "");
     ASSERT_EQ(zb["steps"].size(), ref["steps"].size());
     for (size_t i = 0; i < ref["steps"].size(); ++i)
-      EXPECT_NEAR(zb["steps"][i]["loss"].get<double>(), ref["steps"][i]["loss"].get<double>(), 1e-6) << codec << " step " << i;
+      EXPECT_NEAR(zb["steps"][i]["loss"].get<double>(), ref["steps"][i]["loss"].get<double>(), 1e-6)
+          << codec << " step " << i;
     // The last stage's timeline: the schedule's own events, split backward included.
     std::string got;
     for (const auto& e : zb["timeline"][3]["events"])
@@ -179,8 +204,9 @@ TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
     for (const char* codec : {"none", "fp16"}) {
       json j = baseSpec(S * 2, "1f1b");
       j["model"]["layers"] = S == 2 ? 6 : 10;
-      j["pipeline"]["partition"] = S == 2 ? json{{0, 2}, {2, 3}, {3, 5}, {5, 6}}
-                                          : json{{0, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 8}, {8, 9}, {9, 10}};
+      j["pipeline"]["partition"] =
+          S == 2 ? json{{0, 2}, {2, 3}, {3, 5}, {5, 6}}
+                 : json{{0, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 8}, {8, 9}, {9, 10}};
       j["training"]["max_steps"] = 8;
       j["training"]["eval_each_epoch"] = true;  // evaluation crosses the ring too
       j["compression"] = {{"forward", codec}, {"backward", codec}};
@@ -194,14 +220,20 @@ TEST_F(PipelineTest, InterleavedLossesEqualOneFOneBOverTheVirtualStages) {
       EXPECT_TRUE(il["codec_states_match"].get<bool>()) << tag;
       ASSERT_EQ(il["steps"].size(), ref["steps"].size());
       for (size_t i = 0; i < ref["steps"].size(); ++i)
-        EXPECT_NEAR(il["steps"][i]["loss"].get<double>(), ref["steps"][i]["loss"].get<double>(), 1e-6) << tag << " step " << i;
+        EXPECT_NEAR(il["steps"][i]["loss"].get<double>(), ref["steps"][i]["loss"].get<double>(),
+                    1e-6)
+            << tag << " step " << i;
       ASSERT_FALSE(il["evals"].empty()) << tag;
       ASSERT_EQ(il["evals"].size(), ref["evals"].size());
       for (size_t i = 0; i < ref["evals"].size(); ++i)
-        EXPECT_NEAR(il["evals"][i]["val_loss"].get<double>(), ref["evals"][i]["val_loss"].get<double>(), 1e-6) << tag;
+        EXPECT_NEAR(il["evals"][i]["val_loss"].get<double>(),
+                    ref["evals"][i]["val_loss"].get<double>(), 1e-6)
+            << tag;
       // Every virtual boundary carries each micro-batch once per direction: as many activation
       // bytes as the S x V-stage 1F1B run.
-      EXPECT_EQ(il["steps"][2]["bytes"]["forward"]["raw"], ref["steps"][2]["bytes"]["forward"]["raw"]) << tag;
+      EXPECT_EQ(il["steps"][2]["bytes"]["forward"]["raw"],
+                ref["steps"][2]["bytes"]["forward"]["raw"])
+          << tag;
       // The timeline names each event's model chunk: both chunks of every stage computed.
       ASSERT_EQ(il["timeline"].size(), static_cast<size_t>(S)) << tag;
       for (const auto& row : il["timeline"]) {
@@ -246,14 +278,16 @@ TEST_F(PipelineTest, EvaluationsEveryNStepsMatchASingleProcess) {
   ASSERT_EQ(single.size(), r["evals"].size());
   for (size_t i = 0; i < single.size(); ++i) {
     EXPECT_EQ(single[i]["step"], r["evals"][i]["step"]);
-    EXPECT_NEAR(single[i]["val_loss"].get<double>(), r["evals"][i]["val_loss"].get<double>(), 1e-6) << i;
+    EXPECT_NEAR(single[i]["val_loss"].get<double>(), r["evals"][i]["val_loss"].get<double>(), 1e-6)
+        << i;
   }
   j["training"]["eval_every_steps"] = -1;
   try {
     runSpecFromJson(j);
     ADD_FAILURE() << "a negative eval_every_steps was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("training.eval_every_steps"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("training.eval_every_steps"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -269,14 +303,16 @@ TEST_F(PipelineTest, VirtualStagesAreCheckedByName) {
   };
   json j = baseSpec(2, "1f1b");
   j["pipeline"]["virtual_stages"] = 2;
-  EXPECT_NE(errorOf(j).find("need a schedule that interleaves them"), std::string::npos) << errorOf(j);
+  EXPECT_NE(errorOf(j).find("need a schedule that interleaves them"), std::string::npos)
+      << errorOf(j);
   j["pipeline"]["schedule"] = "interleaved_1f1b";
   EXPECT_EQ(errorOf(j), "");
   j["pipeline"]["micro_batches"] = 3;
   EXPECT_NE(errorOf(j).find("not a multiple of 2"), std::string::npos) << errorOf(j);
   j["pipeline"]["micro_batches"] = 4;
   j["pipeline"]["virtual_stages"] = 3;
-  EXPECT_NE(errorOf(j).find("stages x virtual_stages <= model.layers"), std::string::npos) << errorOf(j);
+  EXPECT_NE(errorOf(j).find("stages x virtual_stages <= model.layers"), std::string::npos)
+      << errorOf(j);
   j["pipeline"]["virtual_stages"] = 2;
   j["pipeline"]["replicas"] = 2;
   EXPECT_EQ(errorOf(j), "");  // replicas synchronise every model chunk
@@ -308,17 +344,20 @@ TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
   // The AC-SGD buffers of stage 0 (sender) and stage 1 (receiver), two processes, are identical
   // after every example was seen four times, and not trivially so.
   EXPECT_TRUE(a["codec_states_match"].get<bool>());
-  EXPECT_EQ(a["codec_state"]["0"]["fwd_sender_digest"], a["codec_state"]["1"]["fwd_receiver_digest"]);
+  EXPECT_EQ(a["codec_state"]["0"]["fwd_sender_digest"],
+            a["codec_state"]["1"]["fwd_receiver_digest"]);
   // The last step's timeline, per stage, in the order of that stage's action list.
   ASSERT_EQ(a["timeline"].size(), 2u);
   std::string got;
   for (const auto& e : a["timeline"][1]["events"])
-    got += e["what"].get<std::string>().substr(0, 1) + (e["mb"].get<int>() >= 0 ? std::to_string(e["mb"].get<int>()) : "") + " ";
+    got += e["what"].get<std::string>().substr(0, 1) +
+           (e["mb"].get<int>() >= 0 ? std::to_string(e["mb"].get<int>()) : "") + " ";
   EXPECT_EQ(got, "r0 f0 r1 f1 r2 f2 r3 f3 b3 s3 b2 s2 b1 s1 b0 s0 g s r s ") << got;
   EXPECT_NE(a["codec_state"]["0"]["fwd_sender_digest"], f["codec_state"]["0"]["fwd_sender_digest"]);
   const auto& steps = a["steps"];
   EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 0.3);
-  EXPECT_LT(a["evals"].back()["val_loss"].get<double>(), a["evals"].front()["val_loss"].get<double>());
+  EXPECT_LT(a["evals"].back()["val_loss"].get<double>(),
+            a["evals"].front()["val_loss"].get<double>());
   const double fp32Wire = f["steps"][10]["bytes"]["forward"]["wire"].get<double>();
   RecordProperty("fp32_forward_wire_per_step", std::to_string(fp32Wire));
   RecordProperty("acsgd_forward_wire_per_step", steps.back()["bytes"]["forward"]["wire"].dump());
@@ -326,7 +365,8 @@ TEST_F(PipelineTest, AcsgdLossFallsAndForwardBytesShrink) {
     if (st["epoch"].get<int>() == 0) continue;  // first sighting of every example: full precision
     EXPECT_LE(st["bytes"]["forward"]["wire"].get<double>() * 12, fp32Wire) << "step " << st["step"];
   }
-  EXPECT_LT(steps[0]["bytes"]["forward"]["wire"].get<double>() * 12, fp32Wire * 13);  // epoch 0 is ~ fp32
+  EXPECT_LT(steps[0]["bytes"]["forward"]["wire"].get<double>() * 12,
+            fp32Wire * 13);  // epoch 0 is ~ fp32
 }
 
 // A straggler in emulation: rank 1 at half speed from step 6 of 12 (runtime.slowdown). The worker
@@ -346,22 +386,26 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
   const json r = launch(spec, "straggler");
   ASSERT_EQ(r["steps"].size(), 12u);
   const json& m = r["slowdown"]["1"];
-  const double owed = m["owed_s"].get<double>(), stalled = m["stalled_s"].get<double>(), compute = m["compute_s"].get<double>();
+  const double owed = m["owed_s"].get<double>(), stalled = m["stalled_s"].get<double>(),
+               compute = m["compute_s"].get<double>();
   EXPECT_GE(stalled, owed) << m.dump();
   EXPECT_LT(stalled - owed, 0.05) << m.dump();
   EXPECT_DOUBLE_EQ(m["effective_speed"].get<double>(), compute / (compute + stalled)) << m.dump();
   EXPECT_EQ(r["slowdown"]["0"]["effective_speed"].get<double>(), 1.0);
   EXPECT_EQ(r["slowdown"]["0"]["owed_s"].get<double>(), 0.0);
-  double stallSum = 0, computeSlowed = 0;  // rank 1 in steps 6-11: its stalls, its compute without them
-  double cpuSlowed = 0;                    // and the CPU its process had then
+  double stallSum = 0,
+         computeSlowed = 0;  // rank 1 in steps 6-11: its stalls, its compute without them
+  double cpuSlowed = 0;      // and the CPU its process had then
   for (int k = 0; k < 12; ++k) {
     const json& row = r["steps"][k]["breakdown_s_per_stage"][1];
     const double s = row["stalled"].get<double>();
-    for (const json& stage : r["steps"][k]["breakdown_s_per_stage"]) {  // every worker measures its process
+    for (const json& stage :
+         r["steps"][k]["breakdown_s_per_stage"]) {  // every worker measures its process
       EXPECT_GT(stage["cpu_s"].get<double>(), 0.0) << "step " << k;
       EXPECT_GE(stage["preempted"].get<int64_t>(), 0) << "step " << k;
     }
-    EXPECT_EQ(r["steps"][k]["breakdown_s_per_stage"][0]["stalled"].get<double>(), 0.0) << "step " << k;
+    EXPECT_EQ(r["steps"][k]["breakdown_s_per_stage"][0]["stalled"].get<double>(), 0.0)
+        << "step " << k;
     if (k < 6) {
       EXPECT_EQ(s, 0.0) << "step " << k;
       continue;
@@ -372,13 +416,16 @@ TEST_F(PipelineTest, StragglerComputesAtItsSpeed) {
     computeSlowed += row["compute"].get<double>() - s;
     cpuSlowed += row["cpu_s"].get<double>();
   }
-  // A stall sleeps: the straggler's CPU is its work, not its work and stalls (as wall time would be).
-  EXPECT_LT(cpuSlowed, computeSlowed + 0.5 * stallSum) << cpuSlowed << " CPU-s for " << computeSlowed << " s of compute and "
-                                                       << stallSum << " s of stalls";
+  // A stall sleeps: the straggler's CPU is its work, not its work and stalls (as wall time would
+  // be).
+  EXPECT_LT(cpuSlowed, computeSlowed + 0.5 * stallSum)
+      << cpuSlowed << " CPU-s for " << computeSlowed << " s of compute and " << stallSum
+      << " s of stalls";
   EXPECT_NEAR(stallSum, stalled, 1e-9);  // no evaluation in this run: every stall is in a step
   // What it owed is what it computed in those steps (t x (1/0.5 - 1) = t per action), measured
   // around the same calls; what it slept is that plus at most the last sleep's overrun.
-  EXPECT_NEAR(owed / computeSlowed, 1.0, 0.1) << owed << " s owed for " << computeSlowed << " s of compute";
+  EXPECT_NEAR(owed / computeSlowed, 1.0, 0.1)
+      << owed << " s owed for " << computeSlowed << " s of compute";
   EXPECT_EQ(r["spec"]["runtime"]["slowdown"][0]["rank"], 1);
 }
 
@@ -401,7 +448,8 @@ TEST_F(PipelineTest, ReplicasOnOneNodeShareItsUplink) {
       "core": {"default": {"latency": "1ms"}}})")}};
   auto medianStep = [](const json& r) {
     std::vector<double> t;
-    for (size_t k = 1; k < r["steps"].size(); ++k) t.push_back(r["steps"][k]["time_s"].get<double>());
+    for (size_t k = 1; k < r["steps"].size(); ++k)
+      t.push_back(r["steps"][k]["time_s"].get<double>());
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
@@ -431,7 +479,8 @@ TEST_F(PipelineTest, KilledWorkerFailsTheRunWithin5sAndLeavesNoOrphans) {
   kill(victim, SIGKILL);
   int status = 0;
   waitpid(launcher, &status, 0);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 5.0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
@@ -458,37 +507,51 @@ TEST_F(PipelineTest, HungWorkerIsNamedAndStoppedAfterTheStepTimeout) {
   kill(hung, SIGSTOP);  // alive but making no progress
   int status = 0;
   waitpid(launcher, &status, 0);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 2.0 + 5.0) << "timeout 2 s, then at most 5 s to stop everything";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
   r = json::parse(std::ifstream(out / "result.json"));
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r["reason"].get<std::string>().find("rank 1 made no progress"), std::string::npos) << r["reason"];
+  EXPECT_NE(r["reason"].get<std::string>().find("rank 1 made no progress"), std::string::npos)
+      << r["reason"];
   EXPECT_TRUE(kill(hung, 0) != 0 && errno == ESRCH) << "the hung worker survived";
   EXPECT_TRUE(kill(other, 0) != 0 && errno == ESRCH) << "worker 0 survived";
 }
 
 TEST_F(PipelineTest, MalformedSpecFailsBeforeAnyProcessStarts) {
-  for (const auto& [mutate, expect] : std::vector<std::pair<std::function<void(json&)>, std::string>>{
+  for (const auto& [mutate, expect] :
+       std::vector<std::pair<std::function<void(json&)>, std::string>>{
            {[](json& j) { j.erase("model"); }, "spec.model: missing"},
-           {[](json& j) { j["pipeline"]["micro_batches"] = "4"; }, "pipeline.micro_batches: wrong type"},
-           {[](json& j) { j["compression"]["backward"] = "quant:bits=12"; }, "compression.backward"},
+           {[](json& j) { j["pipeline"]["micro_batches"] = "4"; },
+            "pipeline.micro_batches: wrong type"},
+           {[](json& j) { j["compression"]["backward"] = "quant:bits=12"; },
+            "compression.backward"},
            {[](json& j) { j["pipeline"]["stages"] = 8; }, "stages <= model.layers"},
            // An override naming a stage that does not exist was silently ignored.
-           {[](json& j) { j["network"]["links"]["links"] = {{{"src", 1}, {"dst", 7}, {"latency", "5ms"}}}; },
+           {[](json& j) {
+              j["network"]["links"]["links"] = {{{"src", 1}, {"dst", 7}, {"latency", "5ms"}}};
+            },
             "network.links.links[0].dst: 7 names no stage; the pipeline has stages 0..1"},
-           {[](json& j) { j["network"]["links"]["links"] = {{{"src", 0}, {"dst", 0}, {"latency", "5ms"}}}; },
+           {[](json& j) {
+              j["network"]["links"]["links"] = {{{"src", 0}, {"dst", 0}, {"latency", "5ms"}}};
+            },
             "are not neighbouring stages"},
-           {[](json& j) { j["network"]["links"]["bandwidth"] = "2000Gbps"; }, "network.links.bandwidth: \"2000Gbps\" is beyond 1 Tbps"},
-           {[](json& j) { j["network"]["links"]["latency"] = "7200s"; }, "network.links.latency: \"7200s\" is beyond 1 h"},
-           {[](json& j) { j["model"]["seq_len"] = 3000000000LL; }, "model.seq_len: 3000000000 is out of range"},
-           {[](json& j) { j["model"]["seq_len"] = 2000000; }, "model.seq_len: 2000000 is beyond 2^20"}}) {
+           {[](json& j) { j["network"]["links"]["bandwidth"] = "2000Gbps"; },
+            "network.links.bandwidth: \"2000Gbps\" is beyond 1 Tbps"},
+           {[](json& j) { j["network"]["links"]["latency"] = "7200s"; },
+            "network.links.latency: \"7200s\" is beyond 1 h"},
+           {[](json& j) { j["model"]["seq_len"] = 3000000000LL; },
+            "model.seq_len: 3000000000 is out of range"},
+           {[](json& j) { j["model"]["seq_len"] = 2000000; },
+            "model.seq_len: 2000000 is beyond 2^20"}}) {
     json spec = baseSpec(2, "gpipe");
     mutate(spec);
     const fs::path file = root_ / "bad.json", out = root_ / "bad-out";
     std::ofstream(file) << spec.dump();
-    const auto r = emulator::runCommand({SLOWPIPE_BINARY, "run", file.string(), "--out", out.string()});
+    const auto r =
+        emulator::runCommand({SLOWPIPE_BINARY, "run", file.string(), "--out", out.string()});
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.output.find(expect), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out)) << "something ran for a bad spec";
@@ -505,7 +568,8 @@ TEST_F(PipelineTest, ErrorFeedbackForwardTopkBackwardRunEndsOk) {
   EXPECT_TRUE(r["codec_states_match"].get<bool>());
   EXPECT_EQ(r["steps"].size(), 20u);
   EXPECT_LT(r["steps"][19]["loss"].get<double>(), r["steps"][0]["loss"].get<double>());
-  EXPECT_LT(r["steps"][5]["bytes"]["backward"]["wire"].get<double>(), r["steps"][5]["bytes"]["backward"]["raw"].get<double>() / 5);
+  EXPECT_LT(r["steps"][5]["bytes"]["backward"]["wire"].get<double>(),
+            r["steps"][5]["bytes"]["backward"]["raw"].get<double>() / 5);
 }
 
 // backing=mmap,path=F made the sender and the receiver open the same file, so they updated one
@@ -518,16 +582,20 @@ TEST_F(PipelineTest, AcsgdMmapWithPathEqualsRamStepByStep) {
   const fs::path file = root_ / "acsgd-store";
   json ram = spec, mmap = spec;
   ram["compression"] = {{"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}};
-  mmap["compression"] = {{"forward", "acsgd:bits=2,backing=mmap,path=" + file.string()}, {"backward", "quant:bits=4"}};
+  mmap["compression"] = {{"forward", "acsgd:bits=2,backing=mmap,path=" + file.string()},
+                         {"backward", "quant:bits=4"}};
   const json a = launch(ram, "acsgd-ram"), b = launch(mmap, "acsgd-mmap");
   ASSERT_EQ(a["status"], "ok");
   ASSERT_EQ(b["status"], "ok") << b.value("reason", "");
   ASSERT_EQ(a["steps"].size(), b["steps"].size());
   for (size_t i = 0; i < a["steps"].size(); ++i)
-    EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>()) << "step " << i;
-  EXPECT_EQ(a["codec_state"]["1"]["fwd_receiver_digest"], b["codec_state"]["1"]["fwd_receiver_digest"]);
+    EXPECT_EQ(a["steps"][i]["loss"].get<double>(), b["steps"][i]["loss"].get<double>())
+        << "step " << i;
+  EXPECT_EQ(a["codec_state"]["1"]["fwd_receiver_digest"],
+            b["codec_state"]["1"]["fwd_receiver_digest"]);
   for (const auto& e : fs::directory_iterator(root_))
-    EXPECT_EQ(e.path().filename().string().rfind("acsgd-store", 0), std::string::npos) << e.path() << " was left behind";
+    EXPECT_EQ(e.path().filename().string().rfind("acsgd-store", 0), std::string::npos)
+        << e.path() << " was left behind";
 }
 
 // A non-finite activation stops the run with a message naming step, stage and micro-batch, and the
@@ -552,27 +620,32 @@ TEST_F(PipelineTest, FailedSetupLeavesAFailedResult) {
   spec["training"]["init_checkpoint"] = (root_ / "no-such-base.pt").string();
   const json r = launch(spec, "bad-setup", /*expectOk=*/false);
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r["reason"].get<std::string>().find("training.init_checkpoint"), std::string::npos) << r["reason"];
+  EXPECT_NE(r["reason"].get<std::string>().find("training.init_checkpoint"), std::string::npos)
+      << r["reason"];
   EXPECT_TRUE(r["environment"].contains("git_commit"));  // captured once, before anything ran
 }
 
 // runtime.device = cuda where libtorch has no CUDA (Debian's): the run fails, saying what to do.
 TEST_F(PipelineTest, CudaStagesWithoutCudaLibtorchFailNamingTheField) {
-  if (torch::cuda::is_available()) GTEST_SKIP() << "this libtorch has CUDA: the stages would run there";
+  if (torch::cuda::is_available())
+    GTEST_SKIP() << "this libtorch has CUDA: the stages would run there";
   json spec = baseSpec(2, "gpipe");
   spec["runtime"]["device"] = "cuda";
   const json r = launch(spec, "cuda-on-cpu", /*expectOk=*/false);
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r["reason"].get<std::string>().find("runtime.device = 'cuda': this libtorch sees no CUDA device"),
-            std::string::npos) << r["reason"];
+  EXPECT_NE(r["reason"].get<std::string>().find(
+                "runtime.device = 'cuda': this libtorch sees no CUDA device"),
+            std::string::npos)
+      << r["reason"];
 }
 
 // A worker whose launcher is gone exits at once: its parent is no longer the pid it was given.
 // (The old check, getppid() == 1, misfires where the launcher itself is pid 1.)
 TEST_F(PipelineTest, WorkerWithoutItsLauncherExits) {
-  const auto r = emulator::runCommand({SLOWPIPE_BINARY, "worker", "--spec", "/nonexistent.json", "--rank", "0",
-                                       "--control", "ipc:///tmp/none", "--peers", "ipc:///tmp/none2",
-                                       "--launcher-pid", std::to_string(getpid() + 100000)});
+  const auto r =
+      emulator::runCommand({SLOWPIPE_BINARY, "worker", "--spec", "/nonexistent.json", "--rank", "0",
+                            "--control", "ipc:///tmp/none", "--peers", "ipc:///tmp/none2",
+                            "--launcher-pid", std::to_string(getpid() + 100000)});
   EXPECT_EQ(r.status, 4) << r.output;
 }
 
@@ -601,7 +674,8 @@ TEST_F(PipelineTest, GitNeverRunsDuringARun) {
   EXPECT_TRUE(r["environment"].contains("git_commit"));
 }
 
-// runtime.pin_cores: each worker runs on its own CPU when there are enough, and the result says where.
+// runtime.pin_cores: each worker runs on its own CPU when there are enough, and the result says
+// where.
 TEST_F(PipelineTest, PinCoresRecordsThePlacement) {
   json spec = baseSpec(2, "gpipe");
   spec["training"]["max_steps"] = 3;
@@ -628,7 +702,8 @@ TEST_F(PipelineTest, PinCoresRecordsThePlacement) {
 TEST_F(PipelineTest, WorkersThatFinishedWhileTheLauncherWasStoppedEndOk) {
   json spec = baseSpec(2, "gpipe");
   spec["training"]["max_steps"] = 300;
-  spec["runtime"]["timeline"] = "all";  // a "done" record of megabytes: still arriving when the exit is seen
+  spec["runtime"]["timeline"] =
+      "all";  // a "done" record of megabytes: still arriving when the exit is seen
   json partial;
   const pid_t launcher = startRun(spec, "stopped-launcher", &partial);
   ASSERT_GE(partial["steps"].size(), 3u);
@@ -657,7 +732,8 @@ TEST_F(PipelineTest, SignalToTheLauncherIsTheReason) {
     waitpid(launcher, nullptr, 0);
     const json r = json::parse(std::ifstream(root_ / tag / "result.json"));
     EXPECT_EQ(r["status"], "failed");
-    EXPECT_EQ(r.value("reason", ""), "launcher interrupted by signal " + std::to_string(sig)) << r.value("reason", "");
+    EXPECT_EQ(r.value("reason", ""), "launcher interrupted by signal " + std::to_string(sig))
+        << r.value("reason", "");
   }
 }
 
@@ -666,7 +742,8 @@ TEST_F(PipelineTest, SignalToTheLauncherIsTheReason) {
 TEST_F(PipelineTest, FullDiskFailsTheRunWithTheErrnoAndLeavesNothingBehind) {
   const fs::path disk = root_ / "small-disk";
   fs::create_directories(disk);
-  if (mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=16k") != 0) GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
+  if (mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=16k") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
   json spec = baseSpec(2, "gpipe");
   spec["runtime"]["timeline"] = "all";  // a result that outgrows the disk
   const RunSpec rs = runSpecFromJson(spec);
@@ -678,10 +755,12 @@ TEST_F(PipelineTest, FullDiskFailsTheRunWithTheErrnoAndLeavesNothingBehind) {
   EXPECT_NE(launchRun(rs, o), 0);
   const json r = json::parse(std::ifstream(disk / "run" / "result.json"));
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r.value("reason", "").find("No space left on device"), std::string::npos) << r.value("reason", "");
+  EXPECT_NE(r.value("reason", "").find("No space left on device"), std::string::npos)
+      << r.value("reason", "");
   for (const auto& e : fs::directory_iterator(disk / "run"))
     EXPECT_NE(e.path().extension(), ".tmp") << e.path();
-  for (const auto& w : r.value("workers", json::array())) EXPECT_NE(kill(w["pid"].get<int>(), 0), 0) << "worker left running";
+  for (const auto& w : r.value("workers", json::array()))
+    EXPECT_NE(kill(w["pid"].get<int>(), 0), 0) << "worker left running";
   umount(disk.c_str());
 }
 
@@ -716,7 +795,8 @@ TEST_F(PipelineTest, AResultThatIsAFolderIsRefusedByName) {
     launchRun(runSpecFromJson(baseSpec(2, "gpipe")), o);
     FAIL() << "a run started with a folder for its result";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("result.json' is a folder, not a file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("result.json' is a folder, not a file"), std::string::npos)
+        << e.what();
   }
   EXPECT_TRUE(fs::is_empty(out / "result.json"));
 }
@@ -738,8 +818,10 @@ TEST_F(PipelineTest, CalibrationHasATimeLimitAndNamesTheLink) {
   spec["network"]["links"] = {{"bandwidth", "50bps"}, {"latency", "1ms"}};
   const json r = launch(spec, "slow-calibration", false, true);
   EXPECT_EQ(r["status"], "failed");
-  EXPECT_NE(r.value("reason", "").find("calibrating link 0->1 (50bps, 1ms)"), std::string::npos) << r.value("reason", "");
-  EXPECT_NE(r.value("reason", "").find("is the bandwidth's unit right?"), std::string::npos) << r.value("reason", "");
+  EXPECT_NE(r.value("reason", "").find("calibrating link 0->1 (50bps, 1ms)"), std::string::npos)
+      << r.value("reason", "");
+  EXPECT_NE(r.value("reason", "").find("is the bandwidth's unit right?"), std::string::npos)
+      << r.value("reason", "");
 }
 
 // A plug-in whose mirrored state folds in its whole context, on both pipeline directions: the
@@ -747,7 +829,8 @@ TEST_F(PipelineTest, CalibrationHasATimeLimitAndNamesTheLink) {
 TEST_F(PipelineTest, PluginSeesTheSameContextAtBothEnds) {
   json spec = baseSpec(3, "1f1b");
   spec["training"]["max_steps"] = 4;
-  spec["compression"] = {{"forward", std::string("plugin:path=") + GOOD_PLUGIN}, {"backward", std::string("plugin:path=") + GOOD_PLUGIN}};
+  spec["compression"] = {{"forward", std::string("plugin:path=") + GOOD_PLUGIN},
+                         {"backward", std::string("plugin:path=") + GOOD_PLUGIN}};
   const json r = launch(spec, "plugin-context");
   EXPECT_EQ(r["status"], "ok") << r.value("reason", "");
   EXPECT_EQ(r["codec_states_match"], true);
@@ -764,14 +847,16 @@ TEST_F(PipelineTest, PluginCrashIsNamedInTheReason) {
   EXPECT_EQ(r["status"], "failed");
   const std::string why = r.value("reason", "");
   EXPECT_NE(why.find("rank 1"), std::string::npos) << why;
-  EXPECT_NE(why.find(std::string("inside codec plugin '") + CRASH_PLUGIN + "'"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::string("inside codec plugin '") + CRASH_PLUGIN + "'"), std::string::npos)
+      << why;
   EXPECT_NE(why.find("in its decode"), std::string::npos) << why;
 }
 
 // A local process that sends rank 0 a gradient for a step ahead (stashed until its turn), as
 // rank 1's socket would: a genuine frame with its shape rewritten to `shape`. Returns the seconds
 // from the send to the launcher's exit and rank 0's peak-memory growth (VmHWM, MiB) meanwhile.
-std::pair<double, double> injectGradient(pid_t launcher, const json& partial, const compression::Shape& shape) {
+std::pair<double, double> injectGradient(pid_t launcher, const json& partial,
+                                         const compression::Shape& shape) {
   const pid_t rank0 = childWith(launcher, std::string("--rank") + '\0' + "0");
   const std::vector<int> ports = rank0 > 0 ? listeningPorts(rank0) : std::vector<int>{};
   if (ports.size() != 1) return {-1, -1};
@@ -794,7 +879,8 @@ std::pair<double, double> injectGradient(pid_t launcher, const json& partial, co
   h.src = 1;
   h.shape = {2, 3, 5};
   const std::vector<float> x(30, 0.5f);
-  const compression::Bytes f = withShape(compression::encodeFrame(*codec, x.data(), h, {}), shape, 0);
+  const compression::Bytes f =
+      withShape(compression::encodeFrame(*codec, x.data(), h, {}), shape, 0);
   const double t0 = emulator::monotonicNow();
   sendShaped(push, f.data(), f.size());
   long peak = before;
@@ -811,7 +897,8 @@ std::pair<double, double> injectGradient(pid_t launcher, const json& partial, co
 // *seconds: from the frame to then, *grewMiB: rank 0's peak memory growth (-1: no data socket).
 class ImpostorRunTest : public PipelineTest {
  protected:
-  json runWithInjectedGradient(const std::string& tag, const compression::Shape& shape, double* seconds, double* grewMiB) const {
+  json runWithInjectedGradient(const std::string& tag, const compression::Shape& shape,
+                               double* seconds, double* grewMiB) const {
     json spec = baseSpec(2, "gpipe");
     spec["training"]["max_steps"] = 0;
     spec["network"]["links"] = {{"bandwidth", "20Mbps"}, {"latency", "1ms"}};
@@ -836,7 +923,11 @@ TEST_F(ImpostorRunTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
   const json r = runWithInjectedGradient("wrong-shape", {2, 3, 5}, &seconds, &grewMiB);
   EXPECT_EQ(r["status"], "failed");
   const std::string why = r.value("reason", "");
-  EXPECT_NE(why.find("the gradient of micro-batch 0 from rank 1 (shape [2, 3, 5]) does not fit this stage"), std::string::npos) << why;
+  EXPECT_NE(
+      why.find(
+          "the gradient of micro-batch 0 from rank 1 (shape [2, 3, 5]) does not fit this stage"),
+      std::string::npos)
+      << why;
   EXPECT_EQ(why.find("frame #"), std::string::npos) << why;
   EXPECT_LT(why.size(), 1200u) << why;
 }
@@ -847,10 +938,12 @@ TEST_F(ImpostorRunTest, AFrameOfAnotherShapeFailsTheRunWithoutABacktrace) {
 TEST_F(ImpostorRunTest, AHeaderAnnouncingMoreThanAnyFrameFailsTheRunWithoutTheMemory) {
   double seconds = 0, grewMiB = 0;
   const json r = runWithInjectedGradient("huge-shape", {2, 128, 4194304}, &seconds, &grewMiB);
-  std::printf("failed %.2f s after the frame, rank 0's peak memory +%.1f MiB: %s\n", seconds, grewMiB, r.value("reason", "").c_str());
+  std::printf("failed %.2f s after the frame, rank 0's peak memory +%.1f MiB: %s\n", seconds,
+              grewMiB, r.value("reason", "").c_str());
   EXPECT_EQ(r["status"], "failed");
   const std::string why = r.value("reason", "");
-  EXPECT_NE(why.find("from rank 1 was refused: frame: shape [2, 128, 4194304]"), std::string::npos) << why;
+  EXPECT_NE(why.find("from rank 1 was refused: frame: shape [2, 128, 4194304]"), std::string::npos)
+      << why;
   EXPECT_LT(seconds, 5.0);
   EXPECT_LT(grewMiB, 64.0);
 }
@@ -859,8 +952,8 @@ TEST_F(ImpostorRunTest, AHeaderAnnouncingMoreThanAnyFrameFailsTheRunWithoutTheMe
 TEST_F(PipelineTest, ProgressInALogIsWholeLines) {
   const fs::path specFile = root_ / "progress.json", log = root_ / "progress.log";
   std::ofstream(specFile) << baseSpec(2, "gpipe").dump();
-  const std::string cmd = std::string(SLOWPIPE_BINARY) + " run " + specFile.string() + " --out " + (root_ / "progress").string() +
-                          " > " + log.string() + " 2>&1";
+  const std::string cmd = std::string(SLOWPIPE_BINARY) + " run " + specFile.string() + " --out " +
+                          (root_ / "progress").string() + " > " + log.string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -874,20 +967,24 @@ TEST_F(PipelineTest, ProgressInALogIsWholeLines) {
 TEST_F(PipelineTest, FailedSystemCallsAreNamedInTheReason) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2) GTEST_SKIP() << "pin_cores needs 2 CPUs";
-  for (const auto& [var, expect] : {std::pair{"SLOWPIPE_FAIL_SETAFFINITY", "could not be pinned to its CPU"},
-                                    std::pair{"SLOWPIPE_FAIL_PRCTL", "prctl(PR_SET_PDEATHSIG) failed: Invalid argument"}}) {
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2)
+    GTEST_SKIP() << "pin_cores needs 2 CPUs";
+  for (const auto& [var, expect] :
+       {std::pair{"SLOWPIPE_FAIL_SETAFFINITY", "could not be pinned to its CPU"},
+        std::pair{"SLOWPIPE_FAIL_PRCTL", "prctl(PR_SET_PDEATHSIG) failed: Invalid argument"}}) {
     json spec = baseSpec(2, "gpipe");
     spec["runtime"]["pin_cores"] = true;
     const std::string tag = std::string("syscall-") + var;
     const fs::path specFile = root_ / (tag + ".json");
     std::ofstream(specFile) << spec.dump();
-    const std::string cmd = std::string("LD_PRELOAD=") + FAIL_SYSCALLS + " " + var + "=1 " + SLOWPIPE_BINARY + " run " +
-                            specFile.string() + " --out " + (root_ / tag).string() + " > /dev/null 2>&1";
+    const std::string cmd = std::string("LD_PRELOAD=") + FAIL_SYSCALLS + " " + var + "=1 " +
+                            SLOWPIPE_BINARY + " run " + specFile.string() + " --out " +
+                            (root_ / tag).string() + " > /dev/null 2>&1";
     EXPECT_NE(std::system(cmd.c_str()), 0);
     const json r = json::parse(std::ifstream(root_ / tag / "result.json"));
     EXPECT_EQ(r["status"], "failed");
-    EXPECT_NE(r.value("reason", "").find(expect), std::string::npos) << var << ": " << r.value("reason", "");
+    EXPECT_NE(r.value("reason", "").find(expect), std::string::npos)
+        << var << ": " << r.value("reason", "");
   }
 }
 

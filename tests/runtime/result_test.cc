@@ -27,14 +27,17 @@ class SmallDisk : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("slowpipe-small-disk-" + std::to_string(getpid()));
     fs::create_directories(dir_);
-    if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=16k") != 0) GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
+    if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=16k") != 0)
+      GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
     mounted_ = true;
   }
   void TearDown() override {
     if (mounted_) umount(dir_.c_str());
     fs::remove_all(dir_);
   }
-  static json big(size_t kib) { return {{"status", "running"}, {"blob", std::string(kib << 10, 'x')}}; }
+  static json big(size_t kib) {
+    return {{"status", "running"}, {"blob", std::string(kib << 10, 'x')}};
+  }
   // No temporary file of any name is left beside the result.
   bool noTemporaries() const {
     for (const auto& e : fs::directory_iterator(dir_))
@@ -52,7 +55,8 @@ TEST_F(SmallDisk, FailedWriteSaysTheErrnoKeepsTheLastGoodFileAndLeavesNoTmp) {
     writeJsonAtomically(path, big(40));
     FAIL() << "a 40 KiB write to a 16 KiB disk succeeded";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("No space left on device (errno 28)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No space left on device (errno 28)"), std::string::npos)
+        << e.what();
   }
   EXPECT_TRUE(noTemporaries());
   EXPECT_EQ(json::parse(std::ifstream(path))["blob"].get<std::string>().size(), 2u << 10);
@@ -69,7 +73,8 @@ TEST_F(SmallDisk, FinalResultOnAFullDiskIsAShortFailedDocumentNotRunning) {
   const json r = json::parse(std::ifstream(path));
   EXPECT_EQ(r["status"], "failed");
   EXPECT_EQ(r["truncated"], true);
-  EXPECT_NE(r["reason"].get<std::string>().find("No space left on device"), std::string::npos) << r["reason"];
+  EXPECT_NE(r["reason"].get<std::string>().find("No space left on device"), std::string::npos)
+      << r["reason"];
   EXPECT_EQ(r["launcher"]["pid"], 1);
   EXPECT_TRUE(noTemporaries());
 }
@@ -99,8 +104,9 @@ TEST_F(SmallDisk, FullDiskAtTheStartLeavesNoEmptyResult) {
 class OutputFolder : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("slowpipe-out-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("slowpipe-out-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     std::ofstream(dir_ / "target") << "precious\n";
@@ -140,7 +146,9 @@ TEST_F(OutputFolder, ASecondWriterOfAFolderIsRefusedNamingTheFirst) {
       const FolderLock second(dir_.string(), "run");
       FAIL() << "two writers held one folder";
     } catch (const FolderInUse& e) {
-      EXPECT_NE(std::string(e.what()).find("slowpipe sweep (pid " + std::to_string(getpid())), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("slowpipe sweep (pid " + std::to_string(getpid())),
+                std::string::npos)
+          << e.what();
     }
   }
   EXPECT_NO_THROW(FolderLock(dir_.string(), "run"));
@@ -154,7 +162,8 @@ TEST_F(OutputFolder, JsonNestedBeyondTheLimitIsRefusedByName) {
     readJsonFile((dir_ / "deep.json").string(), "spec file");
     FAIL() << "a document nested 100,000 deep was read";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("deep.json' is nested more than 128"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("deep.json' is nested more than 128"), std::string::npos)
+        << e.what();
   }
   fs::create_directories(dir_ / "folder.json");
   try {
@@ -168,8 +177,11 @@ TEST_F(OutputFolder, JsonNestedBeyondTheLimitIsRefusedByName) {
 json pipelineState(int ranks) {
   json s = json::object();
   for (int r = 0; r < ranks; ++r)
-    s[std::to_string(r)] = {{"fwd_sender_digest", 7}, {"fwd_receiver_digest", 7}, {"bwd_sender_digest", 9},
-                            {"bwd_receiver_digest", 9}, {"dp_digests", json::object()}};
+    s[std::to_string(r)] = {{"fwd_sender_digest", 7},
+                            {"fwd_receiver_digest", 7},
+                            {"bwd_sender_digest", 9},
+                            {"bwd_receiver_digest", 9},
+                            {"dp_digests", json::object()}};
   return s;
 }
 
@@ -179,10 +191,12 @@ TEST(CodecStatesTest, EveryPairMustBeReportedByBothEndsWithEqualDigests) {
   json s = pipelineState(2);
   EXPECT_EQ(codecStatesProblem(s, 2, 1), "");
   s["1"].erase("fwd_receiver_digest");
-  EXPECT_NE(codecStatesProblem(s, 2, 1).find("forward codec state was not reported by both ends"), std::string::npos);
+  EXPECT_NE(codecStatesProblem(s, 2, 1).find("forward codec state was not reported by both ends"),
+            std::string::npos);
   s = pipelineState(2);
   s["0"]["bwd_receiver_digest"] = 10;
-  EXPECT_NE(codecStatesProblem(s, 2, 1).find("backward sender digest 9 != receiver digest 10"), std::string::npos);
+  EXPECT_NE(codecStatesProblem(s, 2, 1).find("backward sender digest 9 != receiver digest 10"),
+            std::string::npos);
   // Two replicas of one stage: ring all-gather pair ag/c0 sent by replica 0, decoded by both.
   s = json::object();
   s["0"] = {{"dp_digests", {{"ag/c0", {{"send", "5"}, {"recv", "5"}}}}}};
@@ -192,8 +206,11 @@ TEST(CodecStatesTest, EveryPairMustBeReportedByBothEndsWithEqualDigests) {
   EXPECT_NE(codecStatesProblem(s, 1, 2).find("the ends' digests differ"), std::string::npos);
   s["1"]["dp_digests"] = {{"rs/1->0", {{"send", "0"}}}};
   s["0"]["dp_digests"]["ag/c0"]["recv"] = "5";
-  EXPECT_NE(codecStatesProblem(s, 1, 2).find("'rs/1->0': reported by its sender only"), std::string::npos);
-  EXPECT_NE(codecStatesProblem(json::object(), 1, 2).find("no data-parallel codec state was reported"), std::string::npos);
+  EXPECT_NE(codecStatesProblem(s, 1, 2).find("'rs/1->0': reported by its sender only"),
+            std::string::npos);
+  EXPECT_NE(
+      codecStatesProblem(json::object(), 1, 2).find("no data-parallel codec state was reported"),
+      std::string::npos);
 }
 
 TEST(SpecInputsTest, EveryLoadedFileIsListedWithItsContentDigest) {
@@ -201,10 +218,14 @@ TEST(SpecInputsTest, EveryLoadedFileIsListedWithItsContentDigest) {
   fs::create_directories(dir);
   std::ofstream(dir / "lib.so") << "one";
   std::ofstream(dir / "trace.txt") << "0 1Gbps\n";
-  const json spec = {{"compression", {{"forward", "ef(plugin:path=" + (dir / "lib.so").string() + ",bits=4)"},
-                                      {"backward", "acsgd:bits=2,backing=mmap,path=/tmp/not-an-input"}}},
-                     {"network", {{"links", {{"bandwidth", "1Gbps"},
-                                             {"overrides", {{{"src", 0}, {"dst", 1}, {"trace", (dir / "trace.txt").string()}}}}}}}}};
+  const json spec = {
+      {"compression",
+       {{"forward", "ef(plugin:path=" + (dir / "lib.so").string() + ",bits=4)"},
+        {"backward", "acsgd:bits=2,backing=mmap,path=/tmp/not-an-input"}}},
+      {"network",
+       {{"links",
+         {{"bandwidth", "1Gbps"},
+          {"overrides", {{{"src", 0}, {"dst", 1}, {"trace", (dir / "trace.txt").string()}}}}}}}}};
   const json a = specInputs(spec);
   ASSERT_EQ(a.size(), 2u) << a.dump();
   EXPECT_EQ(a[0]["path"], (dir / "lib.so").string());
@@ -225,7 +246,8 @@ TEST(ProvenanceTest, TheBinaryCarriesItsBuildsCommit) {
   setenv("PATH", path.c_str(), 1);
   EXPECT_EQ(env["git_commit"], SLOWPIPE_GIT_COMMIT);
   EXPECT_EQ(env["git_dirty"], SLOWPIPE_GIT_DIRTY != 0);
-  if (std::string(SLOWPIPE_GIT_COMMIT) != "unknown") EXPECT_EQ(env["git_commit"].get<std::string>().size(), 40u);
+  if (std::string(SLOWPIPE_GIT_COMMIT) != "unknown")
+    EXPECT_EQ(env["git_commit"].get<std::string>().size(), 40u);
 }
 
 TEST(StrictIntTest, OneParserRefusesWhatAnyOfTheThreeRefused) {
@@ -317,14 +339,23 @@ TEST(RecordsTest, StepRecordsRoundTripAndAggregateByHand) {
 // where no row measured it (the simulator).
 TEST(RecordsTest, StageCpuIsSummarisedOverTheSteadyStepsByHand) {
   auto step = [](int k, int epoch, double time, std::vector<std::pair<double, int>> rows) {
-    json st = {{"step", k}, {"epoch", epoch}, {"time_s", time}, {"tokens", 10}, {"loss", 1.0},
-               {"bytes", {{"forward", {{"raw", 4}, {"wire", 4}}}, {"backward", {{"raw", 4}, {"wire", 4}}}}},
-               {"breakdown_s", {{"compute", 0.1}, {"wait", 0.1}}}, {"breakdown_s_per_stage", json::array()}};
-    for (auto [cpu, preempted] : rows) st["breakdown_s_per_stage"].push_back({{"time_s", time}, {"cpu_s", cpu}, {"preempted", preempted}});
+    json st = {{"step", k},
+               {"epoch", epoch},
+               {"time_s", time},
+               {"tokens", 10},
+               {"loss", 1.0},
+               {"bytes",
+                {{"forward", {{"raw", 4}, {"wire", 4}}}, {"backward", {{"raw", 4}, {"wire", 4}}}}},
+               {"breakdown_s", {{"compute", 0.1}, {"wait", 0.1}}},
+               {"breakdown_s_per_stage", json::array()}};
+    for (auto [cpu, preempted] : rows)
+      st["breakdown_s_per_stage"].push_back(
+          {{"time_s", time}, {"cpu_s", cpu}, {"preempted", preempted}});
     return st;
   };
   // Step 0 (epoch 0) is warm-up and left out: its 9 s of CPU must not count.
-  const json steps = {step(0, 0, 3.0, {{9.0, 900}, {9.0, 900}}), step(1, 1, 1.0, {{0.5, 10}, {0.3, 30}}),
+  const json steps = {step(0, 0, 3.0, {{9.0, 900}, {9.0, 900}}),
+                      step(1, 1, 1.0, {{0.5, 10}, {0.3, 30}}),
                       step(2, 1, 2.0, {{0.4, 20}, {0.8, 40}})};
   const json s = summarizeSteps(steps, json::array());
   ASSERT_TRUE(s.contains("stage_cpu")) << s.dump();

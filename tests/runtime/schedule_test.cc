@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <deque>
-#include <tuple>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "runtime/executor.h"
 #include "runtime/protocol.h"
@@ -22,8 +22,10 @@ TEST(ScheduleTest, GpipeIsAllForwardsThenReverseBackwards) {
 }
 
 TEST(ScheduleTest, OneFOneBWarmsUpByDistanceToTheEnd) {
-  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 6, 0))), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 N S");
-  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 6, 3))), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 N S");
+  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 6, 0))),
+            "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 N S");
+  EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 6, 3))),
+            "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 N S");
   EXPECT_EQ(describe(computeOnly(oneFOneBSchedule(4, 2, 0))), "F0 F1 B0 B1 N S");
 }
 
@@ -64,13 +66,16 @@ class QueueBackend : public Backend {
     if (validPeer(c)) links_[{c.rank, c.peer}].push_back(Key{a.message, a.microBatch, c.chunk});
     return Progress::kDone;
   }
-  Progress recv(const Action& a, const ActionContext& c) override { return take(a, c) ? Progress::kDone : Progress::kPending; }
+  Progress recv(const Action& a, const ActionContext& c) override {
+    return take(a, c) ? Progress::kDone : Progress::kPending;
+  }
   // Takes the message a receive waits for, if it is queued.
   bool take(const Action& a, const ActionContext& c) {
     if (!validPeer(c)) return true;
     auto& q = links_[{c.peer, c.rank}];
     const Key key{a.message, a.microBatch, c.chunk};
-    const auto it = !keyed_ ? (q.empty() ? q.end() : q.begin()) : std::find(q.begin(), q.end(), key);
+    const auto it =
+        !keyed_ ? (q.empty() ? q.end() : q.begin()) : std::find(q.begin(), q.end(), key);
     if (it == q.end()) return false;  // not there yet
     bad_ |= *it != key;
     q.erase(it);
@@ -136,7 +141,8 @@ TEST(ExecutorTest, ReplayFindsDisorderDeadlocksAndLostMessages) {
   std::swap(disorder[0][1], disorder[0][3]);  // sA1 before sA0
   EXPECT_FALSE(replayPlans(disorder, 2, 1));
   auto deadlock = good;
-  std::rotate(deadlock[0].begin() + 1, deadlock[0].begin() + 4, deadlock[0].begin() + 5);  // F0 rG1 sA0 ...
+  std::rotate(deadlock[0].begin() + 1, deadlock[0].begin() + 4,
+              deadlock[0].begin() + 5);  // F0 rG1 sA0 ...
   ASSERT_EQ(describe(deadlock[0]).substr(0, 9), "F0 rG1 sA");
   EXPECT_FALSE(replayPlans(deadlock, 2, 1));
   auto lost = good;
@@ -156,13 +162,27 @@ TEST(ExecutorTest, PendingActionsResumeWithTheirContext) {
       seen.push_back({a, c});
       return p;
     }
-    Progress compute(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kPending); }
-    Progress step(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
-    Progress send(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
-    Progress recv(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
-    Progress dpBegin(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kPending); }
-    Progress dpEnd(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
-    Progress outerStep(const Action& a, const ActionContext& c) override { return log(a, c, Progress::kDone); }
+    Progress compute(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kPending);
+    }
+    Progress step(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kDone);
+    }
+    Progress send(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kDone);
+    }
+    Progress recv(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kDone);
+    }
+    Progress dpBegin(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kPending);
+    }
+    Progress dpEnd(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kDone);
+    }
+    Progress outerStep(const Action& a, const ActionContext& c) override {
+      return log(a, c, Progress::kDone);
+    }
   } b;
   const RankLayout layout{2, 2, 1};  // rank 1: stage 0, replica 1
   DpShape dp;
@@ -219,9 +239,12 @@ TEST(ScheduleTest, EveryShapeCompletesWithFifoOrder) {
 // Zero-bubble H1: 1F1B's order of forwards and input-gradient passes; stage s defers up to s
 // weight-gradient passes and runs the rest at the end (Qi et al. 2023, the handcrafted H1).
 TEST(ScheduleTest, ZbH1DefersWeightGradientsByStage) {
-  EXPECT_EQ(describe(computeOnly(makeSchedule("zb_h1", 4, 6, 0))), "F0 F1 F2 F3 I0 W0 F4 I1 W1 F5 I2 W2 I3 W3 I4 W4 I5 W5 N S");
-  EXPECT_EQ(describe(computeOnly(makeSchedule("zb_h1", 4, 6, 3))), "F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1 F5 I5 W2 W3 W4 W5 N S");
-  EXPECT_EQ(describe(makeSchedule("zb_h1", 2, 2, 1)), "rA0 F0 I0 sG0 rA1 F1 I1 sG1 W0 W1 N sP rT S");
+  EXPECT_EQ(describe(computeOnly(makeSchedule("zb_h1", 4, 6, 0))),
+            "F0 F1 F2 F3 I0 W0 F4 I1 W1 F5 I2 W2 I3 W3 I4 W4 I5 W5 N S");
+  EXPECT_EQ(describe(computeOnly(makeSchedule("zb_h1", 4, 6, 3))),
+            "F0 I0 F1 I1 F2 I2 F3 I3 W0 F4 I4 W1 F5 I5 W2 W3 W4 W5 N S");
+  EXPECT_EQ(describe(makeSchedule("zb_h1", 2, 2, 1)),
+            "rA0 F0 I0 sG0 rA1 F1 I1 sG1 W0 W1 N sP rT S");
   // The messages and their order on every link are 1F1B's: only local compute moved.
   for (int S = 1; S <= 6; ++S)
     for (int M = 1; M <= 8; ++M)
@@ -245,7 +268,8 @@ TEST(ScheduleTest, InterleavedOneFOneBRunsChunksRoundRobin) {
   // Chunk 1 of stage 0 takes its input from the last stage (the ring) and chunk 0 of stage 0
   // sends no gradient: it is the first virtual stage.
   EXPECT_EQ(describe(makeSchedule("interleaved_1f1b", 2, 2, 0, 2)),
-            "F0 sA0 F1 sA1 rA0.1 F0.1 sA0.1 rA1.1 F1.1 sA1.1 rG0.1 B0.1 sG0.1 rG1.1 B1.1 sG1.1 rG0 B0 rG1 B1 N rP sT S");
+            "F0 sA0 F1 sA1 rA0.1 F0.1 sA0.1 rA1.1 F1.1 sA1.1 rG0.1 B0.1 sG0.1 rG1.1 B1.1 sG1.1 rG0 "
+            "B0 rG1 B1 N rP sT S");
   const RankLayout ring{2, 1, 2};
   Action wrap{Action::Kind::kRecv, 0, Action::Peer::kPrev, Action::Message::kActivation};
   wrap.chunk = 1;
@@ -308,10 +332,12 @@ TEST(ScheduleTest, InFlightMicroBatchesStayWithinOneFOneBsPeak) {
               ASSERT_TRUE(inputDone.count(a.microBatch)) << name;
             }
             peak = std::max(peak, live.size());
-            if (a.kind == Action::Kind::kBackward || a.kind == Action::Kind::kBackwardWeight) live.erase(a.microBatch);
+            if (a.kind == Action::Kind::kBackward || a.kind == Action::Kind::kBackwardWeight)
+              live.erase(a.microBatch);
           }
           const int bound = std::string(name) == "1f1b" ? S - s : S;
-          ASSERT_LE(peak, static_cast<size_t>(std::min(bound, M))) << name << " S=" << S << " M=" << M << " s=" << s;
+          ASSERT_LE(peak, static_cast<size_t>(std::min(bound, M)))
+              << name << " S=" << S << " M=" << M << " s=" << s;
         }
 }
 

@@ -73,7 +73,8 @@ TEST(SecurityTest, ServerAdmitsOnlyItsPeerAndFramesUpToTheLimit) {
   EXPECT_EQ(got, "hello from rank 1");
   // Above the limit: dropped with the connection (the reader never sees it).
   push.send(zmq::buffer(std::string(5000, 'x')), zmq::send_flags::none);
-  EXPECT_FALSE(receives(pull, &got, 1000)) << "an oversized frame of " << got.size() << " bytes arrived";
+  EXPECT_FALSE(receives(pull, &got, 1000))
+      << "an oversized frame of " << got.size() << " bytes arrived";
 }
 
 TEST(SecurityTest, KeysFromASecretAreTheSameForEveryHolderAndOnlyForThem) {
@@ -82,11 +83,12 @@ TEST(SecurityTest, KeysFromASecretAreTheSameForEveryHolderAndOnlyForThem) {
   EXPECT_EQ(a.publicKey, b.publicKey);
   EXPECT_EQ(a.secretKey, b.secretKey);
   EXPECT_EQ(a.publicKey.size(), 40u);
-  EXPECT_NE(curveKeyPairFromSecret("the shared secret of a run", "rendezvous/client").publicKey, a.publicKey);
-  EXPECT_NE(curveKeyPairFromSecret("another secret altogether", "rendezvous/server").publicKey, a.publicKey);
+  EXPECT_NE(curveKeyPairFromSecret("the shared secret of a run", "rendezvous/client").publicKey,
+            a.publicKey);
+  EXPECT_NE(curveKeyPairFromSecret("another secret altogether", "rendezvous/server").publicKey,
+            a.publicKey);
   EXPECT_NE(newCurveKeyPair().publicKey, newCurveKeyPair().publicKey);
 }
-
 
 int openDescriptors() {
   int n = 0;
@@ -97,7 +99,9 @@ int openDescriptors() {
   return n;
 }
 
-int portOf(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
+int portOf(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
 
 // 300 connections that never say a word, against a CURVE server whose guard allows 16 of them
 // unauthenticated and 1 s to finish a handshake: the server holds at most about the cap at any
@@ -143,14 +147,18 @@ TEST(ListenGuardTest, HeldConnectionsAreCappedTimedOutAndEveryOneCounted) {
   for (int fd : held) close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   const nlohmann::json r = guard.report();
-  std::printf("server descriptors at most +%d during the flood; refusals %s\n", most, r["by_kind"].dump().c_str());
-  EXPECT_LE(most, 16 + 24) << "the cap did not hold";  // the cap, plus accepts the guard has not seen yet
+  std::printf("server descriptors at most +%d during the flood; refusals %s\n", most,
+              r["by_kind"].dump().c_str());
+  EXPECT_LE(most, 16 + 24)
+      << "the cap did not hold";  // the cap, plus accepts the guard has not seen yet
   EXPECT_GE(completed, 200);
   EXPECT_EQ(r["count"], completed) << r["by_kind"].dump();
   EXPECT_EQ(r["by_socket"]["data from rank 1"], completed) << r["by_kind"].dump();
-  EXPECT_TRUE(r["by_kind"].contains("over the cap of 16 connections not yet authenticated")) << r["by_kind"].dump();
+  EXPECT_TRUE(r["by_kind"].contains("over the cap of 16 connections not yet authenticated"))
+      << r["by_kind"].dump();
   EXPECT_TRUE(r["by_kind"].contains("handshake timed out (1000 ms)")) << r["by_kind"].dump();
-  EXPECT_EQ(r["first"][0]["address"].get<std::string>().rfind("127.0.0.1:", 0), 0u) << r["first"][0].dump();
+  EXPECT_EQ(r["first"][0]["address"].get<std::string>().rfind("127.0.0.1:", 0), 0u)
+      << r["first"][0].dump();
 }
 
 }  // namespace

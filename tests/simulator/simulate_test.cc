@@ -1,7 +1,7 @@
 // The simulator against hand-computed timelines, both link models, exact message sizes, profiles.
 #include "simulator/simulate.h"
-#include "simulator/place.h"
 #include "simulator/packet_network.h"
+#include "simulator/place.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <set>
 
 #include "compression/codec.h"
-#include "runtime/result.h"
 #include "runtime/dp.h"
+#include "runtime/result.h"
 #include "runtime/schedule.h"
 
 namespace slowpipe::simulator {
@@ -21,12 +21,18 @@ namespace {
 
 using nlohmann::json;
 
-runtime::RunSpec tinySpec(int stages, int mbs, const std::string& schedule, const std::string& model) {
-  json j = {{"name", "sim"},
-            {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
-            {"pipeline", {{"stages", stages}, {"schedule", schedule}, {"micro_batches", mbs}, {"micro_batch_size", 2}}},
-            {"compression", {{"forward", "none"}, {"backward", "none"}}},
-            {"network", {{"model", model}, {"links", {{"bandwidth", "8Mbps"}, {"latency", "1ms"}}}}}};
+runtime::RunSpec tinySpec(int stages, int mbs, const std::string& schedule,
+                          const std::string& model) {
+  json j = {
+      {"name", "sim"},
+      {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
+      {"pipeline",
+       {{"stages", stages},
+        {"schedule", schedule},
+        {"micro_batches", mbs},
+        {"micro_batch_size", 2}}},
+      {"compression", {{"forward", "none"}, {"backward", "none"}}},
+      {"network", {{"model", model}, {"links", {{"bandwidth", "8Mbps"}, {"latency", "1ms"}}}}}};
   return runtime::runSpecFromJson(j, "spec", true);
 }
 
@@ -40,7 +46,8 @@ Profile flatProfile(int stages, double fwd, double bwd, double step = 0) {
 // One micro-batch over two stages, computed by hand. 8 Mbps = 1 byte per microsecond.
 TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
   const auto spec = tinySpec(2, 1, "gpipe", "pipelined");
-  const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;  // seconds on the wire
+  const double act =
+      static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;  // seconds on the wire
   const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
   // Stage 0: F0 [0, .01], send; stage 1 gets it at .01 + act + L, F0, B0, sends the gradient.
@@ -49,8 +56,8 @@ TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
   // same link it queues behind the gradient (pipelined: serialisation in turn, latency overlapped).
   const double s0B0 = s1Grad + act + L + 0.020;
   const double partialAt = s1Grad + act + ctl + L;
-  const double s0Total = std::max(s0B0, partialAt);       // stage 0 sends the total at once
-  const double s1End = s0Total + ctl + L + 0.005;         // stage 1: total arrives, then its step
+  const double s0Total = std::max(s0B0, partialAt);  // stage 0 sends the total at once
+  const double s1End = s0Total + ctl + L + 0.005;    // stage 1: total arrives, then its step
   const double s0End = s0Total + 0.005;
   const json& st0 = r["steps"][0];
   EXPECT_NEAR(st0["breakdown_s_per_stage"][0]["time_s"].get<double>(), s0End, 1e-12);
@@ -66,7 +73,8 @@ TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
 // 2 x 0.035 s at full speed and 0.035 s more in step 1, so 0.070 / 0.105 = 2/3.
 TEST(SimulatorTest, StragglerComputesAtItsSpeedByHand) {
   runtime::RunSpec spec = tinySpec(2, 1, "gpipe", "pipelined");
-  spec.runtime.slowdown = runtime::slowdownFromJson(json::parse(R"([{"rank": 1, "trace": [[1, 0.5]]}])"), "slowdown", 2);
+  spec.runtime.slowdown = runtime::slowdownFromJson(
+      json::parse(R"([{"rank": 1, "trace": [[1, 0.5]]}])"), "slowdown", 2);
   const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
   const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
@@ -90,16 +98,19 @@ TEST(SimulatorTest, StragglerComputesAtItsSpeedByHand) {
 TEST(SimulatorTest, AccessLinksByHand) {
   runtime::RunSpec spec = tinySpec(2, 1, "gpipe", "pipelined");
   spec.network.links = json::object();
-  spec.network.nodes = json::parse(R"({"nodes": [{"name": "a", "up": "4Mbps"}, {"name": "b", "up": "8Mbps"}],
+  spec.network.nodes =
+      json::parse(R"({"nodes": [{"name": "a", "up": "4Mbps"}, {"name": "b", "up": "8Mbps"}],
                                        "core": {"default": {"latency": "1ms"}}})");
   const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
   const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
-  auto expected = [&](double fw, double bw) {  // seconds a byte forward / backward, in units of 8 Mbps
+  auto expected = [&](double fw,
+                      double bw) {  // seconds a byte forward / backward, in units of 8 Mbps
     const double s1Grad = 0.010 + fw * act + L + 0.030;
     const double s0Total = std::max(s1Grad + bw * act + L + 0.020, s1Grad + bw * (act + ctl) + L);
     return std::max(s0Total + 0.005, s0Total + fw * ctl + L + 0.005);
   };
-  for (const auto& [placement, fw, bw] : {std::tuple{R"(["a", "b"])", 2.0, 1.0}, std::tuple{R"(["b", "a"])", 1.0, 2.0}}) {
+  for (const auto& [placement, fw, bw] :
+       {std::tuple{R"(["a", "b"])", 2.0, 1.0}, std::tuple{R"(["b", "a"])", 1.0, 2.0}}) {
     spec.pipeline.placement = json::parse(placement);
     const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
     EXPECT_NEAR(r["steps"][0]["time_s"].get<double>(), expected(fw, bw), 1e-12) << placement;
@@ -125,15 +136,18 @@ TEST(PlaceTest, BestPlacementKnownByHand) {
   const json r = searchPlacements(spec, flatProfile(3, 0.010, 0.020, 0.005), o, {2});
   // A report after each replay: the 6 searched, the 6 reported and rank order.
   ASSERT_EQ(progress.size(), 13u);
-  for (size_t i = 0; i < progress.size(); ++i) EXPECT_EQ(progress[i], (std::pair<int64_t, int64_t>(i + 1, 13)));
+  for (size_t i = 0; i < progress.size(); ++i)
+    EXPECT_EQ(progress[i], (std::pair<int64_t, int64_t>(i + 1, 13)));
   EXPECT_EQ(r["method"], "exhaustive");
   EXPECT_EQ(r["space"], 6);
   EXPECT_EQ(r["evaluated"], 6);
   EXPECT_EQ(r["naive"]["placement"], json::parse(R"(["L", "R", "M"])"));
   ASSERT_EQ(r["best"].size(), 6u);
   const std::set<json> top2 = {r["best"][0]["placement"], r["best"][1]["placement"]};
-  EXPECT_EQ(top2, (std::set<json>{json::parse(R"(["L", "M", "R"])"), json::parse(R"(["R", "M", "L"])")}));
-  EXPECT_NEAR(r["best"][0]["step_s"].get<double>(), r["best"][1]["step_s"].get<double>(), 1e-9);  // mirror images
+  EXPECT_EQ(top2,
+            (std::set<json>{json::parse(R"(["L", "M", "R"])"), json::parse(R"(["R", "M", "L"])")}));
+  EXPECT_NEAR(r["best"][0]["step_s"].get<double>(), r["best"][1]["step_s"].get<double>(),
+              1e-9);  // mirror images
   EXPECT_LT(r["best"][1]["step_s"].get<double>(), r["best"][2]["step_s"].get<double>());
   EXPECT_GT(r["gain_over_naive"].get<double>(), 1.5);
 }
@@ -145,9 +159,13 @@ TEST(PlaceTest, LocalSearchFindsTheChain) {
   const std::vector<std::string> chain = {"c0", "c1", "c2", "c3", "c4", "c5"};
   json pairs = json::array();
   for (size_t i = 0; i + 1 < chain.size(); ++i)
-    pairs.push_back({{"a", chain[i]}, {"b", chain[i + 1]}, {"latency", "1ms"}, {"bandwidth", "1Gbps"}});
-  spec.network.nodes = {{"nodes", json::parse(R"([{"name": "c3"}, {"name": "c0"}, {"name": "c5"}, {"name": "c1"}, {"name": "c4"}, {"name": "c2"}])")},
-                        {"core", {{"default", {{"latency", "50ms"}, {"bandwidth", "10Mbps"}}}, {"pairs", pairs}}}};
+    pairs.push_back(
+        {{"a", chain[i]}, {"b", chain[i + 1]}, {"latency", "1ms"}, {"bandwidth", "1Gbps"}});
+  spec.network.nodes = {
+      {"nodes",
+       json::parse(
+           R"([{"name": "c3"}, {"name": "c0"}, {"name": "c5"}, {"name": "c1"}, {"name": "c4"}, {"name": "c2"}])")},
+      {"core", {{"default", {{"latency", "50ms"}, {"bandwidth", "10Mbps"}}}, {"pairs", pairs}}}};
   PlaceOptions o;
   o.method = "exhaustive";
   const json all = searchPlacements(spec, flatProfile(4, 0.010, 0.020, 0.005), o, {2});
@@ -156,8 +174,10 @@ TEST(PlaceTest, LocalSearchFindsTheChain) {
   o.restarts = 4;
   const json local = searchPlacements(spec, flatProfile(4, 0.010, 0.020, 0.005), o, {2});
   EXPECT_LT(local["evaluated"].get<int64_t>(), 360);
-  EXPECT_NEAR(local["best"][0]["step_s"].get<double>(), all["best"][0]["step_s"].get<double>(), 1e-9);
-  const json best = local["best"][0]["placement"];  // four consecutive nodes of the chain, either way
+  EXPECT_NEAR(local["best"][0]["step_s"].get<double>(), all["best"][0]["step_s"].get<double>(),
+              1e-9);
+  const json best =
+      local["best"][0]["placement"];  // four consecutive nodes of the chain, either way
   int a = -1;
   for (size_t i = 0; i < best.size(); ++i) {
     const int c = best[i].get<std::string>()[1] - '0';
@@ -171,15 +191,20 @@ TEST(PlaceTest, LocalSearchFindsTheChain) {
 // presenting its one figure as the answer; reno, and shorter paths, are not flagged.
 TEST(SimulatorTest, LinksBimodalUnderTcpAreFlaggedInTheResult) {
   runtime::RunSpec spec = tinySpec(2, 2, "gpipe", "tcp");
-  spec.network.links = {{"bandwidth", "75Mbps"}, {"latency", "60ms"}, {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
+  spec.network.links = {{"bandwidth", "75Mbps"},
+                        {"latency", "60ms"},
+                        {"links", {{{"src", 1}, {"dst", 0}, {"latency", "20ms"}}}}};
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), SimOptions(2));
   ASSERT_TRUE(r["network"].contains("tcp_bimodal")) << r["network"].dump();
   ASSERT_EQ(r["network"]["tcp_bimodal"].size(), 1u) << r["network"]["tcp_bimodal"].dump();
   EXPECT_EQ(r["network"]["tcp_bimodal"][0]["link"], "default");
   EXPECT_EQ(r["network"]["tcp_bimodal"][0]["rtt_ms"], 120);
-  EXPECT_NE(r["network"]["tcp_bimodal"][0]["why"].get<std::string>().find("HyStart"), std::string::npos);
+  EXPECT_NE(r["network"]["tcp_bimodal"][0]["why"].get<std::string>().find("HyStart"),
+            std::string::npos);
   spec.network.tcp = {{"congestion_control", "reno"}};
-  EXPECT_FALSE(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), SimOptions(2))["network"].contains("tcp_bimodal"));
+  EXPECT_FALSE(
+      simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), SimOptions(2))["network"].contains(
+          "tcp_bimodal"));
 }
 
 // The ns-3 tier (network.model ns3): a build without it refuses by name; with it, a run over two
@@ -189,14 +214,17 @@ TEST(SimulatorTest, LinksBimodalUnderTcpAreFlaggedInTheResult) {
 TEST(SimulatorTest, Ns3TierAgreesWithTheTcpModelAlone) {
   runtime::RunSpec spec = tinySpec(2, 4, "gpipe", "tcp");
   spec.network.links = json::object();
-  spec.network.nodes = json::parse(R"({"nodes": [{"name": "a", "up": "8Mbps", "down": "50Mbps"}, {"name": "b", "up": "8Mbps", "down": "50Mbps"}],
+  spec.network.nodes = json::parse(
+      R"({"nodes": [{"name": "a", "up": "8Mbps", "down": "50Mbps"}, {"name": "b", "up": "8Mbps", "down": "50Mbps"}],
                                        "core": {"default": {"latency": "10ms"}}})");
   SimOptions o(6);
   o.recordMessages = true;
   const json tcp = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
   EXPECT_GT(tcp["messages"].size(), 0u);
-  runtime::RunSpec fifo = tinySpec(2, 4, "gpipe", "serial_fifo");  // billed at the receiver, recorded there
-  EXPECT_EQ(simulateRun(fifo, flatProfile(2, 0.010, 0.020, 0.005), o)["messages"].size(), tcp["messages"].size());
+  runtime::RunSpec fifo =
+      tinySpec(2, 4, "gpipe", "serial_fifo");  // billed at the receiver, recorded there
+  EXPECT_EQ(simulateRun(fifo, flatProfile(2, 0.010, 0.020, 0.005), o)["messages"].size(),
+            tcp["messages"].size());
   spec.network.model = "ns3";
   if (!haveNs3()) {
     try {
@@ -210,11 +238,14 @@ TEST(SimulatorTest, Ns3TierAgreesWithTheTcpModelAlone) {
   const json ns3 = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
   ASSERT_EQ(ns3["steps"].size(), 6u);
   for (size_t k = 1; k < 6; ++k)
-    EXPECT_NEAR(ns3["steps"][k]["time_s"].get<double>() / tcp["steps"][k]["time_s"].get<double>(), 1.0, 0.10) << "step " << k;
+    EXPECT_NEAR(ns3["steps"][k]["time_s"].get<double>() / tcp["steps"][k]["time_s"].get<double>(),
+                1.0, 0.10)
+        << "step " << k;
   EXPECT_EQ(ns3["messages"].size(), tcp["messages"].size());
   EXPECT_EQ(ns3["network"]["packet_network"]["packets_dropped"], 0);
   EXPECT_EQ(ns3["network"]["packet_network"]["connections"], 2);
-  spec.network.nodes = json::parse(R"({"nodes": [{"name": "a", "up": "8Mbps"}, {"name": "b", "up": "8Mbps"}, {"name": "c", "up": "8Mbps"}],
+  spec.network.nodes = json::parse(
+      R"({"nodes": [{"name": "a", "up": "8Mbps"}, {"name": "b", "up": "8Mbps"}, {"name": "c", "up": "8Mbps"}],
       "core": {"default": {"latency": "10ms"}, "pairs": [{"a": "b", "b": "c", "latency": "50ms"}]}})");
   spec.pipeline.placement = json::parse(R"(["b", "c"])");
   spec.pipeline.stages = 2;
@@ -273,7 +304,8 @@ TEST(SimulatorTest, ZbH1TwoStagesByHand) {
 // Interleaved 1F1B over two stages with two chunks each and two micro-batches, by hand (M = S:
 // every forward first). Virtual stages 0, 2 on stage 0 and 1, 3 on stage 1; the activation of
 // chunk 0 at stage 1 goes back to stage 0's chunk 1 over the one 1 -> 0 link, which also carries
-// the gradients. Every compute costs the same on every virtual stage; a rank's step steps both chunks.
+// the gradients. Every compute costs the same on every virtual stage; a rank's step steps both
+// chunks.
 TEST(SimulatorTest, InterleavedTwoStagesByHand) {
   auto spec = tinySpec(2, 2, "interleaved_1f1b", "pipelined");
   spec.pipeline.virtualStages = 2;
@@ -289,8 +321,10 @@ TEST(SimulatorTest, InterleavedTwoStagesByHand) {
   EXPECT_NEAR(st["breakdown_s_per_stage"][1]["time_s"].get<double>(), t0 + c + L + 0.010, 1e-12);
   EXPECT_NEAR(st["time_s"].get<double>(), 0.160 + 6 * a + c + 7 * L, 1e-12);
   // Three activation boundaries per micro-batch (4 virtual stages), both ways.
-  EXPECT_EQ(st["bytes"]["forward"]["wire"].get<int64_t>(), 2 * 3 * steadyFrameBytes("none", {2, 4, 8}));
-  EXPECT_THROW(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2}), std::invalid_argument);  // 2 of 4 stages
+  EXPECT_EQ(st["bytes"]["forward"]["wire"].get<int64_t>(),
+            2 * 3 * steadyFrameBytes("none", {2, 4, 8}));
+  EXPECT_THROW(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2}),
+               std::invalid_argument);  // 2 of 4 stages
 }
 
 // The two link models differ exactly where they should: pipelined overlaps the latency of
@@ -303,7 +337,8 @@ TEST(SimulatorTest, SerialFifoBillsLatencyPerMessage) {
   // (pipelined) or 4*(act + L) (serial); the backward burst likewise; then the norm partial (which,
   // pipelined, queues behind the gradients and shares their latency) and the total.
   const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6;
-  const double pipelined = 8 * act + 2 * ctl + 3 * L;  // = (4 act + L) + 4 act + (ctl + L) + (ctl + L)
+  const double pipelined =
+      8 * act + 2 * ctl + 3 * L;  // = (4 act + L) + 4 act + (ctl + L) + (ctl + L)
   const double serial = 4 * (act + L) + 4 * (act + L) + 2 * (ctl + L);
   EXPECT_NEAR(pipe["steps"][0]["time_s"].get<double>(), pipelined, 1e-12);
   EXPECT_NEAR(fifo["steps"][0]["time_s"].get<double>(), serial, 1e-12);
@@ -329,8 +364,10 @@ TEST(SimulatorTest, TimelineFollowsTheRuntimeSchedule) {
       }
       std::string want;
       for (const auto& a : runtime::computeOnly(runtime::makeSchedule(schedule, 4, 6, s)))
-        if (a.kind == runtime::Action::Kind::kForward || a.kind == runtime::Action::Kind::kBackward ||
-            a.kind == runtime::Action::Kind::kBackwardInput || a.kind == runtime::Action::Kind::kBackwardWeight)
+        if (a.kind == runtime::Action::Kind::kForward ||
+            a.kind == runtime::Action::Kind::kBackward ||
+            a.kind == runtime::Action::Kind::kBackwardInput ||
+            a.kind == runtime::Action::Kind::kBackwardWeight)
           want += runtime::describe({a}) + " ";
       EXPECT_EQ(got, want) << schedule << " stage " << s;
     }
@@ -347,7 +384,8 @@ TEST(SimulatorTest, MessageSizesAreExactFrames) {
   EXPECT_EQ(steadyFrameBytes("fp16", shape), header + 2 * n);
   EXPECT_EQ(steadyFrameBytes("quant:bits=2,levels=fixpoint", shape), header + 2 * 64 + n * 2 / 8);
   // acsgd delta: row count, one flag byte, then the quantized deltas of both rows.
-  EXPECT_EQ(steadyFrameBytes("acsgd:bits=2,levels=fixpoint", shape), header + 4 + 1 + 2 * 64 + n * 2 / 8);
+  EXPECT_EQ(steadyFrameBytes("acsgd:bits=2,levels=fixpoint", shape),
+            header + 4 + 1 + 2 * 64 + n * 2 / 8);
 }
 
 // A measured profile's stages share the host's cores: with one core, two stages that compute at the
@@ -355,7 +393,8 @@ TEST(SimulatorTest, MessageSizesAreExactFrames) {
 TEST(SimulatorTest, StagesShareTheHostCoresOfTheProfile) {
   json j = {{"name", "sim"},
             {"model", {{"seq_len", 4}, {"layers", 4}, {"width", 8}, {"heads", 2}}},
-            {"pipeline", {{"stages", 2}, {"schedule", "gpipe"}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+            {"pipeline",
+             {{"stages", 2}, {"schedule", "gpipe"}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
             {"compression", {{"forward", "none"}, {"backward", "none"}}},
             {"network", {{"links", {{"bandwidth", "1000Gbps"}, {"latency", "0ms"}}}}}};
   const auto spec = runtime::runSpecFromJson(j, "spec", true);
@@ -366,14 +405,16 @@ TEST(SimulatorTest, StagesShareTheHostCoresOfTheProfile) {
     const json r = simulateRun(spec, p, {2});
     std::vector<std::pair<double, double>> out;  // stage 1's forwards: start, end
     for (const auto& e : r["timeline"][1]["events"])
-      if (e["what"] == "forward") out.push_back({e["start_s"].get<double>(), e["end_s"].get<double>()});
+      if (e["what"] == "forward")
+        out.push_back({e["start_s"].get<double>(), e["end_s"].get<double>()});
     return out;
   };
   // Stage 0: F0 [0, .01], F1 from .01. Stage 1: F0 from .01 (its input arrives then, within ns).
   const auto one = forwardEnds(1), two = forwardEnds(2), own = forwardEnds(0);
   ASSERT_EQ(one.size(), 2u);
   const double stepStart = one[0].first - 0.010;  // the last step's timeline is on the run's clock
-  EXPECT_NEAR(one[0].second - stepStart, 0.030, 1e-6) << "F0 on stage 1 shares the core with F1 on stage 0";
+  EXPECT_NEAR(one[0].second - stepStart, 0.030, 1e-6)
+      << "F0 on stage 1 shares the core with F1 on stage 0";
   EXPECT_NEAR(one[1].second - stepStart, 0.040, 1e-6);
   EXPECT_NEAR(two[0].second - two[0].first, 0.010, 1e-6);
   EXPECT_NEAR(two[1].second - two[0].first, 0.020, 1e-6);
@@ -398,7 +439,7 @@ TEST(SimulatorTest, ProfilesRoundTripAndNameTheirErrors) {
   const Profile q = profileFromJson(toJson(p), "p");
   ASSERT_EQ(q.stages.size(), 2u);
   EXPECT_EQ(q.stages[1].backwardS, 0.2);
-  EXPECT_EQ(q.codec("quant:bits=4").encode.bSPerByte, 2e-9);  // looked up by canonical spec
+  EXPECT_EQ(q.codec("quant:bits=4").encode.bSPerByte, 2e-9);   // looked up by canonical spec
   EXPECT_EQ(q.codec("topk:ratio=0.1").encode.bSPerByte, 0.0);  // default
   json bad = toJson(p);
   bad["stages"][1].erase("forward_s");
@@ -406,9 +447,11 @@ TEST(SimulatorTest, ProfilesRoundTripAndNameTheirErrors) {
     profileFromJson(bad, "p.json");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("p.json.stages[1].forward_s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("p.json.stages[1].forward_s"), std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(simulateRun(tinySpec(4, 1, "gpipe", "pipelined"), p), std::invalid_argument);  // 2-stage profile
+  EXPECT_THROW(simulateRun(tinySpec(4, 1, "gpipe", "pipelined"), p),
+               std::invalid_argument);  // 2-stage profile
 }
 
 // Profiles measured at different times merge into their per-field median.
@@ -446,7 +489,8 @@ TEST(SimulatorTest, EachScheduleUsesItsOwnHostSpeed) {
   auto step = [](const runtime::RunSpec& spec, const Profile& p) {
     return simulateRun(spec, p, {3})["summary"]["mean_step_time_s"].get<double>();
   };
-  const auto gpipe = tinySpec(2, 4, "gpipe", "pipelined"), ofob = tinySpec(2, 4, "1f1b", "pipelined");
+  const auto gpipe = tinySpec(2, 4, "gpipe", "pipelined"),
+             ofob = tinySpec(2, 4, "1f1b", "pipelined");
   EXPECT_EQ(step(ofob, both), step(ofob, fast));
   EXPECT_EQ(step(gpipe, both), step(gpipe, base));
   EXPECT_LT(step(ofob, both), step(ofob, base));  // the speeds matter at all: stages overlap here
@@ -471,9 +515,12 @@ TEST(SimulatorTest, EachScheduleUsesItsOwnHostSpeed) {
   EXPECT_NE(error(bad).find("unknown schedule 'zigzag'"), std::string::npos) << error(bad);
   bad = toJson(both);
   bad["host_speed_by_schedule"]["1f1b"] = {1.0};
-  EXPECT_NE(error(bad).find("p.json.host_speed_by_schedule.1f1b: 1 speeds, host_speed has 2"), std::string::npos) << error(bad);
+  EXPECT_NE(error(bad).find("p.json.host_speed_by_schedule.1f1b: 1 speeds, host_speed has 2"),
+            std::string::npos)
+      << error(bad);
   bad["host_speed_by_schedule"]["1f1b"] = {1.0, 2.0};
-  EXPECT_NE(error(bad).find("p.json.host_speed_by_schedule.1f1b[1]"), std::string::npos) << error(bad);
+  EXPECT_NE(error(bad).find("p.json.host_speed_by_schedule.1f1b[1]"), std::string::npos)
+      << error(bad);
 
   std::vector<Profile> ps(3, both);
   for (int k = 0; k < 3; ++k) ps[k].hostSpeedBySchedule["1f1b"][1] = 0.6 + 0.1 * k;
@@ -491,8 +538,10 @@ TEST(SimulatorTest, HostSpeedFitRecoversTheSpeedsOfATimeline) {
     return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", step}};
   };
   const json timeline = {
-      {{"stage", 0}, {"events", {ev("forward", -9, -1, 0), ev("forward", 0, 1.25, 2), ev("recv", 1.25, 2, 2),
-                                 ev("backward", 2, 6, 2), ev("step", 9, 9.125, 2)}}},
+      {{"stage", 0},
+       {"events",
+        {ev("forward", -9, -1, 0), ev("forward", 0, 1.25, 2), ev("recv", 1.25, 2, 2),
+         ev("backward", 2, 6, 2), ev("step", 9, 9.125, 2)}}},
       {{"stage", 1}, {"events", {ev("backward", 2, 6, 2), ev("forward", 7, 8.25, 3)}}}};
   const HostSpeedFit fit = fitHostSpeed(timeline, stages, 3, 2, {1.0, 0.9, 0.7});
   EXPECT_EQ(fit.events, 5);
@@ -527,10 +576,13 @@ TEST(SimulatorTest, WarmupFitIsTheFirstStepsExtraOverTheLaterMedian) {
     return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", step}};
   };
   const json timeline = {
-      {{"stage", 0}, {"events", {ev("forward", 0, 3, 0), ev("forward", 3, 5, 0), ev("backward", 5, 5.5, 0), ev("recv", 6, 16, 0),
-                                 ev("forward", 20, 21, 2), ev("forward", 21, 22, 2), ev("forward", 30, 31.5, 3),
-                                 ev("backward", 22, 24, 2), ev("step", 0, 7, 0)}}},
-      {{"stage", 1}, {"events", {ev("forward", 0, 2, 0), ev("forward", 10, 11, 2), ev("forward", 12, 13, 3)}}},
+      {{"stage", 0},
+       {"events",
+        {ev("forward", 0, 3, 0), ev("forward", 3, 5, 0), ev("backward", 5, 5.5, 0),
+         ev("recv", 6, 16, 0), ev("forward", 20, 21, 2), ev("forward", 21, 22, 2),
+         ev("forward", 30, 31.5, 3), ev("backward", 22, 24, 2), ev("step", 0, 7, 0)}}},
+      {{"stage", 1},
+       {"events", {ev("forward", 0, 2, 0), ev("forward", 10, 11, 2), ev("forward", 12, 13, 3)}}},
       {{"stage", 1}, {"events", {ev("forward", 0, 4, 0), ev("forward", 10, 11, 2)}}}};
   const auto w = fitWarmup(timeline, 2);
   ASSERT_EQ(w.size(), 2u);
@@ -553,8 +605,11 @@ TEST(SimulatorTest, WarmupLengthensOnlyTheFirstStep) {
   const Profile back = profileFromJson(toJson(p), "p");
   EXPECT_EQ(back.stages[0].warmupS, p.stages[0].warmupS);
   const json warm = simulateRun(s, back, {3});
-  EXPECT_NEAR(warm["steps"][0]["time_s"].get<double>() - plain["steps"][0]["time_s"].get<double>(), 1.5, 1e-12);
-  for (int k = 1; k < 3; ++k) EXPECT_NEAR(warm["steps"][k]["time_s"].get<double>(), plain["steps"][k]["time_s"].get<double>(), 1e-12);
+  EXPECT_NEAR(warm["steps"][0]["time_s"].get<double>() - plain["steps"][0]["time_s"].get<double>(),
+              1.5, 1e-12);
+  for (int k = 1; k < 3; ++k)
+    EXPECT_NEAR(warm["steps"][k]["time_s"].get<double>(), plain["steps"][k]["time_s"].get<double>(),
+                1e-12);
   json bad = toJson(p);
   bad["stages"][0]["warmup_s"]["recv"] = 1.0;
   try {
@@ -617,11 +672,13 @@ TEST(SimulatorTest, ComputeAfterAWaitPaysTheIdleExtra) {
   p.stages[1].idle.afterS = {1.0};
   p.stages[1].idle.extraS["forward"] = {0.5};
   const json idle = simulateRun(spec, p, {2});
-  EXPECT_NEAR(idle["steps"][0]["time_s"].get<double>() - plain["steps"][0]["time_s"].get<double>(), 0.5 * (0.010 + act + L), 1e-12);
+  EXPECT_NEAR(idle["steps"][0]["time_s"].get<double>() - plain["steps"][0]["time_s"].get<double>(),
+              0.5 * (0.010 + act + L), 1e-12);
   p.stages[1].idle.extraS.clear();
   p.stages[0].idle.afterS = {1.0};
   p.stages[0].idle.extraS["forward"] = {0.5};
-  EXPECT_NEAR(simulateRun(spec, p, {2})["steps"][0]["time_s"].get<double>(), plain["steps"][0]["time_s"].get<double>(), 1e-12);
+  EXPECT_NEAR(simulateRun(spec, p, {2})["steps"][0]["time_s"].get<double>(),
+              plain["steps"][0]["time_s"].get<double>(), 1e-12);
 }
 
 // The host-speed fit bills each compute event at its cost after the wait before it: stage 0
@@ -634,7 +691,10 @@ TEST(SimulatorTest, HostSpeedFitBillsTheIdleExtra) {
   auto ev = [](const char* what, double start, double end) {
     return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", 2}};
   };
-  const json timeline = {{{"stage", 0}, {"events", {ev("recv", 0, 1), ev("forward", 1, 3.5), ev("send", 3.5, 3.6), ev("forward", 4, 5.25)}}}};
+  const json timeline = {
+      {{"stage", 0},
+       {"events",
+        {ev("recv", 0, 1), ev("forward", 1, 3.5), ev("send", 3.5, 3.6), ev("forward", 4, 5.25)}}}};
   const HostSpeedFit fit = fitHostSpeed(timeline, stages, 1, 2, {1.0});
   EXPECT_EQ(fit.events, 2);
   EXPECT_NEAR(fit.rawSpeed[0], 0.8, 1e-12);
@@ -651,10 +711,12 @@ TEST(SimulatorTest, HostSpeedFitRecoversStageFactorsOverTwoRuns) {
     return json{{"what", what}, {"mb", 0}, {"start_s", start}, {"end_s", end}, {"step", 2}};
   };
   // Run 1: each forward alone (0.9 s and 1.1 s of work at v1 = 1).
-  const json alone = {{{"stage", 0}, {"events", {ev("forward", 0, 0.9)}}}, {{"stage", 1}, {"events", {ev("forward", 1, 2.1)}}}};
+  const json alone = {{{"stage", 0}, {"events", {ev("forward", 0, 0.9)}}},
+                      {{"stage", 1}, {"events", {ev("forward", 1, 2.1)}}}};
   // Run 2: both backwards from 3: side by side at 0.5 until stage 0's 1.8 s of work ends at 6.6,
   // then stage 1 alone for the rest of its 2.2 s (0.4 s).
-  const json together = {{{"stage", 0}, {"events", {ev("backward", 3, 6.6)}}}, {{"stage", 1}, {"events", {ev("backward", 3, 7.0)}}}};
+  const json together = {{{"stage", 0}, {"events", {ev("backward", 3, 6.6)}}},
+                         {{"stage", 1}, {"events", {ev("backward", 3, 7.0)}}}};
   const HostSpeedFit fit = fitHostSpeed({alone, together}, stages, 2, 2, {1.0, 1.0}, true);
   EXPECT_EQ(fit.events, 4);
   ASSERT_EQ(fit.stageFactor.size(), 2u);
@@ -666,7 +728,8 @@ TEST(SimulatorTest, HostSpeedFitRecoversStageFactorsOverTwoRuns) {
   const HostSpeedFit plain = fitHostSpeed({alone, together}, stages, 2, 2, {1.0, 1.0}, false);
   EXPECT_EQ(plain.stageFactor, std::vector<double>({1.0, 1.0}));
   EXPECT_GT(std::abs(plain.rawSpeed[1] - 0.5) + std::abs(plain.rawSpeed[0] - 1.0), 1e-3);
-  // A profile keeps the factor and the simulator bills it: a 1-stage run at factor 2 computes twice as long.
+  // A profile keeps the factor and the simulator bills it: a 1-stage run at factor 2 computes twice
+  // as long.
   const auto s = tinySpec(1, 2, "gpipe", "pipelined");
   Profile p = flatProfile(1, 0.25, 0.5, 0.125);
   const double once = simulateRun(s, p, {2})["steps"][1]["time_s"].get<double>();
@@ -693,20 +756,24 @@ TEST(SimulatorTest, HostOnlyCodecsAreCostedOnTheHostUnderAnalyticProfiles) {
   const std::string quant = compression::makeCodec("quant:bits=4")->spec();
   ASSERT_TRUE(p.device["codecs"].contains(plugin)) << p.device.dump(2);
   EXPECT_EQ(p.device["codecs"][plugin]["runs_on"], "host");
-  EXPECT_NE(p.device["codecs"][plugin]["why"].get<std::string>().find("no device path"), std::string::npos);
+  EXPECT_NE(p.device["codecs"][plugin]["why"].get<std::string>().find("no device path"),
+            std::string::npos);
   EXPECT_EQ(p.device["codecs"][quant]["runs_on"], "device");
   const CodecCost& host = p.codec(plugin);
   ASSERT_GT(host.encode.bSPerByte, 0);
-  EXPECT_NEAR(p.device["codecs"][plugin]["encode_bytes_per_s"].get<double>(), 1 / host.encode.bSPerByte, 1e-6 / host.encode.bSPerByte);
+  EXPECT_NEAR(p.device["codecs"][plugin]["encode_bytes_per_s"].get<double>(),
+              1 / host.encode.bSPerByte, 1e-6 / host.encode.bSPerByte);
   const CodecCost& dev = p.codec(quant);
   EXPECT_DOUBLE_EQ(dev.encode.bSPerByte, 3.0 / deviceSpec("A100").memoryBytesPerS);
   // By hand, 8 Mbps = 1 byte per microsecond; the analytic stage costs are the profile's.
   const std::vector<int64_t> shape = {2, 4, 8};
   const double raw = 4.0 * 2 * 4 * 8, L = 1e-3;
   const double actF = static_cast<double>(steadyFrameBytes(spec.compression.forward, shape)) * 1e-6;
-  const double actB = static_cast<double>(steadyFrameBytes(spec.compression.backward, shape)) * 1e-6;
+  const double actB =
+      static_cast<double>(steadyFrameBytes(spec.compression.backward, shape)) * 1e-6;
   const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6;
-  const double e = host.encode.at(raw), d = host.decode.at(raw), eb = dev.encode.at(raw), db = dev.decode.at(raw);
+  const double e = host.encode.at(raw), d = host.decode.at(raw), eb = dev.encode.at(raw),
+               db = dev.decode.at(raw);
   const StageCost &c0 = p.stages[0], &c1 = p.stages[1];
   const double s1Grad = c0.forwardS + e + actF + L + d + c1.forwardS + c1.backwardS + eb;
   const double s0B0 = s1Grad + actB + L + db + c0.backwardS;
@@ -719,9 +786,11 @@ TEST(SimulatorTest, HostOnlyCodecsAreCostedOnTheHostUnderAnalyticProfiles) {
 }
 
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
-  EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600), 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
+  EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600),
+                   24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
   json j = {{"name", "xl"},
-            {"model", {{"seq_len", 1024}, {"layers", 4}, {"width", 1600}, {"heads", 25}, {"vocab", 50257}}},
+            {"model",
+             {{"seq_len", 1024}, {"layers", 4}, {"width", 1600}, {"heads", 25}, {"vocab", 50257}}},
             {"pipeline", {{"stages", 2}, {"micro_batches", 1}, {"micro_batch_size", 1}}},
             {"compression", {{"forward", "none"}, {"backward", "none"}}},
             {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
@@ -729,7 +798,8 @@ TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   const Profile p = analyticProfile(spec, "A100", "fp16", 0.5);
   const double flops = 312e12 * 0.5;
   EXPECT_NEAR(p.stages[0].forwardS, 2 * blockForwardFlops(1, 1024, 1600) / flops, 1e-15);
-  EXPECT_NEAR(p.stages[1].forwardS, (2 * blockForwardFlops(1, 1024, 1600) + 2.0 * 1024 * 1600 * 50257) / flops, 1e-15);
+  EXPECT_NEAR(p.stages[1].forwardS,
+              (2 * blockForwardFlops(1, 1024, 1600) + 2.0 * 1024 * 1600 * 50257) / flops, 1e-15);
   EXPECT_NEAR(p.stages[1].backwardS, 2 * p.stages[1].forwardS, 1e-15);
   EXPECT_EQ(p.device["mfu"], 0.5);
   EXPECT_THROW(analyticProfile(spec, "K80", "fp16", 0.5), std::invalid_argument);
@@ -737,13 +807,16 @@ TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
 }
 
 runtime::RunSpec dpSpec(int stages, int replicas, const json& dp, const std::string& dpBandwidth) {
-  json j = {{"name", "simdp"},
-            {"model", {{"seq_len", 4}, {"layers", 2}, {"width", 8}, {"heads", 2}}},
-            {"pipeline", {{"stages", stages}, {"replicas", replicas}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
-            {"compression", {{"forward", "none"}, {"backward", "none"}}},
-            {"dp", dp},
-            {"network", {{"links", {{"bandwidth", "8Mbps"}, {"latency", "1ms"}}},
-                         {"dp_links", {{"bandwidth", dpBandwidth}, {"latency", "1ms"}}}}}};
+  json j = {
+      {"name", "simdp"},
+      {"model", {{"seq_len", 4}, {"layers", 2}, {"width", 8}, {"heads", 2}}},
+      {"pipeline",
+       {{"stages", stages}, {"replicas", replicas}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+      {"compression", {{"forward", "none"}, {"backward", "none"}}},
+      {"dp", dp},
+      {"network",
+       {{"links", {{"bandwidth", "8Mbps"}, {"latency", "1ms"}}},
+        {"dp_links", {{"bandwidth", dpBandwidth}, {"latency", "1ms"}}}}}};
   return runtime::runSpecFromJson(j, "spec", true);
 }
 
@@ -768,8 +841,11 @@ TEST(SimulatorTest, RingAllreduceOfTwoReplicasByHand) {
   EXPECT_NEAR(st["time_s"].get<double>(), 2 * (std::max(B0, B1) + L), 1e-12);
   EXPECT_NEAR(st["breakdown_s"]["allreduce"].get<double>(), (B0 + B1) + 2 * L, 1e-12);
   EXPECT_EQ(st["bytes"]["gradient"]["raw"].get<int64_t>(), 8 * n);
-  EXPECT_EQ(st["bytes"]["gradient"]["wire"].get<int64_t>(), 2 * (steadyFrameBytes("none", {len0}, false) + steadyFrameBytes("none", {len1}, false)));
-  EXPECT_EQ(st["tokens"].get<int64_t>(), 2 * 2 * 4 * 2);  // the global batch: R x micro-batches x size x seq
+  EXPECT_EQ(
+      st["bytes"]["gradient"]["wire"].get<int64_t>(),
+      2 * (steadyFrameBytes("none", {len0}, false) + steadyFrameBytes("none", {len1}, false)));
+  EXPECT_EQ(st["tokens"].get<int64_t>(),
+            2 * 2 * 4 * 2);  // the global batch: R x micro-batches x size x seq
   EXPECT_EQ(st["breakdown_s_per_stage"][1]["replica"], 1);
 }
 
@@ -778,23 +854,28 @@ TEST(SimulatorTest, RingAllreduceOfTwoReplicasByHand) {
 // With replicas the simulator replays the run's steps: training.max_steps, or fewer when the
 // run's data plan ends first (it replayed 6 steps of a 2-step run).
 TEST(SimulatorTest, ReplicasReplayTheRunsStepsNotMoreThanItsDataHas) {
-  json j = {{"name", "steps"},
-            {"model", {{"seq_len", 4}, {"layers", 2}, {"width", 8}, {"heads", 2}}},
-            {"pipeline", {{"stages", 2}, {"replicas", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
-            {"training", {{"max_steps", 6}}},
-            {"compression", {{"forward", "none"}, {"backward", "none"}}},
-            {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  json j = {
+      {"name", "steps"},
+      {"model", {{"seq_len", 4}, {"layers", 2}, {"width", 8}, {"heads", 2}}},
+      {"pipeline", {{"stages", 2}, {"replicas", 2}, {"micro_batches", 2}, {"micro_batch_size", 2}}},
+      {"training", {{"max_steps", 6}}},
+      {"compression", {{"forward", "none"}, {"backward", "none"}}},
+      {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
   const auto spec = runtime::runSpecFromJson(j, "spec", true);
   SimOptions known;
   known.stepsPerEpoch = 2;
   known.runSteps = 2;
   EXPECT_EQ(defaultSteps(spec), 6);
   EXPECT_EQ(defaultSteps(spec, known), 2);
-  EXPECT_EQ(simulateRun(spec, analyticProfile(spec, "A100", "fp32", 0.5), known)["steps"].size(), 2u);
+  EXPECT_EQ(simulateRun(spec, analyticProfile(spec, "A100", "fp32", 0.5), known)["steps"].size(),
+            2u);
 }
 
 TEST(SimulatorTest, LocalStepsExchangeEveryHthStepOnly) {
-  const auto spec = dpSpec(2, 3, {{"algorithm", "sharded_ps"}, {"codec", "quant:bits=8,scale=group,group=64"}, {"local_steps", 2}},
+  const auto spec = dpSpec(2, 3,
+                           {{"algorithm", "sharded_ps"},
+                            {"codec", "quant:bits=8,scale=group,group=64"},
+                            {"local_steps", 2}},
                            "8Mbps");
   const json r = simulateRun(spec, analyticProfile(spec, "A100", "fp32", 0.5));
   EXPECT_EQ(defaultSteps(spec), 8);
@@ -803,7 +884,9 @@ TEST(SimulatorTest, LocalStepsExchangeEveryHthStepOnly) {
   for (int s = 0; s < 2; ++s)
     for (int c = 0; c < 3; ++c) {
       const int64_t n = runtime::dpRoundValues(spec, s, 0), len = n * (c + 1) / 3 - n * c / 3;
-      sync += 2 * 2 * steadyFrameBytes("quant:bits=8,scale=group,group=64", {len}, false);  // pushes to and pulls from server c
+      sync += 2 * 2 *
+              steadyFrameBytes("quant:bits=8,scale=group,group=64", {len},
+                               false);  // pushes to and pulls from server c
     }
   for (const auto& st : r["steps"]) {
     const bool exchanges = st["step"].get<int>() % 2 == 1;
@@ -828,7 +911,9 @@ TEST(SimulatorTest, DataParallelCostsComeFromTheProfile) {
     simulateRun(spec, p);
     FAIL() << "a measured profile without the DP costs was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no data-parallel costs of stage 0 for 'powersgd:rank=2'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no data-parallel costs of stage 0 for 'powersgd:rank=2'"),
+              std::string::npos)
+        << e.what();
   }
   p.stages[0].dp[dpCostKey(spec)] = {{0.5, 0.25}, {0.125, 0.0625}, 0};
   const Profile q = profileFromJson(toJson(p), "p");
@@ -842,7 +927,9 @@ TEST(SimulatorTest, DataParallelCostsComeFromTheProfile) {
     profileFromJson(bad, "p.json");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("p.json.stages[0].dp.powersgd:rank=2: begin_s has 2 rounds, end_s 1"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "p.json.stages[0].dp.powersgd:rank=2: begin_s has 2 rounds, end_s 1"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -858,7 +945,8 @@ namespace {
 // breakdowns, for pipelines with split backwards, model chunks and data-parallel rings.
 TEST(SimulatorTest, EventQueueReplaysAsTheSharedHostLoop) {
   std::vector<std::pair<runtime::RunSpec, int>> cases;  // spec, virtual stages of its profile
-  cases.push_back({dpSpec(2, 3, {{"algorithm", "allreduce"}, {"codec", "quant:bits=4"}}, "4Mbps"), 2});
+  cases.push_back(
+      {dpSpec(2, 3, {{"algorithm", "allreduce"}, {"codec", "quant:bits=4"}}, "4Mbps"), 2});
   cases.push_back({dpSpec(2, 2, {{"algorithm", "sharded_ps"}}, "16Mbps"), 2});
   cases.push_back({tinySpec(4, 6, "zb_h1", "pipelined"), 4});
   cases.push_back({tinySpec(3, 6, "1f1b", "serial_fifo"), 3});
@@ -882,10 +970,13 @@ TEST(SimulatorTest, EventQueueReplaysAsTheSharedHostLoop) {
     EXPECT_EQ(a["simulator"]["events"], b["simulator"]["events"]);
     for (int k = 0; k < 3; ++k) {
       const json &x = a["steps"][k], &y = b["steps"][k];
-      EXPECT_NEAR(x["time_s"].get<double>(), y["time_s"].get<double>(), 1e-12 * y["time_s"].get<double>()) << spec.pipeline.schedule;
+      EXPECT_NEAR(x["time_s"].get<double>(), y["time_s"].get<double>(),
+                  1e-12 * y["time_s"].get<double>())
+          << spec.pipeline.schedule;
       for (size_t i = 0; i < x["breakdown_s_per_stage"].size(); ++i)
         for (const char* f : {"time_s", "compute", "encode", "decode", "wait"})
-          EXPECT_NEAR(x["breakdown_s_per_stage"][i][f].get<double>(), y["breakdown_s_per_stage"][i][f].get<double>(), 1e-12)
+          EXPECT_NEAR(x["breakdown_s_per_stage"][i][f].get<double>(),
+                      y["breakdown_s_per_stage"][i][f].get<double>(), 1e-12)
               << spec.pipeline.schedule << " rank " << i << " " << f;
       EXPECT_EQ(x["bytes"], y["bytes"]);
     }
@@ -922,11 +1013,15 @@ TEST(SimulatorTest, TheFirstEpochSendsFirstSightingsInFull) {
   o.runSteps = 4;
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
   const std::vector<int64_t> act = {2, 4, 8};
-  const int64_t full = firstFrameBytes("acsgd:bits=2", act), delta = steadyFrameBytes("acsgd:bits=2", act);
+  const int64_t full = firstFrameBytes("acsgd:bits=2", act),
+                delta = steadyFrameBytes("acsgd:bits=2", act);
   ASSERT_GT(full, 2 * delta);
   for (int k = 0; k < 4; ++k) {
-    EXPECT_EQ(r["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * (k < 2 ? full : delta)) << "step " << k;
-    EXPECT_EQ(r["steps"][k]["bytes"]["backward"]["wire"].get<int64_t>(), 2 * steadyFrameBytes("quant:bits=4", act)) << "step " << k;
+    EXPECT_EQ(r["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * (k < 2 ? full : delta))
+        << "step " << k;
+    EXPECT_EQ(r["steps"][k]["bytes"]["backward"]["wire"].get<int64_t>(),
+              2 * steadyFrameBytes("quant:bits=4", act))
+        << "step " << k;
   }
   EXPECT_GT(r["steps"][0]["time_s"].get<double>(), r["steps"][2]["time_s"].get<double>());
   const json bare = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {4});
@@ -937,7 +1032,9 @@ TEST(SimulatorTest, TheFirstEpochSendsFirstSightingsInFull) {
   // A replay of the first 4 steps of an 8-step run: epoch 0 in full, epoch 1 deltas, as the run.
   o.runSteps = 8;
   const json part = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(part["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(), 2 * (k < 2 ? full : delta));
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(part["steps"][k]["bytes"]["forward"]["wire"].get<int64_t>(),
+              2 * (k < 2 ? full : delta));
   // The default replays the whole run the plan describes: every epoch.
   o.steps = 0;
   EXPECT_EQ(simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o)["steps"].size(), 8u);
@@ -966,7 +1063,8 @@ TEST(SimulatorTest, EvaluationsAreReplayedBetweenEpochs) {
   // The evaluation's waits are its own: no step waits longer than it lasts (the step after an
   // evaluation was billed the evaluation's wait, "wait share 1.644").
   for (const auto& st : r["steps"])
-    for (const auto& row : st["breakdown_s_per_stage"]) EXPECT_LE(row["wait"].get<double>(), row["time_s"].get<double>() + 1e-12) << st.dump();
+    for (const auto& row : st["breakdown_s_per_stage"])
+      EXPECT_LE(row["wait"].get<double>(), row["time_s"].get<double>() + 1e-12) << st.dump();
   EXPECT_LE(r["summary"]["wait_share"].get<double>(), 1.0);
   EXPECT_GE(r["summary"]["wait_share"].get<double>(), 0.0);
   // training.eval_every_steps 3 without epoch ends: after step 3 only; with them, after 2, 3 and 4.
@@ -985,7 +1083,8 @@ TEST(SimulatorTest, EvaluationsAreReplayedBetweenEpochs) {
   const json bare = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {4});
   EXPECT_TRUE(bare["evals"].empty());
   for (const auto& st : bare["steps"]) EXPECT_EQ(st["epoch"], 0);
-  EXPECT_NEAR(bare["summary"]["mean_step_time_s"].get<double>(), bare["steps"][3]["time_s"].get<double>(), 1e-9);
+  EXPECT_NEAR(bare["summary"]["mean_step_time_s"].get<double>(),
+              bare["steps"][3]["time_s"].get<double>(), 1e-9);
 }
 
 // A bandwidth trace: the simulator replays every step of the run (its data plan), so the
@@ -996,7 +1095,7 @@ TEST(SimulatorTest, TracedLinksReplayEveryStepOfTheRun) {
   o.stepsPerEpoch = 6;
   o.runSteps = 12;
   EXPECT_EQ(defaultSteps(spec, o), 12);  // the whole run its data plan describes
-  EXPECT_EQ(defaultSteps(spec, {}), 4);   // no plan: the run's first 4 steps
+  EXPECT_EQ(defaultSteps(spec, {}), 4);  // no plan: the run's first 4 steps
   const std::string trace = ::testing::TempDir() + "/slowpipe_sim_trace.txt";
   std::ofstream(trace) << "0 8Mbps\n0.05 1Mbps\n";
   spec.network.links = {{"bandwidth", "8Mbps"}, {"latency", "1ms"}, {"trace", trace}};
@@ -1017,13 +1116,15 @@ TEST(SimulatorTest, AQualityCurveGivesTheProjectionItsLossesAndTimeToTarget) {
   o.qualitySteps = 20;  // the curve's run had 20 steps: its step 10 is this run's step 2
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), o);
   ASSERT_EQ(r["evals"].size(), 2u);
-  EXPECT_NEAR(r["evals"][0]["val_loss"].get<double>(), 4.0 + (2.0 - 4.0) * (10.0 - 5.0) / 15.0, 1e-12);
+  EXPECT_NEAR(r["evals"][0]["val_loss"].get<double>(), 4.0 + (2.0 - 4.0) * (10.0 - 5.0) / 15.0,
+              1e-12);
   EXPECT_NEAR(r["evals"][1]["val_loss"].get<double>(), 2.0, 1e-12);
   EXPECT_NEAR(r["summary"]["final_val_loss"].get<double>(), 2.0, 1e-12);
   const std::string text = projectionText(r, 2.5);
   EXPECT_NE(text.find("projected run: 4 steps, 2 epoch(s)"), std::string::npos) << text;
   char expect[96];
-  std::snprintf(expect, sizeof expect, "time to target (validation loss <= 2.5): %.1f s", r["evals"][1]["wall_s"].get<double>());
+  std::snprintf(expect, sizeof expect, "time to target (validation loss <= 2.5): %.1f s",
+                r["evals"][1]["wall_s"].get<double>());
   EXPECT_NE(text.find(expect), std::string::npos) << text;
   EXPECT_NE(projectionText(r, 1.5).find("not reached in the projected run"), std::string::npos);
   // Curve files: a result's evals, or pairs; steps must increase, losses be numbers.
@@ -1033,7 +1134,8 @@ TEST(SimulatorTest, AQualityCurveGivesTheProjectionItsLossesAndTimeToTarget) {
   qualityCurveOf(file, &c);
   EXPECT_EQ(c.quality.size(), 2u);
   EXPECT_EQ(c.qualitySteps, 8);
-  std::ofstream(file) << R"({"steps": [{}, {}, {}, {}, {}, {}], "evals": [{"step": 3, "val_loss": 3.1}, {"step": 6, "val_loss": 2.9}]})";
+  std::ofstream(file)
+      << R"({"steps": [{}, {}, {}, {}, {}, {}], "evals": [{"step": 3, "val_loss": 3.1}, {"step": 6, "val_loss": 2.9}]})";
   qualityCurveOf(file, &c);
   EXPECT_EQ(c.qualitySteps, 6);
   std::ofstream(file) << R"([[8, 3.0], [4, 2.5]])";
@@ -1041,7 +1143,8 @@ TEST(SimulatorTest, AQualityCurveGivesTheProjectionItsLossesAndTimeToTarget) {
     qualityCurveOf(file, &c);
     ADD_FAILURE() << "decreasing steps accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("[1]: steps must increase"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[1]: steps must increase"), std::string::npos)
+        << e.what();
   }
   std::ofstream(file) << R"([[4, "low"]])";
   EXPECT_THROW(qualityCurveOf(file, &c), std::invalid_argument);
@@ -1053,13 +1156,16 @@ TEST(SimulatorTest, AQualityCurveGivesTheProjectionItsLossesAndTimeToTarget) {
 // in the spec replaces the host's measurement, and the profile says which is which.
 TEST(SimulatorTest, DeviceCostsDeclaredOrDerivedAreUsedAndNamed) {
   const runtime::RunSpec spec = runtime::runSpecFromJson(
-      runtime::readJsonFile(std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/protocol_nanogpt_lowrank.json", "spec"), "spec", true);
+      runtime::readJsonFile(
+          std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/protocol_nanogpt_lowrank.json", "spec"),
+      "spec", true);
   const Profile p = profileFor("analytic:H100,dtype=bf16,mfu=0.4", spec);
   const json place = p.device["codecs"]["lowrank:rank=160,basis=random,refresh=0,seed=1"];
   EXPECT_EQ(place["runs_on"], "device") << place.dump();
   EXPECT_EQ(place["source"].get<std::string>().rfind("derived", 0), 0u) << place.dump();
   const json r = simulateRun(spec, p, {4});
-  EXPECT_NEAR(r["summary"]["mean_step_time_s"].get<double>(), 19.9, 0.05 * 19.9) << r["summary"].dump();
+  EXPECT_NEAR(r["summary"]["mean_step_time_s"].get<double>(), 19.9, 0.05 * 19.9)
+      << r["summary"].dump();
   EXPECT_NEAR(r["message_bytes"]["forward"].get<double>() / (16 * 1024), 320.0, 1.0);
 
   auto hadamard = spec;
@@ -1067,15 +1173,18 @@ TEST(SimulatorTest, DeviceCostsDeclaredOrDerivedAreUsedAndNamed) {
   const Profile host = profileFor("analytic:H100,dtype=bf16,mfu=0.4", hadamard);
   const std::string key = compression::makeCodec(hadamard.compression.forward)->spec();
   EXPECT_EQ(host.device["codecs"][key]["source"], "measured on this host");
-  hadamard.compression.deviceCosts = {{"forward", {{"encode_bytes_per_s", 4e11}, {"decode_bytes_per_s", 8e11}}},
-                                      {"backward", {{"encode_bytes_per_s", 4e11}, {"decode_bytes_per_s", 8e11}}}};
+  hadamard.compression.deviceCosts = {
+      {"forward", {{"encode_bytes_per_s", 4e11}, {"decode_bytes_per_s", 8e11}}},
+      {"backward", {{"encode_bytes_per_s", 4e11}, {"decode_bytes_per_s", 8e11}}}};
   const Profile declared = profileFor("analytic:H100,dtype=bf16,mfu=0.4", hadamard);
-  EXPECT_EQ(declared.device["codecs"][key]["source"], "declared in the spec (compression.device_costs.forward)");
+  EXPECT_EQ(declared.device["codecs"][key]["source"],
+            "declared in the spec (compression.device_costs.forward)");
   EXPECT_DOUBLE_EQ(declared.codecs.at(key).encode.bSPerByte, 1.0 / 4e11);
   EXPECT_DOUBLE_EQ(declared.codecs.at(key).decode.bSPerByte, 1.0 / 8e11);
   // A plug-in's own declaration (slowpipe_codec_device_cost): on the device at its rates.
   auto plugged = spec;
-  plugged.compression.forward = plugged.compression.backward = std::string("plugin:path=") + COSTED_PLUGIN;
+  plugged.compression.forward = plugged.compression.backward =
+      std::string("plugin:path=") + COSTED_PLUGIN;
   const Profile pp = profileFor("analytic:H100,dtype=bf16,mfu=0.4", plugged);
   const std::string pkey = compression::makeCodec(plugged.compression.forward)->spec();
   EXPECT_EQ(pp.device["codecs"][pkey]["source"], "declared by the plug-in") << pp.device.dump();
@@ -1087,7 +1196,8 @@ TEST(SimulatorTest, DeviceCostsDeclaredOrDerivedAreUsedAndNamed) {
   // The spec's checks: a rate without its other half, an unknown field, a negative FLOP count.
   json j = runtime::toJson(spec);
   for (const auto& [cost, expect] : std::vector<std::pair<json, std::string>>{
-           {{{"forward", {{"encode_bytes_per_s", 1e9}}}}, "give both encode_bytes_per_s and decode_bytes_per_s"},
+           {{{"forward", {{"encode_bytes_per_s", 1e9}}}},
+            "give both encode_bytes_per_s and decode_bytes_per_s"},
            {{{"forward", {{"encode_gbps", 1}}}}, "device_costs.forward.encode_gbps: unknown field"},
            {{{"forward", {{"encode_flops_per_element", -1}}}}, "must be a number >= 0"},
            {{{"sideways", json::object()}}, "device_costs.sideways: unknown direction"}}) {
