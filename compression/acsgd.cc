@@ -203,104 +203,120 @@ std::vector<uint8_t*> AcsgdCodec::deltaRowData(const std::vector<int64_t>& ids,
   return rows;
 }
 
-void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape,
-                                   const std::vector<int64_t>& ids,
-                                   const std::vector<int64_t>& deltaRows, Bytes& out) {
-  const Kernels& k = kernels();
-  const int64_t rowLen = numelOf(dshape) / dshape[0];
-  const std::vector<uint8_t*> rows = deltaRowData(ids, deltaRows);
-  QuantStream qs(quant_, dshape);
-  // Chunk scratch per part (parts run on the codec threads, compression/parallel.h): m of the chunk
-  // converted from the store (mbuf) and the chunk's d = x - m (d).
+// The DELTA rows of one message, walked a chunk (kChunk values) at a time; chunk scratch per part
+// (parts run on the codec threads, compression/parallel.h): m of the chunk converted from the store
+// (mbuf) and its d = x - m (d).
+struct AcsgdCodec::DeltaChunks {
   struct Scratch {
     std::vector<float> mbuf = std::vector<float>(kChunk), d = std::vector<float>(kChunk);
+    uint8_t codes[kChunk];
   };
-  auto deltas = [&](int64_t i0, int64_t len, Scratch& sc) {
+  AcsgdCodec& codec;
+  const float* x;
+  const std::vector<int64_t>& deltaRows;
+  std::vector<uint8_t*> rows;
+  int64_t rowLen;
+  bool inPlace, oneLoop, inRegisters;  // fp32 store; channel scales, nearest; fp16 in registers
+  const Kernels& k = kernels();
+
+  const float* xAt(int64_t j, int64_t off) const { return x + deltaRows[j] * rowLen + off; }
+
+  // d = x - m for the chunk's pieces (an fp16 store's m of the chunk lands in mbuf).
+  void deltas(int64_t i0, int64_t len, Scratch& sc) const {
     forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-      k.sub(x + deltaRows[j] * rowLen + off, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), cnt,
+      k.sub(xAt(j, off), codec.heldRange(rows[j], off, cnt, sc.mbuf.data() + p), cnt,
             sc.d.data() + p);
     });
-  };
-  const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
-  const bool oneLoop = qs.fused();  // channel scales, nearest: one kernel per pass (kernels.h)
-  // fp16 buffers converted in registers where the kernels can (AVX2 + F16C), else through mbuf.
-  const bool inRegisters = oneLoop && !inPlace && qs.halfFused();
+  }
+
   // The next chunk's x and m requested while this one is worked on: the conversion and kernel
   // loops each touch one stream at a time, which alone leaves the memory system half idle. Fused
   // steps that prefetch as they go (kernels.h) need none of this.
-  const int64_t mBytes = inPlace ? 4 : 2;
-  auto prefetch = [&](int64_t i0, int64_t end) {
+  void prefetch(int64_t i0, int64_t end) const {
     if (k.fusedStepsPrefetch || i0 >= end) return;
+    const int64_t mBytes = inPlace ? 4 : 2;
     forEachPiece(i0, std::min(kChunk, end - i0), rowLen,
                  [&](int64_t j, int64_t off, int64_t, int64_t cnt) {
-                   const char* xp = reinterpret_cast<const char*>(x + deltaRows[j] * rowLen + off);
+                   const char* xp = reinterpret_cast<const char*>(xAt(j, off));
                    const char* mp = reinterpret_cast<const char*>(rows[j] + off * mBytes);
                    for (int64_t b = 0; b < 4 * cnt; b += 64) __builtin_prefetch(xp + b);
                    for (int64_t b = 0; b < mBytes * cnt; b += 64) __builtin_prefetch(mp + b);
                  });
-  };
-  qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {  // pass 1: the scales of d
-    Scratch sc;
-    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
-      const int64_t len = std::min(kChunk, hi - i0);
-      if (!oneLoop) {
-        deltas(i0, len, sc);
-        part.accumulate(sc.d.data(), i0, len);
-        continue;
-      }
-      prefetch(i0 + kChunk, hi);
-      forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-        const float* xr = x + deltaRows[j] * rowLen + off;
+  }
+
+  // Pass 1 on one chunk: the scales of d.
+  void accumulate(QuantStream& part, int64_t i0, int64_t len, int64_t end, Scratch& sc) const {
+    if (!oneLoop) {
+      deltas(i0, len, sc);
+      return part.accumulate(sc.d.data(), i0, len);
+    }
+    prefetch(i0 + kChunk, end);
+    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
+      if (inRegisters) return part.deltaAccumulateHalf(xAt(j, off), rows[j] + 2 * off, i0 + p, cnt);
+      part.deltaAccumulate(xAt(j, off), codec.heldRange(rows[j], off, cnt, sc.mbuf.data() + p),
+                           i0 + p, cnt);
+    });
+  }
+
+  // Pass 2 on one chunk: its codes into sc.codes, m += Q(d).
+  void update(QuantStream& qs, int64_t i0, int64_t len, int64_t end, Scratch& sc) const {
+    float* mbuf = sc.mbuf.data();
+    float* d = sc.d.data();
+    if (oneLoop) {
+      prefetch(i0 + kChunk, end);
+      return forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+        uint8_t* c = sc.codes + pos;
         if (inRegisters)
-          part.deltaAccumulateHalf(xr, rows[j] + 2 * off, i0 + p, cnt);
-        else
-          part.deltaAccumulate(xr, heldRange(rows[j], off, cnt, sc.mbuf.data() + p), i0 + p, cnt);
+          return qs.deltaUpdateHalf(xAt(j, off), rows[j] + 2 * off, i0 + pos, cnt, c);
+        float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
+        if (!inPlace) codec.store_.loadElems(rows[j], off, cnt, m);
+        qs.deltaUpdate(xAt(j, off), m, i0 + pos, cnt, c);
+        if (!inPlace) codec.store_.storeElems(rows[j], off, cnt, m, nullptr);
       });
     }
+    deltas(i0, len, sc);
+    qs.quantize(d, i0, len, sc.codes);
+    qs.dequantize(sc.codes, i0, len, d);
+    forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
+      float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
+      k.add(m, d + pos, cnt, m);
+      if (!inPlace) codec.store_.storeElems(rows[j], off, cnt, m, nullptr);
+    });
+  }
+};
+
+void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape,
+                                   const std::vector<int64_t>& ids,
+                                   const std::vector<int64_t>& deltaRows, Bytes& out) {
+  QuantStream qs(quant_, dshape);
+  const bool inPlace = store_.options().dtype == StoreOptions::Dtype::kFp32;
+  // fp16 buffers converted in registers where the kernels can (AVX2 + F16C), else through mbuf.
+  const DeltaChunks w{*this,
+                      x,
+                      deltaRows,
+                      deltaRowData(ids, deltaRows),
+                      numelOf(dshape) / dshape[0],
+                      inPlace,
+                      qs.fused(),
+                      qs.fused() && !inPlace && qs.halfFused()};
+  qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {
+    DeltaChunks::Scratch sc;
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk)
+      w.accumulate(part, i0, std::min(kChunk, hi - i0), hi, sc);
   });
   qs.finishScales();
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_.quant, dshape));
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = opt_.quant.bits;
-  parallelRanges(
-      qs.size(), kChunk,
-      [&](int64_t lo, int64_t hi, int64_t) {  // pass 2: Q(d) on the wire, m += Q(d)
-        Scratch sc;
-        float* mbuf = sc.mbuf.data();
-        float* d = sc.d.data();
-        uint8_t codes[kChunk];
-        for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
-          const int64_t len = std::min(kChunk, hi - i0);
-          if (oneLoop) {
-            prefetch(i0 + kChunk, hi);
-            forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
-              if (inRegisters)
-                return qs.deltaUpdateHalf(x + deltaRows[j] * rowLen + off, rows[j] + 2 * off,
-                                          i0 + pos, cnt, codes + pos);
-              float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
-              if (!inPlace) store_.loadElems(rows[j], off, cnt, m);
-              qs.deltaUpdate(x + deltaRows[j] * rowLen + off, m, i0 + pos, cnt, codes + pos);
-              if (!inPlace) store_.storeElems(rows[j], off, cnt, m, nullptr);
-            });
-            packBits(codes, len, bits, packed + i0 * bits / 8);
-            continue;
-          }
-          deltas(i0, len, sc);  // an fp16 store's m of the chunk is now in mbuf
-          qs.quantize(d, i0, len, codes);
-          packBits(codes, len, bits, packed + i0 * bits / 8);
-          qs.dequantize(codes, i0, len, d);
-          forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
-            if (inPlace) {
-              float* m = reinterpret_cast<float*>(rows[j]) + off;
-              k.add(m, d + pos, cnt, m);
-            } else {
-              k.add(mbuf + pos, d + pos, cnt, mbuf + pos);
-              store_.storeElems(rows[j], off, cnt, mbuf + pos, nullptr);
-            }
-          });
-        }
-      });
+  parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
+    DeltaChunks::Scratch sc;
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
+      w.update(qs, i0, len, hi, sc);
+      packBits(sc.codes, len, bits, packed + i0 * bits / 8);
+    }
+  });
   qs.done();
 }
 

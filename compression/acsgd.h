@@ -77,6 +77,8 @@ class AcsgdCodec : public Codec {
   // the generic path in the same order, without materializing d, Q(d) or m for the message.
   void encodeDeltasFused(const float* x, const Shape& dshape, const std::vector<int64_t>& ids,
                          const std::vector<int64_t>& deltaRows, Bytes& out);
+  // One message's DELTA rows as encodeDeltasFused walks them a chunk at a time (acsgd.cc).
+  struct DeltaChunks;
   std::vector<uint8_t*> deltaRowData(const std::vector<int64_t>& ids,
                                      const std::vector<int64_t>& deltaRows);
   const float* heldRange(uint8_t* row, int64_t off, int64_t cnt, float* buf) const;
