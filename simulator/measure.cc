@@ -227,7 +227,7 @@ simulator::StageCost::IdleExtra measureIdleExtra(const runtime::RunSpec& spec,
 // split: also measure the parts of a split backward (a profiled schedule splits them).
 std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, int reps,
                                                 const std::vector<runtime::RunSpec>& dpVariants,
-                                                bool split) {
+                                                bool split, const std::function<void()>& onStage) {
   using K = runtime::Action::Kind;
   torch::set_num_threads(spec.runtime.threadsPerWorker);
   torch::manual_seed(0);
@@ -259,6 +259,7 @@ std::vector<simulator::StageCost> measureStages(const runtime::RunSpec& spec, in
     for (const auto& v : dpVariants)
       c.dp[simulator::dpCostKey(v)] = measureDpCost(v, runner, k, reps);
     out.push_back(c);
+    onStage();
   }
   return out;
 }
@@ -668,7 +669,19 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
                                    const std::vector<std::string>& extraCodecs,
                                    const HostSpeedOptions& host,
                                    const std::vector<runtime::RunSpec>& dpVariants,
-                                   const std::set<std::string>& schedules) {
+                                   const std::set<std::string>& schedules,
+                                   const std::function<void(int64_t, int64_t)>& progress) {
+  std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
+  codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
+  for (const auto& v : dpVariants)
+    codecs.push_back(runtime::gradientCompressor(v.dp)->messageCodec());
+  // Parts: every virtual stage, the host speed, the calibration fit, the transport, every codec.
+  const int64_t total = static_cast<int64_t>(runtime::stageLayers(spec).size()) + 3 +
+                        static_cast<int64_t>(codecs.size());
+  int64_t done = 0;
+  auto step = [&] {
+    if (progress) progress(++done, total);
+  };
   simulator::Profile p;
   p.source = "measured";
   p.device = {
@@ -685,7 +698,7 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
   const bool split = std::any_of(schedules.begin(), schedules.end(), [](const std::string& n) {
     return runtime::scheduleInfo(n).splitsBackward;
   });
-  p.stages = measureStages(spec, reps, dpVariants, split);
+  p.stages = measureStages(spec, reps, dpVariants, split, step);
   const std::vector<int64_t> shape = {spec.pipeline.microBatchSize, spec.model.seqLen,
                                       spec.model.width};
   // The emulated workers are processes on this host: they share its cores (in units of one
@@ -701,23 +714,25 @@ simulator::Profile measuredProfile(const json& runJson, const runtime::RunSpec& 
     p.hostSpeed.assign(static_cast<size_t>(workers), 1.0);
     p.device["dedicated"] =
         "each worker on a processor of its own (--dedicated): host_speed 1, not measured";
+    step();
   } else {
     p.hostSpeed = measureHostSpeed(runJson, spec.pipeline.stages, workers, host.windowS, host.reps);
+    step();
     if (host.fromRun) fitToCalibrationRuns(p, runJson, spec, workers, schedules);
   }
+  step();  // the calibration fit's part, done or not needed
   p.device["runtime_device"] = spec.runtime.device;
   // Transport CPU cost, fitted through a small and an activation-sized message.
   const size_t small = 64, large = static_cast<size_t>(4 * compression::numelOf(shape));
   const double cSmall = transportCpuSeconds(small), cLarge = transportCpuSeconds(large);
   const double slope = std::max(0.0, (cLarge - cSmall) / static_cast<double>(large - small));
   p.transport = {std::max(0.0, cSmall - slope * small), slope};
+  step();
   p.device["cpus"] = cpus;
-  std::vector<std::string> codecs = {spec.compression.forward, spec.compression.backward, "none"};
-  codecs.insert(codecs.end(), extraCodecs.begin(), extraCodecs.end());
-  for (const auto& v : dpVariants)
-    codecs.push_back(runtime::gradientCompressor(v.dp)->messageCodec());
-  for (const auto& c : codecs)
+  for (const auto& c : codecs) {
     p.codecs[compression::makeCodec(c)->spec()] = simulator::measureCodecOnHost(c, shape);
+    step();
+  }
   return p;
 }
 

@@ -5,6 +5,7 @@
 // itself (simulate.h) does not.
 #pragma once
 
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,11 +44,14 @@ ProfileTargets profileTargets(const nlohmann::json& specOrSweep,
 
 // A measured profile of `spec` (runJson: its resolved JSON) on this host: `reps` repeats per
 // figure, extra codecs beyond the spec's, the data-parallel variants a sweep uses, and the
-// schedules its points use (each gets its own host-speed fit with host.fromRun).
+// schedules its points use (each gets its own host-speed fit with host.fromRun). progress(done,
+// total), if given, after each part measured (a stage, the host speed, the calibration fit, the
+// transport, a codec).
 Profile measuredProfile(const nlohmann::json& runJson, const runtime::RunSpec& spec, int reps,
                         const std::vector<std::string>& extraCodecs, const HostSpeedOptions& host,
                         const std::vector<runtime::RunSpec>& dpVariants,
-                        const std::set<std::string>& schedules);
+                        const std::set<std::string>& schedules,
+                        const std::function<void(int64_t done, int64_t total)>& progress = {});
 
 // The child side of the side-by-side host-speed measurement (`slowpipe profile-unit`): repeats
 // stage `stage`'s forward and backward for windowS seconds each time its parent says go.

@@ -96,10 +96,20 @@ void addProfileCommand(CLI::App& app) {
     const simulator::ProfileTargets t =
         simulator::profileTargets(runtime::readSpecFile(*spec), *sets, *codecs);
     const runtime::RunSpec& s = t.spec;
+    runtime::ProgressLine line;
+    const double t0 = emulator::monotonicNow();
     const simulator::Profile p =
         device->empty()
-            ? measuredProfile(t.runJson, s, *reps, t.codecs, *host, t.dpVariants, t.schedules)
+            ? measuredProfile(
+                  t.runJson, s, *reps, t.codecs, *host, t.dpVariants, t.schedules,
+                  [&](int64_t done, int64_t total) {
+                    line.milestone(
+                        "profile: " + runtime::progressText(done, total,
+                                                            emulator::monotonicNow() - t0, "parts"),
+                        done, total);
+                  })
             : simulator::analyticProfile(s, *device, *dtype, *mfu);
+    line.finish();
     runtime::writeJsonAtomically(*out, simulator::toJson(p));
     for (size_t i = 0; i < p.stages.size(); ++i)
       std::printf("stage %zu: forward %.6f s, backward %.6f s per micro-batch, step %.6f s\n", i,

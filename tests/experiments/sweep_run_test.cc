@@ -472,6 +472,14 @@ TEST(SweepRunTest, ProfileThenSimulateTheSameSweep) {
       {SLOWPIPE_BINARY, "profile", (root / "sweep.json").string(), "--out", prof.string(), "--reps",
        "2", "--host-window", "0.2", "--host-reps", "1", "--host-from-run"});
   ASSERT_EQ(r.status, 0) << r.output;
+  // No silent wait: in a log a line per 10% of the parts measured, the last one complete.
+  size_t lines = 0;
+  for (size_t at = r.output.find(" parts ("); at != std::string::npos;
+       at = r.output.find(" parts (", at + 1))
+    ++lines;
+  EXPECT_GE(lines, 5u) << r.output;
+  EXPECT_NE(r.output.find(" parts (100%)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", ETA "), std::string::npos) << r.output;
   const json p = json::parse(std::ifstream(prof));
   EXPECT_EQ(p["source"], "measured");
   ASSERT_EQ(p["stages"].size(), 2u);
