@@ -53,7 +53,7 @@ namespace {
 constexpr int64_t kRandkBlock = 4096;
 }
 
-uint64_t RandkCodec::keepMask(const float*, int64_t n, uint64_t base) {
+uint64_t RandkCodec::keepMask(int64_t n, uint64_t base) {
   const Kernels& kern = kernels();
   const uint64_t threshold = all_ ? UINT64_MAX : threshold_;
   const int64_t parts = parallelParts(n, kRandkBlock);
@@ -79,7 +79,7 @@ uint64_t RandkCodec::keepMask(const float*, int64_t n, uint64_t base) {
 void RandkCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) {
   const int64_t n = numelOf(shape);
   const float scale = static_cast<float>(1.0 / ratio_);
-  const auto k = static_cast<uint32_t>(keepMask(x, n, messageSeed(ctx)));
+  const auto k = static_cast<uint32_t>(keepMask(n, messageSeed(ctx)));
   uint8_t* head = ByteWriter(out).grow(4 + 4 * static_cast<size_t>(k));
   std::memcpy(head, &k, 4);
   uint8_t* values = head + 4;
@@ -106,7 +106,7 @@ void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   ByteReader r(payload, size, "randk payload");
   const uint32_t k = r.get<uint32_t>("count");
   // The shared index set is counted first; the payload is validated against it before any write.
-  const uint64_t kept = keepMask(nullptr, n, messageSeed(ctx));
+  const uint64_t kept = keepMask(n, messageSeed(ctx));
   SP_REQUIRE(k == kept, "randk: count is " + std::to_string(k) + ", the shared index set has " +
                             std::to_string(kept) +
                             " (another seed, step or micro-batch?) for shape " +

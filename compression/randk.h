@@ -33,7 +33,7 @@ class RandkCodec : public Codec {
  private:
   // The kept set of a message, one byte per value (counted, then used), and how many each part of
   // it keeps; reused between messages.
-  uint64_t keepMask(const float* x, int64_t n, uint64_t base);
+  uint64_t keepMask(int64_t n, uint64_t base);
   double ratio_;
   uint64_t seed_, threshold_;
   Bytes keep_;
