@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -486,7 +488,32 @@ void to_json(nlohmann::json& j, const Topology& t) {
 }
 
 LinkClock::LinkClock(LinkSpec spec, double startTime, uint64_t seed)
-    : spec_(std::move(spec)), start_(startTime), linkFree_(startTime), rng_(seed) {}
+    : logDraws_(!linkDrawsDir().empty()),
+      spec_(std::move(spec)),
+      start_(startTime),
+      linkFree_(startTime),
+      rng_(seed) {}
+
+std::string linkDrawsDir() {
+  const char* dir = std::getenv("SLOWPIPE_LINK_DRAWS");
+  return dir ? dir : "";
+}
+
+void writeLinkDraws(int fromRank, int toRank, const LinkClock& clock) {
+  const std::string dir = linkDrawsDir();
+  if (dir.empty() || clock.draws().bytes.empty()) return;
+  const std::string path =
+      dir + "/link-" + std::to_string(fromRank) + "-" + std::to_string(toRank) + ".json";
+  std::ofstream out(path + ".part");
+  out << nlohmann::json{{"from", fromRank},
+                        {"to", toRank},
+                        {"bytes", clock.draws().bytes},
+                        {"delay_s", clock.draws().delayS}}
+             .dump();
+  out.close();
+  if (!out || std::rename((path + ".part").c_str(), path.c_str()) != 0)
+    throw std::runtime_error("SLOWPIPE_LINK_DRAWS: cannot write '" + path + "'");
+}
 
 bool LinkClock::lose() {
   if (!spec_.gilbertElliott) return spec_.loss > 0 && uniform() < spec_.loss;
@@ -507,6 +534,10 @@ double LinkClock::send(double now, uint64_t bytes) {
     delay = std::max(delay, 0.0);
   }
   if (lose()) delay += spec_.retransmitS;
+  if (logDraws_) {
+    draws_.bytes.push_back(bytes);
+    draws_.delayS.push_back(delay);
+  }
   lastArrival_ = std::max(linkFree_ + delay, lastArrival_);  // FIFO: never overtake
   return lastArrival_;
 }

@@ -115,6 +115,13 @@ struct Topology {
   std::map<std::pair<int, int>, LinkSpec> overrides;
   const LinkSpec& link(int src, int dst) const;
 };
+// Where the tiers write their links' draw logs (SLOWPIPE_LINK_DRAWS; empty: not logged), and the
+// write: DIR/link-<from>-<to>.json {"from", "to", "bytes": [...], "delay_s": [...]}, from and to
+// ranks. Nothing when off or when the clock sent nothing.
+std::string linkDrawsDir();
+class LinkClock;
+void writeLinkDraws(int fromRank, int toRank, const LinkClock& clock);
+
 Topology topologyFromJson(const nlohmann::json& j, const std::string& where);
 void to_json(nlohmann::json& j, const Topology& t);
 // The links of `t` the tcp model bills as one figure where the kernel has two (tcpBimodality under
@@ -148,7 +155,19 @@ class LinkClock {
   // Gilbert-Elliott chain. Draws from the link's seeded generator, as the delay line does.
   bool lose();
 
+  // The draw log (SLOWPIPE_LINK_DRAWS=DIR, read when the clock is made): each message's size and
+  // the delay its draws gave it (latency, jitter, a loss's retransmission), in send order, so
+  // that the tiers' draws on one link can be compared message by message. Empty when off.
+  struct Draws {
+    std::vector<uint64_t> bytes;
+    std::vector<double> delayS;
+  };
+  const Draws& draws() const { return draws_; }
+  bool logsDraws() const { return logDraws_; }
+
  private:
+  bool logDraws_;
+  Draws draws_;
   LinkSpec spec_;
   double start_;
   double opened_ = -std::numeric_limits<double>::infinity();

@@ -2,6 +2,7 @@
 #include "runtime/channel.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "emulator/tcp_settings.h"
@@ -30,6 +31,15 @@ Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
   endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
 }
 
+Channel::~Channel() {
+  if (senders_.empty()) return;
+  try {  // the first stream's clock: the one a link model stamps with (striping is the kernel's)
+    emulator::writeLinkDraws(self_, opt_.peer, senders_[0]->clock());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "slowpipe: %s\n", e.what());
+  }
+}
+
 void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out,
                       const LinkEntry& in, emulator::LinkModel* inbound, uint64_t senderSeed) {
   if (out.dst != opt_.peer || in.src != opt_.peer || out.src != in.dst)
@@ -37,6 +47,7 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
                            ": connected with links " + std::to_string(out.src) + " -> " +
                            std::to_string(out.dst) + " and " + std::to_string(in.src) + " -> " +
                            std::to_string(in.dst));
+  self_ = out.src;
   // Where the kernel carries the link, network.tcp.streams connections (each its own PUSH socket,
   // so its own TCP connection); a link model's timing is its own business: one.
   const int streams = out.model.empty() ? std::max(1, out.spec.tcp.streams) : 1;

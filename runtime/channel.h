@@ -65,6 +65,8 @@ class Channel {
   enum class Verdict { kTake, kStash, kSlip };
 
   Channel(zmq::context_t& ctx, const ChannelOptions& opt);  // binds the inbound socket
+  // Writes the outbound link's draw log when SLOWPIPE_LINK_DRAWS asks (emulator/link.h).
+  ~Channel();
   int peer() const { return opt_.peer; }
   // Where the peer connects to send to this rank.
   const std::string& endpoint() const { return endpoint_; }
@@ -100,6 +102,7 @@ class Channel {
   std::optional<emulator::ShapedMessage> joinStripes(emulator::ShapedMessage m);
 
   ChannelOptions opt_;
+  int self_ = -1;  // this rank (the outbound link's source), once connected
   std::vector<std::unique_ptr<zmq::socket_t>> pushes_;  // one per stream
   std::unique_ptr<zmq::socket_t> pull_;
   std::vector<std::unique_ptr<emulator::ShapedSender>> senders_;

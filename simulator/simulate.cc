@@ -37,35 +37,48 @@ namespace slowpipe::simulator {
 using nlohmann::json;
 using runtime::Action;
 
-// The frame of a message of `shape` encoded by a fresh codec at `epoch` (examples 0..rows-1), and
-// with steady = true the frame of the same examples' next message (acsgd: a delta).
+// The frame of a message of `shape` (examples 0..rows-1 when exampleIds) encoded by a codec that
+// has sent the last `seenRows` rows before (acsgd: those a delta, the others in full): a fresh
+// codec first encodes those rows alone, then the whole message is measured. Without example ids
+// (a DP chunk) seenRows is 0 or all of it: the same values once before.
 static int64_t frameBytesOf(const std::string& codecSpec, const std::vector<int64_t>& shape,
-                            bool exampleIds, bool steady) {
+                            bool exampleIds, int64_t seenRows) {
   auto codec = compression::makeCodec(codecSpec);
   const int64_t n = compression::numelOf(shape);
+  const int64_t rows = shape.empty() ? 0 : shape[0];
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     x[i] = static_cast<float>((i * 7919 % 1000) - 500) * 1e-3f;  // finite, varied
-  compression::FrameHeader h;
-  h.shape = shape;
-  if (exampleIds)
-    for (int64_t r = 0; r < (shape.empty() ? 0 : shape[0]); ++r) h.exampleIds.push_back(r);
   compression::CodecContext ctx;
-  ctx.exampleIds = h.exampleIds;
-  ctx.epoch = steady ? 1 : 0;
-  const int64_t first = static_cast<int64_t>(
-      compression::encodeFrame(*codec, x.data(), h, ctx).size());  // acsgd: full precision
-  return steady ? static_cast<int64_t>(compression::encodeFrame(*codec, x.data(), h, ctx).size())
-                : first;
+  ctx.epoch = seenRows > 0 ? 1 : 0;
+  auto encode = [&](int64_t from) {  // rows from..rows-1
+    compression::FrameHeader h;
+    h.shape = shape;
+    if (exampleIds) {
+      h.shape[0] = rows - from;
+      for (int64_t r = from; r < rows; ++r) h.exampleIds.push_back(r);
+    }
+    ctx.exampleIds = h.exampleIds;
+    const int64_t at = exampleIds && rows > 0 ? from * (n / rows) : 0;
+    return static_cast<int64_t>(compression::encodeFrame(*codec, x.data() + at, h, ctx).size());
+  };
+  if (seenRows > 0) encode(exampleIds ? rows - seenRows : 0);
+  return encode(0);
 }
 
 int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape,
                          bool exampleIds) {
-  return frameBytesOf(codecSpec, shape, exampleIds, true);
+  return frameBytesOf(codecSpec, shape, exampleIds,
+                      shape.empty() ? 1 : std::max<int64_t>(1, shape[0]));
 }
 
 int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape) {
-  return frameBytesOf(codecSpec, shape, true, false);
+  return frameBytesOf(codecSpec, shape, true, 0);
+}
+
+int64_t mixedFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape,
+                        int64_t seenRows) {
+  return frameBytesOf(codecSpec, shape, true, seenRows);
 }
 
 namespace {
@@ -162,7 +175,8 @@ class Replay : public runtime::Backend {
     bwdBytes_ = steadyFrameBytes(spec.compression.backward, act);
     fwdFirstBytes_ = firstFrameBytes(spec.compression.forward, act);
     bwdFirstBytes_ = firstFrameBytes(spec.compression.backward, act);
-    ctlBytes_ = steadyFrameBytes("none", {2});
+    ctlBytes_ = steadyFrameBytes("none", {runtime::protocol::kControlValues}, false);  // no ids
+    freshRows();
     if (R_ > 1) {
       // The replicas' links: their own topology, always the pipelined model (as in the emulator).
       dpTopo_ = runtime::dpTopology(spec);
@@ -201,6 +215,9 @@ class Replay : public runtime::Backend {
     } else {
       loopDedicated();
     }
+    for (const auto& [k, l] : links_)  // SLOWPIPE_LINK_DRAWS: as the emulator's channels write them
+      emulator::writeLinkDraws(static_cast<int>(k >> 32), static_cast<int>(k & 0xffffffffu),
+                               l.clock);
     // The same result document as the launcher's (runtime/records.h ResultBuilder), on virtual
     // time.
     runtime::ResultBuilder result(spec_, layout_, "ok");
@@ -730,6 +747,40 @@ class Replay : public runtime::Backend {
                .first;
     return it->second;
   }
+  // The examples of each replayed step's micro-batches that their replica's pipeline meets for the
+  // first time: the run's epoch order (SimOptions::epochs), each replica's micro-batch mb of step
+  // k being the plan's micro-batch replica x M + mb (runtime/plan.h).
+  void freshRows() {
+    if (!opt_.epochs || opt_.stepsPerEpoch <= 0) return;
+    const int M = spec_.pipeline.microBatches;
+    std::vector<std::set<int64_t>> seen(R_);
+    fresh_.assign(steps_, std::vector<int>(static_cast<size_t>(R_) * M, 0));
+    for (int k = 0; k < steps_; ++k)
+      for (int r = 0; r < R_; ++r)
+        for (int mb = 0; mb < M; ++mb)
+          for (int64_t e : opt_.epochs->microBatch(epochOf(k), k % opt_.stepsPerEpoch, r * M + mb))
+            fresh_[k][r * M + mb] += seen[r].insert(e).second;
+  }
+  // Rows of replica r's micro-batch mb at step k met for the first time (no plan: all in epoch 0).
+  int fresh(int k, int r, int mb) const {
+    if (fresh_.empty()) return epochOf(k) == 0 ? spec_.pipeline.microBatchSize : 0;
+    return fresh_.at(k).at(r * spec_.pipeline.microBatches + mb);
+  }
+  int64_t tensorFrameBytes(bool forward, int newRows) {
+    const int rows = spec_.pipeline.microBatchSize;
+    if (newRows >= rows) return forward ? fwdFirstBytes_ : bwdFirstBytes_;
+    if (newRows <= 0) return forward ? fwdBytes_ : bwdBytes_;
+    auto it = mixedBytes_.find({forward, newRows});
+    if (it == mixedBytes_.end()) {
+      const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
+      it = mixedBytes_
+               .emplace(std::pair{forward, newRows},
+                        mixedFrameBytes(codec, {rows, spec_.model.seqLen, spec_.model.width},
+                                        rows - newRows))
+               .first;
+    }
+    return it->second;
+  }
   bool tensorMessage(const Action& a) const {
     return a.message == Action::Message::kActivation || a.message == Action::Message::kGradient;
   }
@@ -767,12 +818,10 @@ class Replay : public runtime::Backend {
     if (tensorMessage(a)) {
       const bool forward = a.message == Action::Message::kActivation;
       const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
-      // Every step is billed as the run has it: the first epoch sees every example for the first
-      // time (acsgd: full precision), later epochs send deltas. Without a data plan every replayed
-      // step is one of the run's first steps (epoch 0), so it is billed in full too.
-      const bool first = epochOf(st.step) == 0;
-      bytes =
-          first ? (forward ? fwdFirstBytes_ : bwdFirstBytes_) : (forward ? fwdBytes_ : bwdBytes_);
+      // Every message is billed as the run has it: examples the replica's pipeline has not seen
+      // before go in full (acsgd), the others as deltas (freshRows). Without a data plan every
+      // replayed step is one of the run's first steps (epoch 0), so it is billed in full.
+      bytes = tensorFrameBytes(forward, fresh(st.step, layout_.id(i).replica, a.microBatch));
       *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
       (forward ? st.record.fwdRaw : st.record.bwdRaw) += rawActBytes_;
       (forward ? st.record.fwdWire : st.record.bwdWire) += bytes;
@@ -882,7 +931,9 @@ class Replay : public runtime::Backend {
   double now_ = 0;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
-  int64_t fwdFirstBytes_ = 0, bwdFirstBytes_ = 0;  // the first epoch's (first sightings)
+  int64_t fwdFirstBytes_ = 0, bwdFirstBytes_ = 0;       // the first epoch's (first sightings)
+  std::vector<std::vector<int>> fresh_;                 // [step][replica x M + mb]: freshRows
+  std::map<std::pair<bool, int>, int64_t> mixedBytes_;  // (forward, fresh rows): frame bytes
 };
 
 }  // namespace
@@ -894,6 +945,7 @@ bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why)
     if (plan.epochs.stepsPerEpoch() <= 0)
       throw std::runtime_error("fewer training examples than one step takes");
     opt->stepsPerEpoch = plan.epochs.stepsPerEpoch();
+    opt->epochs = plan.epochs;
     opt->runSteps = plan.totalSteps;
     opt->evalRows.clear();
     for (const auto& batch : runtime::evalBatches(plan.val.size(), spec.pipeline.microBatchSize))

@@ -23,7 +23,9 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "runtime/data.h"
 #include "runtime/spec.h"
 #include "simulator/profile.h"
 
@@ -41,6 +43,11 @@ struct SimOptions {
   // run it (runtime/schedule.h evalSchedule); unknown, every step is epoch 0 and none evaluates.
   int64_t stepsPerEpoch = 0, runSteps = 0;
   std::vector<int> evalRows;
+  // The epochs' example order (known with the plan): a pipeline message carries the rows its
+  // replica's pipeline has seen before as deltas and the rest in full (acsgd), as the workers'
+  // codecs do. With replicas, the epoch permutation moves examples between replicas, and an
+  // epoch's step can meet examples the last epoch left out: neither is simply "a delta".
+  std::optional<runtime::EpochPlan> epochs;
   // The result's "messages": every message's [from rank, to rank, step, micro-batch, chunk, round,
   // kind, bytes, sent_s, arrival_s] (a model's completion times, message by message).
   bool recordMessages = false;
@@ -74,6 +81,10 @@ int64_t steadyFrameBytes(const std::string& codecSpec, const std::vector<int64_t
 // The frame of the first message of examples never seen before (acsgd: full precision; the
 // simulator sizes the first epoch's pipeline messages so when the data plan is known).
 int64_t firstFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape);
+// The frame of a message of `shape` whose last `seenRows` rows the codec has sent before and the
+// others not (0: firstFrameBytes, shape[0]: steadyFrameBytes).
+int64_t mixedFrameBytes(const std::string& codecSpec, const std::vector<int64_t>& shape,
+                        int64_t seenRows);
 
 // A result document in the result.json schema, with "simulated": true, per-step records, the
 // summary, and "timeline": per stage, the last step's events {what, mb, start_s, end_s}.

@@ -999,6 +999,79 @@ TEST(SweepRunTest, SimulatedStepBytesEqualTheEmulatedRunsInEveryEpoch) {
   fs::remove_all(root);
 }
 
+// The same link seed in every tier: with replicas, jitter and loss on the pipeline's and the
+// replicas' links, every directed link draws the same delay for every message in the simulator as
+// in emulation, and carries the same bytes (SLOWPIPE_LINK_DRAWS logs both tiers' draws; a run of
+// 1F1B with AC-SGD over two epochs, a compressed DP exchange, Gilbert-Elliott loss on one link and
+// evaluations, so that every kind of message is on some link).
+TEST(SweepRunTest, ReplicasDrawTheSameLinkDelaysInEveryTier) {
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-link-draws-" + std::to_string(getpid()));
+  json spec = tinySweep(root)["base"];
+  spec["pipeline"] = {{"stages", 2},
+                      {"replicas", 2},
+                      {"schedule", "1f1b"},
+                      {"micro_batches", 2},
+                      {"micro_batch_size", 4}};
+  spec["training"] = {{"epochs", 2}, {"warmup_steps", 0}, {"eval_every_steps", 3}};
+  spec["compression"] = {{"forward", "acsgd:bits=2"}, {"backward", "quant:bits=4"}};
+  spec["dp"] = {{"algorithm", "allreduce"}, {"codec", "quant:bits=8"}};
+  spec["network"] = {
+      {"links",
+       {{"bandwidth", "1Gbps"},
+        {"latency", "2ms"},
+        {"jitter", "1ms"},
+        {"loss", 0.1},
+        {"links",
+         {{{"src", 1}, {"dst", 0}, {"loss", {{"p", 0.2}, {"r", 0.5}, {"loss_bad", 0.5}}}}}}}},
+      {"dp_links",
+       {{"bandwidth", "500Mbps"}, {"latency", "1ms"}, {"jitter", "0.5ms"}, {"loss", 0.1}}}};
+  std::ofstream(root / "spec.json") << spec.dump(2);
+  const std::string bin = SLOWPIPE_BINARY, file = (root / "spec.json").string();
+  for (const char* tier : {"run", "sim"}) {
+    fs::create_directories(root / tier / "draws");
+    const std::string cmd = std::string(tier) == "run"
+                                ? " run '" + file + "'"
+                                : " simulate '" + file + "' --profile analytic:A100";
+    const auto r = slowpipe::emulator::runCommand(
+        {"/bin/sh", "-c",
+         "SLOWPIPE_LINK_DRAWS='" + (root / tier / "draws").string() + "' '" + bin + "'" + cmd +
+             " --out '" + (root / tier / "out").string() + "' 2>&1"});
+    ASSERT_EQ(r.status, 0) << tier << ": " << r.output;
+  }
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(root / "run" / "draws"))
+    names.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(root / "sim" / "draws"))
+    EXPECT_TRUE(names.count(e.path().filename().string())) << e.path() << " only simulated";
+  // Every directed link of 2 stages x 2 replicas: 4 pipeline links, 4 replica links.
+  ASSERT_EQ(names.size(), 8u);
+  size_t lost = 0, messages = 0;
+  for (const std::string& name : names) {
+    ASSERT_TRUE(fs::exists(root / "sim" / "draws" / name)) << name << " not simulated";
+    const json run = json::parse(std::ifstream(root / "run" / "draws" / name));
+    const json sim = json::parse(std::ifstream(root / "sim" / "draws" / name));
+    ASSERT_EQ(run["bytes"].size(), sim["bytes"].size()) << name;
+    for (size_t k = 0; k < run["bytes"].size(); ++k) {
+      EXPECT_EQ(run["bytes"][k], sim["bytes"][k]) << name << " message " << k;
+      EXPECT_EQ(run["delay_s"][k].get<double>(), sim["delay_s"][k].get<double>())
+          << name << " message " << k;
+      lost += run["delay_s"][k].get<double>() > 0.1;  // a retransmission (0.2 s) in it
+    }
+    messages += run["bytes"].size();
+    if (name == "link-0-2.json") {  // stage 0 -> 1 of replica 0
+      // AC-SGD frames in full, as deltas and mixed (an epoch's permutation moves examples between
+      // replicas: some of a micro-batch's rows this pipeline met before, some not), control
+      // scalars, evaluation batches.
+      const std::set<int64_t> sizes(run["bytes"].begin(), run["bytes"].end());
+      EXPECT_GE(sizes.size(), 5u) << run["bytes"].dump();
+    }
+  }
+  EXPECT_GT(messages, 60u);
+  EXPECT_GT(lost, 3u) << "of " << messages;  // the draws include losses, not jitter alone
+  fs::remove_all(root);
+}
+
 // A shipped spec whose network file is spec-relative ("networks/...") runs from another folder, and
 // `place` says how far its search is (a line per 10% in a log, with an ETA), ending at 100%.
 TEST(SweepRunTest, SpecRelativePathsRunFromAnyFolderAndPlaceShowsProgress) {

@@ -48,7 +48,9 @@ TEST(SimulatorTest, TwoStagesOneMicroBatchByHand) {
   const auto spec = tinySpec(2, 1, "gpipe", "pipelined");
   const double act =
       static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;  // seconds on the wire
-  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const double ctl =
+                   static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6,
+               L = 1e-3;
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
   // Stage 0: F0 [0, .01], send; stage 1 gets it at .01 + act + L, F0, B0, sends the gradient.
   const double s1Grad = 0.010 + act + L + 0.010 + 0.020;
@@ -76,7 +78,9 @@ TEST(SimulatorTest, StragglerComputesAtItsSpeedByHand) {
   spec.runtime.slowdown = runtime::slowdownFromJson(
       json::parse(R"([{"rank": 1, "trace": [[1, 0.5]]}])"), "slowdown", 2);
   const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
-  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const double ctl =
+                   static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6,
+               L = 1e-3;
   const json r = simulateRun(spec, flatProfile(2, 0.010, 0.020, 0.005), {2});
   auto s0Total = [&](double k) {  // stage 1 computes k times slower
     const double s1Grad = 0.010 + act + L + k * (0.010 + 0.020);
@@ -102,7 +106,9 @@ TEST(SimulatorTest, AccessLinksByHand) {
       json::parse(R"({"nodes": [{"name": "a", "up": "4Mbps"}, {"name": "b", "up": "8Mbps"}],
                                        "core": {"default": {"latency": "1ms"}}})");
   const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
-  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const double ctl =
+                   static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6,
+               L = 1e-3;
   auto expected = [&](double fw,
                       double bw) {  // seconds a byte forward / backward, in units of 8 Mbps
     const double s1Grad = 0.010 + fw * act + L + 0.030;
@@ -273,7 +279,9 @@ TEST(SimulatorTest, Ns3TierAgreesWithTheTcpModelAlone) {
 TEST(SimulatorTest, ZbH1TwoStagesByHand) {
   const auto spec = tinySpec(2, 2, "zb_h1", "pipelined");
   const double act = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
-  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const double ctl =
+                   static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6,
+               L = 1e-3;
   Profile p = flatProfile(2, 0.010, 0.020, 0.005);
   for (auto& st : p.stages) {
     st.backwardInputS = 0.008;
@@ -310,7 +318,8 @@ TEST(SimulatorTest, InterleavedTwoStagesByHand) {
   auto spec = tinySpec(2, 2, "interleaved_1f1b", "pipelined");
   spec.pipeline.virtualStages = 2;
   const double a = static_cast<double>(steadyFrameBytes("none", {2, 4, 8})) * 1e-6;
-  const double c = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6, L = 1e-3;
+  const double c = static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6,
+               L = 1e-3;
   const json r = simulateRun(spec, flatProfile(4, 0.010, 0.020, 0.005), {2});
   // Each hop of the ring costs a + L; the compute on the critical path: F0 F1 (stage 0), F0 F1
   // (1), F0.1 F1.1 (0), F0.1 F1.1 B0.1 B1.1 (1), B0.1 B1.1 (0), B0 B1 (1), B0 B1 (0) with six
@@ -336,7 +345,8 @@ TEST(SimulatorTest, SerialFifoBillsLatencyPerMessage) {
   // Zero compute, GPipe, 4 micro-batches: the forward burst reaches stage 1 at 4*act + L
   // (pipelined) or 4*(act + L) (serial); the backward burst likewise; then the norm partial (which,
   // pipelined, queues behind the gradients and shares their latency) and the total.
-  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6;
+  const double ctl =
+      static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6;
   const double pipelined =
       8 * act + 2 * ctl + 3 * L;  // = (4 act + L) + 4 act + (ctl + L) + (ctl + L)
   const double serial = 4 * (act + L) + 4 * (act + L) + 2 * (ctl + L);
@@ -771,7 +781,8 @@ TEST(SimulatorTest, HostOnlyCodecsAreCostedOnTheHostUnderAnalyticProfiles) {
   const double actF = static_cast<double>(steadyFrameBytes(spec.compression.forward, shape)) * 1e-6;
   const double actB =
       static_cast<double>(steadyFrameBytes(spec.compression.backward, shape)) * 1e-6;
-  const double ctl = static_cast<double>(steadyFrameBytes("none", {2})) * 1e-6;
+  const double ctl =
+      static_cast<double>(steadyFrameBytes("none", {2}, /*exampleIds=*/false)) * 1e-6;
   const double e = host.encode.at(raw), d = host.decode.at(raw), eb = dev.encode.at(raw),
                db = dev.decode.at(raw);
   const StageCost &c0 = p.stages[0], &c1 = p.stages[1];
