@@ -275,12 +275,7 @@ int simulateSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       simulator::dataPlanOf(rs, &it->second);
     }
     simulator::SimOptions so = it->second;
-    if (opt.stepsPerEpoch > 0) {
-      so.stepsPerEpoch = opt.stepsPerEpoch;
-      so.runSteps = opt.stepsPerEpoch * rs.training.epochs;
-      if (rs.training.maxSteps > 0)
-        so.runSteps = std::min<int64_t>(so.runSteps, rs.training.maxSteps);
-    }
+    if (opt.stepsPerEpoch > 0) simulator::declareStepsPerEpoch(rs, opt.stepsPerEpoch, &so);
     if (!opt.qualityFrom.empty()) {
       const std::string label = p.spec["compression"].value("label", "");
       const std::string curve = emulatedRunOf(opt.qualityFrom, label);

@@ -751,7 +751,9 @@ class Replay : public runtime::Backend {
   // first time: the run's epoch order (SimOptions::epochs), each replica's micro-batch mb of step
   // k being the plan's micro-batch replica x M + mb (runtime/plan.h).
   void freshRows() {
-    if (!opt_.epochs || opt_.stepsPerEpoch <= 0) return;
+    if (!opt_.epochs || opt_.stepsPerEpoch <= 0 ||
+        opt_.epochs->stepsPerEpoch() != opt_.stepsPerEpoch)
+      return;  // no plan, or one that is not this run's: epoch 0 in full, deltas after
     const int M = spec_.pipeline.microBatches;
     std::vector<std::set<int64_t>> seen(R_);
     fresh_.assign(steps_, std::vector<int>(static_cast<size_t>(R_) * M, 0));
@@ -955,6 +957,15 @@ bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why)
     if (why) *why = e.what();
     return false;
   }
+}
+
+void declareStepsPerEpoch(const runtime::RunSpec& spec, int64_t n, SimOptions* opt) {
+  const int perStep = spec.pipeline.microBatches * spec.pipeline.replicas;
+  opt->stepsPerEpoch = n;
+  opt->runSteps = n * spec.training.epochs;
+  if (spec.training.maxSteps > 0) opt->runSteps = std::min(opt->runSteps, spec.training.maxSteps);
+  opt->epochs.emplace(n * perStep * spec.pipeline.microBatchSize, perStep,
+                      spec.pipeline.microBatchSize, spec.training.seed);
 }
 
 void qualityCurveOf(const std::string& path, SimOptions* opt) {

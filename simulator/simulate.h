@@ -67,6 +67,11 @@ void qualityCurveOf(const std::string& path, SimOptions* opt);
 // The data plan of `spec` from its corpus (prepared if it is not yet): false, leaving opt as it
 // is, if the corpus cannot be read (`why` says why).
 bool dataPlanOf(const runtime::RunSpec& spec, SimOptions* opt, std::string* why = nullptr);
+// A data plan declared rather than read (a paper-scale spec whose corpus is not at hand): N steps
+// an epoch, the run's epochs and max_steps over them, and the epochs' order over N global batches
+// of examples with the spec's seed (so the run's permutation moves examples between replicas as a
+// corpus of that size would).
+void declareStepsPerEpoch(const runtime::RunSpec& spec, int64_t n, SimOptions* opt);
 // The steps `opt` with steps = 0 replays for `spec`: the whole run when its data plan is known
 // (at most 100,000 steps), else 4 (with data parallelism training.max_steps, else qadam's warm-up +
 // 4 x dp.local_steps).

@@ -22,7 +22,8 @@ done
 
 # libopenblas0-openmp: without it libtorch falls back to the reference BLAS (20x slower here).
 # libsodium-dev: CURVE keys derived from a run's shared secret (runtime/security.h); openmpi-bin:
-# mpirun, which the multi-host tests launch workers with.
+# mpirun, which the multi-host tests launch workers with; slurmctld, slurmd, slurm-client, munge: a
+# one-node Slurm the multi-host test starts itself to run srun (no daemon is started by installing).
 # python3-torch: writes TorchScript codecs (examples/codecs/torchscript, the torchscript codec tests).
 # libsentencepiece-dev, sentencepiece: tokenizer.model files and spm_encode, their check.
 # fortunes, wordnet-base: the default corpus and the quality benchmark's pretraining text (glosses).
@@ -30,7 +31,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
   libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  openmpi-bin libsentencepiece-dev sentencepiece
+  openmpi-bin slurmctld slurmd slurm-client munge libsentencepiece-dev sentencepiece
   iproute2 ethtool iperf3 procps
   python3 python3-matplotlib python3-torch
   fortunes wordnet-base

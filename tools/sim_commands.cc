@@ -211,12 +211,7 @@ void addSimulateCommand(CLI::App& app) {
                    "in full), no evaluation; "
                    "--steps-per-epoch N declares the plan\n",
                    why.c_str());
-    if (*stepsPerEpoch >
-        0) {  // the run's plan as declared: its epochs and max_steps over N steps an epoch
-      o.stepsPerEpoch = *stepsPerEpoch;
-      o.runSteps = *stepsPerEpoch * s.training.epochs;
-      if (s.training.maxSteps > 0) o.runSteps = std::min<int64_t>(o.runSteps, s.training.maxSteps);
-    }
+    if (*stepsPerEpoch > 0) simulator::declareStepsPerEpoch(s, *stepsPerEpoch, &o);
     if (!quality->empty()) simulator::qualityCurveOf(*quality, &o);
     if (*targetLoss > 0 && quality->empty())
       throw std::invalid_argument("--target-loss needs --quality (the losses come from a curve)");

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "compression/codec.h"
+#include "emulator/command.h"
 #include "emulator/shaped_socket.h"
 #include "runtime/rendezvous.h"
 #include "runtime/result.h"
@@ -193,6 +194,135 @@ TEST_F(MultiHostTest, SlurmEnvironmentWithReplicasGivesTheLocalLaunchersLosses) 
   for (size_t i = 0; i < r["steps"].size(); ++i)
     EXPECT_EQ(r["steps"][i]["bytes"]["gradient"]["wire"],
               reference["steps"][i]["bytes"]["gradient"]["wire"]);
+}
+
+// A one-node Slurm of the test's own: munged with a fresh key, slurmctld and slurmd on free ports,
+// every file under `dir`, all three in the foreground as children of the test (they die with it);
+// stopped, with any job of theirs, when it goes out of scope. Needs root (SlurmUser=root) and
+// Debian's slurmctld, slurmd, slurm-client and munge.
+class OneNodeSlurm {
+ public:
+  using Spawn = std::function<pid_t(const std::vector<std::string>&, const fs::path&)>;
+  OneNodeSlurm(const fs::path& dir, const Spawn& spawn) : dir_(dir) {
+    fs::create_directories(dir / "munge");
+    fs::create_directories(dir / "state");
+    fs::create_directories(dir / "spool");
+    fs::permissions(dir / "munge", fs::perms::owner_all);
+    {
+      std::ifstream random("/dev/urandom", std::ios::binary);
+      std::string key(1024, '\0');
+      random.read(key.data(), static_cast<std::streamsize>(key.size()));
+      std::ofstream(dir / "munge" / "key", std::ios::binary) << key;
+    }
+    fs::permissions(dir / "munge" / "key", fs::perms::owner_read);
+    const std::string d = dir.string(), sock = d + "/munge/sock";
+    pids_.push_back(spawn({"/usr/sbin/munged", "-F", "-f", "--key-file=" + d + "/munge/key",
+                           "--socket=" + sock, "--pid-file=" + d + "/munge/pid",
+                           "--log-file=" + d + "/munge/log", "--seed-file=" + d + "/munge/seed"},
+                          dir / "munged.out"));
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    host_ = host;
+    conf_ = dir / "slurm.conf";
+    std::ofstream(conf_)
+        << "ClusterName=slowpipe\nSlurmctldHost=" << host_ << "(127.0.0.1)\n"
+        << "SlurmctldPort=" << freePort() << "\nSlurmdPort=" << freePort() << "\n"
+        << "AuthType=auth/munge\nAuthInfo=socket=" << sock << "\nCredType=cred/munge\n"
+        << "SlurmUser=root\nSlurmdUser=root\nStateSaveLocation=" << d << "/state\n"
+        << "SlurmdSpoolDir=" << d << "/spool\nSlurmctldPidFile=" << d << "/slurmctld.pid\n"
+        << "SlurmdPidFile=" << d << "/slurmd.pid\nSlurmctldLogFile=" << d << "/slurmctld.log\n"
+        << "SlurmdLogFile=" << d << "/slurmd.log\n"
+        << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+        << "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+        << "JobCompType=jobcomp/none\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+        << "SchedulerType=sched/builtin\nMpiDefault=none\nReturnToService=2\n"
+        << "NodeName=" << host_ << " NodeAddr=127.0.0.1 CPUs=" << sysconf(_SC_NPROCESSORS_ONLN)
+        << " RealMemory=1000 State=UNKNOWN\n"
+        << "PartitionName=test Nodes=" << host_
+        << " Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE\n";
+    for (int i = 0; i < 100 && !fs::exists(sock); ++i) usleep(50000);
+    pids_.push_back(
+        spawn({"/usr/sbin/slurmctld", "-D", "-i", "-f", conf_.string()}, dir / "slurmctld.out"));
+    pids_.push_back(spawn({"/usr/sbin/slurmd", "-D", "-f", conf_.string()}, dir / "slurmd.out"));
+  }
+  ~OneNodeSlurm() {
+    system(
+        ("SLURM_CONF=" + conf_.string() + " scancel --quiet --user=root > /dev/null 2>&1").c_str());
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
+      kill(*it, SIGTERM);
+      int waited = 0;
+      while (waitpid(*it, nullptr, WNOHANG) == 0 && waited++ < 100) usleep(50000);
+      if (waited > 100) {
+        kill(*it, SIGKILL);
+        waitpid(*it, nullptr, 0);
+      }
+    }
+  }
+  // The node's state as sinfo says it ("idle" once slurmd has registered), waiting up to timeoutS.
+  std::string waitIdle(double timeoutS) const {
+    std::string state;
+    for (double t = 0; t < timeoutS; t += 0.25) {
+      const auto r = emulator::runCommand(
+          {"/bin/sh", "-c", "SLURM_CONF=" + conf_.string() + " sinfo -h -o %t 2>&1"});
+      state = r.output.substr(0, r.output.find_last_not_of(" \n") + 1);
+      if (state == "idle") break;
+      usleep(250000);
+    }
+    return state;
+  }
+  const fs::path& conf() const { return conf_; }
+  std::string logs() const {
+    std::string out;
+    for (const char* f : {"slurmctld.log", "slurmd.log", "munge/log"}) {
+      std::ifstream in(dir_ / f);
+      out += std::string("--- ") + f + "\n" +
+             std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return out;
+  }
+
+ private:
+  fs::path dir_, conf_;
+  std::string host_;
+  std::vector<pid_t> pids_;
+};
+
+// srun itself starts the workers, under a real one-node Slurm the test runs (munged, slurmctld,
+// slurmd), 4 tasks on one node with data parallelism, as docs/clusters.md's srun line does across
+// nodes: the local launcher's losses.
+TEST_F(MultiHostTest, SrunUnderARealSlurmGivesTheLocalLaunchersLosses) {
+  for (const char* tool : {"/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged"})
+    if (!fs::exists(tool))
+      GTEST_SKIP() << tool << " is not installed (Debian packages slurmctld slurmd slurm-client "
+                   << "munge; tools/setup.sh installs them)";
+  if (geteuid() != 0) GTEST_SKIP() << "a private slurmctld runs as SlurmUser=root: needs root";
+  json spec = baseSpec(2, "1f1b");
+  spec["pipeline"]["replicas"] = 2;
+  spec["dp"] = {{"algorithm", "allreduce"}, {"codec", "quant:bits=8,scale=group,group=64"}};
+  const json reference = launch(spec, "mh-ref-srun");
+  const OneNodeSlurm slurm(root_ / "slurm",
+                           [this](const std::vector<std::string>& argv, const fs::path& log) {
+                             return spawn(argv, {}, log);
+                           });
+  ASSERT_EQ(slurm.waitIdle(30), "idle") << slurm.logs();
+  const std::string cmd =
+      "srun -n 4 --overcommit --kill-on-bad-exit=1 " + std::string(SLOWPIPE_BINARY) +
+      " worker --spec " + writeSpec(spec, "mh-srun").string() + " --out " +
+      (root_ / "mh-srun").string() + " --rendezvous 127.0.0.1:" + std::to_string(freePort()) +
+      " > " + (root_ / "mh-srun.log").string() + " 2>&1";
+  const pid_t p =
+      spawn({"/bin/sh", "-c", cmd},
+            {{"SLURM_CONF", slurm.conf().string()}, {"SLOWPIPE_SECRET_FILE", secret_.string()}},
+            root_ / "mh-srun-sh.log");
+  ASSERT_EQ(waitFor(p, 180), 0) << readFile(root_ / "mh-srun.log") << slurm.logs();
+  const json r = json::parse(std::ifstream(root_ / "mh-srun" / "result.json"));
+  ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
+  EXPECT_EQ(r["bootstrap"]["kind"], "external");
+  EXPECT_EQ(r["codec_states_match"], true);
+  expectSameLosses(r, reference);
+  ASSERT_EQ(r["workers"].size(), 4u);
+  EXPECT_NE(readFile(root_ / "slurm" / "slurmd.log").find("launch task StepId="), std::string::npos)
+      << "slurmd did not start the tasks";
 }
 
 // OpenMPI's mpirun starts the workers (OMPI_COMM_WORLD_RANK / SIZE).
