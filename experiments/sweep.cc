@@ -10,6 +10,7 @@
 
 #include "runtime/result.h"
 #include "runtime/spec.h"
+#include "runtime/spec_schema.h"
 
 namespace slowpipe::experiments {
 
@@ -34,15 +35,25 @@ std::string valueLabel(const json& v) {
   return v.dump();
 }
 
+namespace {
+
+// A field of `j` that runtime/spec_schema.cc does not list under `object` is refused, naming it
+// and the fields that are (the schema `slowpipe spec schema` prints is the same list).
+void refuseUnknown(const json& j, const std::string& where, const std::string& object) {
+  const std::vector<std::string> known = runtime::specFieldNames(object);
+  for (const auto& [k, v] : j.items())
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      throw std::invalid_argument(where + "." + k + ": unknown field; expected " + list);
+    }
+}
+
+}  // namespace
+
 SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simulation) {
   if (!j.is_object()) throw std::invalid_argument(where + ": expected an object");
-  for (const auto& [k, v] : j.items())
-    if (k != "name" && k != "base" && k != "axes" && k != "baseline" && k != "pretrain" &&
-        k != "repeats" && k != "target" && k != "repeat_seeds" && k != "claims")
-      throw std::invalid_argument(where + "." + k +
-                                  ": unknown field; expected name, base, axes, baseline, pretrain, "
-                                  "repeats, repeat_seeds, target, "
-                                  "claims");
+  refuseUnknown(j, where, "sweep");
   SweepSpec s;
   s.simulation = simulation;
   s.name = j.value("name", "sweep");
@@ -63,10 +74,17 @@ SweepSpec sweepSpecFromJson(const json& j, const std::string& where, bool simula
         !a["values"].is_array() || a["values"].empty())
       throw std::invalid_argument(
           w + ": expected {\"path\": \"network.links.bandwidth\", \"values\": [...]} with values");
+    refuseUnknown(a, w, "sweep.axes[]");
     s.axes.emplace_back(a["path"].get<std::string>(), a["values"].get<std::vector<json>>());
   }
   s.baseline = j.value("baseline", "fp32");
-  if (j.contains("pretrain")) s.pretrain = j["pretrain"];
+  if (j.contains("pretrain")) {
+    if (!j["pretrain"].is_object())
+      throw std::invalid_argument(where +
+                                  ".pretrain: expected an object like {\"max_steps\": 400}");
+    refuseUnknown(j["pretrain"], where + ".pretrain", "sweep.pretrain");
+    s.pretrain = j["pretrain"];
+  }
   if (j.contains("repeats")) {
     if (!j["repeats"].is_number_integer() || j["repeats"].get<int64_t>() < 1 ||
         j["repeats"].get<int64_t>() > 1000)
@@ -159,10 +177,7 @@ json claimsFromJson(const json& j, const SweepSpec& s, const std::string& where)
         if (!v.is_string())
           throw std::invalid_argument(w + "." + k + ": " + v.dump() + " must be a string");
       } else {
-        throw std::invalid_argument(
-            w + "." + k +
-            ": unknown field; expected label, vs, at, note, speedup_at_least, "
-            "speedup_at_most, val_loss_gap_at_most, val_loss_gap_at_least, reaches_target");
+        refuseUnknown(json{{k, v}}, w, "sweep.claims[]");
       }
     }
     if (!c.contains("label"))

@@ -22,6 +22,7 @@
 #include "runtime/protocol.h"
 #include "runtime/result.h"
 #include "runtime/schedule.h"
+#include "runtime/spec_schema.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -35,7 +36,12 @@ using nlohmann::json;
 // Reads the fields of one JSON object, refusing unknown keys.
 class Fields {
  public:
-  Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {
+  // The fields of `section` ("pipeline"; "" the spec itself) of the spec at `where`: each one read
+  // must be documented in runtime/spec_schema.cc.
+  Fields(const json& j, const std::string& where, const std::string& section)
+      : j_(j),
+        where_(section.empty() ? where : where + "." + section),
+        prefix_(section.empty() ? "" : section + ".") {
     if (!j_.is_object()) fail(where_, "expected an object, got " + std::string(j_.type_name()));
   }
   ~Fields() noexcept(false) {
@@ -45,6 +51,7 @@ class Fields {
   }
   template <typename T>
   void get(const std::string& key, T& out) {
+    specField(prefix_ + key);  // documented, or a logic_error naming it
     used_.insert(key);
     if (!j_.contains(key)) return;
     const json& v = j_.at(key);
@@ -78,6 +85,7 @@ class Fields {
     }
   }
   const json* raw(const std::string& key) {
+    specField(prefix_ + key);
     used_.insert(key);
     return j_.contains(key) ? &j_.at(key) : nullptr;
   }
@@ -103,7 +111,7 @@ class Fields {
     return s;
   }
   const json& j_;
-  std::string where_;
+  std::string where_, prefix_;
   std::set<std::string> used_;
 };
 
@@ -205,7 +213,7 @@ namespace {
 // model: sizes, the byte-level vocabulary (other sizes are simulated only).
 void parseModel(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
                 RunSpec& s) {
-  Fields f(section, where + ".model");
+  Fields f(section, where, "model");
   f.get("checkpoint", s.model.checkpoint);
   if (!s.model.checkpoint.empty()) {
     f.get("seq_len", s.model.seqLen);
@@ -348,7 +356,7 @@ namespace {
 // data: the corpus and its split.
 void parseData(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
                RunSpec& s) {
-  Fields f(section, where + ".data");
+  Fields f(section, where, "data");
   f.get("source", s.data.source);
   f.get("finetune_files", s.data.finetuneFiles);
   f.get("cache_dir", s.data.cacheDir);
@@ -376,7 +384,7 @@ void parseData(const json& section, const std::string& where, [[maybe_unused]] b
 // pipeline: stages, replicas, schedule, micro-batches, model chunks, partition.
 void parsePipeline(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
                    RunSpec& s) {
-  Fields f(section, where + ".pipeline");
+  Fields f(section, where, "pipeline");
   f.get("stages", s.pipeline.stages);
   f.get("replicas", s.pipeline.replicas);
   f.get("schedule", s.pipeline.schedule);
@@ -409,7 +417,7 @@ void parsePipeline(const json& section, const std::string& where, [[maybe_unused
 // training: epochs, steps, optimizer.
 void parseTraining(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
                    RunSpec& s) {
-  Fields f(section, where + ".training");
+  Fields f(section, where, "training");
   f.get("epochs", s.training.epochs);
   f.get("max_steps", s.training.maxSteps);
   f.get("lr", s.training.lr);
@@ -464,7 +472,7 @@ namespace {
 // compression: the two pipeline codecs (each built once to check it).
 void parseCompression(const json& section, const std::string& where,
                       [[maybe_unused]] bool simulation, RunSpec& s) {
-  Fields f(section, where + ".compression");
+  Fields f(section, where, "compression");
   f.get("forward", s.compression.forward);
   f.get("backward", s.compression.backward);
   f.get("label", s.compression.label);
@@ -500,7 +508,7 @@ void parseCompression(const json& section, const std::string& where,
 // dp: the data-parallel algorithm and gradient compressor (pipeline parsed first).
 void parseDp(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
              RunSpec& s) {
-  Fields f(section, where + ".dp");
+  Fields f(section, where, "dp");
   f.get("algorithm", s.dp.algorithm);
   f.get("codec", s.dp.codec);
   f.get("local_steps", s.dp.localSteps);
@@ -556,7 +564,7 @@ void parseNodes(const json& given, const std::string& field, bool simulation,
 // network: backend, link model, links and the replicas' links.
 void parseNetwork(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
                   RunSpec& s) {
-  Fields f(section, where + ".network");
+  Fields f(section, where, "network");
   f.get("backend", s.network.backend);
   f.get("model", s.network.model);
   f.get("dev", s.network.dev);
@@ -622,7 +630,7 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
 // runtime: timeouts, threads, pinning, device, timeline.
 void parseRuntime(const json& section, const std::string& where, [[maybe_unused]] bool simulation,
                   RunSpec& s) {
-  Fields f(section, where + ".runtime");
+  Fields f(section, where, "runtime");
   f.get("step_timeout_s", s.runtime.stepTimeoutS);
   f.get("threads_per_worker", s.runtime.threadsPerWorker);
   f.get("pin_cores", s.runtime.pinCores);
@@ -755,7 +763,8 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
 RunSpec runSpecFromJson(const json& j, const std::string& where, bool simulation) {
   RunSpec s;
   s.source = j;
-  Fields top(j, where);
+  Fields top(j, where, "");
+  top.raw("$schema");  // for editors
   for (const char* required : {"name", "model", "pipeline", "compression", "network"})
     if (!j.contains(required))
       fail(where + "." + required,

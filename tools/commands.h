@@ -15,5 +15,6 @@ void addSimCommands(CLI::App& app);
 void addCodecCommands(CLI::App& app);
 void addModelCommands(CLI::App& app);  // slowpipe model info|logits|generate|tokenize
 void addDoctorCommand(CLI::App& app);  // slowpipe doctor
+void addSpecCommands(CLI::App& app);   // slowpipe spec schema|reference
 
 }  // namespace slowpipe::tools

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   slowpipe::tools::addCodecCommands(app);
   slowpipe::tools::addModelCommands(app);
   slowpipe::tools::addDoctorCommand(app);
+  slowpipe::tools::addSpecCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

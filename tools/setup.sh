@@ -25,6 +25,7 @@ done
 # mpirun, which the multi-host tests launch workers with; slurmctld, slurmd, slurm-client, munge: a
 # one-node Slurm the multi-host test starts itself to run srun (no daemon is started by installing).
 # python3-torch: writes TorchScript codecs (examples/codecs/torchscript, the torchscript codec tests).
+# python3-jsonschema: validates the shipped specs against `slowpipe spec schema` (spec_schema_test).
 # libsentencepiece-dev, sentencepiece: tokenizer.model files and spm_encode, their check.
 # fortunes, wordnet-base: the default corpus and the quality benchmark's pretraining text (glosses).
 packages=(
@@ -33,7 +34,7 @@ packages=(
   libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin slurmctld slurmd slurm-client munge libsentencepiece-dev sentencepiece
   iproute2 ethtool iperf3 procps
-  python3 python3-matplotlib python3-torch
+  python3 python3-matplotlib python3-torch python3-jsonschema
   fortunes wordnet-base
 )
 
