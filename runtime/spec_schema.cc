@@ -388,9 +388,13 @@ std::string specReferenceMarkdown(const std::string& which) {
     const bool sweepField = f.path.rfind("sweep.", 0) == 0;
     if ((which == "run") == sweepField) continue;
     std::string range;
-    if (f.minimum) range += ">= " + json(*f.minimum).dump();
-    if (f.maximum)
-      range += (range.empty() ? "" : ", ") + std::string("<= ") + json(*f.maximum).dump();
+    auto number = [](double v) {  // 2, not 2.0
+      return v == static_cast<double>(static_cast<int64_t>(v))
+                 ? std::to_string(static_cast<int64_t>(v))
+                 : json(v).dump();
+    };
+    if (f.minimum) range += ">= " + number(*f.minimum);
+    if (f.maximum) range += (range.empty() ? "" : ", ") + std::string("<= ") + number(*f.maximum);
     if (!f.values.empty()) range = json(f.values).dump();
     std::string def;
     if (!sweepField)
