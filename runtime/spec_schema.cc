@@ -15,9 +15,12 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<SpecField> makeFields() {
-  const std::optional<double> none;
-  auto num = [](double v) { return std::optional<double>(v); };
+const std::optional<double> kNone;
+std::optional<double> num(double v) { return v; }
+
+// The run spec itself, its model and its data.
+std::vector<SpecField> specAndModelFields() {
+  const std::optional<double> none = kNone;
   return {
       // The run spec.
       {"$schema", "string",
@@ -72,6 +75,13 @@ std::vector<SpecField> makeFields() {
        none,
        {},
        "string"},
+  };
+}
+
+// Pipeline, training and compression.
+std::vector<SpecField> pipelineAndTrainingFields() {
+  const std::optional<double> none = kNone;
+  return {
       {"pipeline", "object", "Pipeline and data parallelism: stages, replicas and the schedule."},
       {"pipeline.stages", "integer", "Pipeline stages (one worker process each).", "", num(1)},
       {"pipeline.replicas", "integer",
@@ -120,6 +130,13 @@ std::vector<SpecField> makeFields() {
       {"compression.device_costs", "object",
        "Declared device encode/decode costs for the simulator: {\"forward\": {...}, \"backward\": "
        "{...}}."},
+  };
+}
+
+// Data parallelism, the network (and a link object) and the runtime section.
+std::vector<SpecField> dpNetworkAndRuntimeFields() {
+  const std::optional<double> none = kNone;
+  return {
       {"dp", "object", "The replicas' gradient exchange (pipeline.replicas > 1)."},
       {"dp.algorithm", "string", "Exchange algorithm: " + dpAlgorithmNames() + "."},
       {"dp.codec", "string",
@@ -184,7 +201,13 @@ std::vector<SpecField> makeFields() {
        none,
        {},
        "object"},
-      // The sweep spec.
+  };
+}
+
+// The sweep spec.
+std::vector<SpecField> sweepFields() {
+  const std::optional<double> none = kNone;
+  return {
       {"sweep.$schema", "string", "The JSON Schema this file follows."},
       {"sweep.name", "string", "The sweep's name."},
       {"sweep.base", "object|string", "The run spec every point starts from, or a path to one."},
@@ -248,6 +271,16 @@ std::vector<SpecField> makeFields() {
        "Relative validation-loss gap to vs at least this."},
       {"sweep.claims[].reaches_target", "boolean", "Whether the label reaches sweep.target."},
   };
+}
+
+std::vector<SpecField> makeFields() {
+  std::vector<SpecField> all;
+  for (auto part :
+       {specAndModelFields, pipelineAndTrainingFields, dpNetworkAndRuntimeFields, sweepFields}) {
+    std::vector<SpecField> fields = part();
+    all.insert(all.end(), fields.begin(), fields.end());
+  }
+  return all;
 }
 
 // The parent object of a path ("sweep.axes[].path" -> "sweep.axes[]") and its last name.
