@@ -656,61 +656,32 @@ void parseRuntime(const json& section, const std::string& where, [[maybe_unused]
 
 // What one section cannot check alone: backends against replicas and model chunks, link
 // overrides against the stages and replicas that exist, message sizes.
-void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
-  if (s.model.family == "builtin" && s.model.vocab != 256 && s.data.tokenizer.empty() &&
-      !simulation)
-    fail(where + ".model.vocab",
-         std::to_string(s.model.vocab) +
-             " is not supported with the byte-level tokenizer (256); give "
-             "data.tokenizer (other sizes can also be simulated: slowpipe simulate)");
-  if (!s.training.saveCheckpoint.empty() && s.model.checkpoint.empty())
-    fail(where + ".training.save_checkpoint",
-         "writes a Hugging Face checkpoint; it needs model.checkpoint (the built-in model's "
-         "checkpoints are `slowpipe pretrain --out`)");
-  if (!s.training.saveCheckpoint.empty() &&
-      std::filesystem::weakly_canonical(s.training.saveCheckpoint) ==
-          std::filesystem::weakly_canonical(s.model.checkpoint))
-    fail(where + ".training.save_checkpoint",
-         "'" + s.training.saveCheckpoint + "' is model.checkpoint itself; write elsewhere");
-  if (s.model.family != "builtin" && s.pipeline.replicas > 1 && !simulation)
-    fail(where + ".pipeline.replicas",
-         "data parallelism runs the built-in model only; a Hugging Face checkpoint "
-         "(model.checkpoint) "
-         "runs as a pipeline (replicas 1)");
-  if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
-    fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
-  if (s.network.model == "ns3" && s.network.nodes.is_null())
-    fail(where + ".network.model", "ns3 builds its network from network.nodes, which is not set");
-  if (!s.network.nodes.is_null()) {  // every link the ranks use has a path (a rate that limits it)
-    const LinkTable table(s, {});
-    for (int r = 0; r < s.pipeline.stages * s.pipeline.replicas && r < 4096; ++r) table.ofRank(r);
-    if (s.network.backend == "tc" && !simulation) {  // the node line: one rank a node, no traces
-      const std::vector<int>& nodes = table.rankNodes();
-      for (size_t r = 0; r < nodes.size(); ++r)
-        for (size_t q = 0; q < r; ++q)
-          if (nodes[q] == nodes[r])
-            fail(where + ".pipeline.placement", "ranks " + std::to_string(q) + " and " +
-                                                    std::to_string(r) +
-                                                    " on one node: backend tc runs one rank a node "
-                                                    "(its namespace); use backend user");
-      for (size_t r = 0; r < nodes.size(); ++r)
-        for (const auto& e : table.ofRank(static_cast<int>(r)))
-          if (!e.spec.trace.empty())
-            fail(where + ".network.nodes",
-                 "a core pair with a trace: the node line carries constant rates");
-    }
+// network.nodes: every link the ranks use has a path (a rate that limits it); the node line
+// (backend tc) runs one rank a node and constant rates.
+void checkNodes(const std::string& where, bool simulation, const RunSpec& s) {
+  if (s.network.nodes.is_null()) return;
+  const LinkTable table(s, {});
+  for (int r = 0; r < s.pipeline.stages * s.pipeline.replicas && r < 4096; ++r) table.ofRank(r);
+  if (s.network.backend == "tc" && !simulation) {  // the node line: one rank a node, no traces
+    const std::vector<int>& nodes = table.rankNodes();
+    for (size_t r = 0; r < nodes.size(); ++r)
+      for (size_t q = 0; q < r; ++q)
+        if (nodes[q] == nodes[r])
+          fail(where + ".pipeline.placement", "ranks " + std::to_string(q) + " and " +
+                                                  std::to_string(r) +
+                                                  " on one node: backend tc runs one rank a node "
+                                                  "(its namespace); use backend user");
+    for (size_t r = 0; r < nodes.size(); ++r)
+      for (const auto& e : table.ofRank(static_cast<int>(r)))
+        if (!e.spec.trace.empty())
+          fail(where + ".network.nodes",
+               "a core pair with a trace: the node line carries constant rates");
   }
-  if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
-    fail(where + ".pipeline.replicas",
-         std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
-             s.network.backend + "' backend builds one namespace chain per pipeline");
-  if (s.pipeline.virtualStages > 1 && s.pipeline.replicas > 1 &&
-      gradientCompressor(s.dp)->name() == std::string("qadam"))
-    fail(
-        where + ".dp.codec",
-        "qadam with " + std::to_string(s.pipeline.virtualStages) +
-            " model chunks per rank: its Adam state is one model chunk's (use a codec, powersgd or "
-            "dp.local_steps)");
+}
+
+// Per-link overrides name links that exist: replicas (network.dp_links), neighbouring stages
+// (network.links).
+void checkLinkOverrides(const std::string& where, const RunSpec& s) {
   // DP overrides name replicas that exist.
   if (s.network.dpLinks.is_object() && s.network.dpLinks.contains("links")) {
     const json& links = s.network.dpLinks["links"];
@@ -745,7 +716,10 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
                                                : ""));
     }
   }
-  // Sizes whose products overflow a message (micro-batch x sequence x width fp32 values).
+}
+
+// Sizes whose products overflow a message (micro-batch x sequence x width fp32 values).
+void checkMessageSize(const std::string& where, const RunSpec& s) {
   constexpr int64_t kMaxSeq = int64_t{1} << 20, kMaxMessage = int64_t{1} << 30;
   if (s.model.seqLen > kMaxSeq)
     fail(where + ".model.seq_len",
@@ -756,6 +730,47 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
          "micro_batch_size " + std::to_string(s.pipeline.microBatchSize) + " x seq_len " +
              std::to_string(s.model.seqLen) + " x width " + std::to_string(s.model.width) +
              " values per message is beyond 2^30, the largest message accepted");
+}
+
+void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
+  if (s.model.family == "builtin" && s.model.vocab != 256 && s.data.tokenizer.empty() &&
+      !simulation)
+    fail(where + ".model.vocab",
+         std::to_string(s.model.vocab) +
+             " is not supported with the byte-level tokenizer (256); give "
+             "data.tokenizer (other sizes can also be simulated: slowpipe simulate)");
+  if (!s.training.saveCheckpoint.empty() && s.model.checkpoint.empty())
+    fail(where + ".training.save_checkpoint",
+         "writes a Hugging Face checkpoint; it needs model.checkpoint (the built-in model's "
+         "checkpoints are `slowpipe pretrain --out`)");
+  if (!s.training.saveCheckpoint.empty() &&
+      std::filesystem::weakly_canonical(s.training.saveCheckpoint) ==
+          std::filesystem::weakly_canonical(s.model.checkpoint))
+    fail(where + ".training.save_checkpoint",
+         "'" + s.training.saveCheckpoint + "' is model.checkpoint itself; write elsewhere");
+  if (s.model.family != "builtin" && s.pipeline.replicas > 1 && !simulation)
+    fail(where + ".pipeline.replicas",
+         "data parallelism runs the built-in model only; a Hugging Face checkpoint "
+         "(model.checkpoint) "
+         "runs as a pipeline (replicas 1)");
+  if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
+    fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
+  if (s.network.model == "ns3" && s.network.nodes.is_null())
+    fail(where + ".network.model", "ns3 builds its network from network.nodes, which is not set");
+  checkNodes(where, simulation, s);
+  if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
+    fail(where + ".pipeline.replicas",
+         std::to_string(s.pipeline.replicas) + " replicas need network.backend user; the '" +
+             s.network.backend + "' backend builds one namespace chain per pipeline");
+  if (s.pipeline.virtualStages > 1 && s.pipeline.replicas > 1 &&
+      gradientCompressor(s.dp)->name() == std::string("qadam"))
+    fail(
+        where + ".dp.codec",
+        "qadam with " + std::to_string(s.pipeline.virtualStages) +
+            " model chunks per rank: its Adam state is one model chunk's (use a codec, powersgd or "
+            "dp.local_steps)");
+  checkLinkOverrides(where, s);
+  checkMessageSize(where, s);
 }
 
 }  // namespace
