@@ -259,83 +259,112 @@ void parseModel(const json& section, const std::string& where, [[maybe_unused]] 
 
 }  // namespace
 
-ModelSpec modelFromHfConfig(const std::string& dir, const ModelSpec& base) {
-  const std::string file = dir + "/config.json";
-  const json c = readJsonFile(file, "model config");
-  if (!c.is_object()) throw std::invalid_argument("'" + file + "': expected a JSON object");
-  auto need = [&](const char* key) -> int {
+namespace {
+
+// A Hugging Face config.json's fields, each read with its check (errors name the file and key).
+struct HfConfig {
+  std::string file;
+  json c;
+  int need(const char* key) const {
     if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() < 1 ||
         c[key].get<int64_t>() > (1 << 24))
       throw std::invalid_argument("'" + file + "': " + key + " " +
                                   (c.contains(key) ? c[key].dump() : "missing") +
                                   "; expected a positive integer");
     return c[key].get<int>();
-  };
-  auto number = [&](const char* key, double dflt) {
+  }
+  double number(const char* key, double dflt) const {
     if (!c.contains(key) || c[key].is_null()) return dflt;
     if (!c[key].is_number())
       throw std::invalid_argument("'" + file + "': " + key + " " + c[key].dump() +
                                   " is not a number");
     return c[key].get<double>();
-  };
-  auto flag = [&](const char* key, bool dflt) {
+  }
+  bool flag(const char* key, bool dflt) const {
     if (!c.contains(key) || c[key].is_null()) return dflt;
     if (!c[key].is_boolean())
       throw std::invalid_argument("'" + file + "': " + key + " " + c[key].dump() +
                                   " is not true/false");
     return c[key].get<bool>();
-  };
+  }
+};
+
+void gpt2FromConfig(const HfConfig& cfg, ModelSpec& m) {
+  const json& c = cfg.c;
+  const std::string& file = cfg.file;
+  auto need = [&](const char* k) { return cfg.need(k); };
+  auto number = [&](const char* k, double d) { return cfg.number(k, d); };
+  auto flag = [&](const char* k, bool d) { return cfg.flag(k, d); };
+  m.family = "gpt2";
+  m.layers = need("n_layer");
+  m.width = need("n_embd");
+  m.heads = need("n_head");
+  m.vocab = need("vocab_size");
+  m.positions = need("n_positions");
+  m.intermediate = c.contains("n_inner") && !c["n_inner"].is_null() ? need("n_inner") : 0;
+  m.normEps = number("layer_norm_epsilon", 1e-5);
+  m.tiedHead = flag("tie_word_embeddings", true);
+  m.activation = c.value("activation_function", "gelu_new");
+  if (m.activation != "gelu_new")
+    throw std::invalid_argument("'" + file + "': activation_function '" + m.activation +
+                                "'; slowpipe runs GPT-2's gelu_new");
+}
+
+// Llama, Mistral and Qwen2: RMSNorm, SwiGLU, RoPE, grouped-query attention.
+void llamaFromConfig(const HfConfig& cfg, const std::string& type, ModelSpec& m) {
+  const json& c = cfg.c;
+  const std::string& file = cfg.file;
+  auto need = [&](const char* k) { return cfg.need(k); };
+  auto number = [&](const char* k, double d) { return cfg.number(k, d); };
+  auto flag = [&](const char* k, bool d) { return cfg.flag(k, d); };
+  m.family = "llama";
+  m.layers = need("num_hidden_layers");
+  m.width = need("hidden_size");
+  m.heads = need("num_attention_heads");
+  m.kvHeads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
+                  ? need("num_key_value_heads")
+                  : m.heads;
+  m.intermediate = need("intermediate_size");
+  m.vocab = need("vocab_size");
+  m.normEps = number("rms_norm_eps", 1e-6);
+  m.ropeTheta = number("rope_theta", 10000.0);
+  m.tiedHead = flag("tie_word_embeddings", false);
+  m.qkvBias = type == "qwen2" || flag("attention_bias", false);
+  m.oBias = type == "llama" && flag("attention_bias", false);
+  m.activation = c.value("hidden_act", "silu");
+  if (m.activation != "silu")
+    throw std::invalid_argument("'" + file + "': hidden_act '" + m.activation +
+                                "'; slowpipe runs SwiGLU (silu)");
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
+    throw std::invalid_argument("'" + file + "': rope_scaling " + c["rope_scaling"].dump() +
+                                " is not supported (plain RoPE only)");
+  if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != m.width / m.heads)
+    throw std::invalid_argument("'" + file + "': head_dim " + c["head_dim"].dump() +
+                                " differs from hidden_size / num_attention_heads");
+  if (m.heads % m.kvHeads != 0)
+    throw std::invalid_argument("'" + file + "': num_key_value_heads " + std::to_string(m.kvHeads) +
+                                " does not divide " + "num_attention_heads " +
+                                std::to_string(m.heads));
+  if (c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
+      c["sliding_window"].get<int64_t>() < m.seqLen &&
+      flag("use_sliding_window", type == "mistral"))
+    throw std::invalid_argument("'" + file + "': sliding_window " + c["sliding_window"].dump() +
+                                " is shorter than seq_len " + std::to_string(m.seqLen) +
+                                " (sliding-window attention is not modelled)");
+}
+
+}  // namespace
+
+ModelSpec modelFromHfConfig(const std::string& dir, const ModelSpec& base) {
+  const std::string file = dir + "/config.json";
+  const HfConfig cfg{file, readJsonFile(file, "model config")};
+  if (!cfg.c.is_object()) throw std::invalid_argument("'" + file + "': expected a JSON object");
   ModelSpec m = base;
-  const std::string type = c.value("model_type", "");
+  const std::string type = cfg.c.value("model_type", "");
   if (type == "gpt2") {
-    m.family = "gpt2";
-    m.layers = need("n_layer");
-    m.width = need("n_embd");
-    m.heads = need("n_head");
-    m.vocab = need("vocab_size");
-    m.positions = need("n_positions");
-    m.intermediate = c.contains("n_inner") && !c["n_inner"].is_null() ? need("n_inner") : 0;
-    m.normEps = number("layer_norm_epsilon", 1e-5);
-    m.tiedHead = flag("tie_word_embeddings", true);
-    m.activation = c.value("activation_function", "gelu_new");
-    if (m.activation != "gelu_new")
-      throw std::invalid_argument("'" + file + "': activation_function '" + m.activation +
-                                  "'; slowpipe runs GPT-2's gelu_new");
+    gpt2FromConfig(cfg, m);
   } else if (type == "llama" || type == "mistral" || type == "qwen2") {
-    m.family = "llama";
-    m.layers = need("num_hidden_layers");
-    m.width = need("hidden_size");
-    m.heads = need("num_attention_heads");
-    m.kvHeads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
-                    ? need("num_key_value_heads")
-                    : m.heads;
-    m.intermediate = need("intermediate_size");
-    m.vocab = need("vocab_size");
-    m.normEps = number("rms_norm_eps", 1e-6);
-    m.ropeTheta = number("rope_theta", 10000.0);
-    m.tiedHead = flag("tie_word_embeddings", false);
-    m.qkvBias = type == "qwen2" || flag("attention_bias", false);
-    m.oBias = type == "llama" && flag("attention_bias", false);
-    m.activation = c.value("hidden_act", "silu");
-    if (m.activation != "silu")
-      throw std::invalid_argument("'" + file + "': hidden_act '" + m.activation +
-                                  "'; slowpipe runs SwiGLU (silu)");
-    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
-      throw std::invalid_argument("'" + file + "': rope_scaling " + c["rope_scaling"].dump() +
-                                  " is not supported (plain RoPE only)");
-    if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != m.width / m.heads)
-      throw std::invalid_argument("'" + file + "': head_dim " + c["head_dim"].dump() +
-                                  " differs from hidden_size / num_attention_heads");
-    if (m.heads % m.kvHeads != 0)
-      throw std::invalid_argument("'" + file + "': num_key_value_heads " +
-                                  std::to_string(m.kvHeads) + " does not divide " +
-                                  "num_attention_heads " + std::to_string(m.heads));
-    if (c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
-        c["sliding_window"].get<int64_t>() < m.seqLen &&
-        flag("use_sliding_window", type == "mistral"))
-      throw std::invalid_argument("'" + file + "': sliding_window " + c["sliding_window"].dump() +
-                                  " is shorter than seq_len " + std::to_string(m.seqLen) +
-                                  " (sliding-window attention is not modelled)");
+    llamaFromConfig(cfg, type, m);
   } else {
     throw std::invalid_argument(
         "'" + file + "': model_type '" + type +
