@@ -318,13 +318,10 @@ static int launchPoint(const json& pointSpec, const std::string& name,
   }
 }
 
-int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
-  if (opt.simulate) return simulateSweep(specIn, opt);
-  SweepSpec spec = specIn;
-  if (opt.repeats > 0) spec.repeats = opt.repeats;
-  const fs::path out = opt.outDir;
-  const runtime::FolderLock lock(out.string(), "sweep");  // also its pretraining's base.pt
-  fs::create_directories(out / "runs");
+namespace {
+
+// The base every point fine-tunes: --base as given, else the sweep's pretraining (cached).
+void setBase(SweepSpec& spec, const SweepOptions& opt, const fs::path& out) {
   if (!opt.base.empty()) {
     if (!fs::is_regular_file(opt.base))
       throw std::invalid_argument("--base '" + opt.base + "': no such checkpoint file");
@@ -334,16 +331,19 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
     const std::string ckpt = prepareBase(spec, out.string(), baseCacheDir(opt.cacheDir));
     spec.base["training"]["init_checkpoint"] = fs::absolute(ckpt).string();
   }
-  runtime::writeJsonAtomically((out / "sweep.json").string(), sweepRecord(spec));
-  const auto points = expandSweep(spec);
-  const json build = runtime::environmentInfo("");  // git runs once per sweep, before any timing
-  // Interleaved: repeat k of every point before repeat k+1, so slow drift of the machine spreads
-  // over every configuration instead of biasing whichever ran last.
-  struct Job {
-    const SweepPoint* point;
-    int repeat;
-    json spec, identity;
-  };
+}
+
+// One run of the sweep: a point's repeat, its spec and the identity a resumed sweep compares.
+struct Job {
+  const SweepPoint* point;
+  int repeat;
+  json spec, identity;
+};
+
+// Interleaved: repeat k of every point before repeat k+1, so slow drift of the machine spreads
+// over every configuration instead of biasing whichever ran last.
+std::vector<Job> sweepJobs(const SweepSpec& spec, const std::vector<SweepPoint>& points,
+                           const json& build) {
   std::vector<Job> jobs;
   for (int k = 0; k < spec.repeats; ++k)
     for (const auto& p : points) {
@@ -351,6 +351,34 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       json identity = runIdentity(one, build);
       jobs.push_back({&p, k, std::move(one), std::move(identity)});
     }
+  return jobs;
+}
+
+// The points whose coding time exceeds their raw bytes' time on the link, said on stderr.
+void sayCodecBound(const json& summary) {
+  for (const auto& r : summary["rows"])
+    if (r.value("codec_bound", json(false)) == json(true))
+      std::fprintf(stderr,
+                   "codec-bound: %s (%s): encode + decode %.3g s a step per rank, more than its "
+                   "raw bytes take on the link (%.3g s)\n",
+                   r["point"].get<std::string>().c_str(), r.value("label", "").c_str(),
+                   r["codec_s_per_step"].get<double>(), r["raw_wire_s_per_step"].get<double>());
+}
+
+}  // namespace
+
+int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
+  if (opt.simulate) return simulateSweep(specIn, opt);
+  SweepSpec spec = specIn;
+  if (opt.repeats > 0) spec.repeats = opt.repeats;
+  const fs::path out = opt.outDir;
+  const runtime::FolderLock lock(out.string(), "sweep");  // also its pretraining's base.pt
+  fs::create_directories(out / "runs");
+  setBase(spec, opt, out);
+  runtime::writeJsonAtomically((out / "sweep.json").string(), sweepRecord(spec));
+  const auto points = expandSweep(spec);
+  const json build = runtime::environmentInfo("");  // git runs once per sweep, before any timing
+  const std::vector<Job> jobs = sweepJobs(spec, points, build);
   Identities identities;
   for (const auto& j : jobs) identities[{j.point->name, j.repeat}] = j.identity;
   std::vector<std::string> why(jobs.size());
@@ -400,14 +428,7 @@ int runSweep(const SweepSpec& specIn, const SweepOptions& opt) {
       return failed;
     }
   }
-  const json summary = writeSummaries(spec, opt.outDir, &identities);
-  for (const auto& r : summary["rows"])
-    if (r.value("codec_bound", json(false)) == json(true))
-      std::fprintf(stderr,
-                   "codec-bound: %s (%s): encode + decode %.3g s a step per rank, more than its "
-                   "raw bytes take on the link (%.3g s)\n",
-                   r["point"].get<std::string>().c_str(), r.value("label", "").c_str(),
-                   r["codec_s_per_step"].get<double>(), r["raw_wire_s_per_step"].get<double>());
+  sayCodecBound(writeSummaries(spec, opt.outDir, &identities));
   return failed;
 }
 
