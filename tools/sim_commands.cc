@@ -133,6 +133,39 @@ void addProfileUnitCommand(CLI::App& app) {
 }
 
 // `slowpipe simulate SPEC --profile P --out DIR`.
+// The spec as the simulator reads it (--set applied; errors name the file).
+runtime::RunSpec simulationSpec(const std::string& file, const std::vector<std::string>& sets) {
+  json j = runtime::readSpecFile(file);
+  for (const auto& a : sets) runtime::applySet(j, a);
+  try {
+    return runtime::runSpecFromJson(j, "spec", /*simulation=*/true);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + file + "'" + (sets.empty() ? "" : " with --set") + ": " +
+                                e.what());
+  }
+}
+
+// Where the profile costs each codec: on this host's CPU (no device path) or on the device.
+void sayWhereCodecsRun(const simulator::Profile& p) {
+  const json places =
+      p.device.value("codecs", json::object());  // a named copy: items() must not outlive it
+  for (const auto& [codec, place] : places.items())
+    if (place.value("runs_on", "") == "host")
+      std::fprintf(stderr,
+                   "simulate: codec %s has no device path: costed on this host's CPU at %.3g "
+                   "GB/s encode, %.3g GB/s decode\n",
+                   codec.c_str(), place["encode_bytes_per_s"].get<double>() / 1e9,
+                   place["decode_bytes_per_s"].get<double>() / 1e9);
+    else if (place.contains(
+                 "encode_bytes_per_s"))  // declared (spec, plug-in) or derived (FLOPs): say which
+      std::fprintf(
+          stderr,
+          "simulate: codec %s costed on the device, %s: %.3g GB/s encode, %.3g GB/s decode\n",
+          codec.c_str(), place.value("source", "").c_str(),
+          place["encode_bytes_per_s"].get<double>() / 1e9,
+          place["decode_bytes_per_s"].get<double>() / 1e9);
+}
+
 void addSimulateCommand(CLI::App& app) {
   auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(),
        profile = std::make_shared<std::string>();
@@ -174,33 +207,9 @@ void addSimulateCommand(CLI::App& app) {
                   "with --quality: print the simulated time to this validation loss")
       ->check(CLI::PositiveNumber);
   cmd->callback([=] {
-    json j = runtime::readSpecFile(*spec);
-    for (const auto& a : *sets) runtime::applySet(j, a);
-    runtime::RunSpec s;
-    try {
-      s = runtime::runSpecFromJson(j, "spec", /*simulation=*/true);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("'" + *spec + "'" + (sets->empty() ? "" : " with --set") + ": " +
-                                  e.what());
-    }
+    const runtime::RunSpec s = simulationSpec(*spec, *sets);
     const simulator::Profile p = simulator::profileFor(*profile, s);
-    const json places =
-        p.device.value("codecs", json::object());  // a named copy: items() must not outlive it
-    for (const auto& [codec, place] : places.items())
-      if (place.value("runs_on", "") == "host")
-        std::fprintf(stderr,
-                     "simulate: codec %s has no device path: costed on this host's CPU at %.3g "
-                     "GB/s encode, %.3g GB/s decode\n",
-                     codec.c_str(), place["encode_bytes_per_s"].get<double>() / 1e9,
-                     place["decode_bytes_per_s"].get<double>() / 1e9);
-      else if (place.contains(
-                   "encode_bytes_per_s"))  // declared (spec, plug-in) or derived (FLOPs): say which
-        std::fprintf(
-            stderr,
-            "simulate: codec %s costed on the device, %s: %.3g GB/s encode, %.3g GB/s decode\n",
-            codec.c_str(), place.value("source", "").c_str(),
-            place["encode_bytes_per_s"].get<double>() / 1e9,
-            place["decode_bytes_per_s"].get<double>() / 1e9);
+    sayWhereCodecsRun(p);
     simulator::SimOptions o;
     o.steps = *steps;
     o.recordMessages = *messages;
