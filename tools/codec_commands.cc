@@ -18,8 +18,6 @@ namespace slowpipe::tools {
 
 using nlohmann::json;
 
-namespace {}  // namespace
-
 namespace {
 
 // One codec's check as `codec check` prints it: each check, the error and speed figures.
