@@ -2,6 +2,7 @@
 #include "runtime/launcher_internal.h"
 
 #include <cstdio>
+#include <set>
 
 #include "emulator/link_model.h"
 #include "emulator/tcp_settings.h"
@@ -164,6 +165,14 @@ void Launcher::calibrate(const emulator::Topology& topo) {
   std::map<std::string, json> seen;
   bool ok = true;
   json all = json::array();
+  // No silent wait: each distinct link takes seconds (namespaces, then ~0.3 s of traffic and the
+  // probes); a line per link with the count, elapsed time and ETA.
+  std::set<std::string> distinct;
+  for (const auto& [a, b] : pipelineEdges())
+    for (const auto& [src, dst] : {std::pair{a, b}, std::pair{b, a}})
+      if (topo.link(src, dst).trace.empty()) distinct.insert(json(topo.link(src, dst)).dump());
+  const double started = emulator::monotonicNow();
+  ProgressLine line;
   for (const auto& [a, b] : pipelineEdges())
     for (const auto& [src, dst] : {std::pair{a, b}, std::pair{b, a}}) {
       const emulator::LinkSpec& l = topo.link(src, dst);
@@ -198,6 +207,12 @@ void Launcher::calibrate(const emulator::Topology& topo) {
               std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
               " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
               " s limit; is the bandwidth's unit right?");
+        if (opt_.progress)
+          line.update("calibrating " + std::to_string(seen.size() + 1) + "/" +
+                          std::to_string(distinct.size()) + ": " + name + ", " +
+                          std::to_string(static_cast<int>(emulator::monotonicNow() - started)) +
+                          " s",
+                      true);
         try {
           seen[key] = emulator::calibrateLink(c);
         } catch (const std::exception& e) {
@@ -221,6 +236,13 @@ void Launcher::calibrate(const emulator::Topology& topo) {
       }
       all.push_back(entry);
     }
+  if (opt_.progress && !distinct.empty()) {
+    line.update("calibrated " + progressText(static_cast<int64_t>(seen.size()),
+                                             static_cast<int64_t>(distinct.size()),
+                                             emulator::monotonicNow() - started, "links"),
+                true);
+    line.finish();
+  }
   result_["calibration"] =
       all.empty() ? json() : all[0].value("calibration", json());  // first link, as before
   result_["calibration_links"] = all;

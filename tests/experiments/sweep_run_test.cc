@@ -1072,6 +1072,30 @@ TEST(SweepRunTest, ReplicasDrawTheSameLinkDelaysInEveryTier) {
   fs::remove_all(root);
 }
 
+// No silent wait at a run's start: the tc backend calibrates each distinct link (seconds each)
+// and says which, how many and how long (issue 48: calibrations show progress).
+TEST(SweepRunTest, KernelLinkCalibrationSaysHowFarItIs) {
+  if (geteuid() != 0) GTEST_SKIP() << "the tc backend needs root";
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-calibration-" + std::to_string(getpid()));
+  json spec = tinySweep(root)["base"];
+  spec["training"]["max_steps"] = 2;
+  spec["network"] = {{"backend", "tc"},
+                     {"links",
+                      {{"bandwidth", "500Mbps"},
+                       {"links", {{{"src", 1}, {"dst", 0}, {"bandwidth", "200Mbps"}}}}}}};
+  std::ofstream(root / "spec.json") << spec.dump(2);
+  const auto r = slowpipe::emulator::runCommand({"/bin/sh", "-c",
+                                                 std::string("'") + SLOWPIPE_BINARY + "' run '" +
+                                                     (root / "spec.json").string() + "' --out '" +
+                                                     (root / "out").string() + "' 2>&1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("calibrating 1/2: link 0->1 (500Mbps"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("calibrating 2/2: link 1->0 (200Mbps"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("calibrated 2/2 links (100%)"), std::string::npos) << r.output;
+  fs::remove_all(root);
+}
+
 // A shipped spec whose network file is spec-relative ("networks/...") runs from another folder, and
 // `place` says how far its search is (a line per 10% in a log, with an ETA), ending at 100%.
 TEST(SweepRunTest, SpecRelativePathsRunFromAnyFolderAndPlaceShowsProgress) {
