@@ -728,6 +728,7 @@ class Replay : public runtime::Backend {
   }
   void nextStep(int i) {
     RankState& st = ranks_[i];
+    if (i == 0 && opt_.progress) opt_.progress(st.step + 1, steps_);  // rank 0's steps done
     if (++st.step == steps_)
       st.mode = Mode::kDone;
     else

@@ -22,6 +22,7 @@
 // says (StageCost::dpBeginS...). Records carry bytes.gradient and breakdown_s.allreduce as runs do.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -56,6 +57,8 @@ struct SimOptions {
   // qualitySteps stands for step s x runSteps / qualitySteps; the replayed evaluations get its loss
   // there (linear between points, none before the first), so time to target is the simulated wall
   // time of the first evaluation at or below a target.
+  // Called as rank 0 finishes each replayed step (done, of total): a caller's progress line.
+  std::function<void(int64_t done, int64_t total)> progress;
   std::vector<std::pair<double, double>> quality;
   double qualitySteps = 0;
   std::string qualitySource;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -224,7 +225,21 @@ void addSimulateCommand(CLI::App& app) {
     if (!quality->empty()) simulator::qualityCurveOf(*quality, &o);
     if (*targetLoss > 0 && quality->empty())
       throw std::invalid_argument("--target-loss needs --quality (the losses come from a curve)");
+    // No silent wait on a long replay: past 2 s (SLOWPIPE_PROGRESS_AFTER_S), a progress line (a
+    // line per 10% in a log).
+    runtime::ProgressLine line;
+    const double started = emulator::monotonicNow();
+    const char* after = std::getenv("SLOWPIPE_PROGRESS_AFTER_S");
+    const double quietS = after ? std::atof(after) : 2.0;
+    bool shown = false;
+    o.progress = [&](int64_t done, int64_t total) {
+      const double t = emulator::monotonicNow() - started;
+      if (t < quietS && !shown) return;
+      shown = true;
+      line.milestone("simulate: " + runtime::progressText(done, total, t), done, total);
+    };
     const json doc = simulator::simulateRun(s, p, o);
+    if (shown) line.finish();
     std::filesystem::create_directories(*out);
     runtime::writeJsonAtomically(*out + "/result.json", doc);
     const auto& sum = doc["summary"];

@@ -1096,6 +1096,32 @@ TEST(SweepRunTest, KernelLinkCalibrationSaysHowFarItIs) {
   fs::remove_all(root);
 }
 
+// No silent wait on a long replay: past 2 s (here 0 s: SLOWPIPE_PROGRESS_AFTER_S, so that a fast
+// machine shows it too) `simulate` says how far it is, a line per 10% in a log, up to 100%.
+TEST(SweepRunTest, LongSimulationsShowProgress) {
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-long-sim-" + std::to_string(getpid()));
+  fs::create_directories(root);
+  json spec = json::parse(
+      std::ifstream(fs::path(SLOWPIPE_SOURCE_DIR) / "experiments" / "paper_scale.json"))["base"];
+  spec["training"]["epochs"] = 10;
+  std::ofstream(root / "spec.json") << spec.dump(2);
+  const auto r = slowpipe::emulator::runCommand(
+      {"/bin/sh", "-c",
+       std::string("SLOWPIPE_PROGRESS_AFTER_S=0 '") + SLOWPIPE_BINARY + "' simulate '" +
+           (root / "spec.json").string() +
+           "' --profile analytic:A100 --steps-per-epoch 1000 --out '" + (root / "sim").string() +
+           "' 2>&1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("simulate: 10000/10000 steps (100%)"), std::string::npos) << r.output;
+  size_t lines = 0;
+  for (size_t at = 0; (at = r.output.find("simulate: ", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_GE(lines, 9u) << r.output;  // about one a 10%
+  EXPECT_LE(lines, 12u) << r.output;
+  EXPECT_NE(r.output.find("ETA"), std::string::npos) << r.output;
+  fs::remove_all(root);
+}
+
 // A shipped spec whose network file is spec-relative ("networks/...") runs from another folder, and
 // `place` says how far its search is (a line per 10% in a log, with an ETA), ending at 100%.
 TEST(SweepRunTest, SpecRelativePathsRunFromAnyFolderAndPlaceShowsProgress) {
