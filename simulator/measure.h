@@ -28,20 +28,6 @@ struct HostSpeedOptions {
   bool fromRun = false;
 };
 
-// What `slowpipe profile` measures for a spec or a sweep (`sets`: --set PATH=VALUE, applied to a
-// sweep's base): the run (a sweep's base), every codec (`codecs` and every one a sweep's
-// compression axis names), every data-parallel compressor variant, every schedule the points use.
-struct ProfileTargets {
-  nlohmann::json runJson;
-  runtime::RunSpec spec;
-  std::vector<std::string> codecs;
-  std::vector<runtime::RunSpec> dpVariants;
-  std::set<std::string> schedules;
-};
-ProfileTargets profileTargets(const nlohmann::json& specOrSweep,
-                              const std::vector<std::string>& sets,
-                              std::vector<std::string> codecs);
-
 // A measured profile of `spec` (runJson: its resolved JSON) on this host: `reps` repeats per
 // figure, extra codecs beyond the spec's, the data-parallel variants a sweep uses, and the
 // schedules its points use (each gets its own host-speed fit with host.fromRun). progress(done,

@@ -20,6 +20,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "emulator/shaped_socket.h"
+#include "experiments/profile_targets.h"
 #include "experiments/sweep.h"
 #include "runtime/grad_sync.h"
 #include "runtime/launcher.h"
@@ -94,8 +95,8 @@ void addProfileCommand(CLI::App& app) {
     }
     if (spec->empty())
       throw std::invalid_argument("profile: give a spec to measure, or --merge P1 P2 ...");
-    const simulator::ProfileTargets t =
-        simulator::profileTargets(runtime::readSpecFile(*spec), *sets, *codecs);
+    const experiments::ProfileTargets t =
+        experiments::profileTargets(runtime::readSpecFile(*spec), *sets, *codecs);
     const runtime::RunSpec& s = t.spec;
     runtime::ProgressLine line;
     const double t0 = emulator::monotonicNow();

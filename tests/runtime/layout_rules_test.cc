@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -67,3 +68,31 @@ TEST(LayoutRulesTest, TheRuleSeesTheShapesItForbids) {
 }
 
 }  // namespace
+
+// The layers' arrows run one way: compression <- emulator <- runtime <- simulator <- experiments
+// <- tools. No file of a lower layer includes a higher one (the profiler once read sweeps:
+// simulator -> experiments).
+TEST(LayoutRulesTest, NoLayerIncludesALayerAboveIt) {
+  const fs::path src = SLOWPIPE_SOURCE_DIR;
+  const std::vector<std::string> layers = {"compression", "emulator",    "runtime",
+                                           "simulator",   "experiments", "tools"};
+  std::string found;
+  size_t files = 0;
+  for (size_t i = 0; i < layers.size(); ++i)
+    for (const auto& e : fs::recursive_directory_iterator(src / layers[i])) {
+      const std::string ext = e.path().extension().string();
+      if (ext != ".h" && ext != ".cc" && ext != ".cu" && ext != ".cuh") continue;
+      ++files;
+      std::ifstream in(e.path());
+      int n = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++n;
+        for (size_t j = i + 1; j < layers.size(); ++j)
+          if (line.rfind("#include \"" + layers[j] + "/", 0) == 0)
+            found +=
+                fs::relative(e.path(), src).string() + ":" + std::to_string(n) + ": " + line + "\n";
+      }
+    }
+  EXPECT_GT(files, 150u);
+  EXPECT_EQ(found, "") << "includes of a layer above:\n" << found;
+}
