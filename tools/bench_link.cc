@@ -9,6 +9,7 @@
 
 #include "emulator/calibrate.h"
 #include "emulator/delay_line.h"
+#include "emulator/delay_line_probes.h"
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
 #include "runtime/result.h"

@@ -25,6 +25,7 @@
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/delay_line.h"
+#include "emulator/delay_line_probes.h"
 #include "emulator/shaped_socket.h"
 #include "tests/host_time.h"
 
