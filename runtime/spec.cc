@@ -292,18 +292,15 @@ struct HfConfig {
 void gpt2FromConfig(const HfConfig& cfg, ModelSpec& m) {
   const json& c = cfg.c;
   const std::string& file = cfg.file;
-  auto need = [&](const char* k) { return cfg.need(k); };
-  auto number = [&](const char* k, double d) { return cfg.number(k, d); };
-  auto flag = [&](const char* k, bool d) { return cfg.flag(k, d); };
   m.family = "gpt2";
-  m.layers = need("n_layer");
-  m.width = need("n_embd");
-  m.heads = need("n_head");
-  m.vocab = need("vocab_size");
-  m.positions = need("n_positions");
-  m.intermediate = c.contains("n_inner") && !c["n_inner"].is_null() ? need("n_inner") : 0;
-  m.normEps = number("layer_norm_epsilon", 1e-5);
-  m.tiedHead = flag("tie_word_embeddings", true);
+  m.layers = cfg.need("n_layer");
+  m.width = cfg.need("n_embd");
+  m.heads = cfg.need("n_head");
+  m.vocab = cfg.need("vocab_size");
+  m.positions = cfg.need("n_positions");
+  m.intermediate = c.contains("n_inner") && !c["n_inner"].is_null() ? cfg.need("n_inner") : 0;
+  m.normEps = cfg.number("layer_norm_epsilon", 1e-5);
+  m.tiedHead = cfg.flag("tie_word_embeddings", true);
   m.activation = c.value("activation_function", "gelu_new");
   if (m.activation != "gelu_new")
     throw std::invalid_argument("'" + file + "': activation_function '" + m.activation +
@@ -314,23 +311,20 @@ void gpt2FromConfig(const HfConfig& cfg, ModelSpec& m) {
 void llamaFromConfig(const HfConfig& cfg, const std::string& type, ModelSpec& m) {
   const json& c = cfg.c;
   const std::string& file = cfg.file;
-  auto need = [&](const char* k) { return cfg.need(k); };
-  auto number = [&](const char* k, double d) { return cfg.number(k, d); };
-  auto flag = [&](const char* k, bool d) { return cfg.flag(k, d); };
   m.family = "llama";
-  m.layers = need("num_hidden_layers");
-  m.width = need("hidden_size");
-  m.heads = need("num_attention_heads");
+  m.layers = cfg.need("num_hidden_layers");
+  m.width = cfg.need("hidden_size");
+  m.heads = cfg.need("num_attention_heads");
   m.kvHeads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
-                  ? need("num_key_value_heads")
+                  ? cfg.need("num_key_value_heads")
                   : m.heads;
-  m.intermediate = need("intermediate_size");
-  m.vocab = need("vocab_size");
-  m.normEps = number("rms_norm_eps", 1e-6);
-  m.ropeTheta = number("rope_theta", 10000.0);
-  m.tiedHead = flag("tie_word_embeddings", false);
-  m.qkvBias = type == "qwen2" || flag("attention_bias", false);
-  m.oBias = type == "llama" && flag("attention_bias", false);
+  m.intermediate = cfg.need("intermediate_size");
+  m.vocab = cfg.need("vocab_size");
+  m.normEps = cfg.number("rms_norm_eps", 1e-6);
+  m.ropeTheta = cfg.number("rope_theta", 10000.0);
+  m.tiedHead = cfg.flag("tie_word_embeddings", false);
+  m.qkvBias = type == "qwen2" || cfg.flag("attention_bias", false);
+  m.oBias = type == "llama" && cfg.flag("attention_bias", false);
   m.activation = c.value("hidden_act", "silu");
   if (m.activation != "silu")
     throw std::invalid_argument("'" + file + "': hidden_act '" + m.activation +
@@ -347,7 +341,7 @@ void llamaFromConfig(const HfConfig& cfg, const std::string& type, ModelSpec& m)
                                 std::to_string(m.heads));
   if (c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
       c["sliding_window"].get<int64_t>() < m.seqLen &&
-      flag("use_sliding_window", type == "mistral"))
+      cfg.flag("use_sliding_window", type == "mistral"))
     throw std::invalid_argument("'" + file + "': sliding_window " + c["sliding_window"].dump() +
                                 " is shorter than seq_len " + std::to_string(m.seqLen) +
                                 " (sliding-window attention is not modelled)");
