@@ -255,7 +255,7 @@ void DpExchange::aggregateShard() {
 }
 
 void DpExchange::execute(const Action& a) {
-  const int r = opt_.replica, R = opt_.replicas, c = a.microBatch, q = a.replica;
+  const int r = opt_.replica, R = opt_.replicas, c = a.shard, q = a.replica;
   const std::string me = std::to_string(r);
   const bool send = a.kind == Action::Kind::kSend;
   if (send) stats_.raw += 4 * chunkLen(c);

@@ -277,14 +277,14 @@ class PipelineWorker : public Backend {
     stepStallS_ += stalled;  // the step record's compute: the rank computed this much slower
   }
   Progress dpBegin(const Action& a, const ActionContext& c) override {
-    sync_->pack(a.microBatch, c.step, dpBuf_);
-    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.microBatch,
+    sync_->pack(a.round, c.step, dpBuf_);
+    dp_->begin(dpBuf_.data(), static_cast<int64_t>(dpBuf_.size()), c.step, a.round,
                gc_->exactRound(c.step));
     return Progress::kDone;
   }
   Progress dpEnd(const Action& a, const ActionContext& c) override {
     dp_->end();
-    sync_->unpack(a.microBatch, c.step, dpBuf_);
+    sync_->unpack(a.round, c.step, dpBuf_);
     return Progress::kDone;
   }
   Progress outerStep(const Action&, const ActionContext& c) override {

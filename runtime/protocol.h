@@ -65,8 +65,7 @@ inline int dpOwnedChunk(int replica, int replicas) { return (replica + 1) % repl
 // decodes itself (the ring all-gather of its own chunk; the parameter server's shard average):
 // the others relay a frame they received (all-gather) or encode per message (reduce, push).
 inline bool dpSendsOwnFrame(const Action& a, int replica, int replicas) {
-  return (a.message == Action::Message::kDpGather &&
-          a.microBatch == dpOwnedChunk(replica, replicas)) ||
+  return (a.message == Action::Message::kDpGather && a.shard == dpOwnedChunk(replica, replicas)) ||
          a.message == Action::Message::kDpPull;
 }
 

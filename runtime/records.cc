@@ -99,6 +99,8 @@ json toJson(const TimelineEvent& e, bool withChunk, bool withStep) {
             {"mb", e.action.microBatch},
             {"start_s", e.start},
             {"end_s", e.end}};
+  if (e.action.shard >= 0) j["shard"] = e.action.shard;
+  if (e.action.round >= 0) j["round"] = e.action.round;
   if (withChunk) j["chunk"] = e.action.chunk;
   if (withStep) j["step"] = e.step;
   return j;

@@ -109,9 +109,10 @@ std::vector<Action> makeSchedule(const std::string& name, int stages, int microB
   return info.build(stages, microBatches, stage, chunks);
 }
 
-Action dpMessage(Action::Kind kind, Action::Message message, int chunk, int peer) {
-  Action x{kind, chunk, P::kReplica, message};
+Action dpMessage(Action::Kind kind, Action::Message message, int shard, int peer) {
+  Action x{kind, -1, P::kReplica, message};
   x.replica = peer;
+  x.shard = shard;
   return x;
 }
 
@@ -125,9 +126,11 @@ const DpAlgorithmInfo& dpAlgorithm(const std::string& name) {
 
 void appendDpRound(std::vector<Action>& a, const DpShape& dp, int r, int round) {
   const DpAlgorithmInfo& algorithm = dpAlgorithm(dp.algorithm);
-  a.push_back({K::kDpBegin, round});
+  Action begin{K::kDpBegin}, end{K::kDpEnd};
+  begin.round = end.round = round;
+  a.push_back(begin);
   algorithm.round(a, dp.replicas, r);
-  a.push_back({K::kDpEnd, round});
+  a.push_back(end);
 }
 
 std::vector<Action> makeSchedule(const std::string& name, int stages, int microBatches, int stage,
@@ -182,10 +185,10 @@ std::string describe(const std::vector<Action>& actions) {
         s += "S";
         break;
       case K::kDpBegin:
-        s += "D<" + std::to_string(x.microBatch);
+        s += "D<" + std::to_string(x.round);
         break;
       case K::kDpEnd:
-        s += "D>" + std::to_string(x.microBatch);
+        s += "D>" + std::to_string(x.round);
         break;
       case K::kOuterStep:
         s += "O";
@@ -198,7 +201,7 @@ std::string describe(const std::vector<Action>& actions) {
                : x.message == Msg::kDpGather ? "AG"
                : x.message == Msg::kDpPush   ? "PU"
                                              : "PL";
-          s += std::to_string(x.microBatch) + "@" + std::to_string(x.replica);
+          s += std::to_string(x.shard) + "@" + std::to_string(x.replica);
           break;
         }
         const char* m = x.message == Msg::kActivation    ? "A"

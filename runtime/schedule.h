@@ -75,14 +75,16 @@ struct Action {
     kBarrier
   };
   Kind kind;
-  int microBatch = -1;  // DP messages: the chunk (shard); DpBegin / DpEnd: the round
+  int microBatch = -1;  // the pipeline's actions: the micro-batch (evaluation: the batch)
   Peer peer = Peer::kNone;
   Message message = Message::kNone;
   int replica = -1;  // Peer kReplica: the replica of this stage at the other end
   int chunk = 0;     // the model chunk (virtual stage) of this rank the action belongs to
+  int shard = -1;    // a message between replicas: its part of the flat gradient buffer
+  int round = -1;    // DpBegin / DpEnd: the exchange's round (powersgd: 0 for P, 1 for Q)
   bool operator==(const Action& o) const {
     return kind == o.kind && microBatch == o.microBatch && peer == o.peer && message == o.message &&
-           replica == o.replica && chunk == o.chunk;
+           replica == o.replica && chunk == o.chunk && shard == o.shard && round == o.round;
   }
   bool isCommunication() const { return kind == Kind::kRecv || kind == Kind::kSend; }
   bool isDataParallel() const { return peer == Peer::kReplica; }  // a message between replicas
@@ -124,7 +126,7 @@ std::string dpAlgorithmNames();  // "allreduce, sharded_ps, ..."
 // Throws std::invalid_argument naming the registered ones.
 const DpAlgorithmInfo& dpAlgorithm(const std::string& name);
 // A DP message of a round: Send/Recv of `message` for `chunk` with replica `peer`.
-Action dpMessage(Action::Kind kind, Action::Message message, int chunk, int peer);
+Action dpMessage(Action::Kind kind, Action::Message message, int shard, int peer);
 
 // Building blocks of a schedule file (runtime/schedules/): each appends one unit of work of stage
 // `stage` (of `stages`) with the receive before it and the send after it.

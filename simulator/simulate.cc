@@ -91,8 +91,8 @@ struct Message {
       false;  // network.model ns3: on its way through the packet network, arrival not yet known
 };
 
-// A message's key on its link (runtime/protocol.h: kind, step, micro-batch, boundary chunk; DP
-// messages add their round; -1 for a pipeline message).
+// A message's key on its link (runtime/protocol.h: kind, step, micro-batch (a DP message: its
+// shard), boundary chunk; DP messages add their round; -1 for a pipeline message).
 struct MailKey {
   int from, to, step, microBatch, chunk, round;
   Action::Message message;
@@ -555,7 +555,7 @@ class Replay : public runtime::Backend {
   }
   runtime::Progress dpBegin(const Action& a, const runtime::ActionContext& c) override {
     RankState& st = ranks_[c.rank];
-    st.round = a.microBatch;
+    st.round = a.round;
     st.ownSent = false;
     return startTask(c.rank, perRound(dpCosts_[c.rank / R_].beginS, st.round), &st.other);
   }
@@ -833,7 +833,7 @@ class Replay : public runtime::Backend {
       *seconds = codecCost("none").encode.at(evalRawBytes(a.microBatch));
     } else if (a.isDataParallel()) {
       const std::string& codec = dpCodec(st.step);
-      const int64_t values = chunkValues(i, a.microBatch);
+      const int64_t values = chunkValues(i, a.shard);
       const double raw = 4.0 * static_cast<double>(values);
       bytes = frameBytes(codec, values);
       const CodecCost& c = codecCost(codec);
@@ -861,13 +861,16 @@ class Replay : public runtime::Backend {
       seconds += codecCost("none").decode.at(evalRawBytes(a.microBatch));
     } else if (a.isDataParallel()) {
       seconds += codecCost(dpCodec(ranks_[i].step))
-                     .decode.at(4.0 * static_cast<double>(chunkValues(i, a.microBatch)));
+                     .decode.at(4.0 * static_cast<double>(chunkValues(i, a.shard)));
     }
     return seconds;
   }
   // The message key (runtime/protocol.h: kind, step, micro-batch, boundary chunk) on a link.
   static MailKey key(int from, int to, const Action& a, int step, int round, int chunk) {
-    return {from, to, step, a.microBatch, chunk, a.isDataParallel() ? round : -1, a.message};
+    return {from,     to,
+            step,     a.isDataParallel() ? a.shard : a.microBatch,
+            chunk,    a.isDataParallel() ? round : -1,
+            a.message};
   }
 
   // The directed link from -> to as the run's link table has it (runtime/link_table.h: the

@@ -398,9 +398,9 @@ TEST(DpScheduleTest, RingAndServerRoundsPairEverySendWithAReceive) {
         appendDpRound(a, dp, r, 0);
         for (const auto& x : a) {
           if (x.kind == Action::Kind::kSend)
-            sent[{r, x.replica}].push_back({static_cast<int>(x.message), x.microBatch});
+            sent[{r, x.replica}].push_back({static_cast<int>(x.message), x.shard});
           if (x.kind == Action::Kind::kRecv)
-            received[{x.replica, r}].push_back({static_cast<int>(x.message), x.microBatch});
+            received[{x.replica, r}].push_back({static_cast<int>(x.message), x.shard});
         }
       }
       EXPECT_EQ(sent, received) << algorithm << " R=" << R;

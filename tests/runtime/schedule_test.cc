@@ -55,7 +55,7 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
 class QueueBackend : public Backend {
  public:
   QueueBackend(int ranks, bool keyed) : ranks_(ranks), keyed_(keyed) {}
-  using Key = std::tuple<Action::Message, int, int>;  // message, micro-batch, boundary chunk
+  using Key = std::tuple<Action::Message, int, int>;  // message, micro-batch or shard, chunk
   double now() override { return 0; }
   Progress compute(const Action&, const ActionContext&) override { return Progress::kDone; }
   Progress step(const Action&, const ActionContext&) override { return Progress::kDone; }
@@ -63,17 +63,20 @@ class QueueBackend : public Backend {
   Progress dpEnd(const Action&, const ActionContext&) override { return Progress::kDone; }
   Progress outerStep(const Action&, const ActionContext&) override { return Progress::kDone; }
   Progress send(const Action& a, const ActionContext& c) override {
-    if (validPeer(c)) links_[{c.rank, c.peer}].push_back(Key{a.message, a.microBatch, c.chunk});
+    if (validPeer(c)) links_[{c.rank, c.peer}].push_back(keyOf(a, c));
     return Progress::kDone;
   }
   Progress recv(const Action& a, const ActionContext& c) override {
     return take(a, c) ? Progress::kDone : Progress::kPending;
   }
+  static Key keyOf(const Action& a, const ActionContext& c) {
+    return Key{a.message, a.isDataParallel() ? a.shard : a.microBatch, c.chunk};
+  }
   // Takes the message a receive waits for, if it is queued.
   bool take(const Action& a, const ActionContext& c) {
     if (!validPeer(c)) return true;
     auto& q = links_[{c.peer, c.rank}];
-    const Key key{a.message, a.microBatch, c.chunk};
+    const Key key = keyOf(a, c);
     const auto it =
         !keyed_ ? (q.empty() ? q.end() : q.begin()) : std::find(q.begin(), q.end(), key);
     if (it == q.end()) return false;  // not there yet
