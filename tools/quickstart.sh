@@ -24,8 +24,9 @@ while [ $# -gt 0 ]; do
 done
 bin=${SLOWPIPE_BIN:-./build/slowpipe}
 run() { if [ "$dry" = 1 ]; then echo "$*"; else "$@"; fi; }
-# The CLI only (with the libraries it loads): the tests are built by tools/test.sh.
-[ "$setup" = 1 ] && run tools/setup.sh --build-dir build --target slowpipe
+# The main job's packages and the CLI only (with the libraries it loads): the tests and what they
+# need are installed and built by tools/test.sh.
+[ "$setup" = 1 ] && run tools/setup.sh --build-dir build --main-job --target slowpipe
 run "$bin" sweep "$spec" --out "$out" "${extra[@]}"
 run "$bin" report "$out"  # draws the figures, then one page with them, the table, the claims
 [ "$dry" = 1 ] || echo "quickstart: $out/summary.csv, $out/figures/ and the report: $out/report.html"

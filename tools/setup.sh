@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything slowpipe needs on Debian 12 (as root), then configures and builds Release.
 # Idempotent: rerunning skips nothing harmful and rebuilds only what changed.
-#   tools/setup.sh [--build-dir DIR] [--no-build] [--cmake-arg ARG]... [--target T]...
+#   tools/setup.sh [--build-dir DIR] [--no-build] [--main-job] [--cmake-arg ARG]... [--target T]...
 # --target: build only these targets (the quickstart: the CLI, slowpipe); default: everything.
+# --main-job: only the packages the main job needs (build, CLI, figures, corpus) and no test
+# suites (-DSLOWPIPE_TESTS=OFF); without it everything, tests included (-DSLOWPIPE_TESTS=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,13 +12,15 @@ build_dir=build
 do_build=1
 cmake_args=()
 targets=()
+main_job=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --cmake-arg) cmake_args+=("$2"); shift 2 ;;
     --target) targets+=(--target "$2"); shift 2 ;;
-    *) echo "setup.sh: unknown argument '$1' (expected --build-dir DIR, --no-build, --cmake-arg ARG, --target T)" >&2; exit 2 ;;
+    --main-job) main_job=1; shift ;;
+    *) echo "setup.sh: unknown argument '$1' (expected --build-dir DIR, --no-build, --main-job, --cmake-arg ARG, --target T)" >&2; exit 2 ;;
   esac
 done
 
@@ -28,15 +32,21 @@ done
 # python3-jsonschema: validates the shipped specs against `slowpipe spec schema` (spec_schema_test).
 # libsentencepiece-dev, sentencepiece: tokenizer.model files and spm_encode, their check.
 # fortunes, wordnet-base: the default corpus and the quality benchmark's pretraining text (glosses).
+# The main job (the quickstart sweep, its figures and report) needs the first list only.
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
-  libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  openmpi-bin slurmctld slurmd slurm-client munge libsentencepiece-dev sentencepiece
-  iproute2 ethtool iperf3 procps
-  python3 python3-matplotlib python3-torch python3-jsonschema
-  fortunes wordnet-base
+  libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev
+  python3 python3-matplotlib fortunes
 )
+if [ "$main_job" = 0 ]; then
+  packages+=(
+    libgtest-dev libgmock-dev libbenchmark-dev
+    openmpi-bin slurmctld slurmd slurm-client munge sentencepiece
+    iproute2 ethtool iperf3 procps
+    python3-torch python3-jsonschema wordnet-base
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -59,7 +69,7 @@ check "libtorch CMake config" /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.
 check "cppzmq header" /usr/include/zmq.hpp cppzmq-dev
 check "nlohmann/json" /usr/include/nlohmann/json.hpp nlohmann-json3-dev
 check "CLI11" /usr/include/CLI/CLI.hpp libcli11-dev
-check "GoogleTest" /usr/include/gtest/gtest.h libgtest-dev
+[ "$main_job" = 1 ] || check "GoogleTest" /usr/include/gtest/gtest.h libgtest-dev
 # libtorch must run on the OpenMP build of OpenBLAS. A fresh machine also gets the pthread build
 # (through libopenblas-dev), and the alternatives system may pick it: torch's OpenMP threads and
 # OpenBLAS's pthreads then oversubscribe the cores (we measured pretraining 5x slower). Pin it.
@@ -79,6 +89,8 @@ for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
 done
 
 [ "$do_build" = 1 ] || exit 0
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
+tests=ON
+[ "$main_job" = 1 ] && tests=OFF
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLOWPIPE_TESTS=$tests "${cmake_args[@]}"
 cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"
 echo "setup.sh: built $build_dir"

@@ -1218,7 +1218,7 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
       << dry.output;
   // The main job builds the CLI only (the tests are the test command's).
   const auto withSetup = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run"});
-  EXPECT_NE(withSetup.output.find("tools/setup.sh --build-dir build --target slowpipe\n"),
+  EXPECT_NE(withSetup.output.find("tools/setup.sh --build-dir build --main-job --target slowpipe\n"),
             std::string::npos)
       << withSetup.output;
   EXPECT_EQ(
