@@ -9,7 +9,7 @@
 // receiver adds only latency/jitter to the real receipt time (DelayLine).
 // All times are the run's clock (monotonicNow): CLOCK_MONOTONIC, which every process on a host
 // shares, also across network namespaces; across hosts corrected by the offset the rendezvous
-// estimated (runtime/rendezvous.h).
+// estimated (runtime/launch/rendezvous.h).
 #pragma once
 
 #include <algorithm>

@@ -12,10 +12,10 @@
 
 #include "compression/bytes.h"
 #include "emulator/shaped_socket.h"
-#include "runtime/data.h"
-#include "runtime/progress.h"
-#include "runtime/result.h"
-#include "runtime/worker.h"
+#include "runtime/launch/worker.h"
+#include "runtime/model/data.h"
+#include "runtime/records/progress.h"
+#include "runtime/records/result.h"
 
 namespace slowpipe::experiments {
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/spec.h"
+#include "runtime/spec/spec.h"
 
 namespace slowpipe::experiments {
 

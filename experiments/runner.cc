@@ -14,11 +14,11 @@
 #include "emulator/shaped_socket.h"
 #include "experiments/base_model.h"
 #include "experiments/summary.h"
-#include "runtime/data.h"
-#include "runtime/launcher.h"
-#include "runtime/progress.h"
-#include "runtime/result.h"
-#include "runtime/worker.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/launch/worker.h"
+#include "runtime/model/data.h"
+#include "runtime/records/progress.h"
+#include "runtime/records/result.h"
 #include "simulator/simulate.h"
 
 namespace slowpipe::experiments {

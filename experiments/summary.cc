@@ -8,7 +8,7 @@
 
 #include "emulator/link.h"
 #include "experiments/compare.h"
-#include "runtime/dp.h"
+#include "runtime/dp/dp.h"
 
 namespace slowpipe::experiments {
 

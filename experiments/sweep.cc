@@ -8,9 +8,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "runtime/result.h"
-#include "runtime/spec.h"
-#include "runtime/spec_schema.h"
+#include "runtime/records/result.h"
+#include "runtime/spec/spec.h"
+#include "runtime/spec/spec_schema.h"
 
 namespace slowpipe::experiments {
 
@@ -37,8 +37,8 @@ std::string valueLabel(const json& v) {
 
 namespace {
 
-// A field of `j` that runtime/spec_schema.cc does not list under `object` is refused, naming it
-// and the fields that are (the schema `slowpipe spec schema` prints is the same list).
+// A field of `j` that runtime/spec/spec_schema.cc does not list under `object` is refused, naming
+// it and the fields that are (the schema `slowpipe spec schema` prints is the same list).
 void refuseUnknown(const json& j, const std::string& where, const std::string& object) {
   const std::vector<std::string> known = runtime::specFieldNames(object);
   for (const auto& [k, v] : j.items())

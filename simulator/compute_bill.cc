@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "runtime/protocol.h"
+#include "runtime/exec/protocol.h"
 
 namespace slowpipe::simulator {
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/executor.h"
-#include "runtime/ranks.h"
-#include "runtime/schedule.h"
-#include "runtime/spec.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/spec/spec.h"
 #include "simulator/message_bill.h"
 #include "simulator/profile.h"
 #include "simulator/replay_state.h"

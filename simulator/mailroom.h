@@ -1,7 +1,7 @@
 // The replay's messages between their send and their receipt (simulate.cc): every directed link as
-// the run's link table has it (runtime/link_table.h: the pipeline's links under network.model, the
-// replicas' under pipelined; network.nodes' shared access links), its clock seeded as in every
-// tier (runtime/ranks.h), the sender's and the receiver's parts of its model; or, with
+// the run's link table has it (runtime/comm/link_table.h: the pipeline's links under network.model,
+// the replicas' under pipelined; network.nodes' shared access links), its clock seeded as in every
+// tier (runtime/exec/ranks.h), the sender's and the receiver's parts of its model; or, with
 // network.model ns3, the packet network that carries them. Torch-free.
 #pragma once
 
@@ -17,9 +17,9 @@
 #include "emulator/link.h"
 #include "emulator/link_model.h"
 #include "emulator/shaped_socket.h"
-#include "runtime/link_table.h"
-#include "runtime/ranks.h"
-#include "runtime/spec.h"
+#include "runtime/comm/link_table.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/spec/spec.h"
 #include "simulator/packet_network.h"
 #include "simulator/replay_state.h"
 

@@ -20,14 +20,14 @@
 #include "compression/frame.h"
 #include "compression/timing.h"
 #include "emulator/shaped_socket.h"
-#include "runtime/dp.h"
-#include "runtime/executor.h"
-#include "runtime/grad_sync.h"
-#include "runtime/launcher.h"
-#include "runtime/protocol.h"
-#include "runtime/result.h"
-#include "runtime/schedule.h"
-#include "runtime/stage_runner.h"
+#include "runtime/dp/dp.h"
+#include "runtime/dp/grad_sync.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/protocol.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/exec/stage_runner.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/records/result.h"
 #include "simulator/codec_cost.h"
 
 namespace slowpipe::simulator {
@@ -86,7 +86,7 @@ simulator::DpCost measureDpCost(const runtime::RunSpec& v, runtime::StageRunner&
   return c;
 }
 
-// A compute-only backend (runtime/executor.h): the profiler walks a stage's action list in the
+// A compute-only backend (runtime/exec/executor.h): the profiler walks a stage's action list in the
 // order of the schedule it profiles and times each compute action of one model chunk (the
 // runner's) on random inputs, as the worker runs it. Messages, GradNorm and the DP actions cost
 // nothing here: codecs, the transport and the DP host work are measured on their own.

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/spec.h"
+#include "runtime/spec/spec.h"
 #include "simulator/profile.h"
 
 namespace slowpipe::simulator {

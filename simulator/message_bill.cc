@@ -7,7 +7,7 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
-#include "runtime/protocol.h"
+#include "runtime/exec/protocol.h"
 
 namespace slowpipe::simulator {
 
@@ -100,7 +100,7 @@ int MessageBill::epochOf(int64_t k) const {
 
 // The examples of each replayed step's micro-batches that their replica's pipeline meets for the
 // first time: the run's epoch order (SimOptions::epochs), each replica's micro-batch mb of step
-// k being the plan's micro-batch replica x M + mb (runtime/plan.h).
+// k being the plan's micro-batch replica x M + mb (runtime/model/plan.h).
 void MessageBill::freshRows() {
   if (!opt_.epochs || opt_.stepsPerEpoch <= 0 || opt_.epochs->stepsPerEpoch() != opt_.stepsPerEpoch)
     return;  // no plan, or one that is not this run's: epoch 0 in full, deltas after

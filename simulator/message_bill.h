@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/dp.h"
-#include "runtime/ranks.h"
-#include "runtime/schedule.h"
-#include "runtime/spec.h"
+#include "runtime/dp/dp.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/spec/spec.h"
 #include "simulator/profile.h"
 #include "simulator/replay_state.h"
 #include "simulator/simulate.h"
@@ -34,7 +34,7 @@ class MessageBill {
   int64_t send(int i, const runtime::Action& a, RankState& st, double* seconds);
   // Host seconds of receiving `bytes` for rank i's receive action `a` (transport share + decode).
   double receive(int i, const runtime::Action& a, const RankState& st, int64_t bytes);
-  // Values of chunk c of rank i's round in hand (as runtime/dp.h splits the round's buffer).
+  // Values of chunk c of rank i's round in hand (as runtime/dp/dp.h splits the round's buffer).
   int64_t chunkValues(int i, int round, int chunk) const;
   // What the DP rounds cost on the host per stage.
   const DpCost& dpCost(int stage) const { return dpCosts_.at(static_cast<size_t>(stage)); }

@@ -18,8 +18,8 @@
 
 #include "emulator/nodes.h"
 #include "emulator/tcp_settings.h"
-#include "runtime/link_table.h"
-#include "runtime/spec.h"
+#include "runtime/comm/link_table.h"
+#include "runtime/spec/spec.h"
 
 namespace slowpipe::simulator {
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "emulator/nodes.h"
-#include "runtime/link_table.h"
+#include "runtime/comm/link_table.h"
 
 namespace slowpipe::simulator {
 

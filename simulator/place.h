@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "emulator/nodes.h"
-#include "runtime/ranks.h"
-#include "runtime/spec.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/spec/spec.h"
 #include "simulator/profile.h"
 #include "simulator/simulate.h"
 

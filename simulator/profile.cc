@@ -6,9 +6,9 @@
 #include <stdexcept>
 
 #include "compression/codec.h"
-#include "runtime/dp.h"
-#include "runtime/result.h"
-#include "runtime/schedule.h"
+#include "runtime/dp/dp.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/records/result.h"
 #include "simulator/codec_cost.h"
 
 namespace slowpipe::simulator {

@@ -32,8 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/schedule.h"
-#include "runtime/spec.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/spec/spec.h"
 
 namespace slowpipe::simulator {
 

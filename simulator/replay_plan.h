@@ -7,11 +7,11 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/dp.h"
-#include "runtime/ranks.h"
-#include "runtime/records.h"
-#include "runtime/schedule.h"
-#include "runtime/spec.h"
+#include "runtime/dp/dp.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/records/records.h"
+#include "runtime/spec/spec.h"
 #include "simulator/simulate.h"
 
 namespace slowpipe::simulator {
@@ -21,7 +21,7 @@ class ReplayPlan {
   ReplayPlan(const runtime::RunSpec& spec, const SimOptions& opt, const runtime::RankLayout& layout,
              int steps);
 
-  // Rank i's action list of `step` (the worker's own, runtime/schedule.h).
+  // Rank i's action list of `step` (the worker's own, runtime/exec/schedule.h).
   std::vector<runtime::Action> stepList(int i, int step) const;
   // Rank i's list of the evaluation after a step (replica 0 of every stage evaluates).
   std::vector<runtime::Action> evalList(int i) const;

@@ -9,9 +9,9 @@
 #include <string>
 #include <utility>
 
-#include "runtime/records.h"
-#include "runtime/schedule.h"
-#include "runtime/slowdown.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/exec/slowdown.h"
+#include "runtime/records/records.h"
 
 namespace slowpipe::simulator {
 
@@ -23,7 +23,7 @@ struct Message {
       false;  // network.model ns3: on its way through the packet network, arrival not yet known
 };
 
-// A message's key on its link (runtime/protocol.h: kind, step, micro-batch (a DP message: its
+// A message's key on its link (runtime/exec/protocol.h: kind, step, micro-batch (a DP message: its
 // shard), boundary chunk; DP messages add their round; -1 for a pipeline message).
 struct MailKey {
   int from, to, step, microBatch, chunk, round;
@@ -53,7 +53,7 @@ struct MailKeyHash {
 
 // A worker (rank = stage x R + replica) is ready for its next action, busy on the host (compute or
 // codec work, `remaining` seconds of it at full speed), or waiting for a message (its arrival known
-// or not yet). Its executor (runtime/executor.h) walks its list; this is what the virtual
+// or not yet). Its executor (runtime/exec/executor.h) walks its list; this is what the virtual
 // backend keeps of it besides.
 struct RankState {
   enum class Mode { kReady, kBusy, kWaiting, kDone } mode = Mode::kReady;

@@ -12,16 +12,16 @@
 #include "compression/codec.h"
 #include "emulator/link.h"
 #include "emulator/link_model.h"
-#include "runtime/data.h"
-#include "runtime/dp.h"
-#include "runtime/executor.h"
-#include "runtime/link_table.h"
-#include "runtime/plan.h"
-#include "runtime/protocol.h"
-#include "runtime/ranks.h"
-#include "runtime/records.h"
-#include "runtime/result.h"
-#include "runtime/schedule.h"
+#include "runtime/comm/link_table.h"
+#include "runtime/dp/dp.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/protocol.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/model/data.h"
+#include "runtime/model/plan.h"
+#include "runtime/records/records.h"
+#include "runtime/records/result.h"
 #include "simulator/compute_bill.h"
 #include "simulator/mailroom.h"
 #include "simulator/message_bill.h"
@@ -52,7 +52,7 @@ struct Records {
   int64_t actions = 0;
 };
 
-// The virtual backend (runtime/executor.h): every action is host work of some seconds at full
+// The virtual backend (runtime/exec/executor.h): every action is host work of some seconds at full
 // speed (a send: its encode, then its message leaves), or a wait for a message (then its decode).
 // Host work (forward, backward, step, encode, decode, DP packing) is shared among the busy workers
 // when the profile describes a shared host: each of n busy workers runs at the profile's measured
@@ -105,7 +105,8 @@ class Replay : public ReplayLoop, public runtime::Backend {
   }
 
  private:
-  // The same result document as the launcher's (runtime/records.h ResultBuilder), on virtual time.
+  // The same result document as the launcher's (runtime/records/records.h ResultBuilder), on
+  // virtual time.
   json result() const {
     runtime::ResultBuilder result(spec_, layout_, "ok");
     for (int k = 0; k < steps_; ++k) result.addStep(rec_.perRank[k], rec_.stepEnds[k]);

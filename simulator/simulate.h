@@ -1,5 +1,5 @@
 // Discrete-event replay of a run in virtual time: the runtime's own per-stage action lists
-// (runtime/schedule.h), the emulator's own link arrival models, costs from a profile
+// (runtime/exec/schedule.h), the emulator's own link arrival models, costs from a profile
 // (simulator/profile.h), and message sizes from the codecs themselves (each message is encoded
 // once, so its frame size is exact, AC-SGD deltas included).
 //
@@ -16,18 +16,19 @@
 // Stages run their steps back to back; a step's time is the longest stage's, as in emulated runs.
 // Data parallelism (pipeline.replicas R > 1): S x R workers, each replaying its own step's list
 // (makeSchedule with the DP rounds where the step has them), the replicas' messages over
-// network.dp_links (pipelined model) sized by the round's buffer (runtime/dp.h dpRoundValues) and
-// the round's codec; a ring all-gather relays frames without encoding, a chunk's owner (a shard's
-// server) encodes once and decodes its own frame; DpBegin/DpEnd/OuterStep cost what the profile
-// says (StageCost::dpBeginS...). Records carry bytes.gradient and breakdown_s.allreduce as runs do.
+// network.dp_links (pipelined model) sized by the round's buffer (runtime/dp/dp.h dpRoundValues)
+// and the round's codec; a ring all-gather relays frames without encoding, a chunk's owner (a
+// shard's server) encodes once and decodes its own frame; DpBegin/DpEnd/OuterStep cost what the
+// profile says (StageCost::dpBeginS...). Records carry bytes.gradient and breakdown_s.allreduce as
+// runs do.
 #pragma once
 
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "runtime/data.h"
-#include "runtime/spec.h"
+#include "runtime/model/data.h"
+#include "runtime/spec/spec.h"
 #include "simulator/profile.h"
 
 namespace slowpipe::simulator {
@@ -41,7 +42,8 @@ struct SimOptions {
   // The run's data plan (dataPlanOf; 0 / empty: unknown, e.g. a paper-scale spec without its
   // corpus): steps per epoch and the rows of each validation batch. Known, the steps carry their
   // epochs and every epoch's end replays the evaluation (training.eval_each_epoch) as the workers
-  // run it (runtime/schedule.h evalSchedule); unknown, every step is epoch 0 and none evaluates.
+  // run it (runtime/exec/schedule.h evalSchedule); unknown, every step is epoch 0 and none
+  // evaluates.
   int64_t stepsPerEpoch = 0, runSteps = 0;
   std::vector<int> evalRows;
   // The epochs' example order (known with the plan): a pipeline message carries the rows its

@@ -12,7 +12,7 @@
 #include "emulator/delay_line_probes.h"
 #include "emulator/devshaper.h"
 #include "emulator/netns.h"
-#include "runtime/result.h"
+#include "runtime/records/result.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

@@ -10,8 +10,8 @@
 #include "compression/codec.h"
 #include "compression/codec_template.h"
 #include "compression/conformance.h"
-#include "runtime/result.h"
-#include "runtime/worker.h"
+#include "runtime/launch/worker.h"
+#include "runtime/records/result.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/model.h"
-#include "runtime/safetensors.h"
-#include "runtime/spec.h"
-#include "runtime/tokenizer.h"
+#include "runtime/model/model.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/tokenizer.h"
+#include "runtime/spec/spec.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

@@ -248,7 +248,7 @@ def timeline(runs, rows, bandwidth, out):
     if not sel:
         return
     sel = [sel[0], sel[-1]] if len(sel) > 1 else sel
-    # Simulated and emulated runs alike record one event per action (runtime/executor.h): a send is
+    # Simulated and emulated runs alike record one event per action (runtime/exec/executor.h): a send is
     # its encode and hand-off, a receive its wait and decode.
     colors = {"forward": "tab:blue", "backward": "tab:orange", "step": "tab:green", "recv": "silver", "send": "tab:purple",
               "dp_send": "tab:red", "dp_recv": "tab:brown", "dp": "black", "outer_step": "tab:olive"}

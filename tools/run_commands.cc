@@ -4,11 +4,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "runtime/data.h"
-#include "runtime/launcher.h"
-#include "runtime/progress.h"
-#include "runtime/result.h"
-#include "runtime/worker.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/launch/worker.h"
+#include "runtime/model/data.h"
+#include "runtime/records/progress.h"
+#include "runtime/records/result.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

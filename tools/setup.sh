@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 done
 
 # libopenblas0-openmp: without it libtorch falls back to the reference BLAS (20x slower here).
-# libsodium-dev: CURVE keys derived from a run's shared secret (runtime/security.h); openmpi-bin:
+# libsodium-dev: CURVE keys derived from a run's shared secret (runtime/launch/security.h); openmpi-bin:
 # mpirun, which the multi-host tests launch workers with; slurmctld, slurmd, slurm-client, munge: a
 # one-node Slurm the multi-host test starts itself to run srun (no daemon is started by installing).
 # python3-torch: writes TorchScript codecs (examples/codecs/torchscript, the torchscript codec tests).

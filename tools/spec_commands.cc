@@ -1,9 +1,9 @@
 // slowpipe spec: the specs' JSON Schema and reference, from the table the readers check
-// (runtime/spec_schema.h).
+// (runtime/spec/spec_schema.h).
 #include <cstdio>
 #include <memory>
 
-#include "runtime/spec_schema.h"
+#include "runtime/spec/spec_schema.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

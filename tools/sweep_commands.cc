@@ -10,7 +10,7 @@
 #include "experiments/compare.h"
 #include "experiments/export.h"
 #include "experiments/runner.h"
-#include "runtime/result.h"
+#include "runtime/records/result.h"
 #include "tools/commands.h"
 
 namespace slowpipe::tools {

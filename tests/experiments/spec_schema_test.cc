@@ -1,6 +1,7 @@
-// The specs' fields are documented once (runtime/spec_schema.cc) and everything else follows from
-// that table: the readers refuse undocumented fields, `slowpipe spec schema` and docs/reference are
-// generated from it, and every shipped spec passes both our readers and a JSON Schema validator.
+// The specs' fields are documented once (runtime/spec/spec_schema.cc) and everything else follows
+// from that table: the readers refuse undocumented fields, `slowpipe spec schema` and
+// docs/reference are generated from it, and every shipped spec passes both our readers and a JSON
+// Schema validator.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,8 +13,8 @@
 #include "emulator/command.h"
 #include "emulator/link.h"
 #include "experiments/sweep.h"
-#include "runtime/spec.h"
-#include "runtime/spec_schema.h"
+#include "runtime/spec/spec.h"
+#include "runtime/spec/spec_schema.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -64,11 +65,11 @@ TEST(SpecSchemaTest, EveryFieldIsDescribed) {
   EXPECT_THROW(specField("pipeline.stagez"), std::logic_error);
 }
 
-// Every field runtime/spec.cc reads (f.get / f.raw after `Fields f(section, where, "S")`) is in
-// the table: a field added to a reader without a description fails here, also on a path no other
+// Every field runtime/spec/spec.cc reads (f.get / f.raw after `Fields f(section, where, "S")`) is
+// in the table: a field added to a reader without a description fails here, also on a path no other
 // test takes.
 TEST(SpecSchemaTest, EveryFieldTheReaderReadsIsDocumented) {
-  const std::string src = readFile(kSource / "runtime" / "spec.cc");
+  const std::string src = readFile(kSource / "runtime" / "spec" / "spec.cc");
   const std::regex section(R"re(Fields (\w+)\([^,]+, [^,]+, "(\w*)"\))re");
   const std::regex read(R"re(\b(\w+)\.(?:get|raw)\("([$\w]+)")re");
   std::map<std::string, std::string> sectionOf;  // Fields variable -> its section, as declared
@@ -86,7 +87,7 @@ TEST(SpecSchemaTest, EveryFieldTheReaderReadsIsDocumented) {
       if (!sectionOf.count(var)) continue;
       const std::string path =
           (sectionOf[var].empty() ? "" : sectionOf[var] + ".") + (*it)[2].str();
-      EXPECT_NO_THROW(specField(path)) << path << " is read by runtime/spec.cc: " << line;
+      EXPECT_NO_THROW(specField(path)) << path << " is read by runtime/spec/spec.cc: " << line;
       ++reads;
     }
   }

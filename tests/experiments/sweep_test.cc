@@ -7,7 +7,7 @@
 
 #include "experiments/summary.h"
 #include "experiments/sweep.h"
-#include "runtime/result.h"
+#include "runtime/records/result.h"
 
 namespace slowpipe::experiments {
 namespace {

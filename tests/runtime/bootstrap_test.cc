@@ -1,6 +1,6 @@
-// Bootstraps from launcher environments (runtime/bootstrap.h): which variables win, what a
+// Bootstraps from launcher environments (runtime/launch/bootstrap.h): which variables win, what a
 // malformed one says, HOST:PORT and the shared secret.
-#include "runtime/bootstrap.h"
+#include "runtime/launch/bootstrap.h"
 
 #include <gtest/gtest.h>
 

@@ -2,9 +2,9 @@
 // tests run ranks), no worker processes. A channel per directed rank link, messages taken by key
 // with a stash for those ahead of their turn, codec pairs per (direction, chunk), one channel for
 // both routes of a ring of two stages, and a slip named.
-#include "runtime/link_table.h"
-#include "runtime/spec.h"
-#include "runtime/transport.h"
+#include "runtime/comm/link_table.h"
+#include "runtime/comm/transport.h"
+#include "runtime/spec/spec.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Every registered data-parallel algorithm (runtime/dp_algorithms/) in one process: R replicas as
+// Every registered data-parallel algorithm (runtime/dp/algorithms/) in one process: R replicas as
 // threads over loopback TCP, each running its round's action list through DpExchange, as a worker
 // does. After the round every replica holds the replicas' mean (exact with codec none, to float
 // rounding) and, with a lossy codec, the very same values on every replica (one encoded frame per
@@ -8,9 +8,9 @@
 #include <cmath>
 #include <thread>
 
-#include "runtime/dp.h"
-#include "runtime/link_table.h"
-#include "runtime/schedule.h"
+#include "runtime/comm/link_table.h"
+#include "runtime/dp/dp.h"
+#include "runtime/exec/schedule.h"
 
 namespace slowpipe::runtime {
 namespace {

@@ -13,13 +13,13 @@
 #include <cmath>
 
 #include "compression/codec.h"
-#include "runtime/data.h"
-#include "runtime/dp.h"
-#include "runtime/grad_sync.h"
-#include "runtime/model.h"
-#include "runtime/schedule.h"
-#include "runtime/stage_runner.h"
-#include "runtime/worker.h"
+#include "runtime/dp/dp.h"
+#include "runtime/dp/grad_sync.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/exec/stage_runner.h"
+#include "runtime/launch/worker.h"
+#include "runtime/model/data.h"
+#include "runtime/model/model.h"
 #include "simulator/simulate.h"
 #include "tests/runtime/pipeline_fixture.h"
 
@@ -352,9 +352,10 @@ TEST(DpShapesTest, RoundsOfAnInterleavedRankCoverEveryModelChunk) {
   }
 }
 
-// Every registered gradient compressor (runtime/dp_compressors/) has its torch side
-// (runtime/grad_syncs/), and dp chooses them as documented: local steps are diloco, a named prefix
-// that compressor, any other codec spec the plain one; a named one with local steps is refused.
+// Every registered gradient compressor (runtime/dp/compressors/) has its torch side
+// (runtime/dp/grad_syncs/), and dp chooses them as documented: local steps are diloco, a named
+// prefix that compressor, any other codec spec the plain one; a named one with local steps is
+// refused.
 TEST(DpScheduleTest, EveryCompressorHasItsTorchSide) {
   for (const auto& c : gradientCompressors()) {
     bool found = false;

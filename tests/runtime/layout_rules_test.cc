@@ -1,9 +1,9 @@
-// Rank arithmetic lives in RankLayout (runtime/ranks.h) and the message protocol
-// (runtime/protocol.h): this test reads the source tree and fails on a stage, replica or
+// Rank arithmetic lives in RankLayout (runtime/exec/ranks.h) and the message protocol
+// (runtime/exec/protocol.h): this test reads the source tree and fails on a stage, replica or
 // model-chunk index computed by hand anywhere else (x / R, x % R, x / replicas, chunk * S + stage,
-// ...). A schedule's own ordering of micro-batches (runtime/schedules/) is not rank arithmetic, and
-// a line whose arithmetic is about something else says so ("// not a rank: the mean over
-// replicas").
+// ...). A schedule's own ordering of micro-batches (runtime/exec/schedules/) is not rank
+// arithmetic, and a line whose arithmetic is about something else says so ("// not a rank: the mean
+// over replicas").
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
   const fs::path src = SLOWPIPE_SOURCE_DIR;
-  const std::set<std::string> allowed = {"runtime/ranks.h", "runtime/protocol.h"};
+  const std::set<std::string> allowed = {"runtime/exec/ranks.h", "runtime/exec/protocol.h"};
   // Divisions and remainders by a replica or stage count, and chunk * stages + stage.
   const std::regex rule(
       R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
@@ -34,7 +34,7 @@ TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
       const std::string ext = e.path().extension().string();
       if (ext != ".cc" && ext != ".h" && ext != ".inc") continue;
       const std::string rel = fs::relative(e.path(), src).string();
-      if (allowed.count(rel) || rel.rfind("runtime/schedules/", 0) == 0) continue;
+      if (allowed.count(rel) || rel.rfind("runtime/exec/schedules/", 0) == 0) continue;
       ++files;
       std::ifstream in(e.path());
       std::string line;
@@ -47,9 +47,9 @@ TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
       }
     }
   EXPECT_GT(files, 100u) << "the source tree was not found under " << src;
-  EXPECT_EQ(found, "")
-      << "rank arithmetic outside runtime/ranks.h and runtime/protocol.h (use RankLayout):\n"
-      << found;
+  EXPECT_EQ(found, "") << "rank arithmetic outside runtime/exec/ranks.h and "
+                          "runtime/exec/protocol.h (use RankLayout):\n"
+                       << found;
 }
 
 // The rule itself: it finds the shapes it is meant to find.

@@ -13,7 +13,7 @@
 #include "emulator/calibrate.h"
 #include "emulator/command.h"
 #include "emulator/netns.h"
-#include "runtime/link_table.h"
+#include "runtime/comm/link_table.h"
 #include "tests/host_time.h"
 
 namespace slowpipe::runtime {

@@ -1,7 +1,7 @@
-// Runs started by external launchers (runtime/bootstrap.h, runtime/rendezvous.h): real worker
-// processes of the real binary, started the way mpirun, srun and torchrun-style scripts start them
-// (their environment variables; mpirun itself where it is installed), meeting at a rendezvous over
-// CURVE. Every run is compared with the local launcher's on the same spec.
+// Runs started by external launchers (runtime/launch/bootstrap.h, runtime/launch/rendezvous.h):
+// real worker processes of the real binary, started the way mpirun, srun and torchrun-style scripts
+// start them (their environment variables; mpirun itself where it is installed), meeting at a
+// rendezvous over CURVE. Every run is compared with the local launcher's on the same spec.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -15,9 +15,9 @@
 #include "compression/codec.h"
 #include "emulator/command.h"
 #include "emulator/shaped_socket.h"
-#include "runtime/rendezvous.h"
-#include "runtime/result.h"
-#include "runtime/security.h"
+#include "runtime/launch/rendezvous.h"
+#include "runtime/launch/security.h"
+#include "runtime/records/result.h"
 #include "tests/runtime/pipeline_fixture.h"
 
 extern char** environ;

@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/launcher.h"
-#include "runtime/spec.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/spec/spec.h"
 #include "tests/runtime/held_connections.h"
 
 namespace slowpipe::runtime {

@@ -1,6 +1,6 @@
 // result.json's writer on a full disk, the codec-state check, the inputs a spec loads and the
-// build's provenance (runtime/result.h). Torch-free.
-#include "runtime/result.h"
+// build's provenance (runtime/records/result.h). Torch-free.
+#include "runtime/records/result.h"
 
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "compression/strict_int.h"
-#include "runtime/dp.h"
-#include "runtime/records.h"
+#include "runtime/dp/dp.h"
+#include "runtime/records/records.h"
 #include "slowpipe_provenance.h"
 
 namespace slowpipe::runtime {

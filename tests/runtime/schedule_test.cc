@@ -1,6 +1,6 @@
 // Schedules: shape of the action lists, and a blocking-receive replay that proves every (S, M)
 // combination completes (no deadlock) with matching per-link FIFO order.
-#include "runtime/schedule.h"
+#include "runtime/exec/schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <set>
 #include <tuple>
 
-#include "runtime/executor.h"
-#include "runtime/protocol.h"
-#include "runtime/ranks.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/protocol.h"
+#include "runtime/exec/ranks.h"
 
 namespace slowpipe::runtime {
 namespace {
@@ -46,7 +46,7 @@ TEST(ScheduleTest, UnknownNameListsValidOnes) {
   }
 }
 
-// Replays the schedules on the executor (runtime/executor.h) with a backend of message queues:
+// Replays the schedules on the executor (runtime/exec/executor.h) with a backend of message queues:
 // sends are asynchronous, a receive stays pending until its message is queued. Returns true if
 // every stage finishes and every receive found the message it expected. Peers and message keys
 // are the protocol's, as the executor passes them on. With one model chunk per stage every

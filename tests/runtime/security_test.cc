@@ -1,7 +1,7 @@
-// CURVE sockets as the workers use them (runtime/security.h), in one process over TCP loopback:
-// a server admits exactly the rank it takes frames from, refuses other keys, drops frames above
-// the run's largest legal frame; keys derived from a secret are the same for every holder.
-#include "runtime/security.h"
+// CURVE sockets as the workers use them (runtime/launch/security.h), in one process over TCP
+// loopback: a server admits exactly the rank it takes frames from, refuses other keys, drops frames
+// above the run's largest legal frame; keys derived from a secret are the same for every holder.
+#include "runtime/launch/security.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -15,7 +15,7 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime/listen_guard.h"
+#include "runtime/launch/listen_guard.h"
 #include "tests/runtime/held_connections.h"
 
 namespace slowpipe::runtime {

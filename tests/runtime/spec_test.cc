@@ -1,12 +1,12 @@
 // RunSpec validation: every malformed spec names its problem; partitions balance.
-#include "runtime/spec.h"
-#include "runtime/link_table.h"
+#include "runtime/spec/spec.h"
+#include "runtime/comm/link_table.h"
 
 #include <gtest/gtest.h>
 
-#include "runtime/data.h"
-#include "runtime/plan.h"
-#include "runtime/tokenizer.h"
+#include "runtime/model/data.h"
+#include "runtime/model/plan.h"
+#include "runtime/model/tokenizer.h"
 
 #include <sched.h>
 #include <unistd.h>

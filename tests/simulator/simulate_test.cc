@@ -12,9 +12,9 @@
 #include <set>
 
 #include "compression/codec.h"
-#include "runtime/dp.h"
-#include "runtime/result.h"
-#include "runtime/schedule.h"
+#include "runtime/dp/dp.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/records/result.h"
 
 namespace slowpipe::simulator {
 namespace {

@@ -1,0 +1,353 @@
+// Data-parallel links, codecs and collectives (see dp.h).
+#include "runtime/dp/dp.h"
+
+#include <stdexcept>
+
+#include "compression/frame.h"
+#include "runtime/exec/ranks.h"
+#include "runtime/launch/security.h"
+
+namespace slowpipe::runtime {
+
+using compression::Bytes;
+using compression::MessageKind;
+using Msg = Action::Message;
+using nlohmann::json;
+
+DpShape dpShape(const RunSpec& spec) {
+  DpShape d;
+  d.replicas = spec.pipeline.replicas;
+  d.algorithm = spec.dp.algorithm;
+  const std::unique_ptr<GradientCompressor> g = gradientCompressor(spec.dp);
+  d.rounds = g->rounds();
+  d.localSteps = spec.dp.localSteps;
+  d.afterStepFrom = g->afterStepFrom();
+  return d;
+}
+
+std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage) {
+  const auto ranges = stageLayers(spec);
+  if (stage < 0 || stage >= static_cast<int>(ranges.size()))
+    throw std::invalid_argument("stage " + std::to_string(stage) + " is not a stage of this run");
+  const int64_t C = spec.model.width;
+  std::vector<std::vector<int64_t>> out;
+  if (stage == 0) {
+    out.push_back({spec.model.vocab, C});
+    out.push_back({spec.model.seqLen, C});
+  }
+  for (int i = ranges[stage].first; i < ranges[stage].second; ++i)
+    for (const auto& p : std::vector<std::vector<int64_t>>{{C},
+                                                           {C},
+                                                           {3 * C, C},
+                                                           {3 * C},
+                                                           {C, C},
+                                                           {C},
+                                                           {C},
+                                                           {C},
+                                                           {4 * C, C},
+                                                           {4 * C},
+                                                           {C, 4 * C},
+                                                           {C}})
+      out.push_back(p);
+  if (stage + 1 == static_cast<int>(ranges.size())) {
+    out.push_back({C});
+    out.push_back({C});
+    out.push_back({spec.model.vocab, C});
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage) {
+  std::vector<std::vector<int64_t>> out;
+  for (int v = 0; v < spec.pipeline.virtualStages; ++v)
+    for (auto& shape : stageParameterShapes(spec, rankLayout(spec).virtualStage(v, stage)))
+      out.push_back(std::move(shape));
+  return out;
+}
+
+int64_t dpRoundValues(const RunSpec& spec, int stage, int round) {
+  return gradientCompressor(spec.dp)->roundValues(rankParameterShapes(spec, stage), round);
+}
+
+std::string dpRoundCodec(const RunSpec& spec, int64_t step) {
+  return gradientCompressor(spec.dp)->roundCodec(step);
+}
+
+emulator::Topology dpTopology(const RunSpec& spec) {
+  json links = spec.network.dpLinks;
+  if (links.is_null()) {
+    links = spec.network.links;
+    if (links.is_object()) links.erase("links");
+  }
+  return emulator::topologyFromJson(links, "network.dp_links");
+}
+
+DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)), ctx_(ctx) {
+  for (int q = 0; q < opt_.replicas; ++q) {
+    if (q == opt_.replica) continue;
+    ChannelOptions c;
+    c.peer = opt_.stage * opt_.replicas + q;
+    c.bindHost = opt_.bindHost;
+    c.security = opt_.security;
+    c.guard = opt_.guard;
+    c.maxAheadS = opt_.recvTimeoutS;
+    c.maxMessageBytes = opt_.maxMessageBytes;
+    c.receiverSeed = 300 + 1000 * opt_.rank + q;
+    links_[q] = std::make_unique<Channel>(ctx_, c);
+  }
+}
+
+json DpExchange::endpoints() const {
+  json j = json::object();
+  for (const auto& [q, l] : links_) j[std::to_string(q)] = l->endpoint();
+  return j;
+}
+
+void DpExchange::connect(const json& peers, const RankLinks& links) {
+  for (auto& [q, l] : links_) {
+    const std::string key = std::to_string(q);
+    if (!peers.contains(key))
+      throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " +
+                               std::to_string(opt_.replica) + ": no endpoint of replica " + key +
+                               " in the peer table");
+    const int peer = l->peer();
+    const LinkEntry& in = links.at(peer, opt_.rank);
+    if (!in.model.empty() && !inbound_) inbound_ = emulator::linkModel(in.model).make();
+    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(),
+               dpLinkSeed(opt_.rank, q));
+  }
+}
+
+int32_t DpExchange::tag(Msg m, int chunk) const {
+  const int kind = m == Msg::kDpReduce ? 0 : m == Msg::kDpGather ? 1 : m == Msg::kDpPush ? 2 : 3;
+  return ((round_ * 4 + kind) << 16) | chunk;
+}
+
+compression::Codec& DpExchange::codec(
+    std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
+    const std::string& role) {
+  // Exact rounds (qadam's warm-up) have codecs of their own: "none" leaves no state behind.
+  auto& c = pool[exact_ ? "exact/" + key : key];
+  if (!c) {
+    std::string instance =
+        "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
+    for (char& ch : instance)
+      if (ch == '/' || ch == '>') ch = '_';
+    c = compression::makeCodec(exact_ ? "none" : opt_.codec, instance);
+  }
+  return *c;
+}
+
+void DpExchange::begin(float* buf, int64_t n, int64_t step, int round, bool exact) {
+  exact_ = exact;
+  buf_ = buf;
+  n_ = n;
+  step_ = step;
+  round_ = round;
+  pushes_ = 0;
+  relay_.clear();
+  own_.reset();
+  pushed_.clear();
+}
+
+// A DP message's context, the same at its encoder and its decoders: gradients, this step, the
+// message's tag, a key per round and chunk (ef keeps one residual per chunk).
+compression::CodecContext DpExchange::context(int chunk, int tag) const {
+  compression::CodecContext ctx;
+  ctx.direction = compression::Direction::kGradient;
+  ctx.step = step_;
+  ctx.microBatch = tag;
+  ctx.key = "dp/round" + std::to_string(round_) + "/c" + std::to_string(chunk);
+  return ctx;
+}
+
+zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x,
+                                  int peer) {
+  compression::FrameHeader h;
+  h.kind = MessageKind::kParamGradient;
+  h.step = step_;
+  h.microBatch = tag(m, chunk);
+  h.src = opt_.rank;
+  h.dst = peer;
+  h.shape = {chunkLen(chunk)};
+  const compression::CodecContext ctx = context(chunk, h.microBatch);
+  const double t0 = emulator::monotonicNow();
+  zmq::message_t frame = frameMessage(compression::encodeFrame(c, x, h, ctx));
+  stats_.encodeS += emulator::monotonicNow() - t0;
+  return frame;
+}
+
+void DpExchange::sendFrame(int peer, zmq::message_t frame) {
+  stats_.wire += static_cast<int64_t>(frame.size());
+  stats_.waitS += links_.at(peer)->send(std::move(frame));
+}
+
+void DpExchange::sendShared(int peer, zmq::message_t& frame) {
+  zmq::message_t copy;
+  copy.copy(frame);  // shares the bytes (zmq_msg_copy)
+  sendFrame(peer, std::move(copy));
+}
+
+zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
+  // A DP link is a FIFO of one round's messages in the schedule's order: any other is a slip.
+  auto judge = [&](const compression::FrameHeader& h) {
+    const bool expected = h.kind == MessageKind::kParamGradient && h.step == step_ &&
+                          h.microBatch == tag(m, chunk) &&
+                          h.shape == compression::Shape{chunkLen(chunk)};
+    return expected ? Channel::Verdict::kTake : Channel::Verdict::kSlip;
+  };
+  double waited = 0;
+  std::optional<Channel::Received> got = links_.at(peer)->take(judge, opt_.recvTimeoutS, &waited);
+  stats_.waitS += waited;
+  const std::string who =
+      "stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica);
+  if (!got)
+    throw std::runtime_error(who + ": no data-parallel message from replica " +
+                             std::to_string(peer) + " for " + std::to_string(opt_.recvTimeoutS) +
+                             " s");
+  if (got->slip)
+    throw std::runtime_error(
+        who + ": expected data-parallel message " + std::to_string(tag(m, chunk)) + " of step " +
+        std::to_string(step_) + " (" + std::to_string(chunkLen(chunk)) + " values) from replica " +
+        std::to_string(peer) + ", got tag " + std::to_string(got->header.microBatch) + " of step " +
+        std::to_string(got->header.step));
+  return std::move(got->message.payload);
+}
+
+// Every DP decode goes through here, with the encoder's context (a push decoded with an empty
+// one made a plug-in's mirrored state differ between the ends).
+void DpExchange::decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk,
+                               std::vector<float>& out) {
+  size_t at = 0;
+  const auto* bytes = static_cast<const uint8_t*>(frame.data());
+  const compression::FrameHeader h = compression::parseFrame(bytes, frame.size(), &at);
+  const int64_t maxElements =
+      opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;
+  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), out, maxElements);
+}
+
+void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk,
+                            bool add) {
+  const double t0 = emulator::monotonicNow();
+  decodeMessage(c, frame, chunk, tmp_);
+  float* dst = buf_ + chunkBegin(chunk);
+  const int64_t len = chunkLen(chunk);
+  if (add)
+    for (int64_t i = 0; i < len; ++i) dst[i] += tmp_[i];
+  else
+    std::copy(tmp_.begin(), tmp_.begin() + len, dst);
+  stats_.decodeS += emulator::monotonicNow() - t0;
+}
+
+// sharded_ps: every replica's shard is here; this server's shard becomes their mean (replica
+// order).
+void DpExchange::aggregateShard() {
+  const int r = opt_.replica, R = opt_.replicas;
+  float* dst = buf_ + chunkBegin(r);
+  const int64_t len = chunkLen(r);
+  std::vector<float> sum(len, 0.0f);
+  for (int q = 0; q < R; ++q) {
+    const float* src = q == r ? dst : pushed_.at(q).data();
+    for (int64_t i = 0; i < len; ++i) sum[i] += src[i];
+  }
+  const float inv = 1.0f / static_cast<float>(R);
+  for (int64_t i = 0; i < len; ++i) dst[i] = sum[i] * inv;
+}
+
+void DpExchange::execute(const Action& a) {
+  const int r = opt_.replica, R = opt_.replicas, c = a.shard, q = a.replica;
+  const std::string me = std::to_string(r);
+  const bool send = a.kind == Action::Kind::kSend;
+  if (send) stats_.raw += 4 * chunkLen(c);
+  switch (a.message) {
+    case Msg::kDpReduce:
+      if (send)
+        sendFrame(q, encode(codec(encoders_, "rs/" + me + "->" + std::to_string(q), "send"),
+                            a.message, c, buf_ + chunkBegin(c), q));
+      else
+        decodeInto(codec(decoders_, "rs/" + std::to_string(q) + "->" + me, "recv"),
+                   recvFrame(q, a.message, c), c, true);
+      break;
+    case Msg::kDpGather:
+      if (send) {
+        if (protocol::dpSendsOwnFrame(
+                a, r,
+                R)) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
+          if (!own_) {
+            float* x = buf_ + chunkBegin(c);
+            const float inv = 1.0f / static_cast<float>(R);
+            for (int64_t i = 0; i < chunkLen(c); ++i) x[i] *= inv;
+            own_ = encode(codec(encoders_, "ag/c" + std::to_string(c), "send"), a.message, c, x, q);
+            decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), *own_, c, false);
+          }
+          sendShared(q, *own_);
+        } else {
+          sendFrame(q, std::move(relay_.at(
+                           c)));  // relayed as received: every replica decodes the same bytes
+        }
+      } else {
+        zmq::message_t f = recvFrame(q, a.message, c);
+        decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), f, c, false);
+        relay_[c] = std::move(f);
+      }
+      break;
+    case Msg::kDpPush:
+      if (send) {
+        sendFrame(q, encode(codec(encoders_, "push/" + me + "->" + std::to_string(q), "send"),
+                            a.message, c, buf_ + chunkBegin(c), q));
+      } else {
+        const zmq::message_t f = recvFrame(q, a.message, c);
+        const double t0 = emulator::monotonicNow();
+        decodeMessage(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f, c,
+                      pushed_[q]);
+        stats_.decodeS += emulator::monotonicNow() - t0;
+        if (++pushes_ == R - 1) aggregateShard();
+      }
+      break;
+    case Msg::kDpPull:
+      if (send) {
+        if (!own_) {
+          if (pushes_ != R - 1)
+            throw std::logic_error("dp: shard average sent before every push arrived");
+          own_ = encode(codec(encoders_, "pull/c" + me, "send"), a.message, c, buf_ + chunkBegin(c),
+                        q);
+          decodeInto(codec(decoders_, "pull/c" + me, "recv"), *own_, c, false);
+        }
+        sendShared(q, *own_);
+      } else {
+        decodeInto(codec(decoders_, "pull/c" + std::to_string(q), "recv"),
+                   recvFrame(q, a.message, c), c, false);
+      }
+      break;
+    default:
+      throw std::logic_error("dp: not a data-parallel message");
+  }
+}
+
+void DpExchange::end() {
+  if (dpAlgorithm(opt_.algorithm).servesShards && opt_.replicas > 1 && !own_)
+    throw std::logic_error("dp: round ended before this server sent its shard");
+  buf_ = nullptr;
+  relay_.clear();
+  own_.reset();
+  pushed_.clear();
+}
+
+void DpExchange::setTraceOrigin(double origin) {
+  for (auto& [q, l] : links_) l->setTraceOrigin(origin);
+}
+
+DpStats DpExchange::takeStats() {
+  DpStats s = stats_;
+  stats_ = DpStats{};
+  return s;
+}
+
+json DpExchange::digests() const {
+  json j = json::object();
+  for (const auto& [k, c] : encoders_) j[k]["send"] = std::to_string(c->stateDigest());
+  for (const auto& [k, c] : decoders_) j[k]["recv"] = std::to_string(c->stateDigest());
+  return j;
+}
+
+}  // namespace slowpipe::runtime

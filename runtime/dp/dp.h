@@ -1,0 +1,147 @@
+// Data parallelism between the replicas of one pipeline stage: the links, the message codecs and
+// the two collectives (ring allreduce, sharded parameter server), executed action by action from
+// the step's list (runtime/exec/schedule.h: DpBegin, Send/Recv with Peer kReplica, DpEnd).
+// Torch-free: a round works on one flat float buffer that the worker packs (gradients, PowerSGD
+// factors, the DiLoCo outer gradient) and unpacks.
+//
+// Wire. One Channel (runtime/comm/channel.h) per other replica of the stage, so every directed DP
+// link is its own FIFO with its own user-space shaping (network.dp_links: the default link,
+// overrides by replica). Messages are compression frames of kind kParamGradient whose micro-batch
+// field carries (round, message, chunk): a slip is an error. Chunk c of an n-value buffer is
+// [c*n/R, (c+1)*n/R); a message is its chunk as a 1-D tensor {len} (quantizers for gradients want
+// scale=group: a channel scale of a 1-D tensor is per value).
+//
+// Codec pairs, named by what both ends must agree on (their state digests are compared by the
+// launcher, key by key):
+//   ring reduce-scatter  "rs/<r>-><r+1>"  one encoder at r, one decoder at r+1 (ctx.key per chunk,
+//                                          so ef keeps one residual per chunk);
+//   ring all-gather      "ag/c<c>"        the owner of chunk c encodes it once per round; every
+//                                          replica (the owner too) decodes that same frame with its
+//                                          decoder of chunk c, so all replicas hold identical
+//                                          values;
+//   ps push              "push/<r>-><q>"  r's encoder for q's shard (ef here: the worker side);
+//   ps pull              "pull/c<q>"      server q's average, encoded once (ef here: the server
+//                                          side), decoded by every replica, q included.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "compression/codec.h"
+#include "emulator/link.h"
+#include "emulator/shaped_socket.h"
+#include "runtime/comm/channel.h"
+#include "runtime/dp/gradient_compressor.h"
+#include "runtime/exec/protocol.h"
+#include "runtime/exec/schedule.h"
+#include "runtime/spec/spec.h"
+
+namespace slowpipe::runtime {
+
+struct SocketSecurity;  // runtime/launch/security.h
+class ListenGuard;      // runtime/launch/listen_guard.h
+
+// The schedule's view of a run's data parallelism.
+DpShape dpShape(const RunSpec& spec);
+// Shapes of stage `stage`'s parameters in the order of StageModel::parameters()
+// (runtime/model/model.h: token and position embeddings on the first stage; per block ln1 w,b, qkv
+// w,b, proj w,b, ln2 w,b, fc w,b, out w,b; ln_f w,b and the head on the last), without torch: what
+// the simulator sizes data-parallel messages by. tests/runtime/dp_test.cc checks it against the
+// torch model.
+std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage);
+// The parameters one rank of stage `stage` holds and its replicas synchronise: every model chunk's
+// (virtual stages stage, stage + S, ...), in chunk order (what GradientSync packs).
+std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage);
+// Values of the flat buffer of DP round `round` on stage `stage` (what GradientSync::pack forms,
+// the same at every step that exchanges; GradientCompressor::roundValues of its parameters).
+int64_t dpRoundValues(const RunSpec& spec, int stage, int round);
+// The codec a round's messages travel with: "none" for exact rounds (qadam's warm-up), else the
+// compressor's message codec.
+std::string dpRoundCodec(const RunSpec& spec, int64_t step);
+
+// The replicas' links: network.dp_links, or (unset) the pipeline's default link without its
+// per-stage overrides.
+emulator::Topology dpTopology(const RunSpec& spec);
+
+struct DpOptions {
+  int rank = 0, stage = 0, replica = 0, replicas = 1;
+  std::string algorithm = "allreduce";
+  std::string codec = "none";  // per-message codec spec (its links come with the peer table)
+  std::string bindHost = "127.0.0.1";
+  double recvTimeoutS = 120;
+  const SocketSecurity* security = nullptr;  // across hosts: CURVE, see TransportOptions
+  ListenGuard* guard = nullptr;              // watches every socket it binds
+  int64_t maxMessageBytes = -1;              // ZMQ_MAXMSGSIZE of the sockets it binds
+};
+
+struct DpStats {
+  int64_t raw = 0, wire = 0;  // bytes this replica sent (raw: 4 x values)
+  double encodeS = 0, decodeS = 0, waitS = 0;
+};
+
+class DpExchange {
+ public:
+  DpExchange(zmq::context_t& ctx, DpOptions opt);
+  // {"<q>": endpoint} of the PULL sockets: where replica q must send to reach this one.
+  nlohmann::json endpoints() const;
+  // peers["<q>"]: replica q's endpoint for messages from this replica; each channel shaped as the
+  // rank's links say (its peer table's "links").
+  void connect(const nlohmann::json& peers, const RankLinks& links);
+
+  // One round on buf[0, n): DpBegin ... DpEnd. After end(), every replica's buf holds the same
+  // values: the replicas' mean (exactly, with codec none, up to the order of the additions).
+  // exact: the messages of this round travel uncompressed (codec none), whatever opt.codec is.
+  void begin(float* buf, int64_t n, int64_t step, int round, bool exact = false);
+  void execute(const Action& a);  // a DP Send or Recv of the current round
+  void end();
+
+  DpStats takeStats();
+  // Time 0 of the replicas' links' bandwidth traces (the run's common start).
+  void setTraceOrigin(double origin);
+  // Digest per codec-pair key (see above) of every codec this replica holds.
+  nlohmann::json digests() const;
+
+ private:
+  int64_t chunkBegin(int c) const { return protocol::dpChunkBegin(n_, c, opt_.replicas); }
+  int64_t chunkLen(int c) const { return protocol::dpChunkValues(n_, c, opt_.replicas); }
+  int32_t tag(Action::Message m, int chunk) const;
+  compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool,
+                            const std::string& key, const std::string& role);
+  // Frames are ZeroMQ messages from the encoder to the socket and from the socket to the relay:
+  // a frame's bytes are never copied on this side (a frame sent to several replicas is shared).
+  zmq::message_t encode(compression::Codec& c, Action::Message m, int chunk, const float* x,
+                        int peer);
+  compression::CodecContext context(int chunk, int tag) const;
+  void decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk,
+                     std::vector<float>& out);
+  void sendFrame(int peer, zmq::message_t frame);
+  void sendShared(int peer, zmq::message_t& frame);  // a reference-counted copy of frame
+  zmq::message_t recvFrame(int peer, Action::Message m, int chunk);
+  void decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add);
+  void aggregateShard();
+
+  DpOptions opt_;
+  zmq::context_t& ctx_;
+  std::unique_ptr<emulator::LinkModel>
+      inbound_;  // the receiving part of its links' model (none: pipelined stamps all)
+  std::map<int, std::unique_ptr<Channel>> links_;  // by replica (runtime/comm/channel.h)
+  std::map<std::string, std::unique_ptr<compression::Codec>> encoders_, decoders_;
+  // The round in progress.
+  float* buf_ = nullptr;
+  int64_t n_ = 0, step_ = 0;
+  int round_ = 0, pushes_ = 0;
+  bool exact_ = false;
+  std::map<int, zmq::message_t> relay_;       // all-gather frames to pass on, by chunk
+  std::optional<zmq::message_t> own_;         // this replica's encoded chunk / shard average
+  std::map<int, std::vector<float>> pushed_;  // sharded_ps: the shards pushed to this server
+  std::vector<float> tmp_;
+  DpStats stats_;
+};
+
+}  // namespace slowpipe::runtime
