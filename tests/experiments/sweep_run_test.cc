@@ -1218,8 +1218,9 @@ TEST(SweepRunTest, QuickstartScriptRunsEveryPointIntoAnIgnoredFolder) {
       << dry.output;
   // The main job builds the CLI only (the tests are the test command's).
   const auto withSetup = runCommand({"bash", src + "/tools/quickstart.sh", "--dry-run"});
-  EXPECT_NE(withSetup.output.find("tools/setup.sh --build-dir build --main-job --target slowpipe\n"),
-            std::string::npos)
+  EXPECT_NE(
+      withSetup.output.find("tools/setup.sh --build-dir build --main-job --target slowpipe\n"),
+      std::string::npos)
       << withSetup.output;
   EXPECT_EQ(
       runCommand({"git", "-C", src, "check-ignore", "-q", "out/quickstart/runs/x.r0.json"}).status,
