@@ -305,6 +305,50 @@ double iperfCheck(NetnsFabric& fabric, double seconds) {
   return json::parse(r.output).at("end").at("sum_received").at("bits_per_second").get<double>();
 }
 
+// The kernel path's receiving child (in namespace 1): every message's send and delivery times as
+// JSON; it tells the sender when the bulk part is in.
+std::string kernelReceiver(const CalibrationOptions& o, int bulk, const std::string& dataEp,
+                           const std::string& doneEp, double userLat, double userJit) {
+  zmq::context_t ctx(1);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
+  configure(pull, messageLimit(o.messageBytes));
+  configure(done);
+  pull.bind(dataEp);
+  done.connect(doneEp);
+  ShapedReceiver rx(pull, userLat, userJit);
+  auto s = receiveAll(pull, rx, bulk + o.probes, bulk, [&] { done.send(zmq::str_buffer("d")); });
+  json arr = json::array();
+  for (const auto& x : s) arr.push_back({x.sent, x.delivered, x.bytes});
+  usleep(100000);
+  return arr.dump();
+}
+
+// The kernel path's sending child (in namespace 0): the bulk messages, then, on the receiver's
+// go-ahead, the latency probes; the kernel paces the rate.
+std::string kernelSender(const CalibrationOptions& o, int bulk, const std::string& dataEp,
+                         const std::string& doneEp) {
+  zmq::context_t ctx(1);
+  zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
+  configure(push);
+  configure(done, 64);
+  done.bind(doneEp);
+  push.connect(dataEp);
+  ShapedSender tx(push, o.link, nullptr);  // the kernel paces
+  done.set(zmq::sockopt::rcvtimeo,
+           60000);  // a receiver that died must not leave the sender waiting
+  sendAll(
+      tx, o.messageBytes, bulk, o.probes,
+      [&] {
+        zmq::message_t m;
+        if (!done.recv(m))
+          throw std::runtime_error(
+              "no go-ahead from the receiver for 60 s after the bulk transfer");
+      },
+      o.link.bandwidthBps);
+  usleep(200000);
+  return std::string();
+}
+
 json calibrateKernel(const CalibrationOptions& o) {
   NetnsFabric fabric(2, {FabricEdge{0, 1, o.link, o.link}});
   const int bulk = messagesFor(o);
@@ -316,50 +360,12 @@ json calibrateKernel(const CalibrationOptions& o) {
   // The children are forked without exec: the delay lines' threads hold still meanwhile.
   fabric.withForwardersParked([&] {
     rxPid = spawnIn(
-        fabric.nsName(1),
-        [&] {
-          zmq::context_t ctx(1);
-          zmq::socket_t pull(ctx, zmq::socket_type::pull), done(ctx, zmq::socket_type::push);
-          configure(pull, messageLimit(o.messageBytes));
-          configure(done);
-          pull.bind(dataEp);
-          done.connect(doneEp);
-          ShapedReceiver rx(pull, userLat, userJit);
-          auto s =
-              receiveAll(pull, rx, bulk + o.probes, bulk, [&] { done.send(zmq::str_buffer("d")); });
-          json arr = json::array();
-          for (const auto& x : s) arr.push_back({x.sent, x.delivered, x.bytes});
-          usleep(100000);
-          return arr.dump();
-        },
+        fabric.nsName(1), [&] { return kernelReceiver(o, bulk, dataEp, doneEp, userLat, userJit); },
         &rxFd);
   });
   fabric.withForwardersParked([&] {
     txPid = spawnIn(
-        fabric.nsName(0),
-        [&] {
-          zmq::context_t ctx(1);
-          zmq::socket_t push(ctx, zmq::socket_type::push), done(ctx, zmq::socket_type::pull);
-          configure(push);
-          configure(done, 64);
-          done.bind(doneEp);
-          push.connect(dataEp);
-          ShapedSender tx(push, o.link, nullptr);  // the kernel paces
-          done.set(zmq::sockopt::rcvtimeo,
-                   60000);  // a receiver that died must not leave the sender waiting
-          sendAll(
-              tx, o.messageBytes, bulk, o.probes,
-              [&] {
-                zmq::message_t m;
-                if (!done.recv(m))
-                  throw std::runtime_error(
-                      "no go-ahead from the receiver for 60 s after the bulk transfer");
-              },
-              o.link.bandwidthBps);
-          usleep(200000);
-          return std::string();
-        },
-        &txFd);
+        fabric.nsName(0), [&] { return kernelSender(o, bulk, dataEp, doneEp); }, &txFd);
   });
   // Bandwidth trace: the kernel rate follows it, changed with `tc class change` at each step.
   std::atomic<bool> stop{false};

@@ -305,15 +305,9 @@ void sendAll(int fd, uint64_t bytes, const std::vector<char>& payload, size_t k)
   }
 }
 
-// a's side: probe.streams connections (their congestion control set first); each message after
-// its idle time, cut into one stripe per connection as the runtime's channel cuts a frame
-// (stripeOf), all written at once (blocking writes: connection 0's by this thread, the others' by
-// one thread each), the next only once b has read the last one whole. Connection 0's TCP_INFO is
-// read before each message and once after the last (info: one more entry than messages); with
-// several, every connection's after the last.
-void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent,
-                  std::vector<json>& info, json& trace, json& connections,
-                  const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
+// a's probe.streams connections to b, their congestion control set before connecting; none left
+// open when one fails.
+std::vector<int> openStreams(const DelayLine& line, const MessageProbe& probe) {
   std::vector<int> fds;
   try {
     for (int c = 0; c < probe.streams; ++c)
@@ -326,6 +320,19 @@ void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<
     for (int fd : fds) close(fd);
     throw;
   }
+  return fds;
+}
+
+// a's side: probe.streams connections (their congestion control set first); each message after
+// its idle time, cut into one stripe per connection as the runtime's channel cuts a frame
+// (stripeOf), all written at once (blocking writes: connection 0's by this thread, the others' by
+// one thread each), the next only once b has read the last one whole. Connection 0's TCP_INFO is
+// read before each message and once after the last (info: one more entry than messages); with
+// several, every connection's after the last.
+void sendMessages(const DelayLine& line, const MessageProbe& probe, std::vector<double>& sent,
+                  std::vector<json>& info, json& trace, json& connections,
+                  const std::atomic<size_t>& received, const std::atomic<bool>& failed) {
+  const std::vector<int> fds = openStreams(line, probe);
   const std::vector<char> payload(1 << 20, 'x');
   std::atomic<bool> sending{true};
   std::mutex mu;

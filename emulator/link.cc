@@ -328,6 +328,62 @@ void to_json(nlohmann::json& j, const LinkSpec& s) {
   if (!s.tcp.empty()) j["tcp"] = toJson(s.tcp);
 }
 
+namespace {
+
+// A rate or a delay of a link: a string with its unit, or a number where the key names its unit
+// (bandwidth_bps, latency_s, jitter_s).
+double linkQuantity(const nlohmann::json& j, const char* key, bool bandwidth,
+                    const std::string& where) {
+  const auto& v = j.at(key);
+  const std::string field = where + "." + key;
+  // "bandwidth": 50 (what `--set network.links.bandwidth=50` makes) has no unit: 50 bit/s was
+  // taken and the run sat silent. A bare number is accepted only where the key names its unit.
+  const std::string k = key;
+  if (v.is_number() && (k == "bandwidth" || k == "latency" || k == "jitter"))
+    throw std::invalid_argument(
+        field + ": " + v.dump() + " has no unit; write it with one, e.g. \"" + v.dump() +
+        (bandwidth ? "Mbps\" (or bandwidth_bps: " : "ms\" (or " + k + "_s: ") + v.dump() +
+        (bandwidth ? " for bit/s)" : " for seconds)"));
+  if (v.is_number()) {
+    if (v.get<double>() < 0 || (bandwidth && v.get<double>() == 0))
+      throw std::invalid_argument(field + ": " + v.dump() + " must be " +
+                                  (bandwidth ? "> 0" : ">= 0"));
+    return v.get<double>();
+  }
+  if (!v.is_string())
+    throw std::invalid_argument(field +
+                                ": expected a string like \"100Mbps\" / \"5ms\" or a number");
+  return bandwidth ? parseBandwidth(v.get<std::string>(), field)
+                   : parseDuration(v.get<std::string>(), field);
+}
+
+// Values beyond any real link are typos (a unit slip), not experiments: refused with the value as
+// written.
+double boundedQuantity(const nlohmann::json& j, const char* key, bool bandwidth, double limit,
+                       const char* what, const std::string& where) {
+  const double v = linkQuantity(j, key, bandwidth, where);
+  if (v > limit)
+    throw std::invalid_argument(where + "." + key + ": " + j.at(key).dump() + " is beyond " + what);
+  return v;
+}
+
+// A link's loss: a probability per message, or Gilbert-Elliott's bursts.
+void lossFromJson(const nlohmann::json& loss, const std::string& where, LinkSpec& s) {
+  if (loss.is_object()) {
+    s.gilbertElliott = true;
+    s.ge = gilbertElliottFromJson(loss, where);
+    s.loss = s.ge.meanLoss();
+    return;
+  }
+  if (!loss.is_number() || loss.get<double>() < 0 || loss.get<double>() >= 1)
+    throw std::invalid_argument(where + ": " + loss.dump() +
+                                " must be a number in [0, 1) or {\"p\", \"r\", \"loss_good\", "
+                                "\"loss_bad\"} (Gilbert-Elliott)");
+  s.loss = loss.get<double>();
+}
+
+}  // namespace
+
 LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object())
     throw std::invalid_argument(
@@ -341,37 +397,8 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
           where + "." + k +
           ": unknown field; expected bandwidth, latency, jitter, loss, queue_bytes, trace, mtu");
   LinkSpec s;
-  auto num = [&](const char* key, bool bandwidth) {
-    const auto& v = j.at(key);
-    const std::string field = where + "." + key;
-    // "bandwidth": 50 (what `--set network.links.bandwidth=50` makes) has no unit: 50 bit/s was
-    // taken and the run sat silent. A bare number is accepted only where the key names its unit.
-    const std::string k = key;
-    if (v.is_number() && (k == "bandwidth" || k == "latency" || k == "jitter"))
-      throw std::invalid_argument(
-          field + ": " + v.dump() + " has no unit; write it with one, e.g. \"" + v.dump() +
-          (bandwidth ? "Mbps\" (or bandwidth_bps: " : "ms\" (or " + k + "_s: ") + v.dump() +
-          (bandwidth ? " for bit/s)" : " for seconds)"));
-    if (v.is_number()) {
-      if (v.get<double>() < 0 || (bandwidth && v.get<double>() == 0))
-        throw std::invalid_argument(field + ": " + v.dump() + " must be " +
-                                    (bandwidth ? "> 0" : ">= 0"));
-      return v.get<double>();
-    }
-    if (!v.is_string())
-      throw std::invalid_argument(field +
-                                  ": expected a string like \"100Mbps\" / \"5ms\" or a number");
-    return bandwidth ? parseBandwidth(v.get<std::string>(), field)
-                     : parseDuration(v.get<std::string>(), field);
-  };
-  // Values beyond any real link are typos (a unit slip), not experiments: refuse them with the
-  // value as written.
   auto bounded = [&](const char* key, bool bandwidth, double limit, const char* what) {
-    const double v = num(key, bandwidth);
-    if (v > limit)
-      throw std::invalid_argument(where + "." + key + ": " + j.at(key).dump() + " is beyond " +
-                                  what);
-    return v;
+    return boundedQuantity(j, key, bandwidth, limit, what, where);
   };
   constexpr double kMaxBps = 1e12, kMaxDelayS = 3600;
   if (j.contains("bandwidth"))
@@ -387,17 +414,7 @@ LinkSpec linkSpecFromJson(const nlohmann::json& j, const std::string& where) {
     s.jitterS = bounded("jitter", false, kMaxDelayS, "1 h, the largest jitter accepted");
   if (j.contains("jitter_s"))
     s.jitterS = bounded("jitter_s", false, kMaxDelayS, "1 h, the largest jitter accepted");
-  if (j.contains("loss") && j["loss"].is_object()) {  // bursts: Gilbert-Elliott
-    s.gilbertElliott = true;
-    s.ge = gilbertElliottFromJson(j["loss"], where + ".loss");
-    s.loss = s.ge.meanLoss();
-  } else if (j.contains("loss")) {
-    if (!j["loss"].is_number() || j["loss"].get<double>() < 0 || j["loss"].get<double>() >= 1)
-      throw std::invalid_argument(where + ".loss: " + j["loss"].dump() +
-                                  " must be a number in [0, 1) or {\"p\", \"r\", \"loss_good\", "
-                                  "\"loss_bad\"} (Gilbert-Elliott)");
-    s.loss = j["loss"].get<double>();
-  }
+  if (j.contains("loss")) lossFromJson(j["loss"], where + ".loss", s);
   if (j.contains("queue_bytes")) {
     if (!j["queue_bytes"].is_number_unsigned())
       throw std::invalid_argument(where + ".queue_bytes: expected a positive integer");

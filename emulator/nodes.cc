@@ -158,6 +158,44 @@ LinkSpec coreLink(json j, const std::string& where, bool* rated) {
   return linkSpecFromJson(j, where);
 }
 
+// network.core.pairs: each pair of nodes or regions and its core link, its names checked against
+// the nodes.
+struct CorePair {
+  std::string a, b;
+  bool directed;
+  LinkSpec link;
+  bool rated;
+};
+std::vector<CorePair> corePairs(const json& core, const std::string& w,
+                                const std::vector<NodeSpec>& nodes) {
+  std::vector<CorePair> pairs;
+  const json list = core.value("pairs", json::array());
+  if (!list.is_array())
+    throw std::invalid_argument(w +
+                                ".core.pairs: expected a list of {\"a\", \"b\", \"latency\", ...}");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string pw = w + ".core.pairs[" + std::to_string(i) + "]";
+    const json& p = list[i];
+    for (const char* k : {"a", "b"}) {
+      if (!p.is_object() || !p.contains(k) || !p[k].is_string())
+        throw std::invalid_argument(pw + "." + k + ": expected a node's or a region's name");
+      const std::string name = p[k].get<std::string>();
+      if (std::none_of(nodes.begin(), nodes.end(),
+                       [&](const NodeSpec& n) { return n.name == name || n.region == name; }))
+        throw std::invalid_argument(pw + "." + k + ": '" + name +
+                                    "' is neither a node nor a region; nodes: " + nodeNames(nodes));
+    }
+    CorePair q{p["a"].get<std::string>(),
+               p["b"].get<std::string>(),
+               p.value("directed", false),
+               {},
+               false};
+    q.link = coreLink(p, pw, &q.rated);
+    pairs.push_back(std::move(q));
+  }
+  return pairs;
+}
+
 }  // namespace
 
 struct AccessLinks::Region {
@@ -227,38 +265,7 @@ NodeNetwork NodeNetwork::fromJson(const json& given, const std::string& where) {
   const bool hasSame = core.contains("same_region");
   const LinkSpec same =
       hasSame ? coreLink(core["same_region"], w + ".core.same_region", &sameRated) : LinkSpec{};
-  struct Pair {
-    std::string a, b;
-    bool directed;
-    LinkSpec link;
-    bool rated;
-  };
-  std::vector<Pair> pairs;
-  const json list = core.value("pairs", json::array());
-  if (!list.is_array())
-    throw std::invalid_argument(w +
-                                ".core.pairs: expected a list of {\"a\", \"b\", \"latency\", ...}");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string pw = w + ".core.pairs[" + std::to_string(i) + "]";
-    const json& p = list[i];
-    for (const char* k : {"a", "b"}) {
-      if (!p.is_object() || !p.contains(k) || !p[k].is_string())
-        throw std::invalid_argument(pw + "." + k + ": expected a node's or a region's name");
-      const std::string name = p[k].get<std::string>();
-      if (std::none_of(net.nodes_.begin(), net.nodes_.end(),
-                       [&](const NodeSpec& n) { return n.name == name || n.region == name; }))
-        throw std::invalid_argument(
-            pw + "." + k + ": '" + name +
-            "' is neither a node nor a region; nodes: " + nodeNames(net.nodes_));
-    }
-    Pair q{p["a"].get<std::string>(),
-           p["b"].get<std::string>(),
-           p.value("directed", false),
-           {},
-           false};
-    q.link = coreLink(p, pw, &q.rated);
-    pairs.push_back(std::move(q));
-  }
+  const std::vector<CorePair> pairs = corePairs(core, w, net.nodes_);
   const int N = net.size();
   net.core_.assign(static_cast<size_t>(N) * N, Core{});
   auto score = [](const NodeSpec& n, const std::string& name) {

@@ -29,7 +29,8 @@ struct SweepOptions {
   int repeats = 0;        // > 0: overrides the spec's repeats
   bool simulate = false;  // replay every point in the simulator instead of running it (one repeat)
   std::string profile;    // simulate: profile file or "analytic:DEVICE[,dtype=..,mfu=..]"
-  int simSteps = 0;
+  int simSteps = 0;  // simulate: steps replayed (0: the simulator's default; -1: every step of the
+                     // run, when its data plan is known)
   std::string qualityFrom;  // simulate: an emulated sweep's folder whose runs give each codec
                             // (label) its quality curve
   int64_t stepsPerEpoch =
@@ -37,8 +38,7 @@ struct SweepOptions {
   std::string
       base;  // a checkpoint to fine-tune instead of the sweep's pretrained base (no pretraining)
   std::string cacheDir;  // where pretrained bases are cached (base_model.h; "" = the default, "off"
-                         // = none)       // simulate: steps replayed (0: the simulator's default;
-                         // -1: every step of the run, when its data plan is known)
+                         // = none)
 };
 
 // Returns the number of runs that failed.

@@ -168,6 +168,51 @@ void sayWhereCodecsRun(const simulator::Profile& p) {
           place["decode_bytes_per_s"].get<double>() / 1e9);
 }
 
+// `simulate`'s options: the run's epochs and evaluations from its corpus when it is at hand (else
+// declared by --steps-per-epoch), a quality curve for the evaluations' losses.
+simulator::SimOptions simulateOptions(const runtime::RunSpec& s, int steps, bool messages,
+                                      int64_t stepsPerEpoch, const std::string& quality,
+                                      double targetLoss) {
+  simulator::SimOptions o;
+  o.steps = steps;
+  o.recordMessages = messages;
+  std::string why;
+  if (!simulator::dataPlanOf(s, &o, &why) && stepsPerEpoch == 0)
+    std::fprintf(stderr,
+                 "simulate: no data plan (%s): the run's first steps (epoch 0: AC-SGD sends them "
+                 "in full), no evaluation; --steps-per-epoch N declares the plan\n",
+                 why.c_str());
+  if (stepsPerEpoch > 0) simulator::declareStepsPerEpoch(s, stepsPerEpoch, &o);
+  if (!quality.empty()) simulator::qualityCurveOf(quality, &o);
+  if (targetLoss > 0 && quality.empty())
+    throw std::invalid_argument("--target-loss needs --quality (the losses come from a curve)");
+  return o;
+}
+
+// No silent wait on a long replay: past 2 s (SLOWPIPE_PROGRESS_AFTER_S) a progress line (a line
+// per 10% in a log); nothing on a short one.
+class QuietProgress {
+ public:
+  QuietProgress() {
+    const char* after = std::getenv("SLOWPIPE_PROGRESS_AFTER_S");
+    quietS_ = after ? std::atof(after) : 2.0;
+  }
+  void operator()(int64_t done, int64_t total) {
+    const double t = emulator::monotonicNow() - started_;
+    if (t < quietS_ && !shown_) return;
+    shown_ = true;
+    line_.milestone("simulate: " + runtime::progressText(done, total, t), done, total);
+  }
+  void finish() {
+    if (shown_) line_.finish();
+  }
+
+ private:
+  runtime::ProgressLine line_;
+  double started_ = emulator::monotonicNow(), quietS_ = 2.0;
+  bool shown_ = false;
+};
+
 void addSimulateCommand(CLI::App& app) {
   auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>(),
        profile = std::make_shared<std::string>();
@@ -212,35 +257,12 @@ void addSimulateCommand(CLI::App& app) {
     const runtime::RunSpec s = simulationSpec(*spec, *sets);
     const simulator::Profile p = simulator::profileFor(*profile, s);
     sayWhereCodecsRun(p);
-    simulator::SimOptions o;
-    o.steps = *steps;
-    o.recordMessages = *messages;
-    std::string why;  // the run's epochs and evaluations come from its corpus, when it is at hand
-    if (!simulator::dataPlanOf(s, &o, &why) && *stepsPerEpoch == 0)
-      std::fprintf(stderr,
-                   "simulate: no data plan (%s): the run's first steps (epoch 0: AC-SGD sends them "
-                   "in full), no evaluation; "
-                   "--steps-per-epoch N declares the plan\n",
-                   why.c_str());
-    if (*stepsPerEpoch > 0) simulator::declareStepsPerEpoch(s, *stepsPerEpoch, &o);
-    if (!quality->empty()) simulator::qualityCurveOf(*quality, &o);
-    if (*targetLoss > 0 && quality->empty())
-      throw std::invalid_argument("--target-loss needs --quality (the losses come from a curve)");
-    // No silent wait on a long replay: past 2 s (SLOWPIPE_PROGRESS_AFTER_S), a progress line (a
-    // line per 10% in a log).
-    runtime::ProgressLine line;
-    const double started = emulator::monotonicNow();
-    const char* after = std::getenv("SLOWPIPE_PROGRESS_AFTER_S");
-    const double quietS = after ? std::atof(after) : 2.0;
-    bool shown = false;
-    o.progress = [&](int64_t done, int64_t total) {
-      const double t = emulator::monotonicNow() - started;
-      if (t < quietS && !shown) return;
-      shown = true;
-      line.milestone("simulate: " + runtime::progressText(done, total, t), done, total);
-    };
+    simulator::SimOptions o =
+        simulateOptions(s, *steps, *messages, *stepsPerEpoch, *quality, *targetLoss);
+    QuietProgress progress;
+    o.progress = [&progress](int64_t done, int64_t total) { progress(done, total); };
     const json doc = simulator::simulateRun(s, p, o);
-    if (shown) line.finish();
+    progress.finish();
     std::filesystem::create_directories(*out);
     runtime::writeJsonAtomically(*out + "/result.json", doc);
     const auto& sum = doc["summary"];
@@ -251,6 +273,22 @@ void addSimulateCommand(CLI::App& app) {
         out->c_str());
     std::printf("%s", simulator::projectionText(doc, *targetLoss).c_str());
   });
+}
+
+// `place`'s answer: how many placements were replayed, the naive one, the best, the gain.
+void printPlacements(const runtime::RunSpec& s, const json& r) {
+  std::printf(
+      "%s on %s: %s search, %lld placements replayed%s\n", s.name.c_str(),
+      r["network"].get<std::string>().c_str(), r["method"].get<std::string>().c_str(),
+      static_cast<long long>(r["evaluated"].get<int64_t>()),
+      r["space"].is_null() ? "" : (" of " + std::to_string(r["space"].get<int64_t>())).c_str());
+  std::printf("  naive (rank order)  %10.4f s  %s\n", r["naive"]["step_s"].get<double>(),
+              r["naive"]["placement"].dump().c_str());
+  for (size_t i = 0; i < r["best"].size(); ++i)
+    std::printf("  #%-2zu                %10.4f s  %s\n", i + 1,
+                r["best"][i]["step_s"].get<double>(), r["best"][i]["placement"].dump().c_str());
+  if (!r["gain_over_naive"].is_null())
+    std::printf("  gain of #1 over naive: %.3fx\n", r["gain_over_naive"].get<double>());
 }
 
 // `slowpipe place SPEC --network FILE --profile P`: the best placements of the stages on the nodes.
@@ -322,18 +360,7 @@ void addPlaceCommand(CLI::App& app) {
     const json r = simulator::searchPlacements(s, p, withProgress, o);
     line.finish();
     if (!out->empty()) runtime::writeJsonAtomically(*out, r);
-    std::printf(
-        "%s on %s: %s search, %lld placements replayed%s\n", s.name.c_str(),
-        r["network"].get<std::string>().c_str(), r["method"].get<std::string>().c_str(),
-        static_cast<long long>(r["evaluated"].get<int64_t>()),
-        r["space"].is_null() ? "" : (" of " + std::to_string(r["space"].get<int64_t>())).c_str());
-    std::printf("  naive (rank order)  %10.4f s  %s\n", r["naive"]["step_s"].get<double>(),
-                r["naive"]["placement"].dump().c_str());
-    for (size_t i = 0; i < r["best"].size(); ++i)
-      std::printf("  #%-2zu                %10.4f s  %s\n", i + 1,
-                  r["best"][i]["step_s"].get<double>(), r["best"][i]["placement"].dump().c_str());
-    if (!r["gain_over_naive"].is_null())
-      std::printf("  gain of #1 over naive: %.3fx\n", r["gain_over_naive"].get<double>());
+    printPlacements(s, r);
   });
 }
 

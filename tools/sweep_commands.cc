@@ -94,25 +94,36 @@ nlohmann::json summarizeWithPairs(experiments::SweepSpec spec, const std::string
   return s;
 }
 
+// --sim-steps: a number >= 2, or "all" (-1: every step of the run); 0 (unset): as simulate.
+int parseSimSteps(const std::string& text) {
+  if (text == "all") return -1;
+  int steps = -2;
+  try {
+    steps = std::stoi(text);
+  } catch (const std::exception&) {
+  }
+  if (steps != 0 && steps < 2)
+    throw std::invalid_argument("--sim-steps: '" + text + "'; expected a number >= 2 or 'all'");
+  return steps;
+}
+
 void addSweepCommand(CLI::App& app) {
-  auto spec = std::make_shared<std::string>(), out = std::make_shared<std::string>();
-  auto force = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
-  auto repeats = std::make_shared<int>(0);
-  auto simulate = std::make_shared<bool>(false);
-  auto profile = std::make_shared<std::string>();
+  auto spec = std::make_shared<std::string>();
+  auto o = std::make_shared<experiments::SweepOptions>();
+  auto quiet = std::make_shared<bool>(false);
   auto sets = std::make_shared<std::vector<std::string>>();
   auto* cmd = app.add_subcommand("sweep",
                                  "run every point of a sweep (resumable), write summary.json/.csv");
   cmd->add_option("spec", *spec, "sweep spec (JSON)")->required();
-  cmd->add_option("--out", *out, "output folder")->required();
-  cmd->add_flag("--force", *force, "re-run points that are already complete");
+  cmd->add_option("--out", o->outDir, "output folder")->required();
+  cmd->add_flag("--force", o->force, "re-run points that are already complete");
   cmd->add_flag("--quiet", *quiet, "no progress output");
-  cmd->add_option("--repeats", *repeats,
+  cmd->add_option("--repeats", o->repeats,
                   "real runs per point, interleaved (overrides the spec's \"repeats\")")
       ->check(CLI::Range(1, 1000));
-  cmd->add_flag("--simulate", *simulate,
+  cmd->add_flag("--simulate", o->simulate,
                 "replay every point in the simulator (needs --profile) instead of running it");
-  cmd->add_option("--profile", *profile,
+  cmd->add_option("--profile", o->profile,
                   "with --simulate: profile JSON or analytic:DEVICE[,dtype=bf16,mfu=0.4]");
   auto simSteps = std::make_shared<std::string>("0");
   cmd->add_option(
@@ -122,58 +133,35 @@ void addSweepCommand(CLI::App& app) {
   cmd->add_option(
       "--set", *sets,
       "PATH=VALUE: set a field of the base spec (repeatable), e.g. compression.backward=fp16");
-  auto qualityFrom = std::make_shared<std::string>();
-  auto stepsPerEpoch = std::make_shared<int64_t>(0);
   cmd->add_option(
-      "--quality-from", *qualityFrom,
+      "--quality-from", o->qualityFrom,
       "with --simulate: an emulated sweep's folder; each codec's run there (same label) "
       "is its quality curve, so the projection has losses and time to target");
-  cmd->add_option("--steps-per-epoch", *stepsPerEpoch,
+  cmd->add_option("--steps-per-epoch", o->stepsPerEpoch,
                   "with --simulate: the runs' steps per epoch (default: the spec's corpus)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-  auto base = std::make_shared<std::string>(), cacheDir = std::make_shared<std::string>();
   cmd->add_option(
-      "--base", *base,
+      "--base", o->base,
       "fine-tune this checkpoint (e.g. a base.pt of an earlier sweep) instead of pretraining one");
-  cmd->add_option("--cache-dir", *cacheDir,
+  cmd->add_option("--cache-dir", o->cacheDir,
                   "where pretrained bases are cached and found (default $SLOWPIPE_CACHE_DIR, else "
                   "~/.cache/slowpipe; 'off': pretrain every time)");
   auto target = addTargetOptions(cmd);
   cmd->callback([=] {
-    if (*simulate && profile->empty())
+    if (o->simulate && o->profile.empty())
       throw std::invalid_argument("sweep --simulate needs --profile FILE or analytic:DEVICE");
-    auto s = experiments::loadSweepSpec(*spec, *simulate, *sets);
+    auto s = experiments::loadSweepSpec(*spec, o->simulate, *sets);
     target->applyTo(s);
     experiments::expandSweep(s);  // every point validated before anything runs
-    experiments::SweepOptions o;
-    o.outDir = *out;
-    o.force = *force;
-    o.progress = !*quiet;
-    o.repeats = *repeats;
-    o.simulate = *simulate;
-    o.profile = *profile;
-    o.base = *base;
-    o.qualityFrom = *qualityFrom;
-    o.stepsPerEpoch = *stepsPerEpoch;
-    if (!*simulate && (!qualityFrom->empty() || *stepsPerEpoch > 0))
+    if (!o->simulate && (!o->qualityFrom.empty() || o->stepsPerEpoch > 0))
       throw std::invalid_argument(
           "--quality-from and --steps-per-epoch project a simulated sweep: give --simulate");
-    o.cacheDir = *cacheDir;
-    if (*simSteps == "all") {
-      o.simSteps = -1;
-    } else {
-      try {
-        o.simSteps = std::stoi(*simSteps);
-      } catch (const std::exception&) {
-        o.simSteps = -2;
-      }
-      if (o.simSteps != 0 && o.simSteps < 2)
-        throw std::invalid_argument("--sim-steps: '" + *simSteps +
-                                    "'; expected a number >= 2 or 'all'");
-    }
-    const int failed = experiments::runSweep(s, o);
+    experiments::SweepOptions opt = *o;
+    opt.progress = !*quiet;
+    opt.simSteps = parseSimSteps(*simSteps);
+    const int failed = experiments::runSweep(s, opt);
     std::printf("sweep %s: summary in %s/summary.json (%d failed run(s))\n", s.name.c_str(),
-                out->c_str(), failed);
+                opt.outDir.c_str(), failed);
     if (failed) std::exit(1);
   });
 }

@@ -95,6 +95,8 @@ class Launcher {
   // last did (a reader elsewhere tells a dead writer by a stale heartbeat): see resultStatus.
   json launcherInfo() const;
   void setupNetwork();
+  void setupFabric(const emulator::Topology& topo);       // backend tc without network.nodes
+  void flagBimodalLinks(const emulator::Topology& topo);  // backend user, network.model tcp
   void shareAccessLinks();
   // Records what the delay lines' forwarding cost (network.forwarding_cpu_s, and its share of this
   // machine's CPU over the lines' life) and says so on stderr past 5%.
@@ -103,6 +105,8 @@ class Launcher {
   // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
   // the project's namespaces) and flags the run when a link misses its rate by more than 3%.
   void calibrate(const emulator::Topology& topo);
+  emulator::CalibrationOptions calibrationOf(const emulator::LinkSpec& l,
+                                             const std::string& name) const;
   void spawn(int r);
   // runtime.pin_cores: one worker per CPU of this process's affinity mask, if there are enough.
   void planPlacement();

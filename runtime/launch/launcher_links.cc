@@ -69,6 +69,51 @@ void Launcher::setupNodeLine() {
         emulator::applyTcpSettings(nodeLine_->nsName(n), tcp));
 }
 
+// One veth pair (or delay line) per pipeline edge: the chain, and with model chunks the ring's
+// S-1 -> 0 (with two stages the ring's two routes are the one edge 0 <-> 1); network.tcp in every
+// stage's namespace, read back into the result; the traced links' rate changes planned.
+void Launcher::setupFabric(const emulator::Topology& topo) {
+  std::vector<emulator::FabricEdge> edges;
+  const double moderationS =
+      spec_.network.moderationUs < 0 ? -1 : spec_.network.moderationUs * 1e-6;
+  for (const auto& [a, b] : pipelineEdges())
+    edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
+  fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
+  result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
+  if (spec_.network.moderationUs != 0 &&
+      fabric_->lineStats().is_null())  // veth pairs: no line to moderate
+    std::fprintf(
+        stderr, "slowpipe: warning: network.moderation_us: %s\n",
+        result_["network"]["mechanism"].value("moderation", std::string("not applied")).c_str());
+  // network.tcp: every stage namespace's TCP as the spec says, read back into the result.
+  const emulator::TcpSettings tcp = emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
+  result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
+  for (int s = 0; s < S_; ++s)
+    result_["network"]["tcp"]["applied"].push_back(
+        emulator::applyTcpSettings(fabric_->nsName(s), tcp));
+  for (int e = 0; e < static_cast<int>(edges.size()); ++e)
+    for (int from : {edges[e].a, edges[e].b}) {
+      const emulator::LinkSpec& l = from == edges[e].a ? edges[e].aToB : edges[e].bToA;
+      if (!l.trace.empty()) traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
+    }
+}
+
+// Links on which the kernel's TCP has two outcomes the tcp model bills as one: flagged and said
+// once, so one figure is not read as the answer (emulator::tcpBimodality).
+void Launcher::flagBimodalLinks(const emulator::Topology& topo) {
+  const json flagged = emulator::tcpBimodalLinks(
+      topo, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
+  if (!flagged.empty()) {
+    result_["network"]["tcp_bimodal"] = flagged;
+    std::fprintf(
+        stderr,
+        "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 100 ms): the kernel's HyStart "
+        "leaves slow start at one "
+        "of several windows, the tcp model bills one outcome (result.json network.tcp_bimodal)\n",
+        flagged.size());
+  }
+}
+
 void Launcher::setupNetwork() {
   const emulator::Topology topo = emulator::topologyFromJson(spec_.network.links, "network.links");
   if (geteuid() == 0 && spec_.network.backend == "tc") {
@@ -94,33 +139,7 @@ void Launcher::setupNetwork() {
   if (spec_.network.backend == "tc" && !spec_.network.nodes.is_null()) {
     setupNodeLine();
   } else if (spec_.network.backend == "tc") {
-    // One veth pair per pipeline edge: the chain, and with model chunks the ring's S-1 -> 0
-    // (with two stages the ring's two routes are the one edge 0 <-> 1).
-    std::vector<emulator::FabricEdge> edges;
-    const double moderationS =
-        spec_.network.moderationUs < 0 ? -1 : spec_.network.moderationUs * 1e-6;
-    for (const auto& [a, b] : pipelineEdges())
-      edges.push_back({a, b, topo.link(a, b), topo.link(b, a), moderationS});
-    fabric_ = std::make_unique<emulator::NetnsFabric>(S_, edges);
-    result_["network"] = {{"backend", "tc"}, {"mechanism", fabric_->mechanism()}};
-    if (spec_.network.moderationUs != 0 &&
-        fabric_->lineStats().is_null())  // veth pairs: no line to moderate
-      std::fprintf(
-          stderr, "slowpipe: warning: network.moderation_us: %s\n",
-          result_["network"]["mechanism"].value("moderation", std::string("not applied")).c_str());
-    // network.tcp: every stage namespace's TCP as the spec says, read back into the result.
-    const emulator::TcpSettings tcp =
-        emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp");
-    result_["network"]["tcp"] = {{"requested", spec_.network.tcp}, {"applied", json::array()}};
-    for (int s = 0; s < S_; ++s)
-      result_["network"]["tcp"]["applied"].push_back(
-          emulator::applyTcpSettings(fabric_->nsName(s), tcp));
-    for (int e = 0; e < static_cast<int>(edges.size()); ++e)
-      for (int from : {edges[e].a, edges[e].b}) {
-        const emulator::LinkSpec& l = from == edges[e].a ? edges[e].aToB : edges[e].bToA;
-        if (!l.trace.empty())
-          traces_.push_back({e, from, l.trace, 1});  // point 0 is set at creation
-      }
+    setupFabric(topo);
   } else if (spec_.network.backend == "tc-dev") {
     result_["network"] = {
         {"backend", "tc-dev"},
@@ -131,21 +150,7 @@ void Launcher::setupNetwork() {
     result_["network"] = {{"backend", "user"}, {"mechanism", userMechanism(spec_.network.model)}};
   }
   result_["network"]["links"] = topo;
-  // Links on which the kernel's TCP has two outcomes the tcp model bills as one: flagged and said
-  // once, so one figure is not read as the answer (emulator::tcpBimodality).
-  if (spec_.network.backend == "user" && spec_.network.model == "tcp") {
-    const json flagged = emulator::tcpBimodalLinks(
-        topo, emulator::tcpSettingsFromJson(spec_.network.tcp, "network.tcp").congestionControl);
-    if (!flagged.empty()) {
-      result_["network"]["tcp_bimodal"] = flagged;
-      std::fprintf(
-          stderr,
-          "slowpipe: %zu link(s) bimodal under TCP (cubic, RTT >= 100 ms): the kernel's HyStart "
-          "leaves slow start at one "
-          "of several windows, the tcp model bills one outcome (result.json network.tcp_bimodal)\n",
-          flagged.size());
-    }
-  }
+  if (spec_.network.backend == "user" && spec_.network.model == "tcp") flagBimodalLinks(topo);
   if (layout_.replicas > 1) {
     result_["network"]["dp_links"] = dpTopology(spec_);
     result_["network"]["dp_mechanism"] =
@@ -156,6 +161,31 @@ void Launcher::setupNetwork() {
   if (opt_.external.enabled)
     result_["calibration_note"] =
         "not calibrated: the links run between the workers' hosts, not on this one";
+}
+
+// How link l is calibrated: the run's message size, at least 64 KiB, for ~0.3 s of traffic
+// (shorter bursts measure scheduling noise on the first and last delivery, not the link), and a
+// time limit up front: at a mistyped rate (50 bit/s) the bulk alone would take days.
+emulator::CalibrationOptions Launcher::calibrationOf(const emulator::LinkSpec& l,
+                                                     const std::string& name) const {
+  emulator::CalibrationOptions c;
+  c.backend = spec_.network.backend;
+  c.link = l;
+  c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen *
+                   spec_.model.width * 4;
+  c.messageBytes = std::max<uint64_t>(c.messageBytes, 64 << 10);
+  c.messages =
+      std::clamp(static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
+  c.probes = 30;
+  const double expectS =
+      8.0 * static_cast<double>(c.messageBytes) * c.messages / l.bandwidthBps + 2 * l.latencyS;
+  if (expectS > kCalibrationLimitS)
+    throw std::invalid_argument(
+        "calibrating " + name + ": " + std::to_string(c.messages) + " messages of " +
+        std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
+        " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
+        " s limit; is the bandwidth's unit right?");
+  return c;
 }
 
 // Calibrates every distinct directed link of the pipeline (traffic only on loopback or inside
@@ -184,29 +214,9 @@ void Launcher::calibrate(const emulator::Topology& topo) {
       }
       const std::string key = json(l).dump();
       if (!seen.count(key)) {
-        emulator::CalibrationOptions c;
-        c.backend = spec_.network.backend;
-        c.link = l;
-        // The run's message size, at least 64 KiB, for ~0.3 s of traffic: shorter bursts measure
-        // scheduling noise on the first and last delivery, not the link.
-        c.messageBytes = static_cast<uint64_t>(spec_.pipeline.microBatchSize) * spec_.model.seqLen *
-                         spec_.model.width * 4;
-        c.messageBytes = std::max<uint64_t>(c.messageBytes, 64 << 10);
-        c.messages = std::clamp(
-            static_cast<int>(0.3 * c.link.bandwidthBps / (8.0 * c.messageBytes)), 16, 2000);
-        c.probes = 30;
         const std::string name =
             "link " + std::to_string(src) + "->" + std::to_string(dst) + " (" + l.describe() + ")";
-        // A time limit up front: at a mistyped rate (50 bit/s) the bulk alone would take days.
-        const double expectS =
-            8.0 * static_cast<double>(c.messageBytes) * c.messages / l.bandwidthBps +
-            2 * l.latencyS;
-        if (expectS > kCalibrationLimitS)
-          throw std::invalid_argument(
-              "calibrating " + name + ": " + std::to_string(c.messages) + " messages of " +
-              std::to_string(c.messageBytes) + " bytes would take " + std::to_string(expectS) +
-              " s, more than the " + std::to_string(static_cast<int>(kCalibrationLimitS)) +
-              " s limit; is the bandwidth's unit right?");
+        const emulator::CalibrationOptions c = calibrationOf(l, name);
         if (opt_.progress)
           line.update("calibrating " + std::to_string(seen.size() + 1) + "/" +
                           std::to_string(distinct.size()) + ": " + name + ", " +
@@ -224,15 +234,12 @@ void Launcher::calibrate(const emulator::Topology& topo) {
       entry["link_ok"] = std::isfinite(err) && std::fabs(err) <= kTolerance;
       if (!entry["link_ok"].get<bool>()) {
         ok = false;
-        const double steal = seen[key].value("host_cpu_steal", 0.0);
         std::fprintf(stderr,
                      "slowpipe: warning: link %d->%d (%s) achieved %.4g bps, %+.1f%% off its "
-                     "configured rate "
-                     "(tolerance 3%%; the hypervisor took %.1f%% of this machine's CPU meanwhile); "
-                     "results at this "
-                     "setting are flagged link_ok=false\n",
+                     "configured rate (tolerance 3%%; the hypervisor took %.1f%% of this machine's "
+                     "CPU meanwhile); results at this setting are flagged link_ok=false\n",
                      src, dst, l.describe().c_str(), seen[key].value("achieved_bps", 0.0),
-                     100 * err, 100 * steal);
+                     100 * err, 100 * seen[key].value("host_cpu_steal", 0.0));
       }
       all.push_back(entry);
     }
