@@ -134,13 +134,14 @@ int64_t MessageBill::evalFrameBytes(int batch) {
   return it->second;
 }
 
-int64_t MessageBill::tensorFrameBytes(bool forward, int newRows) {
+int64_t MessageBill::tensorFrameBytes(Action::Message m, int newRows) {
+  const bool forward = m == Action::Message::kActivation;
   const int rows = spec_.pipeline.microBatchSize;
   if (newRows >= rows) return forward ? fwdFirstBytes_ : bwdFirstBytes_;
   if (newRows <= 0) return forward ? fwdBytes_ : bwdBytes_;
   auto it = mixedBytes_.find({forward, newRows});
   if (it == mixedBytes_.end()) {
-    const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
+    const std::string& codec = runtime::protocol::codecOf(spec_.compression, m);
     it = mixedBytes_
              .emplace(std::pair{forward, newRows},
                       mixedFrameBytes(codec, {rows, spec_.model.seqLen, spec_.model.width},
@@ -175,20 +176,16 @@ int64_t MessageBill::chunkValues(int i, int round, int chunk) const {
   return runtime::protocol::dpChunkValues(dpValues_[layout_.id(i).stage][round], chunk, R_);
 }
 
-static bool tensorMessage(const Action& a) {
-  return a.message == Action::Message::kActivation || a.message == Action::Message::kGradient;
-}
-
 int64_t MessageBill::send(int i, const Action& a, RankState& st, double* seconds) {
   int64_t bytes = ctlBytes_;
   *seconds = 0;
-  if (tensorMessage(a)) {
+  if (runtime::protocol::compressed(a.message)) {
     const bool forward = a.message == Action::Message::kActivation;
-    const std::string& codec = forward ? spec_.compression.forward : spec_.compression.backward;
+    const std::string& codec = runtime::protocol::codecOf(spec_.compression, a.message);
     // Every message is billed as the run has it: examples the replica's pipeline has not seen
     // before go in full (acsgd), the others as deltas (freshRows). Without a data plan every
     // replayed step is one of the run's first steps (epoch 0), so it is billed in full.
-    bytes = tensorFrameBytes(forward, fresh(st.step, layout_.id(i).replica, a.microBatch));
+    bytes = tensorFrameBytes(a.message, fresh(st.step, layout_.id(i).replica, a.microBatch));
     *seconds = codecCost(codec).encode.at(static_cast<double>(rawActBytes_));
     (forward ? st.record.fwdRaw : st.record.bwdRaw) += rawActBytes_;
     (forward ? st.record.fwdWire : st.record.bwdWire) += bytes;
@@ -217,11 +214,9 @@ int64_t MessageBill::send(int i, const Action& a, RankState& st, double* seconds
 
 double MessageBill::receive(int i, const Action& a, const RankState& st, int64_t bytes) {
   double seconds = 0.5 * profile_.transport.at(static_cast<double>(bytes));
-  if (tensorMessage(a)) {
-    const std::string& codec = a.message == Action::Message::kActivation
-                                   ? spec_.compression.forward
-                                   : spec_.compression.backward;
-    seconds += codecCost(codec).decode.at(static_cast<double>(rawActBytes_));
+  if (runtime::protocol::compressed(a.message)) {
+    seconds += codecCost(runtime::protocol::codecOf(spec_.compression, a.message))
+                   .decode.at(static_cast<double>(rawActBytes_));
   } else if (a.message == Action::Message::kEval) {
     seconds += codecCost("none").decode.at(evalRawBytes(a.microBatch));
   } else if (a.isDataParallel()) {

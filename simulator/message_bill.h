@@ -47,7 +47,7 @@ class MessageBill {
   int epochOf(int64_t k) const;
   double evalRawBytes(int batch) const;
   int64_t evalFrameBytes(int batch);
-  int64_t tensorFrameBytes(bool forward, int newRows);
+  int64_t tensorFrameBytes(runtime::Action::Message m, int newRows);
   const CodecCost& codecCost(const std::string& spec);
   int64_t frameBytes(const std::string& codec, int64_t values);
   const std::string& dpCodec(int step);

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/exec/protocol.h"
 #include "runtime/exec/schedule.h"
 #include "runtime/exec/slowdown.h"
 #include "runtime/records/records.h"
@@ -35,8 +36,8 @@ struct MailKey {
   // The key of action `a` on the link from -> to, in the sender's step and DP round.
   static MailKey of(int from, int to, const runtime::Action& a, int step, int round, int chunk) {
     return {from,     to,
-            step,     a.isDataParallel() ? a.shard : a.microBatch,
-            chunk,    a.isDataParallel() ? round : -1,
+            step,     runtime::protocol::keySlot(a),
+            chunk,    runtime::protocol::keyRound(a, round),
             a.message};
   }
 };

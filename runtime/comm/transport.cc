@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "compression/error.h"
+#include "runtime/exec/protocol.h"
 #include "runtime/exec/ranks.h"
 #include "runtime/launch/security.h"
 
@@ -12,8 +13,6 @@ namespace slowpipe::runtime {
 using compression::MessageKind;
 
 namespace {
-
-bool isPlain(MessageKind k) { return k == MessageKind::kEval || k == MessageKind::kControl; }
 
 const char* kindName(MessageKind k) {
   switch (k) {
@@ -34,11 +33,6 @@ const char* kindName(MessageKind k) {
 std::string describeKey(MessageKind kind, int64_t step, int mb, int chunk) {
   return std::string(kindName(kind)) + " step " + std::to_string(step) + " micro-batch " +
          std::to_string(mb) + (chunk != 0 ? " chunk " + std::to_string(chunk) : "");
-}
-
-// Messages that travel forward (activations, evaluation activations, the norm total) or backward.
-bool travelsForward(MessageKind kind, bool toNext) {
-  return kind == MessageKind::kControl ? toNext : kind != MessageKind::kGradient;
 }
 
 }  // namespace
@@ -147,8 +141,9 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
   const double t0 = emulator::monotonicNow();
   zmq::message_t frame;
   try {
-    compression::Codec& enc =
-        isPlain(kind) ? *p.plainEncoder : codec(p, true, travelsForward(kind, toNext), chunk);
+    compression::Codec& enc = protocol::plainFrame(kind)
+                                  ? *p.plainEncoder
+                                  : codec(p, true, protocol::forwardCodec(kind, toNext), chunk);
     frame = frameMessage(compression::encodeFrame(enc, data, h, ctx));
   } catch (const compression::NonFiniteError& e) {
     throw std::runtime_error(std::string("non-finite ") + kindName(kind) + " at step " +
@@ -194,9 +189,10 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   Tensor32 t;
   // What arrives from the previous stage travelled forward: the sender's context, field by field
   // (decodeParsedFrame adds the header's example ids).
-  const bool forward = travelsForward(kind, !fromPrev);
+  const bool forward = protocol::forwardCodec(kind, !fromPrev);
   const compression::CodecContext ctx = messageContext(forward, step, epoch, mb);
-  compression::Codec& dec = isPlain(kind) ? *p.plainDecoder : codec(p, false, forward, chunk);
+  compression::Codec& dec =
+      protocol::plainFrame(kind) ? *p.plainDecoder : codec(p, false, forward, chunk);
   // No legal message of this run holds more fp32 values than its largest frame has bytes / 4.
   const int64_t maxElements =
       opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;

@@ -86,7 +86,7 @@ DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)
   for (int q = 0; q < opt_.replicas; ++q) {
     if (q == opt_.replica) continue;
     ChannelOptions c;
-    c.peer = opt_.stage * opt_.replicas + q;
+    c.peer = rankOf(opt_.stage, q, opt_.replicas);
     c.bindHost = opt_.bindHost;
     c.security = opt_.security;
     c.guard = opt_.guard;
@@ -118,10 +118,7 @@ void DpExchange::connect(const json& peers, const RankLinks& links) {
   }
 }
 
-int32_t DpExchange::tag(Msg m, int chunk) const {
-  const int kind = m == Msg::kDpReduce ? 0 : m == Msg::kDpGather ? 1 : m == Msg::kDpPush ? 2 : 3;
-  return ((round_ * 4 + kind) << 16) | chunk;
-}
+int32_t DpExchange::tag(Msg m, int chunk) const { return protocol::dpTag(m, round_, chunk); }
 
 compression::Codec& DpExchange::codec(
     std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,

@@ -235,8 +235,7 @@ class PipelineWorker : public Backend {
   void saveStages() {
     const auto ranges = stageLayers(spec_);
     for (int c = 0; c < layout_.chunks; ++c) {
-      const int v =
-          c * S_ + id_.stage;  // the chunk's virtual stage (interleaved: v = c x S + stage)
+      const int v = layout_.virtualStage(c, id_.stage);  // the chunk's virtual stage
       saveHfStage(*compute_.runner(c).model(), spec_.model, spec_.training.saveCheckpoint, v,
                   ranges);
     }
@@ -308,9 +307,9 @@ class PipelineWorker : public Backend {
       return Progress::kDone;
     }
     const bool fromPrev = a.peer == Action::Peer::kPrev;
-    if (carriesTensor(a.message)) {
-      Tensor32 t =
-          transport_->recv(fromPrev, kindOf(a.message), c.step, c.epoch, a.microBatch, c.chunk);
+    if (protocol::carriesTensor(a.message)) {
+      Tensor32 t = transport_->recv(fromPrev, protocol::frameKind(a.message), c.step, c.epoch,
+                                    a.microBatch, c.chunk);
       if (a.message == Msg::kActivation && t.exampleIds != compute_.planIds(c, a.microBatch))
         throw std::runtime_error("rank " + std::to_string(rank_) + ": example ids of micro-batch " +
                                  std::to_string(a.microBatch) + " differ from the data plan");
@@ -353,9 +352,9 @@ class PipelineWorker : public Backend {
       return Progress::kDone;
     }
     const bool toNext = a.peer == Action::Peer::kNext;
-    if (carriesTensor(a.message)) {
+    if (protocol::carriesTensor(a.message)) {
       const torch::Tensor t = compute_.output(a).contiguous();
-      transport_->send(toNext, kindOf(a.message), c.step, c.epoch, a.microBatch,
+      transport_->send(toNext, protocol::frameKind(a.message), c.step, c.epoch, a.microBatch,
                        t.data_ptr<float>(), compression::Shape(t.sizes().begin(), t.sizes().end()),
                        compute_.ids(a.microBatch), c.chunk);
     } else {
@@ -367,17 +366,6 @@ class PipelineWorker : public Backend {
   }
 
  private:
-  // Activations, their gradients, evaluation activations; the rest are control scalars.
-  static bool carriesTensor(Action::Message m) {
-    return m == Action::Message::kActivation || m == Action::Message::kGradient ||
-           m == Action::Message::kEval;
-  }
-  static MessageKind kindOf(Action::Message m) {
-    return m == Action::Message::kActivation ? MessageKind::kActivation
-           : m == Action::Message::kGradient ? MessageKind::kGradient
-                                             : MessageKind::kEval;
-  }
-
   // Runs one list (a training step's, or an evaluation's: after an epoch's last step, its barrier
   // from the last stage back lets every stage start the next step together instead of charging
   // the evaluation to that step) and reports its record.

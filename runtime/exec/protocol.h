@@ -1,13 +1,17 @@
 // The meaning of an action, answered once for every executor (the worker, its DpExchange, the
 // simulator's replay, the tests): the rank it talks to, the key of its message, its virtual
-// stage, which values a DP chunk holds, which replica encodes a DP message, its event's name.
+// stage, what its message carries and which codec encodes it, which values a DP chunk holds,
+// which replica encodes a DP message, its event's name.
 // Pure functions, torch-free; an executor asks here and never works it out.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "compression/frame.h"
 #include "runtime/exec/ranks.h"
 #include "runtime/exec/schedule.h"
+#include "runtime/spec/spec.h"
 
 namespace slowpipe::runtime::protocol {
 
@@ -68,6 +72,54 @@ inline bool dpSendsOwnFrame(const Action& a, int replica, int replicas) {
   return (a.message == Action::Message::kDpGather && a.shard == dpOwnedChunk(replica, replicas)) ||
          a.message == Action::Message::kDpPull;
 }
+
+// What a pipeline message carries: an activation or its gradient, a tensor through the boundary's
+// codecs (compressed); an evaluation activation, a tensor sent plain; or a control message
+// (kControlValues floats, plain).
+inline bool carriesTensor(Action::Message m) {
+  return m == Action::Message::kActivation || m == Action::Message::kGradient ||
+         m == Action::Message::kEval;
+}
+inline bool compressed(Action::Message m) {
+  return m == Action::Message::kActivation || m == Action::Message::kGradient;
+}
+// The frame kind a pipeline message travels as (compression/frame.h).
+inline compression::MessageKind frameKind(Action::Message m) {
+  return m == Action::Message::kActivation ? compression::MessageKind::kActivation
+         : m == Action::Message::kGradient ? compression::MessageKind::kGradient
+         : m == Action::Message::kEval     ? compression::MessageKind::kEval
+                                           : compression::MessageKind::kControl;
+}
+// Frames sent without the boundary's codecs: evaluation activations and control scalars.
+inline bool plainFrame(compression::MessageKind k) {
+  return k == compression::MessageKind::kEval || k == compression::MessageKind::kControl;
+}
+// Which of a boundary's codec pairs a frame goes through: the forward pair (compression.forward)
+// for what travels down the pipeline (activations, evaluation activations, a control message to
+// the next stage), the backward pair (compression.backward) for gradients.
+inline bool forwardCodec(compression::MessageKind k, bool toNext) {
+  return k == compression::MessageKind::kControl ? toNext
+                                                 : k != compression::MessageKind::kGradient;
+}
+// The codec spec of a compressed message: an activation's compression.forward, a gradient's
+// compression.backward.
+inline const std::string& codecOf(const CompressionSpec& c, Action::Message m) {
+  return m == Action::Message::kActivation ? c.forward : c.backward;
+}
+
+// A DP message's key on the wire (its frame's micro-batch field): the exchange's round, the
+// message's kind within it (reduce, gather, push, pull) and the shard.
+inline int32_t dpTag(Action::Message m, int round, int shard) {
+  const int kind = m == Action::Message::kDpReduce   ? 0
+                   : m == Action::Message::kDpGather ? 1
+                   : m == Action::Message::kDpPush   ? 2
+                                                     : 3;
+  return ((round * 4 + kind) << 16) | shard;
+}
+// A message's key on a link besides its kind and step: its micro-batch (a DP message: its shard)
+// and, for a DP message, the round (-1 for a pipeline message).
+inline int keySlot(const Action& a) { return a.isDataParallel() ? a.shard : a.microBatch; }
+inline int keyRound(const Action& a, int round) { return a.isDataParallel() ? round : -1; }
 
 // A control message (the two norm messages, the evaluation barrier) is kControlValues floats (a
 // double as hi + lo) under a negative tag in its micro-batch field, never a micro-batch's.

@@ -13,6 +13,9 @@ struct RankId {
   int replica = 0;
 };
 
+// The rank of a stage's replica, replicas per stage (rank = stage x replicas + replica).
+inline int rankOf(int stage, int replica, int replicas) { return stage * replicas + replica; }
+
 struct RankLayout {
   int stages = 1;
   int replicas = 1;
@@ -25,7 +28,7 @@ struct RankLayout {
       throw std::out_of_range("rank layout: (stage " + std::to_string(id.stage) + ", replica " +
                               std::to_string(id.replica) + ") is outside " +
                               std::to_string(stages) + " x " + std::to_string(replicas));
-    return id.stage * replicas + id.replica;
+    return rankOf(id.stage, id.replica, replicas);
   }
   RankId id(int rank) const { return {rank / replicas, rank % replicas}; }
   // Virtual stage k = chunk * stages + stage (pipeline.virtual_stages > 1: chunk v of every stage,

@@ -17,10 +17,9 @@ StageCompute::StageCompute(const RunSpec& spec, const Plan& plan, const RankLayo
       plan_(plan),
       id_(id),
       evalBatches_(evalBatches(plan.val.size(), spec.pipeline.microBatchSize)) {
-  // Chunk v of stage s is virtual stage v S + s.
-  for (int v = 0; v < layout.chunks; ++v)
+  for (int c = 0; c < layout.chunks; ++c)  // chunk c of the stage: its virtual stage's layers
     runners_.push_back(
-        std::make_unique<StageRunner>(spec, v * layout.stages + id.stage, plan.totalSteps));
+        std::make_unique<StageRunner>(spec, layout.virtualStage(c, id.stage), plan.totalSteps));
 }
 
 void StageCompute::beginList() {

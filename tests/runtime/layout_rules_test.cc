@@ -18,16 +18,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
+// Divisions and remainders by a replica or stage count (R, R_, replicas, x.stages, ...), and
+// chunk * stages + anything, stage * replicas + anything.
+const char* const kRankArithmetic =
+    R"((?:[/%]\s*\(?\s*(?:R_?|S_?|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
+    R"((?:\*\s*(?:S_?|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w+\b)|)"
+    R"((?:\*\s*(?:R_?|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w+\b))";
+
+// Reads every source file of the layers above compression (but `allowed`) and returns each line
+// matching `rule` as "file:line: text"; `files` counts the files read.
+std::string linesMatching(const std::regex& rule, const std::set<std::string>& allowed,
+                          size_t* files) {
   const fs::path src = SLOWPIPE_SOURCE_DIR;
-  const std::set<std::string> allowed = {"runtime/exec/ranks.h", "runtime/exec/protocol.h"};
-  // Divisions and remainders by a replica or stage count, and chunk * stages + stage.
-  const std::regex rule(
-      R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
-      R"((?:\*\s*(?:S|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w*stage\b)|)"
-      R"((?:\*\s*(?:R|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w*replica\b))");
   std::string found;
-  size_t files = 0;
   for (const char* dir :
        {"runtime", "simulator", "experiments", "tools", "emulator", "compression"})
     for (const auto& e : fs::recursive_directory_iterator(src / dir)) {
@@ -35,7 +38,7 @@ TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
       if (ext != ".cc" && ext != ".h" && ext != ".inc") continue;
       const std::string rel = fs::relative(e.path(), src).string();
       if (allowed.count(rel) || rel.rfind("runtime/exec/schedules/", 0) == 0) continue;
-      ++files;
+      ++*files;
       std::ifstream in(e.path());
       std::string line;
       for (int n = 1; std::getline(in, line); ++n) {
@@ -46,21 +49,56 @@ TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
           found += rel + ":" + std::to_string(n) + ": " + line + "\n";
       }
     }
-  EXPECT_GT(files, 100u) << "the source tree was not found under " << src;
-  EXPECT_EQ(found, "") << "rank arithmetic outside runtime/exec/ranks.h and "
-                          "runtime/exec/protocol.h (use RankLayout):\n"
-                       << found;
+  return found;
+}
+
+TEST(LayoutRulesTest, RankArithmeticLivesInRankLayoutAndProtocolOnly) {
+  size_t files = 0;
+  const std::string found = linesMatching(
+      std::regex(kRankArithmetic), {"runtime/exec/ranks.h", "runtime/exec/protocol.h"}, &files);
+  EXPECT_GT(files, 100u) << "the source tree was not found under " << SLOWPIPE_SOURCE_DIR;
+  EXPECT_EQ(found, "")
+      << "rank arithmetic outside runtime/exec/ranks.h and runtime/exec/protocol.h (use "
+         "RankLayout):\n"
+      << found;
+}
+
+// What a message carries, which codec and which side encodes it, its key on a link: decided in
+// runtime/exec/protocol.h only (the worker, the transports and the simulator ask it).
+const char* const kMessageQuestion =
+    R"((?:compression\.(?:forward|backward)\s*:\s*[\w.>-]*compression\.(?:forward|backward))|)"
+    R"((?:Message::kActivation\s*\|\|)|(?:MessageKind::kEval\s*\|\|)|)"
+    R"((?:MessageKind::kControl\s*\?)|(?:isDataParallel\(\)\s*\?\s*[\w.]*(?:shard|round)\b)|)"
+    R"((?:<<\s*16\)\s*\|))";
+
+TEST(LayoutRulesTest, MessageQuestionsAreAnsweredByTheProtocolOnly) {
+  size_t files = 0;
+  const std::string found =
+      linesMatching(std::regex(kMessageQuestion), {"runtime/exec/protocol.h"}, &files);
+  EXPECT_GT(files, 100u);
+  EXPECT_EQ(found, "") << "a message question answered outside runtime/exec/protocol.h:\n" << found;
+  const std::regex rule(kMessageQuestion);
+  for (const char* bad :
+       {"const std::string& c = fwd ? spec.compression.forward : spec.compression.backward;",
+        "return m == Action::Message::kActivation || m == Action::Message::kGradient;",
+        "bool plain = k == MessageKind::kEval || k == MessageKind::kControl;",
+        "return kind == MessageKind::kControl ? toNext : true;",
+        "int slot = a.isDataParallel() ? a.shard : a.microBatch;",
+        "return ((round * 4 + kind) << 16) | chunk;"})
+    EXPECT_TRUE(std::regex_search(std::string(bad), rule)) << bad;
+  for (const char* ok : {"protocol::codecOf(spec.compression, a.message)",
+                         "if (a.message == Action::Message::kActivation) check(ids);"})
+    EXPECT_FALSE(std::regex_search(std::string(ok), rule)) << ok;
 }
 
 // The rule itself: it finds the shapes it is meant to find.
 TEST(LayoutRulesTest, TheRuleSeesTheShapesItForbids) {
-  const std::regex rule(
-      R"((?:[/%]\s*\(?\s*(?:R|S|replicas|stages|(?:\w+(?:\.|->))+(?:replicas|stages))\b(?!\s*[*(]))|)"
-      R"((?:\*\s*(?:S|stages|(?:\w+(?:\.|->))+stages)\s*\+\s*\w*stage\b)|)"
-      R"((?:\*\s*(?:R|replicas|(?:\w+(?:\.|->))+replicas)\s*\+\s*\w*replica\b))");
-  for (const char* bad : {"int s = i / R;", "int r = i % R;", "x = rank % spec.pipeline.replicas;",
-                          "v = chunk * S + stage;", "k = c * layout.stages + stage;",
-                          "q = i / layout.replicas;", "key = stage * replicas + replica;"})
+  const std::regex rule(kRankArithmetic);
+  for (const char* bad :
+       {"int s = i / R;", "int r = i % R;", "x = rank % spec.pipeline.replicas;",
+        "v = chunk * S + stage;", "k = c * layout.stages + stage;", "q = i / layout.replicas;",
+        "key = stage * replicas + replica;", "int s = i / R_;",
+        "c.peer = opt_.stage * opt_.replicas + q;", "v = c * S_ + id_.stage;"})
     EXPECT_TRUE(std::regex_search(std::string(bad), rule)) << bad;
   for (const char* ok :
        {"double mean = sum / n;", "int x = a / 2;", "RankLayout{S, R, 1}", "y = l / Rate;"})

@@ -70,7 +70,7 @@ class QueueBackend : public Backend {
     return take(a, c) ? Progress::kDone : Progress::kPending;
   }
   static Key keyOf(const Action& a, const ActionContext& c) {
-    return Key{a.message, a.isDataParallel() ? a.shard : a.microBatch, c.chunk};
+    return Key{a.message, protocol::keySlot(a), c.chunk};
   }
   // Takes the message a receive waits for, if it is queued.
   bool take(const Action& a, const ActionContext& c) {
