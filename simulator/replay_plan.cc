@@ -1,6 +1,8 @@
 // What a replay's run does step by step (see replay_plan.h).
 #include "simulator/replay_plan.h"
 
+#include "runtime/exec/protocol.h"
+
 namespace slowpipe::simulator {
 
 ReplayPlan::ReplayPlan(const runtime::RunSpec& spec, const SimOptions& opt,
@@ -42,8 +44,8 @@ std::optional<double> ReplayPlan::curveLossAt(int64_t k) const {
 
 bool ReplayPlan::evaluatesAfter(int k) const {
   if (opt_.evalRows.empty() || opt_.stepsPerEpoch <= 0) return false;
-  return spec_.training.evaluatesAfter(
-      k + 1, (k + 1) % opt_.stepsPerEpoch == 0 || (k + 1 == steps_ && steps_ == opt_.runSteps));
+  return runtime::protocol::evaluatesAfter(spec_.training, k + 1, opt_.stepsPerEpoch,
+                                           opt_.runSteps);
 }
 
 std::vector<runtime::EvalRecord> ReplayPlan::evals(const std::vector<double>& times,

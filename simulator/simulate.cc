@@ -329,7 +329,8 @@ class Replay : public ReplayLoop, public runtime::Backend {
     r = runtime::RankStepRecord{};
     st.other = 0;
     if (st.step == steps_ - 1 && st.onTimeline) rec_.lastEvents[i] = ex.events();
-    if (plan_.evaluatesAfter(st.step) && layout_.id(i).replica == 0)
+    if (plan_.evaluatesAfter(st.step) &&
+        runtime::protocol::evaluatingReplica(layout_.id(i).replica))
       return startList(i, plan_.evalList(i), true);
     nextStep(i);
   }

@@ -197,9 +197,9 @@ class PipelineWorker : public Backend {
                              dpShape_, id_.replica, g, layout_.chunks),
                 epoch, s, g, false);
         ++g;
-        // Replica 0 evaluates (with local steps: its own parameters, as they are after step g).
-        const bool epochEnd = s + 1 == plan_.epochs.stepsPerEpoch() || g == plan_.totalSteps;
-        if (id_.replica == 0 && spec_.training.evaluatesAfter(g, epochEnd))
+        if (protocol::evaluatingReplica(id_.replica) &&
+            protocol::evaluatesAfter(spec_.training, g, plan_.epochs.stepsPerEpoch(),
+                                     plan_.totalSteps))
           runList(evalSchedule(S_, compute_.evalBatchCount(), id_.stage, layout_.chunks), epoch, 0,
                   g, true);
       }

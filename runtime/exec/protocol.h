@@ -121,6 +121,15 @@ inline int32_t dpTag(Action::Message m, int round, int shard) {
 inline int keySlot(const Action& a) { return a.isDataParallel() ? a.shard : a.microBatch; }
 inline int keyRound(const Action& a, int round) { return a.isDataParallel() ? round : -1; }
 
+// When a run evaluates: after `done` steps (>= 1) of a run of `totalSteps` with `stepsPerEpoch`
+// steps an epoch, as training.eval_each_epoch and eval_every_steps say (the end of an epoch, or of
+// the run); replica 0 of every stage evaluates (with local steps: its own parameters).
+inline bool evaluatesAfter(const TrainingSpec& t, int64_t done, int64_t stepsPerEpoch,
+                           int64_t totalSteps) {
+  return t.evaluatesAfter(done, done % stepsPerEpoch == 0 || done == totalSteps);
+}
+inline bool evaluatingReplica(int replica) { return replica == 0; }
+
 // A control message (the two norm messages, the evaluation barrier) is kControlValues floats (a
 // double as hi + lo) under a negative tag in its micro-batch field, never a micro-batch's.
 inline constexpr int kControlValues = 2;

@@ -92,8 +92,8 @@ void runSingleProcess(const RunSpec& specIn, const std::string& split,
                 {"tokens", int64_t{M} * spec.pipeline.microBatchSize * spec.model.seqLen},
                 {"total_steps", plan.totalSteps}});
       ++where.step;
-      if (!spec.training.evaluatesAfter(
-              where.step, s + 1 == plan.epochs.stepsPerEpoch() || where.step == plan.totalSteps))
+      if (!protocol::evaluatesAfter(spec.training, where.step, plan.epochs.stepsPerEpoch(),
+                                    plan.totalSteps))
         continue;
       EvalRecord e;
       e.epoch = epoch;
