@@ -953,6 +953,34 @@ TEST(SweepRunTest, SimulateCliSaysWhereACodecRuns) {
   fs::remove_all(root);
 }
 
+// `sweep --simulate --sim-steps`: a number >= 2 or "all"; anything else is refused naming what it
+// expected, before any point runs; "all" and a number replay (every point simulated).
+TEST(SweepRunTest, SimStepsTakesANumberOrAll) {
+  const fs::path root =
+      fs::temp_directory_path() / ("slowpipe-sim-steps-" + std::to_string(getpid()));
+  const json spec = tinySweep(root);
+  std::ofstream(root / "sweep.json") << spec.dump(2);
+  auto sweep = [&](const std::string& steps, const std::string& out) {
+    return slowpipe::emulator::runCommand(
+        {SLOWPIPE_BINARY, "sweep", (root / "sweep.json").string(), "--simulate", "--profile",
+         "analytic:A100", "--sim-steps", steps, "--out", (root / out).string(), "--quiet"});
+  };
+  for (const std::string bad : {"1", "abc", "-1"}) {
+    const auto r = sweep(bad, "bad");
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_NE(r.output.find("--sim-steps: '" + bad + "'; expected a number >= 2 or 'all'"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(fs::exists(root / "bad" / "summary.json")) << bad;
+  }
+  for (const std::string good : {"3", "all"}) {
+    const auto r = sweep(good, "good-" + good);
+    ASSERT_EQ(r.status, 0) << good << ": " << r.output;
+    EXPECT_TRUE(fs::exists(root / ("good-" + good) / "summary.json")) << good;
+  }
+  fs::remove_all(root);
+}
+
 // Both tiers bill AC-SGD's state alike: a 3-epoch run sends epoch 0's activations in full (every
 // example's first sighting) and later epochs' as deltas; the simulator, replaying the whole run
 // its data plan describes, bills every step the bytes the emulated run sent. A one-epoch run of
