@@ -58,11 +58,13 @@ int64_t mixedFrameBytes(const std::string& codecSpec, const std::vector<int64_t>
 }
 
 MessageBill::MessageBill(const runtime::RunSpec& spec, const Profile& profile,
-                         const SimOptions& opt, const runtime::RankLayout& layout, int steps)
+                         const SimOptions& opt, const runtime::RankLayout& layout,
+                         const ReplayPlan& plan, int steps)
     : spec_(spec),
       profile_(profile),
       opt_(opt),
       layout_(layout),
+      plan_(plan),
       R_(spec.pipeline.replicas),
       steps_(steps) {
   const std::vector<int64_t> act = {spec.pipeline.microBatchSize, spec.model.seqLen,
@@ -94,10 +96,6 @@ nlohmann::json MessageBill::record() const {
           {"backward_first_epoch", bwdFirstBytes_}};
 }
 
-int MessageBill::epochOf(int64_t k) const {
-  return opt_.stepsPerEpoch > 0 ? static_cast<int>(k / opt_.stepsPerEpoch) : 0;
-}
-
 // The examples of each replayed step's micro-batches that their replica's pipeline meets for the
 // first time: the run's epoch order (SimOptions::epochs), each replica's micro-batch mb of step
 // k being the plan's micro-batch replica x M + mb (runtime/model/plan.h).
@@ -110,13 +108,14 @@ void MessageBill::freshRows() {
   for (int k = 0; k < steps_; ++k)
     for (int r = 0; r < R_; ++r)
       for (int mb = 0; mb < M; ++mb)
-        for (int64_t e : opt_.epochs->microBatch(epochOf(k), k % opt_.stepsPerEpoch, r * M + mb))
+        for (int64_t e :
+             opt_.epochs->microBatch(plan_.epochOf(k), k % opt_.stepsPerEpoch, r * M + mb))
           fresh_[k][r * M + mb] += seen[r].insert(e).second;
 }
 
 // Rows of replica r's micro-batch mb at step k met for the first time (no plan: all in epoch 0).
 int MessageBill::fresh(int k, int r, int mb) const {
-  if (fresh_.empty()) return epochOf(k) == 0 ? spec_.pipeline.microBatchSize : 0;
+  if (fresh_.empty()) return plan_.epochOf(k) == 0 ? spec_.pipeline.microBatchSize : 0;
   return fresh_.at(k).at(r * spec_.pipeline.microBatches + mb);
 }
 

@@ -17,6 +17,7 @@
 #include "runtime/exec/schedule.h"
 #include "runtime/spec/spec.h"
 #include "simulator/profile.h"
+#include "simulator/replay_plan.h"
 #include "simulator/replay_state.h"
 #include "simulator/simulate.h"
 
@@ -25,7 +26,7 @@ namespace slowpipe::simulator {
 class MessageBill {
  public:
   MessageBill(const runtime::RunSpec& spec, const Profile& profile, const SimOptions& opt,
-              const runtime::RankLayout& layout, int steps);
+              const runtime::RankLayout& layout, const ReplayPlan& plan, int steps);
 
   // Wire bytes of rank i's send action `a` in its state `st`, and its host seconds (encode +
   // transport share); the step record in `st` counts its raw and wire bytes. DP: a ring all-gather
@@ -44,7 +45,6 @@ class MessageBill {
  private:
   void freshRows();
   int fresh(int k, int r, int mb) const;
-  int epochOf(int64_t k) const;
   double evalRawBytes(int batch) const;
   int64_t evalFrameBytes(int batch);
   int64_t tensorFrameBytes(runtime::Action::Message m, int newRows);
@@ -56,6 +56,7 @@ class MessageBill {
   const Profile& profile_;
   const SimOptions& opt_;
   const runtime::RankLayout& layout_;
+  const ReplayPlan& plan_;  // the run's epoch of a step
   int R_, steps_;
   int64_t rawActBytes_ = 0, fwdBytes_ = 0, bwdBytes_ = 0, ctlBytes_ = 0;
   int64_t fwdFirstBytes_ = 0, bwdFirstBytes_ = 0;  // the first epoch's (first sightings)

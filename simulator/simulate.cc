@@ -74,7 +74,7 @@ class Replay : public ReplayLoop, public runtime::Backend {
         topo_(emulator::topologyFromJson(spec.network.links, "network.links")),
         plan_(spec_, opt_, layout_, steps),
         work_(spec_, profile, opt_, layout_, bill_),  // checks the profile first; bill_ later
-        bill_(spec_, profile, opt_, layout_, steps),
+        bill_(spec_, profile, opt_, layout_, plan_, steps),
         mail_(spec_, layout_, opt.recordMessages) {
     for (int i = 0; i < N_; ++i) execs_.emplace_back(layout_, i);
     for (int i = 0; i < N_; ++i)

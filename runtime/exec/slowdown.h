@@ -2,7 +2,7 @@
 // full speed, constant or as a trace over training steps. The same table drives the emulation
 // (runtime/exec/pipeline_worker.cc: after each compute action that took t seconds the worker stays
 // off the CPU for t x (1/speed - 1): a duty cycle, so the rank really computes slower) and the
-// simulator (simulator/simulate.cc: the profile's cost / speed). Torch-free.
+// simulator (simulator/compute_bill.cc: the profile's cost / speed). Torch-free.
 //
 //   "runtime": {"slowdown": [{"rank": 1, "speed": 0.5},
 //                            {"rank": 2, "trace": [[0, 1.0], [80, 0.5], [120, 1.0]]}]}
