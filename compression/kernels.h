@@ -90,6 +90,9 @@ struct Kernels {
   // fence that makes such stores visible; a caller fences once after its last streamOut.
   void (*streamOut)(const float* src, int64_t n, float* dst);
   void (*streamFence)();
+  // The same for n bytes at any alignment (`none`'s large payloads: a copy into memory that is
+  // not in cache, which memcpy of 1 MiB parts does with ordinary stores); fence likewise.
+  void (*streamBytes)(const void* src, size_t n, void* dst);
   // randk's kept set of indices lo .. lo + n - 1 (keep[k] = 1 where mix64(base ^ (lo + k)) <
   // threshold); returns how many are kept.
   int64_t (*randkKeep)(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep);

@@ -272,14 +272,143 @@ static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
 }
 
 // Non-temporal stores from the first 32-byte boundary of dst on, plain ones around them.
-static void streamOut(const float* src, int64_t n, float* dst) {
-  int64_t i = 0;
-  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 31) != 0) {
-    dst[i] = src[i];
-    ++i;
+// Group scales in registers: max |x| of each group (four accumulators, then across lanes: a max is
+// exact, so any order gives kernels.inc's result), and the symmetric quantizer on a run with one
+// scale, 32 values a step: t = min(top, max(0, (x + m) * inv + 0.5)) as kernels.inc writes it
+// (max(0, y) with y's NaN giving 0 as maxOf does), truncated to int32, packed to bytes in order.
+#define KERNELS_HAVE_GROUPS
+static inline float horizontalMax(__m256 v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+static void absMaxGroups(const float* x, int64_t groups, int64_t g, float* m) {
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t q = 0; q < groups; ++q) {
+    const float* v = x + q * g;
+    for (int64_t k = 0; k < g; k += 16) __builtin_prefetch(v + k + kPrefetch);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= g; i += 32) {
+      a0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i), absMask), a0);
+      a1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i + 8), absMask), a1);
+      a2 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i + 16), absMask), a2);
+      a3 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i + 24), absMask), a3);
+    }
+    for (; i + 8 <= g; i += 8)
+      a0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i), absMask), a0);
+    float r = horizontalMax(_mm256_max_ps(_mm256_max_ps(a0, a1), _mm256_max_ps(a2, a3)));
+    for (; i < g; ++i) {
+      const float a = __builtin_fabsf(v[i]);
+      r = r < a ? a : r;
+    }
+    m[q] = m[q] < r ? r : m[q];
   }
-  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// m[k] = max(m[k], |v[k]|) (kernels.inc's absMaxAccum), prefetching v.
+static void absMaxAccumRun(const float* v, int64_t n, float* m) {
+  const __m256 absMask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __builtin_prefetch(v + i + kPrefetch);
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(v + i), absMask);
+    const __m256 b = _mm256_and_ps(_mm256_loadu_ps(v + i + 8), absMask);
+    _mm256_storeu_ps(m + i, _mm256_max_ps(a, _mm256_loadu_ps(m + i)));
+    _mm256_storeu_ps(m + i + 8, _mm256_max_ps(b, _mm256_loadu_ps(m + i + 8)));
+  }
+  for (; i < n; ++i) {
+    const float a = __builtin_fabsf(v[i]);
+    m[i] = m[i] < a ? a : m[i];
+  }
+}
+
+static inline __m256i quant8(const float* x, __m256 m, __m256 inv, __m256 half, __m256 top) {
+  const __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_loadu_ps(x), m), inv), half);
+  // max(y, 0) returns 0 for a NaN y (the second operand), as maxOf(0, y) does; then min(top, .).
+  const __m256 t = _mm256_min_ps(_mm256_max_ps(y, _mm256_setzero_ps()), top);
+  return _mm256_cvttps_epi32(t);
+}
+
+// Four runs of 8 int32 codes in [0, 255] to 32 bytes in order.
+static inline void storeCodes32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(bytes, order));
+}
+
+static inline uint8_t quantOne(float x, float m, float inv, float top) {
+  const float y = (x + m) * inv + 0.5f;
+  const float lo = 0.0f < y ? y : 0.0f;
+  const float t = top < lo ? top : lo;
+  return static_cast<uint8_t>(static_cast<int32_t>(t));
+}
+
+static void quantRun(const float* x, float m, float inv, int64_t n, float top, uint8_t* codes) {
+  const __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv), hv = _mm256_set1_ps(0.5f),
+               tv = _mm256_set1_ps(top);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    storeCodes32(quant8(x + i, mv, iv, hv, tv), quant8(x + i + 8, mv, iv, hv, tv),
+                 quant8(x + i + 16, mv, iv, hv, tv), quant8(x + i + 24, mv, iv, hv, tv), codes + i);
+  for (; i < n; ++i) codes[i] = quantOne(x[i], m, inv, top);
+}
+
+// The same with a scale per value (channel scales along the run).
+static void quantRunVec(const float* x, const float* m, const float* inv, int64_t n, float top,
+                        uint8_t* codes) {
+  const __m256 hv = _mm256_set1_ps(0.5f), tv = _mm256_set1_ps(top);
+  auto q8 = [&](int64_t j) {
+    return quant8(x + j, _mm256_loadu_ps(m + j), _mm256_loadu_ps(inv + j), hv, tv);
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __builtin_prefetch(x + i + kPrefetch);  // as the fused steps do (above)
+    __builtin_prefetch(x + i + kPrefetch + 16);
+    storeCodes32(q8(i), q8(i + 8), q8(i + 16), q8(i + 24), codes + i);
+  }
+  for (; i < n; ++i) codes[i] = quantOne(x[i], m[i], inv[i], top);
+}
+
+// hadamard's first three passes (h = 1, 2, 4) on 8 values in one register, each value times pre
+// first: per pass, the value beside it (a lane swap), its sum where the lane is a pair's low end
+// and the difference (low - high) where it is the high end; a + c = c + a exactly, so the bits are
+// kernels.inc's scalar butterflies'.
+#define KERNELS_HAVE_FWHT8
+static void fwhtFirstPasses(float* v, int64_t b, const float* pre) {
+  for (int64_t i = 0; i < b; i += 8) {
+    const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(v + i), _mm256_loadu_ps(pre + i));
+    const __m256 a1 = _mm256_permute_ps(a, 0xB1);  // (1, 0, 3, 2) per half
+    const __m256 x = _mm256_blend_ps(_mm256_add_ps(a, a1), _mm256_sub_ps(a1, a), 0xAA);
+    const __m256 x2 = _mm256_permute_ps(x, 0x4E);  // (2, 3, 0, 1) per half
+    const __m256 y = _mm256_blend_ps(_mm256_add_ps(x, x2), _mm256_sub_ps(x2, x), 0xCC);
+    const __m256 y4 = _mm256_permute2f128_ps(y, y, 1);  // the halves swapped
+    _mm256_storeu_ps(v + i, _mm256_blend_ps(_mm256_add_ps(y, y4), _mm256_sub_ps(y4, y), 0xF0));
+  }
+}
+
+// Non-temporal 32-byte stores from the first 32-byte boundary of dst on; head and tail copied.
+static void streamBytes(const void* src, size_t n, void* dst) {
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+  if (head > n) head = n;
+  if (head) std::memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 128 <= n; i += 128)
+    for (int k = 0; k < 128; k += 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + k),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + k)));
+  for (; i + 32 <= n; i += 32)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+  if (i < n) std::memcpy(d + i, s + i, n - i);
+}
+
+static void streamOut(const float* src, int64_t n, float* dst) {
+  streamBytes(src, 4 * static_cast<size_t>(n), dst);
 }
 
 static void streamFence() { _mm_sfence(); }

@@ -33,6 +33,9 @@ static void streamOut(const float* src, int64_t n, float* dst) {
   std::memcpy(dst, src, 4 * static_cast<size_t>(n));
 }
 static void streamFence() {}
+static void streamBytes(const void* src, size_t n, void* dst) {
+  if (n) std::memcpy(dst, src, n);
+}
 
 #define KERNELS_NAME "baseline"
 #include "compression/kernels.inc"  // the shared kernels and this build's table, kTable

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "compression/bitpack.h"
 #include "compression/half.h"
@@ -419,7 +420,48 @@ std::string QuantCodec::spec() const {
   return s;
 }
 
+// Group scales need nothing outside their group: one pass, a chunk of whole groups at a time
+// (max, scales, codes while the chunk is in cache). 0: the chunk would not fit in cache (huge
+// groups), so two passes. The bytes are the two-pass encode's (the digest test).
+int64_t QuantCodec::onePassChunk() const {
+  if (opt_.scale != QuantOptions::Scale::kGroup) return 0;
+  const int64_t base = std::lcm(opt_.group, int64_t{8});
+  if (base > (int64_t{1} << 20)) return 0;
+  return base * std::max<int64_t>(1, kChunk / base);
+}
+
+void QuantCodec::encodeOnePass(const float* x, const Shape& shape, int64_t chunk, Bytes& out) {
+  QuantStream s(*this, shape);
+  s.sizeScales();
+  const size_t at = out.size();
+  uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(opt_, shape));
+  uint8_t* packed = p + s.scaleBytes();
+  const int64_t group = opt_.group;
+  try {
+    parallelRanges(s.size(), chunk, [&](int64_t lo, int64_t hi, int64_t) {
+      uint8_t codes[kChunk];
+      for (int64_t c0 = lo; c0 < hi; c0 += chunk) {
+        const int64_t len = std::min(chunk, hi - c0);
+        const int64_t g0 = c0 / group, g1 = (c0 + len + group - 1) / group;
+        s.accumulate(x + c0, c0, len);
+        s.finishScales(g0, g1);  // throws for a fixpoint scale that overflows fp16
+        s.writeScales(p, g0, g1);
+        for (int64_t o = 0; o < len; o += kChunk) {
+          const int64_t l = std::min(kChunk, len - o);
+          s.quantize(x + c0 + o, c0 + o, l, codes);
+          packBits(codes, l, opt_.bits, packed + (c0 + o) * opt_.bits / 8);
+        }
+      }
+    });
+  } catch (...) {
+    out.resize(at);  // nothing of a refused message stays behind
+    throw;
+  }
+  s.done();
+}
+
 void QuantCodec::encode(const float* x, const Shape& shape, const CodecContext&, Bytes& out) {
+  if (const int64_t chunk = onePassChunk(); chunk > 0) return encodeOnePass(x, shape, chunk, out);
   QuantStream s(*this, shape);
   s.accumulateParts(
       [&](int64_t lo, int64_t hi, QuantStream& part) { part.accumulate(x + lo, lo, hi - lo); });

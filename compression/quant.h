@@ -165,6 +165,8 @@ class QuantCodec : public Codec {
 
  private:
   friend class QuantStream;
+  int64_t onePassChunk() const;
+  void encodeOnePass(const float* x, const Shape& shape, int64_t chunk, Bytes& out);
   QuantOptions opt_;
   uint64_t drawn_ = 0;  // stochastic rounding: values drawn so far (the stream position)
 };

@@ -23,6 +23,14 @@ void requireSize(const char* codec, size_t size, size_t expect, const Shape& sha
                                  shapeString(shape));
 }
 
+// A large copy's part into memory that is not in cache: non-temporal stores (the kernels'
+// streamBytes; memcpy of a 1 MiB part uses ordinary ones, which read every destination line first).
+void copyAround(const void* src, size_t n, void* dst) {
+  const Kernels& k = kernels();
+  k.streamBytes(src, n, dst);
+  k.streamFence();
+}
+
 }  // namespace
 
 CastCodec::CastCodec(CodecId id) : id_(id) {
@@ -35,9 +43,11 @@ void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
   const auto n = static_cast<int64_t>(numelOf(shape));
   const size_t eb = elementBytes(id_);
   uint8_t* p = ByteWriter(out).grow(static_cast<size_t>(n) * eb);
+  const bool stream = n >= QuantCodec::kStreamValues;  // large: around the cache (kernels.h)
   parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t) {
     const auto cnt = static_cast<size_t>(hi - lo);
     uint8_t* o = p + static_cast<size_t>(lo) * eb;
+    if (id_ == CodecId::kNone && stream) return copyAround(x + lo, cnt * 4, o);
     if (id_ == CodecId::kNone) return copyBytes(o, x + lo, cnt * 4);
     if (id_ == CodecId::kFp16) return floatToHalfBytes(x + lo, cnt, o);
     for (size_t i = 0; i < cnt; ++i) {
@@ -52,9 +62,11 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
   const auto n = static_cast<int64_t>(numelOf(shape));
   const size_t eb = elementBytes(id_);
   requireSize(codecName(id_), size, static_cast<size_t>(n) * eb, shape);
+  const bool stream = n >= QuantCodec::kStreamValues;
   parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t) {
     const auto cnt = static_cast<size_t>(hi - lo);
     const uint8_t* in = payload + static_cast<size_t>(lo) * eb;
+    if (id_ == CodecId::kNone && stream) return copyAround(in, cnt * 4, out + lo);
     if (id_ == CodecId::kNone) return copyBytes(out + lo, in, cnt * 4);
     if (id_ == CodecId::kFp16) return halfBytesToFloat(in, cnt, out + lo);
     for (size_t i = 0; i < cnt; ++i) {
