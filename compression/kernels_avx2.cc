@@ -372,6 +372,112 @@ static void quantRunVec(const float* x, const float* m, const float* inv, int64_
   for (; i < n; ++i) codes[i] = quantOne(x[i], m[i], inv[i], top);
 }
 
+// levels=fixpoint and stochastic rounding likewise (kernels.inc's fixVec / fixScalar / stochVec /
+// stochScalar, the same operations lane by lane): the quotient x / d (not a product), rounded half
+// to even as rintf does, clipped as maxOf / minOf clip; the stochastic uniforms from lowbias32 of
+// the stream index in 32-bit lanes.
+static inline __m256i fix8(__m256 x, __m256 d, __m256 mult, __m256 lo, __m256 hi) {
+  const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_div_ps(x, d), mult),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_min_ps(_mm256_max_ps(r, lo), hi), lo));
+}
+
+static inline uint8_t fixOne(float x, float d, float mult, float lo, float hi) {
+  const float r = __builtin_rintf(x / d * mult);
+  const float a = lo < r ? r : lo;
+  const float q = a < hi ? a : hi;
+  return static_cast<uint8_t>(static_cast<int32_t>(q - lo));
+}
+
+// Codes of n values, 32 a step from eight(j) (8 int32 codes from value j), one at a time from
+// one(j) for the tail; x prefetched.
+template <class Eight, class One>
+static inline void codeLoop(const float* x, int64_t n, uint8_t* codes, Eight eight, One one) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __builtin_prefetch(x + i + kPrefetch);
+    __builtin_prefetch(x + i + kPrefetch + 16);
+    storeCodes32(eight(i), eight(i + 8), eight(i + 16), eight(i + 24), codes + i);
+  }
+  for (; i < n; ++i) codes[i] = one(i);
+}
+
+static void fixRunVec(const float* x, const float* d, int64_t n, float mult, float lo, float hi,
+                      uint8_t* codes) {
+  const __m256 mv = _mm256_set1_ps(mult), lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
+  codeLoop(
+      x, n, codes,
+      [&](int64_t j) { return fix8(_mm256_loadu_ps(x + j), _mm256_loadu_ps(d + j), mv, lv, hv); },
+      [&](int64_t j) { return fixOne(x[j], d[j], mult, lo, hi); });
+}
+
+static void fixRun(const float* x, float d, int64_t n, float mult, float lo, float hi,
+                   uint8_t* codes) {
+  const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(mult), lv = _mm256_set1_ps(lo),
+               hv = _mm256_set1_ps(hi);
+  codeLoop(
+      x, n, codes, [&](int64_t j) { return fix8(_mm256_loadu_ps(x + j), dv, mv, lv, hv); },
+      [&](int64_t j) { return fixOne(x[j], d, mult, lo, hi); });
+}
+
+static inline __m256 uniform8(uint32_t lo, uint32_t key, int64_t k) {
+  __m256i v =
+      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(lo + static_cast<uint32_t>(k))),
+                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  v = _mm256_xor_si256(v, _mm256_set1_epi32(static_cast<int32_t>(key)));
+  v = _mm256_xor_si256(v, _mm256_srli_epi32(v, 16));
+  v = _mm256_mullo_epi32(v, _mm256_set1_epi32(0x7feb352d));
+  v = _mm256_xor_si256(v, _mm256_srli_epi32(v, 15));
+  v = _mm256_mullo_epi32(v, _mm256_set1_epi32(static_cast<int32_t>(0x846ca68bu)));
+  v = _mm256_xor_si256(v, _mm256_srli_epi32(v, 16));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 8)), _mm256_set1_ps(0x1.0p-24f));
+}
+
+static inline __m256i stoch8(__m256 x, __m256 m, __m256 inv, __m256 u, __m256 top) {
+  const __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(x, m), inv), u);
+  return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(y, _mm256_setzero_ps()), top));
+}
+
+static inline uint8_t stochOne(float x, float m, float inv, float u, float top) {
+  const float y = (x + m) * inv + u;
+  const float a = 0.0f < y ? y : 0.0f;
+  const float t = a < top ? a : top;
+  return static_cast<uint8_t>(static_cast<int32_t>(t));
+}
+
+// lowbias32 written out here: a header's inline copy built with AVX2 could stand in for the
+// baseline's (kernels.inc's note).
+static inline float uniformOne(uint32_t lo, uint32_t key, int64_t k) {
+  uint32_t v = (lo + static_cast<uint32_t>(k)) ^ key;
+  v ^= v >> 16;
+  v *= 0x7feb352du;
+  v ^= v >> 15;
+  v *= 0x846ca68bu;
+  v ^= v >> 16;
+  return static_cast<float>(static_cast<int32_t>(v >> 8)) * 0x1.0p-24f;
+}
+
+static void stochRunVec(const float* x, const float* m, const float* inv, int64_t n, float top,
+                        uint32_t lo, uint32_t key, uint8_t* codes) {
+  const __m256 tv = _mm256_set1_ps(top - 0.5f);
+  codeLoop(
+      x, n, codes,
+      [&](int64_t j) {
+        return stoch8(_mm256_loadu_ps(x + j), _mm256_loadu_ps(m + j), _mm256_loadu_ps(inv + j),
+                      uniform8(lo, key, j), tv);
+      },
+      [&](int64_t j) { return stochOne(x[j], m[j], inv[j], uniformOne(lo, key, j), top - 0.5f); });
+}
+
+static void stochRun(const float* x, float m, float inv, int64_t n, float top, uint32_t lo,
+                     uint32_t key, uint8_t* codes) {
+  const __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv), tv = _mm256_set1_ps(top - 0.5f);
+  codeLoop(
+      x, n, codes,
+      [&](int64_t j) { return stoch8(_mm256_loadu_ps(x + j), mv, iv, uniform8(lo, key, j), tv); },
+      [&](int64_t j) { return stochOne(x[j], m, inv, uniformOne(lo, key, j), top - 0.5f); });
+}
+
 // hadamard's first three passes (h = 1, 2, 4) on 8 values in one register, each value times pre
 // first: per pass, the value beside it (a lane swap), its sum where the lane is a pair's low end
 // and the difference (low - high) where it is the high end; a + c = c + a exactly, so the bits are
