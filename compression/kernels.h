@@ -96,6 +96,12 @@ struct Kernels {
   // randk's kept set of indices lo .. lo + n - 1 (keep[k] = 1 where mix64(base ^ (lo + k)) <
   // threshold); returns how many are kept.
   int64_t (*randkKeep)(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep);
+  // randk's values: gather writes x[i] * scale for every kept i, in order, to kept (which has room
+  // for n + 8 values) and returns how many; scatter writes out[i] = the next of `values` where
+  // keep[i], else 0, reading at most `available` values, and returns how many it read.
+  int64_t (*randkGather)(const float* x, const uint8_t* keep, int64_t n, float scale, float* kept);
+  int64_t (*randkScatter)(const uint8_t* values, int64_t available, const uint8_t* keep, int64_t n,
+                          float* out);
   // lowrank's products over rows of d values and r basis rows p (r x d): coef[i * r + j] = the dot
   // of row i and p_j, summed in 8 lanes (lane k % 8 takes term k; lanes added pairwise:
   // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))); and out_i = ((0 + c_i0 p_0) + c_i1 p_1) +

@@ -478,6 +478,131 @@ static void stochRun(const float* x, float m, float inv, int64_t n, float top, u
       [&](int64_t j) { return stochOne(x[j], m, inv, uniformOne(lo, key, j), top - 0.5f); });
 }
 
+// randk's values 8 at a time: the lanes' keep flags as a bit mask, a permutation per mask (gather:
+// the kept lanes first, in order; scatter: lane j takes value popcount(mask below j)), zero where a
+// lane is not kept. The same values as kernels.inc's loops.
+#define KERNELS_HAVE_RANDK
+struct RandkTables {
+  alignas(32) int32_t pack[256][8];
+  alignas(32) int32_t expand[256][8];
+  uint64_t spread[256];  // bit j of m -> byte j (0 or 1)
+  RandkTables() {
+    for (int m = 0; m < 256; ++m) {
+      spread[m] = 0;
+      for (int j = 0; j < 8; ++j) spread[m] |= static_cast<uint64_t>((m >> j) & 1) << (8 * j);
+      int c = 0;
+      for (int j = 0; j < 8; ++j) {
+        pack[m][j] = 0;
+        expand[m][j] = 0;
+      }
+      for (int j = 0; j < 8; ++j)
+        if (m & (1 << j)) {
+          pack[m][c] = j;
+          expand[m][j] = c++;
+        }
+    }
+  }
+};
+static const RandkTables& randkTables() {
+  static const RandkTables t;
+  return t;
+}
+
+static inline int keepMask8(const uint8_t* keep) {
+  const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep)));
+  return _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(k, _mm256_setzero_si256())));
+}
+
+// x * c mod 2^64 in four 64-bit lanes (AVX2 has no 64-bit multiply): lo*lo + ((lo*hi + hi*lo) <<
+// 32).
+static inline __m256i mul64(__m256i x, __m256i c, __m256i cHi) {
+  const __m256i cross =
+      _mm256_add_epi64(_mm256_mul_epu32(x, cHi), _mm256_mul_epu32(_mm256_srli_epi64(x, 32), c));
+  return _mm256_add_epi64(_mm256_mul_epu32(x, c), _mm256_slli_epi64(cross, 32));
+}
+
+// kernels.inc's randkKeep (mix64 of base ^ index below threshold), four indices a vector, eight a
+// step.
+static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep) {
+  const __m256i golden = _mm256_set1_epi64x(static_cast<int64_t>(0x9E3779B97F4A7C15ull));
+  const __m256i c1 = _mm256_set1_epi64x(static_cast<int64_t>(0xBF58476D1CE4E5B9ull));
+  const __m256i c2 = _mm256_set1_epi64x(static_cast<int64_t>(0x94D049BB133111EBull));
+  const __m256i c1Hi = _mm256_srli_epi64(c1, 32), c2Hi = _mm256_srli_epi64(c2, 32);
+  const __m256i sign = _mm256_set1_epi64x(static_cast<int64_t>(0x8000000000000000ull));
+  const __m256i thr = _mm256_xor_si256(_mm256_set1_epi64x(static_cast<int64_t>(threshold)), sign);
+  const __m256i b = _mm256_set1_epi64x(static_cast<int64_t>(base));
+  auto below = [&](__m256i idx) {  // lanes with mix64(base ^ idx) < threshold (unsigned)
+    __m256i z = _mm256_add_epi64(_mm256_xor_si256(b, idx), golden);
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1, c1Hi);
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2, c2Hi);
+    z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+    return _mm256_movemask_pd(
+        _mm256_castsi256_pd(_mm256_cmpgt_epi64(thr, _mm256_xor_si256(z, sign))));
+  };
+  const RandkTables& t = randkTables();
+  int64_t count = 0, k = 0;
+  __m256i idx = _mm256_add_epi64(_mm256_set1_epi64x(lo), _mm256_setr_epi64x(0, 1, 2, 3));
+  const __m256i four = _mm256_set1_epi64x(4);
+  for (; k + 8 <= n; k += 8) {
+    const int m = below(idx) | (below(_mm256_add_epi64(idx, four)) << 4);
+    idx = _mm256_add_epi64(idx, _mm256_set1_epi64x(8));
+    std::memcpy(keep + k, &t.spread[m], 8);  // the 8 mask bits as 8 bytes of 0 / 1
+    count += __builtin_popcount(static_cast<unsigned>(m));
+  }
+  for (; k < n; ++k) {
+    uint64_t z = (base ^ static_cast<uint64_t>(lo + k)) + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    keep[k] = z < threshold;
+    count += z < threshold;
+  }
+  return count;
+}
+
+static int64_t randkGather(const float* x, const uint8_t* keep, int64_t n, float scale,
+                           float* kept) {
+  const RandkTables& t = randkTables();
+  const __m256 sv = _mm256_set1_ps(scale);
+  int64_t c = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int m = keepMask8(keep + i);
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), sv);
+    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.pack[m]));
+    _mm256_storeu_ps(kept + c, _mm256_permutevar8x32_ps(v, idx));
+    c += __builtin_popcount(static_cast<unsigned>(m));
+  }
+  for (; i < n; ++i) {
+    kept[c] = x[i] * scale;
+    c += keep[i];
+  }
+  return c;
+}
+
+static int64_t randkScatter(const uint8_t* values, int64_t available, const uint8_t* keep,
+                            int64_t n, float* out) {
+  const RandkTables& t = randkTables();
+  int64_t c = 0, i = 0;
+  // Eight values are loaded at a time while eight remain to be read; the rest one by one.
+  for (; i + 8 <= n && c + 8 <= available; i += 8) {
+    const int m = keepMask8(keep + i);
+    const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(values + 4 * c));
+    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.expand[m]));
+    const __m256i lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(m), lanes), lanes);
+    _mm256_storeu_ps(out + i,
+                     _mm256_and_ps(_mm256_permutevar8x32_ps(v, idx), _mm256_castsi256_ps(on)));
+    c += __builtin_popcount(static_cast<unsigned>(m));
+  }
+  for (; i < n; ++i) {
+    float v = 0.0f;
+    if (keep[i] && c < available) std::memcpy(&v, values + 4 * c, 4);
+    if (keep[i]) ++c;
+    out[i] = v;
+  }
+  return c;
+}
+
 // hadamard's first three passes (h = 1, 2, 4) on 8 values in one register, each value times pre
 // first: per pass, the value beside it (a lane swap), its sum where the lane is a pair's low end
 // and the difference (low - high) where it is the high end; a + c = c + a exactly, so the bits are

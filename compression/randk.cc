@@ -83,17 +83,13 @@ void RandkCodec::encode(const float* x, const Shape& shape, const CodecContext& 
   uint8_t* head = ByteWriter(out).grow(4 + 4 * static_cast<size_t>(k));
   std::memcpy(head, &k, 4);
   uint8_t* values = head + 4;
+  const Kernels& kern = kernels();
   parallelRanges(n, kRandkBlock, [&](int64_t lo, int64_t hi, int64_t part) {
-    float kept[kRandkBlock + 1];  // every value written, the count moved past kept ones only
+    float kept[kRandkBlock + 8];  // room for the kernel's last whole vector
     uint8_t* vp = values + 4 * starts_[part];
     for (int64_t b = lo; b < hi; b += kRandkBlock) {
       const int64_t len = std::min(kRandkBlock, hi - b);
-      const uint8_t* keep = keep_.data() + b;
-      int64_t c = 0;
-      for (int64_t i = 0; i < len; ++i) {
-        kept[c] = x[b + i] * scale;
-        c += keep[i];
-      }
+      const int64_t c = kern.randkGather(x + b, keep_.data() + b, len, scale, kept);
       std::memcpy(vp, kept, 4 * static_cast<size_t>(c));
       vp += 4 * c;
     }
@@ -116,26 +112,18 @@ void RandkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
                  std::to_string(4 + 4 * static_cast<size_t>(k)) + " for shape " +
                  shapeString(shape));
   const uint8_t* values = r.take(4 * static_cast<size_t>(k), "values");
-  // Branch-free: every value slot is read (the last kept value's slot again past the end, from a
-  // zero), the mask selects; a large output is streamed around the cache as quant's is.
-  const uint8_t* end = values + 4 * static_cast<size_t>(k);
+  // The kernel reads no value past the payload's end; a large output is streamed around the
+  // cache as quant's is.
   const bool stream = n >= QuantCodec::kStreamValues;
   const Kernels& kern = kernels();
   parallelRanges(n, kRandkBlock, [&](int64_t lo, int64_t hi, int64_t part) {
-    static const float kZero = 0.0f;
     float buf[kRandkBlock];
-    const uint8_t* vp = values + 4 * starts_[part];
+    int64_t at = starts_[part];
     for (int64_t b = lo; b < hi; b += kRandkBlock) {
       const int64_t len = std::min(kRandkBlock, hi - b);
       float* o = stream ? buf : out + b;
-      for (int64_t i = 0; i < len; ++i) {
-        uint32_t v;  // the value's bits, masked: a select the compiler keeps free of branches
-        std::memcpy(&v, vp < end ? vp : reinterpret_cast<const uint8_t*>(&kZero), 4);
-        const uint32_t keep = keep_[b + i];
-        v &= 0u - keep;
-        std::memcpy(o + i, &v, 4);
-        vp += 4 * keep;
-      }
+      at += kern.randkScatter(values + 4 * at, static_cast<int64_t>(k) - at, keep_.data() + b, len,
+                              o);
       if (stream) kern.streamOut(buf, len, out + b);
     }
     if (stream) kern.streamFence();
