@@ -100,6 +100,9 @@ struct Kernels {
   // for n + 8 values) and returns how many; scatter writes out[i] = the next of `values` where
   // keep[i], else 0, reading at most `available` values, and returns how many it read.
   int64_t (*randkGather)(const float* x, const uint8_t* keep, int64_t n, float scale, float* kept);
+  // topk's candidates: the positions k in [0, n) (n <= 2^31) whose |x| bits (the float's bits
+  // without the sign) are >= lo (lo < 2^31), ascending, to idx (room for n); returns how many.
+  int64_t (*keysAtLeast)(const float* x, int64_t n, uint32_t lo, uint32_t* idx);
   int64_t (*randkScatter)(const uint8_t* values, int64_t available, const uint8_t* keep, int64_t n,
                           float* out);
   // lowrank's products over rows of d values and r basis rows p (r x d): coef[i * r + j] = the dot

@@ -560,6 +560,36 @@ static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t 
   return count;
 }
 
+// kernels.inc's keysAtLeast, 16 values a step: the keys as signed int32 (both sides below 2^31),
+// a mask of the lanes at or above lo, its set bits in order; blocks without one cost a compare.
+static int64_t keysAtLeast(const float* x, int64_t n, uint32_t lo, uint32_t* idx) {
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(lo) - 1);  // key > lo - 1
+  int64_t c = 0, k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __builtin_prefetch(x + k + kPrefetch);
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k)), absMask);
+    const __m256i b =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k + 8)), absMask);
+    unsigned m =
+        static_cast<unsigned>(
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, below)))) |
+        static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(b, below))))
+            << 8;
+    while (m) {
+      idx[c++] = static_cast<uint32_t>(k + __builtin_ctz(m));
+      m &= m - 1;
+    }
+  }
+  for (; k < n; ++k) {
+    uint32_t bits;
+    std::memcpy(&bits, x + k, 4);
+    if ((bits & 0x7fffffffu) >= lo) idx[c++] = static_cast<uint32_t>(k);
+  }
+  return c;
+}
+
 static int64_t randkGather(const float* x, const uint8_t* keep, int64_t n, float scale,
                            float* kept) {
   const RandkTables& t = randkTables();

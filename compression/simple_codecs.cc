@@ -109,24 +109,6 @@ namespace {
 
 inline uint32_t keyOf(const float* x, int64_t i) { return floatBits(x[i]) & 0x7fffffffu; }
 
-// Calls fn(i) for every i in [from, to) whose key lies in [lo, lo + width), skipping blocks with
-// none (a vectorizable test: the selected values are few).
-template <typename Fn>
-void forEachInRange(const float* x, int64_t from, int64_t to, uint32_t lo, uint32_t width,
-                    Fn&& fn) {
-  constexpr int64_t kBlock = 16;
-  int64_t i = from;
-  for (; i + kBlock <= to; i += kBlock) {
-    uint32_t any = 0;
-    for (int64_t j = 0; j < kBlock; ++j) any |= (keyOf(x, i + j) - lo) < width;
-    if (!any) continue;
-    for (int64_t j = i; j < i + kBlock; ++j)
-      if (keyOf(x, j) - lo < width) fn(j);
-  }
-  for (; i < to; ++i)
-    if (keyOf(x, i) - lo < width) fn(i);
-}
-
 // A candidate: its index and its value's bits (|x|'s key is bits & 0x7fffffff), kept together so
 // that choosing among candidates never goes back to the message.
 struct Cand {
@@ -152,10 +134,19 @@ std::vector<Cand> chooseAmong(const std::vector<Cand>& cand, int64_t k) {
   return chosen;
 }
 
+// Every i in [from, to) whose key is >= lo, in order, through the kernels' scan a block
+// at a time.
 void collect(const float* x, int64_t from, int64_t to, uint32_t lo, std::vector<Cand>& out) {
-  forEachInRange(x, from, to, lo, 0x80000000u - lo, [&](int64_t i) {
-    out.push_back({static_cast<uint32_t>(i), floatBits(x[i])});
-  });
+  constexpr int64_t kBlock = 4096;
+  uint32_t idx[kBlock];
+  const Kernels& k = kernels();
+  for (int64_t b = from; b < to; b += kBlock) {
+    const int64_t len = std::min(kBlock, to - b), c = k.keysAtLeast(x + b, len, lo, idx);
+    for (int64_t j = 0; j < c; ++j) {
+      const auto i = static_cast<uint32_t>(b + idx[j]);
+      out.push_back({i, floatBits(x[i])});
+    }
+  }
 }
 
 // The k largest by a threshold from a sample: 512 evenly spaced runs of 64 values (cache lines
