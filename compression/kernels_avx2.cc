@@ -674,56 +674,84 @@ static void streamOut(const float* src, int64_t n, float* dst) {
 
 static void streamFence() { _mm_sfence(); }
 
-// lowrank's products (kernels.h) in registers: JN basis rows at a time share each load of x; eight
-// lanes per dot as the shared definition sums them, the tail into lane k % 8, the same pairwise
-// reduction. Expand: 8 outputs at a time, the r terms added in order onto 0.
-template <int JN>
-static void projectRows(const float* a, int64_t d, const float* p, float* out) {
-  __m256 acc[JN];
-  for (int j = 0; j < JN; ++j) acc[j] = _mm256_setzero_ps();
+// lowrank's products (kernels.h) in registers, blocked so that each load serves several products:
+// project takes IM rows of x against JN basis rows (IM x JN dots, eight lanes each, summed as the
+// shared definition sums them: the tail into lane k % 8, the same pairwise reduction); expand
+// writes IM rows' outputs KB vectors at a time, the r terms added in order onto 0. Blocking changes
+// which products share a load, never the order of any sum: the bits are the unblocked loops'.
+template <int IM, int JN>
+static void projectBlock(const float* a, int64_t d, const float* p, int64_t r, float* out) {
+  __m256 acc[IM][JN];
+  for (int i = 0; i < IM; ++i)
+    for (int j = 0; j < JN; ++j) acc[i][j] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 8 <= d; k += 8) {
-    const __m256 xv = _mm256_loadu_ps(a + k);
-    for (int j = 0; j < JN; ++j)
-      acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(xv, _mm256_loadu_ps(p + j * d + k)));
+    __m256 pv[JN];
+    for (int j = 0; j < JN; ++j) pv[j] = _mm256_loadu_ps(p + j * d + k);
+    for (int i = 0; i < IM; ++i) {
+      const __m256 xv = _mm256_loadu_ps(a + i * d + k);
+      for (int j = 0; j < JN; ++j) acc[i][j] = _mm256_add_ps(acc[i][j], _mm256_mul_ps(xv, pv[j]));
+    }
   }
-  for (int j = 0; j < JN; ++j) {
-    float lane[8];
-    _mm256_storeu_ps(lane, acc[j]);
-    for (int64_t t = k; t < d; ++t) lane[t % 8] += a[t] * p[j * d + t];
-    out[j] =
-        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  }
+  for (int i = 0; i < IM; ++i)
+    for (int j = 0; j < JN; ++j) {
+      float lane[8];
+      _mm256_storeu_ps(lane, acc[i][j]);
+      for (int64_t t = k; t < d; ++t) lane[t % 8] += a[i * d + t] * p[j * d + t];
+      out[i * r + j] =
+          ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    }
+}
+
+template <int IM>
+static void projectRowsOf(const float* x, int64_t d, const float* p, int64_t r, float* coef) {
+  int64_t j = 0;
+  for (; j + 4 <= r; j += 4) projectBlock<IM, 4>(x, d, p + j * d, r, coef + j);
+  for (; j < r; ++j) projectBlock<IM, 1>(x, d, p + j * d, r, coef + j);
 }
 
 static void lowrankProject(const float* x, int64_t rows, int64_t d, const float* p, int64_t r,
                            float* coef) {
-  for (int64_t i = 0; i < rows; ++i) {
-    int64_t j = 0;
-    for (; j + 8 <= r; j += 8) projectRows<8>(x + i * d, d, p + j * d, coef + i * r + j);
-    for (; j < r; ++j) projectRows<1>(x + i * d, d, p + j * d, coef + i * r + j);
+  int64_t i = 0;
+  for (; i + 2 <= rows; i += 2) projectRowsOf<2>(x + i * d, d, p, r, coef + i * r);
+  for (; i < rows; ++i) projectRowsOf<1>(x + i * d, d, p, r, coef + i * r);
+}
+
+template <int IM, int KB>
+static void expandBlock(const float* c, int64_t r, const float* p, int64_t d, int64_t k, float* o) {
+  __m256 acc[IM][KB];
+  for (int i = 0; i < IM; ++i)
+    for (int q = 0; q < KB; ++q) acc[i][q] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < r; ++j) {
+    __m256 pv[KB];
+    for (int q = 0; q < KB; ++q) pv[q] = _mm256_loadu_ps(p + j * d + k + 8 * q);
+    for (int i = 0; i < IM; ++i) {
+      const __m256 cv = _mm256_set1_ps(c[i * r + j]);
+      for (int q = 0; q < KB; ++q) acc[i][q] = _mm256_add_ps(acc[i][q], _mm256_mul_ps(cv, pv[q]));
+    }
   }
+  for (int i = 0; i < IM; ++i)
+    for (int q = 0; q < KB; ++q) _mm256_storeu_ps(o + i * d + k + 8 * q, acc[i][q]);
+}
+
+template <int IM>
+static void expandRows(const float* c, int64_t r, const float* p, int64_t d, float* o) {
+  int64_t k = 0;
+  for (; k + 32 <= d; k += 32) expandBlock<IM, 4>(c, r, p, d, k, o);
+  for (; k + 8 <= d; k += 8) expandBlock<IM, 1>(c, r, p, d, k, o);
+  for (int i = 0; i < IM; ++i)
+    for (int64_t t = k; t < d; ++t) {
+      float v = 0.0f;
+      for (int64_t j = 0; j < r; ++j) v += c[i * r + j] * p[j * d + t];
+      o[i * d + t] = v;
+    }
 }
 
 static void lowrankExpand(const float* coef, int64_t rows, int64_t r, const float* p, int64_t d,
                           float* out) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* c = coef + i * r;
-    float* o = out + i * d;
-    int64_t k = 0;
-    for (; k + 8 <= d; k += 8) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t j = 0; j < r; ++j)
-        acc =
-            _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(c[j]), _mm256_loadu_ps(p + j * d + k)));
-      _mm256_storeu_ps(o + k, acc);
-    }
-    for (; k < d; ++k) {
-      float v = 0.0f;
-      for (int64_t j = 0; j < r; ++j) v += c[j] * p[j * d + k];
-      o[k] = v;
-    }
-  }
+  int64_t i = 0;
+  for (; i + 2 <= rows; i += 2) expandRows<2>(coef + i * r, r, p, d, out + i * d);
+  for (; i < rows; ++i) expandRows<1>(coef + i * r, r, p, d, out + i * d);
 }
 #define KERNELS_HAVE_LOWRANK
 
