@@ -330,13 +330,15 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   const int bits = opt_.quant.bits;
   const bool inRegisters =
       store_.options().dtype == StoreOptions::Dtype::kFp16 && k.deltaApplyH != nullptr;
-  // Large outputs are built in a chunk buffer and streamed to their place (as quant's decode does).
+  // Large outputs are built a piece at a time in buffers that stay in L1 and streamed to their
+  // place (as quant's decode does).
   const bool stream = qs.size() >= QuantCodec::kStreamValues;
+  const int64_t piece = stream ? QuantCodec::kStreamPiece : kChunk;
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
-    std::vector<float> mbuf(kChunk), d(kChunk), obuf(stream ? kChunk : 0);
+    std::vector<float> mbuf(piece), d(piece), obuf(stream ? piece : 0);
     uint8_t codes[kChunk];
-    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
-      const int64_t len = std::min(kChunk, hi - i0);
+    for (int64_t i0 = lo; i0 < hi; i0 += piece) {
+      const int64_t len = std::min(piece, hi - i0);
       unpackBits(packed + i0 * bits / 8, len, bits, codes);
       qs.dequantize(codes, i0, len, d.data());
       // The output row is what both sides now hold: m + Q(d) after the store's rounding.

@@ -491,17 +491,18 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   s.readScales(payload);
   const uint8_t* packed = payload + s.scaleBytes();
   // A large output goes out around the cache (it cannot stay there for its reader anyway): each
-  // chunk is decoded into a buffer that stays in cache, then streamed to its place.
+  // piece is decoded into a buffer that stays in L1 (16 KiB), then streamed to its place.
   const bool stream = s.size() >= kStreamValues;
+  const int64_t piece = stream ? kStreamPiece : kChunk;
   const Kernels& k = kernels();
   parallelRanges(s.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
     uint8_t codes[kChunk];
-    std::vector<float> buf(stream ? kChunk : 0);
-    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
-      const int64_t len = std::min(kChunk, hi - i0);
+    float buf[kStreamPiece];
+    for (int64_t i0 = lo; i0 < hi; i0 += piece) {
+      const int64_t len = std::min(piece, hi - i0);
       unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
-      s.dequantize(codes, i0, len, stream ? buf.data() : out + i0);
-      if (stream) k.streamOut(buf.data(), len, out + i0);
+      s.dequantize(codes, i0, len, stream ? buf : out + i0);
+      if (stream) k.streamOut(buf, len, out + i0);
     }
     if (stream) k.streamFence();
   });

@@ -162,6 +162,8 @@ class QuantCodec : public Codec {
   static constexpr int64_t kChunk = 16384;  // values per quantize/pack step (a multiple of 8)
   // Outputs of at least this many values (8 MiB) are written around the cache (Kernels::streamOut).
   static constexpr int64_t kStreamValues = int64_t{1} << 21;
+  // Values decoded into an L1 buffer before they are streamed out (a multiple of 8).
+  static constexpr int64_t kStreamPiece = 4096;
 
  private:
   friend class QuantStream;
