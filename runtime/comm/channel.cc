@@ -1,4 +1,4 @@
-// A Channel: this rank's links with one peer (see channel.h).
+// A Channel's two ends: this rank's side of one directed link (see channel.h).
 #include "runtime/comm/channel.h"
 
 #include <algorithm>
@@ -18,7 +18,37 @@ zmq::message_t frameMessage(compression::Bytes&& frame) {
       [](void*, void* hint) { delete static_cast<compression::Bytes*>(hint); }, owned);
 }
 
-Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
+void DelayObserved::add(double d) {
+  minS = std::min(minS, d);
+  maxS = std::max(maxS, d);
+  ++messages;
+}
+
+void DelayObserved::merge(const DelayObserved& o) {
+  minS = std::min(minS, o.minS);
+  maxS = std::max(maxS, o.maxS);
+  messages += o.messages;
+}
+
+void LinkStats::add(const LinkStats& o) {
+  for (int k = 0; k < kKinds; ++k) {
+    raw[k] += o.raw[k];
+    wire[k] += o.wire[k];
+  }
+  encodeS += o.encodeS;
+  decodeS += o.decodeS;
+  waitS += o.waitS;
+  delay.merge(o.delay);
+}
+
+compression::Codec& CodecHalf::get(const std::string& key, const std::string& spec,
+                                   const std::string& instance) {
+  auto& c = codecs_[key];
+  if (!c) c = compression::makeCodec(spec, instance);
+  return *c;
+}
+
+ChannelIn::ChannelIn(zmq::context_t& ctx, const ChannelInOptions& opt) : opt_(opt) {
   pull_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pull);
   pull_->set(zmq::sockopt::rcvhwm, 0);
   pull_->set(zmq::sockopt::linger, 0);
@@ -31,22 +61,46 @@ Channel::Channel(zmq::context_t& ctx, const ChannelOptions& opt) : opt_(opt) {
   endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
 }
 
-Channel::~Channel() {
+void ChannelIn::connect(const LinkEntry& in, emulator::LinkModel* inbound) {
+  if (in.src != opt_.peer)
+    throw std::logic_error("channel from rank " + std::to_string(opt_.peer) +
+                           ": connected with link " + std::to_string(in.src) + " -> " +
+                           std::to_string(in.dst));
+  receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS,
+                                                         in.receiverJitterS, opt_.receiverSeed);
+  receiver_->refuseArrivalsBeyond(opt_.maxAheadS);
+  maxStripes_ = in.model.empty() ? std::max(1, in.spec.tcp.streams) : 1;
+  if (inbound) receiver_->billWith(inbound, in.spec);
+}
+
+void ChannelIn::decode(compression::Codec& decoder, const compression::FrameHeader& h,
+                       const uint8_t* bytes, size_t payloadAt, const compression::CodecContext& ctx,
+                       std::vector<float>& out, int64_t maxElements) {
+  const double t0 = emulator::monotonicNow();
+  compression::decodeParsedFrame(decoder, h, bytes, payloadAt, ctx, out, maxElements);
+  stats_.decodeS += emulator::monotonicNow() - t0;
+}
+
+LinkStats ChannelIn::takeStats() {
+  LinkStats s = stats_;
+  stats_ = LinkStats{};
+  return s;
+}
+
+ChannelOut::~ChannelOut() {
   if (senders_.empty()) return;
   try {  // the first stream's clock: the one a link model stamps with (striping is the kernel's)
-    emulator::writeLinkDraws(self_, opt_.peer, senders_[0]->clock());
+    emulator::writeLinkDraws(self_, peer_, senders_[0]->clock());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "slowpipe: %s\n", e.what());
   }
 }
 
-void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out,
-                      const LinkEntry& in, emulator::LinkModel* inbound, uint64_t senderSeed) {
-  if (out.dst != opt_.peer || in.src != opt_.peer || out.src != in.dst)
-    throw std::logic_error("channel to rank " + std::to_string(opt_.peer) +
-                           ": connected with links " + std::to_string(out.src) + " -> " +
-                           std::to_string(out.dst) + " and " + std::to_string(in.src) + " -> " +
-                           std::to_string(in.dst));
+void ChannelOut::connect(zmq::context_t& ctx, const std::string& peerEndpoint, const LinkEntry& out,
+                         uint64_t senderSeed) {
+  if (out.dst != peer_)
+    throw std::logic_error("channel to rank " + std::to_string(peer_) + ": connected with link " +
+                           std::to_string(out.src) + " -> " + std::to_string(out.dst));
   self_ = out.src;
   // Where the kernel carries the link, network.tcp.streams connections (each its own PUSH socket,
   // so its own TCP connection); a link model's timing is its own business: one.
@@ -57,7 +111,7 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
     // Linger: a rank that finishes first must still deliver its last messages (the final
     // evaluation batches, the last round's frames) before its process exits.
     push->set(zmq::sockopt::linger, 30000);
-    if (opt_.security) opt_.security->client(*push, opt_.peer);
+    if (security_) security_->client(*push, peer_);
     push->connect(peerEndpoint);
     senders_.push_back(std::make_unique<emulator::ShapedSender>(
         *push, out.spec, out.model.empty() ? nullptr : &emulator::linkModel(out.model),
@@ -66,27 +120,39 @@ void Channel::connect(zmq::context_t& ctx, const std::string& peerEndpoint, cons
       senders_.back()->shareAccess(&emulator::processAccessLinks(), out.access);
     pushes_.push_back(std::move(push));
   }
-  receiver_ = std::make_unique<emulator::ShapedReceiver>(*pull_, in.receiverLatencyS,
-                                                         in.receiverJitterS, opt_.receiverSeed);
-  receiver_->refuseArrivalsBeyond(opt_.maxAheadS);
-  maxStripes_ = in.model.empty() ? std::max(1, in.spec.tcp.streams) : 1;
-  if (inbound) receiver_->billWith(inbound, in.spec);
 }
 
-void Channel::setTraceOrigin(double origin) {
+void ChannelOut::setTraceOrigin(double origin) {
   for (auto& sender : senders_) sender->setTraceOrigin(origin);
 }
 
-double Channel::send(zmq::message_t frame) {
+zmq::message_t ChannelOut::encode(compression::Codec& encoder, const float* x,
+                                  const compression::FrameHeader& h,
+                                  const compression::CodecContext& ctx) {
+  const double t0 = emulator::monotonicNow();
+  zmq::message_t frame = frameMessage(compression::encodeFrame(encoder, x, h, ctx));
+  stats_.encodeS += emulator::monotonicNow() - t0;
+  return frame;
+}
+
+void ChannelOut::send(zmq::message_t frame, compression::MessageKind kind, int64_t raw) {
   if (senders_.empty())
-    throw std::logic_error("channel to rank " + std::to_string(opt_.peer) +
-                           " used before connect()");
+    throw std::logic_error("channel to rank " + std::to_string(peer_) + " used before connect()");
+  const auto k = static_cast<size_t>(kind) % LinkStats::kKinds;
+  stats_.raw[k] += raw;
+  stats_.wire[k] += static_cast<int64_t>(frame.size());
   const double t0 = emulator::monotonicNow();
   if (senders_.size() == 1)
     senders_[0]->send(std::move(frame));
   else
     sendStriped(std::move(frame));
-  return emulator::monotonicNow() - t0;
+  stats_.waitS += emulator::monotonicNow() - t0;  // queue-limit blocking counts as waiting
+}
+
+LinkStats ChannelOut::takeStats() {
+  LinkStats s = stats_;
+  stats_ = LinkStats{};
+  return s;
 }
 
 namespace {
@@ -96,7 +162,7 @@ constexpr size_t kStripeHeader = 16;           // magic u32, index u16, count u1
 
 }  // namespace
 
-void Channel::sendStriped(zmq::message_t frame) {
+void ChannelOut::sendStriped(zmq::message_t frame) {
   const size_t bytes = frame.size(), count = senders_.size();
   const uint64_t seq = stripeSeq_++;
   const auto* data = static_cast<const uint8_t*>(frame.data());
@@ -115,7 +181,7 @@ void Channel::sendStriped(zmq::message_t frame) {
   }
 }
 
-std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMessage m) {
+std::optional<emulator::ShapedMessage> ChannelIn::joinStripes(emulator::ShapedMessage m) {
   const auto* p = static_cast<const uint8_t*>(m.payload.data());
   uint32_t magic = 0;
   if (m.payload.size() >= kStripeHeader) std::memcpy(&magic, p, 4);
@@ -175,14 +241,13 @@ std::optional<emulator::ShapedMessage> Channel::joinStripes(emulator::ShapedMess
 // What incomplete frames may hold: 64 frames of the largest size (a step's micro-batches racing
 // over their connections, one connection behind), at least 256 MiB; 4 GiB where messages have no
 // size limit.
-size_t Channel::maxPartialBytes() const {
+size_t ChannelIn::maxPartialBytes() const {
   if (opt_.maxMessageBytes <= 0) return size_t{4} << 30;
   return std::max<size_t>(size_t{256} << 20, 64 * static_cast<size_t>(opt_.maxMessageBytes));
 }
 
-std::optional<Channel::Received> Channel::take(
-    const std::function<Verdict(const compression::FrameHeader&)>& judge, double timeoutS,
-    double* waitedS) {
+std::optional<ChannelIn::Received> ChannelIn::take(
+    const std::function<Verdict(const compression::FrameHeader&)>& judge, double timeoutS) {
   if (!receiver_)
     throw std::logic_error("channel from rank " + std::to_string(opt_.peer) +
                            " read before connect()");
@@ -218,7 +283,8 @@ std::optional<Channel::Received> Channel::take(
     r.slip = v == Verdict::kSlip;
     got = std::move(r);
   }
-  *waitedS = emulator::monotonicNow() - t0;
+  stats_.waitS += emulator::monotonicNow() - t0;
+  if (got && !got->slip) stats_.delay.add(got->oneWayS());
   return got;
 }
 

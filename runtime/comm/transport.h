@@ -1,21 +1,21 @@
-// Stage transport: framed, codec-compressed, shaped channels between a stage and its pipeline
-// peers.
+// Stage transport: a stage's messages to and from its pipeline peers, routed onto Channels.
 //
-// Protocol. One Channel (runtime/comm/channel.h) per peer rank: the PULL socket this rank binds for
-// the peer's messages and the PUSH socket to the peer's; the previous and the next stage are routes
-// to a channel (with interleaved model chunks the pipeline is a ring, and with two stages both
-// routes lead to the one channel of that pair, which so carries, and is shaped as, one link). Every
-// message is an emulator Envelope + a compression Frame. Per channel there is one codec pair
-// (sender encodes, receiver decodes) per (direction, chunk): the forward codec carries activations
-// across a virtual-stage boundary b -> b + 1, the backward codec their gradients b + 1 -> b, and
-// `chunk` is the model chunk of b's side (protocol::boundaryChunk; 0 with one chunk per stage,
-// which is one pair per direction). Evaluation activations (kEval) and control scalars (kControl)
-// travel uncompressed. A receiver takes the message it expects by key (kind, step, micro-batch,
-// chunk; the frame carries the chunk): one that arrives ahead of its turn on a shared channel waits
-// in that channel's stash (an older step's message is a protocol slip, an error), then decodes.
-// Codec instances are named "r<rank>-<fwd|bwd>-<send|recv>" (chunk c > 0 adds "-c<c>"; files of
-// file-backed codecs derive from it); ef's residual key is
-// "<fwd|bwd>/mb<micro-batch>" within its codec instance.
+// Protocol. One Channel (runtime/comm/channel.h) per directed link with a peer rank: its
+// ChannelOut here carries what this rank sends the peer, its ChannelIn what the peer sends here;
+// the previous and the next stage are routes to a peer's channels (with interleaved model chunks
+// the pipeline is a ring, and with two stages both routes lead to the one pair of channels of that
+// peer, which so carry, and are shaped as, its two links). Every message is an emulator Envelope +
+// a compression Frame. Each channel end holds its half of one codec pair per (direction, chunk)
+// (the sending end the encoder, the receiving end the decoder, keyed "fwd/c<chunk>" /
+// "bwd/c<chunk>"): the forward codec carries activations across a virtual-stage boundary
+// b -> b + 1, the backward codec their gradients b + 1 -> b, and `chunk` is the model chunk of b's
+// side (protocol::boundaryChunk; 0 with one chunk per stage, which is one pair per direction).
+// Evaluation activations (kEval) and control scalars (kControl) travel uncompressed ("plain"). A
+// receiver takes the message it expects by key (kind, step, micro-batch, chunk; the frame carries
+// the chunk): one that arrives ahead of its turn waits in its channel's stash (an older step's
+// message is a protocol slip, an error), then decodes. Codec instances are named
+// "r<rank>-<fwd|bwd>-<send|recv>" (chunk c > 0 adds "-c<c>"; files of file-backed codecs derive
+// from it); ef's residual key is "<fwd|bwd>/mb<micro-batch>" within its codec instance.
 // A non-finite value in a tensor to send stops the run with a message naming step, stage and
 // micro-batch (NonFiniteError from the frame encoder).
 #pragma once
@@ -47,19 +47,9 @@ struct Tensor32 {  // a float tensor as the transport sees it
   std::vector<int64_t> exampleIds;
 };
 
-// One-way times the receiver observed: delivery minus the sender's send stamp, both on the
-// host's CLOCK_MONOTONIC (same host). min = +inf / max = 0 when nothing arrived.
-struct DelayObserved {
-  double minS = 1e300, maxS = 0;
-  int64_t messages = 0;
-  void add(double d) {
-    minS = std::min(minS, d);
-    maxS = std::max(maxS, d);
-    ++messages;
-  }
-};
-
-// Bytes and time spent by one stage; reset each step.
+// Bytes and time spent by one stage, summed over its channels; reset each step. fromPrev /
+// fromNext: the one-way times of the link from the previous / the next stage's rank (with a ring
+// of two stages, one link: both say the same).
 struct TransportStats {
   int64_t fwdRaw = 0, fwdWire = 0, bwdRaw = 0, bwdWire = 0;
   double encodeS = 0, decodeS = 0, waitS = 0;
@@ -118,23 +108,18 @@ class StageTransport {
   uint64_t codecDigest(bool forward, bool sender) const;
 
  private:
-  // A pipeline peer: the channel to it (runtime/comm/channel.h) and the codecs of its messages.
-  struct Peer {
-    int rank = -1, stage = -1;
-    std::unique_ptr<Channel> channel;
-    // Codecs by (forward?, chunk): what this rank sends to / receives from the peer.
-    std::map<std::pair<bool, int>, std::unique_ptr<compression::Codec>> encoders, decoders;
-    std::unique_ptr<compression::Codec> plainEncoder, plainDecoder;  // kEval / kControl
-  };
-  Peer& route(bool next);
-  compression::Codec& codec(Peer& p, bool encoder, bool forward, int chunk);
+  ChannelOut& out(bool next);
+  ChannelIn& in(bool prev);
+  // The half of (direction, chunk)'s codec pair at one end, made at its first use: "r<rank>-<fwd|
+  // bwd>-<send|recv>", plus "-c<chunk>" past chunk 0.
+  compression::Codec& codec(CodecHalf& half, bool encoder, bool forward, int chunk);
   TransportOptions opt_;
   zmq::context_t& ctx_;
-  std::map<int, Peer> peers_;  // by peer rank
+  std::map<int, std::unique_ptr<ChannelIn>> in_;    // by peer rank: the links peer -> this rank
+  std::map<int, std::unique_ptr<ChannelOut>> out_;  // the links this rank -> peer
   // The receiving part of the inbound links' model (serial_fifo: this rank's inbound wire), shared
   // by them; none where the sender stamps every message or the kernel paces.
   std::unique_ptr<emulator::LinkModel> inbound_;
-  TransportStats stats_;
 };
 
 }  // namespace slowpipe::runtime

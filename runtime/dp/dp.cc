@@ -85,7 +85,7 @@ emulator::Topology dpTopology(const RunSpec& spec) {
 DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)), ctx_(ctx) {
   for (int q = 0; q < opt_.replicas; ++q) {
     if (q == opt_.replica) continue;
-    ChannelOptions c;
+    ChannelInOptions c;
     c.peer = rankOf(opt_.stage, q, opt_.replicas);
     c.bindHost = opt_.bindHost;
     c.security = opt_.security;
@@ -93,46 +93,42 @@ DpExchange::DpExchange(zmq::context_t& ctx, DpOptions opt) : opt_(std::move(opt)
     c.maxAheadS = opt_.recvTimeoutS;
     c.maxMessageBytes = opt_.maxMessageBytes;
     c.receiverSeed = 300 + 1000 * opt_.rank + q;
-    links_[q] = std::make_unique<Channel>(ctx_, c);
+    in_[q] = std::make_unique<ChannelIn>(ctx_, c);
+    out_[q] = std::make_unique<ChannelOut>(c.peer, opt_.security);
   }
 }
 
 json DpExchange::endpoints() const {
   json j = json::object();
-  for (const auto& [q, l] : links_) j[std::to_string(q)] = l->endpoint();
+  for (const auto& [q, c] : in_) j[std::to_string(q)] = c->endpoint();
   return j;
 }
 
 void DpExchange::connect(const json& peers, const RankLinks& links) {
-  for (auto& [q, l] : links_) {
+  for (auto& [q, o] : out_) {
     const std::string key = std::to_string(q);
     if (!peers.contains(key))
       throw std::runtime_error("stage " + std::to_string(opt_.stage) + " replica " +
                                std::to_string(opt_.replica) + ": no endpoint of replica " + key +
                                " in the peer table");
-    const int peer = l->peer();
+    const int peer = o->peer();
     const LinkEntry& in = links.at(peer, opt_.rank);
     if (!in.model.empty() && !inbound_) inbound_ = emulator::linkModel(in.model).make();
-    l->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer), in, inbound_.get(),
+    in_.at(q)->connect(in, inbound_.get());
+    o->connect(ctx_, peers[key].get<std::string>(), links.at(opt_.rank, peer),
                dpLinkSeed(opt_.rank, q));
   }
 }
 
 int32_t DpExchange::tag(Msg m, int chunk) const { return protocol::dpTag(m, round_, chunk); }
 
-compression::Codec& DpExchange::codec(
-    std::map<std::string, std::unique_ptr<compression::Codec>>& pool, const std::string& key,
-    const std::string& role) {
-  // Exact rounds (qadam's warm-up) have codecs of their own: "none" leaves no state behind.
-  auto& c = pool[exact_ ? "exact/" + key : key];
-  if (!c) {
-    std::string instance =
-        "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
-    for (char& ch : instance)
-      if (ch == '/' || ch == '>') ch = '_';
-    c = compression::makeCodec(exact_ ? "none" : opt_.codec, instance);
-  }
-  return *c;
+compression::Codec& DpExchange::codec(CodecHalf& half, const std::string& key,
+                                      const std::string& role) {
+  std::string instance =
+      "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
+  for (char& ch : instance)
+    if (ch == '/' || ch == '>') ch = '_';
+  return half.get(exact_ ? "exact/" + key : key, exact_ ? "none" : opt_.codec, instance);
 }
 
 void DpExchange::begin(float* buf, int64_t n, int64_t step, int round, bool exact) {
@@ -158,6 +154,7 @@ compression::CodecContext DpExchange::context(int chunk, int tag) const {
   return ctx;
 }
 
+// Encoded on the link to `peer` (the encode time is that link's), whoever holds the codec.
 zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const float* x,
                                   int peer) {
   compression::FrameHeader h;
@@ -165,24 +162,19 @@ zmq::message_t DpExchange::encode(compression::Codec& c, Msg m, int chunk, const
   h.step = step_;
   h.microBatch = tag(m, chunk);
   h.src = opt_.rank;
-  h.dst = peer;
+  h.dst = out_.at(peer)->peer();
   h.shape = {chunkLen(chunk)};
-  const compression::CodecContext ctx = context(chunk, h.microBatch);
-  const double t0 = emulator::monotonicNow();
-  zmq::message_t frame = frameMessage(compression::encodeFrame(c, x, h, ctx));
-  stats_.encodeS += emulator::monotonicNow() - t0;
-  return frame;
+  return out_.at(peer)->encode(c, x, h, context(chunk, h.microBatch));
 }
 
-void DpExchange::sendFrame(int peer, zmq::message_t frame) {
-  stats_.wire += static_cast<int64_t>(frame.size());
-  stats_.waitS += links_.at(peer)->send(std::move(frame));
+void DpExchange::sendFrame(int peer, zmq::message_t frame, int chunk) {
+  out_.at(peer)->send(std::move(frame), MessageKind::kParamGradient, 4 * chunkLen(chunk));
 }
 
-void DpExchange::sendShared(int peer, zmq::message_t& frame) {
+void DpExchange::sendShared(int peer, zmq::message_t& frame, int chunk) {
   zmq::message_t copy;
   copy.copy(frame);  // shares the bytes (zmq_msg_copy)
-  sendFrame(peer, std::move(copy));
+  sendFrame(peer, std::move(copy), chunk);
 }
 
 zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
@@ -191,11 +183,9 @@ zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
     const bool expected = h.kind == MessageKind::kParamGradient && h.step == step_ &&
                           h.microBatch == tag(m, chunk) &&
                           h.shape == compression::Shape{chunkLen(chunk)};
-    return expected ? Channel::Verdict::kTake : Channel::Verdict::kSlip;
+    return expected ? ChannelIn::Verdict::kTake : ChannelIn::Verdict::kSlip;
   };
-  double waited = 0;
-  std::optional<Channel::Received> got = links_.at(peer)->take(judge, opt_.recvTimeoutS, &waited);
-  stats_.waitS += waited;
+  std::optional<ChannelIn::Received> got = in_.at(peer)->take(judge, opt_.recvTimeoutS);
   const std::string who =
       "stage " + std::to_string(opt_.stage) + " replica " + std::to_string(opt_.replica);
   if (!got)
@@ -212,28 +202,35 @@ zmq::message_t DpExchange::recvFrame(int peer, Msg m, int chunk) {
 }
 
 // Every DP decode goes through here, with the encoder's context (a push decoded with an empty
-// one made a plug-in's mirrored state differ between the ends).
-void DpExchange::decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk,
-                               std::vector<float>& out) {
+// one made a plug-in's mirrored state differ between the ends): on the channel the frame came in
+// on (its statistics), or, for a frame of this replica's own, here.
+void DpExchange::decodeMessage(compression::Codec& c, ChannelIn* from, const zmq::message_t& frame,
+                               int chunk, std::vector<float>& out) {
+  const double t0 = emulator::monotonicNow();
   size_t at = 0;
   const auto* bytes = static_cast<const uint8_t*>(frame.data());
   const compression::FrameHeader h = compression::parseFrame(bytes, frame.size(), &at);
   const int64_t maxElements =
       opt_.maxMessageBytes > 0 ? opt_.maxMessageBytes / 4 : compression::kMaxFrameElements;
-  compression::decodeParsedFrame(c, h, bytes, at, context(chunk, h.microBatch), out, maxElements);
+  const compression::CodecContext ctx = context(chunk, h.microBatch);
+  if (from)
+    from->decode(c, h, bytes, at, ctx, out, maxElements);
+  else
+    compression::decodeParsedFrame(c, h, bytes, at, ctx, out, maxElements);
+  if (!from) ownDecodeS_ += emulator::monotonicNow() - t0;
 }
 
-void DpExchange::decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk,
-                            bool add) {
+void DpExchange::decodeInto(compression::Codec& c, ChannelIn* from, const zmq::message_t& frame,
+                            int chunk, bool add) {
+  decodeMessage(c, from, frame, chunk, tmp_);
   const double t0 = emulator::monotonicNow();
-  decodeMessage(c, frame, chunk, tmp_);
   float* dst = buf_ + chunkBegin(chunk);
   const int64_t len = chunkLen(chunk);
   if (add)
     for (int64_t i = 0; i < len; ++i) dst[i] += tmp_[i];
   else
     std::copy(tmp_.begin(), tmp_.begin() + len, dst);
-  stats_.decodeS += emulator::monotonicNow() - t0;
+  ownDecodeS_ += emulator::monotonicNow() - t0;
 }
 
 // sharded_ps: every replica's shard is here; this server's shard becomes their mean (replica
@@ -255,49 +252,53 @@ void DpExchange::execute(const Action& a) {
   const int r = opt_.replica, R = opt_.replicas, c = a.shard, q = a.replica;
   const std::string me = std::to_string(r);
   const bool send = a.kind == Action::Kind::kSend;
-  if (send) stats_.raw += 4 * chunkLen(c);
   switch (a.message) {
     case Msg::kDpReduce:
       if (send)
-        sendFrame(q, encode(codec(encoders_, "rs/" + me + "->" + std::to_string(q), "send"),
-                            a.message, c, buf_ + chunkBegin(c), q));
+        sendFrame(
+            q,
+            encode(codec(out_.at(q)->encoders(), "rs/" + me + "->" + std::to_string(q), "send"),
+                   a.message, c, buf_ + chunkBegin(c), q),
+            c);
       else
-        decodeInto(codec(decoders_, "rs/" + std::to_string(q) + "->" + me, "recv"),
-                   recvFrame(q, a.message, c), c, true);
+        decodeInto(codec(in_.at(q)->decoders(), "rs/" + std::to_string(q) + "->" + me, "recv"),
+                   in_.at(q).get(), recvFrame(q, a.message, c), c, true);
       break;
     case Msg::kDpGather:
       if (send) {
-        if (protocol::dpSendsOwnFrame(
-                a, r,
-                R)) {  // this replica's reduced chunk: averaged, encoded once, decoded here too
+        // This replica's reduced chunk: averaged, encoded once, decoded here too.
+        if (protocol::dpSendsOwnFrame(a, r, R)) {
           if (!own_) {
             float* x = buf_ + chunkBegin(c);
             const float inv = 1.0f / static_cast<float>(R);
             for (int64_t i = 0; i < chunkLen(c); ++i) x[i] *= inv;
-            own_ = encode(codec(encoders_, "ag/c" + std::to_string(c), "send"), a.message, c, x, q);
-            decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), *own_, c, false);
+            own_ =
+                encode(codec(ownEncoders_, "ag/c" + std::to_string(c), "send"), a.message, c, x, q);
+            decodeInto(codec(ownDecoders_, "ag/c" + std::to_string(c), "recv"), nullptr, *own_, c,
+                       false);
           }
-          sendShared(q, *own_);
-        } else {
-          sendFrame(q, std::move(relay_.at(
-                           c)));  // relayed as received: every replica decodes the same bytes
+          sendShared(q, *own_, c);
+        } else {  // relayed as received: every replica decodes the same bytes
+          sendFrame(q, std::move(relay_.at(c)), c);
         }
       } else {
         zmq::message_t f = recvFrame(q, a.message, c);
-        decodeInto(codec(decoders_, "ag/c" + std::to_string(c), "recv"), f, c, false);
+        decodeInto(codec(in_.at(q)->decoders(), "ag/c" + std::to_string(c), "recv"),
+                   in_.at(q).get(), f, c, false);
         relay_[c] = std::move(f);
       }
       break;
     case Msg::kDpPush:
       if (send) {
-        sendFrame(q, encode(codec(encoders_, "push/" + me + "->" + std::to_string(q), "send"),
-                            a.message, c, buf_ + chunkBegin(c), q));
+        sendFrame(
+            q,
+            encode(codec(out_.at(q)->encoders(), "push/" + me + "->" + std::to_string(q), "send"),
+                   a.message, c, buf_ + chunkBegin(c), q),
+            c);
       } else {
         const zmq::message_t f = recvFrame(q, a.message, c);
-        const double t0 = emulator::monotonicNow();
-        decodeMessage(codec(decoders_, "push/" + std::to_string(q) + "->" + me, "recv"), f, c,
-                      pushed_[q]);
-        stats_.decodeS += emulator::monotonicNow() - t0;
+        decodeMessage(codec(in_.at(q)->decoders(), "push/" + std::to_string(q) + "->" + me, "recv"),
+                      in_.at(q).get(), f, c, pushed_[q]);
         if (++pushes_ == R - 1) aggregateShard();
       }
       break;
@@ -306,14 +307,14 @@ void DpExchange::execute(const Action& a) {
         if (!own_) {
           if (pushes_ != R - 1)
             throw std::logic_error("dp: shard average sent before every push arrived");
-          own_ = encode(codec(encoders_, "pull/c" + me, "send"), a.message, c, buf_ + chunkBegin(c),
-                        q);
-          decodeInto(codec(decoders_, "pull/c" + me, "recv"), *own_, c, false);
+          own_ = encode(codec(ownEncoders_, "pull/c" + me, "send"), a.message, c,
+                        buf_ + chunkBegin(c), q);
+          decodeInto(codec(ownDecoders_, "pull/c" + me, "recv"), nullptr, *own_, c, false);
         }
-        sendShared(q, *own_);
+        sendShared(q, *own_, c);
       } else {
-        decodeInto(codec(decoders_, "pull/c" + std::to_string(q), "recv"),
-                   recvFrame(q, a.message, c), c, false);
+        decodeInto(codec(in_.at(q)->decoders(), "pull/c" + std::to_string(q), "recv"),
+                   in_.at(q).get(), recvFrame(q, a.message, c), c, false);
       }
       break;
     default:
@@ -331,19 +332,37 @@ void DpExchange::end() {
 }
 
 void DpExchange::setTraceOrigin(double origin) {
-  for (auto& [q, l] : links_) l->setTraceOrigin(origin);
+  for (auto& [q, o] : out_) o->setTraceOrigin(origin);
 }
 
 DpStats DpExchange::takeStats() {
-  DpStats s = stats_;
-  stats_ = DpStats{};
+  DpStats s;
+  for (auto& [q, o] : out_) {
+    const LinkStats l = o->takeStats();
+    s.raw += l.rawOf(MessageKind::kParamGradient);
+    s.wire += l.wireOf(MessageKind::kParamGradient);
+    s.encodeS += l.encodeS;
+    s.waitS += l.waitS;
+  }
+  for (auto& [q, i] : in_) {
+    const LinkStats l = i->takeStats();
+    s.decodeS += l.decodeS;
+    s.waitS += l.waitS;
+  }
+  s.decodeS += ownDecodeS_;
+  ownDecodeS_ = 0;
   return s;
 }
 
 json DpExchange::digests() const {
   json j = json::object();
-  for (const auto& [k, c] : encoders_) j[k]["send"] = std::to_string(c->stateDigest());
-  for (const auto& [k, c] : decoders_) j[k]["recv"] = std::to_string(c->stateDigest());
+  auto put = [&](const CodecHalf& half, const char* role) {
+    for (const auto& [k, c] : half.all()) j[k][role] = std::to_string(c->stateDigest());
+  };
+  for (const auto& [q, o] : out_) put(o->encoders(), "send");
+  for (const auto& [q, i] : in_) put(i->decoders(), "recv");
+  put(ownEncoders_, "send");
+  put(ownDecoders_, "recv");
   return j;
 }
 

@@ -4,24 +4,27 @@
 // Torch-free: a round works on one flat float buffer that the worker packs (gradients, PowerSGD
 // factors, the DiLoCo outer gradient) and unpacks.
 //
-// Wire. One Channel (runtime/comm/channel.h) per other replica of the stage, so every directed DP
-// link is its own FIFO with its own user-space shaping (network.dp_links: the default link,
-// overrides by replica). Messages are compression frames of kind kParamGradient whose micro-batch
-// field carries (round, message, chunk): a slip is an error. Chunk c of an n-value buffer is
-// [c*n/R, (c+1)*n/R); a message is its chunk as a 1-D tensor {len} (quantizers for gradients want
-// scale=group: a channel scale of a 1-D tensor is per value).
+// Wire. One Channel (runtime/comm/channel.h) per directed link with each other replica of the
+// stage, so every DP link is its own FIFO with its own user-space shaping (network.dp_links: the
+// default link, overrides by replica); the exchange only routes. Messages are compression frames of
+// kind kParamGradient whose micro-batch field carries (round, message, chunk): a slip is an error.
+// Chunk c of an n-value buffer is [c*n/R, (c+1)*n/R); a message is its chunk as a 1-D tensor {len}
+// (quantizers for gradients want scale=group: a channel scale of a 1-D tensor is per value).
 //
 // Codec pairs, named by what both ends must agree on (their state digests are compared by the
-// launcher, key by key):
-//   ring reduce-scatter  "rs/<r>-><r+1>"  one encoder at r, one decoder at r+1 (ctx.key per chunk,
-//                                          so ef keeps one residual per chunk);
-//   ring all-gather      "ag/c<c>"        the owner of chunk c encodes it once per round; every
-//                                          replica (the owner too) decodes that same frame with its
-//                                          decoder of chunk c, so all replicas hold identical
-//                                          values;
-//   ps push              "push/<r>-><q>"  r's encoder for q's shard (ef here: the worker side);
-//   ps pull              "pull/c<q>"      server q's average, encoded once (ef here: the server
-//                                          side), decoded by every replica, q included.
+// launcher, key by key). A point-to-point pair is the link's: its encoder at the sending end of
+// the channel, its decoder at the receiving end. A frame encoded once for several replicas is
+// not one link's: its encoder, and the decoder of the replica that encoded it (which decodes its
+// own frame so that it holds what the others hold), are the exchange's own.
+//   ring reduce-scatter  "rs/<r>-><r+1>"  r's link to r+1 (ctx.key per chunk, so ef keeps one
+//                                          residual per chunk);
+//   ring all-gather      "ag/c<c>"        the owner of chunk c encodes it once per round (own);
+//                                          every other replica decodes that same frame with the
+//                                          decoder of chunk c of the link it came in on, so all
+//                                          replicas hold identical values;
+//   ps push              "push/<r>-><q>"  r's link to q (ef here: the worker side);
+//   ps pull              "pull/c<q>"      server q's average, encoded once (own; ef here: the
+//                                          server side), decoded by every replica, q included.
 #pragma once
 
 #include <cstdint>
@@ -111,27 +114,34 @@ class DpExchange {
   int64_t chunkBegin(int c) const { return protocol::dpChunkBegin(n_, c, opt_.replicas); }
   int64_t chunkLen(int c) const { return protocol::dpChunkValues(n_, c, opt_.replicas); }
   int32_t tag(Action::Message m, int chunk) const;
-  compression::Codec& codec(std::map<std::string, std::unique_ptr<compression::Codec>>& pool,
-                            const std::string& key, const std::string& role);
+  // The codec `key` of one half (a channel end's, or the exchange's own): exact rounds (qadam's
+  // warm-up) have codecs "exact/<key>" of their own, "none", which leave no state behind.
+  compression::Codec& codec(CodecHalf& half, const std::string& key, const std::string& role);
   // Frames are ZeroMQ messages from the encoder to the socket and from the socket to the relay:
   // a frame's bytes are never copied on this side (a frame sent to several replicas is shared).
   zmq::message_t encode(compression::Codec& c, Action::Message m, int chunk, const float* x,
                         int peer);
   compression::CodecContext context(int chunk, int tag) const;
-  void decodeMessage(compression::Codec& c, const zmq::message_t& frame, int chunk,
+  // Decodes a frame into out with the encoder's context, on the channel it came in on (nullptr:
+  // a frame of this replica's own).
+  void decodeMessage(compression::Codec& c, ChannelIn* from, const zmq::message_t& frame, int chunk,
                      std::vector<float>& out);
-  void sendFrame(int peer, zmq::message_t frame);
-  void sendShared(int peer, zmq::message_t& frame);  // a reference-counted copy of frame
+  void sendFrame(int peer, zmq::message_t frame, int chunk);
+  void sendShared(int peer, zmq::message_t& frame, int chunk);  // a reference-counted copy
   zmq::message_t recvFrame(int peer, Action::Message m, int chunk);
-  void decodeInto(compression::Codec& c, const zmq::message_t& frame, int chunk, bool add);
+  // Decodes a frame of chunk `chunk` with c, then adds it to or puts it in the buffer's chunk.
+  void decodeInto(compression::Codec& c, ChannelIn* from, const zmq::message_t& frame, int chunk,
+                  bool add);
   void aggregateShard();
 
   DpOptions opt_;
   zmq::context_t& ctx_;
   std::unique_ptr<emulator::LinkModel>
       inbound_;  // the receiving part of its links' model (none: pipelined stamps all)
-  std::map<int, std::unique_ptr<Channel>> links_;  // by replica (runtime/comm/channel.h)
-  std::map<std::string, std::unique_ptr<compression::Codec>> encoders_, decoders_;
+  std::map<int, std::unique_ptr<ChannelIn>> in_;    // by replica: the links q -> this replica
+  std::map<int, std::unique_ptr<ChannelOut>> out_;  // the links this replica -> q
+  CodecHalf ownEncoders_, ownDecoders_;  // frames encoded once for several replicas (above)
+  double ownDecodeS_ = 0;                // decoding own frames, adding and copying decoded chunks
   // The round in progress.
   float* buf_ = nullptr;
   int64_t n_ = 0, step_ = 0;
@@ -141,7 +151,6 @@ class DpExchange {
   std::optional<zmq::message_t> own_;         // this replica's encoded chunk / shard average
   std::map<int, std::vector<float>> pushed_;  // sharded_ps: the shards pushed to this server
   std::vector<float> tmp_;
-  DpStats stats_;
 };
 
 }  // namespace slowpipe::runtime

@@ -1,7 +1,8 @@
 // The stage transport's channels in one process: ranks as threads over loopback TCP (as gloo's
-// tests run ranks), no worker processes. A channel per directed rank link, messages taken by key
-// with a stash for those ahead of their turn, codec pairs per (direction, chunk), one channel for
-// both routes of a ring of two stages, and a slip named.
+// tests run ranks), no worker processes. A channel per directed rank link whose two ends hold the
+// link's codec pair and statistics, messages taken by key with a stash for those ahead of their
+// turn, codec pairs per (direction, chunk), one pair of channels for both routes of a ring of two
+// stages, and a slip named.
 #include "runtime/comm/link_table.h"
 #include "runtime/comm/transport.h"
 #include "runtime/spec/spec.h"
@@ -141,9 +142,64 @@ TEST(ChannelTest, EachChunkHasItsOwnCodecPair) {
   EXPECT_NE(p.t[0]->codecDigest(true, true), 0u);
 }
 
-// A ring of two stages: the previous and the next stage are one peer, so there is one channel
-// (one endpoint, one shaped link) carrying both directions' messages, routed by key.
-TEST(ChannelTest, ARingOfTwoStagesSharesOneChannel) {
+// One directed link's two ends, on their own: the sending end frames and encodes with its half
+// of the codec pair and counts the bytes by kind, the receiving end takes, decodes with the other
+// half and observes the one-way time; both halves hold the same state afterwards.
+TEST(ChannelTest, EachEndOfALinkHoldsItsHalfOfTheCodecPairAndItsStatistics) {
+  zmq::context_t ctx{1};
+  ChannelInOptions io;
+  io.peer = 0;
+  io.maxAheadS = 5;
+  ChannelIn in(ctx, io);
+  ChannelOut out(1, nullptr);
+  in.connect(linksOf(1, false).at(0, 1), nullptr);
+  out.connect(ctx, in.endpoint(), linksOf(0, false).at(0, 1), 1);
+  const compression::Shape shape = {2, 4, 8};
+  int64_t wire = 0;
+  for (int step = 0; step < 3; ++step) {
+    const auto x = ramp(static_cast<float>(step), 64);
+    compression::FrameHeader h;
+    h.kind = MessageKind::kActivation;
+    h.step = step;
+    h.src = 0;
+    h.dst = 1;
+    h.shape = shape;
+    h.exampleIds = {3, 4};
+    compression::CodecContext ctx0 = messageContext(true, step, step, 0);
+    ctx0.exampleIds = h.exampleIds;
+    zmq::message_t frame =
+        out.encode(out.encoders().get("fwd/c000", "acsgd:bits=4", "t-send"), x.data(), h, ctx0);
+    wire += static_cast<int64_t>(frame.size());
+    out.send(std::move(frame), MessageKind::kActivation, 4 * 64);
+    auto got = in.take(
+        [&](const compression::FrameHeader& g) {
+          return g.step == step ? ChannelIn::Verdict::kTake : ChannelIn::Verdict::kSlip;
+        },
+        5);
+    ASSERT_TRUE(got && !got->slip);
+    std::vector<float> y;
+    in.decode(in.decoders().get("fwd/c000", "acsgd:bits=4", "t-recv"), got->header, got->bytes(),
+              got->payloadAt, messageContext(true, step, step, 0), y, 1 << 20);
+    ASSERT_EQ(y.size(), x.size());
+  }
+  const LinkStats sent = out.takeStats(), received = in.takeStats();
+  EXPECT_EQ(sent.rawOf(MessageKind::kActivation), 3 * 4 * 64);
+  EXPECT_EQ(sent.wireOf(MessageKind::kActivation), wire);
+  EXPECT_EQ(sent.rawOf(MessageKind::kGradient), 0);
+  EXPECT_GT(sent.encodeS, 0);
+  EXPECT_EQ(received.delay.messages, 3);
+  EXPECT_GT(received.decodeS, 0);
+  EXPECT_EQ(out.takeStats().wireOf(MessageKind::kActivation), 0);  // taken: reset
+  const auto& e = out.encoders().all().at("fwd/c000");
+  const auto& d = in.decoders().all().at("fwd/c000");
+  EXPECT_NE(e->stateDigest(), 0u);
+  EXPECT_EQ(e->stateDigest(), d->stateDigest());
+}
+
+// A ring of two stages: the previous and the next stage are one peer, so there is one pair of
+// channels (one endpoint, one shaped link each way) carrying both directions' messages, routed by
+// key.
+TEST(ChannelTest, ARingOfTwoStagesSharesOnePairOfChannels) {
   Pair p("none", "none", true);
   EXPECT_EQ(p.t[0]->endpoints().size(), 1u);
   EXPECT_EQ(p.t[1]->endpoints().size(), 1u);
