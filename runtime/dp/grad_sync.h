@@ -1,7 +1,7 @@
 // The torch side of a gradient compressor (runtime/dp/gradient_compressor.h): what a data-parallel
 // round packs into its flat buffer, what is done with the replicas' mean, the outer step. One
-// GradientSync per worker; one file per compressor in runtime/dp/grad_syncs/ (registry.cc lists
-// them):
+// GradientSync per worker; one file per compressor in runtime/dp/grad_syncs/ (registered by the
+// compressor's line in runtime/dp/compressor_list.h):
 //   codec     round 0: the gradients; their mean replaces them before GradNorm.
 //   powersgd  (Vogels et al. 2019, with error feedback and warm start) round 0: P = (G+E)Q of every
 //             matrix parameter plus the other parameters' gradients (exact); P is orthonormalised

@@ -2,7 +2,8 @@
 // Torch-free: the schedules (DpShape), the spec check, the frame bound, the DP transport and the
 // simulator ask it; its torch side (runtime/dp/grad_sync.h: pack, unpack, the outer step) is
 // GradientSync. One file each in runtime/dp/compressors/ (this description) and
-// runtime/dp/grad_syncs/ (its torch side), listed by one line in each registry.cc:
+// runtime/dp/grad_syncs/ (its torch side), both registered by one line in
+// runtime/dp/compressor_list.h:
 //   codec     dp.codec is a plain codec spec: each step's gradients, averaged before GradNorm.
 //   powersgd  powersgd:rank=r: two rounds, P then Q, of every matrix's rank-r factors.
 //   qadam     qadam:bits=4|8,bucket=B,warmup_steps=N: exact gradients during the warm-up, then

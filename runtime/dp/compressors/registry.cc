@@ -1,26 +1,25 @@
 // The registered gradient compressors (runtime/dp/gradient_compressor.h): one file each, one line
-// here.
+// in runtime/dp/compressor_list.h (which registers the torch side too).
 #include <algorithm>
 #include <stdexcept>
 
 #include "compression/codec.h"
 #include "compression/strict_int.h"
+#include "runtime/dp/compressor_list.h"
 #include "runtime/dp/gradient_compressor.h"
 
 namespace slowpipe::runtime {
 
-std::unique_ptr<GradientCompressor> parseCodecCompressor(const DpSpec& dp);
-std::unique_ptr<GradientCompressor> parsePowerSgd(const DpSpec& dp);
-std::unique_ptr<GradientCompressor> parseQadam(const DpSpec& dp);
-std::unique_ptr<GradientCompressor> parseDiloco(const DpSpec& dp);
+#define SLOWPIPE_DECLARE_PARSE(name, named, parse, make) \
+  std::unique_ptr<GradientCompressor> parse(const DpSpec& dp);
+SLOWPIPE_GRADIENT_COMPRESSORS(SLOWPIPE_DECLARE_PARSE)
+#undef SLOWPIPE_DECLARE_PARSE
 
 const std::vector<GradientCompressorInfo>& gradientCompressors() {
+#define SLOWPIPE_PARSE_ENTRY(name, named, parse, make) {name, named, parse},
   static const std::vector<GradientCompressorInfo> all = {
-      {"codec", false, parseCodecCompressor},
-      {"powersgd", true, parsePowerSgd},
-      {"qadam", true, parseQadam},
-      {"diloco", false, parseDiloco},
-  };
+      SLOWPIPE_GRADIENT_COMPRESSORS(SLOWPIPE_PARSE_ENTRY)};
+#undef SLOWPIPE_PARSE_ENTRY
   return all;
 }
 

@@ -1,27 +1,23 @@
 // The torch sides of the registered gradient compressors (runtime/dp/grad_sync.h): one file each,
-// one line here, by the compressor's name (runtime/dp/compressors/registry.cc).
+// registered by the compressor's line in runtime/dp/compressor_list.h.
 #include <stdexcept>
 
+#include "runtime/dp/compressor_list.h"
 #include "runtime/dp/grad_sync.h"
 
 namespace slowpipe::runtime {
 
-std::unique_ptr<GradientSync> makeMeanGradients(const RunSpec&, const GradientCompressor&,
-                                                const Runners&, int);
-std::unique_ptr<GradientSync> makePowerSgdSync(const RunSpec&, const GradientCompressor&,
-                                               const Runners&, int);
-std::unique_ptr<GradientSync> makeQadamSync(const RunSpec&, const GradientCompressor&,
-                                            const Runners&, int);
-std::unique_ptr<GradientSync> makeDilocoSync(const RunSpec&, const GradientCompressor&,
-                                             const Runners&, int);
+#define SLOWPIPE_DECLARE_SYNC(name, named, parse, make)                                         \
+  std::unique_ptr<GradientSync> make(const RunSpec&, const GradientCompressor&, const Runners&, \
+                                     int);
+SLOWPIPE_GRADIENT_COMPRESSORS(SLOWPIPE_DECLARE_SYNC)
+#undef SLOWPIPE_DECLARE_SYNC
 
 const std::vector<GradientSyncInfo>& gradientSyncs() {
+#define SLOWPIPE_SYNC_ENTRY(name, named, parse, make) {name, make},
   static const std::vector<GradientSyncInfo> all = {
-      {"codec", makeMeanGradients},
-      {"powersgd", makePowerSgdSync},
-      {"qadam", makeQadamSync},
-      {"diloco", makeDilocoSync},
-  };
+      SLOWPIPE_GRADIENT_COMPRESSORS(SLOWPIPE_SYNC_ENTRY)};
+#undef SLOWPIPE_SYNC_ENTRY
   return all;
 }
 
