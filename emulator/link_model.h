@@ -6,8 +6,9 @@
 //   bill   the receiver's part, per receiving rank (one model instance each: its state is that
 //          rank's inbound side, shared by its inbound links): the arrival of a message the sender
 //          left unstamped, when the receiver retrieves it.
-// A model is one file in emulator/link_models/, listed in emulator/link_models/registry.cc; a run
-// names it in network.model. Kernel backends (tc, tc-dev) shape the rate in the kernel: only models
+// A model is one file in emulator/link_models/ (its LinkModelInfo too: what it models, what it
+// needs, its settings' check), listed by one line in emulator/link_models/registry.cc; a run names
+// it in network.model. Kernel backends (tc, tc-dev) shape the rate in the kernel: only models
 // the kernel can express run there (LinkModelInfo::kernelBackends).
 #pragma once
 
@@ -15,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "emulator/link.h"
 
@@ -42,6 +45,13 @@ struct LinkModelInfo {
   // The sender stamps every message's arrival (else the receiver bills it: serial_fifo). Access
   // links (network.nodes) need it: the sender books the path's uplink, core and downlink.
   bool stampsAtSender = true;
+  // Only the simulator runs it (a run refuses it), and it builds its network from network.nodes.
+  bool simulatorOnly = false;
+  bool buildsFromNodes = false;
+  // The settings it reads from a run's network section (the tcp model: network.tcp), validated
+  // where the model runs them (backend user, or the simulator); throws std::invalid_argument
+  // naming "<where>.<field>". Null: it reads none.
+  void (*checkSettings)(const nlohmann::json& network, const std::string& where) = nullptr;
 };
 
 // Every registered model, in registration order; "pipelined, serial_fifo, ...".

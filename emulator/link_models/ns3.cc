@@ -22,4 +22,20 @@ class Ns3 : public LinkModel {
 
 std::unique_ptr<LinkModel> makeNs3() { return std::make_unique<Ns3>(); }
 
+LinkModelInfo ns3Model() {
+  LinkModelInfo m{
+      "ns3",
+      "the simulator's packet-level tier: every message a TCP flow over ns-3 links built from "
+      "network.nodes (simulator only; -DSLOWPIPE_NS3=ON)",
+      makeNs3};
+  m.pacesAtSender = false;
+  m.kernelBackends = false;
+  m.modelsVariation = false;
+  m.modelsLoss = false;
+  m.stampsAtSender = true;
+  m.simulatorOnly = true;
+  m.buildsFromNodes = true;
+  return m;
+}
+
 }  // namespace slowpipe::emulator

@@ -19,4 +19,12 @@ class Pipelined : public LinkModel {
 
 std::unique_ptr<LinkModel> makePipelined() { return std::make_unique<Pipelined>(); }
 
+LinkModelInfo pipelinedModel() {
+  LinkModelInfo m{
+      "pipelined",
+      "every directed link its own pipe (rate or trace, latency, jitter), billed by the sender",
+      makePipelined};
+  return m;
+}
+
 }  // namespace slowpipe::emulator

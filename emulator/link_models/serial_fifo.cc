@@ -25,4 +25,15 @@ class SerialFifo : public LinkModel {
 
 std::unique_ptr<LinkModel> makeSerialFifo() { return std::make_unique<SerialFifo>(); }
 
+LinkModelInfo serialFifoModel() {
+  LinkModelInfo m{"serial_fifo", "one inbound wire per receiving rank, billed in retrieval order",
+                  makeSerialFifo};
+  m.pacesAtSender = false;
+  m.kernelBackends = false;
+  m.modelsVariation = false;
+  m.modelsLoss = false;
+  m.stampsAtSender = false;
+  return m;
+}
+
 }  // namespace slowpipe::emulator

@@ -651,4 +651,24 @@ void checkTcpModelCongestionControl(const std::string& name, const std::string& 
 
 std::unique_ptr<LinkModel> makeTcp() { return std::make_unique<Tcp>(); }
 
+// It runs network.tcp's fields (buffers, restart after idle, streams) and its congestion control
+// where it is one of the model's.
+LinkModelInfo tcpModel() {
+  LinkModelInfo m{
+      "tcp",
+      "every directed link one TCP connection, ACK-clocked: slow start, Reno / CUBIC / BBR, packet "
+      "loss, the send buffer and the receive window's ceiling, restart after idle (Linux's "
+      "defaults unless network.tcp says)",
+      makeTcp};
+  m.kernelBackends = false;
+  m.modelsVariation = false;
+  m.modelsLoss = true;
+  m.checkSettings = [](const nlohmann::json& network, const std::string& where) {
+    if (!network.is_object() || !network.contains("tcp") || network["tcp"].is_null()) return;
+    const TcpSettings t = tcpSettingsFromJson(network["tcp"], where + ".tcp");
+    checkTcpModelCongestionControl(t.congestionControl, where + ".tcp");
+  };
+  return m;
+}
+
 }  // namespace slowpipe::emulator

@@ -600,11 +600,15 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
   } catch (const std::invalid_argument& e) {
     fail(f.field("model"), e.what());
   }
-  if (s.network.model == "ns3" && !simulation)
-    fail(f.field("model"),
-         "ns3 is the simulator's packet-level tier (slowpipe simulate, sweep --simulate); a run "
-         "emulates "
-         "with pipelined, serial_fifo or tcp");
+  if (model->simulatorOnly && !simulation) {
+    std::string runs;
+    for (const auto& m : emulator::linkModels())
+      if (!m.simulatorOnly) runs += (runs.empty() ? "" : ", ") + std::string(m.name);
+    fail(f.field("model"), s.network.model +
+                               " is one of the simulator's tiers (slowpipe simulate, sweep "
+                               "--simulate); a run emulates with " +
+                               runs);
+  }
   if (!model->kernelBackends && !simulation && s.network.backend != "user")
     fail(f.field("model"), s.network.model +
                                " is a user-space (or simulated) link model; backend '" +
@@ -613,18 +617,18 @@ void parseNetwork(const json& section, const std::string& where, [[maybe_unused]
   emulator::topologyFromJson(s.network.links, where + ".network.links");  // validates units
   if (!model->modelsVariation)
     refuseUnmodelled(s.network.links, where + ".network.links", s.network.model, model->modelsLoss);
+  // The model checks the settings it runs (the tcp model: network.tcp) where it runs them.
+  const bool modelRunsSettings =
+      model->checkSettings && (s.network.backend == "user" || simulation);
+  if (modelRunsSettings) model->checkSettings(section, where + ".network");  // names the field
   if (const json* t = f.raw("tcp"); t && !t->is_null()) {
     const emulator::TcpSettings tcp =
         emulator::tcpSettingsFromJson(*t, where + ".network.tcp");  // validates
     s.network.tcp = *t;
-    // The tcp link model runs every other field of network.tcp (buffers, restart after idle,
-    // streams).
-    if (s.network.model == "tcp" && (s.network.backend == "user" || simulation))
-      emulator::checkTcpModelCongestionControl(tcp.congestionControl, where + ".network.tcp");
-    else if (s.network.backend != "tc" && !simulation && !tcp.empty())
+    if (!modelRunsSettings && s.network.backend != "tc" && !simulation && !tcp.empty())
       fail(f.field("tcp"),
-           "sets the kernel's TCP of the run's own namespaces (backend tc) or the tcp link model's "
-           "(network.model tcp); backend '" +
+           "sets the kernel's TCP of the run's own namespaces (backend tc) or a link model's that "
+           "runs TCP (network.model tcp); backend '" +
                s.network.backend + "' with network.model " + s.network.model + " has neither");
   }
   if (const json* l = f.raw("dp_links"); l && !l->is_null()) {
@@ -778,8 +782,9 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
          "runs as a pipeline (replicas 1)");
   if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
     fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
-  if (s.network.model == "ns3" && s.network.nodes.is_null())
-    fail(where + ".network.model", "ns3 builds its network from network.nodes, which is not set");
+  if (emulator::linkModel(s.network.model).buildsFromNodes && s.network.nodes.is_null())
+    fail(where + ".network.model",
+         s.network.model + " builds its network from network.nodes, which is not set");
   checkNodes(where, simulation, s);
   if (s.pipeline.replicas > 1 && s.network.backend != "user" && !simulation)
     fail(where + ".pipeline.replicas",

@@ -206,7 +206,7 @@ TEST(SpecTest, NodesAndPlacementAreCheckedAndNamed) {
         << e.what();
   }
   // A run (not a simulation) cannot emulate with ns3, nodes or not.
-  EXPECT_NE(errorOf(j).find("spec.network.model: ns3 is the simulator's packet-level tier"),
+  EXPECT_NE(errorOf(j).find("spec.network.model: ns3 is one of the simulator's tiers"),
             std::string::npos)
       << errorOf(j);
 }
