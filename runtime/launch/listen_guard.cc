@@ -78,7 +78,8 @@ void ListenGuard::watch(zmq::socket_t& s, const std::string& name, bool curve, i
   const std::string ep = "inproc://slowpipe-guard-" +
                          std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
                          std::to_string(seq++);
-  const int events = kRefusedEvents | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED;
+  const int events =
+      kRefusedEvents | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
   if (zmq_socket_monitor(s.handle(), ep.c_str(), events) != 0)
     throw std::runtime_error("cannot monitor the " + name +
                              " socket: " + zmq_strerror(zmq_errno()));
@@ -137,6 +138,10 @@ void ListenGuard::drain(Watched& w) {
       w.failed = kindOf(id, value);
       continue;
     }
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++authenticated_[w.name];
+    }
     if (id == ZMQ_EVENT_ACCEPTED) onAccepted(w, value);
     if (id == ZMQ_EVENT_DISCONNECTED) onDisconnected(w, value);
     if (id & w.extraEvents) {
@@ -149,6 +154,10 @@ void ListenGuard::drain(Watched& w) {
 }
 
 void ListenGuard::onAccepted(Watched& w, int fd) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++accepted_[w.name];
+  }
   w.conns[fd] = {peerOf(fd), steadyNow(), false};
   enforceCap(w);
 }
@@ -225,12 +234,18 @@ int64_t ListenGuard::refused() const {
 nlohmann::json ListenGuard::report(int settleMs) const {
   if (settleMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(settleMs));
   std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json connections = nlohmann::json::object();
+  for (const auto& [socket, n] : accepted_)
+    connections[socket] = {
+        {"accepted", n},
+        {"authenticated", authenticated_.count(socket) ? authenticated_.at(socket) : 0}};
   return {{"count", refused_},
           {"by_kind", byKind_},
           {"by_socket", bySocket_},
           {"limits",
            {{"handshake_timeout_ms", limits_.handshakeMs},
             {"max_unauthenticated_per_socket", limits_.maxUnauthenticated}}},
+          {"connections", connections},
           {"first", first_}};
 }
 

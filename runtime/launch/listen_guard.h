@@ -60,8 +60,12 @@ class ListenGuard {
   }
   int64_t refused() const;
   // {"count", "by_kind": {kind: n}, "by_socket": {socket: n}, "limits": {...},
-  //  "first": [{"socket", "kind", "address"}...] (the first 100)}. Waits up to `settleMs` for
-  // events still on their way (a refusal just before the end).
+  //  "connections": {socket: {"accepted", "authenticated"}},
+  //  "first": [{"socket", "kind", "address"}...] (the first 100)}. Every accepted connection
+  // that has ended is either authenticated or refused once: accepted = authenticated + refused +
+  // those still in their handshake. Refusals beyond an outsider's connections are the ranks' own
+  // attempts that a flood delayed past the handshake timeout or the cap (they retry). Waits up to
+  // `settleMs` for events still on their way (a refusal just before the end).
   nlohmann::json report(int settleMs = 200) const;
   // The kind of a refused handshake event (ZMQ_EVENT_HANDSHAKE_FAILED_*) with its value.
   static std::string kindOf(int event, int value);
@@ -90,7 +94,7 @@ class ListenGuard {
   std::vector<std::unique_ptr<Watched>> added_;  // handed to the thread at its next turn
   std::deque<Event> events_;
   int64_t refused_ = 0;
-  std::map<std::string, int64_t> byKind_, bySocket_;
+  std::map<std::string, int64_t> byKind_, bySocket_, accepted_, authenticated_;
   std::vector<nlohmann::json> first_;
   std::map<std::string, int> printed_;  // refusals printed per socket (the first 5)
   std::atomic<bool> stop_{false};

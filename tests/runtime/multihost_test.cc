@@ -595,14 +595,26 @@ TEST_F(MultiHostTest, HeldConnectionsWithoutTheSecretNeitherStopTheRunNorGoUncou
   std::printf("held %d on the rendezvous, %d on rank 1's data socket; refused %s\n", rvHeld,
               dataHeld, refused["by_kind"].dump().c_str());
   EXPECT_GE(rvHeld, 1000);
-  // Every held connection is counted; a few more may be (a worker's own connection evicted at
-  // the cap during the flood reconnects, and its first attempt counts).
-  const int onRv = refused["coordinator"]["by_socket"].value("rendezvous", 0);
-  EXPECT_GE(onRv, rvHeld);
-  EXPECT_LE(onRv, rvHeld + 10);
-  EXPECT_EQ(refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0), dataHeld)
-      << refused["ranks"]["1"]["by_kind"].dump();
-  EXPECT_EQ(refused["count"].get<int>(), onRv + dataHeld) << refused["by_kind"].dump();
+  // Every held connection is counted, and every connection the socket accepted is counted once:
+  // authenticated or refused (a double count or a lost one breaks the sum). Refusals beyond the
+  // held ones are the run's own attempts that the flood delayed past the handshake timeout or the
+  // cap (about 12 of them on the rendezvous under a loaded CI machine); they retried, and the run
+  // ended ok.
+  for (const auto& [who, socket, held] :
+       {std::tuple<std::string, std::string, int>{"coordinator", "rendezvous", rvHeld},
+        {"1", "data from rank 0", dataHeld}}) {
+    const json& side = who == "coordinator" ? refused["coordinator"] : refused["ranks"][who];
+    const int n = side["by_socket"].value(socket, 0);
+    const json& conns = side["connections"][socket];
+    EXPECT_GE(n, held) << socket << ": " << side["by_kind"].dump();
+    EXPECT_EQ(n + conns["authenticated"].get<int>(), conns["accepted"].get<int>())
+        << socket << ": " << conns.dump();
+    EXPECT_LE(n - held, 50) << socket << ": more refused connections than the ranks ever make";
+  }
+  EXPECT_EQ(refused["count"].get<int>(),
+            refused["coordinator"]["by_socket"].value("rendezvous", 0) +
+                refused["ranks"]["1"]["by_socket"].value("data from rank 0", 0))
+      << refused["by_kind"].dump();
 }
 
 // A plug-in that crashes in rank 0 (its decode of the backward gradient) kills the coordinator
