@@ -154,6 +154,9 @@ TEST(ListenGuardTest, HeldConnectionsAreCappedTimedOutAndEveryOneCounted) {
   EXPECT_GE(completed, 200);
   EXPECT_EQ(r["count"], completed) << r["by_kind"].dump();
   EXPECT_EQ(r["by_socket"]["data from rank 1"], completed) << r["by_kind"].dump();
+  // Every accepted connection once: the real client authenticated, the held ones refused.
+  EXPECT_EQ(r["connections"]["data from rank 1"],
+            nlohmann::json({{"accepted", completed + 1}, {"authenticated", 1}}));
   EXPECT_TRUE(r["by_kind"].contains("over the cap of 16 connections not yet authenticated"))
       << r["by_kind"].dump();
   EXPECT_TRUE(r["by_kind"].contains("handshake timed out (1000 ms)")) << r["by_kind"].dump();
