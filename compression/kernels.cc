@@ -12,6 +12,24 @@ namespace slowpipe::compression {
 
 #if !defined(SLOWPIPE_KERNELS_AVX2)
 const Kernels* avx2Kernels() { return nullptr; }
+bool randkKeepOfWidth(int, uint64_t, uint64_t, int64_t, int64_t, uint8_t*, int64_t*) {
+  return false;
+}
+#else
+namespace kernels_avx2 {
+bool randkKeepHas512();
+int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
+                         uint8_t* keep);
+}  // namespace kernels_avx2
+
+bool randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
+                      uint8_t* keep, int64_t* count) {
+  if (!cpuPathAvailable(CpuPath::kAvx2) || (bits != 256 && bits != 512) ||
+      (bits == 512 && !kernels_avx2::randkKeepHas512()))
+    return false;
+  *count = kernels_avx2::randkKeepOfWidth(bits, base, threshold, lo, n, keep);
+  return true;
+}
 #endif
 
 namespace {

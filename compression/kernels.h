@@ -136,6 +136,12 @@ bool cpuPathAvailable(CpuPath path);  // built in and supported by this CPU
 void setCpuPath(CpuPath path);        // tests and benchmarks; throws CodecError if unavailable
 const char* cpuPathName();            // "baseline" or "avx2"
 
+// randk's mask by the AVX2 build's 256-bit kernel (bits 256) or its AVX-512 DQ one (bits 512,
+// which the AVX2 table uses where the CPU has it): false, and nothing written, where this build or
+// CPU has no such kernel. Tests: the two widths give the same bits.
+bool randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
+                      uint8_t* keep, int64_t* count);
+
 // One entry per path (defined in kernels_{baseline,avx2}.cc); null where not built.
 const Kernels* baselineKernels();
 const Kernels* avx2Kernels();

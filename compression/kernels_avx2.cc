@@ -523,7 +523,8 @@ static inline __m256i mul64(__m256i x, __m256i c, __m256i cHi) {
 
 // kernels.inc's randkKeep (mix64 of base ^ index below threshold), four indices a vector, eight a
 // step.
-static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep) {
+static int64_t randkKeep256(uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
+                            uint8_t* keep) {
   const __m256i golden = _mm256_set1_epi64x(static_cast<int64_t>(0x9E3779B97F4A7C15ull));
   const __m256i c1 = _mm256_set1_epi64x(static_cast<int64_t>(0xBF58476D1CE4E5B9ull));
   const __m256i c2 = _mm256_set1_epi64x(static_cast<int64_t>(0x94D049BB133111EBull));
@@ -558,6 +559,56 @@ static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t 
     count += z < threshold;
   }
   return count;
+}
+
+// The same mask, eight indices a vector, on CPUs with AVX-512 DQ: its 64-bit multiply and unsigned
+// compare replace the three 32-bit multiplies and the sign flips above (the hash is the same, so
+// the bits are: RandkKeepTest compares the two).
+__attribute__((target("avx512f,avx512dq"))) static int64_t randkKeep512(uint64_t base,
+                                                                        uint64_t threshold,
+                                                                        int64_t lo, int64_t n,
+                                                                        uint8_t* keep) {
+  const __m512i golden = _mm512_set1_epi64(static_cast<int64_t>(0x9E3779B97F4A7C15ull));
+  const __m512i c1 = _mm512_set1_epi64(static_cast<int64_t>(0xBF58476D1CE4E5B9ull));
+  const __m512i c2 = _mm512_set1_epi64(static_cast<int64_t>(0x94D049BB133111EBull));
+  const __m512i thr = _mm512_set1_epi64(static_cast<int64_t>(threshold));
+  const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(base));
+  const __mmask8 all = 0xff;  // maskz shifts: GCC 12's plain ones read an "undefined" vector
+  const RandkTables& t = randkTables();
+  int64_t count = 0, k = 0;
+  __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(lo), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m512i eight = _mm512_set1_epi64(8);
+  for (; k + 8 <= n; k += 8) {
+    __m512i z = _mm512_add_epi64(_mm512_xor_si512(b, idx), golden);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_maskz_srli_epi64(all, z, 30)), c1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_maskz_srli_epi64(all, z, 27)), c2);
+    z = _mm512_xor_si512(z, _mm512_maskz_srli_epi64(all, z, 31));
+    const unsigned m = _mm512_cmplt_epu64_mask(z, thr);
+    idx = _mm512_add_epi64(idx, eight);
+    std::memcpy(keep + k, &t.spread[m], 8);
+    count += __builtin_popcount(m);
+  }
+  return count + randkKeep256(base, threshold, lo + k, n - k, keep + k);
+}
+
+bool randkKeepHas512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
+                         uint8_t* keep) {
+  return bits == 512 ? randkKeep512(base, threshold, lo, n, keep)
+                     : randkKeep256(base, threshold, lo, n, keep);
+}
+
+static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep) {
+  static const bool wide = randkKeepHas512();
+  return wide ? randkKeep512(base, threshold, lo, n, keep)
+              : randkKeep256(base, threshold, lo, n, keep);
 }
 
 // kernels.inc's keysAtLeast, 16 values a step: the keys as signed int32 (both sides below 2^31),

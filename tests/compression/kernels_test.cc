@@ -292,6 +292,31 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
   setCpuPath(std::string(before) == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
 }
 
+// randk's mask by the scalar kernel, the 256-bit one and, where the CPU has AVX-512 DQ, the 512-bit
+// one (which the AVX2 table then uses): the same bytes and counts, for lengths that are not whole
+// vectors, offsets past 2^32 and thresholds at both ends.
+TEST(CpuPathTest, RandkMaskIsTheSameAtEveryVectorWidth) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  int widths = 0;
+  for (const uint64_t threshold : {uint64_t{0}, uint64_t{1} << 60, uint64_t{0x1999999999999999},
+                                   uint64_t{0x8000000000000001}, ~uint64_t{0}})
+    for (const int64_t lo : {int64_t{0}, int64_t{13}, (int64_t{1} << 32) - 21})
+      for (const int64_t n : {int64_t{0}, int64_t{7}, int64_t{8}, int64_t{4099}}) {
+        const uint64_t base = 0x0123456789abcdefull ^ static_cast<uint64_t>(lo * 31 + n);
+        std::vector<uint8_t> want(n + 1, 7);
+        const int64_t wantCount = baselineKernels()->randkKeep(base, threshold, lo, n, want.data());
+        for (const int bits : {256, 512}) {
+          std::vector<uint8_t> got(n + 1, 7);
+          int64_t count = -1;
+          if (!randkKeepOfWidth(bits, base, threshold, lo, n, got.data(), &count)) continue;
+          ++widths;
+          EXPECT_EQ(got, want) << bits << " bits, lo " << lo << ", n " << n;
+          EXPECT_EQ(count, wantCount) << bits << " bits, lo " << lo << ", n " << n;
+        }
+      }
+  EXPECT_GE(widths, 60) << "the 256-bit kernel ran for every case";
+}
+
 TEST(CpuPathTest, HalfConversionIsTheScalarReferenceOnEveryPath) {
   // Every fp16 bit pattern back and forth, and floats around every rounding boundary.
   std::vector<float> x;
