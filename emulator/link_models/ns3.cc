@@ -32,7 +32,6 @@ LinkModelInfo ns3Model() {
   m.kernelBackends = false;
   m.modelsVariation = false;
   m.modelsLoss = false;
-  m.stampsAtSender = true;
   m.simulatorOnly = true;
   m.buildsFromNodes = true;
   return m;

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include <zmq.hpp>
 
@@ -72,6 +73,13 @@ class CodecHalf {
  public:
   compression::Codec& get(const std::string& key, const std::string& spec,
                           const std::string& instance);
+  // The same, naming the instance (instance() -> std::string) only when the codec is made: a
+  // message's lookup builds no strings but its key.
+  template <typename Name, std::enable_if_t<std::is_invocable_v<Name>, int> = 0>
+  compression::Codec& get(const std::string& key, const std::string& spec, Name&& instance) {
+    if (const auto it = codecs_.find(key); it != codecs_.end()) return *it->second;
+    return get(key, spec, std::string(instance()));
+  }
   const std::map<std::string, std::unique_ptr<compression::Codec>>& all() const { return codecs_; }
 
  private:

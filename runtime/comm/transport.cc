@@ -107,10 +107,12 @@ ChannelIn& StageTransport::in(bool prev) {
 compression::Codec& StageTransport::codec(CodecHalf& half, bool encoder, bool forward, int chunk) {
   char key[16];
   std::snprintf(key, sizeof key, "%s/c%03d", forward ? "fwd" : "bwd", chunk);
-  std::string name =
-      "r" + std::to_string(opt_.rank) + (forward ? "-fwd" : "-bwd") + (encoder ? "-send" : "-recv");
-  if (chunk > 0) name += "-c" + std::to_string(chunk);
-  return half.get(key, forward ? opt_.forwardCodec : opt_.backwardCodec, name);
+  return half.get(key, forward ? opt_.forwardCodec : opt_.backwardCodec, [&] {
+    std::string name = "r" + std::to_string(opt_.rank) + (forward ? "-fwd" : "-bwd") +
+                       (encoder ? "-send" : "-recv");
+    if (chunk > 0) name += "-c" + std::to_string(chunk);
+    return name;
+  });
 }
 
 // The context of one pipeline message, built alike by its sender and its receiver.
@@ -145,7 +147,8 @@ void StageTransport::send(bool toNext, MessageKind kind, int64_t step, int epoch
   try {
     compression::Codec& enc =
         protocol::plainFrame(kind)
-            ? link.encoders().get("plain", "none", "r" + std::to_string(opt_.rank) + "-plain-send")
+            ? link.encoders().get("plain", "none",
+                                  [&] { return "r" + std::to_string(opt_.rank) + "-plain-send"; })
             : codec(link.encoders(), true, protocol::forwardCodec(kind, toNext), chunk);
     frame = link.encode(enc, data, h, ctx);
   } catch (const compression::NonFiniteError& e) {
@@ -183,7 +186,8 @@ Tensor32 StageTransport::recv(bool fromPrev, MessageKind kind, int64_t step, int
   const compression::CodecContext ctx = messageContext(forward, step, epoch, mb);
   compression::Codec& dec =
       protocol::plainFrame(kind)
-          ? link.decoders().get("plain", "none", "r" + std::to_string(opt_.rank) + "-plain-recv")
+          ? link.decoders().get("plain", "none",
+                                [&] { return "r" + std::to_string(opt_.rank) + "-plain-recv"; })
           : codec(link.decoders(), false, forward, chunk);
   // No legal message of this run holds more fp32 values than its largest frame has bytes / 4.
   const int64_t maxElements =

@@ -124,11 +124,13 @@ int32_t DpExchange::tag(Msg m, int chunk) const { return protocol::dpTag(m, roun
 
 compression::Codec& DpExchange::codec(CodecHalf& half, const std::string& key,
                                       const std::string& role) {
-  std::string instance =
-      "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
-  for (char& ch : instance)
-    if (ch == '/' || ch == '>') ch = '_';
-  return half.get(exact_ ? "exact/" + key : key, exact_ ? "none" : opt_.codec, instance);
+  return half.get(exact_ ? "exact/" + key : key, exact_ ? "none" : opt_.codec, [&] {
+    std::string instance =
+        "r" + std::to_string(opt_.rank) + "-dp-" + (exact_ ? "exact-" : "") + key + "-" + role;
+    for (char& ch : instance)
+      if (ch == '/' || ch == '>') ch = '_';
+    return instance;
+  });
 }
 
 void DpExchange::begin(float* buf, int64_t n, int64_t step, int round, bool exact) {
