@@ -563,7 +563,7 @@ static int64_t randkKeep256(uint64_t base, uint64_t threshold, int64_t lo, int64
 
 // The same mask, eight indices a vector, on CPUs with AVX-512 DQ: its 64-bit multiply and unsigned
 // compare replace the three 32-bit multiplies and the sign flips above (the hash is the same, so
-// the bits are: RandkKeepTest compares the two).
+// the bits are: CpuPathTest.RandkMaskIsTheSameAtEveryVectorWidth compares them).
 __attribute__((target("avx512f,avx512dq"))) static int64_t randkKeep512(uint64_t base,
                                                                         uint64_t threshold,
                                                                         int64_t lo, int64_t n,
@@ -606,9 +606,8 @@ int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo
 }
 
 static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep) {
-  static const bool wide = randkKeepHas512();
-  return wide ? randkKeep512(base, threshold, lo, n, keep)
-              : randkKeep256(base, threshold, lo, n, keep);
+  static const int bits = randkKeepHas512() ? 512 : 256;
+  return randkKeepOfWidth(bits, base, threshold, lo, n, keep);
 }
 
 // kernels.inc's keysAtLeast, 16 values a step: the keys as signed int32 (both sides below 2^31),
