@@ -68,12 +68,6 @@ json corpusDigest(const runtime::RunSpec& s) {
   return files;
 }
 
-std::string hex(uint64_t v) {
-  char b[20];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 void copyAtomically(const fs::path& from, const fs::path& to) {
   const fs::path tmp = to.string() + ".part" + std::to_string(getpid());
   fs::copy_file(from, tmp, fs::copy_options::overwrite_existing);
@@ -140,7 +134,7 @@ json baseKeyContent(const SweepSpec& spec) {
 
 std::string baseKey(const json& content) {
   const std::string text = content.dump();
-  return hex(compression::fnv1a(text.data(), text.size(), compression::kFnvOffset));
+  return runtime::hex64(compression::fnv1a(text.data(), text.size(), compression::kFnvOffset));
 }
 
 std::string prepareBase(const SweepSpec& spec, const std::string& outDir,

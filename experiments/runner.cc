@@ -41,12 +41,6 @@ json readOrNull(const fs::path& p) {
   }
 }
 
-std::string hex(uint64_t v) {
-  char b[20];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 // A result as it stands: one left "running" by a launcher that is gone (pid on this host) is
 // failed.
 json settled(json r) {
@@ -90,7 +84,7 @@ std::string whyRun(const fs::path& copy, const fs::path& runDir, const json& ide
 json runIdentity(const json& pointSpec, const json& build) {
   const std::string dump = pointSpec.dump();
   const std::string ckpt = pointSpec["training"].value("init_checkpoint", "");
-  return {{"spec_digest", hex(compression::fnv1a(dump.data(), dump.size()))},
+  return {{"spec_digest", runtime::hex64(compression::fnv1a(dump.data(), dump.size()))},
           {"checkpoint_digest", ckpt.empty() ? "" : runtime::fileDigest(ckpt)},
           {"inputs", runtime::specInputs(pointSpec)},
           {"commit", build.value("git_commit", "unknown")},

@@ -169,8 +169,12 @@ std::string fileDigest(const std::string& path) {
     in.read(buf, sizeof buf);
     h = compression::fnv1a(buf, static_cast<size_t>(in.gcount()), h);
   }
+  return hex64(h);
+}
+
+std::string hex64(uint64_t v) {
   char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
   return out;
 }
 

@@ -2,6 +2,7 @@
 // the summary math shared by the launcher and the sweep.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,8 @@ nlohmann::json parseJsonText(const std::string& text, const std::string& what);
 constexpr int kMaxJsonDepth = 128;  // objects and arrays nested deeper are refused
 // FNV-1a of a file's bytes as 16 hex digits; "" when it cannot be read.
 std::string fileDigest(const std::string& path);
+// A 64-bit digest as the 16 lower-case hex digits results, caches and sweeps name it by.
+std::string hex64(uint64_t v);
 // Every file a run spec loads (a plug-in codec's library, a TorchScript codec's module, a link's
 // bandwidth trace), each {"path", "role", "digest"}: rebuilding a plug-in at the same path changes
 // a digest, so a sweep's resume sees another experiment. `spec` is the resolved spec's JSON.
