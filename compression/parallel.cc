@@ -1,9 +1,13 @@
 // The codec thread pool (parallel.h): threads started on first use, parts handed out by an atomic
-// counter, the caller working beside them.
+// counter, the caller working beside them. A helper that finishes waits a short while spinning
+// before it sleeps: one message runs several parallel steps in quick succession (quant: scales,
+// then codes; topk: its scan, then three passes over the candidates), and a helper woken from
+// sleep joins a step late (on this VM, a step of 0.4 ms ran no faster on 2 threads than on 1).
 #include "compression/parallel.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -21,6 +25,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
+      stopping_ = true;
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
@@ -76,6 +81,7 @@ class Pool {
   void loop(size_t k) {
     uint64_t seen = 0;
     for (;;) {
+      spinFor(seen);
       {
         std::unique_lock<std::mutex> lock(mu_);
         wake_.wait(lock,
@@ -94,6 +100,20 @@ class Pool {
     }
   }
 
+  // Up to kSpin for a generation after `seen` (or a stop); the wait under the lock decides.
+  void spinFor(uint64_t seen) const {
+    constexpr auto kSpin = std::chrono::microseconds(200);
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0; generation_.load(std::memory_order_acquire) == seen && !stopping_.load(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#else
+      std::this_thread::yield();
+#endif
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) return;
+    }
+  }
+
   std::mutex runMu_, mu_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> threads_;
@@ -101,8 +121,9 @@ class Pool {
   std::atomic<int64_t> next_{0};
   int64_t parts_ = 0;
   int wanted_ = 1, active_ = 0, busy_ = 0, joined_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mu_; read by spinning helpers
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};
   std::exception_ptr error_;
 };
 

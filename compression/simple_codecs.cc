@@ -77,6 +77,13 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
   });
 }
 
+TopkCodec::~TopkCodec() = default;
+
+TopkCodec::Scratch& TopkCodec::scratch() {
+  if (!scratch_) scratch_ = std::make_unique<Scratch>();
+  return *scratch_;
+}
+
 TopkCodec::TopkCodec(double ratio, int bits) : ratio_(ratio), bits_(bits) {
   SP_REQUIRE(ratio > 0.0 && ratio <= 1.0,
              "topk: ratio=" + std::to_string(ratio) + " is out of range; expected 0 < ratio <= 1");
@@ -115,28 +122,12 @@ struct Cand {
   uint32_t index, bits;
 };
 
-// Of the candidates (ascending indices) whose keys include the k largest of the message, the k
-// largest by (|x| desc, index asc), ascending: the k-th largest key is selected among them, then
-// every larger key is taken and the first ties in index order.
-std::vector<Cand> chooseAmong(const std::vector<Cand>& cand, int64_t k) {
-  std::vector<uint32_t> keys(cand.size());
-  for (size_t j = 0; j < cand.size(); ++j) keys[j] = cand[j].bits & 0x7fffffffu;
-  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<uint32_t>());
-  const uint32_t threshold = keys[k - 1];
-  int64_t ties = k;
-  for (uint32_t c : keys) ties -= c > threshold;
-  std::vector<Cand> chosen;
-  chosen.reserve(static_cast<size_t>(k));
-  for (const Cand& c : cand) {
-    const uint32_t key = c.bits & 0x7fffffffu;
-    if (key > threshold || (key == threshold && ties-- > 0)) chosen.push_back(c);
-  }
-  return chosen;
-}
+inline uint32_t keyOfCand(const Cand& c) { return c.bits & 0x7fffffffu; }
 
 // Every i in [from, to) whose key is >= lo, in order, through the kernels' scan a block
-// at a time.
-void collect(const float* x, int64_t from, int64_t to, uint32_t lo, std::vector<Cand>& out) {
+// at a time; each counted in hist (2048 bins of key >> 20) where given.
+void collect(const float* x, int64_t from, int64_t to, uint32_t lo, std::vector<Cand>& out,
+             uint32_t* hist = nullptr) {
   constexpr int64_t kBlock = 4096;
   uint32_t idx[kBlock];
   const Kernels& k = kernels();
@@ -145,20 +136,143 @@ void collect(const float* x, int64_t from, int64_t to, uint32_t lo, std::vector<
     for (int64_t j = 0; j < c; ++j) {
       const auto i = static_cast<uint32_t>(b + idx[j]);
       out.push_back({i, floatBits(x[i])});
+      if (hist) ++hist[(out.back().bits & 0x7fffffffu) >> 20];
     }
   }
 }
 
+}  // namespace
+
+// What one encode or decode needs beyond its input and output, kept from message to message: the
+// candidates of each part and the choice's histograms (a fresh allocation of a few MiB a message
+// costs its page faults every time).
+struct TopkCodec::Scratch {
+  // One part's, on cache lines of its own: parts run on different threads, and vectors that share a
+  // line slow every push_back of both.
+  struct alignas(64) Part {
+    std::vector<Cand> found;                                // candidates, in index order
+    std::vector<uint32_t, UninitAllocator<uint32_t>> edge;  // keys of the bucket that holds the
+                                                            // k-th largest
+    int64_t greater = 0, equal = 0, ties = 0, at = 0;
+  };
+  std::vector<uint32_t> sample;
+  std::vector<Part> parts;
+  std::vector<uint32_t> coarse, fine;  // per part: counts of key >> 20 (kept by collect), then of
+                                       // key >> 10 within one bucket
+  std::vector<float> kept;
+  std::vector<uint32_t> idx;  // decode
+  std::vector<float> values;  // decode
+};
+
+namespace {
+
+using Scratch = TopkCodec::Scratch;
+
+// The bucket of per-part histograms (bins counts each, summed over parts) that holds the want-th
+// largest key, and how many keys lie above it.
+int bucketOf(const std::vector<uint32_t>& h, int bins, size_t parts, int64_t want, int64_t* above) {
+  *above = 0;
+  for (int b = bins - 1; b > 0; --b) {
+    int64_t c = 0;
+    for (size_t p = 0; p < parts; ++p) c += h[p * bins + b];
+    if (*above + c >= want) return b;
+    *above += c;
+  }
+  return 0;
+}
+
+// Of the candidates (each part's in index order, the parts in index order) whose keys include the
+// k largest of the message, the k largest by (|x| desc, index asc), written in index order: their
+// indices (4 little-endian bytes each) to ip and their values to kept. The k-th largest key T is
+// found by two histogram levels over the candidates (key >> 20, counted as they were collected,
+// then key >> 10 within the bucket that holds T) and a selection among the few keys of the last
+// bucket; every larger key is taken, and of the keys equal to T the first in index order. Parts are
+// counted and written on the codec threads, each at an offset from the counts before it: the choice
+// of one serial selection, for any thread count.
+void chooseAmong(Scratch& sc, int64_t k, uint8_t* ip, float* kept) {
+  constexpr int kCoarse = 1 << 11, kFine = 1 << 10;
+  const auto P = sc.parts.size();
+  const auto parts = static_cast<int64_t>(P);
+  int64_t above1 = 0, above2 = 0;
+  const auto b1 = static_cast<uint32_t>(bucketOf(sc.coarse, kCoarse, P, k, &above1));
+  sc.fine.resize(P * kFine);
+  parallelFor(parts, [&](int64_t p) {  // bucket b1's keys: counted by key >> 10, kept in edge
+    auto& part = sc.parts[static_cast<size_t>(p)];
+    uint32_t* h = sc.fine.data() + p * kFine;
+    std::fill(h, h + kFine, 0u);
+    part.edge.resize(part.found.size());
+    uint32_t* e = part.edge.data();
+    size_t m = 0;
+    for (const Cand& c : part.found) {  // without branches: about half the keys are in b1
+      const uint32_t key = keyOfCand(c), in = key >> 20 == b1;
+      h[(key >> 10) & (kFine - 1)] += in;
+      e[m] = key;
+      m += in;
+    }
+    part.edge.resize(m);
+  });
+  const auto b2 = static_cast<uint32_t>(bucketOf(sc.fine, kFine, P, k - above1, &above2));
+  const uint32_t last = (b1 << 10) | b2;  // key >> 10 of the bucket that holds T
+  parallelFor(parts, [&](int64_t p) {     // the keys above T's bucket; edge: the keys in it
+    auto& part = sc.parts[static_cast<size_t>(p)];
+    part.greater = 0;
+    for (int b = static_cast<int>(b1) + 1; b < kCoarse; ++b)
+      part.greater += sc.coarse[p * kCoarse + b];
+    for (int b = static_cast<int>(b2) + 1; b < kFine; ++b) part.greater += sc.fine[p * kFine + b];
+    auto& e = part.edge;
+    e.erase(std::remove_if(e.begin(), e.end(), [&](uint32_t key) { return key >> 10 != last; }),
+            e.end());
+  });
+  std::vector<uint32_t> keys;
+  for (const auto& part : sc.parts) keys.insert(keys.end(), part.edge.begin(), part.edge.end());
+  const int64_t rank = k - above1 - above2;  // T's rank among the last bucket's keys, from 1
+  std::nth_element(keys.begin(), keys.begin() + (rank - 1), keys.end(), std::greater<uint32_t>());
+  const uint32_t t = keys[static_cast<size_t>(rank - 1)];
+  int64_t ties = k, at = 0;
+  for (auto& part : sc.parts) {
+    part.equal = 0;
+    for (uint32_t key : part.edge) {
+      part.greater += key > t;
+      part.equal += key == t;
+    }
+    ties -= part.greater;
+  }
+  for (auto& part : sc.parts) {
+    part.ties = std::min(ties, part.equal);
+    ties -= part.ties;
+    part.at = at;
+    at += part.greater + part.ties;
+  }
+  parallelFor(parts, [&](int64_t p) {  // the chosen, compacted in place without branches, then out
+    auto& part = sc.parts[static_cast<size_t>(p)];
+    Cand* f = part.found.data();
+    const size_t count = part.found.size();
+    int64_t m = 0, tie = part.ties;
+    for (size_t i = 0; i < count; ++i) {
+      const Cand c = f[i];
+      const uint32_t key = keyOfCand(c);
+      const int64_t isTie = key == t && tie > 0;
+      tie -= isTie;
+      f[m] = c;
+      m += (key > t) | isTie;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(ip + 4 * (part.at + i), &f[i].index, 4);
+      std::memcpy(&kept[part.at + i], &f[i].bits, 4);
+    }
+  });
+}
+
 // The k largest by a threshold from a sample: 512 evenly spaced runs of 64 values (cache lines
 // read whole); every value at or above the key that p*s + 4 sqrt(p*s) + 64 of the s sampled values
-// reach (p = k / n) is a candidate: one pass over x, parts on the codec threads, concatenated in
-// index order; the exact choice is made among them. False (nothing chosen) when the sample cannot
-// bound the candidates: fewer than k of them, or many more than k expected (heavy ties, all zeros).
-bool sampledChoice(const float* x, int64_t n, int64_t k, std::vector<Cand>* chosen) {
+// reach (p = k / n) is a candidate: one pass over x, parts on the codec threads, each part's
+// candidates in sc.parts. False when the sample cannot bound the candidates: fewer than k of
+// them, or many more than k expected (heavy ties, all zeros).
+bool sampledCandidates(const float* x, int64_t n, int64_t k, Scratch& sc) {
   constexpr int64_t kRuns = 512, kRun = 64;
   if (n < 4 * kRuns * kRun) return false;  // small messages: the radix path is cheap
-  std::vector<uint32_t> sample;
-  sample.reserve(kRuns * kRun);
+  auto& sample = sc.sample;
+  sample.clear();
   for (int64_t r = 0; r < kRuns; ++r)
     for (int64_t i = r * (n / kRuns); i < r * (n / kRuns) + kRun; ++i)
       sample.push_back(keyOf(x, i));
@@ -174,21 +288,24 @@ bool sampledChoice(const float* x, int64_t n, int64_t k, std::vector<Cand>* chos
                      4.0 * static_cast<double>(k) + 65536)
     return false;
   const int64_t parts = parallelParts(n, 64);
-  std::vector<std::vector<Cand>> found(static_cast<size_t>(parts));
+  sc.parts.resize(static_cast<size_t>(parts));
+  sc.coarse.resize(static_cast<size_t>(parts) << 11);
   parallelRanges(n, 64, [&](int64_t lo, int64_t hi, int64_t part) {
-    collect(x, lo, hi, t0, found[static_cast<size_t>(part)]);
+    auto& f = sc.parts[static_cast<size_t>(part)].found;
+    f.clear();
+    uint32_t* h = sc.coarse.data() + (part << 11);
+    std::fill(h, h + (1 << 11), 0u);
+    collect(x, lo, hi, t0, f, h);
   });
-  std::vector<Cand> cand;
-  for (const auto& f : found) cand.insert(cand.end(), f.begin(), f.end());
-  if (static_cast<int64_t>(cand.size()) < k) return false;
-  *chosen = chooseAmong(cand, k);
-  return true;
+  int64_t total = 0;
+  for (const auto& part : sc.parts) total += static_cast<int64_t>(part.found.size());
+  return total >= k;
 }
 
 // The exact path for any input: |x| as an integer (the float's bits without the sign, which orders
 // finite values as |x| does) is radix-selected: a histogram of its top 11 bits finds the bucket of
-// the k-th largest; every key from that bucket up is a candidate.
-std::vector<Cand> radixChoice(const float* x, int64_t n, int64_t k) {
+// the k-th largest; every key from that bucket up is a candidate (sc.parts: one part).
+void radixCandidates(const float* x, int64_t n, int64_t k, Scratch& sc) {
   constexpr int kShift = 20, kBins = 1 << (31 - kShift);
   // Four histograms, in turn, so runs of equal buckets do not serialize on one counter.
   std::vector<uint32_t> hist(4 * kBins, 0);
@@ -204,10 +321,10 @@ std::vector<Cand> radixChoice(const float* x, int64_t n, int64_t k) {
     if (above + c >= k) break;
     above += c;
   }
-  const uint32_t lo = static_cast<uint32_t>(bucket) << kShift;
-  std::vector<Cand> cand;
-  collect(x, 0, n, lo, cand);
-  return chooseAmong(cand, k);
+  sc.parts.resize(1);
+  sc.parts[0].found.clear();
+  sc.coarse.assign(kBins, 0);
+  collect(x, 0, n, static_cast<uint32_t>(bucket) << kShift, sc.parts[0].found, sc.coarse.data());
 }
 
 }  // namespace
@@ -220,17 +337,15 @@ void TopkCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
   SP_REQUIRE(n <= int64_t{0xffffffff},
              "topk: tensor of " + std::to_string(n) + " values exceeds the 2^32 index range");
   const int64_t k = keepCount(n);
-  std::vector<Cand> chosen;
-  if (k > 0 && !sampledChoice(x, n, k, &chosen)) chosen = radixChoice(x, n, k);
+  Scratch& sc = scratch();
+  if (k > 0 && !sampledCandidates(x, n, k, sc)) radixCandidates(x, n, k, sc);
   ByteWriter w(out);
   w.put<uint32_t>(static_cast<uint32_t>(k));
   const bool half = bits_ == 16;
   uint8_t* ip = w.grow((half ? 6 : 4) * static_cast<size_t>(k));  // k indices, then k fp16 values
-  std::vector<float> kept(static_cast<size_t>(k));
-  for (int64_t j = 0; j < k; ++j) {
-    std::memcpy(ip + 4 * j, &chosen[j].index, 4);
-    std::memcpy(&kept[j], &chosen[j].bits, 4);
-  }
+  auto& kept = sc.kept;
+  kept.resize(static_cast<size_t>(k));
+  if (k > 0) chooseAmong(sc, k, ip, kept.data());
   if (half)
     return floatToHalfBytes(kept.data(), static_cast<size_t>(k), ip + 4 * static_cast<size_t>(k));
   topkValueQuant(bits_, k).encode(kept.data(), {k}, CodecContext{}, out);  // appends
@@ -251,14 +366,17 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
   requireSize("topk", size, 4 + 4 * static_cast<size_t>(k) + valueBytes, shape);
   const uint8_t* ip = r.take(4 * static_cast<size_t>(k), "indices");
   const uint8_t* vp = r.take(valueBytes, "values");
-  std::vector<uint32_t> idx(k);
+  Scratch& sc = scratch();
+  auto& idx = sc.idx;
+  idx.resize(k);
   copyBytes(idx.data(), ip, 4 * static_cast<size_t>(k));
   for (uint32_t j = 0; j < k; ++j) {
     SP_REQUIRE(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
                "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
                    " is out of range or not increasing (n = " + std::to_string(n) + ")");
   }
-  std::vector<float> values(k);
+  auto& values = sc.values;
+  values.resize(k);
   if (half) {
     for (uint32_t j = 0; j < k; ++j) {
       uint16_t h;

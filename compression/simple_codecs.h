@@ -1,6 +1,8 @@
 // Element-wise codecs: none (fp32 as is), fp16, bf16; and topk (largest-magnitude fraction).
 #pragma once
 
+#include <memory>
+
 #include "compression/codec.h"
 
 namespace slowpipe::compression {
@@ -26,6 +28,7 @@ class CastCodec : public Codec {
 class TopkCodec : public Codec {
  public:
   explicit TopkCodec(double ratio, int bits = 16);
+  ~TopkCodec() override;
   CodecId id() const override { return CodecId::kTopk; }
   std::string spec() const override;
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
@@ -38,9 +41,13 @@ class TopkCodec : public Codec {
   }
   int bits() const { return bits_; }
 
+  struct Scratch;  // simple_codecs.cc
+
  private:
+  Scratch& scratch();
   double ratio_;
-  int bits_;  // 16: fp16 values
+  int bits_;                          // 16: fp16 values
+  std::unique_ptr<Scratch> scratch_;  // kept from message to message (one caller at a time)
 };
 
 // The quantizer of topk's values with bits=B < 16: one group of the k values, symmetric levels.

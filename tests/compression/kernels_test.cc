@@ -12,6 +12,7 @@
 
 #include "compression/acsgd.h"
 #include "compression/half.h"
+#include "compression/parallel.h"
 #include "compression/quant.h"
 
 namespace slowpipe::compression {
@@ -225,6 +226,52 @@ TEST(TopkSelectTest, SameChoiceAsAFullSortWithTies) {
       ASSERT_EQ(got, order) << spec << " n=" << n << " trial " << trial;
     }
   }
+}
+
+// The same definition on messages large enough for the sampled threshold (n >= 131072), its
+// candidates in many parts (a small parallel grain) on 1 and 3 codec threads, one codec instance
+// reused across messages of different sizes: heavy ties straddle the parts, and a message whose
+// ties defeat the sample takes the radix path.
+TEST(TopkSelectTest, SampledChoiceOverManyPartsIsTheFullSortsOnAnyThreadCount) {
+  std::mt19937 rng(11);
+  const int64_t grain = parallelGrain();
+  setParallelGrain(4096);
+  for (const int threads : {1, 3}) {
+    setCodecThreads(threads);
+    auto c = makeCodec("topk:ratio=0.01");
+    for (int trial = 0; trial < 6; ++trial) {
+      const int64_t n = 131072 + static_cast<int64_t>(rng() % 200000);
+      std::vector<float> x(n);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = normal(rng);
+        // Trials 0-2: a third of the tail snapped to a few magnitudes, so the k-th largest key
+        // is shared by values in many parts; trial 5: nothing but ties.
+        if (trial < 3 && std::fabs(x[i]) > 2.0f && rng() % 3 == 0)
+          x[i] = std::copysign(2.0f + 0.25f * static_cast<float>(rng() % 3), x[i]);
+        if (trial == 5) x[i] = (rng() & 1) ? 1.0f : -1.0f;
+      }
+      Bytes p;
+      c->encode(x.data(), {n}, {}, p);
+      uint32_t k;
+      std::memcpy(&k, p.data(), 4);
+      ASSERT_EQ(k, static_cast<uint32_t>(std::ceil(0.01 * static_cast<double>(n))));
+      std::vector<uint32_t> order(n);
+      for (int64_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+      order.resize(k);
+      std::sort(order.begin(), order.end());
+      std::vector<uint32_t> got(k);
+      std::memcpy(got.data(), p.data() + 4, 4 * k);
+      ASSERT_EQ(got, order) << "n=" << n << " trial " << trial << " threads " << threads;
+      std::vector<float> y(n);
+      c->decode(p.data(), p.size(), {n}, {}, y.data());
+      for (uint32_t i : order) ASSERT_EQ(y[i], halfToFloat(floatToHalf(x[i]))) << i;
+    }
+  }
+  setCodecThreads(1);
+  setParallelGrain(grain);
 }
 
 // One message sequence through a sender/receiver pair: every payload and every decoded value.
