@@ -12,15 +12,19 @@ namespace slowpipe::compression {
 
 #if !defined(SLOWPIPE_KERNELS_AVX2)
 const Kernels* avx2Kernels() { return nullptr; }
+bool setAvx512(bool) { return false; }
 bool randkKeepOfWidth(int, uint64_t, uint64_t, int64_t, int64_t, uint8_t*, int64_t*) {
   return false;
 }
 #else
 namespace kernels_avx2 {
+extern std::atomic<bool> allow512;
 bool randkKeepHas512();
 int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
                          uint8_t* keep);
 }  // namespace kernels_avx2
+
+bool setAvx512(bool allowed) { return kernels_avx2::allow512.exchange(allowed); }
 
 bool randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
                       uint8_t* keep, int64_t* count) {

@@ -2,6 +2,7 @@
 // -mf16c; nothing here runs unless the CPU has both: see kernels.cc).
 #include <immintrin.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "compression/half.h"
@@ -458,8 +459,8 @@ static inline float uniformOne(uint32_t lo, uint32_t key, int64_t k) {
   return static_cast<float>(static_cast<int32_t>(v >> 8)) * 0x1.0p-24f;
 }
 
-static void stochRunVec(const float* x, const float* m, const float* inv, int64_t n, float top,
-                        uint32_t lo, uint32_t key, uint8_t* codes) {
+static void stochRunVec256(const float* x, const float* m, const float* inv, int64_t n, float top,
+                           uint32_t lo, uint32_t key, uint8_t* codes) {
   const __m256 tv = _mm256_set1_ps(top - 0.5f);
   codeLoop(
       x, n, codes,
@@ -470,13 +471,83 @@ static void stochRunVec(const float* x, const float* m, const float* inv, int64_
       [&](int64_t j) { return stochOne(x[j], m[j], inv[j], uniformOne(lo, key, j), top - 0.5f); });
 }
 
-static void stochRun(const float* x, float m, float inv, int64_t n, float top, uint32_t lo,
-                     uint32_t key, uint8_t* codes) {
+static void stochRun256(const float* x, float m, float inv, int64_t n, float top, uint32_t lo,
+                        uint32_t key, uint8_t* codes) {
   const __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv), tv = _mm256_set1_ps(top - 0.5f);
   codeLoop(
       x, n, codes,
       [&](int64_t j) { return stoch8(_mm256_loadu_ps(x + j), mv, iv, uniform8(lo, key, j), tv); },
       [&](int64_t j) { return stochOne(x[j], m, inv, uniformOne(lo, key, j), top - 0.5f); });
+}
+
+// The same 16 lanes a step on CPUs with AVX-512 F (its 32-bit multiply on twice the lanes: the
+// hash is most of this loop's work), chosen at run time like randk's mask below; the same
+// operations lane by lane, so the same codes (CpuPathTest.StochasticCodesAreTheSameAtEveryWidth).
+__attribute__((target("avx512f"))) static inline __m512 uniform16(uint32_t lo, uint32_t key,
+                                                                  int64_t k) {
+  __m512i v =
+      _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(lo + static_cast<uint32_t>(k))),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  v = _mm512_xor_si512(v, _mm512_set1_epi32(static_cast<int32_t>(key)));
+  v = _mm512_xor_si512(v, _mm512_srli_epi32(v, 16));
+  v = _mm512_mullo_epi32(v, _mm512_set1_epi32(0x7feb352d));
+  v = _mm512_xor_si512(v, _mm512_srli_epi32(v, 15));
+  v = _mm512_mullo_epi32(v, _mm512_set1_epi32(static_cast<int32_t>(0x846ca68bu)));
+  v = _mm512_xor_si512(v, _mm512_srli_epi32(v, 16));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 8)), _mm512_set1_ps(0x1.0p-24f));
+}
+
+// m and inv per value (perValue) or one for the run (m[0], inv[0]).
+template <bool perValue>
+__attribute__((target("avx512f"))) static void stochRun512(const float* x, const float* m,
+                                                           const float* inv, int64_t n, float top,
+                                                           uint32_t lo, uint32_t key,
+                                                           uint8_t* codes) {
+  const __m512 tv = _mm512_set1_ps(top - 0.5f), zero = _mm512_setzero_ps();
+  const __m512 ms = _mm512_set1_ps(m[0]), is = _mm512_set1_ps(inv[0]);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    ahead(x + i + kPrefetch);
+    ahead(x + i + kPrefetch + 16);
+    for (int64_t j = i; j < i + 32; j += 16) {
+      const __m512 mv = perValue ? _mm512_loadu_ps(m + j) : ms;
+      const __m512 iv = perValue ? _mm512_loadu_ps(inv + j) : is;
+      const __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(x + j), mv), iv),
+                                     uniform16(lo, key, j));
+      // max(y, 0) gives 0 for a NaN y, as stoch8 does; the codes are in [0, 255].
+      const __m512 t = _mm512_min_ps(_mm512_max_ps(y, zero), tv);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + j),
+                       _mm512_cvtusepi32_epi8(_mm512_cvttps_epi32(t)));
+    }
+  }
+  for (; i < n; ++i)
+    codes[i] = stochOne(x[i], perValue ? m[i] : m[0], perValue ? inv[i] : inv[0],
+                        uniformOne(lo, key, i), top - 0.5f);
+}
+
+bool cpuHas512F() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> allow512{true};
+
+static void stochRunVec(const float* x, const float* m, const float* inv, int64_t n, float top,
+                        uint32_t lo, uint32_t key, uint8_t* codes) {
+  if (cpuHas512F() && allow512.load(std::memory_order_relaxed))
+    return stochRun512<true>(x, m, inv, n, top, lo, key, codes);
+  stochRunVec256(x, m, inv, n, top, lo, key, codes);
+}
+
+static void stochRun(const float* x, float m, float inv, int64_t n, float top, uint32_t lo,
+                     uint32_t key, uint8_t* codes) {
+  if (cpuHas512F() && allow512.load(std::memory_order_relaxed))
+    return stochRun512<false>(x, &m, &inv, n, top, lo, key, codes);
+  stochRun256(x, m, inv, n, top, lo, key, codes);
 }
 
 // randk's values 8 at a time: the lanes' keep flags as a bit mask, a permutation per mask (gather:
@@ -607,7 +678,8 @@ int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo
 }
 
 static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep) {
-  static const int bits = randkKeepHas512() ? 512 : 256;
+  static const bool has = randkKeepHas512();
+  const int bits = has && allow512.load(std::memory_order_relaxed) ? 512 : 256;
   return randkKeepOfWidth(bits, base, threshold, lo, n, keep);
 }
 

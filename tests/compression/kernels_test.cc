@@ -330,11 +330,16 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
     setCpuPath(CpuPath::kBaseline);
     const auto base = runSequence(spec, &yBase);
     setCpuPath(CpuPath::kAvx2);
-    const auto avx = runSequence(spec, &yAvx);
-    EXPECT_EQ(base, avx) << spec;
-    for (size_t k = 0; k < yBase.size(); ++k)
-      EXPECT_EQ(0, std::memcmp(yBase[k].data(), yAvx[k].data(), 4 * yBase[k].size()))
-          << spec << " message " << k;
+    for (const bool wide : {true, false}) {  // AVX-512 kernels where the CPU has them, then not
+      const bool was = setAvx512(wide);
+      yAvx.clear();
+      const auto avx = runSequence(spec, &yAvx);
+      setAvx512(was);
+      EXPECT_EQ(base, avx) << spec << (wide ? "" : ", 256-bit only");
+      for (size_t k = 0; k < yBase.size(); ++k)
+        EXPECT_EQ(0, std::memcmp(yBase[k].data(), yAvx[k].data(), 4 * yBase[k].size()))
+            << spec << " message " << k << (wide ? "" : ", 256-bit only");
+    }
   }
   setCpuPath(std::string(before) == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
 }
@@ -342,6 +347,37 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
 // randk's mask by the scalar kernel, the 256-bit one and, where the CPU has AVX-512 DQ, the 512-bit
 // one (which the AVX2 table then uses): the same bytes and counts, for lengths that are not whole
 // vectors, offsets past 2^32 and thresholds at both ends.
+// Stochastic rounding's kernels (16 lanes a step with AVX-512 F, 8 without, one at a time in the
+// baseline build) give the same codes: per-value and per-run scales, lengths that are not a whole
+// step, stream positions just below 2^32, values far outside the scale (clamped), zero scales.
+TEST(CpuPathTest, StochasticCodesAreTheSameAtEveryWidth) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  const Kernels& base = *baselineKernels();
+  const Kernels& avx = *avx2Kernels();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const int64_t n : {1, 15, 16, 31, 32, 33, 1000, 4099}) {
+    std::vector<float> x(n), m(n), inv(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = normal(rng) * (i % 17 == 0 ? 100.0f : 1.0f);
+      m[i] = i % 23 == 0 ? 0.0f : 1.0f + static_cast<float>(i % 7);
+      inv[i] = m[i] > 0.0f ? 3.0f / (2.0f * m[i]) : 0.0f;
+    }
+    for (const uint32_t lo : {0u, 12345u, 0xffffffffu - static_cast<uint32_t>(n) + 1u})
+      for (const bool wide : {true, false}) {
+        const bool was = setAvx512(wide);
+        std::vector<uint8_t> want(n), got(n), wantRun(n), gotRun(n);
+        base.stochVec(x.data(), m.data(), inv.data(), n, 3.5f, lo, 0x9e3779b9u, want.data());
+        avx.stochVec(x.data(), m.data(), inv.data(), n, 3.5f, lo, 0x9e3779b9u, got.data());
+        base.stochScalar(x.data(), 2.5f, 0.6f, n, 15.5f, lo, 77u, wantRun.data());
+        avx.stochScalar(x.data(), 2.5f, 0.6f, n, 15.5f, lo, 77u, gotRun.data());
+        setAvx512(was);
+        EXPECT_EQ(got, want) << "n " << n << ", lo " << lo << (wide ? "" : ", 256-bit only");
+        EXPECT_EQ(gotRun, wantRun) << "n " << n << ", lo " << lo << (wide ? "" : ", 256-bit only");
+      }
+  }
+}
+
 TEST(CpuPathTest, RandkMaskIsTheSameAtEveryVectorWidth) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   int widths = 0;
