@@ -343,14 +343,13 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
       qs.dequantize(codes, i0, len, d.data());
       // The output row is what both sides now hold: m + Q(d) after the store's rounding.
       forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-        float* o = stream ? obuf.data() + p : out + deltaRows[j] * rowLen + off;
-        if (inRegisters)
-          k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, o);  // fp16 buffer, AVX2 + F16C
-        else {
-          k.add(heldRange(rows[j], off, cnt, mbuf.data() + p), d.data() + p, cnt, o);
-          store_.storeElems(rows[j], off, cnt, o, o);
-        }
-        if (stream) k.streamOut(o, cnt, out + deltaRows[j] * rowLen + off);
+        float* const to = out + deltaRows[j] * rowLen + off;
+        if (inRegisters)  // fp16 buffer, AVX2 + F16C: straight to the output
+          return k.deltaApplyH(d.data() + p, rows[j] + 2 * off, cnt, to, stream);
+        float* o = stream ? obuf.data() + p : to;
+        k.add(heldRange(rows[j], off, cnt, mbuf.data() + p), d.data() + p, cnt, o);
+        store_.storeElems(rows[j], off, cnt, o, o);
+        if (stream) k.streamOut(o, cnt, to);
       });
     }
     if (stream) k.streamFence();

@@ -43,6 +43,12 @@ struct Kernels {
                         float* out);
   void (*fixDequantScalar)(const uint8_t* codes, float s, int64_t n, float lo, float inv,
                            float* out);
+  // dequantVec and fixDequantVec writing out around the cache where the build can (AVX2:
+  // non-temporal stores, as streamOut; the caller fences); the same values.
+  void (*dequantVecStream)(const uint8_t* codes, const float* m, const float* step, int64_t n,
+                           float* out);
+  void (*fixDequantVecStream)(const uint8_t* codes, const float* s, int64_t n, float lo, float inv,
+                              float* out);
   void (*sub)(const float* a, const float* b, int64_t n, float* out);  // out = a - b
   void (*add)(const float* a, const float* b, int64_t n, float* out);  // out = a + b
   // AC-SGD's delta step, fused (channel scales, nearest rounding): acc = max(acc, |x - m|); and
@@ -77,8 +83,9 @@ struct Kernels {
   void (*deltaFixUpdateH)(const float* x, uint8_t* mh, const float* d, const float* rd,
                           const float* s, int64_t n, float mult, float lo, float hi, float inv,
                           uint8_t* codes);
-  // The receiver's side: mh = fp16(m + dq), out = the value mh now holds.
-  void (*deltaApplyH)(const float* dq, uint8_t* mh, int64_t n, float* out);
+  // The receiver's side: mh = fp16(m + dq), out = the value mh now holds; stream: out written
+  // around the cache (non-temporal stores, as streamOut; the caller fences).
+  void (*deltaApplyH)(const float* dq, uint8_t* mh, int64_t n, float* out, bool stream);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

@@ -259,19 +259,25 @@ SLOWPIPE_FUSED_STEPS(BufBf16, Step::kSum, sumAbsMaxB, efQuantUpdateB, efFixUpdat
 #undef SLOWPIPE_FUSED_STEPS
 #define KERNELS_HAVE_FUSED_STEPS
 
-static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out) {
+static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out, bool stream) {
   int64_t i = 0;
+  auto one = [&](int64_t j) {
+    putHalf(mh + 2 * j, halfAt(mh + 2 * j) + dq[j]);
+    out[j] = halfAt(mh + 2 * j);
+  };
+  if (stream)  // non-temporal stores need 32-byte aligned addresses: the head one at a time
+    for (; i < n && (reinterpret_cast<uintptr_t>(out + i) & 31) != 0; ++i) one(i);
   for (; i + 8 <= n; i += 8) {
     if ((i & 31) == 0) ahead(mh + 2 * (i + kPrefetch));  // a line per 32 values
     const __m128i h = _mm256_cvtps_ph(_mm256_add_ps(loadHalf8(mh + 2 * i), _mm256_loadu_ps(dq + i)),
                                       _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(mh + 2 * i), h);
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    if (stream)
+      _mm256_stream_ps(out + i, _mm256_cvtph_ps(h));
+    else
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
   }
-  for (; i < n; ++i) {
-    putHalf(mh + 2 * i, halfAt(mh + 2 * i) + dq[i]);
-    out[i] = halfAt(mh + 2 * i);
-  }
+  for (; i < n; ++i) one(i);
 }
 
 // Group scales in registers: max |x| of each group (four accumulators, then across lanes: a max is
@@ -798,6 +804,45 @@ static void streamBytes(const void* src, size_t n, void* dst) {
 
 static void streamOut(const float* src, int64_t n, float* dst) {
   streamBytes(src, 4 * static_cast<size_t>(n), dst);
+}
+
+// kernels.inc's dequantVec / fixDequantVec (the same operations lane by lane: a product and a
+// difference, no FMA), stored non-temporally from the first 32-byte aligned value on.
+template <class Eight, class One>
+static inline void dequantStream(int64_t n, float* out, Eight eight, One one) {
+  int64_t i = 0;
+  for (; i < n && (reinterpret_cast<uintptr_t>(out + i) & 31) != 0; ++i) out[i] = one(i);
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(out + i, eight(i));
+  for (; i < n; ++i) out[i] = one(i);
+}
+
+static inline __m256 codes8(const uint8_t* c) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+}
+
+#define KERNELS_HAVE_DEQUANT_STREAM
+static void dequantVecStream(const uint8_t* codes, const float* m, const float* step, int64_t n,
+                             float* out) {
+  dequantStream(
+      n, out,
+      [&](int64_t j) {
+        return _mm256_sub_ps(_mm256_mul_ps(codes8(codes + j), _mm256_loadu_ps(step + j)),
+                             _mm256_loadu_ps(m + j));
+      },
+      [&](int64_t j) { return static_cast<float>(codes[j]) * step[j] - m[j]; });
+}
+
+static void fixDequantVecStream(const uint8_t* codes, const float* s, int64_t n, float lo,
+                                float inv, float* out) {
+  const __m256 lv = _mm256_set1_ps(lo), iv = _mm256_set1_ps(inv);
+  dequantStream(
+      n, out,
+      [&](int64_t j) {
+        return _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(codes8(codes + j), lv), iv),
+                             _mm256_loadu_ps(s + j));
+      },
+      [&](int64_t j) { return ((static_cast<float>(codes[j]) + lo) * inv) * s[j]; });
 }
 
 static void streamFence() { _mm_sfence(); }

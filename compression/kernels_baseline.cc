@@ -27,7 +27,7 @@ constexpr void (*deltaQuantUpdateH)(const float*, uint8_t*, const float*, const 
                                     const float*, int64_t, float, uint8_t*) = nullptr;
 constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const float*, const float*,
                                   int64_t, float, float, float, float, uint8_t*) = nullptr;
-constexpr void (*deltaApplyH)(const float*, uint8_t*, int64_t, float*) = nullptr;
+constexpr void (*deltaApplyH)(const float*, uint8_t*, int64_t, float*, bool) = nullptr;
 
 static void streamOut(const float* src, int64_t n, float* dst) {
   std::memcpy(dst, src, 4 * static_cast<size_t>(n));

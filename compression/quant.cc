@@ -308,6 +308,17 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
   });
 }
 
+void QuantStream::dequantizeStream(const uint8_t* codes, int64_t i, int64_t len, float* out) const {
+  SP_REQUIRE(channel_, "quant: dequantizeStream needs channel scales");
+  const Kernels& k = kernels();
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    if (fixpoint_)
+      k.fixDequantVecStream(codes + (j - i), s_.data() + pos, run, lo_, finv_, out + (j - i));
+    else
+      k.dequantVecStream(codes + (j - i), m_.data() + pos, step_.data() + pos, run, out + (j - i));
+  });
+}
+
 namespace {
 // Values per buffer element: an fp16 buffer is addressed in bytes, two per value.
 constexpr int64_t kPerValue(const float*) { return 1; }
@@ -490,9 +501,11 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   QuantStream s(*this, shape);
   s.readScales(payload);
   const uint8_t* packed = payload + s.scaleBytes();
-  // A large output goes out around the cache (it cannot stay there for its reader anyway): each
-  // piece is decoded into a buffer that stays in L1 (16 KiB), then streamed to its place.
+  // A large output goes out around the cache (it cannot stay there for its reader anyway): with
+  // channel scales straight from the codes (non-temporal stores), else each piece is decoded into
+  // a buffer that stays in L1 (16 KiB), then streamed to its place.
   const bool stream = s.size() >= kStreamValues;
+  const bool direct = stream && s.channelScales();
   const int64_t piece = stream ? kStreamPiece : kChunk;
   const Kernels& k = kernels();
   parallelRanges(s.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
@@ -501,6 +514,10 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
     for (int64_t i0 = lo; i0 < hi; i0 += piece) {
       const int64_t len = std::min(piece, hi - i0);
       unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
+      if (direct) {
+        s.dequantizeStream(codes, i0, len, out + i0);
+        continue;
+      }
       s.dequantize(codes, i0, len, stream ? buf : out + i0);
       if (stream) k.streamOut(buf, len, out + i0);
     }
