@@ -49,6 +49,11 @@ struct Kernels {
                            float* out);
   void (*fixDequantVecStream)(const uint8_t* codes, const float* s, int64_t n, float lo, float inv,
                               float* out);
+  // dequantGroups and fixDequantGroups likewise (a run with one scale: one group of its length).
+  void (*dequantGroupsStream)(const uint8_t* codes, int64_t groups, int64_t g, const float* m,
+                              const float* step, float* out);
+  void (*fixDequantGroupsStream)(const uint8_t* codes, int64_t groups, int64_t g, const float* s,
+                                 float lo, float inv, float* out);
   void (*sub)(const float* a, const float* b, int64_t n, float* out);  // out = a - b
   void (*add)(const float* a, const float* b, int64_t n, float* out);  // out = a + b
   // AC-SGD's delta step, fused (channel scales, nearest rounding): acc = max(acc, |x - m|); and

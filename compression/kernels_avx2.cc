@@ -845,6 +845,37 @@ static void fixDequantVecStream(const uint8_t* codes, const float* s, int64_t n,
       [&](int64_t j) { return ((static_cast<float>(codes[j]) + lo) * inv) * s[j]; });
 }
 
+// One scale a group: dequantScalar / fixDequantScalar's operations, each group streamed as above
+// (a group whose start is not 32-byte aligned begins one value at a time).
+static void dequantGroupsStream(const uint8_t* codes, int64_t groups, int64_t g, const float* m,
+                                const float* step, float* out) {
+  for (int64_t q = 0; q < groups; ++q) {
+    const uint8_t* c = codes + q * g;
+    const float mq = m[q], sq = step[q];
+    const __m256 mv = _mm256_set1_ps(mq), sv = _mm256_set1_ps(sq);
+    dequantStream(
+        g, out + q * g,
+        [&](int64_t j) { return _mm256_sub_ps(_mm256_mul_ps(codes8(c + j), sv), mv); },
+        [&](int64_t j) { return static_cast<float>(c[j]) * sq - mq; });
+  }
+}
+
+static void fixDequantGroupsStream(const uint8_t* codes, int64_t groups, int64_t g, const float* s,
+                                   float lo, float inv, float* out) {
+  const __m256 lv = _mm256_set1_ps(lo), iv = _mm256_set1_ps(inv);
+  for (int64_t q = 0; q < groups; ++q) {
+    const uint8_t* c = codes + q * g;
+    const float sq = s[q];
+    const __m256 sv = _mm256_set1_ps(sq);
+    dequantStream(
+        g, out + q * g,
+        [&](int64_t j) {
+          return _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(codes8(c + j), lv), iv), sv);
+        },
+        [&](int64_t j) { return ((static_cast<float>(c[j]) + lo) * inv) * sq; });
+  }
+}
+
 static void streamFence() { _mm_sfence(); }
 
 // lowrank's products (kernels.h) in registers, blocked so that each load serves several products:

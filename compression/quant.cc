@@ -270,52 +270,34 @@ void QuantStream::quantize(const float* v, int64_t i, int64_t len, uint8_t* code
   });
 }
 
-void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const {
+void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out,
+                             bool stream) const {
   const Kernels& k = kernels();
-  if (!channel_)
+  const auto groups = stream ? k.dequantGroupsStream : k.dequantGroups;
+  const auto fixGroups = stream ? k.fixDequantGroupsStream : k.fixDequantGroups;
+  const auto vec = stream ? k.dequantVecStream : k.dequantVec;
+  const auto fixVec = stream ? k.fixDequantVecStream : k.fixDequantVec;
+  if (!channel_)  // a part of a group is one group of its length
     return forEachGroupSpan(
         i, len,
         [&](int64_t j, int64_t, int64_t run) {
           const int64_t g = j / cols_;
           if (fixpoint_)
-            k.fixDequantScalar(codes + (j - i), s_[g], run, lo_, finv_, out + (j - i));
+            fixGroups(codes + (j - i), 1, run, s_.data() + g, lo_, finv_, out + (j - i));
           else
-            k.dequantScalar(codes + (j - i), m_[g], step_[g], run, out + (j - i));
+            groups(codes + (j - i), 1, run, m_.data() + g, step_.data() + g, out + (j - i));
         },
         [&](int64_t j, int64_t g, int64_t count) {
           if (fixpoint_)
-            k.fixDequantGroups(codes + (j - i), count, cols_, s_.data() + g, lo_, finv_,
-                               out + (j - i));
+            fixGroups(codes + (j - i), count, cols_, s_.data() + g, lo_, finv_, out + (j - i));
           else
-            k.dequantGroups(codes + (j - i), count, cols_, m_.data() + g, step_.data() + g,
-                            out + (j - i));
+            groups(codes + (j - i), count, cols_, m_.data() + g, step_.data() + g, out + (j - i));
         });
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    const uint8_t* c = codes + (j - i);
-    float* o = out + (j - i);
-    const int64_t g = channel_ ? pos : j / cols_;
-    if (fixpoint_) {
-      if (channel_)
-        k.fixDequantVec(c, s_.data() + pos, run, lo_, finv_, o);
-      else
-        k.fixDequantScalar(c, s_[g], run, lo_, finv_, o);
-    } else {
-      if (channel_)
-        k.dequantVec(c, m_.data() + pos, step_.data() + pos, run, o);
-      else
-        k.dequantScalar(c, m_[g], step_[g], run, o);
-    }
-  });
-}
-
-void QuantStream::dequantizeStream(const uint8_t* codes, int64_t i, int64_t len, float* out) const {
-  SP_REQUIRE(channel_, "quant: dequantizeStream needs channel scales");
-  const Kernels& k = kernels();
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     if (fixpoint_)
-      k.fixDequantVecStream(codes + (j - i), s_.data() + pos, run, lo_, finv_, out + (j - i));
+      fixVec(codes + (j - i), s_.data() + pos, run, lo_, finv_, out + (j - i));
     else
-      k.dequantVecStream(codes + (j - i), m_.data() + pos, step_.data() + pos, run, out + (j - i));
+      vec(codes + (j - i), m_.data() + pos, step_.data() + pos, run, out + (j - i));
   });
 }
 
@@ -501,25 +483,16 @@ void QuantCodec::decode(const uint8_t* payload, size_t size, const Shape& shape,
   QuantStream s(*this, shape);
   s.readScales(payload);
   const uint8_t* packed = payload + s.scaleBytes();
-  // A large output goes out around the cache (it cannot stay there for its reader anyway): with
-  // channel scales straight from the codes (non-temporal stores), else each piece is decoded into
-  // a buffer that stays in L1 (16 KiB), then streamed to its place.
+  // A large output goes out around the cache (it cannot stay there for its reader anyway): each
+  // piece straight from its codes (non-temporal stores).
   const bool stream = s.size() >= kStreamValues;
-  const bool direct = stream && s.channelScales();
-  const int64_t piece = stream ? kStreamPiece : kChunk;
   const Kernels& k = kernels();
   parallelRanges(s.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
     uint8_t codes[kChunk];
-    float buf[kStreamPiece];
-    for (int64_t i0 = lo; i0 < hi; i0 += piece) {
-      const int64_t len = std::min(piece, hi - i0);
+    for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
+      const int64_t len = std::min(kChunk, hi - i0);
       unpackBits(packed + i0 * opt_.bits / 8, len, opt_.bits, codes);
-      if (direct) {
-        s.dequantizeStream(codes, i0, len, out + i0);
-        continue;
-      }
-      s.dequantize(codes, i0, len, stream ? buf : out + i0);
-      if (stream) k.streamOut(buf, len, out + i0);
+      s.dequantize(codes, i0, len, out + i0, stream);
     }
     if (stream) k.streamFence();
   });

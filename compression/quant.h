@@ -85,10 +85,10 @@ class QuantStream {
   bool channelScales() const { return channel_; }
   void readScales(const uint8_t* p);  // validates every scale
   void quantize(const float* v, int64_t i, int64_t len, uint8_t* codes);
-  void dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out) const;
-  // Channel scales: the same values written around the cache (the kernels' *Stream; the caller
-  // fences with streamFence).
-  void dequantizeStream(const uint8_t* codes, int64_t i, int64_t len, float* out) const;
+  // stream: out written around the cache (the kernels' *Stream; the caller fences with
+  // streamFence), the same values.
+  void dequantize(const uint8_t* codes, int64_t i, int64_t len, float* out,
+                  bool stream = false) const;
   void done();
   // AC-SGD's delta step on values [i, i + len) of x - m, fused where this mode has a kernel
   // (channel scales, nearest rounding); false (nothing done) otherwise. deltaAccumulate =

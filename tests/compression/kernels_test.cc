@@ -347,6 +347,41 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
 // randk's mask by the scalar kernel, the 256-bit one and, where the CPU has AVX-512 DQ, the 512-bit
 // one (which the AVX2 table then uses): the same bytes and counts, for lengths that are not whole
 // vectors, offsets past 2^32 and thresholds at both ends.
+// Decoders of large messages write around the cache straight from the codes (AVX2: the kernels'
+// *Stream, non-temporal stores from the first aligned value); the baseline build writes the same
+// loops' values with ordinary stores. Every scale layout, on an output that is not aligned.
+TEST(CpuPathTest, LargeDecodesWrittenAroundTheCacheAreTheBaselines) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  const Shape shape{3, 700, 1031};  // past QuantCodec::kStreamValues; rows and groups unaligned
+  const int64_t n = numelOf(shape);
+  ASSERT_GE(n, QuantCodec::kStreamValues);
+  const auto x = randomTensor(n, 17, 3.0f);
+  const std::string before = cpuPathName();
+  for (const char* spec :
+       {"quant:bits=4", "quant:bits=2,levels=fixpoint", "quant:bits=3,scale=group,group=100",
+        "quant:bits=8,levels=fixpoint,scale=group,group=100", "quant:bits=4,scale=group,group=128",
+        "acsgd:bits=2"}) {
+    std::vector<std::vector<float>> outs;
+    for (const CpuPath path : {CpuPath::kBaseline, CpuPath::kAvx2}) {
+      setCpuPath(path);
+      auto sender = makeCodec(spec), receiver = makeCodec(spec);
+      CodecContext ctx;
+      ctx.exampleIds = {0, 1, 2};
+      ctx.key = "k";
+      std::vector<float> y(n + 1);
+      for (int step = 0; step < 2; ++step) {  // acsgd: a full first sighting, then deltas
+        ctx.epoch = step;
+        Bytes p;
+        sender->encode(x.data(), shape, ctx, p);
+        receiver->decode(p.data(), p.size(), shape, ctx, y.data() + 1);
+      }
+      outs.push_back(y);
+    }
+    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), 4 * (n + 1))) << spec;
+  }
+  setCpuPath(before == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
+}
+
 // Stochastic rounding's kernels (16 lanes a step with AVX-512 F, 8 without, one at a time in the
 // baseline build) give the same codes: per-value and per-run scales, lengths that are not a whole
 // step, stream positions just below 2^32, values far outside the scale (clamped), zero scales.
