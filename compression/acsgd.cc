@@ -208,7 +208,7 @@ std::vector<uint8_t*> AcsgdCodec::deltaRowData(const std::vector<int64_t>& ids,
 // (mbuf) and its d = x - m (d).
 struct AcsgdCodec::DeltaChunks {
   struct Scratch {
-    std::vector<float> mbuf = std::vector<float>(kChunk), d = std::vector<float>(kChunk);
+    PartBuffer mbuf{kChunk}, d{kChunk};
     uint8_t codes[kChunk];
   };
   AcsgdCodec& codec;
@@ -335,7 +335,7 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   const bool stream = qs.size() >= QuantCodec::kStreamValues;
   const int64_t piece = stream ? QuantCodec::kStreamPiece : kChunk;
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
-    std::vector<float> mbuf(piece), d(piece), obuf(stream ? piece : 0);
+    PartBuffer mbuf(piece), d(piece), obuf(stream ? piece : 0);
     uint8_t codes[kChunk];
     for (int64_t i0 = lo; i0 < hi; i0 += piece) {
       const int64_t len = std::min(piece, hi - i0);
@@ -377,13 +377,13 @@ void narrow(const float* v, int64_t n, uint16_t* r) {
 }
 // Where the generic steps read and write the residual run [at, at + n): in place (fp32), or a
 // widened copy in `w` that `store` narrows back (bf16).
-float* residualRun(float* r, int64_t, std::vector<float>&) { return r; }
-float* residualRun(uint16_t* r, int64_t n, std::vector<float>& w) {
-  widen(r, n, w.data());
-  return w.data();
+float* residualRun(float* r, int64_t, float*) { return r; }
+float* residualRun(uint16_t* r, int64_t n, float* w) {
+  widen(r, n, w);
+  return w;
 }
-void store(float*, int64_t, const std::vector<float>&) {}
-void store(uint16_t* r, int64_t n, const std::vector<float>& w) { narrow(w.data(), n, r); }
+void store(float*, int64_t, const float*) {}
+void store(uint16_t* r, int64_t n, const float* w) { narrow(w, n, r); }
 }  // namespace
 
 void ErrorFeedbackCodec::encode(const float* x, const Shape& shape, const CodecContext& ctx,
@@ -414,13 +414,13 @@ void ErrorFeedbackCodec::encodeWith(const float* x, const Shape& shape, const Co
   v_.resize(n);
   q_.resize(n);
   if constexpr (std::is_same_v<R, uint16_t>) w_.resize(n);
-  float* rf = residualRun(r, n, w_);
+  float* rf = residualRun(r, n, w_.data());
   k.add(x, rf, n, v_.data());
   const size_t at = out.size();
   inner_->encode(v_.data(), shape, ctx, out);
   inner_->decode(out.data() + at, out.size() - at, shape, ctx, q_.data());
   k.sub(v_.data(), q_.data(), n, rf);
-  store(r, n, w_);
+  store(r, n, w_.data());
 }
 
 // ef(quant): v = x + r chunk by chunk, twice (scales, then codes); r = v - Q(v) from the chunk's
@@ -436,8 +436,7 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
   // Chunk scratch per part (the codec threads, compression/parallel.h): v = x + r, Q(v), and the
   // widened residual of a bf16 store.
   struct Scratch {
-    std::vector<float> v = std::vector<float>(kChunk), q = std::vector<float>(kChunk),
-                       w = std::vector<float>(kChunk);
+    PartBuffer v{kChunk}, q{kChunk}, w{kChunk};
   };
   qs.accumulateParts([&](int64_t lo, int64_t hi, QuantStream& part) {
     Scratch sc;
@@ -450,7 +449,7 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
           part.sumAccumulate(x + i0, r + i0, i0, len);
         continue;
       }
-      k.add(x + i0, residualRun(r + i0, len, sc.w), len, sc.v.data());
+      k.add(x + i0, residualRun(r + i0, len, sc.w.data()), len, sc.v.data());
       part.accumulate(sc.v.data(), i0, len);
     }
   });
@@ -472,13 +471,13 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
         packBits(codes, len, bits, packed + i0 * bits / 8);
         continue;
       }
-      float* rf = residualRun(r + i0, len, sc.w);
+      float* rf = residualRun(r + i0, len, sc.w.data());
       k.add(x + i0, rf, len, sc.v.data());
       qs.quantize(sc.v.data(), i0, len, codes);
       packBits(codes, len, bits, packed + i0 * bits / 8);
       qs.dequantize(codes, i0, len, sc.q.data());
       k.sub(sc.v.data(), sc.q.data(), len, rf);
-      store(r + i0, len, sc.w);
+      store(r + i0, len, sc.w.data());
     }
   });
   qs.done();

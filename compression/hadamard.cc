@@ -118,7 +118,7 @@ void HadamardCodec::encodeFused(const float* x, const Shape& shape, int64_t chun
   uint8_t* p = ByteWriter(out).grow(quantPayloadBytes(q.options(), shape));
   uint8_t* packed = p + s.scaleBytes();
   parallelRanges(n, chunk, [&](int64_t lo, int64_t hi, int64_t) {
-    std::vector<float> buf(static_cast<size_t>(chunk));
+    PartBuffer buf(static_cast<size_t>(chunk));
     uint8_t codes[QuantCodec::kChunk];
     for (int64_t c0 = lo; c0 < hi; c0 += chunk) {
       const int64_t len = std::min(chunk, hi - c0);
@@ -155,7 +155,7 @@ void HadamardCodec::decodeFused(const uint8_t* payload, size_t size, const Shape
   const bool stream = n >= QuantCodec::kStreamValues;
   const Kernels& k = kernels();
   parallelRanges(n, chunk, [&](int64_t lo, int64_t hi, int64_t) {
-    std::vector<float> buf(static_cast<size_t>(chunk));
+    PartBuffer buf(static_cast<size_t>(chunk));
     uint8_t codes[QuantCodec::kChunk];
     for (int64_t c0 = lo; c0 < hi; c0 += chunk) {
       const int64_t len = std::min(chunk, hi - c0);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "compression/bytes.h"
 #include "compression/error.h"
 
 namespace slowpipe::compression {
@@ -191,5 +192,24 @@ void parallelRanges(int64_t n, int64_t align,
     fn(lo, hi, part);
   });
 }
+
+namespace {
+// The calling thread's part buffers, deepest last; each kept at its largest size.
+struct PartBuffers {
+  std::vector<std::vector<float, UninitAllocator<float>>> store;
+  size_t depth = 0;
+};
+thread_local PartBuffers partBuffers;
+}  // namespace
+
+PartBuffer::PartBuffer(size_t n) {
+  PartBuffers& b = partBuffers;
+  if (b.store.size() <= b.depth) b.store.resize(b.depth + 1);
+  auto& v = b.store[b.depth++];
+  if (v.size() < n) v.resize(n);
+  p_ = v.data();
+}
+
+PartBuffer::~PartBuffer() { --partBuffers.depth; }
 
 }  // namespace slowpipe::compression

@@ -6,6 +6,7 @@
 // every codec at several thread counts.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -31,5 +32,21 @@ void parallelFor(int64_t parts, const std::function<void(int64_t part)>& fn);
 // parallelFor over the parts of [0, n): fn(lo, hi, part).
 void parallelRanges(int64_t n, int64_t align,
                     const std::function<void(int64_t lo, int64_t hi, int64_t part)>& fn);
+
+// A part's scratch of n floats from its thread's own store, handed back when it goes out of scope
+// (buffers nest: the last taken is the first given back): no allocation, zeroing or page fault
+// per part, where a message of 64 MiB runs 64 parts a pass. Its values start undefined.
+class PartBuffer {
+ public:
+  explicit PartBuffer(size_t n);
+  ~PartBuffer();
+  PartBuffer(const PartBuffer&) = delete;
+  PartBuffer& operator=(const PartBuffer&) = delete;
+  float* data() { return p_; }
+  const float* data() const { return p_; }
+
+ private:
+  float* p_;
+};
 
 }  // namespace slowpipe::compression
