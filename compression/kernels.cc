@@ -19,7 +19,7 @@ bool randkKeepOfWidth(int, uint64_t, uint64_t, int64_t, int64_t, uint8_t*, int64
 #else
 namespace kernels_avx2 {
 extern std::atomic<bool> allow512;
-bool randkKeepHas512();
+bool cpuHas512DQ();
 int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
                          uint8_t* keep);
 }  // namespace kernels_avx2
@@ -29,7 +29,7 @@ bool setAvx512(bool allowed) { return kernels_avx2::allow512.exchange(allowed); 
 bool randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
                       uint8_t* keep, int64_t* count) {
   if (!cpuPathAvailable(CpuPath::kAvx2) || (bits != 256 && bits != 512) ||
-      (bits == 512 && !kernels_avx2::randkKeepHas512()))
+      (bits == 512 && !kernels_avx2::cpuHas512DQ()))
     return false;
   *count = kernels_avx2::randkKeepOfWidth(bits, base, threshold, lo, n, keep);
   return true;

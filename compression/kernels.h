@@ -154,9 +154,9 @@ const char* cpuPathName();            // "baseline" or "avx2"
 bool randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo, int64_t n,
                       uint8_t* keep, int64_t* count);
 
-// The AVX2 table's kernels with an AVX-512 form (randk's mask: AVX-512 DQ; stochastic rounding:
-// AVX-512 F) use it where the CPU has it. setAvx512(false) holds them to 256-bit vectors (tests
-// compare the widths; the bits are the same); returns the previous setting.
+// The AVX2 table's kernels with an AVX-512 form (randk's mask and lowrank's projection: AVX-512 F
+// + DQ; stochastic rounding: AVX-512 F) use it where the CPU has it. setAvx512(false) holds them to
+// 256-bit vectors (tests compare the widths; the bits are the same); returns the previous setting.
 bool setAvx512(bool allowed);
 
 // One entry per path (defined in kernels_{baseline,avx2}.cc); null where not built.

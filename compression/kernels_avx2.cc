@@ -669,7 +669,7 @@ __attribute__((target("avx512f,avx512dq"))) static int64_t randkKeep512(uint64_t
   return count + randkKeep256(base, threshold, lo + k, n - k, keep + k);
 }
 
-bool randkKeepHas512() {
+bool cpuHas512DQ() {
 #if defined(__x86_64__)
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
 #else
@@ -684,7 +684,7 @@ int64_t randkKeepOfWidth(int bits, uint64_t base, uint64_t threshold, int64_t lo
 }
 
 static int64_t randkKeep(uint64_t base, uint64_t threshold, int64_t lo, int64_t n, uint8_t* keep) {
-  static const bool has = randkKeepHas512();
+  static const bool has = cpuHas512DQ();
   const int bits = has && allow512.load(std::memory_order_relaxed) ? 512 : 256;
   return randkKeepOfWidth(bits, base, threshold, lo, n, keep);
 }
@@ -914,11 +914,67 @@ static void projectRowsOf(const float* x, int64_t d, const float* p, int64_t r, 
   for (; j < r; ++j) projectBlock<IM, 1>(x, d, p + j * d, r, coef + j);
 }
 
-static void lowrankProject(const float* x, int64_t rows, int64_t d, const float* p, int64_t r,
-                           float* coef) {
+static void lowrankProject256(const float* x, int64_t rows, int64_t d, const float* p, int64_t r,
+                              float* coef) {
   int64_t i = 0;
   for (; i + 2 <= rows; i += 2) projectRowsOf<2>(x + i * d, d, p, r, coef + i * r);
   for (; i < rows; ++i) projectRowsOf<1>(x + i * d, d, p, r, coef + i * r);
+}
+
+// The same dots with AVX-512 (F + DQ) where the CPU has it: a 512-bit accumulator holds the eight
+// lanes of basis row j in its low half and those of row j + 1 in its high half, x's eight values
+// broadcast to both halves, so every lane sums the same terms in the same order and the pairwise
+// reduction is the 256-bit kernel's: the same bits (CpuPathTest, both widths), half the vector
+// operations.
+template <int IM, int JP>
+__attribute__((target("avx512f,avx512dq"))) static void projectBlock512(const float* a, int64_t d,
+                                                                        const float* p, int64_t r,
+                                                                        float* out) {
+  __m512 acc[IM][JP];
+  for (int i = 0; i < IM; ++i)
+    for (int j = 0; j < JP; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= d; k += 8) {
+    __m512 pv[JP];
+    for (int j = 0; j < JP; ++j)
+      pv[j] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p + 2 * j * d + k)),
+                                 _mm256_loadu_ps(p + (2 * j + 1) * d + k), 1);
+    for (int i = 0; i < IM; ++i) {
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(a + i * d + k));
+      for (int j = 0; j < JP; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_mul_ps(xv, pv[j]));
+    }
+  }
+  for (int i = 0; i < IM; ++i)
+    for (int j = 0; j < JP; ++j) {
+      float lane[16];
+      _mm512_storeu_ps(lane, acc[i][j]);
+      for (int h = 0; h < 2; ++h) {
+        float* l = lane + 8 * h;
+        const float* pj = p + (2 * j + h) * d;
+        for (int64_t t = k; t < d; ++t) l[t % 8] += a[i * d + t] * pj[t];
+        out[i * r + 2 * j + h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+      }
+    }
+}
+
+__attribute__((target("avx512f,avx512dq"))) static void lowrankProject512(const float* x,
+                                                                          int64_t rows, int64_t d,
+                                                                          const float* p, int64_t r,
+                                                                          float* coef) {
+  int64_t i = 0;
+  for (; i + 2 <= rows; i += 2) {
+    int64_t j = 0;
+    for (; j + 4 <= r; j += 4) projectBlock512<2, 2>(x + i * d, d, p + j * d, r, coef + i * r + j);
+    for (; j < r; ++j) projectBlock<2, 1>(x + i * d, d, p + j * d, r, coef + i * r + j);
+  }
+  for (; i < rows; ++i) projectRowsOf<1>(x + i * d, d, p, r, coef + i * r);
+}
+
+static void lowrankProject(const float* x, int64_t rows, int64_t d, const float* p, int64_t r,
+                           float* coef) {
+  if (cpuHas512DQ() && allow512.load(std::memory_order_relaxed))
+    return lowrankProject512(x, rows, d, p, r, coef);
+  lowrankProject256(x, rows, d, p, r, coef);
 }
 
 template <int IM, int KB>

@@ -205,9 +205,10 @@ thread_local PartBuffers partBuffers;
 PartBuffer::PartBuffer(size_t n) {
   PartBuffers& b = partBuffers;
   if (b.store.size() <= b.depth) b.store.resize(b.depth + 1);
-  auto& v = b.store[b.depth++];
-  if (v.size() < n) v.resize(n);
+  auto& v = b.store[b.depth];
+  if (v.size() < n) v.resize(n);  // may throw: the depth moves only once the buffer is there
   p_ = v.data();
+  ++b.depth;
 }
 
 PartBuffer::~PartBuffer() { --partBuffers.depth; }

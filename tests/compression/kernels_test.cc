@@ -323,7 +323,9 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
                          "ef(quant:bits=3,scale=group,group=64)",
                          "ef(quant:bits=3,scale=group,group=64;store=bf16)",
                          "hadamard(quant:bits=3,scale=group,group=64)",
-                         "hadamard(acsgd:bits=2)"};
+                         "hadamard(acsgd:bits=2)",
+                         "lowrank:rank=16",
+                         "lowrank:rank=5,basis=pca"};
   const char* before = cpuPathName();
   for (const char* spec : specs) {
     std::vector<std::vector<float>> yBase, yAvx;
