@@ -29,6 +29,9 @@ class TopkCodec : public Codec {
  public:
   explicit TopkCodec(double ratio, int bits = 16);
   ~TopkCodec() override;
+  // A copy has the options, not the scratch (it makes its own on first use).
+  TopkCodec(const TopkCodec& other) : Codec(other), ratio_(other.ratio_), bits_(other.bits_) {}
+  TopkCodec& operator=(const TopkCodec&) = delete;
   CodecId id() const override { return CodecId::kTopk; }
   std::string spec() const override;
   void encode(const float* x, const Shape& shape, const CodecContext& ctx, Bytes& out) override;
