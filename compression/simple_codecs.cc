@@ -79,6 +79,9 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
 
 TopkCodec::~TopkCodec() = default;
 
+TopkCodec::TopkCodec(const TopkCodec& other)
+    : Codec(other), ratio_(other.ratio_), bits_(other.bits_) {}
+
 TopkCodec::Scratch& TopkCodec::scratch() {
   if (!scratch_) scratch_ = std::make_unique<Scratch>();
   return *scratch_;

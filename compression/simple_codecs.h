@@ -30,7 +30,7 @@ class TopkCodec : public Codec {
   explicit TopkCodec(double ratio, int bits = 16);
   ~TopkCodec() override;
   // A copy has the options, not the scratch (it makes its own on first use).
-  TopkCodec(const TopkCodec& other) : Codec(other), ratio_(other.ratio_), bits_(other.bits_) {}
+  TopkCodec(const TopkCodec& other);
   TopkCodec& operator=(const TopkCodec&) = delete;
   CodecId id() const override { return CodecId::kTopk; }
   std::string spec() const override;
