@@ -176,9 +176,9 @@ TEST(PacketLinkTest, LossModelsMeetTheirMeansOverAMillionPackets) {
 
 // The delay line itself: two namespaces joined through TUN devices (root; skipped elsewhere).
 // UDP round trips equal 2 x the one-way delay within 0.3 ms at the median (the line's own cost:
-// 0.03-0.14 ms in Release, 0.10 ms seen at the median under ASan in CI) and never come early;
-// one cubic stream draws 1 Gbps at MTU 1500 from the line within 3% (or the machine could not
-// forward it, which the probe says: link_ok false with the rate it reached); nothing is left
+// 0.03-0.14 ms in Release; 0.6 ms under ASan, where 0.10-0.34 ms were seen in CI) and never come
+// early; one cubic stream draws 1 Gbps at MTU 1500 from the line within 3% (or the machine could
+// not forward it, which the probe says: link_ok false with the rate it reached); nothing is left
 // behind.
 namespace slowpipe::emulator {
 namespace {
@@ -206,11 +206,19 @@ TEST(DelayLineTest, RoundTripsAreTwiceTheDelay) {
   EXPECT_GE(r["rtt_s"]["min"].get<double>(), 0.020) << r["rtt_s"].dump();
   EXPECT_EQ(r["stats"]["a_to_b"]["lost_ingress"], 0);
   EXPECT_TRUE(cleanupNamespaces(false).empty()) << "a namespace was left behind";
-  // A stalled forwarding thread only lengthens round trips (checked above that none came early);
-  // a CI run under ASan read a median of 20.34 ms (p99 27.6 ms) while 1 Gbps read short beside it.
+  // A stalled forwarding thread only lengthens round trips (checked above that none came early).
+  // The 0.3 ms bound on the line's own cost is the Release suite's claim; under AddressSanitizer
+  // the probe's echo and the forwarding thread are instrumented and share 2 cores (two CI runs
+  // there read medians of 20.34 ms, the line's own lateness 26-30 us a way at the median), so this
+  // build bounds it at 0.6 ms, as the shaped socket's latency test does.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr double kOwnCost = 6e-4;
+#else
+  constexpr double kOwnCost = 3e-4;
+#endif
   const double median = r["rtt_s"]["median"].get<double>();
-  SKIP_IF_HOST_TIME(median > 0.020 + 3e-4, r.value("host_cpu_steal", 0.0)) << r["rtt_s"].dump();
-  EXPECT_LE(median, 0.020 + 3e-4) << r.dump();
+  SKIP_IF_HOST_TIME(median > 0.020 + kOwnCost, r.value("host_cpu_steal", 0.0)) << r["rtt_s"].dump();
+  EXPECT_LE(median, 0.020 + kOwnCost) << r.dump();
 }
 
 TEST(DelayLineTest, OneStreamDrawsTheRateAtMtu1500) {
