@@ -124,8 +124,10 @@ void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape,
   }
 }
 
+// withTorchOps: also time the libtorch-ops baseline (quant codecs; once per codec and size: the
+// row keeps its first round's baseline, and a 64 MiB baseline takes seconds a call).
 json benchOne(const std::string& spec, const Shape& shape, const std::vector<float>& x,
-              const std::vector<float>& x2, double memcpyS) {
+              const std::vector<float>& x2, double memcpyS, bool withTorchOps) {
   const int64_t n = numelOf(shape);
   const double rawBytes = 4.0 * n;
   auto sender = makeCodec(spec), receiver = makeCodec(spec);
@@ -176,7 +178,7 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
             {"samples", encSamples.size()},
             {"torch_ops_encode_GBps", nullptr},
             {"torch_ops_decode_GBps", nullptr}};
-  if (auto* q = dynamic_cast<QuantCodec*>(sender.get()))
+  if (auto* q = dynamic_cast<QuantCodec*>(sender.get()); q && withTorchOps)
     compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
   return r;
 }
@@ -221,13 +223,13 @@ json benchCodecs(const CodecBenchOptions& o) {
         if (o.onCodec) o.onCodec(o.codecs[c], shape, round);
         const double mcNow = memcpySeconds(x);
         setCodecThreads(1);
-        rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow));
+        rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow, round == 0));
         json& one = rows[c].back();
         one["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
         one["read_GBps"] = 4.0 * n / readSeconds(x) / 1e9;
         if (o.threads > 1) {
           setCodecThreads(o.threads);
-          const json t = benchOne(o.codecs[c], shape, x, x2, mcNow);
+          const json t = benchOne(o.codecs[c], shape, x, x2, mcNow, false);
           setCodecThreads(1);
           one["encode_GBps_threads"] = t["encode_GBps"];
           one["decode_GBps_threads"] = t["decode_GBps"];

@@ -680,6 +680,32 @@ TEST(SweepRunTest, ASlowCodecIsCodecBoundAtTenGbps) {
   fs::remove_all(root);
 }
 
+// `slowpipe bench codecs` as a user runs it: ratios against memcpy from the same run, a row per
+// codec with its rounds' median, the 2-thread rerun, the libtorch-ops baseline on quant rows (bytes
+// matching ours), and the slow plug-in, not a built-in, flagged at 10 Gbps.
+TEST(SweepRunTest, BenchCodecsMeasuresAgainstMemcpyAndFlagsASlowPlugin) {
+  const std::string slow = std::string("plugin:path=") + SLOW_PLUGIN;
+  const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "bench", "codecs", "--size-kib",
+                                                 "64", "--rounds", "2", "--threads", "2", "--codec",
+                                                 "none", "--codec", "quant:bits=4", "--codec", slow,
+                                                 "--link-gbps", "10", "--json"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json d = json::parse(r.output);
+  EXPECT_EQ(d["threads"], 2);
+  EXPECT_GT(d["memcpy_GBps"].get<double>(), 0.0);
+  ASSERT_EQ(d["results"].size(), 3u) << r.output;
+  for (const auto& row : d["results"]) {
+    EXPECT_EQ(row["rounds"], 2) << row.dump();
+    EXPECT_EQ(row["encode_vs_memcpy_range"].size(), 2u) << row.dump();
+    EXPECT_TRUE(row.contains("encode_thread_speedup")) << row.dump();
+    const bool plugin = row["codec"].get<std::string>().rfind("plugin:", 0) == 0;
+    EXPECT_EQ(row["codec_bound"], plugin) << row.dump();
+    const bool quant = row["codec"].get<std::string>().rfind("quant:", 0) == 0;
+    EXPECT_EQ(row["torch_ops_encode_GBps"].is_number(), quant) << row.dump();
+    if (quant) EXPECT_EQ(row["matches_torch_ops"], true) << row.dump();
+  }
+}
+
 // The question a codec's author has, through the CLI: is my plug-in faster than AC-SGD, and does it
 // lose quality against it? A 3-codec sweep (fp32, AC-SGD, a C plug-in), `report --vs`: the paired
 // speed ratio and loss gap, checked against values computed here from the run files, shown in the
