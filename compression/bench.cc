@@ -65,6 +65,18 @@ double readSeconds(const std::vector<float>& src) {
   return s;
 }
 
+// The same pass split over the codec threads (parallelRanges, as the codecs split theirs): how far
+// more threads raise what memory delivers to this process, the bound of a read-bound codec's
+// thread speed-up (read_thread_speedup).
+double readSecondsThreads(const std::vector<float>& src) {
+  std::vector<float> part(static_cast<size_t>(parallelParts(static_cast<int64_t>(src.size()), 16)));
+  return medianSeconds([&] {
+    parallelRanges(static_cast<int64_t>(src.size()), 16, [&](int64_t lo, int64_t hi, int64_t p) {
+      part[static_cast<size_t>(p)] = kernels().absMax(src.data() + lo, hi - lo);
+    });
+  });
+}
+
 double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -237,6 +249,11 @@ json benchCodecs(const CodecBenchOptions& o) {
               t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
           one["decode_thread_speedup"] =
               t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
+          setCodecThreads(o.threads);
+          one["read_GBps_threads"] = 4.0 * n / readSecondsThreads(x) / 1e9;
+          setCodecThreads(1);
+          one["read_thread_speedup"] =
+              one["read_GBps_threads"].get<double>() / one["read_GBps"].get<double>();
         }
       }
     for (auto& r : rows) {
@@ -244,7 +261,7 @@ json benchCodecs(const CodecBenchOptions& o) {
       for (const char* key :
            {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
             "read_GBps", "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup",
-            "decode_thread_speedup"}) {
+            "decode_thread_speedup", "read_GBps_threads", "read_thread_speedup"}) {
         if (!row.contains(key)) continue;
         std::vector<double> v;
         for (const auto& one : r) v.push_back(one[key].get<double>());

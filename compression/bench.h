@@ -40,7 +40,8 @@ struct CodecBenchOptions {
 // "rel_rms_error", "memcpy_GBps", "read_GBps" (one read-only pass over the
 // input, measured beside memcpy: a two-pass encoder is bounded by half of it), "torch_ops_*",
 // "matches_torch_ops", "rounds", "codec_bound", with threads > 1 "encode_GBps_threads",
-// "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
+// "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup", "read_GBps_threads" and
+// "read_thread_speedup" (the read-only pass split over the threads: a read-bound codec's ceiling),
 // ...}], "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);
