@@ -333,6 +333,16 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   // Large outputs are built a piece at a time in buffers that stay in L1 and streamed to their
   // place (as quant's decode does).
   const bool stream = qs.size() >= QuantCodec::kStreamValues;
+  if (inRegisters && qs.packedApplies()) {  // rows and parts start at multiples of 8 values
+    parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
+      forEachPiece(lo, hi - lo, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
+        qs.applyPackedHalf(packed, lo + p, cnt, rows[j] + 2 * off,
+                           out + deltaRows[j] * rowLen + off, stream);
+      });
+      if (stream) k.streamFence();
+    });
+    return;
+  }
   const int64_t piece = stream ? QuantCodec::kStreamPiece : kChunk;
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
     PartBuffer mbuf(piece), d(piece), obuf(stream ? piece : 0);

@@ -91,6 +91,12 @@ struct Kernels {
   // The receiver's side: mh = fp16(m + dq), out = the value mh now holds; stream: out written
   // around the cache (non-temporal stores, as streamOut; the caller fences).
   void (*deltaApplyH)(const float* dq, uint8_t* mh, int64_t n, float* out, bool stream);
+  // The same straight from packed codes (bitpack.h's layout, value 0 at bit 0 of packed; bits 1-4
+  // or 8) with channel scales along the run: dq = code * a[k] - b[k] (dequantVec: a = step, b = m)
+  // or, fixpoint, ((code + lo) * inv) * a[k] (fixDequantVec: a = s, b null). Reads only the
+  // packedBytes(n, bits) bytes of the run. Null where the build has no in-register fp16 step.
+  void (*deltaApplyPackedH)(const uint8_t* packed, int bits, const float* a, const float* b,
+                            float lo, float inv, int64_t n, uint8_t* mh, float* out, bool stream);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

@@ -280,6 +280,84 @@ static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out, boo
   for (; i < n; ++i) one(i);
 }
 
+// deltaApplyH from the packed codes: 8 codes a step unpacked in registers (b <= 4: the group's
+// 8b bits in one 32-bit word, shifted apart lane by lane; b = 8: the bytes widened), dequantized
+// with dequantVec's / fixDequantVec's operations, then deltaApplyH's; the last n % 8 values one at
+// a time.
+static inline uint32_t codeAt(const uint8_t* packed, int bits, int64_t k) {
+  const int64_t bit = k * bits;
+  const int64_t at = bit >> 3, shift = bit & 7;
+  uint32_t w = packed[at];
+  if (shift + bits > 8) w |= static_cast<uint32_t>(packed[at + 1]) << 8;
+  return (w >> shift) & ((1u << bits) - 1);
+}
+
+// The 8 codes of a group (its `bits` bytes); whole: reading 4 bytes stays inside the caller's.
+static inline __m256i codes8Packed(const uint8_t* group, int bits, bool whole, __m256i shifts,
+                                   __m256i mask) {
+  if (bits == 8)
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group)));
+  uint32_t w = 0;
+  if (whole)
+    std::memcpy(&w, group, 4);
+  else
+    for (int k = 0; k < bits; ++k) w |= static_cast<uint32_t>(group[k]) << (8 * k);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int32_t>(w)), shifts),
+                          mask);
+}
+
+static void deltaApplyPackedH(const uint8_t* packed, int bits, const float* a, const float* b,
+                              float lo, float inv, int64_t n, uint8_t* mh, float* out,
+                              bool stream) {
+  const bool fix = b == nullptr;
+  auto dq1 = [&](int64_t j) {
+    const float c = static_cast<float>(codeAt(packed, bits, j));
+    return fix ? ((c + lo) * inv) * a[j] : c * a[j] - b[j];
+  };
+  auto one = [&](int64_t j) {
+    putHalf(mh + 2 * j, halfAt(mh + 2 * j) + dq1(j));
+    out[j] = halfAt(mh + 2 * j);
+  };
+  const __m256i shifts =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bits));
+  const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+  const __m256 lv = _mm256_set1_ps(lo), iv = _mm256_set1_ps(inv);
+  // A group of 8 codes is `bits` whole bytes; groups from `fit` on are read a byte at a time (a
+  // 4-byte read would pass the run's packed bytes).
+  const int64_t bytes = (n * bits + 7) / 8;
+  const int64_t fit = bits == 8 ? n / 8 : bytes < 4 ? 0 : (bytes - 4) / bits + 1;
+  // Groups start at multiples of 8 values (32 bytes of out), so out's alignment is every group's:
+  // non-temporal stores of 32 or 16 bytes where it allows, plain stores otherwise.
+  const uintptr_t align = reinterpret_cast<uintptr_t>(out) & 31;
+  const int nt = !stream ? 0 : align == 0 ? 32 : align % 16 == 0 ? 16 : 0;
+  auto step = [&](int64_t i, bool whole) {
+    const __m256 c =
+        _mm256_cvtepi32_ps(codes8Packed(packed + i / 8 * bits, bits, whole, shifts, mask));
+    const __m256 dq =
+        fix ? _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(c, lv), iv), _mm256_loadu_ps(a + i))
+            : _mm256_sub_ps(_mm256_mul_ps(c, _mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i));
+    const __m128i h =
+        _mm256_cvtps_ph(_mm256_add_ps(loadHalf8(mh + 2 * i), dq), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(mh + 2 * i), h);
+    const __m256 v = _mm256_cvtph_ps(h);
+    if (nt == 32) {
+      _mm256_stream_ps(out + i, v);
+    } else if (nt == 16) {
+      _mm_stream_ps(out + i, _mm256_castps256_ps128(v));
+      _mm_stream_ps(out + i + 4, _mm256_extractf128_ps(v, 1));
+    } else {
+      _mm256_storeu_ps(out + i, v);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n && i / 8 < fit; i += 8) {
+    if ((i & 31) == 0) ahead(mh + 2 * (i + kPrefetch));
+    step(i, true);
+  }
+  for (; i + 8 <= n; i += 8) step(i, false);
+  for (; i < n; ++i) one(i);
+}
+
 // Group scales in registers: max |x| of each group (four accumulators, then across lanes: a max is
 // exact, so any order gives kernels.inc's result), and the symmetric quantizer on a run with one
 // scale, 32 values a step: t = min(top, max(0, (x + m) * inv + 0.5)) as kernels.inc writes it

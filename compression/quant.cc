@@ -301,6 +301,25 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
   });
 }
 
+bool QuantStream::packedApplies() const {
+  const int b = opt_.bits;
+  return channel_ && cols_ % 8 == 0 && (b <= 4 || b == 8) && kernels().deltaApplyPackedH != nullptr;
+}
+
+void QuantStream::applyPackedHalf(const uint8_t* packed, int64_t i, int64_t len, uint8_t* mh,
+                                  float* out, bool stream) const {
+  const auto apply = kernels().deltaApplyPackedH;
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const uint8_t* codes = packed + j / 8 * opt_.bits;  // j: a multiple of 8 (cols_ and i are)
+    if (fixpoint_)
+      apply(codes, opt_.bits, s_.data() + pos, nullptr, lo_, finv_, run, mh + 2 * (j - i),
+            out + (j - i), stream);
+    else
+      apply(codes, opt_.bits, step_.data() + pos, m_.data() + pos, 0.0f, 0.0f, run,
+            mh + 2 * (j - i), out + (j - i), stream);
+  });
+}
+
 namespace {
 // Values per buffer element: an fp16 buffer is addressed in bytes, two per value.
 constexpr int64_t kPerValue(const float*) { return 1; }

@@ -101,6 +101,14 @@ class QuantStream {
   bool halfFused() const;
   void deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len);
   void deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes);
+  // The receiver's step on an fp16 buffer straight from the packed codes (packed: value 0's; the
+  // kernels' deltaApplyPackedH) for values [i, i + len): mh (two bytes a value) = fp16(mh +
+  // dequantize(code)), out = the value mh now holds; stream as dequantize's. packedApplies(): this
+  // stream has that kernel (channel scales over a multiple of 8 values, 1-4 or 8 bits, a build
+  // with in-register fp16); i must then be a multiple of 8.
+  bool packedApplies() const;
+  void applyPackedHalf(const uint8_t* packed, int64_t i, int64_t len, uint8_t* mh, float* out,
+                       bool stream) const;
   // ef's step likewise: sumAccumulate = accumulate(x + r); residualUpdate = quantize(x + r) into
   // codes, then r = (x + r) - dequantize(codes).
   void sumAccumulate(const float* x, const float* r, int64_t i, int64_t len);
