@@ -100,6 +100,9 @@ struct Kernels {
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);
+  // bf16 likewise (floatToBf16 / bf16ToFloat: round to nearest even, a NaN stays a quiet NaN).
+  void (*toBf16)(const float* in, size_t n, uint8_t* out);
+  void (*fromBf16)(const uint8_t* in, size_t n, float* out);
   // hadamard's transform of one block of b values (b a power of two, >= 8), in place:
   // v = post * H (pre * v), the butterflies of the textbook loops (compression/hadamard.cc).
   void (*fwhtScaled)(float* v, int64_t b, const float* pre, const float* post);

@@ -86,6 +86,21 @@ static inline void putBf16(uint16_t* p, float f) {
                                  : (u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
 }
 
+// The bf16 codec's conversions, 8 values a step (the tail as the baseline build does it).
+static void toBf16(const float* in, size_t n, uint8_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    storeBf16x8(reinterpret_cast<uint16_t*>(out + 2 * i), _mm256_loadu_ps(in + i));
+  baselineKernels()->toBf16(in + i, n - i, out + 2 * i);
+}
+
+static void fromBf16(const uint8_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, loadBf16x8(reinterpret_cast<const uint16_t*>(in + 2 * i)));
+  baselineKernels()->fromBf16(in + 2 * i, n - i, out + i);
+}
+
 // A buffer's elements by index: fp32, fp16 (two little-endian bytes each) or bf16.
 struct BufF32 {
   using T = float;

@@ -13,6 +13,21 @@ static void toHalf(const float* in, size_t n, uint8_t* out) {
   }
 }
 
+static void toBf16(const float* in, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = floatToBf16(in[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+static void fromBf16(const uint8_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    out[i] = bf16ToFloat(h);
+  }
+}
+
 static void fromHalf(const uint8_t* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;

@@ -50,10 +50,7 @@ void CastCodec::encode(const float* x, const Shape& shape, const CodecContext&, 
     if (id_ == CodecId::kNone && stream) return copyAround(x + lo, cnt * 4, o);
     if (id_ == CodecId::kNone) return copyBytes(o, x + lo, cnt * 4);
     if (id_ == CodecId::kFp16) return floatToHalfBytes(x + lo, cnt, o);
-    for (size_t i = 0; i < cnt; ++i) {
-      const uint16_t h = floatToBf16(x[lo + static_cast<int64_t>(i)]);
-      std::memcpy(o + 2 * i, &h, 2);
-    }
+    kernels().toBf16(x + lo, cnt, o);
   });
 }
 
@@ -69,11 +66,7 @@ void CastCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
     if (id_ == CodecId::kNone && stream) return copyAround(in, cnt * 4, out + lo);
     if (id_ == CodecId::kNone) return copyBytes(out + lo, in, cnt * 4);
     if (id_ == CodecId::kFp16) return halfBytesToFloat(in, cnt, out + lo);
-    for (size_t i = 0; i < cnt; ++i) {
-      uint16_t h;
-      std::memcpy(&h, in + 2 * i, 2);
-      out[lo + static_cast<int64_t>(i)] = bf16ToFloat(h);
-    }
+    kernels().fromBf16(in, cnt, out + lo);
   });
 }
 

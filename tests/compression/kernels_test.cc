@@ -522,6 +522,41 @@ TEST(CpuPathTest, HalfConversionIsTheScalarReferenceOnEveryPath) {
   }
 }
 
+// The bf16 codec's conversions likewise: every bf16 pattern, its float neighbours (ties and carries
+// into the exponent), NaNs with payloads in either half (quieted, never rounded to infinity), and a
+// length that is not a whole step.
+TEST(CpuPathTest, Bf16ConversionIsTheScalarReferenceOnEveryPath) {
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = bf16ToFloat(static_cast<uint16_t>(h));
+    x.push_back(f);
+    x.push_back(bitsFloat(floatBits(f) + 0x8000u));  // a tie
+    x.push_back(bitsFloat(floatBits(f) + 0x7fffu));
+    x.push_back(bitsFloat(floatBits(f) | 1u));
+  }
+  for (uint32_t u : {0x7f800001u, 0x7fbfffffu, 0xff800001u, 0x7fffffffu, 0x7f7fffffu, 0xff7fffffu})
+    x.push_back(bitsFloat(u));
+  x.push_back(1.0f);  // n % 8 != 0
+  for (CpuPath p : {CpuPath::kBaseline, CpuPath::kAvx2}) {
+    if (!cpuPathAvailable(p)) continue;
+    const Kernels& k = p == CpuPath::kAvx2 ? *avx2Kernels() : *baselineKernels();
+    std::vector<uint8_t> h(2 * x.size());
+    k.toBf16(x.data(), x.size(), h.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint16_t got;
+      std::memcpy(&got, h.data() + 2 * i, 2);
+      ASSERT_EQ(got, floatToBf16(x[i])) << k.name << " bits " << std::hex << floatBits(x[i]);
+    }
+    std::vector<float> back(x.size());
+    k.fromBf16(h.data(), x.size(), back.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint16_t hv;
+      std::memcpy(&hv, h.data() + 2 * i, 2);
+      ASSERT_EQ(floatBits(back[i]), static_cast<uint32_t>(hv) << 16) << k.name;
+    }
+  }
+}
+
 TEST(CpuPathTest, ForcingAnUnknownPathIsAnError) {
   EXPECT_THROW(setCpuPath(static_cast<CpuPath>(7)), CodecError);
 }
