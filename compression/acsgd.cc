@@ -333,11 +333,16 @@ void AcsgdCodec::decodeDeltasFused(const QuantStream& qs, const uint8_t* packed,
   // Large outputs are built a piece at a time in buffers that stay in L1 and streamed to their
   // place (as quant's decode does).
   const bool stream = qs.size() >= QuantCodec::kStreamValues;
-  if (inRegisters && qs.packedApplies()) {  // rows and parts start at multiples of 8 values
+  if (qs.packedApplies()) {  // rows and parts start at multiples of 8 values
+    const bool half = store_.options().dtype == StoreOptions::Dtype::kFp16;
     parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
       forEachPiece(lo, hi - lo, rowLen, [&](int64_t j, int64_t off, int64_t p, int64_t cnt) {
-        qs.applyPackedHalf(packed, lo + p, cnt, rows[j] + 2 * off,
-                           out + deltaRows[j] * rowLen + off, stream);
+        float* const to = out + deltaRows[j] * rowLen + off;
+        if (half)
+          qs.applyPackedHalf(packed, lo + p, cnt, rows[j] + 2 * off, to, stream);
+        else
+          qs.applyPackedFloat(packed, lo + p, cnt, reinterpret_cast<float*>(rows[j]) + off, to,
+                              stream);
       });
       if (stream) k.streamFence();
     });

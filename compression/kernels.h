@@ -97,6 +97,9 @@ struct Kernels {
   // packedBytes(n, bits) bytes of the run. Null where the build has no in-register fp16 step.
   void (*deltaApplyPackedH)(const uint8_t* packed, int bits, const float* a, const float* b,
                             float lo, float inv, int64_t n, uint8_t* mh, float* out, bool stream);
+  // The same on an fp32 buffer: m = m + dq, out = m.
+  void (*deltaApplyPackedF)(const uint8_t* packed, int bits, const float* a, const float* b,
+                            float lo, float inv, int64_t n, float* m, float* out, bool stream);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

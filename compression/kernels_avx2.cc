@@ -295,10 +295,10 @@ static void deltaApplyH(const float* dq, uint8_t* mh, int64_t n, float* out, boo
   for (; i < n; ++i) one(i);
 }
 
-// deltaApplyH from the packed codes: 8 codes a step unpacked in registers (b <= 4: the group's
-// 8b bits in one 32-bit word, shifted apart lane by lane; b = 8: the bytes widened), dequantized
-// with dequantVec's / fixDequantVec's operations, then deltaApplyH's; the last n % 8 values one at
-// a time.
+// deltaApplyH from the packed codes, on an fp16 or fp32 buffer: 8 codes a step unpacked in
+// registers (b <= 4: the group's 8b bits in one 32-bit word, shifted apart lane by lane; b = 8: the
+// bytes widened), dequantized with dequantVec's / fixDequantVec's operations, then deltaApplyH's;
+// the last n % 8 values one at a time.
 static inline uint32_t codeAt(const uint8_t* packed, int bits, int64_t k) {
   const int64_t bit = k * bits;
   const int64_t at = bit >> 3, shift = bit & 7;
@@ -321,8 +321,9 @@ static inline __m256i codes8Packed(const uint8_t* group, int bits, bool whole, _
                           mask);
 }
 
-static void deltaApplyPackedH(const uint8_t* packed, int bits, const float* a, const float* b,
-                              float lo, float inv, int64_t n, uint8_t* mh, float* out,
+template <class B>
+static void deltaApplyPackedT(const uint8_t* packed, int bits, const float* a, const float* b,
+                              float lo, float inv, int64_t n, typename B::T* mb, float* out,
                               bool stream) {
   const bool fix = b == nullptr;
   auto dq1 = [&](int64_t j) {
@@ -330,8 +331,8 @@ static void deltaApplyPackedH(const uint8_t* packed, int bits, const float* a, c
     return fix ? ((c + lo) * inv) * a[j] : c * a[j] - b[j];
   };
   auto one = [&](int64_t j) {
-    putHalf(mh + 2 * j, halfAt(mh + 2 * j) + dq1(j));
-    out[j] = halfAt(mh + 2 * j);
+    B::put(mb, j, B::at(mb, j) + dq1(j));
+    out[j] = B::at(mb, j);
   };
   const __m256i shifts =
       _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bits));
@@ -351,10 +352,8 @@ static void deltaApplyPackedH(const uint8_t* packed, int bits, const float* a, c
     const __m256 dq =
         fix ? _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(c, lv), iv), _mm256_loadu_ps(a + i))
             : _mm256_sub_ps(_mm256_mul_ps(c, _mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i));
-    const __m128i h =
-        _mm256_cvtps_ph(_mm256_add_ps(loadHalf8(mh + 2 * i), dq), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(mh + 2 * i), h);
-    const __m256 v = _mm256_cvtph_ps(h);
+    B::store8(mb, i, _mm256_add_ps(B::load8(mb, i), dq));
+    const __m256 v = B::load8(mb, i);  // what the buffer now holds (fp16: rounded)
     if (nt == 32) {
       _mm256_stream_ps(out + i, v);
     } else if (nt == 16) {
@@ -366,11 +365,20 @@ static void deltaApplyPackedH(const uint8_t* packed, int bits, const float* a, c
   };
   int64_t i = 0;
   for (; i + 8 <= n && i / 8 < fit; i += 8) {
-    if ((i & 31) == 0) ahead(mh + 2 * (i + kPrefetch));
+    if ((i & (sizeof(typename B::T) == 4 ? 15 : 31)) == 0) ahead(B::addr(mb, i + kPrefetch));
     step(i, true);
   }
   for (; i + 8 <= n; i += 8) step(i, false);
   for (; i < n; ++i) one(i);
+}
+static void deltaApplyPackedH(const uint8_t* packed, int bits, const float* a, const float* b,
+                              float lo, float inv, int64_t n, uint8_t* mh, float* out,
+                              bool stream) {
+  deltaApplyPackedT<BufF16>(packed, bits, a, b, lo, inv, n, mh, out, stream);
+}
+static void deltaApplyPackedF(const uint8_t* packed, int bits, const float* a, const float* b,
+                              float lo, float inv, int64_t n, float* m, float* out, bool stream) {
+  deltaApplyPackedT<BufF32>(packed, bits, a, b, lo, inv, n, m, out, stream);
 }
 
 // Group scales in registers: max |x| of each group (four accumulators, then across lanes: a max is

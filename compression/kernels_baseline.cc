@@ -45,6 +45,8 @@ constexpr void (*deltaFixUpdateH)(const float*, uint8_t*, const float*, const fl
 constexpr void (*deltaApplyH)(const float*, uint8_t*, int64_t, float*, bool) = nullptr;
 constexpr void (*deltaApplyPackedH)(const uint8_t*, int, const float*, const float*, float, float,
                                     int64_t, uint8_t*, float*, bool) = nullptr;
+constexpr void (*deltaApplyPackedF)(const uint8_t*, int, const float*, const float*, float, float,
+                                    int64_t, float*, float*, bool) = nullptr;
 
 static void streamOut(const float* src, int64_t n, float* dst) {
   std::memcpy(dst, src, 4 * static_cast<size_t>(n));

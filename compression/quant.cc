@@ -303,21 +303,36 @@ void QuantStream::dequantize(const uint8_t* codes, int64_t i, int64_t len, float
 
 bool QuantStream::packedApplies() const {
   const int b = opt_.bits;
-  return channel_ && cols_ % 8 == 0 && (b <= 4 || b == 8) && kernels().deltaApplyPackedH != nullptr;
+  const Kernels& k = kernels();
+  return channel_ && cols_ % 8 == 0 && (b <= 4 || b == 8) && k.deltaApplyPackedH != nullptr &&
+         k.deltaApplyPackedF != nullptr;
+}
+
+// perValue: buffer elements per value (an fp16 buffer is addressed in bytes, two a value).
+template <typename Y>
+void QuantStream::applyPacked(void (*apply)(const uint8_t*, int, const float*, const float*, float,
+                                            float, int64_t, Y*, float*, bool),
+                              const uint8_t* packed, int64_t i, int64_t len, Y* buffer,
+                              int64_t perValue, float* out, bool stream) const {
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const uint8_t* codes = packed + j / 8 * opt_.bits;  // j: a multiple of 8 (cols_ and i are)
+    Y* y = buffer + perValue * (j - i);
+    if (fixpoint_)
+      apply(codes, opt_.bits, s_.data() + pos, nullptr, lo_, finv_, run, y, out + (j - i), stream);
+    else
+      apply(codes, opt_.bits, step_.data() + pos, m_.data() + pos, 0.0f, 0.0f, run, y,
+            out + (j - i), stream);
+  });
 }
 
 void QuantStream::applyPackedHalf(const uint8_t* packed, int64_t i, int64_t len, uint8_t* mh,
                                   float* out, bool stream) const {
-  const auto apply = kernels().deltaApplyPackedH;
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    const uint8_t* codes = packed + j / 8 * opt_.bits;  // j: a multiple of 8 (cols_ and i are)
-    if (fixpoint_)
-      apply(codes, opt_.bits, s_.data() + pos, nullptr, lo_, finv_, run, mh + 2 * (j - i),
-            out + (j - i), stream);
-    else
-      apply(codes, opt_.bits, step_.data() + pos, m_.data() + pos, 0.0f, 0.0f, run,
-            mh + 2 * (j - i), out + (j - i), stream);
-  });
+  applyPacked(kernels().deltaApplyPackedH, packed, i, len, mh, 2, out, stream);
+}
+
+void QuantStream::applyPackedFloat(const uint8_t* packed, int64_t i, int64_t len, float* m,
+                                   float* out, bool stream) const {
+  applyPacked(kernels().deltaApplyPackedF, packed, i, len, m, 1, out, stream);
 }
 
 namespace {

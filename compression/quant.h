@@ -101,14 +101,16 @@ class QuantStream {
   bool halfFused() const;
   void deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len);
   void deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes);
-  // The receiver's step on an fp16 buffer straight from the packed codes (packed: value 0's; the
-  // kernels' deltaApplyPackedH) for values [i, i + len): mh (two bytes a value) = fp16(mh +
-  // dequantize(code)), out = the value mh now holds; stream as dequantize's. packedApplies(): this
-  // stream has that kernel (channel scales over a multiple of 8 values, 1-4 or 8 bits, a build
-  // with in-register fp16); i must then be a multiple of 8.
+  // The receiver's step straight from the packed codes (packed: value 0's; the kernels'
+  // deltaApplyPackedH / F) for values [i, i + len): the buffer = buffer + dequantize(code) (fp16:
+  // rounded; mh two bytes a value), out = the value it now holds; stream as dequantize's.
+  // packedApplies(): this stream has those kernels (channel scales over a multiple of 8 values,
+  // 1-4 or 8 bits, the AVX2 build); i must then be a multiple of 8.
   bool packedApplies() const;
   void applyPackedHalf(const uint8_t* packed, int64_t i, int64_t len, uint8_t* mh, float* out,
                        bool stream) const;
+  void applyPackedFloat(const uint8_t* packed, int64_t i, int64_t len, float* m, float* out,
+                        bool stream) const;
   // ef's step likewise: sumAccumulate = accumulate(x + r); residualUpdate = quantize(x + r) into
   // codes, then r = (x + r) - dequantize(codes).
   void sumAccumulate(const float* x, const float* r, int64_t i, int64_t len);
@@ -133,6 +135,11 @@ class QuantStream {
  private:
   template <typename Fn>
   void forEachRun(int64_t i, int64_t len, Fn&& fn) const;
+  template <typename Y>
+  void applyPacked(void (*apply)(const uint8_t*, int, const float*, const float*, float, float,
+                                 int64_t, Y*, float*, bool),
+                   const uint8_t* packed, int64_t i, int64_t len, Y* buffer, int64_t perValue,
+                   float* out, bool stream) const;
   // Group mode: run(j, pos, n) for a partial group at either end, whole(j, g, count) for the whole
   // groups between (values j.., groups g..).
   template <typename Run, typename Whole>

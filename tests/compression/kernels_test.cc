@@ -355,45 +355,50 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
 // loops' values with ordinary stores. Every scale layout, on an output that is not aligned.
 TEST(CpuPathTest, LargeDecodesWrittenAroundTheCacheAreTheBaselines) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
-  const Shape shape{3, 700, 1031};  // past QuantCodec::kStreamValues; rows and groups unaligned
-  const int64_t n = numelOf(shape);
-  ASSERT_GE(n, QuantCodec::kStreamValues);
-  const auto x = randomTensor(n, 17, 3.0f);
   const std::string before = cpuPathName();
-  for (const char* spec :
-       {"quant:bits=4", "quant:bits=2,levels=fixpoint", "quant:bits=3,scale=group,group=100",
-        "quant:bits=8,levels=fixpoint,scale=group,group=100", "quant:bits=4,scale=group,group=128",
-        "acsgd:bits=2"}) {
-    std::vector<std::vector<float>> outs;
-    for (const CpuPath path : {CpuPath::kBaseline, CpuPath::kAvx2}) {
-      setCpuPath(path);
-      auto sender = makeCodec(spec), receiver = makeCodec(spec);
-      CodecContext ctx;
-      ctx.exampleIds = {0, 1, 2};
-      ctx.key = "k";
-      std::vector<float> y(n + 1);
-      for (int step = 0; step < 2; ++step) {  // acsgd: a full first sighting, then deltas
-        ctx.epoch = step;
-        Bytes p;
-        sender->encode(x.data(), shape, ctx, p);
-        receiver->decode(p.data(), p.size(), shape, ctx, y.data() + 1);
+  // Past QuantCodec::kStreamValues: rows and groups unaligned; then channels of a multiple of 8
+  // (acsgd's receiver from the packed codes, kernels.h).
+  for (const Shape& shape : {Shape{3, 700, 1031}, Shape{3, 683, 1024}})
+    for (const char* spec :
+         {"quant:bits=4", "quant:bits=2,levels=fixpoint", "quant:bits=3,scale=group,group=100",
+          "quant:bits=8,levels=fixpoint,scale=group,group=100",
+          "quant:bits=4,scale=group,group=128", "acsgd:bits=2", "acsgd:bits=3",
+          "acsgd:bits=2,levels=fixpoint,store=fp32"}) {
+      const int64_t n = numelOf(shape);
+      ASSERT_GE(n, QuantCodec::kStreamValues);
+      const auto x = randomTensor(n, 17, 3.0f);
+      std::vector<std::vector<float>> outs;
+      for (const CpuPath path : {CpuPath::kBaseline, CpuPath::kAvx2}) {
+        setCpuPath(path);
+        auto sender = makeCodec(spec), receiver = makeCodec(spec);
+        CodecContext ctx;
+        ctx.exampleIds = {0, 1, 2};
+        ctx.key = "k";
+        std::vector<float> y(n + 1);
+        for (int step = 0; step < 2; ++step) {  // acsgd: a full first sighting, then deltas
+          ctx.epoch = step;
+          Bytes p;
+          sender->encode(x.data(), shape, ctx, p);
+          receiver->decode(p.data(), p.size(), shape, ctx, y.data() + 1);
+        }
+        outs.push_back(y);
       }
-      outs.push_back(y);
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), 4 * (n + 1)))
+          << spec << " on " << shapeString(shape);
     }
-    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), 4 * (n + 1))) << spec;
-  }
   setCpuPath(before == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
 }
 
 // AC-SGD's receiver step from packed codes (Kernels::deltaApplyPackedH) against its definition
 // written here: bitpack's codes, dequantized per value (symmetric: code * step - m; fixpoint:
-// ((code + lo) * inv) * s), added to the fp16 buffer with the scalar fp16 conversions. Every width
-// it takes in registers and one it leaves to the caller (5 bits: not taken), runs that are not a
-// whole step, outputs aligned to 32, 16 and 4 bytes, streamed or not.
+// ((code + lo) * inv) * s), added to the fp16 buffer with the scalar fp16 conversions, or to an
+// fp32 one. Every width it takes in registers and one it leaves to the caller (5 bits: not taken),
+// runs that are not a whole step, outputs aligned to 32, 16 and 4 bytes, streamed or not.
 TEST(CpuPathTest, PackedReceiverStepIsTheDefinition) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   const Kernels& avx = *avx2Kernels();
   ASSERT_NE(avx.deltaApplyPackedH, nullptr);
+  ASSERT_NE(avx.deltaApplyPackedF, nullptr);
   EXPECT_EQ(baselineKernels()->deltaApplyPackedH, nullptr);
   std::mt19937 rng(9);
   for (const int bits : {1, 2, 3, 4, 8})
@@ -424,16 +429,27 @@ TEST(CpuPathTest, PackedReceiverStepIsTheDefinition) {
               want[2 * i + 1] = static_cast<uint8_t>(next >> 8);
               wantOut[i] = halfToFloat(next);
             }
-            alignas(64) float outBuf[4099 + 16];
+            // The fp32 buffer's step: m + dq, unrounded.
+            std::vector<float> wantF(n), gotF = m0;
+            for (int64_t i = 0; i < n; ++i) {
+              const float c = static_cast<float>(codes[i]);
+              wantF[i] = m0[i] + (fix ? ((c + lo) * inv) * a[i] : c * a[i] - b[i]);
+            }
+            alignas(64) float outBuf[4099 + 16], outBufF[4099 + 16];
             float* out = outBuf + shift;
+            float* outF = outBufF + shift;
             avx.deltaApplyPackedH(packed.data(), bits, a.data(), fix ? nullptr : b.data(), lo, inv,
                                   n, got.data(), out, stream);
+            avx.deltaApplyPackedF(packed.data(), bits, a.data(), fix ? nullptr : b.data(), lo, inv,
+                                  n, gotF.data(), outF, stream);
             avx.streamFence();
             const std::string where =
                 std::to_string(bits) + " bits, n " + std::to_string(n) + (fix ? ", fixpoint" : "") +
                 ", out +" + std::to_string(4 * shift) + " bytes" + (stream ? ", streamed" : "");
             EXPECT_EQ(got, want) << where;
             EXPECT_EQ(0, std::memcmp(out, wantOut.data(), 4 * n)) << where;
+            EXPECT_EQ(0, std::memcmp(gotF.data(), wantF.data(), 4 * n)) << where << ", fp32";
+            EXPECT_EQ(0, std::memcmp(outF, wantF.data(), 4 * n)) << where << ", fp32";
           }
 }
 
