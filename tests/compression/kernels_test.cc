@@ -357,13 +357,14 @@ TEST(CpuPathTest, LargeDecodesWrittenAroundTheCacheAreTheBaselines) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   const std::string before = cpuPathName();
   // Past QuantCodec::kStreamValues: rows and groups unaligned; then channels of a multiple of 8
-  // (acsgd's receiver from the packed codes, kernels.h).
+  // (acsgd's receiver from the packed codes, kernels.h; lowrank's 4-row AVX-512 blocks).
   for (const Shape& shape : {Shape{3, 700, 1031}, Shape{3, 683, 1024}})
     for (const char* spec :
          {"quant:bits=4", "quant:bits=2,levels=fixpoint", "quant:bits=3,scale=group,group=100",
           "quant:bits=8,levels=fixpoint,scale=group,group=100",
           "quant:bits=4,scale=group,group=128", "acsgd:bits=2", "acsgd:bits=3",
-          "acsgd:bits=2,levels=fixpoint,store=fp32"}) {
+          "acsgd:bits=2,levels=fixpoint,store=fp32", "lowrank:rank=16",
+          "lowrank:rank=5,basis=pca"}) {
       const int64_t n = numelOf(shape);
       ASSERT_GE(n, QuantCodec::kStreamValues);
       const auto x = randomTensor(n, 17, 3.0f);
@@ -374,16 +375,21 @@ TEST(CpuPathTest, LargeDecodesWrittenAroundTheCacheAreTheBaselines) {
         CodecContext ctx;
         ctx.exampleIds = {0, 1, 2};
         ctx.key = "k";
-        std::vector<float> y(n + 1);
+        // The unaligned shape into an output 4 bytes past a 16-byte boundary; the aligned one
+        // into an output on a 64-byte boundary (every non-temporal store width).
+        std::vector<float> y(n + 16);
+        float* to = y.data() + 1;
+        if (shape.back() % 8 == 0)
+          while (reinterpret_cast<uintptr_t>(to) % 64 != 0) ++to;
         for (int step = 0; step < 2; ++step) {  // acsgd: a full first sighting, then deltas
           ctx.epoch = step;
           Bytes p;
           sender->encode(x.data(), shape, ctx, p);
-          receiver->decode(p.data(), p.size(), shape, ctx, y.data() + 1);
+          receiver->decode(p.data(), p.size(), shape, ctx, to);
         }
         outs.push_back(y);
       }
-      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), 4 * (n + 1)))
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), 4 * (n + 16)))
           << spec << " on " << shapeString(shape);
     }
   setCpuPath(before == "avx2" ? CpuPath::kAvx2 : CpuPath::kBaseline);
