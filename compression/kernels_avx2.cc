@@ -321,6 +321,73 @@ static inline __m256i codes8Packed(const uint8_t* group, int bits, bool whole, _
                           mask);
 }
 
+bool cpuHas512F();
+extern std::atomic<bool> allow512;
+
+// Its main loop on AVX-512 F where the CPU has it: 16 values a step (two groups of codes, one per
+// half), the fp16 conversions (most of this loop's work) on twice the lanes; the same operations
+// lane by lane, so the same bits. Stores as the 256-bit loop makes them (nt: 32, 16 or 0). Steps
+// while both groups are whole (< fit); returns where it stopped.
+template <class B>
+__attribute__((target("avx512f"))) static int64_t deltaApplyPacked512(
+    const uint8_t* packed, int bits, const float* a, const float* b, float lo, float inv, int64_t n,
+    int64_t fit, typename B::T* mb, float* out, int nt) {
+  const bool fix = b == nullptr;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i shifts = _mm512_mullo_epi32(lane, _mm512_set1_epi32(bits));
+  const __m512i mask = _mm512_set1_epi32((1 << bits) - 1);
+  const __m512 lv = _mm512_set1_ps(lo), iv = _mm512_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 16 <= n && i / 8 + 1 < fit; i += 16) {
+    if ((i & (sizeof(typename B::T) == 4 ? 15 : 31)) == 0) ahead(B::addr(mb, i + kPrefetch));
+    const uint8_t* g = packed + i / 8 * bits;
+    __m512i ci;
+    if (bits == 8) {
+      ci = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
+    } else {
+      uint32_t w0, w1;
+      std::memcpy(&w0, g, 4);
+      std::memcpy(&w1, g + bits, 4);
+      const __m512i w =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(static_cast<int32_t>(w0))),
+                             _mm256_set1_epi32(static_cast<int32_t>(w1)), 1);
+      ci = _mm512_and_si512(_mm512_srlv_epi32(w, shifts), mask);
+    }
+    const __m512 c = _mm512_cvtepi32_ps(ci);
+    const __m512 dq =
+        fix ? _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(c, lv), iv), _mm512_loadu_ps(a + i))
+            : _mm512_sub_ps(_mm512_mul_ps(c, _mm512_loadu_ps(a + i)), _mm512_loadu_ps(b + i));
+    __m512 v;
+    if constexpr (sizeof(typename B::T) == 4) {  // fp32 buffer
+      float* m = reinterpret_cast<float*>(mb) + i;
+      v = _mm512_add_ps(_mm512_loadu_ps(m), dq);
+      _mm512_storeu_ps(m, v);
+    } else {  // fp16 buffer: two bytes a value
+      uint8_t* m = reinterpret_cast<uint8_t*>(mb) + 2 * i;
+      const __m256i h = _mm512_cvtps_ph(
+          _mm512_add_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m))),
+                        dq),
+          _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(m), h);
+      v = _mm512_cvtph_ps(h);
+    }
+    for (int half = 0; half < 2; ++half) {
+      const __m256 u = half ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+                            : _mm512_castps512_ps256(v);
+      float* o = out + i + 8 * half;
+      if (nt == 32) {
+        _mm256_stream_ps(o, u);
+      } else if (nt == 16) {
+        _mm_stream_ps(o, _mm256_castps256_ps128(u));
+        _mm_stream_ps(o + 4, _mm256_extractf128_ps(u, 1));
+      } else {
+        _mm256_storeu_ps(o, u);
+      }
+    }
+  }
+  return i;
+}
+
 template <class B>
 static void deltaApplyPackedT(const uint8_t* packed, int bits, const float* a, const float* b,
                               float lo, float inv, int64_t n, typename B::T* mb, float* out,
@@ -364,6 +431,8 @@ static void deltaApplyPackedT(const uint8_t* packed, int bits, const float* a, c
     }
   };
   int64_t i = 0;
+  if (cpuHas512F() && allow512.load(std::memory_order_relaxed))
+    i = deltaApplyPacked512<B>(packed, bits, a, b, lo, inv, n, fit, mb, out, nt);
   for (; i + 8 <= n && i / 8 < fit; i += 8) {
     if ((i & (sizeof(typename B::T) == 4 ? 15 : 31)) == 0) ahead(B::addr(mb, i + kPrefetch));
     step(i, true);

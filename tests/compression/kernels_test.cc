@@ -398,8 +398,8 @@ TEST(CpuPathTest, LargeDecodesWrittenAroundTheCacheAreTheBaselines) {
 // AC-SGD's receiver step from packed codes (Kernels::deltaApplyPackedH) against its definition
 // written here: bitpack's codes, dequantized per value (symmetric: code * step - m; fixpoint:
 // ((code + lo) * inv) * s), added to the fp16 buffer with the scalar fp16 conversions, or to an
-// fp32 one. Every width it takes in registers and one it leaves to the caller (5 bits: not taken),
-// runs that are not a whole step, outputs aligned to 32, 16 and 4 bytes, streamed or not.
+// fp32 one. Every width it takes (1-4 and 8 bits), runs that are not a whole step, outputs aligned
+// to 32, 16 and 4 bytes, streamed or not, 16 values a step (AVX-512 F, where the CPU has it) and 8.
 TEST(CpuPathTest, PackedReceiverStepIsTheDefinition) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   const Kernels& avx = *avx2Kernels();
@@ -407,56 +407,60 @@ TEST(CpuPathTest, PackedReceiverStepIsTheDefinition) {
   ASSERT_NE(avx.deltaApplyPackedF, nullptr);
   EXPECT_EQ(baselineKernels()->deltaApplyPackedH, nullptr);
   std::mt19937 rng(9);
-  for (const int bits : {1, 2, 3, 4, 8})
-    for (const int64_t n : {1, 7, 8, 9, 24, 40, 1000, 4099})
-      for (const bool fix : {false, true})
-        for (const int shift : {0, 4, 1})  // floats: out 32-, 16-, 4-byte aligned
-          for (const bool stream : {false, true}) {
-            std::vector<uint8_t> codes(n), packed(packedBytes(n, bits));
-            std::vector<float> a(n), b(n), m0(n);
-            for (int64_t i = 0; i < n; ++i) {
-              codes[i] = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
-              a[i] = 0.01f + 0.001f * static_cast<float>(rng() % 97);
-              b[i] = 0.5f * static_cast<float>(rng() % 13);
-              m0[i] = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+  for (const bool wide : {true, false})  // 16 values a step with AVX-512 F, then 8
+    for (const int bits : {1, 2, 3, 4, 8})
+      for (const int64_t n : {1, 7, 8, 9, 24, 40, 1000, 4099})
+        for (const bool fix : {false, true})
+          for (const int shift : {0, 4, 1})  // floats: out 32-, 16-, 4-byte aligned
+            for (const bool stream : {false, true}) {
+              std::vector<uint8_t> codes(n), packed(packedBytes(n, bits));
+              std::vector<float> a(n), b(n), m0(n);
+              for (int64_t i = 0; i < n; ++i) {
+                codes[i] = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
+                a[i] = 0.01f + 0.001f * static_cast<float>(rng() % 97);
+                b[i] = 0.5f * static_cast<float>(rng() % 13);
+                m0[i] = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+              }
+              packBits(codes.data(), n, bits, packed.data());
+              const float lo = -static_cast<float>(1 << (bits - 1)), inv = 1.0f / (1 << (bits - 1));
+              std::vector<uint8_t> want(2 * n), got(2 * n);
+              floatToHalfBytes(m0.data(), n, want.data());
+              got = want;
+              std::vector<float> wantOut(n);
+              for (int64_t i = 0; i < n; ++i) {
+                const float c = static_cast<float>(codes[i]);
+                const float dq = fix ? ((c + lo) * inv) * a[i] : c * a[i] - b[i];
+                const uint16_t h = static_cast<uint16_t>(want[2 * i] | want[2 * i + 1] << 8);
+                const uint16_t next = floatToHalf(halfToFloat(h) + dq);
+                want[2 * i] = static_cast<uint8_t>(next & 0xff);
+                want[2 * i + 1] = static_cast<uint8_t>(next >> 8);
+                wantOut[i] = halfToFloat(next);
+              }
+              // The fp32 buffer's step: m + dq, unrounded.
+              std::vector<float> wantF(n), gotF = m0;
+              for (int64_t i = 0; i < n; ++i) {
+                const float c = static_cast<float>(codes[i]);
+                wantF[i] = m0[i] + (fix ? ((c + lo) * inv) * a[i] : c * a[i] - b[i]);
+              }
+              alignas(64) float outBuf[4099 + 16], outBufF[4099 + 16];
+              float* out = outBuf + shift;
+              float* outF = outBufF + shift;
+              const bool was = setAvx512(wide);
+              avx.deltaApplyPackedH(packed.data(), bits, a.data(), fix ? nullptr : b.data(), lo,
+                                    inv, n, got.data(), out, stream);
+              avx.deltaApplyPackedF(packed.data(), bits, a.data(), fix ? nullptr : b.data(), lo,
+                                    inv, n, gotF.data(), outF, stream);
+              avx.streamFence();
+              setAvx512(was);
+              const std::string where = std::to_string(bits) + " bits, n " + std::to_string(n) +
+                                        (fix ? ", fixpoint" : "") + ", out +" +
+                                        std::to_string(4 * shift) + " bytes" +
+                                        (stream ? ", streamed" : "") + (wide ? "" : ", 256-bit");
+              EXPECT_EQ(got, want) << where;
+              EXPECT_EQ(0, std::memcmp(out, wantOut.data(), 4 * n)) << where;
+              EXPECT_EQ(0, std::memcmp(gotF.data(), wantF.data(), 4 * n)) << where << ", fp32";
+              EXPECT_EQ(0, std::memcmp(outF, wantF.data(), 4 * n)) << where << ", fp32";
             }
-            packBits(codes.data(), n, bits, packed.data());
-            const float lo = -static_cast<float>(1 << (bits - 1)), inv = 1.0f / (1 << (bits - 1));
-            std::vector<uint8_t> want(2 * n), got(2 * n);
-            floatToHalfBytes(m0.data(), n, want.data());
-            got = want;
-            std::vector<float> wantOut(n);
-            for (int64_t i = 0; i < n; ++i) {
-              const float c = static_cast<float>(codes[i]);
-              const float dq = fix ? ((c + lo) * inv) * a[i] : c * a[i] - b[i];
-              const uint16_t h = static_cast<uint16_t>(want[2 * i] | want[2 * i + 1] << 8);
-              const uint16_t next = floatToHalf(halfToFloat(h) + dq);
-              want[2 * i] = static_cast<uint8_t>(next & 0xff);
-              want[2 * i + 1] = static_cast<uint8_t>(next >> 8);
-              wantOut[i] = halfToFloat(next);
-            }
-            // The fp32 buffer's step: m + dq, unrounded.
-            std::vector<float> wantF(n), gotF = m0;
-            for (int64_t i = 0; i < n; ++i) {
-              const float c = static_cast<float>(codes[i]);
-              wantF[i] = m0[i] + (fix ? ((c + lo) * inv) * a[i] : c * a[i] - b[i]);
-            }
-            alignas(64) float outBuf[4099 + 16], outBufF[4099 + 16];
-            float* out = outBuf + shift;
-            float* outF = outBufF + shift;
-            avx.deltaApplyPackedH(packed.data(), bits, a.data(), fix ? nullptr : b.data(), lo, inv,
-                                  n, got.data(), out, stream);
-            avx.deltaApplyPackedF(packed.data(), bits, a.data(), fix ? nullptr : b.data(), lo, inv,
-                                  n, gotF.data(), outF, stream);
-            avx.streamFence();
-            const std::string where =
-                std::to_string(bits) + " bits, n " + std::to_string(n) + (fix ? ", fixpoint" : "") +
-                ", out +" + std::to_string(4 * shift) + " bytes" + (stream ? ", streamed" : "");
-            EXPECT_EQ(got, want) << where;
-            EXPECT_EQ(0, std::memcmp(out, wantOut.data(), 4 * n)) << where;
-            EXPECT_EQ(0, std::memcmp(gotF.data(), wantF.data(), 4 * n)) << where << ", fp32";
-            EXPECT_EQ(0, std::memcmp(outF, wantF.data(), 4 * n)) << where << ", fp32";
-          }
 }
 
 // Stochastic rounding's kernels (16 lanes a step with AVX-512 F, 8 without, one at a time in the
