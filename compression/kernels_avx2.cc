@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <type_traits>
 
 #include "compression/half.h"
 
@@ -176,12 +177,76 @@ static void absMaxT(const float* x, const typename B::T* b, int64_t n, float* ac
   }
 }
 
+bool cpuHas512F();
+extern std::atomic<bool> allow512;
+
+// An fp16 or bf16 buffer's 16 elements as fp32 and back on AVX-512 F, rounded as load8 / store8
+// round (F16C's nearest even; bf16's narrowing with its NaN rule).
+template <class B>
+__attribute__((target("avx512f"))) static inline __m512 load16(const typename B::T* p, int64_t i) {
+  if constexpr (std::is_same_v<B, BufF16>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i)));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i))), 16));
+  }
+}
+template <class B>
+__attribute__((target("avx512f"))) static inline void store16(typename B::T* p, int64_t i,
+                                                              __m512 v) {
+  if constexpr (std::is_same_v<B, BufF16>) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 2 * i),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i),
+                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+  }
+}
+
+// quantUpdateT's loop 16 values a step where the CPU has AVX-512 F, on an fp16 or bf16 buffer (the
+// same operations lane by lane: the same codes and buffer); returns where it stopped.
+template <class B, Step S>
+__attribute__((target("avx512f"))) static int64_t quantUpdate512(const float* x, typename B::T* b,
+                                                                 const float* mx, const float* inv,
+                                                                 const float* step, int64_t n,
+                                                                 float top, uint8_t* codes) {
+  const __m512 vtop = _mm512_set1_ps(top), zero = _mm512_setzero_ps(), half = _mm512_set1_ps(0.5f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    prefetch<B>(x, b, i);
+    const __m512 m = load16<B>(b, i), xv = _mm512_loadu_ps(x + i);
+    const __m512 v = S == Step::kDelta ? _mm512_sub_ps(xv, m) : _mm512_add_ps(xv, m);
+    const __m512 vmx = _mm512_loadu_ps(mx + i);
+    const __m512 u =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(v, vmx), _mm512_loadu_ps(inv + i)), half);
+    const __m512 t = _mm512_min_ps(_mm512_max_ps(u, zero), vtop);  // max(u, 0): NaN -> 0
+    const __m512i c = _mm512_cvttps_epi32(t);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
+    const __m512 dq =
+        _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_loadu_ps(step + i)), vmx);
+    store16<B>(b, i, S == Step::kDelta ? _mm512_add_ps(m, dq) : _mm512_sub_ps(v, dq));
+  }
+  return i;
+}
+
 // Symmetric levels: codes = Q(value), buffer = next(deQ(codes)).
 template <class B, Step S>
 static void quantUpdateT(const float* x, typename B::T* b, const float* mx, const float* inv,
                          const float* step, int64_t n, float top, uint8_t* codes) {
   const __m256 vtop = _mm256_set1_ps(top), zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
+  // fp32 buffers stay at 8 a step: 16 measured slower there (ef(quant:bits=4) encode 0.30x
+  // against 0.40x memcpy); fp16 and bf16 ones, whose conversions are most of the work, gain.
   int64_t i = 0;
+  if constexpr (!std::is_same_v<B, BufF32>)
+    if (cpuHas512F() && allow512.load(std::memory_order_relaxed))
+      i = quantUpdate512<B, S>(x, b, mx, inv, step, n, top, codes);
   for (; i + 8 <= n; i += 8) {
     prefetch<B>(x, b, i);
     const __m256 m = B::load8(b, i), v = value8<S>(_mm256_loadu_ps(x + i), m),
@@ -320,9 +385,6 @@ static inline __m256i codes8Packed(const uint8_t* group, int bits, bool whole, _
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int32_t>(w)), shifts),
                           mask);
 }
-
-bool cpuHas512F();
-extern std::atomic<bool> allow512;
 
 // Its main loop on AVX-512 F where the CPU has it: 16 values a step (two groups of codes, one per
 // half), the fp16 conversions (most of this loop's work) on twice the lanes; the same operations
