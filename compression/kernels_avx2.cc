@@ -289,6 +289,48 @@ static inline __m256 fixRound8(__m256 v, const float* d, const float* rd, __m256
                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
+// fixRound8 and fixUpdateT's loop 16 values a step where the CPU has AVX-512 F, on an fp16 or bf16
+// buffer (the same operations lane by lane, the same rule for near-ties); returns where it
+// stopped.
+__attribute__((target("avx512f"))) static inline __m512 fixRound16(__m512 v, const float* d,
+                                                                   const float* rd, __m512 vmult,
+                                                                   __m512 below, __m512 above) {
+  const __m512 t = _mm512_min_ps(
+      _mm512_max_ps(_mm512_mul_ps(_mm512_mul_ps(v, _mm512_loadu_ps(rd)), vmult), below), above);
+  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 off = _mm512_castsi512_ps(_mm512_and_si512(
+      _mm512_castps_si512(_mm512_sub_ps(t, r)), _mm512_set1_epi32(0x7fffffff)));  // [0, 0.5]
+  const __mmask16 near = _mm512_cmp_ps_mask(off, _mm512_set1_ps(0.5f - 0x1.0p-12f), _CMP_GE_OQ);
+  if (__builtin_expect(near == 0, 1)) return r;
+  return _mm512_roundscale_ps(_mm512_mul_ps(_mm512_div_ps(v, _mm512_loadu_ps(d)), vmult),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+template <class B, Step S>
+__attribute__((target("avx512f"))) static int64_t fixUpdate512(const float* x, typename B::T* b,
+                                                               const float* d, const float* rd,
+                                                               const float* s, int64_t n,
+                                                               float mult, float lo, float hi,
+                                                               float inv, uint8_t* codes) {
+  const __m512 vmult = _mm512_set1_ps(mult), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi),
+               vinv = _mm512_set1_ps(inv), below = _mm512_set1_ps(lo - 1.0f),
+               above = _mm512_set1_ps(hi + 1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    prefetch<B>(x, b, i);
+    const __m512 m = load16<B>(b, i), xv = _mm512_loadu_ps(x + i);
+    const __m512 v = S == Step::kDelta ? _mm512_sub_ps(xv, m) : _mm512_add_ps(xv, m);
+    const __m512 q =
+        _mm512_min_ps(_mm512_max_ps(fixRound16(v, d + i, rd + i, vmult, below, above), vlo), vhi);
+    const __m512i c = _mm512_cvttps_epi32(_mm512_sub_ps(q, vlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
+    const __m512 dq = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(c), vlo), vinv),
+                                    _mm512_loadu_ps(s + i));
+    store16<B>(b, i, S == Step::kDelta ? _mm512_add_ps(m, dq) : _mm512_sub_ps(v, dq));
+  }
+  return i;
+}
+
 // Fixpoint levels: codes = clip(rint(value / d * mult), lo, hi) - lo, buffer = next(deQ(codes)).
 template <class B, Step S>
 static void fixUpdateT(const float* x, typename B::T* b, const float* d, const float* rd,
@@ -298,6 +340,9 @@ static void fixUpdateT(const float* x, typename B::T* b, const float* d, const f
                vinv = _mm256_set1_ps(inv), below = _mm256_set1_ps(lo - 1.0f),
                above = _mm256_set1_ps(hi + 1.0f);
   int64_t i = 0;
+  if constexpr (!std::is_same_v<B, BufF32>)  // as quantUpdateT
+    if (cpuHas512F() && allow512.load(std::memory_order_relaxed))
+      i = fixUpdate512<B, S>(x, b, d, rd, s, n, mult, lo, hi, inv, codes);
   for (; i + 8 <= n; i += 8) {
     prefetch<B>(x, b, i);
     const __m256 m = B::load8(b, i), v = value8<S>(_mm256_loadu_ps(x + i), m);
