@@ -195,6 +195,57 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
   return r;
 }
 
+// One round of one codec: memcpy right before it, the codec on one thread, the read-only pass, and
+// with threads > 1 the codec and the read-only pass again on that many codec threads.
+json benchRound(const std::string& codec, const Shape& shape, const std::vector<float>& x,
+                const std::vector<float>& x2, int threads, bool withTorchOps) {
+  const double bytes = 4.0 * static_cast<double>(x.size());
+  const double mcNow = memcpySeconds(x);
+  setCodecThreads(1);
+  json one = benchOne(codec, shape, x, x2, mcNow, withTorchOps);
+  one["memcpy_GBps"] = bytes / mcNow / 1e9;
+  one["read_GBps"] = bytes / readSeconds(x) / 1e9;
+  if (threads > 1) {
+    setCodecThreads(threads);
+    const json t = benchOne(codec, shape, x, x2, mcNow, false);
+    one["read_GBps_threads"] = bytes / readSecondsThreads(x) / 1e9;
+    setCodecThreads(1);
+    one["encode_GBps_threads"] = t["encode_GBps"];
+    one["decode_GBps_threads"] = t["decode_GBps"];
+    one["encode_thread_speedup"] =
+        t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
+    one["decode_thread_speedup"] =
+        t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
+    one["read_thread_speedup"] =
+        one["read_GBps_threads"].get<double>() / one["read_GBps"].get<double>();
+  }
+  return one;
+}
+
+// A codec's rounds as one row: the first round's fields, each timing the median of the rounds with
+// its range, and whether it is slower than twice the link's byte rate either way (on that link the
+// codec, not the wire, would set the pace: encode and decode each take at least half the raw
+// message's wire time).
+json medianRow(const std::vector<json>& rounds, double linkBps) {
+  json row = rounds.front();
+  for (const char* key :
+       {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
+        "read_GBps", "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup",
+        "decode_thread_speedup", "read_GBps_threads", "read_thread_speedup"}) {
+    if (!row.contains(key)) continue;
+    std::vector<double> v;
+    for (const auto& one : rounds) v.push_back(one[key].get<double>());
+    std::sort(v.begin(), v.end());
+    row[key] = v[v.size() / 2];
+    row[std::string(key) + "_range"] = {v.front(), v.back()};
+  }
+  row["rounds"] = rounds.size();
+  const double linkGBps = linkBps / 8 / 1e9;
+  row["codec_bound"] = row["encode_GBps"].get<double>() < 2 * linkGBps ||
+                       row["decode_GBps"].get<double>() < 2 * linkGBps;
+  return row;
+}
+
 }  // namespace
 
 std::vector<std::string> defaultBenchCodecs() { return kDefaultBenchCodecs; }
@@ -233,50 +284,9 @@ json benchCodecs(const CodecBenchOptions& o) {
     for (int round = 0; round < o.rounds; ++round)
       for (size_t c = 0; c < o.codecs.size(); ++c) {
         if (o.onCodec) o.onCodec(o.codecs[c], shape, round);
-        const double mcNow = memcpySeconds(x);
-        setCodecThreads(1);
-        rows[c].push_back(benchOne(o.codecs[c], shape, x, x2, mcNow, round == 0));
-        json& one = rows[c].back();
-        one["memcpy_GBps"] = 4.0 * n / mcNow / 1e9;
-        one["read_GBps"] = 4.0 * n / readSeconds(x) / 1e9;
-        if (o.threads > 1) {
-          setCodecThreads(o.threads);
-          const json t = benchOne(o.codecs[c], shape, x, x2, mcNow, false);
-          setCodecThreads(1);
-          one["encode_GBps_threads"] = t["encode_GBps"];
-          one["decode_GBps_threads"] = t["decode_GBps"];
-          one["encode_thread_speedup"] =
-              t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
-          one["decode_thread_speedup"] =
-              t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
-          setCodecThreads(o.threads);
-          one["read_GBps_threads"] = 4.0 * n / readSecondsThreads(x) / 1e9;
-          setCodecThreads(1);
-          one["read_thread_speedup"] =
-              one["read_GBps_threads"].get<double>() / one["read_GBps"].get<double>();
-        }
+        rows[c].push_back(benchRound(o.codecs[c], shape, x, x2, o.threads, round == 0));
       }
-    for (auto& r : rows) {
-      json row = r.front();
-      for (const char* key :
-           {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
-            "read_GBps", "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup",
-            "decode_thread_speedup", "read_GBps_threads", "read_thread_speedup"}) {
-        if (!row.contains(key)) continue;
-        std::vector<double> v;
-        for (const auto& one : r) v.push_back(one[key].get<double>());
-        std::sort(v.begin(), v.end());
-        row[key] = v[v.size() / 2];
-        row[std::string(key) + "_range"] = {v.front(), v.back()};
-      }
-      row["rounds"] = r.size();
-      // Slower than twice the link's byte rate either way: on that link the codec, not the wire,
-      // would set the pace (encode and decode each take at least half the raw message's wire time).
-      const double linkGBps = o.linkBps / 8 / 1e9;
-      row["codec_bound"] = row["encode_GBps"].get<double>() < 2 * linkGBps ||
-                           row["decode_GBps"].get<double>() < 2 * linkGBps;
-      results.push_back(row);
-    }
+    for (const auto& r : rows) results.push_back(medianRow(r, o.linkBps));
   }
   doc["memcpy_GBps"] = memcpyLargest;
   doc["memcpy_GBps_by_bytes"] = memcpyBySize;
