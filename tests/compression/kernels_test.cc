@@ -352,7 +352,8 @@ TEST(CpuPathTest, EveryCodecGivesTheSameBitsOnEveryPath) {
 // vectors, offsets past 2^32 and thresholds at both ends.
 // Decoders of large messages write around the cache straight from the codes (AVX2: the kernels'
 // *Stream, non-temporal stores from the first aligned value); the baseline build writes the same
-// loops' values with ordinary stores. Every scale layout, on an output that is not aligned.
+// loops' values with ordinary stores. Every scale layout, on an output 4 bytes off alignment and,
+// for channels of a multiple of 8, one on a 64-byte boundary.
 TEST(CpuPathTest, LargeDecodesWrittenAroundTheCacheAreTheBaselines) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   const std::string before = cpuPathName();
