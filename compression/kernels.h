@@ -100,6 +100,17 @@ struct Kernels {
   // The same on an fp32 buffer: m = m + dq, out = m.
   void (*deltaApplyPackedF)(const uint8_t* packed, int bits, const float* a, const float* b,
                             float lo, float inv, int64_t n, float* m, float* out, bool stream);
+  // quantVec / fixVec / stochVec with the codes straight into bitpack.h's layout (out: value 0's
+  // byte; bits 1, 2, 4 or 8): the bytes of those kernels and then packBits. Each returns how many
+  // values it did, a multiple of 16 from value 0, and the caller does the rest the old way: 0 where
+  // the CPU lacks AVX-512 F, setAvx512(false) holds it or bits is another width. Null in the
+  // baseline build.
+  int64_t (*quantVecPacked)(const float* x, const float* m, const float* inv, int64_t n, float top,
+                            int bits, uint8_t* out);
+  int64_t (*fixVecPacked)(const float* x, const float* d, int64_t n, float mult, float lo, float hi,
+                          int bits, uint8_t* out);
+  int64_t (*stochVecPacked)(const float* x, const float* m, const float* inv, int64_t n, float top,
+                            uint32_t lo, uint32_t key, int bits, uint8_t* out);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

@@ -833,6 +833,116 @@ static void stochRun(const float* x, float m, float inv, int64_t n, float top, u
   stochRun256(x, m, inv, n, top, lo, key, codes);
 }
 
+// The channel quantizer's codes packed in registers (Kernels::quantVecPacked, fixVecPacked,
+// stochVecPacked): 16 values a step with AVX-512 F, each lane's code by the operations quant8 /
+// fix8 / stochRun512 use (the same codes), then bitpack.h's layout of the 16 codes, 2 * B bytes:
+// 8 bits, the low byte of each lane; 4, each 64-bit lane's pair c0 | c1 << 4; 2, the bytes'
+// quads b0 + 4 b1 + 16 b2 + 64 b3; 1, the lanes' nonzero mask. No code buffer and no packing pass.
+template <int B>
+__attribute__((target("avx512f"))) static inline void packCodes16(__m512i c, uint8_t* out) {
+  if constexpr (B == 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(c));
+  } else if constexpr (B == 4) {
+    const __m512i pairs = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm512_cvtepi64_epi8(pairs));
+  } else if constexpr (B == 2) {
+    const __m128i pairs = _mm_maddubs_epi16(_mm512_cvtepi32_epi8(c), _mm_set1_epi16(0x0401));
+    const __m128i quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001));
+    const __m128i bytes = _mm_packus_epi16(_mm_packus_epi32(quads, quads), quads);
+    const int32_t word = _mm_cvtsi128_si32(bytes);
+    std::memcpy(out, &word, 4);
+  } else {
+    static_assert(B == 1);
+    const uint16_t mask = static_cast<uint16_t>(_mm512_test_epi32_mask(c, c));
+    std::memcpy(out, &mask, 2);
+  }
+}
+
+template <int B, class Code16>
+__attribute__((target("avx512f"))) static int64_t packedLoop512(const float* x, int64_t n,
+                                                                uint8_t* out, const Code16& code) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    ahead(x + i + kPrefetch);  // one line of x a step
+    packCodes16<B>(code(i), out + i / 8 * B);
+  }
+  return i;
+}
+
+template <class Code16>
+static int64_t packedRun(const float* x, int64_t n, int bits, uint8_t* out, const Code16& code) {
+  if (!cpuHas512F() || !allow512.load(std::memory_order_relaxed)) return 0;
+  switch (bits) {
+    case 1:
+      return packedLoop512<1>(x, n, out, code);
+    case 2:
+      return packedLoop512<2>(x, n, out, code);
+    case 4:
+      return packedLoop512<4>(x, n, out, code);
+    case 8:
+      return packedLoop512<8>(x, n, out, code);
+    default:
+      return 0;
+  }
+}
+
+struct Quant16 {
+  const float *x, *m, *inv;
+  float top;
+  __attribute__((target("avx512f"))) __m512i operator()(int64_t j) const {
+    const __m512 y =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(x + j), _mm512_loadu_ps(m + j)),
+                                    _mm512_loadu_ps(inv + j)),
+                      _mm512_set1_ps(0.5f));
+    const __m512 t = _mm512_min_ps(_mm512_max_ps(y, _mm512_setzero_ps()), _mm512_set1_ps(top));
+    return _mm512_cvttps_epi32(t);
+  }
+};
+
+struct Fix16 {
+  const float *x, *d;
+  float mult, lo, hi;
+  __attribute__((target("avx512f"))) __m512i operator()(int64_t j) const {
+    const __m512 r = _mm512_roundscale_ps(
+        _mm512_mul_ps(_mm512_div_ps(_mm512_loadu_ps(x + j), _mm512_loadu_ps(d + j)),
+                      _mm512_set1_ps(mult)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 lv = _mm512_set1_ps(lo);
+    return _mm512_cvttps_epi32(
+        _mm512_sub_ps(_mm512_min_ps(_mm512_max_ps(r, lv), _mm512_set1_ps(hi)), lv));
+  }
+};
+
+struct Stoch16 {
+  const float *x, *m, *inv;
+  float top;
+  uint32_t lo, key;
+  __attribute__((target("avx512f"))) __m512i operator()(int64_t j) const {
+    const __m512 y =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(x + j), _mm512_loadu_ps(m + j)),
+                                    _mm512_loadu_ps(inv + j)),
+                      uniform16(lo, key, j));
+    const __m512 t =
+        _mm512_min_ps(_mm512_max_ps(y, _mm512_setzero_ps()), _mm512_set1_ps(top - 0.5f));
+    return _mm512_cvttps_epi32(t);
+  }
+};
+
+static int64_t quantVecPacked(const float* x, const float* m, const float* inv, int64_t n,
+                              float top, int bits, uint8_t* out) {
+  return packedRun(x, n, bits, out, Quant16{x, m, inv, top});
+}
+
+static int64_t fixVecPacked(const float* x, const float* d, int64_t n, float mult, float lo,
+                            float hi, int bits, uint8_t* out) {
+  return packedRun(x, n, bits, out, Fix16{x, d, mult, lo, hi});
+}
+
+static int64_t stochVecPacked(const float* x, const float* m, const float* inv, int64_t n,
+                              float top, uint32_t lo, uint32_t key, int bits, uint8_t* out) {
+  return packedRun(x, n, bits, out, Stoch16{x, m, inv, top, lo, key});
+}
+
 // randk's values 8 at a time: the lanes' keep flags as a bit mask, a permutation per mask (gather:
 // the kept lanes first, in order; scatter: lane j takes value popcount(mask below j)), zero where a
 // lane is not kept. The same values as kernels.inc's loops.

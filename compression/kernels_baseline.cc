@@ -47,6 +47,12 @@ constexpr void (*deltaApplyPackedH)(const uint8_t*, int, const float*, const flo
                                     int64_t, uint8_t*, float*, bool) = nullptr;
 constexpr void (*deltaApplyPackedF)(const uint8_t*, int, const float*, const float*, float, float,
                                     int64_t, float*, float*, bool) = nullptr;
+constexpr int64_t (*quantVecPacked)(const float*, const float*, const float*, int64_t, float, int,
+                                    uint8_t*) = nullptr;
+constexpr int64_t (*fixVecPacked)(const float*, const float*, int64_t, float, float, float, int,
+                                  uint8_t*) = nullptr;
+constexpr int64_t (*stochVecPacked)(const float*, const float*, const float*, int64_t, float,
+                                    uint32_t, uint32_t, int, uint8_t*) = nullptr;
 
 static void streamOut(const float* src, int64_t n, float* dst) {
   std::memcpy(dst, src, 4 * static_cast<size_t>(n));

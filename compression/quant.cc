@@ -78,7 +78,31 @@ QuantStream::QuantStream(QuantCodec& codec, const Shape& shape) : codec_(codec),
   lo_ = -mult_;
   hi_ = mult_ - 1.0f;
   finv_ = 1.0f / mult_;
+  if (auto a = codec_.scales_.take()) {
+    m_ = std::move(a->m);
+    inv_ = std::move(a->inv);
+    step_ = std::move(a->step);
+    div_ = std::move(a->div);
+    rdiv_ = std::move(a->rdiv);
+    s_ = std::move(a->s);
+    half_ = std::move(a->half);
+  }
   m_.assign(groups_, 0.0f);
+}
+
+QuantStream::~QuantStream() {
+  try {
+    auto a = std::make_unique<QuantScaleArrays>();
+    a->m = std::move(m_);
+    a->inv = std::move(inv_);
+    a->step = std::move(step_);
+    a->div = std::move(div_);
+    a->rdiv = std::move(rdiv_);
+    a->s = std::move(s_);
+    a->half = std::move(half_);
+    codec_.scales_.give(std::move(a));
+  } catch (...) {  // no memory for the holder: the arrays are freed instead
+  }
 }
 
 size_t QuantStream::scaleBytes() const {
@@ -266,6 +290,44 @@ void QuantStream::quantize(const float* v, int64_t i, int64_t len, uint8_t* code
           k.stochScalar(x + r0, m_[g], inv_[g], piece, top_, lo, key, c + r0);
         r0 += piece;
       }
+    }
+  });
+}
+
+void QuantStream::quantizePacked(const float* v, int64_t i, int64_t len, uint8_t* codes,
+                                 uint8_t* packed) {
+  const Kernels& k = kernels();
+  const int bits = opt_.bits;
+  const bool stochastic = opt_.round == QuantOptions::Round::kStochastic;
+  const uint64_t at = codec_.drawn_ + static_cast<uint64_t>(i);
+  // Every run starts on a byte (channels a multiple of 8, i too); stochastic rounding's range under
+  // one key (quantize() splits where the stream position crosses a multiple of 2^32).
+  const bool whole = channel_ && cols_ % 8 == 0 && i % 8 == 0 && len > 0 &&
+                     (!stochastic || (at >> 32) == ((at + static_cast<uint64_t>(len) - 1) >> 32));
+  const bool has = fixpoint_    ? k.fixVecPacked != nullptr
+                   : stochastic ? k.stochVecPacked != nullptr
+                                : k.quantVecPacked != nullptr;
+  if (!whole || !has) {
+    quantize(v, i, len, codes);
+    packBits(codes, static_cast<size_t>(len), bits, packed);
+    return;
+  }
+  const uint32_t key = stochastic ? quantStreamKey(opt_.seed, static_cast<uint32_t>(at >> 32)) : 0;
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const float* x = v + (j - i);
+    uint8_t* out = packed + (j - i) / 8 * bits;
+    int64_t done;
+    if (fixpoint_)
+      done = k.fixVecPacked(x, div_.data() + pos, run, mult_, lo_, hi_, bits, out);
+    else if (stochastic)
+      done = k.stochVecPacked(x, m_.data() + pos, inv_.data() + pos, run, top_,
+                              static_cast<uint32_t>(at + static_cast<uint64_t>(j - i)), key, bits,
+                              out);
+    else
+      done = k.quantVecPacked(x, m_.data() + pos, inv_.data() + pos, run, top_, bits, out);
+    if (done < run) {
+      quantize(x + done, j + done, run - done, codes);
+      packBits(codes, static_cast<size_t>(run - done), bits, out + done / 8 * bits);
     }
   });
 }
@@ -501,8 +563,7 @@ void QuantCodec::encode(const float* x, const Shape& shape, const CodecContext&,
     uint8_t codes[kChunk];
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
       const int64_t len = std::min(kChunk, hi - i0);
-      s.quantize(x + i0, i0, len, codes);
-      packBits(codes, len, opt_.bits, packed + i0 * opt_.bits / 8);
+      s.quantizePacked(x + i0, i0, len, codes, packed + i0 * opt_.bits / 8);
     }
   });
   s.done();

@@ -495,6 +495,70 @@ TEST(CpuPathTest, StochasticCodesAreTheSameAtEveryWidth) {
   }
 }
 
+// The channel quantizer's codes packed in registers (quantVecPacked, fixVecPacked,
+// stochVecPacked) are the baseline build's codes put through packBits: every width, lengths that
+// are not a whole step (the kernel does the whole steps and says so; the rest goes the old way),
+// values far outside the scale, NaN and infinities, zero scales, stream positions near 2^32. Not a
+// byte past the values it did is written.
+TEST(CpuPathTest, PackedQuantizerIsTheBaselinesCodesPacked) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  const Kernels& base = *baselineKernels();
+  const Kernels& avx = *avx2Kernels();
+  EXPECT_EQ(base.quantVecPacked, nullptr);
+  ASSERT_NE(avx.quantVecPacked, nullptr);
+  const bool has512 = __builtin_cpu_supports("avx512f");
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const int64_t n : {0, 15, 16, 17, 48, 1000, 4099}) {
+    std::vector<float> x(n), m(n), inv(n), d(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = normal(rng) * (i % 17 == 0 ? 100.0f : 1.0f);
+      if (i % 101 == 5) x[i] = std::nanf("");
+      if (i % 103 == 7) x[i] = (i % 2 ? 1.0f : -1.0f) * INFINITY;
+      m[i] = i % 23 == 0 ? 0.0f : 1.0f + static_cast<float>(i % 7);
+      d[i] = 0.5f + static_cast<float>(i % 5);
+    }
+    for (const int bits : {1, 2, 3, 4, 5, 8})
+      for (const int mode : {0, 1, 2})  // nearest, fixpoint, stochastic
+        for (const bool wide : {true, false}) {
+          const float top = static_cast<float>(1 << bits) - 0.5f;
+          const float mult = static_cast<float>(1 << (bits - 1)), lo = -mult, hi = mult - 1.0f;
+          for (int64_t i = 0; i < n; ++i)
+            inv[i] = m[i] > 0.0f ? static_cast<float>((1 << bits) - 1) / (2.0f * m[i]) : 0.0f;
+          const uint32_t pos = 0xffffffffu - static_cast<uint32_t>(n), key = 0x9e3779b9u;
+          std::vector<uint8_t> codes(n), want(packedBytes(n, bits));
+          auto codesOf = [&](const Kernels& k, int64_t i0, int64_t len, uint8_t* out) {
+            if (mode == 0) k.quantVec(x.data() + i0, m.data() + i0, inv.data() + i0, len, top, out);
+            if (mode == 1) k.fixVec(x.data() + i0, d.data() + i0, len, mult, lo, hi, out);
+            if (mode == 2)
+              k.stochVec(x.data() + i0, m.data() + i0, inv.data() + i0, len, top,
+                         pos + static_cast<uint32_t>(i0), key, out);
+          };
+          codesOf(base, 0, n, codes.data());
+          packBits(codes.data(), n, bits, want.data());
+          std::vector<uint8_t> got(want.size() + 64, 0xa5);
+          const bool was = setAvx512(wide);
+          const int64_t done =
+              mode == 0
+                  ? avx.quantVecPacked(x.data(), m.data(), inv.data(), n, top, bits, got.data())
+              : mode == 1 ? avx.fixVecPacked(x.data(), d.data(), n, mult, lo, hi, bits, got.data())
+                          : avx.stochVecPacked(x.data(), m.data(), inv.data(), n, top, pos, key,
+                                               bits, got.data());
+          const std::string where = std::to_string(bits) + " bits, n " + std::to_string(n) +
+                                    ", mode " + std::to_string(mode) + (wide ? "" : ", 256-bit");
+          const bool packs = wide && has512 && (bits == 1 || bits == 2 || bits == 4 || bits == 8);
+          EXPECT_EQ(done, packs ? n / 16 * 16 : 0) << where;
+          for (size_t b = packedBytes(done, bits); b < got.size(); ++b)
+            ASSERT_EQ(got[b], 0xa5) << where << ": byte " << b << " written";
+          codesOf(avx, done, n - done, codes.data());
+          packBits(codes.data(), n - done, bits, got.data() + done / 8 * bits);
+          setAvx512(was);
+          got.resize(want.size());
+          EXPECT_EQ(got, want) << where;
+        }
+  }
+}
+
 TEST(CpuPathTest, RandkMaskIsTheSameAtEveryVectorWidth) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   int widths = 0;
