@@ -7,6 +7,7 @@
 namespace slowpipe::tools {
 
 void addBenchCodecs(CLI::App& bench);
+void addBenchKernels(CLI::App& bench);  // bench_kernels.cc
 void addBenchLink(CLI::App& bench);
 void addEmulatorCommands(CLI::App& app);
 void addRunCommands(CLI::App& app);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "benchmarks (JSON with --json)");
   bench->require_subcommand(1);
   slowpipe::tools::addBenchCodecs(*bench);
+  slowpipe::tools::addBenchKernels(*bench);
   slowpipe::tools::addBenchLink(*bench);
   slowpipe::tools::addEmulatorCommands(app);
   slowpipe::tools::addRunCommands(app);

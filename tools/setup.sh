@@ -32,11 +32,13 @@ done
 # python3-jsonschema: validates the shipped specs against `slowpipe spec schema` (spec_schema_test).
 # libsentencepiece-dev, sentencepiece: tokenizer.model files and spm_encode, their check.
 # fortunes, wordnet-base: the default corpus and the quality benchmark's pretraining text (glosses).
+# libhwy-dev: Google Highway, the kernels `slowpipe bench kernels` compares with the hand-written ones.
 # The main job (the quickstart sweep, its figures and report) needs the first list only.
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
   libzmq3-dev libsodium-dev cppzmq-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev
+  libhwy-dev
   python3 python3-matplotlib fortunes
 )
 if [ "$main_job" = 0 ]; then

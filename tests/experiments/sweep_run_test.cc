@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 
@@ -707,6 +708,35 @@ TEST(SweepRunTest, BenchCodecsMeasuresAgainstMemcpyAndFlagsASlowPlugin) {
       EXPECT_EQ(row["matches_torch_ops"], true) << row.dump();
     }
   }
+}
+
+// `bench kernels` through the CLI: the hand-written kernels and, where the build has Highway, its
+// forms on each target this CPU runs, every row measured each round against memcpy and giving the
+// hand-written kernel's bytes; a bad --cols is refused naming the flag.
+TEST(SweepRunTest, BenchKernelsComparesHighwayWithTheHandWrittenKernels) {
+  auto r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "bench", "kernels", "--size-kib", "64", "--rounds", "2", "--json"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json d = json::parse(r.output);
+  EXPECT_EQ(d["rounds"], 2);
+  EXPECT_EQ(d["size_bytes"], 65536);
+  EXPECT_GT(d["memcpy_GBps"].get<double>(), 0.0);
+  std::map<std::string, int> impls;
+  for (const auto& row : d["results"]) {
+    impls[row["impl"].get<std::string>()]++;
+    EXPECT_EQ(row["same_output"], true) << row.dump();
+    EXPECT_GT(row["GBps"].get<double>(), 0.0) << row.dump();
+    EXPECT_EQ(row["vs_memcpy_range"].size(), 2u) << row.dump();
+    if (row["impl"] == "hand") {
+      EXPECT_DOUBLE_EQ(row["vs_hand"].get<double>(), 1.0) << row.dump();
+    }
+  }
+  EXPECT_EQ(impls["hand"], 5) << r.output;  // absMaxAccum and quantVecPacked at 1, 2, 4, 8 bits
+  EXPECT_EQ(impls.count("highway") > 0, d["highway"].get<bool>()) << r.output;
+  r = slowpipe::emulator::runCommand(
+      {SLOWPIPE_BINARY, "bench", "kernels", "--size-kib", "64", "--cols", "24"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--cols 24"), std::string::npos) << r.output;
 }
 
 // The question a codec's author has, through the CLI: is my plug-in faster than AC-SGD, and does it

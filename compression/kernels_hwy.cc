@@ -1,0 +1,190 @@
+// Highway forms of absMaxAccum and quantVecPacked (kernels_hwy.h). This file is compiled once per
+// Highway target (foreach_target.h re-includes it); each target's code is in its own namespace and
+// HWY_DYNAMIC_DISPATCH picks one at run time. Built with -ffp-contract=off like every kernel here,
+// so (x + m) * inv + 0.5 rounds as the hand-written kernels round it.
+#include "compression/kernels_hwy.h"
+
+#ifdef SLOWPIPE_HAVE_HWY
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "compression/kernels_hwy.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace slowpipe::compression::hwy_kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Into L2, 16 KiB ahead, one prefetch per line (as kernels_avx2.cc's loops do).
+inline void ahead(const float* p) { __builtin_prefetch(p + 4096, 0, 2); }
+
+void AbsMaxAccum(const float* HWY_RESTRICT v, int64_t n, float* HWY_RESTRICT m) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    for (int64_t k = 0; k < 2 * lanes; k += 16) ahead(v + i + k);
+    hn::StoreU(hn::Max(hn::Abs(hn::LoadU(d, v + i)), hn::LoadU(d, m + i)), d, m + i);
+    hn::StoreU(hn::Max(hn::Abs(hn::LoadU(d, v + i + lanes)), hn::LoadU(d, m + i + lanes)), d,
+               m + i + lanes);
+  }
+  for (; i < n; ++i) {
+    const float a = __builtin_fabsf(v[i]);
+    m[i] = m[i] < a ? a : m[i];
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Codes 0..255 of one vector (N lanes) to bitpack.h's layout, N * B / 8 bytes: bytes, then pairs
+// of B-bit codes in 16-bit lanes merged (lo | hi << B) and narrowed, until a byte holds 8 / B
+// codes; one bit a lane from the nonzero mask for B = 1.
+template <int B, class D, class VI>
+HWY_INLINE void PackCodes(D d, VI c, uint8_t* HWY_RESTRICT out) {
+  if constexpr (B == 1) {
+    const hn::RebindToSigned<D> di;
+    hn::StoreMaskBits(di, hn::Ne(c, hn::Zero(di)), out);
+  } else {
+    const hn::Rebind<uint8_t, D> d8;
+    auto bytes = hn::DemoteTo(d8, c);
+    if constexpr (B == 8) {
+      hn::StoreU(bytes, d8, out);
+    } else {
+      const hn::Repartition<int16_t, decltype(d8)> d16;
+      const hn::Rebind<uint8_t, decltype(d16)> dh;
+      auto w = hn::BitCast(d16, bytes);
+      // two 2-bit codes to one 4-bit value (B = 2), or two 4-bit codes to a byte (B = 4)
+      auto merged = hn::And(hn::Or(w, hn::ShiftRight<8 - B>(w)), hn::Set(d16, (1 << 2 * B) - 1));
+      auto half = hn::DemoteTo(dh, merged);
+      if constexpr (B == 4) {
+        hn::StoreU(half, dh, out);
+      } else {
+        const hn::Repartition<int16_t, decltype(dh)> d16b;
+        const hn::Rebind<uint8_t, decltype(d16b)> dq;
+        auto w2 = hn::BitCast(d16b, half);
+        auto quads = hn::And(hn::Or(w2, hn::ShiftRight<4>(w2)), hn::Set(d16b, 0xff));
+        hn::StoreU(hn::DemoteTo(dq, quads), dq, out);
+      }
+    }
+  }
+}
+
+template <int B>
+int64_t QuantPackedB(const float* HWY_RESTRICT x, const float* HWY_RESTRICT m,
+                     const float* HWY_RESTRICT inv, int64_t n, float top,
+                     uint8_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  if (lanes < 8) return 0;  // a vector's codes would not fill whole bytes at 1 bit
+  const auto half = hn::Set(d, 0.5f), zero = hn::Zero(d), tv = hn::Set(d, top);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    for (int64_t k = 0; k < lanes; k += 16) ahead(x + i + k);
+    const auto y = hn::Add(
+        hn::Mul(hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, m + i)), hn::LoadU(d, inv + i)), half);
+    // Max(y, 0) first: a NaN y gives 0 as the hand-written kernels' max(y, 0) does (x86 maxps
+    // returns its second operand for a NaN; Highway's Max on x86 is maxps(a, b)).
+    const auto t = hn::Min(hn::Max(y, zero), tv);
+    PackCodes<B>(d, hn::ConvertTo(di, t), out + i / 8 * B);
+  }
+  return i;
+}
+#endif
+
+int64_t QuantVecPacked(const float* HWY_RESTRICT x, const float* HWY_RESTRICT m,
+                       const float* HWY_RESTRICT inv, int64_t n, float top, int bits,
+                       uint8_t* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)x, (void)m, (void)inv, (void)n, (void)top, (void)bits, (void)out;
+  return 0;
+#else
+  switch (bits) {
+    case 1:
+      return QuantPackedB<1>(x, m, inv, n, top, out);
+    case 2:
+      return QuantPackedB<2>(x, m, inv, n, top, out);
+    case 4:
+      return QuantPackedB<4>(x, m, inv, n, top, out);
+    case 8:
+      return QuantPackedB<8>(x, m, inv, n, top, out);
+    default:
+      return 0;
+  }
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace slowpipe::compression::hwy_kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <hwy/targets.h>
+
+namespace slowpipe::compression::hwy_kernels {
+
+HWY_EXPORT(AbsMaxAccum);
+HWY_EXPORT(QuantVecPacked);
+
+bool built() { return true; }
+
+namespace {
+// The compiled targets this CPU runs, taken once before any useTarget() narrows them.
+int64_t runnable() {
+  static const int64_t all = hwy::SupportedTargets() & HWY_TARGETS;
+  return all;
+}
+}  // namespace
+
+std::vector<std::string> targets() {
+  std::vector<std::string> names;
+  for (int64_t bits = runnable(); bits != 0; bits &= bits - 1)
+    names.emplace_back(hwy::TargetName(bits & -bits));  // lowest bit first: the best target
+  return names;
+}
+
+bool useTarget(const std::string& name) {
+  const int64_t all = runnable();
+  if (name.empty()) {
+    hwy::SetSupportedTargetsForTest(0);  // Highway's own choice again
+    return true;
+  }
+  for (int64_t bits = all; bits != 0; bits &= bits - 1)
+    if (name == hwy::TargetName(bits & -bits)) {
+      hwy::SetSupportedTargetsForTest(bits & -bits);
+      return true;
+    }
+  return false;
+}
+
+std::string currentTarget() {
+  runnable();
+  const int64_t s = hwy::SupportedTargets() & HWY_TARGETS;
+  return s ? hwy::TargetName(s & -s) : "";
+}
+
+void absMaxAccum(const float* v, int64_t n, float* m) {
+  HWY_DYNAMIC_DISPATCH(AbsMaxAccum)(v, n, m);
+}
+
+int64_t quantVecPacked(const float* x, const float* m, const float* inv, int64_t n, float top,
+                       int bits, uint8_t* out) {
+  return HWY_DYNAMIC_DISPATCH(QuantVecPacked)(x, m, inv, n, top, bits, out);
+}
+
+}  // namespace slowpipe::compression::hwy_kernels
+#endif  // HWY_ONCE
+
+#else  // no libhwy in this build
+
+namespace slowpipe::compression::hwy_kernels {
+bool built() { return false; }
+std::vector<std::string> targets() { return {}; }
+bool useTarget(const std::string& name) { return name.empty(); }
+std::string currentTarget() { return ""; }
+void absMaxAccum(const float*, int64_t, float*) {}
+int64_t quantVecPacked(const float*, const float*, const float*, int64_t, float, int, uint8_t*) {
+  return 0;
+}
+}  // namespace slowpipe::compression::hwy_kernels
+
+#endif  // SLOWPIPE_HAVE_HWY
