@@ -559,6 +559,40 @@ TEST(CpuPathTest, PackedQuantizerIsTheBaselinesCodesPacked) {
   }
 }
 
+// max |x| over a run and over whole groups: the AVX2 build's four-accumulator loops give the
+// baseline's value at every length (NaN skipped as maxOf skips it, infinities, -0, the tail).
+TEST(CpuPathTest, AbsMaxIsTheBaselinesAtEveryLength) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  const Kernels& base = *baselineKernels();
+  const Kernels& avx = *avx2Kernels();
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(5000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng);
+  for (const bool special : {false, true}) {
+    if (special) {
+      x[3] = std::nanf("");
+      x[40] = -INFINITY;
+      x[4000] = -std::nanf("");
+      x[4001] = -0.0f;
+    }
+    for (int64_t n = 0; n <= 100; ++n)
+      for (const int64_t at : {0, 1, 37}) {
+        const float want = base.absMax(x.data() + at, n), got = avx.absMax(x.data() + at, n);
+        EXPECT_EQ(std::memcmp(&want, &got, 4), 0)
+            << "n " << n << " at " << at << ": " << got << " vs " << want;
+      }
+    EXPECT_EQ(avx.absMax(x.data(), 4099), base.absMax(x.data(), 4099));
+    for (const int64_t g : {1, 7, 32, 64, 100, 128}) {
+      const int64_t groups = 4000 / g;
+      std::vector<float> want(groups, 0.5f), got(groups, 0.5f);
+      base.absMaxGroups(x.data() + 1, groups, g, want.data());
+      avx.absMaxGroups(x.data() + 1, groups, g, got.data());
+      EXPECT_EQ(got, want) << "groups of " << g;
+    }
+  }
+}
+
 TEST(CpuPathTest, RandkMaskIsTheSameAtEveryVectorWidth) {
   if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
   int widths = 0;
