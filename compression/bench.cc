@@ -139,7 +139,7 @@ void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape,
 // withTorchOps: also time the libtorch-ops baseline (quant codecs; once per codec and size: the
 // row keeps its first round's baseline, and a 64 MiB baseline takes seconds a call).
 json benchOne(const std::string& spec, const Shape& shape, const std::vector<float>& x,
-              const std::vector<float>& x2, double memcpyS, bool withTorchOps) {
+              const std::vector<float>& x2, bool withTorchOps) {
   const int64_t n = numelOf(shape);
   const double rawBytes = 4.0 * n;
   auto sender = makeCodec(spec), receiver = makeCodec(spec);
@@ -155,20 +155,32 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
     sender->encode(x.data(), shape, ctx, payload);
     receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
   }
+  // memcpy is timed right before every sample, of the input this sample does not encode (so it
+  // leaves none of the codec's input in cache): each sample's ratio pairs the codec with memcpy a
+  // few milliseconds apart, and the ratios' median is what a neighbour's load on this machine moves
+  // least (a memcpy timed once per codec moved 11-23 GB/s between a run's rounds).
+  std::vector<float> dst(static_cast<size_t>(n), 1.0f);
   int round = 0;
   double encodeS = 0.0, decodeS = 0.0;
-  std::vector<double> encSamples, decSamples;
+  std::vector<double> encSamples, decSamples, mcSamples, encRatio, decRatio;
   const double t0 = nowSeconds();
   while (encSamples.size() < 5 || (nowSeconds() - t0 < 0.5 && encSamples.size() < 2000)) {
-    const auto& in = (round++ % 2) ? x2 : x;
+    const bool second = round++ % 2;
+    const auto& in = second ? x2 : x;
+    const auto& other = second ? x : x2;
+    const double m = nowSeconds();
+    std::memcpy(dst.data(), other.data(), 4 * static_cast<size_t>(n));
     payload.clear();
-    double a = nowSeconds();
+    const double a = nowSeconds();
     sender->encode(in.data(), shape, ctx, payload);
-    double b = nowSeconds();
+    const double b = nowSeconds();
     receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
-    double c = nowSeconds();
+    const double c = nowSeconds();
     encSamples.push_back(b - a);
     decSamples.push_back(c - b);
+    mcSamples.push_back(a - m);
+    encRatio.push_back((a - m) / (b - a));
+    decRatio.push_back((a - m) / (c - b));
   }
   auto median = [](std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -184,8 +196,9 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
             {"compression_ratio", rawBytes / payload.size()},
             {"encode_GBps", rawBytes / encodeS / 1e9},
             {"decode_GBps", rawBytes / decodeS / 1e9},
-            {"encode_vs_memcpy", memcpyS / encodeS},
-            {"decode_vs_memcpy", memcpyS / decodeS},
+            {"encode_vs_memcpy", median(encRatio)},
+            {"decode_vs_memcpy", median(decRatio)},
+            {"memcpy_GBps", rawBytes / median(mcSamples) / 1e9},
             {"rel_rms_error", relRmsError(last, y)},
             {"samples", encSamples.size()},
             {"torch_ops_encode_GBps", nullptr},
@@ -195,19 +208,17 @@ json benchOne(const std::string& spec, const Shape& shape, const std::vector<flo
   return r;
 }
 
-// One round of one codec: memcpy right before it, the codec on one thread, the read-only pass, and
-// with threads > 1 the codec and the read-only pass again on that many codec threads.
+// One round of one codec: the codec on one thread (each sample paired with a memcpy), the read-only
+// pass, and with threads > 1 the codec and the read-only pass again on that many codec threads.
 json benchRound(const std::string& codec, const Shape& shape, const std::vector<float>& x,
                 const std::vector<float>& x2, int threads, bool withTorchOps) {
   const double bytes = 4.0 * static_cast<double>(x.size());
-  const double mcNow = memcpySeconds(x);
   setCodecThreads(1);
-  json one = benchOne(codec, shape, x, x2, mcNow, withTorchOps);
-  one["memcpy_GBps"] = bytes / mcNow / 1e9;
+  json one = benchOne(codec, shape, x, x2, withTorchOps);
   one["read_GBps"] = bytes / readSeconds(x) / 1e9;
   if (threads > 1) {
     setCodecThreads(threads);
-    const json t = benchOne(codec, shape, x, x2, mcNow, false);
+    const json t = benchOne(codec, shape, x, x2, false);
     one["read_GBps_threads"] = bytes / readSecondsThreads(x) / 1e9;
     setCodecThreads(1);
     one["encode_GBps_threads"] = t["encode_GBps"];

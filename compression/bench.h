@@ -1,9 +1,10 @@
 // `slowpipe bench codecs`: single-thread encode/decode throughput of codec configurations on
 // activation-shaped fp32 tensors ([rows, seq, 1024]), against memcpy measured in the same run
-// (right before each codec, every codec measured `rounds` times in turn, medians and ranges of the
-// ratios) and, for quant, against the same quantizer written with libtorch ops (the AC-SGD
-// reference's fixpoint.py transcription for fixpoint per-channel scales): speed and whether the
-// bytes / values match. GB/s always counts fp32 *input* bytes (10^9 B/s). Torch side of
+// (every codec measured `rounds` times in turn; within a round, a memcpy of the same size is timed
+// right before every encode/decode sample, and the ratios are medians of the samples' own ratios:
+// medians and ranges over rounds) and, for quant, against the same quantizer written with libtorch
+// ops (the AC-SGD reference's fixpoint.py transcription for fixpoint per-channel scales): speed and
+// whether the bytes / values match. GB/s always counts fp32 *input* bytes (10^9 B/s). Torch side of
 // compression.
 #pragma once
 
@@ -37,11 +38,12 @@ struct CodecBenchOptions {
 // {"benchmark": "codecs", "threads": 1, "unit", "cpu_path", "memcpy_GBps", "memcpy_GBps_by_bytes",
 // "results": [{"codec", "shape", "raw_bytes", "wire_bytes", "compression_ratio", "encode_GBps",
 // "decode_GBps", "encode_vs_memcpy", "decode_vs_memcpy" (medians, each with "_range"),
-// "rel_rms_error", "memcpy_GBps", "read_GBps" (one read-only pass over the
-// input, measured beside memcpy: a two-pass encoder is bounded by half of it), "torch_ops_*",
-// "matches_torch_ops", "rounds", "codec_bound", with threads > 1 "encode_GBps_threads",
-// "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup", "read_GBps_threads" and
-// "read_thread_speedup" (the read-only pass split over the threads: a read-bound codec's ceiling),
+// "rel_rms_error", "memcpy_GBps" (the paired memcpys' median), "read_GBps" (one read-only pass
+// over the input, measured after the codec: a two-pass encoder is bounded by half of it),
+// "torch_ops_*", "matches_torch_ops", "rounds", "codec_bound", with threads > 1
+// "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
+// "read_GBps_threads" and "read_thread_speedup" (the read-only pass split over the threads: a
+// read-bound codec's ceiling),
 // ...}], "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);
