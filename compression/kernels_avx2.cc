@@ -808,7 +808,10 @@ __attribute__((target("avx512f"))) static void stochRun512(const float* x, const
                                                            uint32_t lo, uint32_t key,
                                                            uint8_t* codes) {
   const __m512 tv = _mm512_set1_ps(top - 0.5f), zero = _mm512_setzero_ps();
-  const __m512 ms = _mm512_set1_ps(m[0]), is = _mm512_set1_ps(inv[0]);
+  // One scale for the run: m[0] and inv[0]; per value they are read lane by lane below (and an
+  // empty run's arrays may be null).
+  const __m512 ms = _mm512_set1_ps(perValue ? 0.0f : m[0]);
+  const __m512 is = _mm512_set1_ps(perValue ? 0.0f : inv[0]);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     ahead(x + i + kPrefetch);

@@ -45,7 +45,8 @@ TEST(HighwayKernelsTest, EveryTargetGivesTheHandWrittenValues) {
       for (int64_t i = 0; i < n; ++i) acc[i] = want[i] = 0.25f * static_cast<float>(i % 9);
       base.absMaxAccum(x.data(), n, want.data());
       hwy_kernels::absMaxAccum(x.data(), n, acc.data());
-      EXPECT_EQ(0, std::memcmp(acc.data(), want.data(), 4 * n)) << target << ", n " << n;
+      EXPECT_TRUE(n == 0 || std::memcmp(acc.data(), want.data(), 4 * n) == 0)
+          << target << ", n " << n;
       for (const int bits : {1, 2, 3, 4, 8}) {
         const float top = static_cast<float>(1 << bits) - 0.5f;
         for (int64_t i = 0; i < n; ++i)
