@@ -82,6 +82,49 @@ class Runner {
   std::vector<uint8_t> codes_;
 };
 
+// Which implementations run each case: a Highway target whose vectors are under 8 floats packs
+// nothing (quantVecPacked returns 0 there), so it has no quantVecPacked rows.
+std::vector<std::vector<size_t>> implsPerCase(const std::vector<Case>& cases,
+                                              const std::vector<Impl>& impls) {
+  std::vector<std::vector<size_t>> runs(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c)
+    for (size_t k = 0; k < impls.size(); ++k) {
+      bool packs = true;
+      if (impls[k].impl == "highway" && cases[c].bits != 0) {
+        hwy_kernels::useTarget(impls[k].target);
+        const std::vector<float> ones(16, 1.0f);
+        uint8_t probe[16];
+        packs = hwy_kernels::quantVecPacked(ones.data(), ones.data(), ones.data(), 16, 1.5f,
+                                            cases[c].bits, probe) > 0;
+        hwy_kernels::useTarget("");
+      }
+      if (packs) runs[c].push_back(k);
+    }
+  return runs;
+}
+
+// One implementation's row: its rounds' GB/s, and each round's ratio to memcpy and to the
+// hand-written kernel in that round.
+json rowOf(const Case& c, const Impl& impl, const std::vector<double>& gbps,
+           const std::vector<double>& hand, const std::vector<double>& memcpyGBps, bool same) {
+  std::vector<double> vsMemcpy, vsHand;
+  for (size_t r = 0; r < gbps.size(); ++r) {
+    vsMemcpy.push_back(gbps[r] / memcpyGBps[r]);
+    vsHand.push_back(gbps[r] / hand[r]);
+  }
+  return {{"kernel", c.kernel},
+          {"bits", c.bits == 0 ? json(nullptr) : json(c.bits)},
+          {"impl", impl.impl},
+          {"target", impl.target},
+          {"GBps", medianOf(gbps)},
+          {"GBps_range", rangeOf(gbps)},
+          {"vs_memcpy", medianOf(vsMemcpy)},
+          {"vs_memcpy_range", rangeOf(vsMemcpy)},
+          {"vs_hand", medianOf(vsHand)},
+          {"vs_hand_range", rangeOf(vsHand)},
+          {"same_output", same}};
+}
+
 void checkOptions(const KernelBenchOptions& o) {
   if (o.sizeKiB < 4)
     throw std::invalid_argument("--size-kib " + std::to_string(o.sizeKiB) + ": expected >= 4");
@@ -112,22 +155,7 @@ json benchKernels(const KernelBenchOptions& o) {
   std::vector<Impl> impls = {{"hand", cpuPathName()}};
   for (const std::string& t : hwy_kernels::targets())
     if (t != "SCALAR") impls.push_back({"highway", t});
-  // Which implementations run each case: a Highway target whose vectors are under 8 floats packs
-  // nothing (quantVecPacked returns 0 there), so it has no quantVecPacked rows.
-  std::vector<std::vector<size_t>> runs(cases.size());
-  for (size_t c = 0; c < cases.size(); ++c)
-    for (size_t k = 0; k < impls.size(); ++k) {
-      bool packs = true;
-      if (impls[k].impl == "highway" && cases[c].bits != 0) {
-        hwy_kernels::useTarget(impls[k].target);
-        const std::vector<float> ones(16, 1.0f);
-        uint8_t probe[16];
-        packs = hwy_kernels::quantVecPacked(ones.data(), ones.data(), ones.data(), 16, 1.5f,
-                                            cases[c].bits, probe) > 0;
-        hwy_kernels::useTarget("");
-      }
-      if (packs) runs[c].push_back(k);
-    }
+  const std::vector<std::vector<size_t>> runs = implsPerCase(cases, impls);
   Runner runner(x, o.cols);
   std::vector<double> memcpyGBps;
   // gbps[case][impl][round]
@@ -153,24 +181,8 @@ json benchKernels(const KernelBenchOptions& o) {
   }
   json results = json::array();
   for (size_t c = 0; c < cases.size(); ++c)
-    for (const size_t k : runs[c]) {
-      std::vector<double> vsMemcpy, vsHand;
-      for (int r = 0; r < o.rounds; ++r) {
-        vsMemcpy.push_back(gbps[c][k][r] / memcpyGBps[r]);
-        vsHand.push_back(gbps[c][k][r] / gbps[c][0][r]);
-      }
-      results.push_back({{"kernel", cases[c].kernel},
-                         {"bits", cases[c].bits == 0 ? json(nullptr) : json(cases[c].bits)},
-                         {"impl", impls[k].impl},
-                         {"target", impls[k].target},
-                         {"GBps", medianOf(gbps[c][k])},
-                         {"GBps_range", rangeOf(gbps[c][k])},
-                         {"vs_memcpy", medianOf(vsMemcpy)},
-                         {"vs_memcpy_range", rangeOf(vsMemcpy)},
-                         {"vs_hand", medianOf(vsHand)},
-                         {"vs_hand_range", rangeOf(vsHand)},
-                         {"same_output", static_cast<bool>(same[c][k])}});
-    }
+    for (const size_t k : runs[c])
+      results.push_back(rowOf(cases[c], impls[k], gbps[c][k], gbps[c][0], memcpyGBps, same[c][k]));
   return {{"benchmark", "kernels"},
           {"size_bytes", static_cast<int64_t>(bytes)},
           {"cols", o.cols},
