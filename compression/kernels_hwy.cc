@@ -48,9 +48,20 @@ void AbsMaxAccum(const float* HWY_RESTRICT v, int64_t n, float* HWY_RESTRICT m) 
 }
 
 #if HWY_TARGET != HWY_SCALAR
+// Adjacent pairs of values under 2^kBits in 8-bit lanes (two to a 16-bit lane) merged into one
+// value lo | hi << kBits, narrowed to 8-bit lanes: half as many.
+template <int kBits, class D8, class V8>
+HWY_INLINE auto MergePairs(D8 d8, V8 bytes) {
+  const hn::Repartition<int16_t, D8> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> dh;
+  const auto w = hn::BitCast(d16, bytes);
+  return hn::DemoteTo(
+      dh, hn::And(hn::Or(w, hn::ShiftRight<8 - kBits>(w)), hn::Set(d16, (1 << 2 * kBits) - 1)));
+}
+
 // Codes 0..255 of one vector (N lanes) to bitpack.h's layout, N * B / 8 bytes: bytes, then pairs
-// of B-bit codes in 16-bit lanes merged (lo | hi << B) and narrowed, until a byte holds 8 / B
-// codes; one bit a lane from the nonzero mask for B = 1.
+// merged until a byte holds 8 / B codes (2 bits: twice, 4 bits: once); one bit a lane from the
+// nonzero mask for B = 1.
 template <int B, class D, class VI>
 HWY_INLINE void PackCodes(D d, VI c, uint8_t* HWY_RESTRICT out) {
   if constexpr (B == 1) {
@@ -58,25 +69,16 @@ HWY_INLINE void PackCodes(D d, VI c, uint8_t* HWY_RESTRICT out) {
     hn::StoreMaskBits(di, hn::Ne(c, hn::Zero(di)), out);
   } else {
     const hn::Rebind<uint8_t, D> d8;
-    auto bytes = hn::DemoteTo(d8, c);
+    const auto bytes = hn::DemoteTo(d8, c);
     if constexpr (B == 8) {
       hn::StoreU(bytes, d8, out);
+    } else if constexpr (B == 4) {
+      const auto packed = MergePairs<4>(d8, bytes);
+      hn::StoreU(packed, hn::DFromV<decltype(packed)>(), out);
     } else {
-      const hn::Repartition<int16_t, decltype(d8)> d16;
-      const hn::Rebind<uint8_t, decltype(d16)> dh;
-      auto w = hn::BitCast(d16, bytes);
-      // two 2-bit codes to one 4-bit value (B = 2), or two 4-bit codes to a byte (B = 4)
-      auto merged = hn::And(hn::Or(w, hn::ShiftRight<8 - B>(w)), hn::Set(d16, (1 << 2 * B) - 1));
-      auto half = hn::DemoteTo(dh, merged);
-      if constexpr (B == 4) {
-        hn::StoreU(half, dh, out);
-      } else {
-        const hn::Repartition<int16_t, decltype(dh)> d16b;
-        const hn::Rebind<uint8_t, decltype(d16b)> dq;
-        auto w2 = hn::BitCast(d16b, half);
-        auto quads = hn::And(hn::Or(w2, hn::ShiftRight<4>(w2)), hn::Set(d16b, 0xff));
-        hn::StoreU(hn::DemoteTo(dq, quads), dq, out);
-      }
+      const auto nibbles = MergePairs<2>(d8, bytes);
+      const auto packed = MergePairs<4>(hn::DFromV<decltype(nibbles)>(), nibbles);
+      hn::StoreU(packed, hn::DFromV<decltype(packed)>(), out);
     }
   }
 }
@@ -94,7 +96,7 @@ int64_t QuantPackedB(const float* HWY_RESTRICT x, const float* HWY_RESTRICT m,
   for (; i + lanes <= n; i += lanes) {
     for (int64_t k = 0; k < lanes; k += 16) ahead(x + i + k);
     const auto y = hn::Add(
-        hn::Mul(hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, m + i)), hn::LoadU(d, inv + i)), half);
+        hn::Mul(hn::Add(LoadStream(d, x + i), hn::LoadU(d, m + i)), hn::LoadU(d, inv + i)), half);
     // Max(y, 0) first: a NaN y gives 0 as the hand-written kernels' max(y, 0) does (x86 maxps
     // returns its second operand for a NaN; Highway's Max on x86 is maxps(a, b)).
     const auto t = hn::Min(hn::Max(y, zero), tv);
