@@ -4,8 +4,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "compression/acsgd.h"
@@ -136,101 +138,136 @@ void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape,
   }
 }
 
-// withTorchOps: also time the libtorch-ops baseline (quant codecs; once per codec and size: the
-// row keeps its first round's baseline, and a 64 MiB baseline takes seconds a call).
-json benchOne(const std::string& spec, const Shape& shape, const std::vector<float>& x,
-              const std::vector<float>& x2, bool withTorchOps) {
-  const int64_t n = numelOf(shape);
-  const double rawBytes = 4.0 * n;
-  auto sender = makeCodec(spec), receiver = makeCodec(spec);
-  CodecContext ctx;
-  for (int64_t r = 0; r < shape[0]; ++r) ctx.exampleIds.push_back(r);
-  ctx.key = "bench";
-  ctx.epoch = 1;
-  Bytes payload;
-  std::vector<float> y(n);
-  // Stateful codecs: the first sighting (full precision) is set up untimed, then every timed
-  // round alternates between two activations so that deltas never vanish.
-  if (sender->id() == CodecId::kAcsgd) {
-    sender->encode(x.data(), shape, ctx, payload);
-    receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
+// One sender / receiver pair of a codec on a given number of codec threads, timed a sample at a
+// time. Stateful codecs get their first sighting (full precision) untimed, then every sample
+// alternates between two activations so that deltas never vanish.
+class Lane {
+ public:
+  Lane(const std::string& spec, const Shape& shape, const std::vector<float>& x, int threads)
+      : sender_(makeCodec(spec)),
+        receiver_(makeCodec(spec)),
+        y_(static_cast<size_t>(x.size())),
+        threads_(threads) {
+    for (int64_t r = 0; r < shape[0]; ++r) ctx_.exampleIds.push_back(r);
+    ctx_.key = "bench";
+    ctx_.epoch = 1;
+    if (sender_->id() == CodecId::kAcsgd) {
+      setCodecThreads(threads_);
+      sender_->encode(x.data(), shape, ctx_, payload_);
+      receiver_->decode(payload_.data(), payload_.size(), shape, ctx_, y_.data());
+    }
   }
-  // memcpy is timed right before every sample, of the input this sample does not encode (so it
-  // leaves none of the codec's input in cache): each sample's ratio pairs the codec with memcpy a
-  // few milliseconds apart, and the ratios' median is what a neighbour's load on this machine moves
-  // least (a memcpy timed once per codec moved 11-23 GB/s between a run's rounds).
-  std::vector<float> dst(static_cast<size_t>(n), 1.0f);
-  int round = 0;
-  double encodeS = 0.0, decodeS = 0.0;
-  std::vector<double> encSamples, decSamples, mcSamples, encRatio, decRatio;
-  const double t0 = nowSeconds();
-  while (encSamples.size() < 5 || (nowSeconds() - t0 < 0.5 && encSamples.size() < 2000)) {
-    const bool second = round++ % 2;
+  // One sample: memcpy of the input this sample does not encode (so it leaves none of the codec's
+  // input in cache; one call per thread, each of an equal share: copies of 1 MiB parts would take
+  // glibc's in-cache path, not the streaming one of large copies), then encode and decode of the
+  // other. Returns {memcpy, encode, decode} seconds.
+  std::array<double, 3> sample(const Shape& shape, const std::vector<float>& x,
+                               const std::vector<float>& x2, std::vector<float>& dst) {
+    setCodecThreads(threads_);
+    const bool second = round_++ % 2;
     const auto& in = second ? x2 : x;
     const auto& other = second ? x : x2;
     const double m = nowSeconds();
-    std::memcpy(dst.data(), other.data(), 4 * static_cast<size_t>(n));
-    payload.clear();
+    const int64_t n = static_cast<int64_t>(x.size());
+    parallelFor(threads_, [&](int64_t t) {
+      const int64_t lo = n * t / threads_, hi = n * (t + 1) / threads_;
+      std::memcpy(dst.data() + lo, other.data() + lo, 4 * static_cast<size_t>(hi - lo));
+    });
+    payload_.clear();
     const double a = nowSeconds();
-    sender->encode(in.data(), shape, ctx, payload);
+    sender_->encode(in.data(), shape, ctx_, payload_);
     const double b = nowSeconds();
-    receiver->decode(payload.data(), payload.size(), shape, ctx, y.data());
+    receiver_->decode(payload_.data(), payload_.size(), shape, ctx_, y_.data());
     const double c = nowSeconds();
-    encSamples.push_back(b - a);
-    decSamples.push_back(c - b);
-    mcSamples.push_back(a - m);
-    encRatio.push_back((a - m) / (b - a));
-    decRatio.push_back((a - m) / (c - b));
+    last_ = &in;
+    return {a - m, b - a, c - b};
   }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
-  encodeS = median(encSamples);
-  decodeS = median(decSamples);
-  const auto& last = ((round - 1) % 2) ? x2 : x;
-  json r = {{"codec", sender->spec()},
-            {"shape", shape},
-            {"raw_bytes", static_cast<int64_t>(rawBytes)},
-            {"wire_bytes", payload.size()},
-            {"compression_ratio", rawBytes / payload.size()},
-            {"encode_GBps", rawBytes / encodeS / 1e9},
-            {"decode_GBps", rawBytes / decodeS / 1e9},
-            {"encode_vs_memcpy", median(encRatio)},
-            {"decode_vs_memcpy", median(decRatio)},
-            {"memcpy_GBps", rawBytes / median(mcSamples) / 1e9},
-            {"rel_rms_error", relRmsError(last, y)},
-            {"samples", encSamples.size()},
-            {"torch_ops_encode_GBps", nullptr},
-            {"torch_ops_decode_GBps", nullptr}};
-  if (auto* q = dynamic_cast<QuantCodec*>(sender.get()); q && withTorchOps)
-    compareWithTorchOps(r, *q, shape, x, ctx, encodeS, decodeS);
-  return r;
+  Codec& sender() { return *sender_; }
+  const CodecContext& ctx() const { return ctx_; }
+  size_t wireBytes() const { return payload_.size(); }
+  double relError() const { return relRmsError(*last_, y_); }
+
+ private:
+  std::unique_ptr<Codec> sender_, receiver_;
+  CodecContext ctx_;
+  Bytes payload_;
+  std::vector<float> y_;
+  int threads_, round_ = 0;
+  const std::vector<float>* last_ = nullptr;
+};
+
+double medianOf(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
-// One round of one codec: the codec on one thread (each sample paired with a memcpy), the read-only
-// pass, and with threads > 1 the codec and the read-only pass again on that many codec threads.
-json benchRound(const std::string& codec, const Shape& shape, const std::vector<float>& x,
+// One round of one codec: samples of the codec on one thread, each paired with a memcpy timed
+// right before it (a memcpy timed once per codec moved 11-23 GB/s between a run's rounds: the
+// ratios' median is what a neighbour's load on this machine moves least), and with threads > 1 a
+// second pair of the codec on that many codec threads, sampled in turn with the first: its
+// speed-ups are medians of per-sample ratios a few milliseconds apart, as the memcpy ratios are
+// (two sample sets timed half a second apart moved with the machine's memory rate). Then the
+// read-only pass, on one thread and split over the threads. withTorchOps: also time the
+// libtorch-ops baseline (quant codecs; once per codec and size: the row keeps its first round's
+// baseline, and a 64 MiB baseline takes seconds a call).
+json benchRound(const std::string& spec, const Shape& shape, const std::vector<float>& x,
                 const std::vector<float>& x2, int threads, bool withTorchOps) {
-  const double bytes = 4.0 * static_cast<double>(x.size());
-  setCodecThreads(1);
-  json one = benchOne(codec, shape, x, x2, withTorchOps);
-  one["read_GBps"] = bytes / readSeconds(x) / 1e9;
-  if (threads > 1) {
-    setCodecThreads(threads);
-    const json t = benchOne(codec, shape, x, x2, false);
-    one["read_GBps_threads"] = bytes / readSecondsThreads(x) / 1e9;
-    setCodecThreads(1);
-    one["encode_GBps_threads"] = t["encode_GBps"];
-    one["decode_GBps_threads"] = t["decode_GBps"];
-    one["encode_thread_speedup"] =
-        t["encode_GBps"].get<double>() / one["encode_GBps"].get<double>();
-    one["decode_thread_speedup"] =
-        t["decode_GBps"].get<double>() / one["decode_GBps"].get<double>();
-    one["read_thread_speedup"] =
-        one["read_GBps_threads"].get<double>() / one["read_GBps"].get<double>();
+  const int64_t n = numelOf(shape);
+  const double rawBytes = 4.0 * n;
+  Lane one(spec, shape, x, 1);
+  std::unique_ptr<Lane> many =
+      threads > 1 ? std::make_unique<Lane>(spec, shape, x, threads) : nullptr;
+  std::vector<float> dst(static_cast<size_t>(n), 1.0f);
+  std::vector<double> enc, dec, mc, encRatio, decRatio, encN, decN, mcN, encUp, decUp, mcUp;
+  const double budget = many ? 1.0 : 0.5, t0 = nowSeconds();
+  while (enc.size() < 5 || (nowSeconds() - t0 < budget && enc.size() < 2000)) {
+    const auto s = one.sample(shape, x, x2, dst);
+    mc.push_back(s[0]);
+    enc.push_back(s[1]);
+    dec.push_back(s[2]);
+    encRatio.push_back(s[0] / s[1]);
+    decRatio.push_back(s[0] / s[2]);
+    if (!many) continue;
+    const auto t = many->sample(shape, x, x2, dst);
+    mcN.push_back(t[0]);
+    encN.push_back(t[1]);
+    decN.push_back(t[2]);
+    mcUp.push_back(s[0] / t[0]);
+    encUp.push_back(s[1] / t[1]);
+    decUp.push_back(s[2] / t[2]);
   }
-  return one;
+  setCodecThreads(1);
+  const double encodeS = medianOf(enc), decodeS = medianOf(dec);
+  json r = {{"codec", one.sender().spec()},
+            {"shape", shape},
+            {"raw_bytes", static_cast<int64_t>(rawBytes)},
+            {"wire_bytes", one.wireBytes()},
+            {"compression_ratio", rawBytes / static_cast<double>(one.wireBytes())},
+            {"encode_GBps", rawBytes / encodeS / 1e9},
+            {"decode_GBps", rawBytes / decodeS / 1e9},
+            {"encode_vs_memcpy", medianOf(encRatio)},
+            {"decode_vs_memcpy", medianOf(decRatio)},
+            {"memcpy_GBps", rawBytes / medianOf(mc) / 1e9},
+            {"rel_rms_error", one.relError()},
+            {"samples", enc.size()},
+            {"torch_ops_encode_GBps", nullptr},
+            {"torch_ops_decode_GBps", nullptr}};
+  if (auto* q = dynamic_cast<QuantCodec*>(&one.sender()); q && withTorchOps)
+    compareWithTorchOps(r, *q, shape, x, one.ctx(), encodeS, decodeS);
+  r["read_GBps"] = rawBytes / readSeconds(x) / 1e9;
+  if (many) {
+    setCodecThreads(threads);
+    r["read_GBps_threads"] = rawBytes / readSecondsThreads(x) / 1e9;
+    setCodecThreads(1);
+    r["encode_GBps_threads"] = rawBytes / medianOf(encN) / 1e9;
+    r["decode_GBps_threads"] = rawBytes / medianOf(decN) / 1e9;
+    r["memcpy_GBps_threads"] = rawBytes / medianOf(mcN) / 1e9;
+    r["encode_thread_speedup"] = medianOf(encUp);
+    r["decode_thread_speedup"] = medianOf(decUp);
+    r["memcpy_thread_speedup"] = medianOf(mcUp);
+    r["read_thread_speedup"] = r["read_GBps_threads"].get<double>() / r["read_GBps"].get<double>();
+  }
+  return r;
 }
 
 // A codec's rounds as one row: the first round's fields, each timing the median of the rounds with
@@ -239,10 +276,10 @@ json benchRound(const std::string& codec, const Shape& shape, const std::vector<
 // message's wire time).
 json medianRow(const std::vector<json>& rounds, double linkBps) {
   json row = rounds.front();
-  for (const char* key :
-       {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
-        "read_GBps", "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup",
-        "decode_thread_speedup", "read_GBps_threads", "read_thread_speedup"}) {
+  for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps",
+                          "memcpy_GBps", "read_GBps", "encode_GBps_threads", "decode_GBps_threads",
+                          "encode_thread_speedup", "decode_thread_speedup", "read_GBps_threads",
+                          "read_thread_speedup", "memcpy_GBps_threads", "memcpy_thread_speedup"}) {
     if (!row.contains(key)) continue;
     std::vector<double> v;
     for (const auto& one : rounds) v.push_back(one[key].get<double>());

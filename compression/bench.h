@@ -43,7 +43,9 @@ struct CodecBenchOptions {
 // "torch_ops_*", "matches_torch_ops", "rounds", "codec_bound", with threads > 1
 // "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup", "decode_thread_speedup",
 // "read_GBps_threads" and "read_thread_speedup" (the read-only pass split over the threads: a
-// read-bound codec's ceiling),
+// read-bound codec's ceiling), "memcpy_GBps_threads" and "memcpy_thread_speedup" (memcpy split
+// over the threads: the ceiling of a codec that writes as it reads); the speed-ups are medians of
+// per-sample ratios, the threaded codec sampled in turn with the single-threaded one,
 // ...}], "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);

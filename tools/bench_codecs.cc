@@ -22,9 +22,10 @@ void printTable(const json& doc) {
               "enc GB/s", "dec GB/s", "enc/mc", "dec/mc", "enc/torch", "dec/torch");
   std::printf(" %6s", "read");
   if (threads > 1)
-    std::printf(" %7s %7s %7s", ("enc x" + std::to_string(threads)).c_str(),
+    std::printf(" %7s %7s %7s %7s", ("enc x" + std::to_string(threads)).c_str(),
                 ("dec x" + std::to_string(threads)).c_str(),
-                ("read x" + std::to_string(threads)).c_str());
+                ("read x" + std::to_string(threads)).c_str(),
+                ("mc x" + std::to_string(threads)).c_str());
   std::printf("\n");
   for (const auto& r : doc["results"]) {
     auto opt = [&](const char* k) {
@@ -42,8 +43,9 @@ void printTable(const json& doc) {
                 opt("decode_vs_torch_ops").c_str());
     std::printf(" %6.2f", r["read_GBps"].get<double>());
     if (threads > 1)
-      std::printf(" %7.2f %7.2f %7.2f", r["encode_thread_speedup"].get<double>(),
-                  r["decode_thread_speedup"].get<double>(), r["read_thread_speedup"].get<double>());
+      std::printf(" %7.2f %7.2f %7.2f %7.2f", r["encode_thread_speedup"].get<double>(),
+                  r["decode_thread_speedup"].get<double>(), r["read_thread_speedup"].get<double>(),
+                  r["memcpy_thread_speedup"].get<double>());
     std::printf("\n");
   }
 }

@@ -698,7 +698,8 @@ TEST(SweepRunTest, BenchCodecsMeasuresAgainstMemcpyAndFlagsASlowPlugin) {
   for (const auto& row : d["results"]) {
     EXPECT_EQ(row["rounds"], 2) << row.dump();
     EXPECT_EQ(row["encode_vs_memcpy_range"].size(), 2u) << row.dump();
-    for (const char* k : {"encode_thread_speedup", "decode_thread_speedup", "read_thread_speedup"})
+    for (const char* k : {"encode_thread_speedup", "decode_thread_speedup", "read_thread_speedup",
+                          "memcpy_thread_speedup", "encode_GBps_threads", "memcpy_GBps_threads"})
       EXPECT_GT(row[k].get<double>(), 0.0) << k << ": " << row.dump();
     const bool plugin = row["codec"].get<std::string>().rfind("plugin:", 0) == 0;
     EXPECT_EQ(row["codec_bound"], plugin) << row.dump();
