@@ -216,6 +216,9 @@ class QuantCodec : public Codec {
 
  private:
   friend class QuantStream;
+  // tests/compression/quant_test.cc sets the stream position near a multiple of 2^32: a message
+  // crossing it otherwise needs 4G values drawn first.
+  friend struct QuantCodecTestAccess;
   int64_t onePassChunk() const;
   void encodeOnePass(const float* x, const Shape& shape, int64_t chunk, Bytes& out);
   QuantOptions opt_;

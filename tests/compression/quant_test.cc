@@ -3,12 +3,21 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "compression/bitpack.h"
+#include "compression/kernels.h"
+#include "compression/parallel.h"
 
 namespace slowpipe::compression {
+
+struct QuantCodecTestAccess {
+  static void setDrawn(QuantCodec& q, uint64_t drawn) { q.drawn_ = drawn; }
+};
+
 namespace {
 
 std::vector<float> randomTensor(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -134,6 +143,67 @@ std::vector<Case> allCases() {
     c.push_back({b, false, 7});
   }
   return c;
+}
+
+// Stochastic rounding's stream position crossing a multiple of 2^32 inside a message, inside one
+// of its 16384-value chunks and between two values of one packed byte: every value's code is the
+// definition's (quant.h: u_j from value j's own position, its key from hi32(j)), computed here
+// value by value with no runs or chunks, on 1 and 2 codec threads; the next message continues the
+// stream where this one ended.
+TEST(QuantStochasticStream, CrossingAMultipleOf2To32InsideAChunkUsesEachValuesOwnKey) {
+  const Shape shape{3, 16, 1024};  // 49152 values: three chunks of QuantCodec::kChunk
+  const int64_t n = 3 * 16 * 1024, cols = 1024;
+  const auto x = randomTensor(static_cast<size_t>(n), 11);
+  const int64_t grain = parallelGrain();
+  // 2 and 4 bits: codes packed in registers where the CPU has AVX-512; 3: codes, then packBits.
+  for (const int bits : {2, 3, 4}) {
+    QuantOptions o;
+    o.bits = bits;
+    o.round = QuantOptions::Round::kStochastic;
+    o.seed = 0x123456789abcull;
+    std::vector<float> maxabs(cols, 0.0f);
+    for (int64_t i = 0; i < n; ++i) maxabs[i % cols] = std::max(maxabs[i % cols], std::fabs(x[i]));
+    auto expected = [&](uint64_t start) {
+      std::vector<uint8_t> codes(static_cast<size_t>(n));
+      const float top = static_cast<float>(1 << o.bits) - 1.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t at = start + static_cast<uint64_t>(i);
+        const uint32_t key = quantStreamKey(o.seed, static_cast<uint32_t>(at >> 32));
+        const float u =
+            static_cast<float>(static_cast<int32_t>(hash32(static_cast<uint32_t>(at) ^ key) >> 8)) *
+            0x1.0p-24f;
+        const float m = maxabs[i % cols], step = 2.0f * m / static_cast<float>((1 << o.bits) - 1);
+        const float v = (x[i] + m) * (1.0f / step) + u;
+        codes[i] = static_cast<uint8_t>(std::min(top, std::max(0.0f, v)));
+      }
+      std::vector<uint8_t> packed(packedBytes(static_cast<size_t>(n), o.bits));
+      packBits(codes.data(), codes.size(), o.bits, packed.data());
+      return packed;
+    };
+    const uint64_t wrap = uint64_t{1} << 32;
+    // The crossing at value 5003 (chunk 0, inside a byte), 16384 + 8000 (chunk 1), and a message
+    // that starts one value before it; then one that ends on it exactly.
+    for (const uint64_t start : {wrap - 5003, 3 * wrap - 24384, 7 * wrap - 1, 2 * wrap - n})
+      for (const int threads : {1, 2}) {
+        setCodecThreads(threads);
+        setParallelGrain(threads == 1 ? grain : 4096);
+        QuantCodec q(o);
+        QuantCodecTestAccess::setDrawn(q, start);
+        Bytes payload;
+        q.encode(x.data(), shape, {}, payload);
+        const auto want = expected(start);
+        ASSERT_EQ(payload.size(), 4 * cols + want.size());
+        EXPECT_EQ(0, std::memcmp(payload.data() + 4 * cols, want.data(), want.size()))
+            << bits << " bits, start " << start << ", threads " << threads;
+        Bytes next;
+        q.encode(x.data(), shape, {}, next);
+        const auto wantNext = expected(start + static_cast<uint64_t>(n));
+        EXPECT_EQ(0, std::memcmp(next.data() + 4 * cols, wantNext.data(), wantNext.size()))
+            << bits << " bits, the message after start " << start << ", threads " << threads;
+      }
+  }
+  setCodecThreads(1);
+  setParallelGrain(grain);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, QuantTest, ::testing::ValuesIn(allCases()), [](const auto& info) {
