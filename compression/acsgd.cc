@@ -258,16 +258,21 @@ struct AcsgdCodec::DeltaChunks {
     });
   }
 
-  // Pass 2 on one chunk: its codes into sc.codes, m += Q(d).
-  void update(QuantStream& qs, int64_t i0, int64_t len, int64_t end, Scratch& sc) const {
+  // Pass 2 on one chunk: its codes into sc.codes (or, with `packed`, value 0's byte, packed there:
+  // packedUpdate), m += Q(d).
+  void update(QuantStream& qs, int64_t i0, int64_t len, int64_t end, Scratch& sc,
+              uint8_t* packed) const {
     float* mbuf = sc.mbuf.data();
     float* d = sc.d.data();
     if (oneLoop) {
       prefetch(i0 + kChunk, end);
       return forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
         uint8_t* c = sc.codes + pos;
-        if (inRegisters)
-          return qs.deltaUpdateHalf(xAt(j, off), rows[j] + 2 * off, i0 + pos, cnt, c);
+        const int64_t at = i0 + pos;
+        if (packed)
+          return qs.deltaUpdateHalfPacked(xAt(j, off), rows[j] + 2 * off, at, cnt, c,
+                                          packed + at / 8 * codec.opt_.quant.bits);
+        if (inRegisters) return qs.deltaUpdateHalf(xAt(j, off), rows[j] + 2 * off, at, cnt, c);
         float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
         if (!inPlace) codec.store_.loadElems(rows[j], off, cnt, m);
         qs.deltaUpdate(xAt(j, off), m, i0 + pos, cnt, c);
@@ -309,12 +314,15 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape,
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = opt_.quant.bits;
+  // fp16 buffers in registers over channels of a multiple of 8 (so every row piece starts on a
+  // byte): the codes packed as they are made.
+  const bool packedUpdate = w.inRegisters && qs.halfPackedUpdate();
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
     DeltaChunks::Scratch sc;
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
       const int64_t len = std::min(kChunk, hi - i0);
-      w.update(qs, i0, len, hi, sc);
-      packBits(sc.codes, len, bits, packed + i0 * bits / 8);
+      w.update(qs, i0, len, hi, sc, packedUpdate ? packed : nullptr);
+      if (!packedUpdate) packBits(sc.codes, len, bits, packed + i0 * bits / 8);
     }
   });
   qs.done();

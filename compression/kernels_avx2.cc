@@ -220,30 +220,50 @@ __attribute__((target("avx512f"))) static inline void store16(typename B::T* p, 
   }
 }
 
-// quantUpdateT's loop 16 values a step where the CPU has AVX-512 F, on an fp16 or bf16 buffer (the
-// same operations lane by lane: the same codes and buffer); returns where it stopped.
+// quantUpdateT's step on 16 values where the CPU has AVX-512 F, on an fp16 or bf16 buffer (the
+// same operations lane by lane: the same codes and buffer): the buffer's values i..i+15 updated,
+// their codes returned as int32 lanes.
 template <class B, Step S>
-__attribute__((target("avx512f"))) static int64_t quantUpdate512(const float* x, typename B::T* b,
-                                                                 const float* mx, const float* inv,
-                                                                 const float* step, int64_t n,
-                                                                 float top, uint8_t* codes) {
-  const __m512 vtop = _mm512_set1_ps(top), zero = _mm512_setzero_ps(), half = _mm512_set1_ps(0.5f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    prefetch<B>(x, b, i);
+struct QuantUpdate16 {
+  const float* x;
+  typename B::T* b;
+  const float *mx, *inv, *step;
+  float top;
+  __attribute__((target("avx512f"))) __m512i operator()(int64_t i) const {
     const __m512 m = load16<B>(b, i), xv = loadStream16(x + i);
     const __m512 v = S == Step::kDelta ? _mm512_sub_ps(xv, m) : _mm512_add_ps(xv, m);
     const __m512 vmx = _mm512_loadu_ps(mx + i);
-    const __m512 u =
-        _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(v, vmx), _mm512_loadu_ps(inv + i)), half);
-    const __m512 t = _mm512_min_ps(_mm512_max_ps(u, zero), vtop);  // max(u, 0): NaN -> 0
+    const __m512 u = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(v, vmx), _mm512_loadu_ps(inv + i)),
+                                   _mm512_set1_ps(0.5f));
+    // max(u, 0): NaN -> 0
+    const __m512 t = _mm512_min_ps(_mm512_max_ps(u, _mm512_setzero_ps()), _mm512_set1_ps(top));
     const __m512i c = _mm512_cvttps_epi32(t);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
     const __m512 dq =
         _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_loadu_ps(step + i)), vmx);
     store16<B>(b, i, S == Step::kDelta ? _mm512_add_ps(m, dq) : _mm512_sub_ps(v, dq));
+    return c;
+  }
+};
+
+// A step's codes as bytes, 16 values a step from value 0 (x and the buffer prefetched); returns
+// where it stopped. step16 by value, as packedLoop512 takes its code (below).
+template <class B, class Step16>
+__attribute__((target("avx512f"))) static int64_t codeBytes512(const float* x,
+                                                               const typename B::T* b, int64_t n,
+                                                               const Step16 step16,
+                                                               uint8_t* codes) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    prefetch<B>(x, b, i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(step16(i)));
   }
   return i;
+}
+
+template <class B, Step S>
+static int64_t quantUpdate512(const float* x, typename B::T* b, const float* mx, const float* inv,
+                              const float* step, int64_t n, float top, uint8_t* codes) {
+  return codeBytes512<B>(x, b, n, QuantUpdate16<B, S>{x, b, mx, inv, step, top}, codes);
 }
 
 // Symmetric levels: codes = Q(value), buffer = next(deQ(codes)).
@@ -317,28 +337,32 @@ __attribute__((target("avx512f"))) static inline __m512 fixRound16(__m512 v, con
 }
 
 template <class B, Step S>
-__attribute__((target("avx512f"))) static int64_t fixUpdate512(const float* x, typename B::T* b,
-                                                               const float* d, const float* rd,
-                                                               const float* s, int64_t n,
-                                                               float mult, float lo, float hi,
-                                                               float inv, uint8_t* codes) {
-  const __m512 vmult = _mm512_set1_ps(mult), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi),
-               vinv = _mm512_set1_ps(inv), below = _mm512_set1_ps(lo - 1.0f),
-               above = _mm512_set1_ps(hi + 1.0f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    prefetch<B>(x, b, i);
+struct FixUpdate16 {
+  const float* x;
+  typename B::T* b;
+  const float *d, *rd, *s;
+  float mult, lo, hi, inv;
+  __attribute__((target("avx512f"))) __m512i operator()(int64_t i) const {
+    const __m512 vlo = _mm512_set1_ps(lo);
     const __m512 m = load16<B>(b, i), xv = loadStream16(x + i);
     const __m512 v = S == Step::kDelta ? _mm512_sub_ps(xv, m) : _mm512_add_ps(xv, m);
-    const __m512 q =
-        _mm512_min_ps(_mm512_max_ps(fixRound16(v, d + i, rd + i, vmult, below, above), vlo), vhi);
+    const __m512 r = fixRound16(v, d + i, rd + i, _mm512_set1_ps(mult), _mm512_set1_ps(lo - 1.0f),
+                                _mm512_set1_ps(hi + 1.0f));
+    const __m512 q = _mm512_min_ps(_mm512_max_ps(r, vlo), _mm512_set1_ps(hi));
     const __m512i c = _mm512_cvttps_epi32(_mm512_sub_ps(q, vlo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
-    const __m512 dq = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(c), vlo), vinv),
-                                    _mm512_loadu_ps(s + i));
+    const __m512 dq =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(c), vlo), _mm512_set1_ps(inv)),
+                      _mm512_loadu_ps(s + i));
     store16<B>(b, i, S == Step::kDelta ? _mm512_add_ps(m, dq) : _mm512_sub_ps(v, dq));
+    return c;
   }
-  return i;
+};
+
+template <class B, Step S>
+static int64_t fixUpdate512(const float* x, typename B::T* b, const float* d, const float* rd,
+                            const float* s, int64_t n, float mult, float lo, float hi, float inv,
+                            uint8_t* codes) {
+  return codeBytes512<B>(x, b, n, FixUpdate16<B, S>{x, b, d, rd, s, mult, lo, hi, inv}, codes);
 }
 
 // Fixpoint levels: codes = clip(rint(value / d * mult), lo, hi) - lo, buffer = next(deQ(codes)).
@@ -882,9 +906,11 @@ __attribute__((target("avx512f"))) static inline void packCodes16(__m512i c, uin
   }
 }
 
+// `code` is a copy of the caller's: its pointers and constants then stay in registers (with a
+// reference, every byte stored to `out` might alias them, and the loop reloaded them each step).
 template <int B, class Code16>
 __attribute__((target("avx512f"))) static int64_t packedLoop512(const float* x, int64_t n,
-                                                                uint8_t* out, const Code16& code) {
+                                                                uint8_t* out, const Code16 code) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     ahead(x + i + kPrefetch);  // one line of x a step
@@ -951,6 +977,34 @@ struct Stoch16 {
     return _mm512_cvttps_epi32(t);
   }
 };
+
+// An update step's codes packed (packedRun prefetches x; this, the buffer too).
+template <class B, class Step16>
+struct BufferPrefetched {
+  const typename B::T* b;
+  Step16 step16;
+  __attribute__((target("avx512f"))) __m512i operator()(int64_t i) const {
+    ahead(B::addr(b, i + kPrefetch));
+    return step16(i);
+  }
+};
+
+static int64_t deltaQuantUpdateHPacked(const float* x, uint8_t* mh, const float* mx,
+                                       const float* inv, const float* step, int64_t n, float top,
+                                       int bits, uint8_t* out) {
+  using Step16 = QuantUpdate16<BufF16, Step::kDelta>;
+  return packedRun(x, n, bits, out,
+                   BufferPrefetched<BufF16, Step16>{mh, Step16{x, mh, mx, inv, step, top}});
+}
+
+static int64_t deltaFixUpdateHPacked(const float* x, uint8_t* mh, const float* d, const float* rd,
+                                     const float* s, int64_t n, float mult, float lo, float hi,
+                                     float inv, int bits, uint8_t* out) {
+  using Step16 = FixUpdate16<BufF16, Step::kDelta>;
+  return packedRun(
+      x, n, bits, out,
+      BufferPrefetched<BufF16, Step16>{mh, Step16{x, mh, d, rd, s, mult, lo, hi, inv}});
+}
 
 static int64_t quantVecPacked(const float* x, const float* m, const float* inv, int64_t n,
                               float top, int bits, uint8_t* out) {

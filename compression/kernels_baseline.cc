@@ -53,6 +53,11 @@ constexpr int64_t (*fixVecPacked)(const float*, const float*, int64_t, float, fl
                                   uint8_t*) = nullptr;
 constexpr int64_t (*stochVecPacked)(const float*, const float*, const float*, int64_t, float,
                                     uint32_t, uint32_t, int, uint8_t*) = nullptr;
+constexpr int64_t (*deltaQuantUpdateHPacked)(const float*, uint8_t*, const float*, const float*,
+                                             const float*, int64_t, float, int, uint8_t*) = nullptr;
+constexpr int64_t (*deltaFixUpdateHPacked)(const float*, uint8_t*, const float*, const float*,
+                                           const float*, int64_t, float, float, float, float, int,
+                                           uint8_t*) = nullptr;
 
 static void streamOut(const float* src, int64_t n, float* dst) {
   std::memcpy(dst, src, 4 * static_cast<size_t>(n));

@@ -441,6 +441,31 @@ void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, 
 
 bool QuantStream::halfFused() const { return fused() && kernels().deltaAbsMaxH != nullptr; }
 
+bool QuantStream::halfPackedUpdate() const {
+  return halfFused() && cols_ % 8 == 0 && kernels().deltaQuantUpdateHPacked != nullptr &&
+         kernels().deltaFixUpdateHPacked != nullptr;
+}
+
+void QuantStream::deltaUpdateHalfPacked(const float* x, uint8_t* mh, int64_t i, int64_t len,
+                                        uint8_t* codes, uint8_t* packed) {
+  const Kernels& k = kernels();
+  const int bits = opt_.bits;
+  // Every run starts on a byte: at i or at a channel wrap, both multiples of 8.
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const int64_t o = j - i;
+    uint8_t* out = packed + o / 8 * bits;
+    const int64_t done =
+        fixpoint_
+            ? k.deltaFixUpdateHPacked(x + o, mh + 2 * o, div_.data() + pos, rdiv_.data() + pos,
+                                      s_.data() + pos, run, mult_, lo_, hi_, finv_, bits, out)
+            : k.deltaQuantUpdateHPacked(x + o, mh + 2 * o, m_.data() + pos, inv_.data() + pos,
+                                        step_.data() + pos, run, top_, bits, out);
+    if (done == run) return;
+    deltaUpdateHalf(x + o + done, mh + 2 * (o + done), j + done, run - done, codes);
+    packBits(codes, static_cast<size_t>(run - done), bits, out + done / 8 * bits);
+  });
+}
+
 void QuantStream::deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len) {
   fusedAccumulate(kernels().deltaAbsMaxH, x, mh, i, len);
 }

@@ -132,6 +132,13 @@ class QuantStream {
   bool halfFused() const;
   void deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len);
   void deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes);
+  // deltaUpdateHalf and then packBits into `packed` (value i's byte), the same bytes, with the
+  // codes packed in registers (Kernels::deltaQuantUpdateHPacked and its fixpoint twin) where
+  // halfPackedUpdate(): halfFused(), channels a multiple of 8, the kernels present. i must be a
+  // multiple of 8; codes: room for len.
+  bool halfPackedUpdate() const;
+  void deltaUpdateHalfPacked(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes,
+                             uint8_t* packed);
   // The receiver's step straight from the packed codes (packed: value 0's; the kernels'
   // deltaApplyPackedH / F) for values [i, i + len): the buffer = buffer + dequantize(code) (fp16:
   // rounded; mh two bytes a value), out = the value it now holds; stream as dequantize's.

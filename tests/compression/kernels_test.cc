@@ -122,7 +122,9 @@ TEST_P(FusedAcsgdTest, BytesAndBuffersEqualTheComposedProtocol) {
 }
 
 // Odd row lengths (codes of one row end mid-byte), rows longer than a fused step (4096 values),
-// channel and group scales, both level mappings, stochastic rounding.
+// channel and group scales, both level mappings, stochastic rounding; channels of a multiple of 8
+// (fp16 buffers: codes packed in registers, Kernels::deltaQuantUpdateHPacked, 16 values a step and
+// a tail of 8) at 1, 2, 4 and 8 bits.
 INSTANTIATE_TEST_SUITE_P(
     Fused, FusedAcsgdTest,
     ::testing::Combine(::testing::Values(FusedCase{"bits=2", {3, 5, 7}},
@@ -131,7 +133,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          FusedCase{"bits=2,levels=fixpoint", {2, 2, 5000}},
                                          FusedCase{"bits=3,scale=group,group=7", {3, 11, 3}},
                                          FusedCase{"bits=2,round=stochastic,seed=5", {4, 2, 2100}},
-                                         FusedCase{"bits=8", {1, 1, 1}}),
+                                         FusedCase{"bits=8", {1, 1, 1}},
+                                         FusedCase{"bits=4", {3, 4, 1032}},
+                                         FusedCase{"bits=1", {2, 3, 64}},
+                                         FusedCase{"bits=8,levels=fixpoint", {2, 2, 520}}),
                        ::testing::Values("fp32", "fp16")));
 
 // ef's fused steps against the definition, v = x + r, send Q(v), r = v - deQ(Q(v)), with the
