@@ -269,11 +269,12 @@ struct AcsgdCodec::DeltaChunks {
       return forEachPiece(i0, len, rowLen, [&](int64_t j, int64_t off, int64_t pos, int64_t cnt) {
         uint8_t* c = sc.codes + pos;
         const int64_t at = i0 + pos;
-        if (packed)
-          return qs.deltaUpdateHalfPacked(xAt(j, off), rows[j] + 2 * off, at, cnt, c,
-                                          packed + at / 8 * codec.opt_.quant.bits);
-        if (inRegisters) return qs.deltaUpdateHalf(xAt(j, off), rows[j] + 2 * off, at, cnt, c);
+        uint8_t* to = packed ? packed + at / 8 * codec.opt_.quant.bits : nullptr;
+        if (inRegisters)
+          return to ? qs.deltaUpdateHalfPacked(xAt(j, off), rows[j] + 2 * off, at, cnt, c, to)
+                    : qs.deltaUpdateHalf(xAt(j, off), rows[j] + 2 * off, at, cnt, c);
         float* m = inPlace ? reinterpret_cast<float*>(rows[j]) + off : mbuf + pos;
+        if (to) return qs.deltaUpdatePacked(xAt(j, off), m, at, cnt, c, to);  // inPlace
         if (!inPlace) codec.store_.loadElems(rows[j], off, cnt, m);
         qs.deltaUpdate(xAt(j, off), m, i0 + pos, cnt, c);
         if (!inPlace) codec.store_.storeElems(rows[j], off, cnt, m, nullptr);
@@ -314,9 +315,9 @@ void AcsgdCodec::encodeDeltasFused(const float* x, const Shape& dshape,
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = opt_.quant.bits;
-  // fp16 buffers in registers over channels of a multiple of 8 (so every row piece starts on a
-  // byte): the codes packed as they are made.
-  const bool packedUpdate = w.inRegisters && qs.halfPackedUpdate();
+  // fp32 buffers, or fp16 ones in registers, over channels of a multiple of 8 (so every row piece
+  // starts on a byte): the codes packed as they are made.
+  const bool packedUpdate = (w.inRegisters || (w.inPlace && w.oneLoop)) && qs.packedUpdates();
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
     DeltaChunks::Scratch sc;
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
@@ -481,23 +482,32 @@ void ErrorFeedbackCodec::encodeQuantFused(const float* x, const Shape& shape, R*
   qs.writeScales(p);
   uint8_t* packed = p + qs.scaleBytes();
   const int bits = quant.options().bits;
+  const bool packedUpdate = qs.packedUpdates();  // the codes packed as they are made
   parallelRanges(qs.size(), kChunk, [&](int64_t lo, int64_t hi, int64_t) {
     Scratch sc;
     uint8_t codes[kChunk];
     for (int64_t i0 = lo; i0 < hi; i0 += kChunk) {
       const int64_t len = std::min(kChunk, hi - i0);
+      uint8_t* to = packed + i0 * bits / 8;
+      if (oneLoop && packedUpdate) {
+        if constexpr (kBf16)
+          qs.residualUpdateBf16Packed(x + i0, r + i0, i0, len, codes, to);
+        else
+          qs.residualUpdatePacked(x + i0, r + i0, i0, len, codes, to);
+        continue;
+      }
       if (oneLoop) {
         if constexpr (kBf16)
           qs.residualUpdateBf16(x + i0, r + i0, i0, len, codes);
         else
           qs.residualUpdate(x + i0, r + i0, i0, len, codes);
-        packBits(codes, len, bits, packed + i0 * bits / 8);
+        packBits(codes, len, bits, to);
         continue;
       }
       float* rf = residualRun(r + i0, len, sc.w.data());
       k.add(x + i0, rf, len, sc.v.data());
       qs.quantize(sc.v.data(), i0, len, codes);
-      packBits(codes, len, bits, packed + i0 * bits / 8);
+      packBits(codes, len, bits, to);
       qs.dequantize(codes, i0, len, sc.q.data());
       k.sub(sc.v.data(), sc.q.data(), len, rf);
       store(r + i0, len, sc.w.data());

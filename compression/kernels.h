@@ -111,15 +111,32 @@ struct Kernels {
                           int bits, uint8_t* out);
   int64_t (*stochVecPacked)(const float* x, const float* m, const float* inv, int64_t n, float top,
                             uint32_t lo, uint32_t key, int bits, uint8_t* out);
-  // deltaQuantUpdateH / deltaFixUpdateH with the codes straight into bitpack.h's layout likewise:
-  // the same buffer and bytes, how many values done returned as those kernels return it (AC-SGD's
-  // encode then needs no code buffer and no packing pass). Null in the baseline build.
+  // The fused update steps (deltaQuantUpdate ... efFixUpdateB) with the codes straight into
+  // bitpack.h's layout likewise: the same buffer and bytes, how many values done returned as those
+  // kernels return it (AC-SGD's and ef's encode then need no code buffer and no packing pass).
+  // Null in the baseline build.
+  int64_t (*deltaQuantUpdatePacked)(const float* x, float* m, const float* mx, const float* inv,
+                                    const float* step, int64_t n, float top, int bits,
+                                    uint8_t* out);
+  int64_t (*deltaFixUpdatePacked)(const float* x, float* m, const float* d, const float* rd,
+                                  const float* s, int64_t n, float mult, float lo, float hi,
+                                  float inv, int bits, uint8_t* out);
   int64_t (*deltaQuantUpdateHPacked)(const float* x, uint8_t* mh, const float* mx, const float* inv,
                                      const float* step, int64_t n, float top, int bits,
                                      uint8_t* out);
   int64_t (*deltaFixUpdateHPacked)(const float* x, uint8_t* mh, const float* d, const float* rd,
                                    const float* s, int64_t n, float mult, float lo, float hi,
                                    float inv, int bits, uint8_t* out);
+  int64_t (*efQuantUpdatePacked)(const float* x, float* r, const float* mx, const float* inv,
+                                 const float* step, int64_t n, float top, int bits, uint8_t* out);
+  int64_t (*efFixUpdatePacked)(const float* x, float* r, const float* d, const float* rd,
+                               const float* s, int64_t n, float mult, float lo, float hi, float inv,
+                               int bits, uint8_t* out);
+  int64_t (*efQuantUpdateBPacked)(const float* x, uint16_t* r, const float* mx, const float* inv,
+                                  const float* step, int64_t n, float top, int bits, uint8_t* out);
+  int64_t (*efFixUpdateBPacked)(const float* x, uint16_t* r, const float* d, const float* rd,
+                                const float* s, int64_t n, float mult, float lo, float hi,
+                                float inv, int bits, uint8_t* out);
   // fp16 (IEEE binary16, round to nearest even) to / from little-endian bytes.
   void (*toHalf)(const float* in, size_t n, uint8_t* out);
   void (*fromHalf)(const uint8_t* in, size_t n, float* out);

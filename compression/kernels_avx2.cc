@@ -194,7 +194,9 @@ __attribute__((target("avx512f"))) static inline __m512 loadStream16(const float
 // round (F16C's nearest even; bf16's narrowing with its NaN rule).
 template <class B>
 __attribute__((target("avx512f"))) static inline __m512 load16(const typename B::T* p, int64_t i) {
-  if constexpr (std::is_same_v<B, BufF16>) {
+  if constexpr (std::is_same_v<B, BufF32>) {
+    return loadStream16(p + i);
+  } else if constexpr (std::is_same_v<B, BufF16>) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i)));
   } else {
     return _mm512_castsi512_ps(_mm512_slli_epi32(
@@ -204,7 +206,9 @@ __attribute__((target("avx512f"))) static inline __m512 load16(const typename B:
 template <class B>
 __attribute__((target("avx512f"))) static inline void store16(typename B::T* p, int64_t i,
                                                               __m512 v) {
-  if constexpr (std::is_same_v<B, BufF16>) {
+  if constexpr (std::is_same_v<B, BufF32>) {
+    _mm512_storeu_ps(p + i, v);
+  } else if constexpr (std::is_same_v<B, BufF16>) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 2 * i),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   } else {
@@ -989,22 +993,40 @@ struct BufferPrefetched {
   }
 };
 
-static int64_t deltaQuantUpdateHPacked(const float* x, uint8_t* mh, const float* mx,
-                                       const float* inv, const float* step, int64_t n, float top,
-                                       int bits, uint8_t* out) {
-  using Step16 = QuantUpdate16<BufF16, Step::kDelta>;
+template <class B, Step S>
+static int64_t quantUpdatePacked(const float* x, typename B::T* b, const float* mx,
+                                 const float* inv, const float* step, int64_t n, float top,
+                                 int bits, uint8_t* out) {
+  using Step16 = QuantUpdate16<B, S>;
   return packedRun(x, n, bits, out,
-                   BufferPrefetched<BufF16, Step16>{mh, Step16{x, mh, mx, inv, step, top}});
+                   BufferPrefetched<B, Step16>{b, Step16{x, b, mx, inv, step, top}});
 }
 
-static int64_t deltaFixUpdateHPacked(const float* x, uint8_t* mh, const float* d, const float* rd,
-                                     const float* s, int64_t n, float mult, float lo, float hi,
-                                     float inv, int bits, uint8_t* out) {
-  using Step16 = FixUpdate16<BufF16, Step::kDelta>;
-  return packedRun(
-      x, n, bits, out,
-      BufferPrefetched<BufF16, Step16>{mh, Step16{x, mh, d, rd, s, mult, lo, hi, inv}});
+template <class B, Step S>
+static int64_t fixUpdatePacked(const float* x, typename B::T* b, const float* d, const float* rd,
+                               const float* s, int64_t n, float mult, float lo, float hi, float inv,
+                               int bits, uint8_t* out) {
+  using Step16 = FixUpdate16<B, S>;
+  return packedRun(x, n, bits, out,
+                   BufferPrefetched<B, Step16>{b, Step16{x, b, d, rd, s, mult, lo, hi, inv}});
 }
+
+// The table's entries (kernels.h names them).
+#define SLOWPIPE_PACKED_STEPS(Buf, S, quantPacked, fixPacked)                                    \
+  static int64_t quantPacked(const float* x, Buf::T* b, const float* mx, const float* inv,       \
+                             const float* step, int64_t n, float top, int bits, uint8_t* out) {  \
+    return quantUpdatePacked<Buf, S>(x, b, mx, inv, step, n, top, bits, out);                    \
+  }                                                                                              \
+  static int64_t fixPacked(const float* x, Buf::T* b, const float* d, const float* rd,           \
+                           const float* s, int64_t n, float mult, float lo, float hi, float inv, \
+                           int bits, uint8_t* out) {                                             \
+    return fixUpdatePacked<Buf, S>(x, b, d, rd, s, n, mult, lo, hi, inv, bits, out);             \
+  }
+SLOWPIPE_PACKED_STEPS(BufF32, Step::kDelta, deltaQuantUpdatePacked, deltaFixUpdatePacked)
+SLOWPIPE_PACKED_STEPS(BufF16, Step::kDelta, deltaQuantUpdateHPacked, deltaFixUpdateHPacked)
+SLOWPIPE_PACKED_STEPS(BufF32, Step::kSum, efQuantUpdatePacked, efFixUpdatePacked)
+SLOWPIPE_PACKED_STEPS(BufBf16, Step::kSum, efQuantUpdateBPacked, efFixUpdateBPacked)
+#undef SLOWPIPE_PACKED_STEPS
 
 static int64_t quantVecPacked(const float* x, const float* m, const float* inv, int64_t n,
                               float top, int bits, uint8_t* out) {

@@ -53,11 +53,17 @@ constexpr int64_t (*fixVecPacked)(const float*, const float*, int64_t, float, fl
                                   uint8_t*) = nullptr;
 constexpr int64_t (*stochVecPacked)(const float*, const float*, const float*, int64_t, float,
                                     uint32_t, uint32_t, int, uint8_t*) = nullptr;
-constexpr int64_t (*deltaQuantUpdateHPacked)(const float*, uint8_t*, const float*, const float*,
-                                             const float*, int64_t, float, int, uint8_t*) = nullptr;
-constexpr int64_t (*deltaFixUpdateHPacked)(const float*, uint8_t*, const float*, const float*,
-                                           const float*, int64_t, float, float, float, float, int,
-                                           uint8_t*) = nullptr;
+// No packed update steps either (kernels.h): the byte codes, then packBits.
+#define SLOWPIPE_NO_PACKED_STEPS(Y, quantPacked, fixPacked)                                    \
+  constexpr int64_t (*quantPacked)(const float*, Y*, const float*, const float*, const float*, \
+                                   int64_t, float, int, uint8_t*) = nullptr;                   \
+  constexpr int64_t (*fixPacked)(const float*, Y*, const float*, const float*, const float*,   \
+                                 int64_t, float, float, float, float, int, uint8_t*) = nullptr;
+SLOWPIPE_NO_PACKED_STEPS(float, deltaQuantUpdatePacked, deltaFixUpdatePacked)
+SLOWPIPE_NO_PACKED_STEPS(uint8_t, deltaQuantUpdateHPacked, deltaFixUpdateHPacked)
+SLOWPIPE_NO_PACKED_STEPS(float, efQuantUpdatePacked, efFixUpdatePacked)
+SLOWPIPE_NO_PACKED_STEPS(uint16_t, efQuantUpdateBPacked, efFixUpdateBPacked)
+#undef SLOWPIPE_NO_PACKED_STEPS
 
 static void streamOut(const float* src, int64_t n, float* dst) {
   std::memcpy(dst, src, 4 * static_cast<size_t>(n));

@@ -413,12 +413,8 @@ void QuantStream::fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, fl
 }
 
 template <typename Y>
-void QuantStream::fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*,
-                                          const float*, int64_t, float, float, float, float,
-                                          uint8_t*),
-                              void (*quant)(const float*, Y*, const float*, const float*,
-                                            const float*, int64_t, float, uint8_t*),
-                              const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes) {
+void QuantStream::fusedUpdate(FixUpdate<Y> fix, QuantUpdate<Y> quant, const float* x, Y* y,
+                              int64_t i, int64_t len, uint8_t* codes) {
   forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
     const int64_t o = j - i;
     Y* yo = y + kPerValue(y) * o;
@@ -441,29 +437,57 @@ void QuantStream::deltaUpdate(const float* x, float* m, int64_t i, int64_t len, 
 
 bool QuantStream::halfFused() const { return fused() && kernels().deltaAbsMaxH != nullptr; }
 
-bool QuantStream::halfPackedUpdate() const {
-  return halfFused() && cols_ % 8 == 0 && kernels().deltaQuantUpdateHPacked != nullptr &&
-         kernels().deltaFixUpdateHPacked != nullptr;
+bool QuantStream::packedUpdates() const {
+  return fused() && cols_ % 8 == 0 && kernels().deltaQuantUpdatePacked != nullptr;
+}
+
+template <typename Y>
+void QuantStream::fusedUpdatePacked(UpdatePacked<Y> packedStep, FixUpdate<Y> fix,
+                                    QuantUpdate<Y> quant, const float* x, Y* y, int64_t i,
+                                    int64_t len, uint8_t* codes, uint8_t* packed) {
+  const int bits = opt_.bits;
+  // Every run starts on a byte: at i or at a channel wrap, both multiples of 8.
+  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
+    const int64_t o = j - i;
+    Y* yo = y + kPerValue(y) * o;
+    uint8_t* out = packed + o / 8 * bits;
+    const int64_t done =
+        fixpoint_ ? packedStep.fix(x + o, yo, div_.data() + pos, rdiv_.data() + pos,
+                                   s_.data() + pos, run, mult_, lo_, hi_, finv_, bits, out)
+                  : packedStep.quant(x + o, yo, m_.data() + pos, inv_.data() + pos,
+                                     step_.data() + pos, run, top_, bits, out);
+    if (done == run) return;
+    fusedUpdate(fix, quant, x + o + done, yo + kPerValue(y) * done, j + done, run - done, codes);
+    packBits(codes, static_cast<size_t>(run - done), bits, out + done / 8 * bits);
+  });
+}
+
+void QuantStream::deltaUpdatePacked(const float* x, float* m, int64_t i, int64_t len,
+                                    uint8_t* codes, uint8_t* packed) {
+  const Kernels& k = kernels();
+  fusedUpdatePacked<float>({k.deltaFixUpdatePacked, k.deltaQuantUpdatePacked}, k.deltaFixUpdate,
+                           k.deltaQuantUpdate, x, m, i, len, codes, packed);
 }
 
 void QuantStream::deltaUpdateHalfPacked(const float* x, uint8_t* mh, int64_t i, int64_t len,
                                         uint8_t* codes, uint8_t* packed) {
   const Kernels& k = kernels();
-  const int bits = opt_.bits;
-  // Every run starts on a byte: at i or at a channel wrap, both multiples of 8.
-  forEachRun(i, len, [&](int64_t j, int64_t pos, int64_t run) {
-    const int64_t o = j - i;
-    uint8_t* out = packed + o / 8 * bits;
-    const int64_t done =
-        fixpoint_
-            ? k.deltaFixUpdateHPacked(x + o, mh + 2 * o, div_.data() + pos, rdiv_.data() + pos,
-                                      s_.data() + pos, run, mult_, lo_, hi_, finv_, bits, out)
-            : k.deltaQuantUpdateHPacked(x + o, mh + 2 * o, m_.data() + pos, inv_.data() + pos,
-                                        step_.data() + pos, run, top_, bits, out);
-    if (done == run) return;
-    deltaUpdateHalf(x + o + done, mh + 2 * (o + done), j + done, run - done, codes);
-    packBits(codes, static_cast<size_t>(run - done), bits, out + done / 8 * bits);
-  });
+  fusedUpdatePacked<uint8_t>({k.deltaFixUpdateHPacked, k.deltaQuantUpdateHPacked},
+                             k.deltaFixUpdateH, k.deltaQuantUpdateH, x, mh, i, len, codes, packed);
+}
+
+void QuantStream::residualUpdatePacked(const float* x, float* r, int64_t i, int64_t len,
+                                       uint8_t* codes, uint8_t* packed) {
+  const Kernels& k = kernels();
+  fusedUpdatePacked<float>({k.efFixUpdatePacked, k.efQuantUpdatePacked}, k.efFixUpdate,
+                           k.efQuantUpdate, x, r, i, len, codes, packed);
+}
+
+void QuantStream::residualUpdateBf16Packed(const float* x, uint16_t* r, int64_t i, int64_t len,
+                                           uint8_t* codes, uint8_t* packed) {
+  const Kernels& k = kernels();
+  fusedUpdatePacked<uint16_t>({k.efFixUpdateBPacked, k.efQuantUpdateBPacked}, k.efFixUpdateB,
+                              k.efQuantUpdateB, x, r, i, len, codes, packed);
 }
 
 void QuantStream::deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len) {

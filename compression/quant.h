@@ -132,13 +132,6 @@ class QuantStream {
   bool halfFused() const;
   void deltaAccumulateHalf(const float* x, const uint8_t* mh, int64_t i, int64_t len);
   void deltaUpdateHalf(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes);
-  // deltaUpdateHalf and then packBits into `packed` (value i's byte), the same bytes, with the
-  // codes packed in registers (Kernels::deltaQuantUpdateHPacked and its fixpoint twin) where
-  // halfPackedUpdate(): halfFused(), channels a multiple of 8, the kernels present. i must be a
-  // multiple of 8; codes: room for len.
-  bool halfPackedUpdate() const;
-  void deltaUpdateHalfPacked(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes,
-                             uint8_t* packed);
   // The receiver's step straight from the packed codes (packed: value 0's; the kernels'
   // deltaApplyPackedH / F) for values [i, i + len): the buffer = buffer + dequantize(code) (fp16:
   // rounded; mh two bytes a value), out = the value it now holds; stream as dequantize's.
@@ -156,6 +149,19 @@ class QuantStream {
   // The same on a bf16 residual (r read as bf16, written as bf16 of the new residual).
   void sumAccumulateBf16(const float* x, const uint16_t* r, int64_t i, int64_t len);
   void residualUpdateBf16(const float* x, uint16_t* r, int64_t i, int64_t len, uint8_t* codes);
+  // The four update steps above (deltaUpdate, deltaUpdateHalf, residualUpdate, residualUpdateBf16)
+  // and then packBits into `packed` (value i's byte): the same bytes, the codes packed in registers
+  // (Kernels::deltaQuantUpdatePacked and its kin) where packedUpdates(): fused(), channels a
+  // multiple of 8, the kernels built. i must be a multiple of 8; codes: room for len.
+  bool packedUpdates() const;
+  void deltaUpdatePacked(const float* x, float* m, int64_t i, int64_t len, uint8_t* codes,
+                         uint8_t* packed);
+  void deltaUpdateHalfPacked(const float* x, uint8_t* mh, int64_t i, int64_t len, uint8_t* codes,
+                             uint8_t* packed);
+  void residualUpdatePacked(const float* x, float* r, int64_t i, int64_t len, uint8_t* codes,
+                            uint8_t* packed);
+  void residualUpdateBf16Packed(const float* x, uint16_t* r, int64_t i, int64_t len, uint8_t* codes,
+                                uint8_t* packed);
   // For kernels elsewhere (compression/cuda/device_codec.cu): the per-scale max |x| computed there,
   // in place of accumulate(); and, after finishScales() or readScales(), the scale arrays and
   // constants the CPU kernels are given (scale g of value i: i % cols if channel, else i / cols).
@@ -189,11 +195,25 @@ class QuantStream {
   void fusedAccumulate(void (*fn)(const float*, const Y*, int64_t, float*), const float* x,
                        const Y* y, int64_t i, int64_t len);
   template <typename Y>
-  void fusedUpdate(void (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t,
-                               float, float, float, float, uint8_t*),
-                   void (*quant)(const float*, Y*, const float*, const float*, const float*,
-                                 int64_t, float, uint8_t*),
-                   const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes);
+  using FixUpdate = void (*)(const float*, Y*, const float*, const float*, const float*, int64_t,
+                             float, float, float, float, uint8_t*);
+  template <typename Y>
+  using QuantUpdate = void (*)(const float*, Y*, const float*, const float*, const float*, int64_t,
+                               float, uint8_t*);
+  template <typename Y>
+  struct UpdatePacked {  // the same two with packed codes (kernels.h)
+    int64_t (*fix)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
+                   float, float, float, int, uint8_t*);
+    int64_t (*quant)(const float*, Y*, const float*, const float*, const float*, int64_t, float,
+                     int, uint8_t*);
+  };
+  template <typename Y>
+  void fusedUpdate(FixUpdate<Y> fix, QuantUpdate<Y> quant, const float* x, Y* y, int64_t i,
+                   int64_t len, uint8_t* codes);
+  template <typename Y>
+  void fusedUpdatePacked(UpdatePacked<Y> packedStep, FixUpdate<Y> fix, QuantUpdate<Y> quant,
+                         const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes,
+                         uint8_t* packed);
 
   QuantCodec& codec_;
   const QuantOptions& opt_;

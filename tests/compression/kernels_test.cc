@@ -141,39 +141,41 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ef's fused steps against the definition, v = x + r, send Q(v), r = v - deQ(Q(v)), with the
 // residual in fp32 or (store=bf16) rounded to bf16 after every step; also through hadamard and topk
-// (the generic path).
+// (the generic path). Channels of a multiple of 8 (the second shape) take the packed update steps
+// (Kernels::efQuantUpdatePacked and its kin: 16 values a step, then a tail of 8).
 TEST(FusedEfTest, BytesAndResidualEqualTheDefinition) {
-  for (const std::string store : {"", ";store=bf16"})
-    for (const std::string q :
-         {"quant:bits=4", "quant:bits=2,scale=group,group=5",
-          "quant:bits=3,round=stochastic,seed=2", "quant:bits=4,levels=fixpoint", "topk:ratio=0.1",
-          "hadamard(quant:bits=3;seed=4)"}) {
-      auto ef = makeCodec("ef(" + q + store + ")");
-      EXPECT_EQ(ef->spec(), "ef(" + makeCodec(q)->spec() + store + ")");
-      auto inner = makeCodec(q);
-      const Shape shape{3, 7, 4100};
-      const int64_t n = numelOf(shape);
-      std::vector<float> r(n, 0.0f);
-      CodecContext ctx;
-      ctx.key = "fwd/mb0";
-      for (int step = 0; step < 3; ++step) {
-        const auto x = randomTensor(n, 7 + step);
-        std::vector<float> v(n), deq(n);
-        for (int64_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
-        Bytes want, mine;
-        inner->encode(v.data(), shape, ctx, want);
-        inner->decode(want.data(), want.size(), shape, ctx, deq.data());
-        for (int64_t i = 0; i < n; ++i) {
-          r[i] = v[i] - deq[i];
-          if (!store.empty()) r[i] = bf16ToFloat(floatToBf16(r[i]));
+  for (const Shape& shape : {Shape{3, 7, 4100}, Shape{2, 5, 1032}})
+    for (const std::string store : {"", ";store=bf16"})
+      for (const std::string q :
+           {"quant:bits=4", "quant:bits=2,scale=group,group=5",
+            "quant:bits=3,round=stochastic,seed=2", "quant:bits=4,levels=fixpoint",
+            "quant:bits=8,levels=fixpoint", "quant:bits=1", "topk:ratio=0.1",
+            "hadamard(quant:bits=3;seed=4)"}) {
+        auto ef = makeCodec("ef(" + q + store + ")");
+        EXPECT_EQ(ef->spec(), "ef(" + makeCodec(q)->spec() + store + ")");
+        auto inner = makeCodec(q);
+        const int64_t n = numelOf(shape);
+        std::vector<float> r(n, 0.0f);
+        CodecContext ctx;
+        ctx.key = "fwd/mb0";
+        for (int step = 0; step < 3; ++step) {
+          const auto x = randomTensor(n, 7 + step);
+          std::vector<float> v(n), deq(n);
+          for (int64_t i = 0; i < n; ++i) v[i] = x[i] + r[i];
+          Bytes want, mine;
+          inner->encode(v.data(), shape, ctx, want);
+          inner->decode(want.data(), want.size(), shape, ctx, deq.data());
+          for (int64_t i = 0; i < n; ++i) {
+            r[i] = v[i] - deq[i];
+            if (!store.empty()) r[i] = bf16ToFloat(floatToBf16(r[i]));
+          }
+          ef->encode(x.data(), shape, ctx, mine);
+          ASSERT_EQ(mine, want) << q << store << " on " << shapeString(shape) << " step " << step;
+          const std::vector<float> held = static_cast<ErrorFeedbackCodec&>(*ef).residual(ctx.key);
+          ASSERT_EQ(held.size(), r.size());
+          ASSERT_EQ(0, std::memcmp(held.data(), r.data(), 4 * n)) << q << store << " step " << step;
         }
-        ef->encode(x.data(), shape, ctx, mine);
-        ASSERT_EQ(mine, want) << q << store << " step " << step;
-        const std::vector<float> held = static_cast<ErrorFeedbackCodec&>(*ef).residual(ctx.key);
-        ASSERT_EQ(held.size(), r.size());
-        ASSERT_EQ(0, std::memcmp(held.data(), r.data(), 4 * n)) << q << store << " step " << step;
       }
-    }
 }
 
 // The option's spelling: at ef's own level (a nested hadamard keeps its ';' options), named errors.
