@@ -376,19 +376,20 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
   auto& idx = sc.idx;
   idx.resize(k);
   copyBytes(idx.data(), ip, 4 * static_cast<size_t>(k));
-  for (uint32_t j = 0; j < k; ++j) {
-    SP_REQUIRE(idx[j] < n && (j == 0 || idx[j] > idx[j - 1]),
+  // Checked without a branch a value (the loop vectorizes: it ran on the caller's thread alone);
+  // the first bad index is looked for only when there is one.
+  const auto limit = static_cast<uint64_t>(n);
+  bool ok = k == 0 || idx[0] < limit;
+  for (uint32_t j = 1; j < k; ++j) ok &= (idx[j] < limit) & (idx[j] > idx[j - 1]);
+  for (uint32_t j = 0; !ok && j < k; ++j) {
+    SP_REQUIRE(idx[j] < limit && (j == 0 || idx[j] > idx[j - 1]),
                "topk: index " + std::to_string(j) + " = " + std::to_string(idx[j]) +
                    " is out of range or not increasing (n = " + std::to_string(n) + ")");
   }
   auto& values = sc.values;
   values.resize(k);
   if (half) {
-    for (uint32_t j = 0; j < k; ++j) {
-      uint16_t h;
-      std::memcpy(&h, vp + 2 * j, 2);
-      values[j] = halfToFloat(h);
-    }
+    kernels().fromHalf(vp, k, values.data());  // exact either way: fp16 widens to fp32
   } else {  // validates the quant payload before anything is written
     topkValueQuant(bits_, k).decode(vp, valueBytes, {static_cast<int64_t>(k)}, CodecContext{},
                                     values.data());

@@ -111,6 +111,50 @@ TEST(TopkCodecTest, KeepsLargestMagnitudes) {
   for (size_t i = 0; i < 100; ++i) EXPECT_EQ(y[i], i >= 95 ? x[i] : 0.0f) << i;
 }
 
+// A topk payload whose indices are out of range, repeated or decreasing is refused, naming the
+// first bad one (its position and value), before anything is written to the output; the last
+// index of a long payload (past a vector's width) is checked as the first is.
+TEST(TopkCodecTest, DecodeRefusesIndicesOutOfRangeOrNotIncreasing) {
+  const Shape shape{4, 1000};
+  std::vector<float> x(4000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
+  auto c = makeCodec("topk:ratio=0.01");  // k = 40
+  Bytes good;
+  c->encode(x.data(), shape, {}, good);
+  auto indexAt = [&](const Bytes& p, uint32_t j) {
+    uint32_t v;
+    std::memcpy(&v, p.data() + 4 + 4 * j, 4);
+    return v;
+  };
+  struct Bad {
+    uint32_t j, value;
+  };
+  const uint32_t k = 40;
+  for (const Bad b : {Bad{0, 4000}, Bad{39, 4000}, Bad{17, 0xffffffffu}, Bad{20, 0},
+                      Bad{39, indexAt(good, 38)}, Bad{9, indexAt(good, 8)}}) {
+    Bytes p = good;
+    std::memcpy(p.data() + 4 + 4 * b.j, &b.value, 4);
+    // The first bad position: b.j, unless the new value leaves b.j in order and breaks b.j + 1.
+    uint32_t first = b.j;
+    if (b.value < 4000 && (b.j == 0 || b.value > indexAt(p, b.j - 1))) first = b.j + 1;
+    ASSERT_LT(first, k);
+    std::vector<float> y(4000, 7.0f);
+    try {
+      c->decode(p.data(), p.size(), shape, {}, y.data());
+      ADD_FAILURE() << "index " << b.j << " = " << b.value << " accepted";
+    } catch (const CodecError& e) {
+      const std::string want = "topk: index " + std::to_string(first) + " = " +
+                               std::to_string(indexAt(p, first)) +
+                               " is out of range or not increasing";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 7.0f; }))
+        << "output written for index " << b.j << " = " << b.value;
+  }
+  std::vector<float> y(4000);
+  c->decode(good.data(), good.size(), shape, {}, y.data());  // the unchanged payload decodes
+}
+
 // topk with bits=B (SparseLoCo's 2-bit values): the same indices, and the kept values are exactly
 // what quant:bits=B with one scale over them (scale=group, group=k) makes of them.
 TEST(TopkCodecTest, QuantizedValuesAreTheQuantizerOfTheKeptOnes) {
