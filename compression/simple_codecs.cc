@@ -389,7 +389,7 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
   auto& values = sc.values;
   values.resize(k);
   if (half) {
-    kernels().fromHalf(vp, k, values.data());  // exact either way: fp16 widens to fp32
+    if (k > 0) kernels().fromHalf(vp, k, values.data());  // exact either way: fp16 widens to fp32
   } else {  // validates the quant payload before anything is written
     topkValueQuant(bits_, k).decode(vp, valueBytes, {static_cast<int64_t>(k)}, CodecContext{},
                                     values.data());
