@@ -376,8 +376,8 @@ void TopkCodec::decode(const uint8_t* payload, size_t size, const Shape& shape, 
   auto& idx = sc.idx;
   idx.resize(k);
   copyBytes(idx.data(), ip, 4 * static_cast<size_t>(k));
-  // Checked without a branch a value (the loop vectorizes: it ran on the caller's thread alone);
-  // the first bad index is looked for only when there is one.
+  // Checked without a branch a value (this runs on the caller's thread alone); the first bad index
+  // is looked for only when there is one.
   const auto limit = static_cast<uint64_t>(n);
   bool ok = k == 0 || idx[0] < limit;
   for (uint32_t j = 1; j < k; ++j) ok &= (idx[j] < limit) & (idx[j] > idx[j - 1]);
