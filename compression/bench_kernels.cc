@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compression/bitpack.h"
+#include "compression/half.h"
 #include "compression/kernels.h"
 #include "compression/kernels_hwy.h"
 #include "compression/timing.h"
@@ -16,10 +17,28 @@ namespace {
 
 using nlohmann::json;
 
+// kAbsMax / kQuant: the channel quantizer's passes; kDeltaAbsMaxH / kDeltaUpdateH: AC-SGD's on an
+// fp16 buffer (the acsgd codec's default store).
+enum class Kernel { kAbsMax, kQuant, kDeltaAbsMaxH, kDeltaUpdateH };
+
 struct Case {
-  std::string kernel;
-  int bits;  // 0: absMaxAccum
+  Kernel kernel;
+  int bits;  // the packing kernels: 1, 2, 4, 8; 0 for the max passes
 };
+
+const char* nameOf(Kernel k) {
+  switch (k) {
+    case Kernel::kAbsMax:
+      return "absMaxAccum";
+    case Kernel::kQuant:
+      return "quantVecPacked";
+    case Kernel::kDeltaAbsMaxH:
+      return "deltaAbsMaxH";
+    case Kernel::kDeltaUpdateH:
+      return "deltaQuantUpdateHPacked";
+  }
+  return "";
+}
 
 struct Impl {
   std::string impl, target;
@@ -35,71 +54,145 @@ json rangeOf(const std::vector<double>& v) {
   return {*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end())};
 }
 
-// One kernel over the whole buffer, row by row, by one implementation; its output to `out`.
+// One kernel over the whole buffer, row by row, by one implementation; its output to `out` (the
+// maxima, or the packed codes and, for the update, the fp16 buffer after it). AC-SGD's buffer m is
+// fp16 of 0.9 x (the last sighting's activation, near this one); the update changes it in place,
+// and reset() restores it before a run whose output is compared.
 class Runner {
  public:
-  Runner(const std::vector<float>& x, int64_t cols) : x_(x), cols_(cols), m_(cols), inv_(cols) {
+  Runner(const std::vector<float>& x, int64_t cols)
+      : x_(x), cols_(cols), m_(cols), inv_(cols), mx_(cols), dinv_(cols), step_(cols) {
     kernels().absMaxAccum(x.data(), cols, m_.data());  // scales of the first row: real codes
     for (int64_t c = 0; c < cols; ++c) m_[c] = std::max(m_[c], 1.0f);
+    std::vector<float> prev(x.size());
+    for (size_t i = 0; i < x.size(); ++i) prev[i] = 0.9f * x[i];
+    mh0_.resize(2 * x.size());
+    floatToHalfBytes(prev.data(), x.size(), mh0_.data());
+    mh_ = mh0_;
+    for (int64_t c = 0; c < cols; ++c) mx_[c] = std::max(0.1f * m_[c], 0.1f);  // max |x - m|
   }
+  void reset() { std::copy(mh0_.begin(), mh0_.end(), mh_.begin()); }
   void run(const Case& c, const Impl& impl, std::vector<uint8_t>& out) {
-    const int64_t n = static_cast<int64_t>(x_.size());
     const bool hand = impl.impl == "hand";
-    if (c.bits == 0) {
-      std::vector<float> acc(cols_, 0.0f);
-      for (int64_t i = 0; i < n; i += cols_)
-        hand ? kernels().absMaxAccum(x_.data() + i, cols_, acc.data())
-             : hwy_kernels::absMaxAccum(x_.data() + i, cols_, acc.data());
-      out.assign(reinterpret_cast<const uint8_t*>(acc.data()),
-                 reinterpret_cast<const uint8_t*>(acc.data() + cols_));
-      return;
-    }
-    const float top = static_cast<float>(1 << c.bits) - 0.5f;
-    for (int64_t k = 0; k < cols_; ++k)
-      inv_[k] = static_cast<float>((1 << c.bits) - 1) / (2.0f * m_[k]);
-    out.resize(packedBytes(static_cast<size_t>(n), c.bits));
-    codes_.resize(static_cast<size_t>(cols_));
-    const auto packed = kernels().quantVecPacked;
-    for (int64_t i = 0; i < n; i += cols_) {
-      uint8_t* o = out.data() + i / 8 * c.bits;
-      const int64_t done =
-          !hand    ? hwy_kernels::quantVecPacked(x_.data() + i, m_.data(), inv_.data(), cols_, top,
-                                                 c.bits, o)
-          : packed ? packed(x_.data() + i, m_.data(), inv_.data(), cols_, top, c.bits, o)
-                   : 0;
-      if (done < cols_) {  // what the kernel left: quantVec and packBits, as QuantStream does
-        kernels().quantVec(x_.data() + i + done, m_.data() + done, inv_.data() + done, cols_ - done,
-                           top, codes_.data());
-        packBits(codes_.data(), static_cast<size_t>(cols_ - done), c.bits, o + done / 8 * c.bits);
-      }
+    switch (c.kernel) {
+      case Kernel::kAbsMax:
+      case Kernel::kDeltaAbsMaxH:
+        return maxima(c.kernel, hand, out);
+      case Kernel::kQuant:
+        return quantize(c.bits, hand, out);
+      case Kernel::kDeltaUpdateH:
+        return update(c.bits, hand, out);
     }
   }
 
  private:
+  void maxima(Kernel k, bool hand, std::vector<uint8_t>& out) {
+    const int64_t n = static_cast<int64_t>(x_.size());
+    std::vector<float> acc(cols_, 0.0f);
+    for (int64_t i = 0; i < n; i += cols_) {
+      const float* x = x_.data() + i;
+      if (k == Kernel::kAbsMax) {
+        hand ? kernels().absMaxAccum(x, cols_, acc.data())
+             : hwy_kernels::absMaxAccum(x, cols_, acc.data());
+        continue;
+      }
+      const uint8_t* mh = mh_.data() + 2 * i;
+      const int64_t done = hand ? 0 : hwy_kernels::deltaAbsMaxH(x, mh, cols_, acc.data());
+      if (done < cols_) kernels().deltaAbsMaxH(x + done, mh + 2 * done, cols_ - done, acc.data());
+    }
+    out.assign(reinterpret_cast<const uint8_t*>(acc.data()),
+               reinterpret_cast<const uint8_t*>(acc.data() + cols_));
+  }
+  void quantize(int bits, bool hand, std::vector<uint8_t>& out) {
+    const int64_t n = static_cast<int64_t>(x_.size());
+    const float top = static_cast<float>(1 << bits) - 0.5f;
+    for (int64_t k = 0; k < cols_; ++k)
+      inv_[k] = static_cast<float>((1 << bits) - 1) / (2.0f * m_[k]);
+    out.resize(packedBytes(static_cast<size_t>(n), bits));
+    codes_.resize(static_cast<size_t>(cols_));
+    const auto packed = kernels().quantVecPacked;
+    for (int64_t i = 0; i < n; i += cols_) {
+      uint8_t* o = out.data() + i / 8 * bits;
+      const int64_t done = !hand ? hwy_kernels::quantVecPacked(x_.data() + i, m_.data(),
+                                                               inv_.data(), cols_, top, bits, o)
+                           : packed
+                               ? packed(x_.data() + i, m_.data(), inv_.data(), cols_, top, bits, o)
+                               : 0;
+      if (done < cols_) {  // what the kernel left: quantVec and packBits, as QuantStream does
+        kernels().quantVec(x_.data() + i + done, m_.data() + done, inv_.data() + done, cols_ - done,
+                           top, codes_.data());
+        packBits(codes_.data(), static_cast<size_t>(cols_ - done), bits, o + done / 8 * bits);
+      }
+    }
+  }
+  // The packed codes, then the buffer after the update.
+  void update(int bits, bool hand, std::vector<uint8_t>& out) {
+    const int64_t n = static_cast<int64_t>(x_.size());
+    const float top = static_cast<float>(1 << bits) - 0.5f;
+    for (int64_t k = 0; k < cols_; ++k) {
+      step_[k] = 2.0f * mx_[k] / static_cast<float>((1 << bits) - 1);
+      dinv_[k] = 1.0f / step_[k];
+    }
+    const size_t codeBytes = packedBytes(static_cast<size_t>(n), bits);
+    out.resize(codeBytes);
+    codes_.resize(static_cast<size_t>(cols_));
+    const Kernels& k = kernels();
+    for (int64_t i = 0; i < n; i += cols_) {
+      const float* x = x_.data() + i;
+      uint8_t* mh = mh_.data() + 2 * i;
+      uint8_t* o = out.data() + i / 8 * bits;
+      const int64_t done =
+          !hand ? hwy_kernels::deltaQuantUpdateHPacked(x, mh, mx_.data(), dinv_.data(),
+                                                       step_.data(), cols_, top, bits, o)
+          : k.deltaQuantUpdateHPacked ? k.deltaQuantUpdateHPacked(x, mh, mx_.data(), dinv_.data(),
+                                                                  step_.data(), cols_, top, bits, o)
+                                      : 0;
+      if (done < cols_) {  // as QuantStream::fusedUpdatePacked does
+        k.deltaQuantUpdateH(x + done, mh + 2 * done, mx_.data() + done, dinv_.data() + done,
+                            step_.data() + done, cols_ - done, top, codes_.data());
+        packBits(codes_.data(), static_cast<size_t>(cols_ - done), bits, o + done / 8 * bits);
+      }
+    }
+    out.insert(out.end(), mh_.begin(), mh_.end());
+  }
+
   const std::vector<float>& x_;
   int64_t cols_;
-  std::vector<float> m_, inv_;
-  std::vector<uint8_t> codes_;
+  std::vector<float> m_, inv_;           // the channel quantizer's max |x| and 1 / step
+  std::vector<float> mx_, dinv_, step_;  // AC-SGD's: max |x - m|, 1 / step, step
+  std::vector<uint8_t> mh0_, mh_, codes_;
 };
 
-// Which implementations run each case: a Highway target whose vectors are under 8 floats packs
-// nothing (quantVecPacked returns 0 there), so it has no quantVecPacked rows.
+// Does this implementation do the case? The hand-written AC-SGD kernels exist in the AVX2 build
+// only; a Highway target that does none of a probe's 16 values (vectors under 8 floats, no
+// hardware fp16) has no row for it.
+bool doesCase(const Case& c, const Impl& impl) {
+  const bool half = c.kernel == Kernel::kDeltaAbsMaxH || c.kernel == Kernel::kDeltaUpdateH;
+  if (half && !kernels().deltaAbsMaxH) return false;
+  if (impl.impl == "hand" || c.kernel == Kernel::kAbsMax) return true;
+  hwy_kernels::useTarget(impl.target);
+  const std::vector<float> ones(16, 1.0f);
+  std::vector<uint8_t> mh(32, 0), probe(32);
+  std::vector<float> acc(16, 0.0f);
+  int64_t done = 0;
+  if (c.kernel == Kernel::kQuant)
+    done = hwy_kernels::quantVecPacked(ones.data(), ones.data(), ones.data(), 16, 1.5f, c.bits,
+                                       probe.data());
+  else if (c.kernel == Kernel::kDeltaAbsMaxH)
+    done = hwy_kernels::deltaAbsMaxH(ones.data(), mh.data(), 16, acc.data());
+  else
+    done = hwy_kernels::deltaQuantUpdateHPacked(ones.data(), mh.data(), ones.data(), ones.data(),
+                                                ones.data(), 16, 1.5f, c.bits, probe.data());
+  hwy_kernels::useTarget("");
+  return done > 0;
+}
+
 std::vector<std::vector<size_t>> implsPerCase(const std::vector<Case>& cases,
                                               const std::vector<Impl>& impls) {
   std::vector<std::vector<size_t>> runs(cases.size());
   for (size_t c = 0; c < cases.size(); ++c)
-    for (size_t k = 0; k < impls.size(); ++k) {
-      bool packs = true;
-      if (impls[k].impl == "highway" && cases[c].bits != 0) {
-        hwy_kernels::useTarget(impls[k].target);
-        const std::vector<float> ones(16, 1.0f);
-        uint8_t probe[16];
-        packs = hwy_kernels::quantVecPacked(ones.data(), ones.data(), ones.data(), 16, 1.5f,
-                                            cases[c].bits, probe) > 0;
-        hwy_kernels::useTarget("");
-      }
-      if (packs) runs[c].push_back(k);
-    }
+    for (size_t k = 0; k < impls.size(); ++k)
+      if (doesCase(cases[c], impls[k])) runs[c].push_back(k);
   return runs;
 }
 
@@ -112,7 +205,7 @@ json rowOf(const Case& c, const Impl& impl, const std::vector<double>& gbps,
     vsMemcpy.push_back(gbps[r] / memcpyGBps[r]);
     vsHand.push_back(gbps[r] / hand[r]);
   }
-  return {{"kernel", c.kernel},
+  return {{"kernel", nameOf(c.kernel)},
           {"bits", c.bits == 0 ? json(nullptr) : json(c.bits)},
           {"impl", impl.impl},
           {"target", impl.target},
@@ -147,11 +240,9 @@ json benchKernels(const KernelBenchOptions& o) {
     s = s * 1664525u + 1013904223u;
     v = static_cast<float>(static_cast<int32_t>(s)) * 0x1.0p-30f;
   }
-  const std::vector<Case> cases = {{"absMaxAccum", 0},
-                                   {"quantVecPacked", 1},
-                                   {"quantVecPacked", 2},
-                                   {"quantVecPacked", 4},
-                                   {"quantVecPacked", 8}};
+  std::vector<Case> cases = {{Kernel::kAbsMax, 0}, {Kernel::kDeltaAbsMaxH, 0}};
+  for (const int bits : {1, 2, 4, 8}) cases.push_back({Kernel::kQuant, bits});
+  for (const int bits : {1, 2, 4, 8}) cases.push_back({Kernel::kDeltaUpdateH, bits});
   std::vector<Impl> impls = {{"hand", cpuPathName()}};
   for (const std::string& t : hwy_kernels::targets())
     if (t != "SCALAR") impls.push_back({"highway", t});
@@ -174,6 +265,8 @@ json benchKernels(const KernelBenchOptions& o) {
         if (hwy) hwy_kernels::useTarget(impls[k].target);
         gbps[c][k].push_back(bytes / medianSeconds([&] { runner.run(cases[c], impls[k], out); }) /
                              1e9);
+        runner.reset();  // the output compared comes from the same buffer for every kernel
+        runner.run(cases[c], impls[k], out);
         if (hwy) hwy_kernels::useTarget("");
         if (k == 0) handOut = out;
         same[c][k] = same[c][k] && out == handOut;

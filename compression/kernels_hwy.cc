@@ -1,4 +1,5 @@
-// Highway forms of absMaxAccum and quantVecPacked (kernels_hwy.h). This file is compiled once per
+// Highway forms of absMaxAccum, quantVecPacked, deltaAbsMaxH and deltaQuantUpdateHPacked
+// (kernels_hwy.h). This file is compiled once per
 // Highway target (foreach_target.h re-includes it); each target's code is in its own namespace and
 // HWY_DYNAMIC_DISPATCH picks one at run time. Built with -ffp-contract=off like every kernel here,
 // so (x + m) * inv + 0.5 rounds as the hand-written kernels round it.
@@ -106,6 +107,91 @@ int64_t QuantPackedB(const float* HWY_RESTRICT x, const float* HWY_RESTRICT m,
 }
 #endif
 
+// AC-SGD's two passes over an fp16 buffer (kernels.h's deltaAbsMaxH and deltaQuantUpdateHPacked)
+// where the target converts fp16 in hardware (F16C, AVX-512): Highway 1.0's SSE4 / SSSE3 / scalar
+// DemoteTo to fp16 truncates where F16C rounds to nearest even, so those targets do nothing (0).
+#if HWY_TARGET <= HWY_AVX2
+template <class D>
+HWY_INLINE hn::Vec<D> LoadHalf(D d, const uint8_t* HWY_RESTRICT mh, int64_t i) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(mh + 2 * i)));
+}
+template <class D>
+HWY_INLINE void StoreHalf(D d, hn::Vec<D> v, uint8_t* HWY_RESTRICT mh, int64_t i) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(mh + 2 * i));
+}
+// x 16 KiB ahead and the buffer's same values: a line of x per 16 values, of the buffer per 32.
+inline void aheadBoth(const float* x, const uint8_t* mh, int64_t i) {
+  if ((i & 15) == 0) ahead(x + i);
+  if ((i & 31) == 0) __builtin_prefetch(mh + 2 * (i + 4096), 0, 2);
+}
+
+template <int B>
+int64_t DeltaUpdateHPackedB(const float* HWY_RESTRICT x, uint8_t* HWY_RESTRICT mh,
+                            const float* HWY_RESTRICT mx, const float* HWY_RESTRICT inv,
+                            const float* HWY_RESTRICT step, int64_t n, float top,
+                            uint8_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto half = hn::Set(d, 0.5f), zero = hn::Zero(d), tv = hn::Set(d, top);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    aheadBoth(x, mh, i);
+    const auto m = LoadHalf(d, mh, i), v = hn::Sub(LoadStream(d, x + i), m);
+    const auto vmx = hn::LoadU(d, mx + i);
+    const auto u = hn::Add(hn::Mul(hn::Add(v, vmx), hn::LoadU(d, inv + i)), half);
+    const auto c = hn::ConvertTo(di, hn::Min(hn::Max(u, zero), tv));  // Max first: NaN -> 0
+    const auto dq = hn::Sub(hn::Mul(hn::ConvertTo(d, c), hn::LoadU(d, step + i)), vmx);
+    StoreHalf(d, hn::Add(m, dq), mh, i);
+    PackCodes<B>(d, c, out + i / 8 * B);
+  }
+  return i;
+}
+#endif
+
+int64_t DeltaAbsMaxH(const float* HWY_RESTRICT x, const uint8_t* HWY_RESTRICT mh, int64_t n,
+                     float* HWY_RESTRICT acc) {
+#if HWY_TARGET <= HWY_AVX2
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    aheadBoth(x, mh, i);
+    const auto a = hn::Abs(hn::Sub(LoadStream(d, x + i), LoadHalf(d, mh, i)));
+    hn::StoreU(hn::Max(a, hn::LoadU(d, acc + i)), d, acc + i);
+  }
+  return i;
+#else
+  (void)x, (void)mh, (void)n, (void)acc;
+  return 0;
+#endif
+}
+
+int64_t DeltaQuantUpdateHPacked(const float* HWY_RESTRICT x, uint8_t* HWY_RESTRICT mh,
+                                const float* HWY_RESTRICT mx, const float* HWY_RESTRICT inv,
+                                const float* HWY_RESTRICT step, int64_t n, float top, int bits,
+                                uint8_t* HWY_RESTRICT out) {
+#if HWY_TARGET <= HWY_AVX2
+  switch (bits) {
+    case 1:
+      return DeltaUpdateHPackedB<1>(x, mh, mx, inv, step, n, top, out);
+    case 2:
+      return DeltaUpdateHPackedB<2>(x, mh, mx, inv, step, n, top, out);
+    case 4:
+      return DeltaUpdateHPackedB<4>(x, mh, mx, inv, step, n, top, out);
+    case 8:
+      return DeltaUpdateHPackedB<8>(x, mh, mx, inv, step, n, top, out);
+    default:
+      return 0;
+  }
+#else
+  (void)x, (void)mh, (void)mx, (void)inv, (void)step, (void)n, (void)top, (void)bits, (void)out;
+  return 0;
+#endif
+}
+
 int64_t QuantVecPacked(const float* HWY_RESTRICT x, const float* HWY_RESTRICT m,
                        const float* HWY_RESTRICT inv, int64_t n, float top, int bits,
                        uint8_t* HWY_RESTRICT out) {
@@ -139,6 +225,8 @@ namespace slowpipe::compression::hwy_kernels {
 
 HWY_EXPORT(AbsMaxAccum);
 HWY_EXPORT(QuantVecPacked);
+HWY_EXPORT(DeltaAbsMaxH);
+HWY_EXPORT(DeltaQuantUpdateHPacked);
 
 bool built() { return true; }
 
@@ -186,6 +274,15 @@ int64_t quantVecPacked(const float* x, const float* m, const float* inv, int64_t
   return HWY_DYNAMIC_DISPATCH(QuantVecPacked)(x, m, inv, n, top, bits, out);
 }
 
+int64_t deltaAbsMaxH(const float* x, const uint8_t* mh, int64_t n, float* acc) {
+  return HWY_DYNAMIC_DISPATCH(DeltaAbsMaxH)(x, mh, n, acc);
+}
+
+int64_t deltaQuantUpdateHPacked(const float* x, uint8_t* mh, const float* mx, const float* inv,
+                                const float* step, int64_t n, float top, int bits, uint8_t* out) {
+  return HWY_DYNAMIC_DISPATCH(DeltaQuantUpdateHPacked)(x, mh, mx, inv, step, n, top, bits, out);
+}
+
 }  // namespace slowpipe::compression::hwy_kernels
 #endif  // HWY_ONCE
 
@@ -198,6 +295,11 @@ bool useTarget(const std::string& name) { return name.empty(); }
 std::string currentTarget() { return ""; }
 void absMaxAccum(const float*, int64_t, float*) {}
 int64_t quantVecPacked(const float*, const float*, const float*, int64_t, float, int, uint8_t*) {
+  return 0;
+}
+int64_t deltaAbsMaxH(const float*, const uint8_t*, int64_t, float*) { return 0; }
+int64_t deltaQuantUpdateHPacked(const float*, uint8_t*, const float*, const float*, const float*,
+                                int64_t, float, int, uint8_t*) {
   return 0;
 }
 }  // namespace slowpipe::compression::hwy_kernels

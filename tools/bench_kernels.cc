@@ -17,11 +17,11 @@ void printKernelTable(const json& doc) {
               doc["memcpy_GBps"].get<double>(), doc["rounds"].get<int>(),
               doc["highway"].get<bool>() ? doc["highway_targets"].dump().c_str()
                                          : "not built (install libhwy-dev and rebuild)");
-  std::printf("%-16s %4s %-8s %-10s %8s %15s %7s %7s %5s\n", "kernel", "bits", "impl", "target",
+  std::printf("%-23s %4s %-8s %-10s %8s %15s %7s %7s %5s\n", "kernel", "bits", "impl", "target",
               "GB/s", "range", "vs mc", "vs hand", "same");
   for (const auto& r : doc["results"]) {
     const std::string bits = r["bits"].is_null() ? "-" : std::to_string(r["bits"].get<int>());
-    std::printf("%-16s %4s %-8s %-10s %8.2f %7.2f-%-7.2f %7.2f %7.2f %5s\n",
+    std::printf("%-23s %4s %-8s %-10s %8.2f %7.2f-%-7.2f %7.2f %7.2f %5s\n",
                 r["kernel"].get<std::string>().c_str(), bits.c_str(),
                 r["impl"].get<std::string>().c_str(), r["target"].get<std::string>().c_str(),
                 r["GBps"].get<double>(), r["GBps_range"][0].get<double>(),
@@ -37,7 +37,8 @@ void addBenchKernels(CLI::App& bench) {
   auto asJson = std::make_shared<bool>(false);
   auto* cmd = bench.add_subcommand(
       "kernels",
-      "the channel quantizer's kernels, hand-written vs Google Highway on each target, vs memcpy");
+      "the channel quantizer's and AC-SGD's kernels, hand-written vs Google Highway on each "
+      "target, vs memcpy");
   cmd->add_flag("--json", *asJson, "print one JSON document instead of a table");
   cmd->add_option("--size-kib", opts->sizeKiB, "buffer size in KiB of fp32")
       ->capture_default_str()
