@@ -55,9 +55,9 @@ json rangeOf(const std::vector<double>& v) {
 }
 
 // One kernel over the whole buffer, row by row, by one implementation; its output to `out` (the
-// maxima, or the packed codes and, for the update, the fp16 buffer after it). AC-SGD's buffer m is
-// fp16 of 0.9 x (the last sighting's activation, near this one); the update changes it in place,
-// and reset() restores it before a run whose output is compared.
+// maxima or the packed codes; appendBuffer adds the update's fp16 buffer after it). AC-SGD's buffer
+// m is fp16 of 0.9 x (the last sighting's activation, near this one); the update changes it in
+// place, and reset() restores it before a run whose output is compared.
 class Runner {
  public:
   Runner(const std::vector<float>& x, int64_t cols)
@@ -72,6 +72,10 @@ class Runner {
     for (int64_t c = 0; c < cols; ++c) mx_[c] = std::max(0.1f * m_[c], 0.1f);  // max |x - m|
   }
   void reset() { std::copy(mh0_.begin(), mh0_.end(), mh_.begin()); }
+  // After a run, for the comparison (not timed): the update's buffer appended to its codes.
+  void appendBuffer(const Case& c, std::vector<uint8_t>& out) const {
+    if (c.kernel == Kernel::kDeltaUpdateH) out.insert(out.end(), mh_.begin(), mh_.end());
+  }
   void run(const Case& c, const Impl& impl, std::vector<uint8_t>& out) {
     const bool hand = impl.impl == "hand";
     switch (c.kernel) {
@@ -125,7 +129,7 @@ class Runner {
       }
     }
   }
-  // The packed codes, then the buffer after the update.
+  // The packed codes (the buffer updated in place).
   void update(int bits, bool hand, std::vector<uint8_t>& out) {
     const int64_t n = static_cast<int64_t>(x_.size());
     const float top = static_cast<float>(1 << bits) - 0.5f;
@@ -153,7 +157,6 @@ class Runner {
         packBits(codes_.data(), static_cast<size_t>(cols_ - done), bits, o + done / 8 * bits);
       }
     }
-    out.insert(out.end(), mh_.begin(), mh_.end());
   }
 
   const std::vector<float>& x_;
@@ -267,6 +270,7 @@ json benchKernels(const KernelBenchOptions& o) {
                              1e9);
         runner.reset();  // the output compared comes from the same buffer for every kernel
         runner.run(cases[c], impls[k], out);
+        runner.appendBuffer(cases[c], out);
         if (hwy) hwy_kernels::useTarget("");
         if (k == 0) handOut = out;
         same[c][k] = same[c][k] && out == handOut;
