@@ -86,13 +86,15 @@ QuantStream::QuantStream(QuantCodec& codec, const Shape& shape) : codec_(codec),
     rdiv_ = std::move(a->rdiv);
     s_ = std::move(a->s);
     half_ = std::move(a->half);
+    holder_.p = std::move(a);
   }
   m_.assign(groups_, 0.0f);
 }
 
 QuantStream::~QuantStream() {
   try {
-    auto a = std::make_unique<QuantScaleArrays>();
+    std::unique_ptr<QuantScaleArrays> a =
+        holder_.p ? std::move(holder_.p) : std::make_unique<QuantScaleArrays>();
     a->m = std::move(m_);
     a->inv = std::move(inv_);
     a->step = std::move(step_);

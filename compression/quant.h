@@ -215,8 +215,18 @@ class QuantStream {
                          const float* x, Y* y, int64_t i, int64_t len, uint8_t* codes,
                          uint8_t* packed);
 
+  // The holder the arrays came in from the codec's cache, kept to hand them back in (no allocation
+  // per message); a copy of the stream starts without one.
+  struct Holder {
+    std::unique_ptr<QuantScaleArrays> p;
+    Holder() = default;
+    Holder(const Holder&) {}
+    Holder& operator=(const Holder&) { return *this; }
+  };
+
   QuantCodec& codec_;
   const QuantOptions& opt_;
+  Holder holder_;
   int64_t n_, cols_, groups_;  // cols_: channel count (channel mode) or group size (group mode)
   bool channel_, fixpoint_;
   float top_ = 0, mult_ = 0, lo_ = 0, hi_ = 0, finv_ = 0;
