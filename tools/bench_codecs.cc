@@ -62,19 +62,19 @@ void addBenchCodecs(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--rounds", opts->rounds,
                   "measure every codec this many times, in turn; report medians")
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->add_option("--size-kib", opts->sizesKiB, "tensor sizes in KiB of fp32 (repeatable)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->add_option("--threads", opts->threads,
                   "also measure every codec on this many threads (compression.threads) and report "
                   "the speed-up")
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   auto linkGbps = std::make_shared<double>(10.0);
   cmd->add_option("--link-gbps", *linkGbps,
                   "the fastest link of your sweep: codecs below twice its byte rate are flagged *")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->callback([opts, asJson, linkGbps] {
     opts->linkBps = *linkGbps * 1e9;
     if (!*asJson)

@@ -42,12 +42,12 @@ void addBenchKernels(CLI::App& bench) {
   cmd->add_flag("--json", *asJson, "print one JSON document instead of a table");
   cmd->add_option("--size-kib", opts->sizeKiB, "buffer size in KiB of fp32")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->add_option("--cols", opts->cols, "channels per row (a multiple of 16)")
       ->capture_default_str();
   cmd->add_option("--rounds", opts->rounds, "measure everything this many times, in turn")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->callback([opts, asJson] {
     if (!*asJson)
       opts->onRound = [](int round) {

@@ -220,7 +220,7 @@ void addTcpMessagesCommand(CLI::App& emu) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(nonNegativeNumber())
       ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });
   auto batchUs = std::make_shared<double>(0);
   addModerationOption(cmd, *batchUs);

@@ -252,7 +252,7 @@ void addSimulateCommand(CLI::App& app) {
                   "mapped onto the replay by progress, it gives the evaluations their loss");
   cmd->add_option("--target-loss", *targetLoss,
                   "with --quality: print the simulated time to this validation loss")
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->callback([=] {
     const runtime::RunSpec s = simulationSpec(*spec, *sets);
     const simulator::Profile p = simulator::profileFor(*profile, s);

@@ -43,7 +43,7 @@ std::shared_ptr<TargetOptions> addTargetOptions(CLI::App* cmd) {
   auto t = std::make_shared<TargetOptions>();
   cmd->add_option("--target-loss", t->loss,
                   "time_to_target: the first evaluation at or below this validation loss")
-      ->check(CLI::PositiveNumber);
+      ->check(positiveNumber());
   cmd->add_option("--target-tolerance", t->tolerance,
                   "time_to_target: the baseline's final validation loss x (1 + this), paired by "
                   "repeat (default 0.01)")

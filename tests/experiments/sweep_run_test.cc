@@ -713,7 +713,7 @@ TEST(SweepRunTest, BenchCodecsMeasuresAgainstMemcpyAndFlagsASlowPlugin) {
 
 // `bench kernels` through the CLI: the hand-written kernels and, where the build has Highway, its
 // forms on each target this CPU runs, every row measured each round against memcpy and giving the
-// hand-written kernel's bytes; a bad --cols is refused naming the flag.
+// hand-written kernel's bytes; a bad --cols or --rounds is refused naming the flag.
 TEST(SweepRunTest, BenchKernelsComparesHighwayWithTheHandWrittenKernels) {
   auto r = slowpipe::emulator::runCommand(
       {SLOWPIPE_BINARY, "bench", "kernels", "--size-kib", "64", "--rounds", "2", "--json"});
@@ -745,6 +745,11 @@ TEST(SweepRunTest, BenchKernelsComparesHighwayWithTheHandWrittenKernels) {
       {SLOWPIPE_BINARY, "bench", "kernels", "--size-kib", "64", "--cols", "24"});
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--cols 24"), std::string::npos) << r.output;
+  // A count of 0 is refused saying what is expected (CLI11's own check read "Value 0 not in range
+  // 0.000000 to 1797693134862315708...").
+  r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "bench", "kernels", "--rounds", "0"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--rounds: expected a number > 0, got 0"), std::string::npos) << r.output;
 }
 
 // The question a codec's author has, through the CLI: is my plug-in faster than AC-SGD, and does it
