@@ -220,8 +220,13 @@ void addTcpMessagesCommand(CLI::App& emu) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--trace-ms", probe->traceS, "sample the sender's cwnd this often (ms; 0: never)")
-      ->check(nonNegativeNumber())
-      ->transform([](std::string v) { return std::to_string(std::stod(v) / 1000); });
+      ->transform(CLI::Validator(
+          [](std::string& v) {  // checked as given (ms), then handed on in seconds
+            std::string error = nonNegativeNumber()(v);
+            if (error.empty()) v = std::to_string(std::stod(v) / 1000);
+            return error;
+          },
+          "MS"));
   auto batchUs = std::make_shared<double>(0);
   addModerationOption(cmd, *batchUs);
   cmd->callback([=] {

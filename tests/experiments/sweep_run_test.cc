@@ -752,6 +752,30 @@ TEST(SweepRunTest, BenchKernelsComparesHighwayWithTheHandWrittenKernels) {
   EXPECT_NE(r.output.find("--rounds: expected a number > 0, got 0"), std::string::npos) << r.output;
 }
 
+// Numeric options refused at parse time saying what was expected, in the unit the user typed:
+// `--trace-ms` is handed on in seconds, and its check once reported "-0.003000" for "-3" and a bare
+// "stod" for a word.
+TEST(SweepRunTest, NumericOptionsAreRefusedSayingWhatIsExpected) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"emulator", "tcp-messages", "--rate", "1Gbps", "--delay", "1ms", "--bytes", "1000",
+        "--idle", "0", "--trace-ms", "-3"},
+       "--trace-ms: expected a number >= 0, got -3"},
+      {{"emulator", "tcp-messages", "--rate", "1Gbps", "--delay", "1ms", "--bytes", "1000",
+        "--idle", "0", "--trace-ms", "x"},
+       "--trace-ms: expected a number >= 0, got 'x'"},
+      {{"simulate", "experiments/smoke.json", "--profile", "analytic:A100", "--out", "unused",
+        "--target-loss", "0"},
+       "--target-loss: expected a number > 0, got 0"},
+      {{"bench", "codecs", "--rounds", "0"}, "--rounds: expected a number > 0, got 0"}};
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv = {SLOWPIPE_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = slowpipe::emulator::runCommand(argv);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  }
+}
+
 // The question a codec's author has, through the CLI: is my plug-in faster than AC-SGD, and does it
 // lose quality against it? A 3-codec sweep (fp32, AC-SGD, a C plug-in), `report --vs`: the paired
 // speed ratio and loss gap, checked against values computed here from the run files, shown in the
