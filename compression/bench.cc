@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "compression/acsgd.h"
+#include "compression/crc32c.h"
 #include "compression/kernels.h"
 #include "compression/parallel.h"
 #include "compression/quant.h"
@@ -77,6 +78,16 @@ double readSecondsThreads(const std::vector<float>& src) {
       part[static_cast<size_t>(p)] = kernels().absMax(src.data() + lo, hi - lo);
     });
   });
+}
+
+// The frame checksum (CRC-32C, compression/crc32c.h) over the input's bytes, on the codec threads
+// set: what framing adds to a codec's encode (sender) and decode (receiver) for each payload byte.
+double checksumSeconds(const std::vector<float>& src) {
+  volatile uint32_t sink = 0;
+  const double s = medianSeconds(
+      [&] { sink = crc32c(reinterpret_cast<const uint8_t*>(src.data()), 4 * src.size()); });
+  (void)sink;
+  return s;
 }
 
 double relRmsError(const std::vector<float>& x, const std::vector<float>& y) {
@@ -313,7 +324,8 @@ json benchCodecs(const CodecBenchOptions& o) {
               {"unit", "GB/s = 1e9 fp32 input bytes per second"},
               {"cpu_path", cpuPathName()},
               {"link_bps", o.linkBps}};  // kernels built for (compression/kernels.h)
-  json results = json::array(), memcpyBySize = json::object();
+  json results = json::array(), memcpyBySize = json::object(), checksum = json::object(),
+       checksumThreads = json::object();
   double memcpyLargest = 0.0;
   for (int64_t kib : o.sizesKiB) {
     const Shape shape = shapeFor(kib * 1024);
@@ -326,6 +338,12 @@ json benchCodecs(const CodecBenchOptions& o) {
     const double mc = memcpySeconds(x);
     memcpyBySize[std::to_string(4 * n)] = 4.0 * n / mc / 1e9;
     memcpyLargest = 4.0 * n / mc / 1e9;
+    checksum[std::to_string(4 * n)] = 4.0 * n / checksumSeconds(x) / 1e9;
+    if (o.threads > 1) {
+      setCodecThreads(o.threads);
+      checksumThreads[std::to_string(4 * n)] = 4.0 * n / checksumSeconds(x) / 1e9;
+      setCodecThreads(1);
+    }
     // Rounds over all codecs in turn, memcpy measured right before each codec: a slow spell of the
     // machine hits both sides of a ratio, and each ratio is the median of its rounds.
     std::vector<std::vector<json>> rows(o.codecs.size());
@@ -338,6 +356,8 @@ json benchCodecs(const CodecBenchOptions& o) {
   }
   doc["memcpy_GBps"] = memcpyLargest;
   doc["memcpy_GBps_by_bytes"] = memcpyBySize;
+  doc["checksum_GBps_by_bytes"] = checksum;
+  if (o.threads > 1) doc["checksum_GBps_threads_by_bytes"] = checksumThreads;
   doc["results"] = results;
   return doc;
 }

@@ -36,6 +36,8 @@ struct CodecBenchOptions {
 };
 
 // {"benchmark": "codecs", "threads": 1, "unit", "cpu_path", "memcpy_GBps", "memcpy_GBps_by_bytes",
+// "checksum_GBps_by_bytes" (the frame checksum over that many bytes, one thread; with threads > 1
+// also "checksum_GBps_threads_by_bytes"; a frame's sender and receiver each pay it per wire byte),
 // "results": [{"codec", "shape", "raw_bytes", "wire_bytes", "compression_ratio", "encode_GBps",
 // "decode_GBps", "encode_vs_memcpy", "decode_vs_memcpy" (medians, each with "_range"),
 // "rel_rms_error", "memcpy_GBps" (the paired memcpys' median), "read_GBps" (one read-only pass

@@ -18,6 +18,15 @@ void printTable(const json& doc) {
       "memcpy: %s GB/s; codecs marked * encode or decode below twice the byte rate of a %g Gbps "
       "link\n",
       doc["memcpy_GBps"].dump().c_str(), doc["link_bps"].get<double>() / 1e9);
+  // The frame checksum, per message size: framing's cost on each side, per wire byte.
+  for (const auto& [bytes, gbps] : doc["checksum_GBps_by_bytes"].items()) {
+    std::printf("frame checksum (CRC-32C, sender and receiver each) over %s bytes: %.2f GB/s",
+                bytes.c_str(), gbps.get<double>());
+    if (doc.contains("checksum_GBps_threads_by_bytes"))
+      std::printf(", %.2f on %d threads",
+                  doc["checksum_GBps_threads_by_bytes"][bytes].get<double>(), threads);
+    std::printf("\n");
+  }
   std::printf("%-44s %10s %11s %7s %8s %8s %6s %6s %8s %8s", "codec", "raw", "wire", "ratio",
               "enc GB/s", "dec GB/s", "enc/mc", "dec/mc", "enc/torch", "dec/torch");
   std::printf(" %6s", "read");

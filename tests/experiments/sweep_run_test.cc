@@ -681,9 +681,10 @@ TEST(SweepRunTest, ASlowCodecIsCodecBoundAtTenGbps) {
   fs::remove_all(root);
 }
 
-// `slowpipe bench codecs` as a user runs it: ratios against memcpy from the same run, a row per
-// codec with its rounds' median, the 2-thread rerun, the libtorch-ops baseline on quant rows (bytes
-// matching ours), and the slow plug-in, not a built-in, flagged at 10 Gbps.
+// `slowpipe bench codecs` as a user runs it: ratios against memcpy from the same run, the frame
+// checksum's rate, a row per codec with its rounds' median, the 2-thread rerun, the libtorch-ops
+// baseline on quant rows (bytes matching ours), and the slow plug-in, not a built-in, flagged at 10
+// Gbps.
 TEST(SweepRunTest, BenchCodecsMeasuresAgainstMemcpyAndFlagsASlowPlugin) {
   const std::string slow = std::string("plugin:path=") + SLOW_PLUGIN;
   const auto r = slowpipe::emulator::runCommand({SLOWPIPE_BINARY, "bench", "codecs", "--size-kib",
@@ -694,6 +695,9 @@ TEST(SweepRunTest, BenchCodecsMeasuresAgainstMemcpyAndFlagsASlowPlugin) {
   const json d = json::parse(r.output);
   EXPECT_EQ(d["threads"], 2);
   EXPECT_GT(d["memcpy_GBps"].get<double>(), 0.0);
+  // the frame checksum's rate for the size, on one thread and on the two
+  EXPECT_GT(d["checksum_GBps_by_bytes"]["65536"].get<double>(), 0.0) << r.output;
+  EXPECT_GT(d["checksum_GBps_threads_by_bytes"]["65536"].get<double>(), 0.0) << r.output;
   ASSERT_EQ(d["results"].size(), 3u) << r.output;
   for (const auto& row : d["results"]) {
     EXPECT_EQ(row["rounds"], 2) << row.dump();
