@@ -176,6 +176,37 @@ TEST(CodecDigestTest, LargeMessagesKeepTheirBytes) {
   }
 }
 
+// Large messages whose channels are a multiple of 8, so that the channel quantizer packs its codes
+// in registers (kernels.h: quantVecPacked; kHuge's 1031 channels take the byte-code path): the
+// same bytes on one thread and on two, over many parts. Digests made at 858c89c.
+const Case kHugeLines[] = {
+    {"quant:bits=8", 0x15dd8134b123cbd4ull, 0},
+    {"quant:bits=4", 0x1856a8865e49d2e0ull, 0},
+    {"quant:bits=8,levels=fixpoint", 0xbb3decafee037c99ull, 0},
+    {"quant:bits=4,levels=fixpoint", 0x945a64f205c41a40ull, 0},
+    {"quant:bits=4,round=stochastic", 0x701a09936b4940b9ull, 0},
+    {"quant:bits=8,round=stochastic", 0x4985f3b9cf082e6cull, 0},
+    {"quant:bits=2", 0xc8581c428fe86c18ull, 0},
+    {"quant:bits=1", 0xa8999c7cbeafb817ull, 0},
+};
+const Shape kHugeLinesShape{2, 1024, 1032};
+
+TEST(CodecDigestTest, LargeMessagesPackedInRegistersKeepTheirBytes) {
+  const bool print = std::getenv("SLOWPIPE_PRINT_CODEC_DIGESTS") != nullptr;
+  for (int threads : {1, 2}) {
+    setCodecThreads(threads);
+    for (const Case& c : kHugeLines) {
+      const uint64_t h = sequenceDigest(c.spec, kHugeLinesShape);
+      if (print && threads == 1)
+        std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0},\n", c.spec, h);
+      else if (!print)
+        EXPECT_EQ(h, c.small) << c.spec << " on " << shapeString(kHugeLinesShape) << ", " << threads
+                              << " threads";
+    }
+  }
+  setCodecThreads(1);
+}
+
 // The same digests on every CPU path the machine has.
 TEST(CodecDigestTest, BaselinePathKeepsTheBytesToo) {
   if (!cpuPathAvailable(CpuPath::kAvx2))
