@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -393,6 +394,12 @@ void errorOnOutliers(const MakeCodec& make, Checks& c, json& figures) {
           "relative L2 " + fmt("%.3g", rel) + ", max |error| " + fmt("%.3g", maxAbs));
 }
 
+long minorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 // Speed: one thread, steady state, against memcpy of the same bytes in this run.
 void speedAgainstMemcpy(const MakeCodec& make, const ConformanceOptions& opt, json& figures) {
   const int64_t rows = 8, width = 1024,
@@ -409,13 +416,16 @@ void speedAgainstMemcpy(const MakeCodec& make, const ConformanceOptions& opt, js
   Bytes frame;
   std::vector<double> encT, decT;
   double total = 0;
+  long faults = 0;  // minor page faults of the timed messages (fresh mappings of large blocks)
   for (int i = 0; encT.size() < 3 || total < opt.speedSeconds; ++i) {
+    const long faultsBefore = minorFaults();
     const auto a = std::chrono::steady_clock::now();
     frame = encodeFrame(*tx, m1.x.data(), m1.header, m1.ctx);
     const auto b = std::chrono::steady_clock::now();
     decodeFrame(*rx, frame.data(), frame.size(), m1.ctx, y);
     const auto e = std::chrono::steady_clock::now();
     if (i == 0) continue;  // warm-up
+    faults += minorFaults() - faultsBefore;
     encT.push_back(std::chrono::duration<double>(b - a).count());
     decT.push_back(std::chrono::duration<double>(e - b).count());
     total += encT.back() + decT.back();
@@ -434,7 +444,8 @@ void speedAgainstMemcpy(const MakeCodec& make, const ConformanceOptions& opt, js
                       {"decode_gbps", bytes / dec / 1e9},
                       {"memcpy_gbps", bytes / cpy / 1e9},
                       {"encode_vs_memcpy", cpy / enc},
-                      {"decode_vs_memcpy", cpy / dec}};
+                      {"decode_vs_memcpy", cpy / dec},
+                      {"page_faults_per_message", static_cast<double>(faults) / encT.size()}};
   // A link is sustained when the codec turns activations into frames, and frames back, at least
   // as fast as the link could carry the activations uncompressed.
   for (auto [name, bps] :

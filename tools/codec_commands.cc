@@ -34,10 +34,11 @@ void printCheck(const json& r) {
   std::printf(
       "  speed (1 thread, %.0f MiB): encode %.2f GB/s (%.2fx memcpy), decode %.2f GB/s "
       "(%.2fx memcpy), "
-      "memcpy %.2f GB/s\n",
+      "memcpy %.2f GB/s; %.0f page faults a message\n",
       s["bytes"].get<double>() / (1 << 20), s["encode_gbps"].get<double>(),
       s["encode_vs_memcpy"].get<double>(), s["decode_gbps"].get<double>(),
-      s["decode_vs_memcpy"].get<double>(), s["memcpy_gbps"].get<double>());
+      s["decode_vs_memcpy"].get<double>(), s["memcpy_gbps"].get<double>(),
+      s["page_faults_per_message"].get<double>());
   std::printf("  sustains 100 Mbps: %s, 1 Gbps: %s, 10 Gbps: %s\n",
               s["sustains_100Mbps"].get<bool>() ? "yes" : "no",
               s["sustains_1Gbps"].get<bool>() ? "yes" : "no",

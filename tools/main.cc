@@ -1,11 +1,44 @@
 // slowpipe: command-line entry point.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <set>
+#include <string>
 
 #include "compression/torchscript.h"
+#include "runtime/launch/worker.h"
 #include "tools/commands.h"
 
+namespace {
+
+// The commands that allocate large buffers themselves (workers, codec checks, benchmarks,
+// pretraining, cost profiles) start once more with glibc's malloc asking for huge pages
+// (runtime::hugePageTunables says why; a tunable is read only at start-up). `run` and `sweep` hand
+// it to the workers they start instead (their environment), so no worker starts twice; the other
+// commands, quick ones, start once.
+void startWithHugePageMalloc(int argc, char** argv) {
+  static const std::set<std::string> kLarge = {"worker", "codec", "bench", "pretrain", "profile"};
+  if (argc < 2 || !kLarge.count(argv[1])) return;
+  const std::string tunables = slowpipe::runtime::hugePageTunables();
+  if (tunables.empty()) return;
+  const char* old = std::getenv("GLIBC_TUNABLES");
+  const std::string before = old ? old : "";
+  setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // No exec (no /proc): run as started; only the speed of large allocations differs.
+  if (old) {
+    setenv("GLIBC_TUNABLES", before.c_str(), 1);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  startWithHugePageMalloc(argc, argv);
   slowpipe::compression::registerTorchScriptCodec();  // torchscript:path=... in every command and
                                                       // worker
   CLI::App app{"slowpipe: network emulation testbed for compressed pipeline-parallel fine-tuning"};

@@ -32,6 +32,16 @@ void Launcher::spawn(int r) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // This environment, with glibc's malloc asking for huge pages (hugePageTunables): the worker
+  // then needs no second start to get it.
+  const std::string tunables = hugePageTunables();
+  std::vector<std::string> envStrings;
+  for (char** e = environ; *e; ++e)
+    if (tunables.empty() || std::strncmp(*e, "GLIBC_TUNABLES=", 15) != 0) envStrings.push_back(*e);
+  if (!tunables.empty()) envStrings.push_back("GLIBC_TUNABLES=" + tunables);
+  std::vector<char*> envp;
+  for (auto& e : envStrings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const int fd =
       createFileNoFollow(log);  // a link planted at worker-N.log is refused, its target untouched
   const pid_t pid = fork();
@@ -53,7 +63,7 @@ void Launcher::spawn(int r) {
         _exit(kExitNoPin);
       }
     }
-    execv(opt_.exe.c_str(), argv.data());
+    execve(opt_.exe.c_str(), argv.data(), envp.data());
     dprintf(2, "slowpipe: cannot execute '%s': %s\n", opt_.exe.c_str(), strerror(errno));
     _exit(kExitNoExec);
   }

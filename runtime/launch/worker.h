@@ -74,6 +74,14 @@ int runExternalWorker(const ExternalWorkerArgs& args);
 // measure what a run pays call it too.
 void tuneAllocator();
 
+// glibc's malloc maps every block past its mmap threshold (32 MiB at most) afresh and unmaps it on
+// free: each such frame, received message, activation or gradient costs a page fault per 4 KiB.
+// The tunable glibc.malloc.hugetlb=1 makes those mappings ask for transparent huge pages, a fault
+// per 2 MiB; glibc reads it only when a process starts. hugePageTunables() is the GLIBC_TUNABLES
+// value that adds it to this process's, or "" where nothing is to be added: already named there,
+// or SLOWPIPE_MALLOC_HUGEPAGES=0 (glibc's default kept).
+std::string hugePageTunables();
+
 // Trains every layer in this process with the same data, micro-batching, optimizer and seeds as a
 // pipeline run of `spec`. split: "finetune" or "pretrain". Calls onRecord with each step's and
 // each evaluation's record; saves the model to checkpoint (if not empty) at the end.
