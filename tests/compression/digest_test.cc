@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -165,16 +166,25 @@ const Case kHuge[] = {
 };
 const Shape kHugeShape{2, 1024, 1031};
 
-TEST(CodecDigestTest, LargeMessagesKeepTheirBytes) {
+// Each case's digest on `shape` (its `small` field) on each thread count; printed instead, once,
+// with SLOWPIPE_PRINT_CODEC_DIGESTS.
+template <size_t N>
+void expectDigests(const Case (&cases)[N], const Shape& shape, std::initializer_list<int> threads) {
   const bool print = std::getenv("SLOWPIPE_PRINT_CODEC_DIGESTS") != nullptr;
-  for (const Case& c : kHuge) {
-    const uint64_t h = sequenceDigest(c.spec, kHugeShape);
-    if (print)
-      std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0},\n", c.spec, h);
-    else
-      EXPECT_EQ(h, c.small) << c.spec << " on " << shapeString(kHugeShape);
+  for (int t : threads) {
+    setCodecThreads(t);
+    for (const Case& c : cases) {
+      const uint64_t h = sequenceDigest(c.spec, shape);
+      if (!print)
+        EXPECT_EQ(h, c.small) << c.spec << " on " << shapeString(shape) << ", " << t << " threads";
+      else if (t == *threads.begin())
+        std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0},\n", c.spec, h);
+    }
   }
+  setCodecThreads(1);
 }
+
+TEST(CodecDigestTest, LargeMessagesKeepTheirBytes) { expectDigests(kHuge, kHugeShape, {1}); }
 
 // Large messages whose channels are a multiple of 8, so that the channel quantizer packs its codes
 // in registers (kernels.h: quantVecPacked; kHuge's 1031 channels take the byte-code path): the
@@ -192,19 +202,7 @@ const Case kHugeLines[] = {
 const Shape kHugeLinesShape{2, 1024, 1032};
 
 TEST(CodecDigestTest, LargeMessagesPackedInRegistersKeepTheirBytes) {
-  const bool print = std::getenv("SLOWPIPE_PRINT_CODEC_DIGESTS") != nullptr;
-  for (int threads : {1, 2}) {
-    setCodecThreads(threads);
-    for (const Case& c : kHugeLines) {
-      const uint64_t h = sequenceDigest(c.spec, kHugeLinesShape);
-      if (print && threads == 1)
-        std::printf("    {\"%s\", 0x%016" PRIx64 "ull, 0},\n", c.spec, h);
-      else if (!print)
-        EXPECT_EQ(h, c.small) << c.spec << " on " << shapeString(kHugeLinesShape) << ", " << threads
-                              << " threads";
-    }
-  }
-  setCodecThreads(1);
+  expectDigests(kHugeLines, kHugeLinesShape, {1, 2});
 }
 
 // The same digests on every CPU path the machine has.
