@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -132,11 +133,13 @@ class PipelineWorker : public Backend {
       dp_ = std::make_unique<DpExchange>(ctx, d);
       sync_ = makeGradientSync(spec, compute_.runners(), id_.stage);
     }
-    json hello = {{"type", "hello"},
-                  {"pipeline", transport_->endpoints()},
-                  {"dp", dp_ ? dp_->endpoints() : json::object()},
-                  {"pid", getpid()},
-                  {"torch_version", TORCH_VERSION}};
+    json hello = {
+        {"type", "hello"},
+        {"pipeline", transport_->endpoints()},
+        {"dp", dp_ ? dp_->endpoints() : json::object()},
+        {"pid", getpid()},
+        {"torch_version", TORCH_VERSION},
+        {"glibc_tunables", std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES") : ""}};
     hello.update(c.hello);
     if (!controlFrom_.empty()) hello["control_from"] = controlFrom_;
     const json table = c.peerTable(ctx, [&] { report(hello); });

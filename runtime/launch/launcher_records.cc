@@ -15,7 +15,12 @@ bool Launcher::handle(const json& rec) {
   cpuSampled_ = false;
   if (type == "hello") {
     hellos_[r] = rec;
-    result_["environment"]["libtorch"] = rec.value("torch_version", "");
+    json& env = result_["environment"];
+    env["libtorch"] = rec.value("torch_version", "");
+    // Whether every worker's malloc asks for huge pages (runtime::hugePageTunables).
+    const bool huge =
+        rec.value("glibc_tunables", "").find("glibc.malloc.hugetlb=1") != std::string::npos;
+    env["malloc_huge_pages"] = env.value("malloc_huge_pages", true) && huge;
   } else if (type == "step") {
     onStep(rec);
   } else if (type == "eval") {
