@@ -118,6 +118,8 @@ class ErrorFeedbackCodec : public Codec {
   uint64_t maxPayloadBytes(const Shape& shape) const override {
     return inner_->maxPayloadBytes(shape);
   }
+  const Codec& inner() const { return *inner_; }
+  Store residualStore() const { return store_; }
   // Digest of the sender's residuals as stored (tests; the receiver's is always the empty digest).
   uint64_t residualDigest() const;
   // The residual of `key` as fp32 values (the bf16 ones widened); empty if `key` has none.

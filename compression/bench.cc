@@ -149,6 +149,96 @@ void compareWithTorchOps(json& r, QuantCodec& codec, const Shape& shape,
   }
 }
 
+uint64_t word(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+void putWord(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// 16 values a step (64 bytes of x, 16 W of the buffer), prefetched as the fused kernels prefetch
+// (kernels_avx2.cc's kPrefetch: 16 KiB of x ahead, into L2); the tail byte by byte.
+constexpr int64_t kAhead = 4096;
+template <int W>
+uint64_t readPass(const uint8_t* x, const uint8_t* b, int64_t lo, int64_t hi) {
+  uint64_t acc = 0;
+  int64_t i = lo;
+  for (; i + 16 <= hi; i += 16) {
+    __builtin_prefetch(x + 4 * (i + kAhead), 0, 2);
+    __builtin_prefetch(b + W * (i + kAhead), 0, 2);
+    uint64_t a = 0;
+    for (int k = 0; k < 8; ++k) a |= word(x + 4 * i + 8 * k);
+    for (int k = 0; k < 2 * W; ++k) a ^= word(b + W * i + 8 * k);
+    acc += a;
+  }
+  for (; i < hi; ++i)
+    for (int k = 0; k < 4; ++k) acc += x[4 * i + k] + (k < W ? b[W * i + k] : 0);
+  return acc;
+}
+
+// lo a multiple of 16: its codes start on a byte.
+template <int W>
+uint64_t updatePass(const uint8_t* x, uint8_t* b, int64_t lo, int64_t hi, int bits, uint8_t* out) {
+  uint64_t acc = 0;
+  int64_t i = lo;
+  for (; i + 16 <= hi; i += 16) {
+    __builtin_prefetch(x + 4 * (i + kAhead), 0, 2);
+    __builtin_prefetch(b + W * (i + kAhead), 0, 2);
+    uint64_t a = 0;
+    for (int k = 0; k < 8; ++k) a |= word(x + 4 * i + 8 * k);
+    for (int k = 0; k < 2 * W; ++k) putWord(b + W * i + 8 * k, word(b + W * i + 8 * k) + a);
+    const uint64_t codes[2] = {a, ~a};
+    std::memcpy(out + i * bits / 8, codes, static_cast<size_t>(2 * bits));
+    acc += a;
+  }
+  for (int64_t j = i; j < hi; ++j) {
+    for (int k = 0; k < 4; ++k) acc += x[4 * j + k];
+    for (int k = 0; k < W; ++k) ++b[W * j + k];
+  }
+  for (int64_t o = i * bits / 8; o < (hi * bits + 7) / 8; ++o) out[o] = static_cast<uint8_t>(acc);
+  return acc;
+}
+
+template <int W>
+uint64_t trafficPasses(const float* xf, uint8_t* b, int64_t n, int bits, uint8_t* out) {
+  const auto* x = reinterpret_cast<const uint8_t*>(xf);
+  std::vector<uint64_t> sums(static_cast<size_t>(parallelParts(n, 16)), 0);
+  parallelRanges(n, 16, [&](int64_t lo, int64_t hi, int64_t p) {
+    sums[static_cast<size_t>(p)] += readPass<W>(x, b, lo, hi);
+  });
+  parallelRanges(n, 16, [&](int64_t lo, int64_t hi, int64_t p) {
+    sums[static_cast<size_t>(p)] += updatePass<W>(x, b, lo, hi, bits, out);
+  });
+  uint64_t sum = 0;
+  for (uint64_t v : sums) sum += v;
+  return sum;
+}
+
+// The state-traffic passes' time on the codec threads set (their buffer and codes kept between
+// samples; x: the sample's input).
+class TrafficFloor {
+ public:
+  TrafficFloor(StateTraffic t, int64_t n)
+      : t_(t),
+        n_(n),
+        buffer_(static_cast<size_t>(n * t.bufferBytes), 0),
+        out_(static_cast<size_t>((n * t.bits + 7) / 8)) {}
+  double seconds(const std::vector<float>& x, int threads) {
+    setCodecThreads(threads);
+    const double a = nowSeconds();
+    sink_ += stateTrafficPasses(x.data(), buffer_.data(), n_, t_, out_.data());
+    const double b = nowSeconds();
+    setCodecThreads(1);
+    return b - a;
+  }
+
+ private:
+  StateTraffic t_;
+  int64_t n_;
+  std::vector<uint8_t> buffer_, out_;
+  uint64_t sink_ = 0;
+};
+
 // One sender / receiver pair of a codec on a given number of codec threads, timed a sample at a
 // time. Stateful codecs get their first sighting (full precision) untimed, then every sample
 // alternates between two activations so that deltas never vanish.
@@ -230,6 +320,11 @@ json benchRound(const std::string& spec, const Shape& shape, const std::vector<f
       threads > 1 ? std::make_unique<Lane>(spec, shape, x, threads) : nullptr;
   std::vector<float> dst(static_cast<size_t>(n), 1.0f);
   std::vector<double> enc, dec, mc, encRatio, decRatio, encN, decN, mcN, encUp, decUp, mcUp;
+  // A state-buffer codec's traffic floor, timed after each sample on the sample's input.
+  const std::optional<StateTraffic> traffic = stateTrafficOf(one.sender());
+  std::unique_ptr<TrafficFloor> floor =
+      traffic ? std::make_unique<TrafficFloor>(*traffic, n) : nullptr;
+  std::vector<double> fl, flRatio, encFloor, flN, encFloorN;
   const double budget = many ? 1.0 : 0.5, t0 = nowSeconds();
   while (enc.size() < 5 || (nowSeconds() - t0 < budget && enc.size() < 2000)) {
     const auto s = one.sample(shape, x, x2, dst);
@@ -238,8 +333,17 @@ json benchRound(const std::string& spec, const Shape& shape, const std::vector<f
     dec.push_back(s[2]);
     encRatio.push_back(s[0] / s[1]);
     decRatio.push_back(s[0] / s[2]);
+    if (floor) {
+      fl.push_back(floor->seconds(x, 1));
+      flRatio.push_back(s[0] / fl.back());
+      encFloor.push_back(fl.back() / s[1]);
+    }
     if (!many) continue;
     const auto t = many->sample(shape, x, x2, dst);
+    if (floor) {
+      flN.push_back(floor->seconds(x2, threads));
+      encFloorN.push_back(flN.back() / t[1]);
+    }
     mcN.push_back(t[0]);
     encN.push_back(t[1]);
     decN.push_back(t[2]);
@@ -265,6 +369,15 @@ json benchRound(const std::string& spec, const Shape& shape, const std::vector<f
             {"torch_ops_decode_GBps", nullptr}};
   if (auto* q = dynamic_cast<QuantCodec*>(&one.sender()); q && withTorchOps)
     compareWithTorchOps(r, *q, shape, x, one.ctx(), encodeS, decodeS);
+  if (floor) {
+    r["floor_encode_GBps"] = rawBytes / medianOf(fl) / 1e9;
+    r["floor_vs_memcpy"] = medianOf(flRatio);
+    r["encode_vs_floor"] = medianOf(encFloor);
+    if (many) {
+      r["floor_GBps_threads"] = rawBytes / medianOf(flN) / 1e9;
+      r["encode_threads_vs_floor"] = medianOf(encFloorN);
+    }
+  }
   r["read_GBps"] = rawBytes / readSeconds(x) / 1e9;
   if (many) {
     setCodecThreads(threads);
@@ -287,10 +400,12 @@ json benchRound(const std::string& spec, const Shape& shape, const std::vector<f
 // message's wire time).
 json medianRow(const std::vector<json>& rounds, double linkBps) {
   json row = rounds.front();
-  for (const char* key : {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps",
-                          "memcpy_GBps", "read_GBps", "encode_GBps_threads", "decode_GBps_threads",
-                          "encode_thread_speedup", "decode_thread_speedup", "read_GBps_threads",
-                          "read_thread_speedup", "memcpy_GBps_threads", "memcpy_thread_speedup"}) {
+  for (const char* key :
+       {"encode_vs_memcpy", "decode_vs_memcpy", "encode_GBps", "decode_GBps", "memcpy_GBps",
+        "read_GBps", "encode_GBps_threads", "decode_GBps_threads", "encode_thread_speedup",
+        "decode_thread_speedup", "read_GBps_threads", "read_thread_speedup", "memcpy_GBps_threads",
+        "memcpy_thread_speedup", "floor_encode_GBps", "floor_vs_memcpy", "encode_vs_floor",
+        "floor_GBps_threads", "encode_threads_vs_floor"}) {
     if (!row.contains(key)) continue;
     std::vector<double> v;
     for (const auto& one : rounds) v.push_back(one[key].get<double>());
@@ -306,6 +421,39 @@ json medianRow(const std::vector<json>& rounds, double linkBps) {
 }
 
 }  // namespace
+
+std::optional<StateTraffic> stateTrafficOf(const Codec& codec) {
+  if (const auto* a = dynamic_cast<const AcsgdCodec*>(&codec)) {
+    const auto dtype = a->store().options().dtype;
+    const int bytes = dtype == StoreOptions::Dtype::kFp32   ? 4
+                      : dtype == StoreOptions::Dtype::kFp16 ? 2
+                                                            : 1;
+    return StateTraffic{bytes, a->options().quant.bits};
+  }
+  if (const auto* e = dynamic_cast<const ErrorFeedbackCodec*>(&codec))
+    if (const auto* q = dynamic_cast<const QuantCodec*>(&e->inner()))
+      return StateTraffic{e->residualStore() == ErrorFeedbackCodec::Store::kBf16 ? 2 : 4,
+                          q->options().bits};
+  return std::nullopt;
+}
+
+uint64_t stateTrafficPasses(const float* x, uint8_t* buffer, int64_t n, StateTraffic t,
+                            uint8_t* out) {
+  if (t.bits < 1 || t.bits > 8)
+    throw std::invalid_argument("state traffic: bits " + std::to_string(t.bits) +
+                                ": expected 1 to 8");
+  switch (t.bufferBytes) {
+    case 1:
+      return trafficPasses<1>(x, buffer, n, t.bits, out);
+    case 2:
+      return trafficPasses<2>(x, buffer, n, t.bits, out);
+    case 4:
+      return trafficPasses<4>(x, buffer, n, t.bits, out);
+    default:
+      throw std::invalid_argument("state traffic: buffer of " + std::to_string(t.bufferBytes) +
+                                  " bytes a value: expected 1, 2 or 4");
+  }
+}
 
 std::vector<std::string> defaultBenchCodecs() { return kDefaultBenchCodecs; }
 

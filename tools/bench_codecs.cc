@@ -29,12 +29,12 @@ void printTable(const json& doc) {
   }
   std::printf("%-44s %10s %11s %7s %8s %8s %6s %6s %8s %8s", "codec", "raw", "wire", "ratio",
               "enc GB/s", "dec GB/s", "enc/mc", "dec/mc", "enc/torch", "dec/torch");
-  std::printf(" %6s", "read");
+  std::printf(" %6s %6s %6s", "read", "fl/mc", "enc/fl");
   if (threads > 1)
-    std::printf(" %7s %7s %7s %7s", ("enc x" + std::to_string(threads)).c_str(),
-                ("dec x" + std::to_string(threads)).c_str(),
-                ("read x" + std::to_string(threads)).c_str(),
-                ("mc x" + std::to_string(threads)).c_str());
+    std::printf(
+        " %7s %7s %7s %7s %9s", ("enc x" + std::to_string(threads)).c_str(),
+        ("dec x" + std::to_string(threads)).c_str(), ("read x" + std::to_string(threads)).c_str(),
+        ("mc x" + std::to_string(threads)).c_str(), ("enc/fl x" + std::to_string(threads)).c_str());
   std::printf("\n");
   for (const auto& r : doc["results"]) {
     auto opt = [&](const char* k) {
@@ -50,11 +50,14 @@ void printTable(const json& doc) {
                 r["decode_GBps"].get<double>(), r["encode_vs_memcpy"].get<double>(),
                 r["decode_vs_memcpy"].get<double>(), opt("encode_vs_torch_ops").c_str(),
                 opt("decode_vs_torch_ops").c_str());
-    std::printf(" %6.2f", r["read_GBps"].get<double>());
+    std::printf(" %6.2f %6s %6s", r["read_GBps"].get<double>(),
+                opt("floor_vs_memcpy").substr(0, 4).c_str(),
+                opt("encode_vs_floor").substr(0, 4).c_str());
     if (threads > 1)
-      std::printf(" %7.2f %7.2f %7.2f %7.2f", r["encode_thread_speedup"].get<double>(),
+      std::printf(" %7.2f %7.2f %7.2f %7.2f %9s", r["encode_thread_speedup"].get<double>(),
                   r["decode_thread_speedup"].get<double>(), r["read_thread_speedup"].get<double>(),
-                  r["memcpy_thread_speedup"].get<double>());
+                  r["memcpy_thread_speedup"].get<double>(),
+                  opt("encode_threads_vs_floor").substr(0, 4).c_str());
     std::printf("\n");
   }
 }
