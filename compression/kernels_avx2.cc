@@ -212,15 +212,15 @@ __attribute__((target("avx512f"))) static inline void store16(typename B::T* p, 
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 2 * i),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   } else {
+    // u + 0x7fff + lsb, or for a NaN u with its quiet bit set (the same high half as
+    // storeBf16x8's (u >> 16) | 0x40); then the high halves.
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i sum = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    const __m512i h = _mm512_mask_or_epi32(sum, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
+                                           _mm512_set1_epi32(0x00400000));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i),
-                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
   }
 }
 

@@ -689,6 +689,96 @@ TEST(CpuPathTest, Bf16ConversionIsTheScalarReferenceOnEveryPath) {
   }
 }
 
+// ef's step on a bf16 residual (efQuantUpdateB / efFixUpdateB and their packed forms), 16 values a
+// step (AVX-512 F, where the CPU has it) and 8, against the baseline build's loops: the same codes
+// and the same residual bits where the new residual is NaN (x or r NaN: quieted), infinite, a
+// denormal (x denormal, r zero, a zero level: rounded as a denormal, not flushed), a tie of bf16's
+// rounding, or ordinary; lengths that are not a whole step.
+TEST(CpuPathTest, Bf16ResidualStepIsTheBaselines) {
+  if (!cpuPathAvailable(CpuPath::kAvx2)) GTEST_SKIP() << "no AVX2 + F16C on this CPU";
+  const Kernels& base = *baselineKernels();
+  const Kernels& avx = *avx2Kernels();
+  ASSERT_NE(avx.efQuantUpdateBPacked, nullptr);
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const int64_t n : {1, 15, 16, 17, 100, 1031}) {
+    std::vector<float> x(n), mx(n), d(n), rd(n), sc(n);
+    std::vector<uint16_t> r0(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = normal(rng);
+      r0[i] = floatToBf16(normal(rng) * 0.25f);
+      mx[i] = 3.0f;
+      d[i] = 0.5f + static_cast<float>(i % 5);
+      switch (i % 8) {
+        case 4:  // NaN (payloads that carry into the sign if rounded) or an infinity in x
+          x[i] = i % 32 == 4    ? std::nanf("")
+                 : i % 32 == 12 ? bitsFloat(0x7fffffffu)
+                 : i % 32 == 20 ? bitsFloat(0xffffffffu)
+                                : (i % 3 ? 1.0f : -1.0f) * INFINITY;
+          break;
+        case 5:  // a denormal x onto r = +-0 at a zero level: the new residual is x
+          x[i] = bitsFloat((rng() & 0x807fffffu) | 1u);
+          r0[i] = i % 3 ? 0x0000 : 0x8000;
+          mx[i] = 0.0f;
+          break;
+        case 6:  // a NaN residual, quiet or signalling, either sign
+          r0[i] = static_cast<uint16_t>((i % 3 ? 0x7f80 : 0xff80) | (1 + rng() % 0x7f));
+          break;
+        case 7:  // a small x exactly halfway between two bf16 values, r = 0, a zero level
+          x[i] = bitsFloat((floatBits(normal(rng) * 0x1.0p-12f) & 0xffff0000u) | 0x8000u);
+          r0[i] = 0;
+          mx[i] = 0.0f;
+          break;
+      }
+      rd[i] = 1.0f / d[i];
+      sc[i] = d[i];
+    }
+    for (const int bits : {1, 2, 4, 8})
+      for (const bool fix : {false, true})
+        for (const bool wide : {true, false}) {
+          const float levels = static_cast<float>((1 << bits) - 1), top = levels + 0.5f;
+          const float mult = static_cast<float>(1 << (bits - 1)), lo = -mult, hi = mult - 1.0f;
+          std::vector<float> inv(n), step(n);
+          for (int64_t i = 0; i < n; ++i) {
+            inv[i] = mx[i] > 0.0f ? levels / (2.0f * mx[i]) : 4.0f;
+            step[i] = mx[i] > 0.0f ? 2.0f * mx[i] / levels : 0.25f;
+          }
+          auto step1 = [&](const Kernels& k, uint16_t* r, uint8_t* codes) {
+            if (fix)
+              k.efFixUpdateB(x.data(), r, d.data(), rd.data(), sc.data(), n, mult, lo, hi,
+                             1.0f / mult, codes);
+            else
+              k.efQuantUpdateB(x.data(), r, mx.data(), inv.data(), step.data(), n, top, codes);
+          };
+          std::vector<uint16_t> rBase(r0), rAvx(r0), rPacked(r0);
+          std::vector<uint8_t> cBase(n), cAvx(n), want(packedBytes(n, bits));
+          step1(base, rBase.data(), cBase.data());
+          packBits(cBase.data(), n, bits, want.data());
+          const bool was = setAvx512(wide);
+          step1(avx, rAvx.data(), cAvx.data());
+          std::vector<uint8_t> got(want.size());
+          const int64_t done =
+              fix ? avx.efFixUpdateBPacked(x.data(), rPacked.data(), d.data(), rd.data(), sc.data(),
+                                           n, mult, lo, hi, 1.0f / mult, bits, got.data())
+                  : avx.efQuantUpdateBPacked(x.data(), rPacked.data(), mx.data(), inv.data(),
+                                             step.data(), n, top, bits, got.data());
+          setAvx512(was);
+          const std::string where = std::to_string(bits) + " bits, n " + std::to_string(n) +
+                                    (fix ? ", fixpoint" : "") + (wide ? "" : ", 256-bit");
+          EXPECT_EQ(cAvx, cBase) << where;
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(rAvx[i], rBase[i]) << where << ": residual " << i << " from x bits "
+                                         << std::hex << floatBits(x[i]) << ", r " << r0[i];
+          // The packed form does whole steps from value 0 (or none): those codes and residuals.
+          ASSERT_EQ(done % 16, 0) << where;
+          got.resize(packedBytes(done, bits));
+          EXPECT_EQ(got, std::vector<uint8_t>(want.begin(), want.begin() + got.size())) << where;
+          for (int64_t i = 0; i < done; ++i)
+            ASSERT_EQ(rPacked[i], rBase[i]) << where << ": packed step's residual " << i;
+        }
+  }
+}
+
 TEST(CpuPathTest, ForcingAnUnknownPathIsAnError) {
   EXPECT_THROW(setCpuPath(static_cast<CpuPath>(7)), CodecError);
 }
