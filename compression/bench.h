@@ -51,8 +51,8 @@ struct CodecBenchOptions {
 // per-sample ratios, the threaded codec sampled in turn with the single-threaded one; for a
 // codec with a state buffer (stateTrafficOf, below) its traffic floor, timed after each sample:
 // "floor_encode_GBps", "floor_vs_memcpy" and "encode_vs_floor" (medians of per-sample ratios;
-// near 1.0 the codec is as fast as its memory traffic allows here), with threads > 1
-// "floor_GBps_threads" and "encode_threads_vs_floor", ...}], "link_bps", "threads"}. Throws
+// near 1.0 the codec is as fast as its memory traffic allows here; one thread), ...}],
+// "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);
 
@@ -70,8 +70,8 @@ std::optional<StateTraffic> stateTrafficOf(const Codec& codec);
 // prefetched 16 KiB ahead into L2 as the codecs' kernels are): every byte of x and of the buffer
 // (n * bufferBytes) read twice, every byte of the buffer and of out (n * bits / 8 rounded up)
 // written once; each pass split over the codec threads (parallel.h). The rate the codec's
-// encode would reach if only memory set it (`bench codecs`' floor_* fields). Returns a sum of the
-// words read (kept, so that no pass is optimized away).
+// encode would reach on one thread if only memory set it (`bench codecs`' floor_* fields). Returns
+// a sum of the words read (kept, so that no pass is optimized away).
 uint64_t stateTrafficPasses(const float* x, uint8_t* buffer, int64_t n, StateTraffic t,
                             uint8_t* out);
 
