@@ -49,30 +49,34 @@ struct CodecBenchOptions {
 // read-bound codec's ceiling), "memcpy_GBps_threads" and "memcpy_thread_speedup" (memcpy split
 // over the threads: the ceiling of a codec that writes as it reads); the speed-ups are medians of
 // per-sample ratios, the threaded codec sampled in turn with the single-threaded one; for a
-// codec with a state buffer (stateTrafficOf, below) its traffic floor, timed after each sample:
+// quantizing codec (encodeTrafficOf, below) its traffic floor, timed after each sample:
 // "floor_encode_GBps", "floor_vs_memcpy" and "encode_vs_floor" (medians of per-sample ratios;
 // near 1.0 the codec is as fast as its memory traffic allows here; one thread), ...}],
 // "link_bps", "threads"}. Throws
 // std::invalid_argument naming a bad codec spec, size (< 4 KiB) or round count before measuring.
 nlohmann::json benchCodecs(const CodecBenchOptions& o);
 
-// The memory traffic of an encoder that keeps a state buffer of its own (AC-SGD's m, ef's
-// residual r) and needs its scales before its codes: pass 1 reads x and the buffer, pass 2 reads
-// both again and writes the buffer and `bits` per value of codes. bufferBytes: the buffer's bytes
-// per value (4 fp32, 2 fp16 / bf16, 1 q8).
-struct StateTraffic {
+// The memory traffic a quantizing encoder cannot avoid: with two passes (channel scales: the
+// scales before the codes) pass 1 reads x and the encoder's state buffer, pass 2 reads both again
+// and writes the buffer and `bits` per value of codes; with one pass (group scales, each group
+// worked in cache) only pass 2. bufferBytes: the state buffer's bytes per value (0 none; acsgd's m
+// 4 fp32, 2 fp16, 1 q8; ef's residual 4 fp32, 2 bf16).
+struct EncodeTraffic {
+  int passes;  // 1 or 2
   int bufferBytes;
   int bits;
 };
-// The built-in codecs with that encode (acsgd; ef with a quant inner codec), nullopt otherwise.
-std::optional<StateTraffic> stateTrafficOf(const Codec& codec);
-// Those two passes over n values with next to no arithmetic (integer or/xor/add on 8-byte words,
+// quant (either scale layout, any rounding or levels), acsgd, and ef with a quant inner codec;
+// nullopt for the others (their traffic depends on more than these three numbers).
+std::optional<EncodeTraffic> encodeTrafficOf(const Codec& codec);
+// Those passes over n values with next to no arithmetic (integer or/xor/add on 8-byte words,
 // prefetched 16 KiB ahead into L2 as the codecs' kernels are): every byte of x and of the buffer
-// (n * bufferBytes) read twice, every byte of the buffer and of out (n * bits / 8 rounded up)
-// written once; each pass split over the codec threads (parallel.h). The rate the codec's
+// (n * bufferBytes) read once a pass, every byte of the buffer and of out (n * bits / 8 rounded
+// up) written once; each pass split over the codec threads (parallel.h). The rate the codec's
 // encode would reach on one thread if only memory set it (`bench codecs`' floor_* fields). Returns
-// a sum of the words read (kept, so that no pass is optimized away).
-uint64_t stateTrafficPasses(const float* x, uint8_t* buffer, int64_t n, StateTraffic t,
-                            uint8_t* out);
+// a sum of the words read (kept, so that no pass is optimized away). Throws std::invalid_argument
+// for passes not 1 or 2, bufferBytes not 0, 1, 2 or 4, or bits not 1 to 8.
+uint64_t encodeTrafficPasses(const float* x, uint8_t* buffer, int64_t n, EncodeTraffic t,
+                             uint8_t* out);
 
 }  // namespace slowpipe::compression

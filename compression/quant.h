@@ -245,6 +245,9 @@ class QuantCodec : public Codec {
   void decode(const uint8_t* payload, size_t size, const Shape& shape, const CodecContext& ctx,
               float* out) override;
   const QuantOptions& options() const { return opt_; }
+  // Encodes in one pass over its input (group scales, a chunk of whole groups at a time); else two
+  // (the scales, then the codes).
+  bool encodesInOnePass() const { return onePassChunk() > 0; }
   static constexpr int64_t kChunk = 16384;  // values per quantize/pack step (a multiple of 8)
   // Outputs of at least this many values (8 MiB) are written around the cache (Kernels::streamOut).
   static constexpr int64_t kStreamValues = int64_t{1} << 21;
