@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "compression/acsgd.h"
 #include "compression/crc32c.h"
@@ -159,15 +160,22 @@ void putWord(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 // 16 values a step (64 bytes of x, 16 W of the buffer), prefetched as the fused kernels prefetch
 // (kernels_avx2.cc's kPrefetch: 16 KiB of x ahead, into L2); the tail byte by byte.
 constexpr int64_t kAhead = 4096;
+// Step i's prefetches and its 64 bytes of x, or-ed into one word.
+template <int W>
+uint64_t xWordAt(const uint8_t* x, const uint8_t* b, int64_t i) {
+  __builtin_prefetch(x + 4 * (i + kAhead), 0, 2);
+  if (W > 0) __builtin_prefetch(b + W * (i + kAhead), 0, 2);
+  uint64_t a = 0;
+  for (int k = 0; k < 8; ++k) a |= word(x + 4 * i + 8 * k);
+  return a;
+}
+
 template <int W>
 uint64_t readPass(const uint8_t* x, const uint8_t* b, int64_t lo, int64_t hi) {
   uint64_t acc = 0;
   int64_t i = lo;
   for (; i + 16 <= hi; i += 16) {
-    __builtin_prefetch(x + 4 * (i + kAhead), 0, 2);
-    if (W > 0) __builtin_prefetch(b + W * (i + kAhead), 0, 2);
-    uint64_t a = 0;
-    for (int k = 0; k < 8; ++k) a |= word(x + 4 * i + 8 * k);
+    uint64_t a = xWordAt<W>(x, b, i);
     for (int k = 0; k < 2 * W; ++k) a ^= word(b + W * i + 8 * k);
     acc += a;
   }
@@ -185,10 +193,7 @@ uint64_t updatePass(const uint8_t* x, uint8_t* b, int64_t lo, int64_t hi, uint8_
   uint64_t acc = 0;
   int64_t i = lo;
   for (; i + 16 <= hi; i += 16) {
-    __builtin_prefetch(x + 4 * (i + kAhead), 0, 2);
-    if (W > 0) __builtin_prefetch(b + W * (i + kAhead), 0, 2);
-    uint64_t a = 0;
-    for (int k = 0; k < 8; ++k) a |= word(x + 4 * i + 8 * k);
+    const uint64_t a = xWordAt<W>(x, b, i);
     for (int k = 0; k < 2 * W; ++k) putWord(b + W * i + 8 * k, word(b + W * i + 8 * k) + a);
     const uint64_t codes[2] = {a, ~a};
     std::memcpy(out + i * bits / 8, codes, static_cast<size_t>(2 * bits));
@@ -218,27 +223,18 @@ uint64_t trafficPasses(const float* xf, uint8_t* b, int64_t n, int passes, uint8
   return sum;
 }
 
+// trafficPasses<W, bits> for bits 1 to 8, picked at run time.
+template <int W, int... B>
+uint64_t trafficPassesOf(std::integer_sequence<int, B...>, const float* x, uint8_t* b, int64_t n,
+                         int passes, int bits, uint8_t* out) {
+  using Passes = uint64_t (*)(const float*, uint8_t*, int64_t, int, uint8_t*);
+  static constexpr Passes kByBits[] = {&trafficPasses<W, B + 1>...};
+  return kByBits[bits - 1](x, b, n, passes, out);
+}
 template <int W>
 uint64_t trafficPassesOf(const float* x, uint8_t* b, int64_t n, int passes, int bits,
                          uint8_t* out) {
-  switch (bits) {
-    case 1:
-      return trafficPasses<W, 1>(x, b, n, passes, out);
-    case 2:
-      return trafficPasses<W, 2>(x, b, n, passes, out);
-    case 3:
-      return trafficPasses<W, 3>(x, b, n, passes, out);
-    case 4:
-      return trafficPasses<W, 4>(x, b, n, passes, out);
-    case 5:
-      return trafficPasses<W, 5>(x, b, n, passes, out);
-    case 6:
-      return trafficPasses<W, 6>(x, b, n, passes, out);
-    case 7:
-      return trafficPasses<W, 7>(x, b, n, passes, out);
-    default:
-      return trafficPasses<W, 8>(x, b, n, passes, out);
-  }
+  return trafficPassesOf<W>(std::make_integer_sequence<int, 8>{}, x, b, n, passes, bits, out);
 }
 
 // The traffic passes' time on one thread (their buffer and codes kept between samples). On two
