@@ -341,8 +341,12 @@ json benchRound(const std::string& spec, const Shape& shape, const std::vector<f
       threads > 1 ? std::make_unique<Lane>(spec, shape, x, threads) : nullptr;
   std::vector<float> dst(static_cast<size_t>(n), 1.0f);
   std::vector<double> enc, dec, mc, encRatio, decRatio, encN, decN, mcN, encUp, decUp, mcUp;
-  // A quantizing codec's traffic floor, timed after each sample.
-  const std::optional<EncodeTraffic> traffic = encodeTrafficOf(one.sender());
+  // A quantizing codec's traffic floor, timed after each sample; none for acsgd still in its
+  // warm-up at the bench's epoch (every row sent in full).
+  std::optional<EncodeTraffic> traffic = encodeTrafficOf(one.sender());
+  if (const auto* a = dynamic_cast<const AcsgdCodec*>(&one.sender());
+      a && one.ctx().epoch < a->options().warmupEpochs)
+    traffic.reset();
   std::unique_ptr<TrafficFloor> floor =
       traffic ? std::make_unique<TrafficFloor>(*traffic, n) : nullptr;
   std::vector<double> fl, flRatio, encFloor;
