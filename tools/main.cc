@@ -26,8 +26,10 @@ void startWithHugePageMalloc(int argc, char** argv) {
   const char* old = std::getenv("GLIBC_TUNABLES");
   const std::string before = old ? old : "";
   setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+  setenv(slowpipe::runtime::kHugePageRestartEnv, "1", 1);
   execv("/proc/self/exe", argv);
   // No exec (no /proc): run as started; only the speed of large allocations differs.
+  unsetenv(slowpipe::runtime::kHugePageRestartEnv);
   if (old) {
     setenv("GLIBC_TUNABLES", before.c_str(), 1);
   } else {
@@ -38,6 +40,7 @@ void startWithHugePageMalloc(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  slowpipe::runtime::takeHugePageRestartMark();
   startWithHugePageMalloc(argc, argv);
   slowpipe::compression::registerTorchScriptCodec();  // torchscript:path=... in every command and
                                                       // worker

@@ -139,7 +139,8 @@ class PipelineWorker : public Backend {
         {"dp", dp_ ? dp_->endpoints() : json::object()},
         {"pid", getpid()},
         {"torch_version", TORCH_VERSION},
-        {"glibc_tunables", std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES") : ""}};
+        {"glibc_tunables", std::getenv("GLIBC_TUNABLES") ? std::getenv("GLIBC_TUNABLES") : ""},
+        {"restarted_for_huge_pages", restartedForHugePages()}};
     hello.update(c.hello);
     if (!controlFrom_.empty()) hello["control_from"] = controlFrom_;
     const json table = c.peerTable(ctx, [&] { report(hello); });

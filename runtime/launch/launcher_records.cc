@@ -21,6 +21,11 @@ bool Launcher::handle(const json& rec) {
     const bool huge =
         rec.value("glibc_tunables", "").find("glibc.malloc.hugetlb=1") != std::string::npos;
     env["malloc_huge_pages"] = env.value("malloc_huge_pages", true) && huge;
+    // Whether any worker had to start a second time for it (runtime::restartedForHugePages): the
+    // launcher hands the tunable to its workers, so none should.
+    env["workers_restarted_for_huge_pages"] =
+        env.value("workers_restarted_for_huge_pages", false) ||
+        rec.value("restarted_for_huge_pages", false);
   } else if (type == "step") {
     onStep(rec);
   } else if (type == "eval") {

@@ -188,6 +188,18 @@ std::string hugePageTunables() {
   return (tunables.empty() ? "" : tunables + ":") + std::string("glibc.malloc.hugetlb=1");
 }
 
+namespace {
+bool restartedForTunable = false;
+}  // namespace
+
+void takeHugePageRestartMark() {
+  const char* mark = std::getenv(kHugePageRestartEnv);
+  restartedForTunable = mark && std::string(mark) == "1";
+  unsetenv(kHugePageRestartEnv);
+}
+
+bool restartedForHugePages() { return restartedForTunable; }
+
 int64_t largestFrameBytes(const RunSpec& spec) {
   const int64_t mb = spec.pipeline.microBatchSize;
   const compression::Shape act = {mb, spec.model.seqLen, spec.model.width};

@@ -82,6 +82,15 @@ void tuneAllocator();
 // or SLOWPIPE_MALLOC_HUGEPAGES=0 (glibc's default kept).
 std::string hugePageTunables();
 
+// A command that starts once more for that tunable (tools/main.cc) puts kHugePageRestartEnv=1 in
+// its environment before the exec; the second start takes it out again first thing
+// (takeHugePageRestartMark), so nothing it starts inherits it. restartedForHugePages(): this
+// process is such a second start (workers say so in their hello; a worker the launcher started
+// with the tunable in its environment never is).
+inline constexpr const char* kHugePageRestartEnv = "SLOWPIPE_RESTARTED_FOR_HUGE_PAGES";
+void takeHugePageRestartMark();
+bool restartedForHugePages();
+
 // Trains every layer in this process with the same data, micro-batching, optimizer and seeds as a
 // pipeline run of `spec`. split: "finetune" or "pretrain". Calls onRecord with each step's and
 // each evaluation's record; saves the model to checkpoint (if not empty) at the end.

@@ -675,14 +675,16 @@ TEST_F(PipelineTest, GitNeverRunsDuringARun) {
 }
 
 // The workers a run starts have glibc's malloc ask for huge pages (runtime::hugePageTunables: the
-// launcher puts the tunable in their environment), and result.json says so; with
-// SLOWPIPE_MALLOC_HUGEPAGES=0 they keep glibc's default.
+// launcher puts the tunable in their environment, so none starts a second time for it), and
+// result.json says so; with SLOWPIPE_MALLOC_HUGEPAGES=0 they keep glibc's default.
 TEST_F(PipelineTest, WorkersStartWithHugePageMalloc) {
   json spec = baseSpec(2, "gpipe");
   spec["training"]["max_steps"] = 2;
   const json r = launch(spec, "huge-pages");
   ASSERT_EQ(r["status"], "ok") << r.value("reason", "");
   EXPECT_EQ(r["environment"]["malloc_huge_pages"], true) << r["environment"].dump();
+  // ... from the launcher's environment, not by starting a second time (tools/main.cc)
+  EXPECT_EQ(r["environment"]["workers_restarted_for_huge_pages"], false) << r["environment"].dump();
   const char* own = std::getenv("GLIBC_TUNABLES");
   if (own && std::string(own).find("glibc.malloc.hugetlb") != std::string::npos) return;
   setenv("SLOWPIPE_MALLOC_HUGEPAGES", "0", 1);
@@ -690,6 +692,8 @@ TEST_F(PipelineTest, WorkersStartWithHugePageMalloc) {
   unsetenv("SLOWPIPE_MALLOC_HUGEPAGES");
   ASSERT_EQ(off["status"], "ok") << off.value("reason", "");
   EXPECT_EQ(off["environment"]["malloc_huge_pages"], false) << off["environment"].dump();
+  EXPECT_EQ(off["environment"]["workers_restarted_for_huge_pages"], false)
+      << off["environment"].dump();
 }
 
 // runtime.pin_cores: each worker runs on its own CPU when there are enough, and the result says
