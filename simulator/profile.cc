@@ -8,6 +8,7 @@
 #include "compression/codec.h"
 #include "runtime/dp/dp.h"
 #include "runtime/exec/schedule.h"
+#include "runtime/model/model_size.h"
 #include "runtime/records/result.h"
 #include "simulator/codec_cost.h"
 
@@ -700,10 +701,6 @@ const DeviceSpec& deviceSpec(const std::string& name) {
                               "' is not known; expected V100, A100, H100, H200 or H800");
 }
 
-double blockForwardFlops(double b, double s, double d) {
-  return 24 * b * s * d * d + 4 * b * s * s * d;
-}
-
 Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceName,
                         const std::string& dtype, double mfu) {
   const DeviceSpec& dev = deviceSpec(deviceName);
@@ -712,8 +709,8 @@ Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceN
   if (!(mfu > 0 && mfu <= 1))
     throw std::invalid_argument("mfu " + std::to_string(mfu) + ": expected a fraction in (0, 1]");
   const double flops = dev.peakFlops.at(dtype) * mfu;
-  const double b = spec.pipeline.microBatchSize, s = spec.model.seqLen, d = spec.model.width,
-               V = spec.model.vocab;
+  const runtime::ModelSpec& m = spec.model;
+  const double b = spec.pipeline.microBatchSize, s = m.seqLen, d = m.width, V = m.vocab;
   Profile p;
   p.source = "analytic";
   p.device = {
@@ -723,21 +720,23 @@ Profile analyticProfile(const runtime::RunSpec& spec, const std::string& deviceN
       {"mfu", mfu},
       {"memory_bytes_per_s", dev.memoryBytesPerS},
       {"assumptions",
-       "forward = layers x (24 b s d^2 + 4 b s^2 d) + last stage head 2 b s d V; backward = 2 x "
+       "forward = layers x (2 b s W + 4 b s^2 d) + last stage head 2 b s d V, W = a block's "
+       "weight-matrix entries for its family (builtin and GPT-2: 3 d^2 + d^2 + 2 d f; Llama: 2 d^2 "
+       "+ 2 d k + 3 d f, k = kv heads x head width, f = MLP width); backward = 2 x "
        "forward, split (zero-bubble) into weight gradients = the linear layers' forward FLOPs "
        "and input gradients = the rest; "
        "time = FLOPs / (peak x mfu); optimizer step = 16 bytes of memory traffic per parameter "
        "(AdamW: weight, gradient, two moments) / memory bandwidth; codecs: 20 us + 3 passes over "
        "the fp32 message at memory bandwidth"}};
   for (const auto& [begin, end] : runtime::stageLayers(spec)) {
-    const bool last = end == spec.model.layers;
-    double fwd = (end - begin) * blockForwardFlops(b, s, d),
-           linear = (end - begin) * 24 * b * s * d * d;
+    const bool last = end == m.layers;
+    double fwd = (end - begin) * runtime::blockForwardFlops(m, b, s),
+           linear = (end - begin) * 2 * b * s * runtime::blockMatrixEntries(m);
     if (last) {
       fwd += 2 * b * s * d * V;  // LM head
       linear += 2 * b * s * d * V;
     }
-    double params = (end - begin) * 12.0 * d * d + (last || begin == 0 ? V * d : 0);
+    const double params = runtime::stageParameters(m, end - begin, begin == 0, last);
     StageCost c{fwd / flops, 2 * fwd / flops, 16.0 * params / dev.memoryBytesPerS, {}};
     c.backwardWeightS = linear / flops;  // dW of every linear layer: its forward's FLOPs again
     c.backwardInputS = c.backwardS - c.backwardWeightS;

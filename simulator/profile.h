@@ -1,8 +1,9 @@
 // Cost profiles for the simulator: how long each stage's forward and backward of one micro-batch
 // take, the optimizer step, and each codec's encode/decode cost. Two sources:
 //   measured  - `slowpipe profile SPEC`: the worker's own code timed on this machine;
-//   analytic  - FLOPs of the GPT layers x (peak FLOP/s x MFU) of a named device, codec costs from
-//               its memory bandwidth. Every assumed number is written into the profile.
+//   analytic  - FLOPs of the model's blocks (its family's shapes: runtime/model/model_size.h) x
+//               (peak FLOP/s x MFU) of a named device, codec costs from its memory bandwidth.
+//               Every assumed number is written into the profile.
 // File format (JSON, "schema": "slowpipe.profile/1"):
 //   {"source": "measured"|"analytic", "device": {...}, "host_cores": C, "stages": [{"forward_s",
 //   "backward_s",
@@ -195,9 +196,6 @@ struct DeviceSpec {
 const DeviceSpec& deviceSpec(
     const std::string& name);  // V100, A100, H100, H200; throws listing them
 
-// FLOPs of one GPT block for a micro-batch of b sequences of s tokens, width d:
-// forward 24·b·s·d² + 4·b·s²·d; backward twice that.
-double blockForwardFlops(double b, double s, double d);
 // Analytic profile of `spec` on `device` in `dtype` at model-FLOPs utilisation `mfu`. Its codecs
 // (addCodecPlaces) are costed where they run.
 Profile analyticProfile(const runtime::RunSpec& spec, const std::string& device,

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/model.h"
+#include "runtime/model/model_size.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tokenizer.h"
 #include "runtime/spec/spec.h"
@@ -51,23 +52,6 @@ std::vector<int64_t> parseTokens(const std::string& text, int vocab) {
     throw std::invalid_argument(
         "--tokens: give at least one token id, e.g. --tokens 464,2068,7586");
   return out;
-}
-
-// Parameters of a stage of `layers` blocks (the first holds the embeddings, the last the head).
-double stageParameters(const runtime::ModelSpec& m, int layers, bool first, bool last) {
-  const double C = m.width, F = m.mlpWidth(), V = m.vocab, D = C / m.heads, H = m.heads,
-               K = m.kvHeadCount();
-  double block;
-  if (m.family == "llama") {
-    block = 2 * C + C * H * D + 2 * C * K * D + H * D * C + 3 * C * F +
-            (m.qkvBias ? H * D + 2 * K * D : 0) + (m.oBias ? C : 0);
-  } else {
-    block = 4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C;
-  }
-  double p = layers * block;
-  if (first) p += V * C + (m.family == "llama" ? 0 : m.positionRows() * C);
-  if (last) p += (m.family == "llama" ? C : 2 * C) + V * C;
-  return p;
 }
 
 // Activation bytes one micro-batch leaves on a stage of `layers` blocks for its backward:
@@ -118,7 +102,7 @@ void addInfo(CLI::App& model) {
     int stage = 0;
     for (const auto& [begin, end] : runtime::stageLayers(s)) {
       const bool first = stage == 0, last = stage == *stages - 1;
-      const double params = stageParameters(m, end - begin, first, last);
+      const double params = runtime::stageParameters(m, end - begin, first, last);
       const double state = 16.0 * params, acts = held * activationBytes(m, end - begin, *mbs, 4);
       total += params;
       std::printf(

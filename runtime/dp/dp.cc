@@ -6,6 +6,7 @@
 #include "compression/frame.h"
 #include "runtime/exec/ranks.h"
 #include "runtime/launch/security.h"
+#include "runtime/model/model_size.h"
 
 namespace slowpipe::runtime {
 
@@ -29,32 +30,8 @@ std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int 
   const auto ranges = stageLayers(spec);
   if (stage < 0 || stage >= static_cast<int>(ranges.size()))
     throw std::invalid_argument("stage " + std::to_string(stage) + " is not a stage of this run");
-  const int64_t C = spec.model.width;
-  std::vector<std::vector<int64_t>> out;
-  if (stage == 0) {
-    out.push_back({spec.model.vocab, C});
-    out.push_back({spec.model.seqLen, C});
-  }
-  for (int i = ranges[stage].first; i < ranges[stage].second; ++i)
-    for (const auto& p : std::vector<std::vector<int64_t>>{{C},
-                                                           {C},
-                                                           {3 * C, C},
-                                                           {3 * C},
-                                                           {C, C},
-                                                           {C},
-                                                           {C},
-                                                           {C},
-                                                           {4 * C, C},
-                                                           {4 * C},
-                                                           {C, 4 * C},
-                                                           {C}})
-      out.push_back(p);
-  if (stage + 1 == static_cast<int>(ranges.size())) {
-    out.push_back({C});
-    out.push_back({C});
-    out.push_back({spec.model.vocab, C});
-  }
-  return out;
+  return stageParameterShapes(spec.model, ranges[stage].first, ranges[stage].second, stage == 0,
+                              stage + 1 == static_cast<int>(ranges.size()));
 }
 
 std::vector<std::vector<int64_t>> rankParameterShapes(const RunSpec& spec, int stage) {

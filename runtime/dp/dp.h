@@ -52,11 +52,8 @@ class ListenGuard;      // runtime/launch/listen_guard.h
 
 // The schedule's view of a run's data parallelism.
 DpShape dpShape(const RunSpec& spec);
-// Shapes of stage `stage`'s parameters in the order of StageModel::parameters()
-// (runtime/model/model.h: token and position embeddings on the first stage; per block ln1 w,b, qkv
-// w,b, proj w,b, ln2 w,b, fc w,b, out w,b; ln_f w,b and the head on the last), without torch: what
-// the simulator sizes data-parallel messages by. tests/runtime/dp_test.cc checks it against the
-// torch model.
+// Shapes of stage `stage`'s parameters in the order of StageModel::parameters(), without torch
+// (runtime/model/model_size.h): what the simulator sizes data-parallel messages by.
 std::vector<std::vector<int64_t>> stageParameterShapes(const RunSpec& spec, int stage);
 // The parameters one rank of stage `stage` holds and its replicas synchronise: every model chunk's
 // (virtual stages stage, stage + S, ...), in chunk order (what GradientSync packs).

@@ -21,6 +21,7 @@
 #include "runtime/dp/dp.h"
 #include "runtime/exec/protocol.h"
 #include "runtime/exec/schedule.h"
+#include "runtime/model/model_size.h"
 #include "runtime/records/result.h"
 #include "runtime/spec/spec_schema.h"
 
@@ -160,9 +161,7 @@ void checkModelFits(const RunSpec& s, const std::string& where, bool simulation)
                                 " is beyond " + std::to_string(kMaxLayers) +
                                 ", the most layers accepted");
   if (simulation) return;
-  const double C = s.model.width;
-  const double params = 2.0 * s.model.vocab * C + s.model.seqLen * C +
-                        s.model.layers * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  const double params = stageParameters(s.model, s.model.layers, true, true);
   const double need = 16.0 * params * s.pipeline.replicas;
   const double have =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));

@@ -20,6 +20,7 @@
 #include "runtime/launch/worker.h"
 #include "runtime/model/data.h"
 #include "runtime/model/model.h"
+#include "runtime/model/model_size.h"
 #include "simulator/simulate.h"
 #include "tests/runtime/pipeline_fixture.h"
 
@@ -456,5 +457,56 @@ TEST_F(DpCompressorTest, MirroredDpCodecStatesMatchAtBothEnds) {
     }
 }
 
+// runtime/model/model_size.h's shapes are the torch model's, in order, for every family and option,
+// on a stage holding every block and on first, middle and last stages; its matrix entries are a
+// block's two-dimensional parameters.
+TEST(ModelSizeTest, ShapesAreTheTorchModels) {
+  ModelSpec builtin;
+  builtin.layers = 3;
+  builtin.width = 24;
+  builtin.heads = 2;
+  builtin.vocab = 50;
+  builtin.seqLen = 8;
+  ModelSpec gpt2 = builtin;
+  gpt2.family = "gpt2";
+  gpt2.activation = "gelu_new";
+  gpt2.intermediate = 40;
+  gpt2.positions = 12;
+  gpt2.tiedHead = true;
+  ModelSpec llama = builtin;
+  llama.family = "llama";
+  llama.activation = "silu";
+  llama.heads = 4;
+  llama.kvHeads = 2;
+  llama.intermediate = 36;
+  ModelSpec qwen2 = llama;
+  qwen2.qkvBias = true;
+  qwen2.tiedHead = true;
+  ModelSpec biased = llama;
+  biased.kvHeads = 0;
+  biased.qkvBias = biased.oBias = true;
+  for (const ModelSpec& m : {builtin, gpt2, llama, qwen2, biased}) {
+    for (const auto& [begin, end, first, last] :
+         {std::tuple{0, 3, true, true}, std::tuple{0, 1, true, false},
+          std::tuple{1, 2, false, false}, std::tuple{2, 3, false, true}}) {
+      StageModel model(m, begin, end, first, last);
+      const auto ps = model->parameters();
+      const auto shapes = stageParameterShapes(m, begin, end, first, last);
+      const std::string what = m.family + " kv " + std::to_string(m.kvHeadCount()) + " blocks " +
+                               std::to_string(begin) + ".." + std::to_string(end);
+      ASSERT_EQ(shapes.size(), ps.size()) << what;
+      double values = 0;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_EQ(shapes[i], ps[i].sizes().vec()) << what << " parameter " << i;
+        values += static_cast<double>(ps[i].numel());
+      }
+      EXPECT_EQ(stageParameters(m, end - begin, first, last), values) << what;
+    }
+    double entries = 0;
+    for (const auto& p : StageModel(m, 0, 1, false, false)->blocks[0]->parameters())
+      if (p.dim() == 2) entries += static_cast<double>(p.numel());
+    EXPECT_EQ(blockMatrixEntries(m), entries) << m.family;
+  }
+}
 }  // namespace
 }  // namespace slowpipe::runtime

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/model/data.h"
+#include "runtime/model/model_size.h"
 #include "runtime/model/plan.h"
 #include "runtime/model/tokenizer.h"
 
@@ -596,5 +597,40 @@ TEST(DataTest, PretrainFromWordnetGlosses) {
   std::filesystem::remove_all(root);
 }
 
+// runtime/model/model_size.h's counts against the sizes these models are published with (their
+// model cards: GPT-2 124,439,808; TinyLlama 1.1B 1,100,048,384; Llama-2-7B 6,738,415,616;
+// Qwen2-0.5B 494,032,768), read from the configs in experiments/models. A tied head is counted once
+// there and twice here (it trains as two copies, the first stage's embedding and the last stage's
+// head).
+TEST(ModelSizeTest, CountsAreThePublishedSizes) {
+  struct Case {
+    const char* dir;
+    double published, blockMatrixEntries;  // the second: a block's linear layers, by hand
+  };
+  for (const Case& c :
+       {Case{"gpt2", 124439808, 12.0 * 768 * 768},
+        Case{"tinyllama-1.1b", 1100048384,
+             2.0 * 2048 * 2048 + 2.0 * 2048 * 256 + 3.0 * 2048 * 5632},
+        Case{"llama-2-7b", 6738415616, 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008},
+        Case{"qwen2-0.5b", 494032768, 2.0 * 896 * 896 + 2.0 * 896 * 128 + 3.0 * 896 * 4864}}) {
+    const ModelSpec m = modelFromHfConfig(
+        std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/models/" + c.dir, ModelSpec{});
+    const double tiedCopy = m.tiedHead ? static_cast<double>(m.vocab) * m.width : 0.0;
+    EXPECT_EQ(stageParameters(m, m.layers, true, true) - tiedCopy, c.published) << c.dir;
+    // Cut in three stages, the same parameters.
+    const int a = m.layers / 3, b = 2 * m.layers / 3;
+    EXPECT_EQ(stageParameters(m, a, true, false) + stageParameters(m, b - a, false, false) +
+                  stageParameters(m, m.layers - b, false, true),
+              stageParameters(m, m.layers, true, true))
+        << c.dir;
+    EXPECT_EQ(blockMatrixEntries(m), c.blockMatrixEntries) << c.dir;
+  }
+  // The builtin block with its 4 x width MLP: 24 b s d^2 + 4 b s^2 d.
+  ModelSpec builtin;
+  builtin.width = 1600;
+  builtin.heads = 25;
+  EXPECT_DOUBLE_EQ(blockForwardFlops(builtin, 1, 1024),
+                   24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
+}
 }  // namespace
 }  // namespace slowpipe::runtime

@@ -797,8 +797,6 @@ TEST(SimulatorTest, HostOnlyCodecsAreCostedOnTheHostUnderAnalyticProfiles) {
 }
 
 TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
-  EXPECT_DOUBLE_EQ(blockForwardFlops(1, 1024, 1600),
-                   24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600);
   json j = {{"name", "xl"},
             {"model",
              {{"seq_len", 1024}, {"layers", 4}, {"width", 1600}, {"heads", 25}, {"vocab", 50257}}},
@@ -808,13 +806,40 @@ TEST(SimulatorTest, AnalyticProfileIsFlopsOverPeakTimesMfu) {
   const auto spec = runtime::runSpecFromJson(j, "spec", true);
   const Profile p = analyticProfile(spec, "A100", "fp16", 0.5);
   const double flops = 312e12 * 0.5;
-  EXPECT_NEAR(p.stages[0].forwardS, 2 * blockForwardFlops(1, 1024, 1600) / flops, 1e-15);
-  EXPECT_NEAR(p.stages[1].forwardS,
-              (2 * blockForwardFlops(1, 1024, 1600) + 2.0 * 1024 * 1600 * 50257) / flops, 1e-15);
+  const double block = 24.0 * 1024 * 1600 * 1600 + 4.0 * 1024 * 1024 * 1600;
+  EXPECT_NEAR(p.stages[0].forwardS, 2 * block / flops, 1e-15);
+  EXPECT_NEAR(p.stages[1].forwardS, (2 * block + 2.0 * 1024 * 1600 * 50257) / flops, 1e-15);
   EXPECT_NEAR(p.stages[1].backwardS, 2 * p.stages[1].forwardS, 1e-15);
   EXPECT_EQ(p.device["mfu"], 0.5);
   EXPECT_THROW(analyticProfile(spec, "K80", "fp16", 0.5), std::invalid_argument);
   EXPECT_THROW(profileFor("analytic:A100,mfu=x", spec), std::invalid_argument);
+}
+
+// A Llama-family model (Qwen2-0.5B's config: grouped-query attention with 2 of 14 heads, an MLP of
+// 4864 on a width of 896, q/k/v biases, tied head) is costed by its own blocks, not a GPT block of
+// its width (which would count 12 d^2 = 9.6M matrix entries a block instead of 14.9M).
+TEST(SimulatorTest, AnalyticProfileCountsALlamaFamilyModelsOwnBlocks) {
+  json j = {{"name", "qwen"},
+            {"model",
+             {{"checkpoint", std::string(SLOWPIPE_SOURCE_DIR) + "/experiments/models/qwen2-0.5b"},
+              {"seq_len", 1024}}},
+            {"pipeline", {{"stages", 2}, {"micro_batches", 1}, {"micro_batch_size", 1}}},
+            {"compression", {{"forward", "none"}, {"backward", "none"}}},
+            {"network", {{"links", {{"bandwidth", "1Gbps"}}}}}};
+  const auto spec = runtime::runSpecFromJson(j, "spec", true);
+  const Profile p = analyticProfile(spec, "A100", "bf16", 0.4);
+  const double flops = 312e12 * 0.4, T = 1024;
+  // q 896 x 896, k and v 128 x 896, o 896 x 896, gate and up 4864 x 896, down 896 x 4864.
+  const double entries = 2.0 * 896 * 896 + 2.0 * 128 * 896 + 3.0 * 4864 * 896;
+  const double block = 2 * T * entries + 4 * T * T * 896, head = 2 * T * 896 * 151936;
+  EXPECT_NEAR(p.stages[0].forwardS, 12 * block / flops, 1e-12);
+  EXPECT_NEAR(p.stages[1].forwardS, (12 * block + head) / flops, 1e-12);
+  EXPECT_NEAR(p.stages[1].backwardWeightS, (12 * 2 * T * entries + head) / flops, 1e-12);
+  // AdamW's 16 bytes a parameter: a block has 14,912,384 (its norms and biases too); the first
+  // stage the embedding, the last the final norm and the head (tied: a second copy).
+  const double blockParams = 14912384, embedding = 151936.0 * 896;
+  EXPECT_NEAR(p.stages[0].stepS, 16 * (12 * blockParams + embedding) / 2039e9, 1e-12);
+  EXPECT_NEAR(p.stages[1].stepS, 16 * (12 * blockParams + 896 + embedding) / 2039e9, 1e-12);
 }
 
 runtime::RunSpec dpSpec(int stages, int replicas, const json& dp, const std::string& dpBandwidth) {
