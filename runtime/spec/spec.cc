@@ -774,11 +774,6 @@ void crossCheck(const std::string& where, bool simulation, RunSpec& s) {
           std::filesystem::weakly_canonical(s.model.checkpoint))
     fail(where + ".training.save_checkpoint",
          "'" + s.training.saveCheckpoint + "' is model.checkpoint itself; write elsewhere");
-  if (s.model.family != "builtin" && s.pipeline.replicas > 1 && !simulation)
-    fail(where + ".pipeline.replicas",
-         "data parallelism runs the built-in model only; a Hugging Face checkpoint "
-         "(model.checkpoint) "
-         "runs as a pipeline (replicas 1)");
   if (!s.pipeline.placement.is_null() && s.network.nodes.is_null())
     fail(where + ".pipeline.placement", "places stages on nodes, but network.nodes is not set");
   if (emulator::linkModel(s.network.model).buildsFromNodes && s.network.nodes.is_null())

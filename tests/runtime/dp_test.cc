@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "compression/codec.h"
+#include "emulator/command.h"
 #include "runtime/dp/dp.h"
 #include "runtime/dp/grad_sync.h"
 #include "runtime/exec/schedule.h"
@@ -88,6 +89,40 @@ INSTANTIATE_TEST_SUITE_P(
       return std::to_string(c.stages) + "x" + std::to_string(c.replicas) + "_" + c.schedule + "_" +
              c.algorithm + (c.virtualStages > 1 ? "_v" + std::to_string(c.virtualStages) : "");
     });
+
+// Data parallelism over a Hugging Face checkpoint: a Llama-family model with grouped-query
+// attention (random weights by the independent reference, tools/hf_reference.py) on 2 stages x 2
+// replicas trains as one process on the global batch, and the simulator sizes its gradient rounds
+// from the same shapes (the bytes each replica sent).
+TEST_F(PipelineTest, DataParallelCheckpointLossesEqualOneProcess) {
+  const std::string hf = (root_ / "hf").string();
+  const auto made = emulator::runCommand(
+      {"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--out",
+       hf});
+  ASSERT_EQ(made.status, 0) << made.output;
+  json spec = baseSpec(2, "1f1b");
+  spec["model"] = {{"checkpoint", hf + "/llama-f32"}, {"seq_len", 16}};
+  spec["pipeline"]["replicas"] = 2;
+  spec["dp"] = {{"algorithm", "allreduce"}, {"codec", "none"}};
+  const RunSpec rs = runSpecFromJson(spec);
+  ASSERT_EQ(rs.model.family, "llama");
+  std::vector<double> reference;
+  prepareCorpus(rs.data);
+  runSingleProcess(rs, "finetune", [&](const json& r) {
+    if (r["type"] == "step") reference.push_back(r["loss"].get<double>());
+  });
+  ASSERT_EQ(reference.size(), 20u);
+  const json result = launch(spec, "dp-hf-llama");
+  ASSERT_EQ(result["status"], "ok") << result.value("reason", "");
+  ASSERT_EQ(result["steps"].size(), 20u);
+  for (size_t i = 0; i < reference.size(); ++i)
+    EXPECT_NEAR(result["steps"][i]["loss"].get<double>(), reference[i],
+                1e-5 * std::fabs(reference[i]))
+        << "step " << i;
+  EXPECT_LT(reference.back(), reference.front());
+  EXPECT_EQ(result["codec_states_match"], true);
+  expectSimulatedBytesEqual(spec, result);
+}
 
 // Parameters of each stage of `spec` (what one replica synchronises).
 std::vector<int64_t> stageParams(const RunSpec& spec) {
