@@ -93,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
 // Data parallelism over a Hugging Face checkpoint: a Llama-family model with grouped-query
 // attention (random weights by the independent reference, tools/hf_reference.py) on 2 stages x 2
 // replicas trains as one process on the global batch, and the simulator sizes its gradient rounds
-// from the same shapes (the bytes each replica sent).
+// from the same shapes (the bytes each replica sent). training.save_checkpoint writes the
+// fine-tuned model back once.
 TEST_F(PipelineTest, DataParallelCheckpointLossesEqualOneProcess) {
   const std::string hf = (root_ / "hf").string();
   const auto made = emulator::runCommand(
@@ -104,6 +105,8 @@ TEST_F(PipelineTest, DataParallelCheckpointLossesEqualOneProcess) {
   spec["model"] = {{"checkpoint", hf + "/llama-f32"}, {"seq_len", 16}};
   spec["pipeline"]["replicas"] = 2;
   spec["dp"] = {{"algorithm", "allreduce"}, {"codec", "none"}};
+  const std::string saved = (root_ / "tuned-dp-llama").string();
+  spec["training"]["save_checkpoint"] = saved;
   const RunSpec rs = runSpecFromJson(spec);
   ASSERT_EQ(rs.model.family, "llama");
   std::vector<double> reference;
@@ -122,6 +125,11 @@ TEST_F(PipelineTest, DataParallelCheckpointLossesEqualOneProcess) {
   EXPECT_LT(reference.back(), reference.front());
   EXPECT_EQ(result["codec_states_match"], true);
   expectSimulatedBytesEqual(spec, result);
+  // Replica 0 of each stage writes the fine-tuned model back; the reference reads it.
+  const auto back = emulator::runCommand(
+      {"/usr/bin/python3", std::string(SLOWPIPE_SOURCE_DIR) + "/tools/hf_reference.py", "--verify",
+       saved, "--bin", SLOWPIPE_BINARY});
+  EXPECT_EQ(back.status, 0) << back.output;
 }
 
 // Parameters of each stage of `spec` (what one replica synchronises).
