@@ -1,7 +1,8 @@
 // The parameters of runtime/model/model.h's StageModel without torch, for every family (builtin,
 // gpt2, llama): what `model info`, the memory check, the simulator's analytic FLOPs and its
-// data-parallel message sizes count. tests/runtime/dp_test.cc checks the shapes against the torch
-// model and the counts against the published sizes of GPT-2, TinyLlama, Llama-2-7B and Qwen2-0.5B.
+// data-parallel message sizes count. ModelSizeTest checks the shapes against the torch model
+// (tests/runtime/dp_test.cc) and the counts against the published sizes of GPT-2, TinyLlama,
+// Llama-2-7B and Qwen2-0.5B (tests/runtime/spec_test.cc).
 #pragma once
 
 #include <cstdint>
