@@ -6,6 +6,7 @@
 
 #include "emulator/command.h"
 #include "runtime/model/plan.h"
+#include "runtime/model/safetensors.h"
 
 namespace slowpipe::runtime::detail {
 
@@ -106,6 +107,12 @@ int Launcher::run() {
     if (!spec_.training.initCheckpoint.empty() && !fs::exists(spec_.training.initCheckpoint))
       throw std::invalid_argument("training.init_checkpoint: '" + spec_.training.initCheckpoint +
                                   "' does not exist (make it with `slowpipe pretrain`)");
+    // The checkpoint's weights opened here (index or header only), so that a folder holding
+    // config.json alone, or a damaged index, fails the run before any worker starts. External
+    // launches leave it to the workers: their hosts hold their own copies.
+    if (!spec_.model.checkpoint.empty() && !opt_.external.enabled) {
+      const Checkpoint opened(spec_.model.checkpoint);
+    }
     writeJsonAtomically(resultPath_, finalDoc());
     setupNetwork();
     shareAccessLinks();

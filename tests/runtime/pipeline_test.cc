@@ -117,6 +117,26 @@ TEST_F(PipelineTest, HuggingFaceCheckpointsLossesEqualSingleProcess) {
   }
 }
 
+// A checkpoint folder with config.json alone (enough for `model info` and the simulator) fails a
+// run in the launcher, before any worker starts, naming the folder and the files it lacks (a
+// worker's "rank N:" reason before).
+TEST_F(PipelineTest, ACheckpointWithoutWeightsFailsBeforeAnyWorkerStarts) {
+  const fs::path dir = root_ / "config-only";
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(SLOWPIPE_SOURCE_DIR) / "experiments/models/smollm-135m/config.json",
+                dir / "config.json", fs::copy_options::overwrite_existing);
+  json spec = baseSpec(2, "gpipe");
+  spec["model"] = {{"checkpoint", dir.string()}, {"seq_len", 16}};
+  const json result = launch(spec, "config-only", false);
+  EXPECT_EQ(result["status"], "failed");
+  const std::string reason = result.value("reason", "");
+  EXPECT_EQ(reason.rfind("launcher: checkpoint '" + dir.string() +
+                             "': neither model.safetensors nor model.safetensors.index.json",
+                         0),
+            0u)
+      << reason;
+}
+
 // A split backward computes what the whole one does: per stage (first, middle, last of an uneven
 // 3-stage partition), BackwardInput of two micro-batches then their BackwardWeights give the input
 // gradients and every parameter gradient of two whole backwards, to rounding.
